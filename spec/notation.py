@@ -1,0 +1,80 @@
+"""The seeds' notation, defined once.
+
+Every symbol the recurrences, the proofs, the reference and the kernels share lives here.
+Names follow the seeds (000-004) and, where a kernel variable stands for the same
+quantity, the kernel's name is the symbol's name:
+
+=================  ===========================  ============================================
+seed               kernel / symbol              meaning
+=================  ===========================  ============================================
+``x_i``            ``qk`` (a tile of them)      pre-softmax logit ``q . k_i`` (unscaled)
+``m_i``            ``m_i``                      running max of the (scaled) logits seen
+``d'_i``           ``l_i``                      running denominator ``sum_j e^{x_j - m_i}``
+``o'_i``           ``acc / l_i``                FA1's normalised running output
+``õ_i``            ``acc``                      FA2's un-normalised running output
+``B_r``, ``B_c``   ``BLOCK_M``, ``BLOCK_N``     query / key tile sizes
+``scale``          ``sm_scale``                 softmax scale, ``1/sqrt(D)`` by default
+``log2(e)``        ``LOG2E``                    folded into ``qk_scale`` so kernels use exp2
+=================  ===========================  ============================================
+
+``l_i`` is the kernel's (and the Triton tutorial's) name for the seeds' ``d'_i``: the two
+names denote one quantity. Kernels keep ``m_i`` in *log2 units* (``m_i = max(x)·scale·log2 e``);
+the claim ``exp2_rewrite`` relates that form to the natural-exp definitions.
+
+Symbols that may be ``-oo`` (a max over no keys) are ``extended_real``: SymPy's ``real``
+implies finite and would silently decide ``Eq(m, -oo)`` as False.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+# --- constants ---------------------------------------------------------------------
+LOG2E = 1 / sp.log(2)  #: log2(e); exp(x) == exp2(x * LOG2E)
+LN2 = sp.log(2)  #: ln(2);  log(x) == log2(x) * LN2
+NEG_INF = -sp.oo  #: the max over an empty set, and the masked logit
+
+# --- per-row running state (kernel names) ------------------------------------------
+m_i = sp.Symbol("m_i", extended_real=True)  # running max, log2 units (may be -oo)
+l_i = sp.Symbol("l_i", nonnegative=True)  # running denominator d'_i
+acc = sp.Symbol("acc", real=True)  # running un-normalised output õ_i (one column)
+m_ij = sp.Symbol("m_ij", extended_real=True)  # max after this tile
+m_safe = sp.Symbol("m_safe", real=True)  # m_ij with -oo replaced by 0 (the guard)
+alpha = sp.Symbol("alpha", nonnegative=True)  # rescale factor of the old state
+p = sp.Symbol("p", nonnegative=True)  # exp2 of shifted scaled scores (a tile)
+l_ij = sp.Symbol("l_ij", nonnegative=True)  # row sum of p over this tile
+qk = sp.Symbol("qk", extended_real=True)  # a tile of raw scores q.k (masked: -oo)
+sm_scale = sp.Symbol("sm_scale", positive=True)  # softmax scale
+qk_scale = sp.Symbol("qk_scale", positive=True)  # sm_scale * LOG2E
+q, k, v, kT, vT = sp.symbols("q k v kT vT", real=True)  # operand tiles
+
+# --- epilogue ----------------------------------------------------------------------
+l_safe = sp.Symbol("l_safe", positive=True)
+lse = sp.Symbol("lse", extended_real=True)  # natural-log log-sum-exp of a row
+
+# --- backward ----------------------------------------------------------------------
+o, do, dp, ds, delta = sp.symbols("o do dp ds delta", real=True)
+lse2 = sp.Symbol("lse2", extended_real=True)  # lse in log2 units
+lse2_safe = sp.Symbol("lse2_safe", extended_real=True)
+
+# --- index space (masks) -----------------------------------------------------------
+i, j = sp.symbols("i j", integer=True)  # query row, key column (0-based)
+Nq, Nk = sp.symbols("N_Q N_K", integer=True, positive=True)  # sequence lengths
+shift = sp.Symbol("shift", integer=True)  # alignment offset: aligned row is i + shift
+window_left, window_right = sp.symbols("window_left window_right", integer=True, nonnegative=True)
+key_len = sp.Symbol("key_len", integer=True, nonnegative=True)  # valid keys of this batch
+B_r, B_c = sp.symbols("BLOCK_M BLOCK_N", integer=True, positive=True)  # tile sizes
+start_m = sp.Symbol("start_m", integer=True, nonnegative=True)  # first row of a query tile
+start_n = sp.Symbol("start_n", integer=True, nonnegative=True)  # first key of a key tile
+
+#: Glossary used by the docs: symbol -> (seed notation, meaning).
+GLOSSARY = {
+    "m_i": ("m_i", "running max of the logits seen so far (kernels: log2 units)"),
+    "l_i": ("d'_i", "running denominator; the kernel's l_i is the seeds' d'_i"),
+    "acc": ("õ_i", "FA2's un-normalised running output; o'_i = acc / l_i"),
+    "alpha": ("e^{m_{i-1}-m_i}", "rescale factor applied to the old state"),
+    "p": ("e^{x_j - m_i}", "unnormalised probabilities of one tile"),
+    "BLOCK_M": ("B_r", "query rows per tile"),
+    "BLOCK_N": ("B_c", "keys per tile"),
+    "lse": ("m_N + log d'_N", "log-sum-exp of a row, natural log"),
+}

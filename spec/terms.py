@@ -1,0 +1,145 @@
+"""The expressions a kernel evaluates, named exactly as in the kernel.
+
+Each *kernel term* is an assignment ``name = expr``: ``expr`` may use the names assigned
+before it, the notation's symbols, and the row operations below. The generator prints
+these assignments into the Triton templates (``generator.printer``); the claims in
+``spec.claims`` prove them against the seeds' definitions by substituting the chain of
+assignments and interpreting the row operations on symbolic blocks. Nothing here knows
+about Triton.
+
+Row operations are uninterpreted SymPy functions:
+
+* ``rowmax(X)``  -> max over the key axis of a (B_r, B_c) tile   (``tl.max(X, 1)``)
+* ``rowsum(X)``  -> sum over the key axis                        (``tl.sum(X, 1)``)
+* ``dot(A, B)``  -> matrix product of two tiles                  (``tl.dot``)
+* ``trans(A)``   -> transpose of a tile                          (``tl.trans``)
+* ``col(x)``     -> a per-row vector broadcast across columns    (``x[:, None]``)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+from sympy.codegen.cfunctions import exp2, log2
+
+from spec import notation as n
+
+
+class rowmax(sp.Function):
+    """Max over the key axis of a tile."""
+
+
+class rowsum(sp.Function):
+    """Sum over the key axis of a tile."""
+
+
+class dot(sp.Function):
+    """Matrix product of two tiles (accumulated in fp32)."""
+
+
+class trans(sp.Function):
+    """Transpose of a tile."""
+
+
+class col(sp.Function):
+    """Broadcast a per-row vector across the columns of a tile."""
+
+
+ROW_OPS = (rowmax, rowsum, dot, trans, col)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One kernel assignment ``name = expr`` with the claim that licenses it."""
+
+    symbol: sp.Symbol  # the kernel variable assigned (a notation symbol)
+    expr: sp.Expr
+    claim: str  # id of the claim in spec.claims this step relies on
+    note: str = ""  # why, in one line (printed as a comment beside the kernel line)
+
+    @property
+    def name(self) -> str:
+        return self.symbol.name
+
+
+def is_neg_inf(x: sp.Expr) -> sp.Basic:
+    """The guard predicate ``x == -inf``."""
+    return sp.Eq(x, n.NEG_INF)
+
+
+# ----------------------------------------------------------------------------------
+# Forward, FA2 loop order (one query tile, loop over key tiles), log2 units.
+# ----------------------------------------------------------------------------------
+#: the scale folded with log2(e) once, outside the loop
+QK_SCALE = Term(n.qk_scale, n.sm_scale * n.LOG2E, "exp2_rewrite",
+                "fold log2(e) into the softmax scale once: exp(s·x) = exp2(x·qk_scale)")
+
+#: the tile update, in the order the kernel runs it
+FORWARD_TILE = (
+    Term(n.m_ij, sp.Max(n.m_i, rowmax(n.qk) * n.qk_scale), "online_softmax_invariant",
+         "m_i <- max(m_{i-1}, rowmax of this tile)"),
+    Term(n.m_safe, sp.Piecewise((0, is_neg_inf(n.m_ij)), (n.m_ij, True)), "merge_identity",
+         "guard: a row with no key yet has m = -inf; shifting by 0 keeps -inf - (-inf) out"),
+    Term(n.p, exp2(n.qk * n.qk_scale - col(n.m_safe)), "block_update",
+         "every exponent is <= 0 (safety_bounds); masked logits give exactly 0"),
+    Term(n.alpha, exp2(n.m_i - n.m_safe), "online_softmax_invariant",
+         "rescale the old state from the old max to the new one"),
+    Term(n.l_ij, rowsum(n.p), "block_update", "this tile's part of d'_i"),
+    Term(n.l_i, n.l_i * n.alpha + n.l_ij, "online_softmax_invariant",
+         "d'_i = d'_{i-1} e^{m_{i-1}-m_i} + sum_j e^{x_j-m_i}"),
+    Term(n.acc, n.acc * col(n.alpha) + dot(n.p, n.v), "fa2_deferred_normalisation",
+         "õ_i = õ_{i-1} e^{m_{i-1}-m_i} + P V; no division inside the loop (FA2)"),
+    Term(n.m_i, n.m_ij, "online_softmax_invariant", "carry the new max"),
+)
+
+#: after the last key tile: one division, and the row's log-sum-exp (natural log)
+FORWARD_EPILOGUE = (
+    Term(n.l_safe, sp.Piecewise((1, sp.Eq(n.l_i, 0)), (n.l_i, True)), "merge_identity",
+         "guard: a row with no key keeps acc = 0 and must not divide 0 by 0"),
+    Term(n.acc, n.acc / col(n.l_safe), "fa2_deferred_normalisation",
+         "the single normalisation of FA2: o'_N = õ_N / d'_N"),
+    Term(n.lse, sp.Piecewise((n.NEG_INF, sp.Eq(n.l_i, 0)), ((n.m_i + log2(n.l_i)) * n.LN2, True)),
+         "lse_merge", "lse = m + log d' in natural log; -inf for a row with no key"),
+)
+
+# ----------------------------------------------------------------------------------
+# Backward (recompute P from the saved LSE; dS from the softmax Jacobian).
+# ----------------------------------------------------------------------------------
+BACKWARD_PREPROCESS = (
+    Term(n.delta, rowsum(n.do * n.o), "backward_delta", "Δ_i = rowsum(dO ∘ O)"),
+)
+
+BACKWARD_TILE = (
+    Term(n.lse2, n.lse * n.LOG2E, "exp2_rewrite", "the saved natural-log LSE in log2 units"),
+    Term(n.lse2_safe, sp.Piecewise((sp.oo, is_neg_inf(n.lse2)), (n.lse2, True)), "merge_identity",
+         "guard: a row with no key has lse = -inf; +inf makes its P exactly 0"),
+    Term(n.p, exp2(n.qk * n.qk_scale - col(n.lse2_safe)), "exp2_rewrite",
+         "P recomputed from the saved LSE: e^{s·x - lse}"),
+    Term(n.dp, dot(n.do, n.vT), "backward_ds", "dP = dO V^T"),
+    Term(n.ds, n.p * (n.dp - col(n.delta)), "backward_ds", "dS = P ∘ (dP − Δ)"),
+)
+
+#: all named term groups, for the printer, the fingerprint and the docs
+GROUPS = {
+    "qk_scale": (QK_SCALE,),
+    "forward_tile": FORWARD_TILE,
+    "forward_epilogue": FORWARD_EPILOGUE,
+    "backward_preprocess": BACKWARD_PREPROCESS,
+    "backward_tile": BACKWARD_TILE,
+}
+
+
+def chain(terms, upto: str | None = None) -> dict[sp.Symbol, sp.Expr]:
+    """Substitute each assignment into the later ones: symbol -> closed expression.
+
+    Later assignments to the same name (``m_i``, ``l_i``, ``acc``) shadow earlier ones, so
+    the result maps each name to its value at the end of the sequence, written in the
+    values the names had at its start.
+    """
+    env: dict[sp.Symbol, sp.Expr] = {}
+    for t in terms:
+        env[t.symbol] = t.expr.xreplace(env)
+        if upto is not None and t.name == upto:
+            break
+    return env
