@@ -2,58 +2,38 @@
 
 A claim is PROVED only when SymPy reduces the difference of its two sides to a canonical
 zero (``residual == 0`` structurally) or the two sides are structurally identical — never
-by sampling numbers and never by ``.equals``. Anything else is FAILED, with the residual.
+by sampling numbers and never by ``.equals``; an inequality only when SymPy's assumptions
+decide its sign, the case conditions encoded as slack variables (``spec.proof_tools``).
+Anything else is FAILED, with the residual.
 
 Interface (read by ``python -m spec``, the generator, the docs and the tests):
 
 * ``REGISTRY``: ``{claim_id: Claim}`` in report order.
 * ``Claim.prove()`` -> ``Result``.
 * ``prove_all()`` -> ``list[Result]``.
+* ``CLAIM_IDS``: the fixed ids, in report order (other tools read them).
+
+The registry itself (``Result``, ``Claim``, ``REGISTRY``, ``claim``, ``prove_all``,
+``CLAIM_IDS``) lives in ``spec.registry`` and is re-exported here. The proofs live in
+``spec.proofs_softmax`` (recurrences and the state algebra),
+``spec.proofs_kernel`` (the kernel terms of ``spec.terms`` on symbolic blocks) and
+``spec.proofs_masks`` (the tile classifier); importing this module registers them all.
+Each ``prove_<id>`` function takes the operator or terms under test as optional
+arguments, so the tests can feed mutants and watch the proof fail.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from spec.registry import CLAIM_IDS, REGISTRY, Claim, Result, claim, prove_all
 
-import sympy as sp
+# Register the proofs, then put the registry in the fixed report order.
+from spec import proofs_kernel, proofs_masks, proofs_softmax  # noqa: E402,F401,I001
 
+__all__ = ["CLAIM_IDS", "REGISTRY", "Claim", "Result", "claim", "prove_all"]
 
-@dataclass(frozen=True)
-class Result:
-    """Outcome of one proof: PROVED iff every case's residual is a canonical zero."""
-
-    id: str
-    proved: bool
-    detail: str = ""  # why it failed, or how it was proved (one line)
-    cases: tuple[tuple[str, sp.Basic], ...] = ()  # (case name, residual) pairs
-
-    @property
-    def status(self) -> str:
-        return "PROVED" if self.proved else "FAILED"
-
-
-@dataclass(frozen=True)
-class Claim:
-    id: str
-    statement: str  # one line of text
-    latex: str  # the statement in LaTeX, for the docs
-    prove: Callable[[], Result] = field(compare=False)
-    terms: tuple[str, ...] = ()  # kernel term names (spec.terms) this claim licenses
-
-
-REGISTRY: dict[str, Claim] = {}
-
-
-def claim(id: str, statement: str, latex: str, terms: tuple[str, ...] = ()):
-    """Decorator: register ``fn() -> Result`` as the proof of claim ``id``."""
-
-    def register(fn: Callable[[], Result]) -> Callable[[], Result]:
-        REGISTRY[id] = Claim(id, statement, latex, fn, terms)
-        return fn
-
-    return register
-
-
-def prove_all() -> list[Result]:
-    return [c.prove() for c in REGISTRY.values()]
+_missing = [cid for cid in CLAIM_IDS if cid not in REGISTRY]
+if _missing:
+    raise ImportError(f"claims without a proof: {_missing}")
+_ordered = [REGISTRY[cid] for cid in CLAIM_IDS] + [c for c in REGISTRY.values() if c.id not in CLAIM_IDS]
+REGISTRY.clear()  # in place: anyone holding a reference sees the ordered registry
+REGISTRY.update((c.id, c) for c in _ordered)

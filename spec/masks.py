@@ -31,6 +31,7 @@ import numpy as np
 import sympy as sp
 
 from spec import notation as n
+from spec.terms import Term
 
 ALIGNMENTS = ("top_left", "bottom_right")
 
@@ -92,6 +93,14 @@ def predicate(kinds, i=n.i, j=n.j) -> sp.Basic:
     return sp.And(sp.Le(lo.subs(n.i, i), j), sp.Le(j, hi.subs(n.i, i)))
 
 
+#: ``keep``: the element predicate of a partial tile (True = attend), and the masking of a
+#: tile of scores: a masked logit is -oo, so its exp2 is exactly 0 (no finite sentinel such
+#: as -1e4, which would leak weight into rows whose keys are all masked).
+keep = sp.Symbol("keep")
+MASK_TERM = Term(n.qk, sp.Piecewise((n.qk, keep), (n.NEG_INF, True)), "block_update",
+                 "masked logits are -inf, so their probabilities are exactly 0")
+
+
 # ----------------------------------------------------------------------------------
 # Tile classifier: loop bounds for one query tile, per kind (the kernel intersects them).
 # ----------------------------------------------------------------------------------
@@ -133,19 +142,24 @@ def classify_tile(kinds, start_m_, start_n_, br, bc, **params) -> str:
     the same ``tile_bounds`` terms.
     """
     env = {n.start_m: start_m_, n.B_r: br, **{_PARAM_SYMBOLS[key]: val for key, val in params.items()}}
-    kv_start, kv_end, full_start, full_end = 0, int(env[n.Nk]), 0, int(env[n.Nk])
-    for kind in kinds:
-        tb = tile_bounds(kind)
-        if tb.kv_start is not None:
-            kv_start = max(kv_start, int(tb.kv_start.subs(env)))
-            full_start = max(full_start, int(tb.full_start.subs(env)))
-        if tb.kv_end is not None:
-            kv_end = min(kv_end, int(tb.kv_end.subs(env)))
-            full_end = min(full_end, int(tb.full_end.subs(env)))
-    c0, c1 = start_n_, start_n_ + bc  # keys [c0, c1)
-    if c1 <= kv_start or c0 >= kv_end:
+    ranges = [(tb.kv_start, tb.kv_end, tb.full_start, tb.full_end) for tb in map(tile_bounds, kinds)]
+    return _classify(ranges, env, n.Nk, start_n_, start_n_ + bc)  # keys [start_n, start_n + B_c)
+
+
+def _classify(ranges, env, total, t0: int, t1: int) -> str:
+    """Intersect per-kind ``(start, end, full_start, full_end)`` (from ``[0, total)``) at
+    ``env`` and classify the tile ``[t0, t1)`` against them."""
+    start, end, full_start, full_end = 0, int(env[total]), 0, int(env[total])
+    for s, e, fs, fe in ranges:
+        if s is not None:
+            start = max(start, int(s.subs(env)))
+            full_start = max(full_start, int(fs.subs(env)))
+        if e is not None:
+            end = min(end, int(e.subs(env)))
+            full_end = min(full_end, int(fe.subs(env)))
+    if t1 <= start or t0 >= end:
         return "skip"
-    if c0 >= full_start and c1 <= full_end:
+    if t0 >= full_start and t1 <= full_end:
         return "full"
     return "partial"
 
@@ -173,3 +187,130 @@ def dense_mask(kinds, nq: int, nk: int, **params) -> np.ndarray:
     ii, jj = np.meshgrid(np.arange(nq), np.arange(nk), indexing="ij")
     out = f(ii, jj, *params.values(), nq, nk)
     return np.broadcast_to(np.asarray(out, dtype=bool), (nq, nk)).copy()
+
+
+# ----------------------------------------------------------------------------------
+# Transposed classifier: query rows for one KEY tile (the backward dK/dV kernel, which
+# fixes a key tile and loops over query tiles). Derived from the same monotone bounds by
+# inverting them: hi(i) >= key  <=>  i >= (first row reaching key), lo(i) <= key  <=>
+# i < (one past the last row starting by key).
+# ----------------------------------------------------------------------------------
+FIRST_KEY = n.start_n
+LAST_KEY = n.start_n + n.B_c - 1
+
+
+@dataclass(frozen=True)
+class RowBounds:
+    """Per-kind contributions to a key tile's query-row ranges (``None``: no constraint).
+
+    ``q_start``/``q_end``: rows that may attend some key of the tile lie in
+    ``[q_start, q_end)``. ``full_start``/``full_end``: rows in ``[full_start, full_end)``
+    attend every key of the tile under this kind. The kernel takes ``max`` of the starts and
+    ``min`` of the ends over the enabled kinds, starting from ``[0, N_Q)``. (Keys ``j >= N_K``
+    of a last, partial key tile need no predicate in the dK/dV kernel: their columns only
+    feed rows of dK, dV that are never stored.)
+    """
+
+    q_start: sp.Expr | None
+    q_end: sp.Expr | None
+    full_start: sp.Expr | None
+    full_end: sp.Expr | None
+
+
+def _first_row_reaching(hi: sp.Expr, key: sp.Expr) -> sp.Expr:
+    """Smallest row ``i >= 0`` with ``hi(i) >= key`` (``N_Q``: none), ``hi`` non-decreasing."""
+    slope = sp.diff(hi, n.i)
+    if slope == 1:
+        return key - hi.subs(n.i, 0)
+    if slope == 0:  # a row-independent bound (lengths): every row or none
+        return sp.Piecewise((0, sp.Le(key, hi)), (n.Nq, True))
+    raise ValueError(f"mask bound {hi} has slope {slope} in i; row_bounds inverts slopes 0 and 1 only")
+
+
+def _rows_starting_by(lo: sp.Expr, key: sp.Expr) -> sp.Expr:
+    """One past the largest row with ``lo(i) <= key`` (0: none), ``lo`` non-decreasing."""
+    slope = sp.diff(lo, n.i)
+    if slope == 1:
+        return key - lo.subs(n.i, 0) + 1
+    if slope == 0:
+        return sp.Piecewise((n.Nq, sp.Le(lo, key)), (0, True))
+    raise ValueError(f"mask bound {lo} has slope {slope} in i; row_bounds inverts slopes 0 and 1 only")
+
+
+def row_bounds(kind: str) -> RowBounds:
+    """The transposed classifier terms of one kind (key tile ``[start_n, start_n + B_c)``)."""
+    k = MASK_KINDS[kind]
+    return RowBounds(
+        q_start=None if k.hi is None else _first_row_reaching(k.hi, FIRST_KEY),
+        q_end=None if k.lo is None else _rows_starting_by(k.lo, LAST_KEY),
+        full_start=None if k.hi is None else _first_row_reaching(k.hi, LAST_KEY),
+        full_end=None if k.lo is None else _rows_starting_by(k.lo, FIRST_KEY),
+    )
+
+
+def classify_rows(kinds, start_n_, start_m_, br, bc, **params) -> str:
+    """'skip' / 'full' / 'partial' for query tile ``start_m_`` seen from key tile ``start_n_``.
+
+    The numeric twin of ``row_bounds`` (the dK/dV kernel prints the same terms); tests
+    compare it with ``classify_tile`` on every tile pair.
+    """
+    env = {n.start_n: start_n_, n.B_c: bc, **{_PARAM_SYMBOLS[key]: val for key, val in params.items()}}
+    ranges = [(rb.q_start, rb.q_end, rb.full_start, rb.full_end) for rb in map(row_bounds, kinds)]
+    return _classify(ranges, env, n.Nq, start_m_, start_m_ + br)  # rows [start_m, start_m + B_r)
+
+
+def _slack_branches(bound: sp.Expr):
+    """``(value, substitution)`` per branch of ``bound``; a branch condition ``a <= b``
+    becomes a nonnegative integer slack ``b - a = w`` (solved for a runtime parameter)."""
+    if not isinstance(bound, sp.Piecewise):
+        return [(bound, {})]
+    (value, cond), (other, _) = bound.args  # _first_row_reaching/_rows_starting_by shape
+    out = []
+    a, b = cond.lts, cond.gts  # SymPy may flip a <= b into b >= a
+    for branch_value, (a, b) in ((value, (a, b)), (other, (b + 1, a))):
+        w = sp.Dummy("w", integer=True, nonnegative=True)
+        param = sorted((b - a).free_symbols - {n.start_n, n.B_c}, key=str)[0]
+        out.append((branch_value, {param: sp.solve(sp.Eq(b - a, w), param)[0]}))
+    return out
+
+
+def row_bounds_cases(bounds_of=row_bounds):
+    """Proof hook for the transposed classifier: ``(case, residual)``, residual 0 = decided.
+
+    For every kind, with slack variables ``t, u >= 0`` (never samples):
+
+    * ``skip below``: a row ``i = q_start - 1 - t`` misses every key ``j = start_n + u``
+      (``j - hi(i) - 1 >= 0``);
+    * ``skip above``: a row ``i = q_end + t`` misses every key ``j = last - u``
+      (``lo(i) - j - 1 >= 0``);
+    * ``full``: rows in ``[full_start, full_end)`` reach every key of the tile
+      (``hi(full_start + t) - (last - u) >= 0`` and ``(start_n + u) - lo(full_end - 1 - t) >= 0``).
+
+    A branch whose row range is empty (``q_start = 0``, ``q_end = N_Q``, ``full_start = N_Q``,
+    ``full_end = 0``) states nothing and is recorded as decided. ``bounds_of`` lets a test
+    feed a mutated classifier and see a case fail.
+    """
+    t, u = sp.symbols("t u", integer=True, nonnegative=True)
+    cases = []
+
+    def decide(name, bound, vacuous, statement):
+        for value, sub in _slack_branches(bound):
+            if value == vacuous:
+                cases.append((f"{name} [{value}: no rows]", sp.Integer(0)))
+                continue
+            e = sp.expand(statement(value).xreplace(sub))
+            cases.append((f"{name} [{value}]", sp.Integer(0) if e.is_nonnegative else e))
+
+    for kind, k in MASK_KINDS.items():
+        rb = bounds_of(kind)
+        if k.hi is not None:
+            decide(f"{kind}: skip below", rb.q_start, 0,
+                   lambda b: (FIRST_KEY + u) - k.hi.subs(n.i, b - 1 - t) - 1)
+            decide(f"{kind}: full (hi)", rb.full_start, n.Nq,
+                   lambda b: k.hi.subs(n.i, b + t) - (LAST_KEY - u))
+        if k.lo is not None:
+            decide(f"{kind}: skip above", rb.q_end, n.Nq,
+                   lambda b: k.lo.subs(n.i, b + t) - (LAST_KEY - u) - 1)
+            decide(f"{kind}: full (lo)", rb.full_end, 0,
+                   lambda b: (FIRST_KEY + u) - k.lo.subs(n.i, b - 1 - t))
+    return cases

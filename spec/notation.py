@@ -49,6 +49,7 @@ qk_scale = sp.Symbol("qk_scale", positive=True)  # sm_scale * LOG2E
 q, k, v, kT, vT = sp.symbols("q k v kT vT", real=True)  # operand tiles
 
 # --- epilogue ----------------------------------------------------------------------
+a = sp.Symbol("a", nonnegative=True)  # seed 000's softmax output a_i (a tile of them)
 l_safe = sp.Symbol("l_safe", positive=True)
 lse = sp.Symbol("lse", extended_real=True)  # natural-log log-sum-exp of a row
 
@@ -56,6 +57,7 @@ lse = sp.Symbol("lse", extended_real=True)  # natural-log log-sum-exp of a row
 o, do, dp, ds, delta = sp.symbols("o do dp ds delta", real=True)
 lse2 = sp.Symbol("lse2", extended_real=True)  # lse in log2 units
 lse2_safe = sp.Symbol("lse2_safe", extended_real=True)
+dq, dk, dv = sp.symbols("dq dk dv", real=True)  # gradient accumulators (fp32 tiles)
 
 # --- index space (masks) -----------------------------------------------------------
 i, j = sp.symbols("i j", integer=True)  # query row, key column (0-based)

@@ -75,6 +75,10 @@ def is_neg_inf(x: sp.Expr) -> sp.Basic:
 QK_SCALE = Term(n.qk_scale, n.sm_scale * n.LOG2E, "exp2_rewrite",
                 "fold log2(e) into the softmax scale once: exp(s·x) = exp2(x·qk_scale)")
 
+#: the raw scores of one tile, S = Q K^T (K loaded row-major and transposed on chip)
+QK = Term(n.qk, dot(n.q, trans(n.k)), "block_update",
+          "x = q . k_j for the whole tile, accumulated in fp32")
+
 #: the tile update, in the order the kernel runs it
 FORWARD_TILE = (
     Term(n.m_ij, sp.Max(n.m_i, rowmax(n.qk) * n.qk_scale), "online_softmax_invariant",
@@ -103,6 +107,17 @@ FORWARD_EPILOGUE = (
          "lse_merge", "lse = m + log d' in natural log; -inf for a row with no key"),
 )
 
+#: seed 000's second pass of the 2-pass online softmax: a_i = e^{x_i - m_N} / d'_N, after
+#: the tile loop (``FORWARD_TILE`` without ``acc``) has produced the row's final m_i, l_i
+SOFTMAX_NORMALISE = (
+    Term(n.m_safe, sp.Piecewise((0, is_neg_inf(n.m_i)), (n.m_i, True)), "merge_identity",
+         "guard: a padding row (all -inf) must not compute -inf - (-inf)"),
+    Term(n.p, exp2(n.qk * n.qk_scale - col(n.m_safe)), "exp2_rewrite",
+         "e^{x_j - m_N} recomputed in log2 units from the final max"),
+    FORWARD_EPILOGUE[0],
+    Term(n.a, n.p / col(n.l_safe), "online_softmax_invariant", "a_j = e^{x_j - m_N} / d'_N"),
+)
+
 # ----------------------------------------------------------------------------------
 # Backward (recompute P from the saved LSE; dS from the softmax Jacobian).
 # ----------------------------------------------------------------------------------
@@ -120,13 +135,33 @@ BACKWARD_TILE = (
     Term(n.ds, n.p * (n.dp - col(n.delta)), "backward_ds", "dS = P ∘ (dP − Δ)"),
 )
 
+#: the gradients from dS and P (S = scale·Q Kᵀ, O = P V), accumulated in fp32 over tiles;
+#: the softmax scale of dQ and dK is applied once, after the loop (BACKWARD_SCALE)
+BACKWARD_DKDV = (
+    Term(n.dv, n.dv + dot(trans(n.p), n.do), "backward_grads",
+         "dV = Pᵀ dO, summed over query tiles (and the query heads of a GQA group)"),
+    Term(n.dk, n.dk + dot(trans(n.ds), n.q), "backward_grads", "dK = scale · dSᵀ Q, unscaled in the loop"),
+)
+BACKWARD_DQ = (
+    Term(n.dq, n.dq + dot(n.ds, n.k), "backward_grads", "dQ = scale · dS K, unscaled in the loop"),
+)
+BACKWARD_SCALE = (  # in kernel order: the dK/dV program, then the dQ program
+    Term(n.dk, n.dk * n.sm_scale, "backward_grads", "∂S/∂K = scale · Q: one multiply per element"),
+    Term(n.dq, n.dq * n.sm_scale, "backward_grads", "∂S/∂Q = scale · K: one multiply per element"),
+)
+
 #: all named term groups, for the printer, the fingerprint and the docs
 GROUPS = {
     "qk_scale": (QK_SCALE,),
+    "qk": (QK,),
     "forward_tile": FORWARD_TILE,
     "forward_epilogue": FORWARD_EPILOGUE,
+    "softmax_normalise": SOFTMAX_NORMALISE,
     "backward_preprocess": BACKWARD_PREPROCESS,
     "backward_tile": BACKWARD_TILE,
+    "backward_dkdv": BACKWARD_DKDV,
+    "backward_dq": BACKWARD_DQ,
+    "backward_scale": BACKWARD_SCALE,
 }
 
 

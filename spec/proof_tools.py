@@ -1,0 +1,208 @@
+"""The small kit every proof uses: reduce to a canonical zero, decide a sign, run kernel terms.
+
+Rules the claims follow (see ``spec.claims``):
+
+* an equality is PROVED only when ``reduce_zero(lhs - rhs)`` returns the integer 0;
+* an inequality is PROVED only when SymPy's assumptions *decide* its sign
+  (``expr.is_nonnegative is True``): the case conditions are encoded as slack variables
+  with assumptions (``x >= y`` becomes ``x = y + t``, ``t >= 0``), never as samples;
+* anything undecided is a FAILED case, carrying the expression that did not reduce.
+
+``interpret`` gives the kernel's uninterpreted row operations (``spec.terms``) their meaning
+on a symbolic block, so the claims are about the very terms the generator prints.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import Iterable, Mapping
+
+import sympy as sp
+from sympy.codegen.cfunctions import exp2, log2
+
+from spec import terms
+from spec.recurrences import E, State
+from spec.registry import Result
+
+ZERO = sp.Integer(0)
+
+
+# ----------------------------------------------------------------------------------
+# Canonical zero
+# ----------------------------------------------------------------------------------
+def natural_exp(expr: sp.Basic) -> sp.Basic:
+    """Rewrite the kernels' ``exp2``/``log2`` as ``exp``/``log`` (definitions, not lemmas)."""
+    return expr.replace(exp2, lambda a: sp.exp(a * sp.log(2))).replace(
+        log2, lambda a: sp.log(a) / sp.log(2))
+
+
+def _push_positive_factor(e: sp.Mul) -> sp.Basic:
+    """``c·max(a, b) = max(c·a, c·b)`` for ``c > 0`` (max is monotone); same for min.
+
+    A negative ``c`` is split as ``-|c|``: ``-|c|·max(a, b) = -max(|c|·a, |c|·b)``.
+    """
+    extrema = [f for f in e.args if isinstance(f, (sp.Max, sp.Min))]
+    if len(extrema) != 1:
+        return e
+    c = sp.Mul(*[f for f in e.args if f is not extrema[0]])
+    sign = 1
+    if c.is_negative is True:
+        sign, c = -1, -c
+    if c.is_positive is not True:
+        return e
+    return sign * extrema[0].func(*[sp.expand(c * a) for a in extrema[0].args])
+
+
+def push_factors(expr: sp.Basic) -> sp.Basic:
+    """Move positive constant factors inside ``Max``/``Min`` so both sides meet in one form."""
+    return sp.expand(expr, power_exp=False, log=False).replace(
+        lambda e: e.is_Mul and any(isinstance(f, (sp.Max, sp.Min)) for f in e.args),
+        _push_positive_factor)
+
+
+def reduce_zero(expr: sp.Basic) -> sp.Basic:
+    """Try to reduce ``expr`` to 0: exp2 -> exp, factors into Max, split exps, simplify.
+
+    Returns the residual (the integer 0 on success). ``nan`` never reduces: it is returned
+    as is, so a NaN on one side is a failed case, not a silent pass. Infinite maxima are
+    not handled here: the claims enumerate them as cases (finite symbol or ``E``), so the
+    ``Max`` left in an expression always has finite arguments.
+    """
+    expr = sp.sympify(expr)
+    if expr.has(sp.nan):
+        return sp.nan
+    expr = sp.expand(push_factors(natural_exp(expr)), power_exp=True)
+    if expr == 0:
+        return ZERO
+    return sp.simplify(expr)
+
+
+def nonnegative(expr: sp.Basic) -> sp.Basic:
+    """0 when SymPy's assumptions decide ``expr >= 0`` (``+oo`` included); else ``expr``.
+
+    Tries ``expr`` as written, then in natural exp with factors moved into ``Max`` (so
+    ``Max`` can compare its arguments), then its ``together``/``factor`` form (a sum of
+    nonnegative terms over a positive denominator is decided where the expanded form is not).
+    """
+    expr = sp.sympify(expr)
+    if expr.is_extended_nonnegative is True:  # extended: an exponent of -oo is <= 0
+        return ZERO
+    pushed = push_factors(natural_exp(expr))
+    for form in (pushed, lambda: sp.factor(sp.together(sp.expand(pushed, power_exp=True)))):
+        form = form() if callable(form) else form
+        if form.is_extended_nonnegative is True:
+            return ZERO
+    return expr
+
+
+def result(claim_id: str, cases: Iterable[tuple[str, sp.Basic]], how: str) -> Result:
+    """A Result: PROVED iff every case's residual is the integer 0."""
+    cases = tuple((name, sp.sympify(r)) for name, r in cases)
+    bad = [(name, r) for name, r in cases if r != 0]
+    if not bad:
+        return Result(claim_id, True, f"{how} ({len(cases)} cases)", cases)
+    name, r = bad[0]
+    more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
+    return Result(claim_id, False, f"case '{name}' leaves residual {sp.sstr(r)}{more}", cases)
+
+
+def equal_cases(pairs: Iterable[tuple[str, sp.Basic, sp.Basic]]) -> list[tuple[str, sp.Basic]]:
+    """``(name, lhs, rhs)`` -> ``(name, reduce_zero(lhs - rhs))``; tuples compared piecewise."""
+    out = []
+    for name, lhs, rhs in pairs:
+        if isinstance(lhs, (tuple, list)):
+            for k, (a, b) in enumerate(zip(lhs, rhs, strict=True)):
+                out.append((f"{name}[{k}]", difference(a, b)))
+        else:
+            out.append((name, difference(lhs, rhs)))
+    return out
+
+
+def difference(lhs: sp.Basic, rhs: sp.Basic) -> sp.Basic:
+    """The residual of ``lhs = rhs``: 0 for a structural identity (also ``-oo = -oo``, where
+    the difference would be NaN), else ``reduce_zero(lhs - rhs)``."""
+    lhs, rhs = sp.sympify(lhs), sp.sympify(rhs)
+    if lhs == rhs and not lhs.has(sp.nan):
+        return ZERO
+    if lhs.is_infinite or rhs.is_infinite:  # ±oo equals only itself (structurally, above)
+        return sp.Tuple(lhs, rhs)
+    return reduce_zero(lhs - rhs)
+
+
+# ----------------------------------------------------------------------------------
+# Interpreting kernel terms on a symbolic block
+# ----------------------------------------------------------------------------------
+def _elementwise(build, values):
+    """Apply ``build(*scalars)`` entrywise when some value is a Matrix (scalars broadcast)."""
+    shapes = {v.shape for v in values if isinstance(v, sp.MatrixBase)}
+    if not shapes:
+        return build(*values)
+    if len(shapes) != 1:
+        raise ValueError(f"tile shapes do not match: {sorted(shapes)}")
+    (rows, cols), = shapes
+    return sp.Matrix(rows, cols, lambda r, c: build(
+        *[v[r, c] if isinstance(v, sp.MatrixBase) else v for v in values]))
+
+
+def interpret(expr: sp.Basic, env: Mapping[sp.Symbol, object]):
+    """Evaluate a kernel expression with tiles as SymPy matrices.
+
+    One query row is a ``1 x B_c`` row of logits (``qk``) or a ``1 x D`` row (``acc``, ``o``,
+    ``do``); values are ``B_c x D``. The row operations mean: ``rowmax`` -> ``Max`` of the
+    entries, ``rowsum`` -> their sum, ``dot`` -> matrix product, ``trans`` -> transpose,
+    ``col`` -> the per-row scalar itself (broadcast). Everything else is entrywise.
+    """
+    if isinstance(expr, sp.Symbol):
+        return env.get(expr, expr)
+    if not expr.args:
+        return expr
+    if isinstance(expr, sp.Piecewise):
+        pairs = [(interpret(e, env), interpret(c, env)) for e, c in expr.args]
+        flat = [x for pair in pairs for x in pair]
+        return _elementwise(lambda *xs: sp.Piecewise(*zip(xs[::2], xs[1::2])), flat)
+    args = [interpret(a, env) for a in expr.args]
+    f = expr.func
+    if f is terms.rowmax:
+        return sp.Max(*args[0])
+    if f is terms.rowsum:
+        return sp.Add(*args[0])
+    if f is terms.dot:
+        return args[0] * args[1]
+    if f is terms.trans:
+        return args[0].T
+    if f is terms.col:
+        return args[0]
+    return _elementwise(f, args)
+
+
+def run_terms(term_seq, env: Mapping[sp.Symbol, object]) -> dict[sp.Symbol, object]:
+    """The value of every name assigned by ``term_seq`` (``terms.chain``), interpreted."""
+    return {sym: interpret(e, env) for sym, e in terms.chain(term_seq).items()}
+
+
+def scalar(x):
+    """The single entry of a 1 x 1 tile (or the scalar itself)."""
+    if isinstance(x, sp.MatrixBase):
+        if x.shape != (1, 1):
+            raise ValueError(f"expected a 1 x 1 tile, got {x.shape}")
+        return x[0, 0]
+    return x
+
+
+# ----------------------------------------------------------------------------------
+# Symbols for the cases
+# ----------------------------------------------------------------------------------
+def finite_state(name: str) -> State:
+    """A state of at least one key: real max, positive denominator, real output."""
+    return State(sp.Symbol(f"m_{name}", real=True), sp.Symbol(f"d_{name}", positive=True),
+                 sp.Symbol(f"o_{name}", real=True))
+
+
+def state_cases(names: str):
+    """Every assignment of 'finite' or the identity E to the named states: [(label, states)]."""
+    out = []
+    for kinds in product((False, True), repeat=len(names)):
+        states = [E if is_e else finite_state(nm) for nm, is_e in zip(names, kinds)]
+        label = ",".join("E" if is_e else nm for nm, is_e in zip(names, kinds))
+        out.append((label, states))
+    return out

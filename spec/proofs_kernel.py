@@ -1,0 +1,323 @@
+"""Proofs about the kernel terms themselves (``spec.terms``), run on symbolic blocks.
+
+The generator prints ``terms.FORWARD_TILE`` & co. into the Triton templates; these proofs
+take the same Term objects, substitute their chain (``terms.chain``) and give the row
+operations their meaning on a block of 1..3 symbolic keys (``proof_tools.interpret``).
+Kernels keep ``m_i`` in log2 units: a natural-units state ``(m, d, o)`` enters as
+``m_i = m·log2(e)``, ``l_i = d``, ``acc = o``, and raw scores ``qk = x`` meet the natural
+logits ``sm_scale·x`` of the recurrences.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import sympy as sp
+from sympy.codegen.cfunctions import exp2
+
+from spec import masks
+from spec import notation as n
+from spec import recurrences as R
+from spec import terms
+from spec.registry import claim
+from spec.proof_tools import (
+    ZERO,
+    equal_cases,
+    finite_state,
+    interpret,
+    nonnegative,
+    result,
+    run_terms,
+    scalar,
+)
+
+s = n.sm_scale  # the softmax scale: natural logits are s·x
+
+
+def _keys(count: int, name: str = "x"):
+    return list(sp.symbols(f"{name}_1:{count + 1}", real=True))
+
+
+def forward_env(state: R.State, xs, vs, qk_scale=terms.QK_SCALE) -> dict:
+    """Kernel variables for one query row entering a key tile in state ``state``."""
+    return {n.m_i: state.m * n.LOG2E, n.l_i: state.d, n.acc: sp.Matrix([[state.o]]),
+            n.qk: sp.Matrix([xs]), n.v: sp.Matrix(len(vs), 1, vs), n.qk_scale: qk_scale.expr}
+
+
+def kernel_tile(state: R.State, xs, vs, tile=terms.FORWARD_TILE, qk_scale=terms.QK_SCALE):
+    """The state (natural units) after the kernel's tile update on raw scores ``xs``."""
+    out = run_terms(tile, forward_env(state, xs, vs, qk_scale))
+    return R.State(out[n.m_i] * n.LN2, out[n.l_i], scalar(out[n.acc]))
+
+
+def masked_scores(xs, masked, mask_term=masks.MASK_TERM) -> list:
+    """The kernel's masking term applied to raw scores: key ``k`` is kept unless ``k in masked``."""
+    return [interpret(mask_term.expr, {n.qk: x, masks.keep: sp.false if k in masked else sp.true})
+            for k, x in enumerate(xs)]
+
+
+def _nan_case(values) -> sp.Basic:
+    """Residual of "this evaluates to NaN": 0 if some value is NaN, else the values."""
+    values = [sp.sympify(val) for val in values]
+    return ZERO if any(val.has(sp.nan) for val in values) else sp.Tuple(*values)
+
+
+def _unguarded(term_seq):
+    """The same terms with the ``-oo`` guards removed (what a naive kernel would do)."""
+    naked = {n.m_safe: n.m_ij, n.l_safe: n.l_i, n.lse2_safe: n.lse2}
+    return tuple(replace(t, expr=naked[t.symbol]) if t.symbol in naked else t for t in term_seq)
+
+
+# ----------------------------------------------------------------------------------
+@claim("merge_identity",
+       "E = (−∞, 0, 0) is an identity, and in the guarded form the kernels use, E ⊕ E = E "
+       "with no NaN (unguarded it is NaN — show that too)",
+       r"E\oplus a = a\oplus E = a,\quad E\oplus_{\mathrm{guarded}} E = E,\quad "
+       r"E\oplus_{\mathrm{naive}}E=\mathrm{NaN}")
+def prove_merge_identity(merge=R.merge, forward_tile=terms.FORWARD_TILE,
+                         epilogue=terms.FORWARD_EPILOGUE, backward_tile=terms.BACKWARD_TILE,
+                         normalise=terms.SOFTMAX_NORMALISE, mask_term=masks.MASK_TERM):
+    a = finite_state("a")
+    vs = sp.symbols("v_1:3", real=True)
+    masked = masked_scores(_keys(2), (0, 1), mask_term)  # a tile with every key masked
+    dp = sp.Matrix([sp.symbols("dp_1:3", real=True)])
+    cases = equal_cases([
+        ("E ⊕ a = a", merge(R.E, a), a),
+        ("a ⊕ E = a", merge(a, R.E), a),
+        ("E ⊕ E = E (guarded, no NaN)", merge(R.E, R.E), R.E),
+        # the kernel: a fully masked tile on a row with no key yet keeps it at E ...
+        ("kernel tile: masked tile on E stays E", kernel_tile(R.E, masked, vs, forward_tile), R.E),
+    ])
+    # ... the epilogue writes output 0 and lse -oo ...
+    fin = run_terms(epilogue, {n.m_i: n.NEG_INF, n.l_i: 0, n.acc: sp.Matrix([[0]])})
+    probs = run_terms(normalise, {n.m_i: n.NEG_INF, n.l_i: 0, n.qk: sp.Matrix([masked]),
+                                  n.qk_scale: terms.QK_SCALE.expr})[n.a]
+    cases += equal_cases([("kernel epilogue on E: acc = 0, lse = -oo",
+                           (scalar(fin[n.acc]), fin[n.lse]), (0, n.NEG_INF)),
+                          ("kernel softmax of a padding row: a = 0", tuple(probs), (0, 0))])
+    # ... and the backward recomputes P = 0, dS = 0 from lse = -oo.
+    bwd_env = {n.lse: n.NEG_INF, n.qk: sp.Matrix([masked]), n.qk_scale: terms.QK_SCALE.expr,
+               n.delta: sp.Symbol("delta", real=True)}
+    without_dp = [t for t in backward_tile if t.symbol != n.dp]  # dP: any values at all
+    bwd = run_terms(without_dp, {**bwd_env, n.dp: dp})
+    cases += equal_cases([("kernel backward on lse = -oo: P = 0, dS = 0",
+                           tuple(bwd[n.p]) + tuple(bwd[n.ds]), (0,) * 4)])
+    # Without the guards every one of these is NaN.
+    naive_fin = run_terms(_unguarded(epilogue), {n.m_i: n.NEG_INF, n.l_i: 0, n.acc: sp.Matrix([[0]])})
+    naive_bwd = run_terms(_unguarded(without_dp), {**bwd_env, n.dp: dp})
+    cases += [
+        ("naive ⊕: E ⊕ E is NaN", _nan_case(R.merge(R.E, R.E, guarded=False))),
+        ("naive kernel tile (no m_safe) on E is NaN",
+         _nan_case(kernel_tile(R.E, masked, vs, _unguarded(forward_tile)))),
+        ("naive epilogue (no l_safe) on E is NaN", _nan_case([scalar(naive_fin[n.acc])])),
+        ("naive backward (no lse2_safe) on lse = -oo is NaN", _nan_case(list(naive_bwd[n.p]))),
+    ]
+    return result("merge_identity", cases, "finite a and E; kernel guards on a fully masked row")
+
+
+@claim("block_update",
+       "the kernel's tile update equals the ⊕-fold of single-key states, for a symbolic block",
+       r"\mathrm{tile}(s; x_{1..B_c}, v_{1..B_c}) = s\oplus(x_1,1,v_1)\oplus\cdots\oplus(x_{B_c},1,v_{B_c})")
+def prove_block_update(merge=R.merge, forward_tile=terms.FORWARD_TILE, mask_term=masks.MASK_TERM,
+                       qk=terms.QK):
+    # the scores of the tile: x_j = q . k_j (head dim 2)
+    q_row = sp.Matrix([sp.symbols("q_1:3", real=True)])
+    k_rows = sp.Matrix(2, 2, lambda a, b: sp.Symbol(f"k_{a + 1}{b + 1}", real=True))
+    pairs = [("QK: x_j = q . k_j", tuple(interpret(qk.expr, {n.q: q_row, n.k: k_rows})),
+              tuple((q_row * k_rows[r, :].T)[0, 0] for r in range(2)))]
+    for width, masked_sets in ((1, [(), (0,)]), (2, [(), (1,), (0, 1)]), (3, [(), (0,), (0, 1, 2)])):
+        xs, vs = _keys(width), _keys(width, "v")
+        for label, state in (("finite state", finite_state("")), ("first tile, m=-oo", R.E)):
+            for masked in masked_sets:
+                scores = masked_scores(xs, masked, mask_term)
+                keys = [R.key_state(s * xs[k], vs[k]) for k in range(width) if k not in masked]
+                name = f"B_c={width}, {label}, masked keys {list(masked)}"
+                pairs.append((name, kernel_tile(state, scores, vs, forward_tile),
+                              R.fold([state] + keys, merge)))
+    return result("block_update", equal_cases(pairs),
+                  "B_c = 1..3 symbolic keys, finite or -oo state, masked keys")
+
+
+@claim("exp2_rewrite",
+       "the kernel's exp2 expressions with folded log2(e)·scale equal the natural-exp definitions",
+       r"2^{x\cdot \mathrm{scale}\cdot\log_2 e - m\log_2 e} = e^{\mathrm{scale}\cdot x - m}")
+def prove_exp2_rewrite(forward_tile=terms.FORWARD_TILE, epilogue=terms.FORWARD_EPILOGUE,
+                       backward_tile=terms.BACKWARD_TILE, qk_scale=terms.QK_SCALE,
+                       normalise=terms.SOFTMAX_NORMALISE):
+    xs, vs = _keys(2), _keys(2, "v")
+    a = finite_state("")
+    fwd = run_terms(forward_tile, forward_env(a, xs, vs, qk_scale))
+    M = sp.Max(a.m, *[s * xx for xx in xs])  # the new max, natural units
+    fin = run_terms(epilogue, {n.m_i: a.m * n.LOG2E, n.l_i: a.d, n.acc: sp.Matrix([[a.o]])})
+    lse = sp.Symbol("L", real=True)  # a saved (finite) natural-log lse
+    bwd = run_terms([t for t in backward_tile if t.symbol in (n.lse2, n.lse2_safe, n.p)],
+                    {n.lse: lse, n.qk: sp.Matrix([xs]), n.qk_scale: qk_scale.expr})
+    second_pass = run_terms(normalise, {n.m_i: M * n.LOG2E, n.l_i: a.d, n.qk: sp.Matrix([xs]),
+                                        n.qk_scale: qk_scale.expr})
+    x = xs[0]
+    pairs = [
+        ("softmax pass 2: p = e^{s·x_j - m_N}", tuple(second_pass[n.p]),
+         tuple(sp.exp(s * xx - M) for xx in xs)),
+        ("exp2(x·qk_scale) = exp(sm_scale·x)", exp2(x * qk_scale.expr), sp.exp(s * x)),
+        ("alpha = e^{m_old - m_new}", fwd[n.alpha], sp.exp(a.m - M)),
+        ("p = e^{s·x_j - m_new}", tuple(fwd[n.p]), tuple(sp.exp(s * xx - M) for xx in xs)),
+        ("m_ij·ln2 = max(m, s·x_j)", fwd[n.m_ij] * n.LN2, M),
+        ("lse = m + log d", fin[n.lse], a.m + sp.log(a.d)),
+        ("backward p = e^{s·x_j - lse}", tuple(bwd[n.p]), tuple(sp.exp(s * xx - lse) for xx in xs)),
+    ]
+    return result("exp2_rewrite", equal_cases(pairs), "forward tile, epilogue and backward P")
+
+
+@claim("safety_bounds",
+       "every exponent argument is ≤ 0; 1 ≤ d'_i ≤ i; |o_i| ≤ max_j |v_j| (convex combination)",
+       r"x_j - m_i \le 0,\quad 1\le d'_i\le i,\quad |o_i|\le\max_j|v_j|")
+def prove_safety_bounds(forward_tile=terms.FORWARD_TILE, epilogue=terms.FORWARD_EPILOGUE,
+                        online=R.online_step):
+    cases = _exponents_nonpositive(forward_tile) + _denominator_bounds(online)
+    cases += _convex_output(forward_tile, epilogue)
+    return result("safety_bounds", cases, "signs decided by SymPy on slack variables")
+
+
+def _exponents_nonpositive(forward_tile):
+    """Every exp2 argument of the tile update is <= 0, case by case on who holds the max."""
+    a = finite_state("")
+    x1, x2 = _keys(2)
+    t0, t1, t2 = sp.symbols("t_0:3", nonnegative=True)  # slack: how far below the max
+    vs = _keys(2, "v")
+    # (state, scores) per case; the case condition is built into the substitution
+    scenarios = {
+        "old max m holds the max": (a, [(a.m - t1) / s, (a.m - t2) / s]),
+        "x_1 holds the max": (a._replace(m=s * x1 - t0), [x1, x1 - t2 / s]),
+        "x_2 holds the max": (a._replace(m=s * x2 - t0), [x2 - t1 / s, x2]),
+        "first tile (m=-oo), x_2 masked": (R.E, [x1, n.NEG_INF]),
+        "first tile (m=-oo), all masked": (R.E, [n.NEG_INF, n.NEG_INF]),
+    }
+    chained = terms.chain(forward_tile)
+    arguments = [(sym.name, e.args[0]) for sym in (n.p, n.alpha) for e in chained[sym].atoms(exp2)]
+    cases = []
+    for label, (state, scores) in scenarios.items():
+        env = forward_env(state, scores, vs)
+        for name, arg in arguments:  # interpreted before exp2 evaluates: -oo stays visible
+            for k, value in enumerate(sp.Matrix([interpret(arg, env)])):
+                cases.append((f"{label}: exponent of {name}[{k}] <= 0", nonnegative(-value)))
+    return cases
+
+
+def _denominator_bounds(online):
+    """Induction: 1 <= d'_{i-1} <= i-1  =>  1 <= d'_i <= i (and d'_1 = 1)."""
+    u, w, t, r = sp.symbols("u w t r", nonnegative=True)
+    xi = sp.Symbol("x_i", real=True)
+    d_prev = 1 + u  # 1 <= d'_{i-1}
+    i = d_prev + 1 + w  # d'_{i-1} <= i - 1
+    # Lemma (exp is increasing): for t >= 0, 0 < e^{-t} <= 1, i.e. e^{-t} = 1/(1+r), r >= 0.
+    below_one = {sp.exp(-t): 1 / (1 + r)}
+    cases = []
+    for label, (m_prev, x) in {"m_{i-1} holds the max": (xi + t, xi),
+                               "x_i holds the max": (xi - t, xi)}.items():
+        d = online(m_prev, d_prev, x)[1].xreplace(below_one)
+        cases += [(f"{label}: d'_i >= 1", nonnegative(d - 1)), (f"{label}: d'_i <= i", nonnegative(i - d))]
+    d1 = online(R.NEG_INF, 0, xi)[1]
+    cases += [("base: d'_1 >= 1", nonnegative(d1 - 1)), ("base: d'_1 <= 1", nonnegative(1 - d1))]
+    return cases
+
+
+def _convex_output(forward_tile, epilogue):
+    """o = Σ w_j v_j with w_j >= 0, Σ w_j = 1: so -V <= o <= V when every |v_j| <= V."""
+    xs = _keys(3)
+    V = sp.Symbol("V", nonnegative=True)  # max_j |v_j|
+    r = sp.symbols("r_1:4", nonnegative=True)  # slack: V - v_j, or v_j + V
+    cases = []
+    for label, vs, goal in (("o <= max|v|", [V - rj for rj in r], lambda o: V - o),
+                            ("o >= -max|v|", [rj - V for rj in r], lambda o: o + V)):
+        env = forward_env(R.E, xs, vs)
+        out = run_terms(tuple(forward_tile) + tuple(epilogue), env)
+        cases.append((f"{label} (B_c=3 keys from E)", nonnegative(goal(scalar(out[n.acc])))))
+    return cases
+
+
+@claim("backward_delta",
+       "Δ_i = rowsum(dO ∘ O) = rowsum(P ∘ dP)",
+       r"\Delta_i=\mathrm{rowsum}(dO\circ O)=\mathrm{rowsum}(P\circ dP)")
+def prove_backward_delta(backward_preprocess=terms.BACKWARD_PREPROCESS,
+                         backward_tile=terms.BACKWARD_TILE):
+    env, probs = _backward_block(keys=3, head_dim=2)
+    delta = run_terms(backward_preprocess, env)[n.delta]
+    bwd = run_terms(backward_tile, env)
+    p, dp = bwd[n.p], bwd[n.dp]
+    pairs = [
+        ("rowsum(dO∘O) = rowsum(P∘dP), kernel P and dP", delta, sp.Add(*[a * b for a, b in zip(p, dp)])),
+        ("kernel P (from the saved lse) = softmax", tuple(p), tuple(probs)),
+    ]
+    return result("backward_delta", equal_cases(pairs), "3 keys, head dim 2")
+
+
+@claim("backward_ds",
+       "dS = P ∘ (dP − Δ) from the softmax Jacobian",
+       r"dS = P\circ(dP-\Delta) = J_{\mathrm{softmax}}^\top dP")
+def prove_backward_ds(backward_preprocess=terms.BACKWARD_PREPROCESS,
+                      backward_tile=terms.BACKWARD_TILE):
+    env, _ = _backward_block(keys=3, head_dim=2)
+    env[n.delta] = run_terms(backward_preprocess, env)[n.delta]
+    bwd = run_terms(backward_tile, env)
+    logits = [s * xx for xx in env[n.qk]]
+    # dP = ∂<dO, O>/∂P with O = P V: differentiate with P as free symbols
+    P = sp.symbols("P_1:4", real=True)
+    loss = sp.Add(*[a * b for a, b in zip(env[n.do], sp.Matrix([P]) * env[n.v])])
+    y = sp.symbols("y_1:4", real=True)  # the scaled logits s·x_j, as free variables
+    vjp = [g.subs(dict(zip(y, logits))) for g in R.softmax_vjp(y, list(bwd[n.dp]))]
+    pairs = [
+        ("dP_j = ∂<dO, O>/∂P_j", tuple(bwd[n.dp]), tuple(sp.diff(loss, pj) for pj in P)),
+        ("dS = J^T dP (softmax Jacobian)", tuple(bwd[n.ds]), tuple(vjp)),
+    ]
+    return result("backward_ds", equal_cases(pairs), "3 keys, head dim 2, Jacobian by sp.diff")
+
+
+@claim("backward_grads",
+       "dV = Pᵀ dO, dK = scale·dSᵀ Q, dQ = scale·dS K, accumulated tile by tile",
+       r"dV=P^\top dO,\quad dK=s\,dS^\top Q,\quad dQ=s\,dS\,K\quad(S=s\,QK^\top,\ O=PV)")
+def prove_backward_grads(backward_dkdv=terms.BACKWARD_DKDV, backward_dq=terms.BACKWARD_DQ,
+                         backward_scale=terms.BACKWARD_SCALE):
+    """The kernels' accumulation terms equal the gradients, by ``sp.diff``, on a 2 x 2 block.
+
+    With ``dS = ∂L/∂S`` (claim ``backward_ds``) and ``dO = ∂L/∂O``, the chain rule through
+    ``S = s·Q Kᵀ`` and ``O = P V`` gives ``∂L/∂Q = ∂<dS, S>/∂Q`` etc. The dK/dV program
+    accumulates over query tiles (here one row each), the dQ program over key tiles (one
+    key each); the scale is applied once after the loop. Sums of per-tile products equal
+    the whole product, so this holds for every tiling.
+    """
+    rows, keys, dim = 2, 2, 2
+    mat = lambda name, r, c: sp.Matrix(r, c, lambda a, b: sp.Symbol(f"{name}_{a + 1}{b + 1}", real=True))
+    Q, K, V, dO = mat("q", rows, dim), mat("k", keys, dim), mat("v", keys, dim), mat("dO", rows, dim)
+    P, dS = mat("P", rows, keys), mat("dS", rows, keys)  # free: the claim is about the chain rule
+    S = s * Q * K.T
+    inner = lambda A, B: sp.Add(*[a * b for a, b in zip(A, B)])  # <A, B> = Σ A∘B
+    grad = lambda loss, X: sp.Matrix(X.rows, X.cols, lambda a, b: sp.diff(loss, X[a, b]))
+
+    dk, dv = sp.zeros(keys, dim), sp.zeros(keys, dim)
+    for r in range(rows):  # the dK/dV program's loop over query tiles
+        out = run_terms(backward_dkdv, {n.dk: dk, n.dv: dv, n.p: P[r, :], n.ds: dS[r, :],
+                                        n.q: Q[r, :], n.do: dO[r, :]})
+        dk, dv = out[n.dk], out[n.dv]
+    dq = sp.zeros(rows, dim)
+    for c in range(keys):  # the dQ program's loop over key tiles
+        dq = run_terms(backward_dq, {n.dq: dq, n.ds: dS[:, c], n.k: K[c, :]})[n.dq]
+    scaled = run_terms(backward_scale, {n.dq: dq, n.dk: dk})
+    pairs = [
+        ("dV = ∂<dO, PV>/∂V", tuple(dv), tuple(grad(inner(dO, P * V), V))),
+        ("dK = ∂<dS, s·QKᵀ>/∂K", tuple(scaled[n.dk]), tuple(grad(inner(dS, S), K))),
+        ("dQ = ∂<dS, s·QKᵀ>/∂Q", tuple(scaled[n.dq]), tuple(grad(inner(dS, S), Q))),
+    ]
+    return result("backward_grads", equal_cases(pairs), "2 query tiles x 2 key tiles, head dim 2, by sp.diff")
+
+
+def _backward_block(keys: int, head_dim: int):
+    """Kernel variables of one query row in the backward, with O and lse from the definition."""
+    xs = _keys(keys)
+    V = sp.Matrix(keys, head_dim, lambda a, b: sp.Symbol(f"v_{a + 1}{b + 1}", real=True))
+    dO = sp.Matrix(1, head_dim, lambda _, b: sp.Symbol(f"dO_{b + 1}", real=True))
+    probs = R.softmax([s * xx for xx in xs])
+    O = sp.Matrix([probs]) * V
+    lse = sp.log(sp.Add(*[sp.exp(s * xx) for xx in xs]))
+    env = {n.qk: sp.Matrix([xs]), n.qk_scale: terms.QK_SCALE.expr, n.lse: lse,
+           n.v: V, n.vT: V.T, n.do: dO, n.o: O}
+    return env, probs

@@ -1,0 +1,220 @@
+"""Every proof can fail: feed it a mutated operator or kernel term and watch it say FAILED.
+
+The five mutants of issue 3 come first; then one mutant per remaining claim, so no claim
+passes vacuously.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import sympy as sp
+import torch
+
+from spec import masks
+from spec import notation as n
+from spec import proofs_kernel as K
+from spec import proofs_masks as PM
+from spec import proofs_softmax as PS
+from spec import recurrences as R
+from spec import reference, terms
+
+
+def swap(term_seq, symbol, expr):
+    """``term_seq`` with the (first) assignment to ``symbol`` replaced by ``expr``."""
+    out, done = [], False
+    for t in term_seq:
+        if t.symbol == symbol and not done:
+            t, done = replace(t, expr=expr), True
+        out.append(t)
+    assert done, f"no term assigns {symbol}"
+    return tuple(out)
+
+
+def assert_failed(result):
+    assert not result.proved, f"mutant survived {result.id}"
+    assert result.status == "FAILED"
+    assert any(res != 0 for _, res in result.cases)
+
+
+# ---------------------------------------------------------------- the issue's five mutants
+def merge_without_rescaling_d(a, b, guarded=True):
+    return R.merge(a, b, guarded)._replace(d=a.d + b.d)
+
+
+def merge_o_with_other_sides_factor(a, b, guarded=True):
+    m = sp.Max(a.m, b.m)
+    fa, fb = sp.exp(a.m - R.guard(m)), sp.exp(b.m - R.guard(m))
+    return R.State(m, a.d * fa + b.d * fb, a.o * fb + b.o * fa)
+
+
+def merge_without_guard(a, b, guarded=True):
+    return R.merge(a, b, guarded=False)
+
+
+@pytest.mark.parametrize("prove", [PS.prove_merge_homomorphism, K.prove_block_update, PS.prove_lse_merge])
+def test_merge_without_rescaling_d_is_refuted(prove):
+    assert_failed(prove(merge=merge_without_rescaling_d))
+
+
+@pytest.mark.parametrize("prove", [PS.prove_merge_homomorphism, PS.prove_merge_associative,
+                                   K.prove_block_update])
+def test_merge_rescaling_o_with_the_other_factor_is_refuted(prove):
+    assert_failed(prove(merge=merge_o_with_other_sides_factor))
+
+
+@pytest.mark.parametrize("prove", [K.prove_merge_identity, PS.prove_merge_associative])
+def test_identity_without_the_guard_is_refuted(prove):
+    r = prove(merge=merge_without_guard)
+    assert_failed(r)
+    assert any(res.has(sp.nan) for _, res in r.cases)  # the failure is the NaN itself
+
+
+@pytest.mark.parametrize("group, symbol, naked", [
+    ("forward_tile", n.m_safe, n.m_ij),
+    ("epilogue", n.l_safe, n.l_i),
+    ("backward_tile", n.lse2_safe, n.lse2),
+])
+def test_kernel_terms_without_their_guard_are_refuted(group, symbol, naked):
+    seq = {"forward_tile": terms.FORWARD_TILE, "epilogue": terms.FORWARD_EPILOGUE,
+           "backward_tile": terms.BACKWARD_TILE}[group]
+    assert_failed(K.prove_merge_identity(**{group: swap(seq, symbol, naked)}))
+
+
+def test_unguarded_tile_update_is_refuted_by_block_update():
+    assert_failed(K.prove_block_update(forward_tile=swap(terms.FORWARD_TILE, n.m_safe, n.m_ij)))
+
+
+FINITE_MASK = replace(masks.MASK_TERM, expr=sp.Piecewise((n.qk, masks.keep), (-10**4, True)))
+
+
+@pytest.mark.parametrize("prove", [K.prove_merge_identity, K.prove_block_update])
+def test_finite_mask_value_is_refuted_by_the_claims(prove):
+    assert_failed(prove(mask_term=FINITE_MASK))
+
+
+def fully_masked_rows_are_empty(out, lse, attend) -> bool:
+    """Rows with no attended key must give output 0 and lse = -inf (and nowhere NaN)."""
+    empty = ~attend.any(-1)
+    return (bool(empty.any()) and not torch.isnan(out).any() and not torch.isnan(lse).any()
+            and bool((out[empty] == 0).all()) and bool(torch.isneginf(lse[empty]).all()))
+
+
+def test_finite_mask_value_is_caught_by_the_reference_check(monkeypatch):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    lengths = torch.tensor([0])  # every key is padding: every row is fully masked
+    attend = torch.zeros(1, 2, 6, 6, dtype=torch.bool)
+    out, lse = reference.attention(q, k, v, key_lengths=lengths)
+    assert fully_masked_rows_are_empty(out, lse, attend)
+    monkeypatch.setattr(reference, "MASKED_LOGIT", -1e4)
+    out, lse = reference.attention(q, k, v, key_lengths=lengths)
+    assert not fully_masked_rows_are_empty(out, lse, attend)  # it averages v instead
+
+
+def causal_off_by_one(field, delta):
+    def tile_bounds(kind):
+        tb = masks.tile_bounds(kind)
+        return replace(tb, **{field: getattr(tb, field) + delta}) if kind == "causal" else tb
+    return tile_bounds
+
+
+@pytest.mark.parametrize("field, delta", [("kv_end", -1), ("full_end", +1)])
+def test_causal_classifier_off_by_one_is_refuted(field, delta):
+    r = PM.prove_mask_tiles_sound(tile_bounds=causal_off_by_one(field, delta))
+    assert_failed(r)
+    assert all(res == 0 for name, res in r.cases if "causal" not in name)  # only causal breaks
+
+
+def test_window_classifier_off_by_one_is_refuted():
+    def tile_bounds(kind):
+        tb = masks.tile_bounds(kind)
+        return replace(tb, kv_start=tb.kv_start + 1) if kind == "window" else tb
+    assert_failed(PM.prove_mask_tiles_sound(tile_bounds=tile_bounds))
+
+
+def test_classifier_that_uses_the_wrong_corner_row_is_refuted():
+    def tile_bounds(kind):  # kv_end from the first row instead of the last
+        tb = masks.tile_bounds(kind)
+        k = masks.MASK_KINDS[kind]
+        return replace(tb, kv_end=k.hi.subs(n.i, masks.FIRST_ROW) + 1) if k.hi is not None else tb
+    assert_failed(PM.prove_mask_tiles_sound(tile_bounds=tile_bounds))
+
+
+# ---------------------------------------------------------------- one mutant per other claim
+def test_online_step_without_rescaling_is_refuted():
+    def online(m_prev, d_prev, x):
+        m = sp.Max(m_prev, x)
+        return m, d_prev + sp.exp(x - m)
+    assert_failed(PS.prove_online_softmax_invariant(online=online))
+
+
+def test_fa1_step_that_forgets_the_old_denominator_is_refuted():
+    def fa1(m_prev, d_prev, o_prev, x, v):
+        m, d = R.online_step(m_prev, d_prev, x)
+        return m, d, o_prev * sp.exp(m_prev - m) / d + sp.exp(x - m) * v / d
+    assert_failed(PS.prove_fa2_deferred_normalisation(fa1=fa1))
+
+
+def test_merge_that_favours_the_left_side_is_refuted_by_commutativity():
+    def merge(a, b, guarded=True):
+        good = R.merge(a, b, guarded)
+        return good._replace(o=good.o + a.o)
+    assert_failed(PS.prove_merge_commutative(merge=merge))
+
+
+def test_scale_without_log2e_is_refuted():
+    assert_failed(K.prove_exp2_rewrite(qk_scale=replace(terms.QK_SCALE, expr=n.sm_scale)))
+
+
+def test_lse_in_log2_units_is_refuted():
+    lse_term = terms.FORWARD_EPILOGUE[-1]
+    log2_lse = sp.Piecewise((n.NEG_INF, sp.Eq(n.l_i, 0)), (n.m_i + sp.log(n.l_i, 2), True))
+    assert_failed(K.prove_exp2_rewrite(epilogue=swap(terms.FORWARD_EPILOGUE, lse_term.symbol, log2_lse)))
+
+
+def test_probabilities_shifted_by_the_old_max_are_refuted_by_safety():
+    from sympy.codegen.cfunctions import exp2
+
+    stale = exp2(n.qk * n.qk_scale - terms.col(n.m_i))  # the old max: exponent can be > 0
+    assert_failed(K.prove_safety_bounds(forward_tile=swap(terms.FORWARD_TILE, n.p, stale)))
+
+
+def test_lse_combine_without_log_sum_is_refuted():
+    def combine(o_a, lse_a, o_b, lse_b):
+        lse = sp.Max(lse_a, lse_b)
+        return o_a * sp.exp(lse_a - lse) + o_b * sp.exp(lse_b - lse), lse
+    assert_failed(PS.prove_lse_merge(combine=combine))
+
+
+def test_delta_without_o_is_refuted():
+    pre = swap(terms.BACKWARD_PREPROCESS, n.delta, terms.rowsum(n.do))
+    assert_failed(K.prove_backward_delta(backward_preprocess=pre))
+
+
+def test_ds_with_the_wrong_sign_is_refuted():
+    wrong = n.p * (n.dp + terms.col(n.delta))
+    assert_failed(K.prove_backward_ds(backward_tile=swap(terms.BACKWARD_TILE, n.ds, wrong)))
+
+
+def test_dk_from_p_instead_of_ds_is_refuted():
+    wrong = n.dk + terms.dot(terms.trans(n.p), n.q)
+    assert_failed(K.prove_backward_grads(backward_dkdv=swap(terms.BACKWARD_DKDV, n.dk, wrong)))
+
+
+def test_dq_without_the_scale_is_refuted():
+    assert_failed(K.prove_backward_grads(backward_scale=swap(terms.BACKWARD_SCALE, n.dq, n.dq)))
+
+
+def test_every_claim_has_a_mutant_here():
+    import inspect
+    import sys
+
+    from spec.claims import REGISTRY
+
+    source = inspect.getsource(sys.modules[__name__])
+    for cid in REGISTRY:
+        assert f"prove_{cid}" in source, f"no mutant feeds prove_{cid}"
+
+

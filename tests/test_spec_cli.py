@@ -1,0 +1,76 @@
+"""``python -m spec``: one line per claim, a total, exit status, ``--json``, ``--help``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spec import __main__ as cli
+from spec import claims
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "spec", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def json_run():
+    return run_cli("--json")
+
+
+def test_plain_report_proves_every_claim():
+    done = run_cli()
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == len(claims.REGISTRY) + 1
+    for line, (cid, c) in zip(lines, claims.REGISTRY.items()):
+        assert line == f"PROVED {cid}: {c.statement}"
+    assert lines[-1].startswith(f"{len(claims.REGISTRY)}/{len(claims.REGISTRY)} claims proved, 0 failed")
+
+
+def test_json_report(json_run):
+    assert json_run.returncode == 0, json_run.stderr
+    report = json.loads(json_run.stdout)
+    assert [r["id"] for r in report] == list(claims.REGISTRY)
+    for r in report:
+        assert set(r) >= {"id", "status", "statement", "detail", "residuals"}
+        assert r["status"] == "PROVED"
+        assert r["residuals"] and all(c["residual"] == "0" for c in r["residuals"])
+
+
+def test_help():
+    done = run_cli("--help")
+    assert done.returncode == 0 and "--json" in done.stdout
+
+
+def test_a_failing_claim_exits_1_and_says_why(monkeypatch, capsys):
+    def failing():
+        return claims.Result("merge_commutative", False, "case 'a,b[1]' leaves residual x")
+
+    monkeypatch.setitem(claims.REGISTRY, "merge_commutative",
+                        claims.Claim("merge_commutative", "a ⊕ b = b ⊕ a", "", failing))
+    assert cli.main(["--only", "merge_commutative", "--only", "lse_merge"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "FAILED merge_commutative: case 'a,b[1]' leaves residual x"
+    assert out[1].startswith("PROVED lse_merge: ")
+    assert out[2].startswith("1/2 claims proved, 1 failed")
+
+
+def test_json_of_a_failing_claim(monkeypatch, capsys):
+    import sympy as sp
+
+    def failing():
+        return claims.Result("merge_commutative", False, "nope", (("case", sp.Symbol("x") - 1),))
+
+    monkeypatch.setitem(claims.REGISTRY, "merge_commutative",
+                        claims.Claim("merge_commutative", "a ⊕ b = b ⊕ a", "", failing))
+    assert cli.main(["--json", "--only", "merge_commutative"]) == 1
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["status"] == "FAILED" and entry["residuals"] == [{"case": "case", "residual": "x - 1"}]
