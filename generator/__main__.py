@@ -1,0 +1,95 @@
+"""``python -m generator``: print Triton kernels from the proven spec terms."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from generator.variants import ALLOWED_BLOCKS, ALLOWED_STAGES, ALLOWED_WARPS, MASKS, BlockConfig
+
+EPILOG = """\
+examples:
+  python -m generator                          # the default block, 64 x 64
+  python -m generator --br 128 --bc 64         # another block size (kept beside the others)
+  python -m generator --br 64 --bc 64 --mask causal lengths
+  python -m generator --br 64 --bc 64 --num-warps 8 --num-stages 2
+  python -m generator --br 64 --bc 64 --out /tmp/kernels
+  python -m generator --check                  # exit 1 if generated/ is stale or edited
+
+Before emitting, every claim of spec.claims is proved; a FAILED claim stops the generator
+(exit 1) and nothing is written. Files are written atomically (temp file + rename).
+"""
+
+
+def _power_of_two_block(flag: str):
+    def parse(text: str) -> int:
+        allowed = ", ".join(map(str, ALLOWED_BLOCKS))
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a power of two among {allowed} (got {text!r})")
+        if value not in ALLOWED_BLOCKS:
+            raise argparse.ArgumentTypeError(f"{flag} must be a power of two among {allowed} (got {value})")
+        return value
+    return parse
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m generator",
+        description="Emit Triton attention and softmax kernels whose arithmetic is printed from the "
+                    "proven SymPy terms of spec/ (one block config per run), or check generated/.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--br", type=_power_of_two_block("--br"), default=64, metavar="B_r",
+                   help="query rows per tile (BLOCK_M): one of %(choices)s" % {"choices": ALLOWED_BLOCKS}
+                   + " (default 64)")
+    p.add_argument("--bc", type=_power_of_two_block("--bc"), default=64, metavar="B_c",
+                   help="keys per tile (BLOCK_N): one of %(choices)s" % {"choices": ALLOWED_BLOCKS}
+                   + " (default 64)")
+    p.add_argument("--mask", nargs="+", choices=MASKS, default=list(MASKS), metavar="KIND",
+                   help=f"mask kinds compiled into the forward kernel, any of {', '.join(MASKS)} (default: all)")
+    p.add_argument("--num-warps", type=int, choices=ALLOWED_WARPS, default=None,
+                   help="warps per program (default: 4 up to a 64x64 tile, else 8)")
+    p.add_argument("--num-stages", type=int, choices=ALLOWED_STAGES, default=None,
+                   help="software-pipeline stages of the K/V loads (default: 3 for B_c <= 64, else 2)")
+    p.add_argument("--out", type=Path, default=None, help="output directory (default: generated/)")
+    p.add_argument("--check", action="store_true",
+                   help="re-render every MANIFEST.json entry in memory; exit 1 listing stale or edited "
+                        "files (does not run the proofs, writes nothing)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)  # bad values exit 2 here, before anything is written
+    from generator import manifest  # after parsing: --help stays instant
+
+    out = args.out if args.out is not None else manifest.DEFAULT_OUT
+    if args.check:
+        problems = manifest.check(out)
+        for problem in problems:
+            print(problem)
+        if problems:
+            print(f"{len(problems)} generated file(s) out of date in {out}")
+            return 1
+        print(f"generated files in {out} match the spec and the templates")
+        return 0
+
+    config = BlockConfig(args.br, args.bc, args.num_warps, args.num_stages, tuple(args.mask))
+
+    from spec.claims import prove_all  # kernels are printed from proven terms only
+    failed = [r for r in prove_all() if not r.proved]
+    if failed:
+        for r in failed:
+            print(f"FAILED {r.id}: {r.detail}", file=sys.stderr)
+        print(f"{len(failed)} claim(s) FAILED: refusing to print kernels from unproven terms "
+              "(run `python -m spec` for the residuals)", file=sys.stderr)
+        return 1
+
+    written = manifest.emit(config, out)
+    print(f"{config.command}: wrote {', '.join(written)} to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""Print the spec's SymPy kernel terms as Triton.
+
+``TritonPrinter`` is a SymPy ``PythonCodePrinter`` that knows the handful of nodes the
+kernel terms use (``spec.terms``, ``spec.masks``) and nothing else: every node it does not
+know raises ``UnsupportedNode`` instead of falling back to SymPy's generic output, so a new
+construct in the spec can never reach a kernel as silently wrong Python.
+
+==========================  ===============================================
+SymPy node                  Triton
+==========================  ===============================================
+``Symbol``                  its kernel name (through ``rename``)
+``Max`` / ``Min``           nested ``tl.maximum`` / ``tl.minimum``
+``Piecewise``               nested ``tl.where``
+``-oo`` / ``oo``            ``float("-inf")`` / ``float("inf")``
+``exp2``/``log2``/``exp``/``log``  ``tl.exp2`` / ``tl.log2`` / ``tl.exp`` / ``tl.log``
+constants (``1/log 2``)     a float literal (``1.4426950408889634``)
+``Eq``/``Le``/``Lt``        ``==`` / ``<=`` / ``<``
+``And`` / ``Or``            ``&`` / ``|`` of parenthesised operands
+``floor(a/b)``              ``a // b``  (operands are non-negative in kernels)
+``ceiling(a/b)``            ``tl.cdiv(a, b)``
+``rowmax``/``rowsum``       ``tl.max(x, 1)`` / ``tl.sum(x, 1)``
+``dot(a, b)``               ``tl.dot(a, b, input_precision=INPUT_PRECISION)``
+``trans`` / ``col``         ``tl.trans(x)`` / ``x[:, None]``
+==========================  ===============================================
+
+``dot`` casts an operand to the tile dtype ``DOT_DTYPE`` unless it is one of ``typed``
+(tiles loaded from memory, already in that dtype): in practice only ``p`` (fp32) is cast,
+exactly like the tutorial's ``p.to(v.dtype)``.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+from sympy.codegen.cfunctions import exp2, log2
+from sympy.printing.precedence import PRECEDENCE, precedence
+from sympy.printing.pycode import PythonCodePrinter
+
+from spec import terms as T
+
+
+class UnsupportedNode(TypeError):
+    """A SymPy node the Triton printer has no rule for."""
+
+
+class TritonPrinter(PythonCodePrinter):
+    """Prints spec expressions as Triton; ``rename`` maps symbol names to kernel code."""
+
+    printmethod = "_tritoncode"
+
+    def __init__(self, rename: dict[str, str] | None = None, typed=("q", "k", "v", "kT", "vT", "do"),
+                 dot_dtype: str = "DOT_DTYPE", input_precision: str = "INPUT_PRECISION"):
+        super().__init__({"fully_qualified_modules": False, "strict": True})
+        self.rename = dict(rename or {})
+        self.typed = frozenset(typed)
+        self.dot_dtype = dot_dtype
+        self.input_precision = input_precision
+
+    # --- anything without a rule -------------------------------------------------
+    def emptyPrinter(self, expr):
+        raise UnsupportedNode(f"no Triton rule for {type(expr).__name__}: {expr!r}")
+
+    def _print_Basic(self, expr):
+        raise UnsupportedNode(f"no Triton rule for {type(expr).__name__}: {expr!r}")
+
+    _print_Function = _print_Basic
+    _print_Expr = _print_Basic
+
+    def _print(self, expr, **kwargs):
+        if not isinstance(expr, sp.Basic):
+            raise UnsupportedNode(f"not a SymPy expression: {expr!r}")
+        # A closed-form constant other than an integer (1/log 2, log 2) becomes a float
+        # literal: Triton has no symbolic log(2), and the kernel wants it folded anyway.
+        if isinstance(expr, sp.Integer):  # Zero, One, NegativeOne included
+            return str(int(expr))
+        if isinstance(expr, sp.Expr) and expr.is_number and expr.is_finite and not isinstance(expr, sp.Float):
+            return repr(float(sp.N(expr, 20)))
+        # Only this class's own rules: PythonCodePrinter's (math.sin, abs, ...) are not Triton.
+        for cls in type(expr).__mro__:
+            method = "_print_" + cls.__name__
+            if hasattr(self, method):
+                if not any(method in k.__dict__ for k in type(self).__mro__ if issubclass(k, TritonPrinter)):
+                    raise UnsupportedNode(f"no Triton rule for {type(expr).__name__}: {expr}")
+                break
+        return super()._print(expr, **kwargs)
+
+    # --- atoms -------------------------------------------------------------------
+    def _print_Symbol(self, expr):
+        return self.rename.get(expr.name, expr.name)
+
+    _print_Dummy = _print_Symbol
+
+    def _print_Float(self, expr):
+        return repr(float(expr))
+
+    def _print_NegativeInfinity(self, expr):
+        return 'float("-inf")'
+
+    def _print_Infinity(self, expr):
+        return 'float("inf")'
+
+    def _print_BooleanTrue(self, expr):
+        return "True"
+
+    def _print_BooleanFalse(self, expr):
+        return "False"
+
+    # --- arithmetic --------------------------------------------------------------
+    _print_Add = PythonCodePrinter._print_Add  # a + b - c, as Python and Triton write it
+
+    def _print_Mul(self, expr):
+        consts = [a for a in expr.args if a.is_number and not a.is_Rational]
+        if consts:
+            # keep the folded constant visible as one literal factor: x * 1.4426950408889634
+            rest = sp.Mul(*[a for a in expr.args if a not in consts], evaluate=False)
+            lit = self._print(sp.Mul(*consts))
+            if rest == 1:
+                return lit
+            return f"{self.parenthesize(rest, PRECEDENCE['Mul'], strict=False)} * {lit}"
+        return super()._print_Mul(expr)
+
+    def _print_Pow(self, expr, rational=False):
+        base, e = expr.args
+        if e == -1:
+            return f"1 / {self.parenthesize(base, PRECEDENCE['Mul'], strict=True)}"
+        raise UnsupportedNode(f"no Triton rule for the power {expr}")
+
+    def _print_Max(self, expr):
+        return self._nested("tl.maximum", expr.args)
+
+    def _print_Min(self, expr):
+        return self._nested("tl.minimum", expr.args)
+
+    def _nested(self, fn, args):
+        args = [self._print(a) for a in args]
+        out = args[0]
+        for a in args[1:]:
+            out = f"{fn}({out}, {a})"
+        return out
+
+    def _print_Piecewise(self, expr):
+        *pieces, (last_value, last_cond) = expr.args
+        if last_cond != sp.true:
+            raise UnsupportedNode(f"Piecewise without a final True branch: {expr}")
+        out = self._print(last_value)
+        for value, cond in reversed(pieces):
+            out = f"tl.where({self._print(cond)}, {self._print(value)}, {out})"
+        return out
+
+    def _print_exp2(self, expr):
+        return f"tl.exp2({self._print(expr.args[0])})"
+
+    def _print_log2(self, expr):
+        return f"tl.log2({self._print(expr.args[0])})"
+
+    def _print_exp(self, expr):
+        return f"tl.exp({self._print(expr.args[0])})"
+
+    def _print_log(self, expr):
+        return f"tl.log({self._print(expr.args[0])})"
+
+    def _print_floor(self, expr):
+        num, den = sp.fraction(sp.together(expr.args[0]))
+        return f"({self.parenthesize(num, PRECEDENCE['Mul'], strict=True)} // "\
+               f"{self.parenthesize(den, PRECEDENCE['Mul'], strict=True)})"
+
+    def _print_ceiling(self, expr):
+        num, den = sp.fraction(sp.together(expr.args[0]))
+        return f"tl.cdiv({self._print(num)}, {self._print(den)})"
+
+    # --- predicates --------------------------------------------------------------
+    def _relation(self, expr, op):
+        return f"{self._print(expr.lhs)} {op} {self._print(expr.rhs)}"
+
+    def _print_Equality(self, expr):
+        return self._relation(expr, "==")
+
+    def _print_Unequality(self, expr):
+        return self._relation(expr, "!=")
+
+    def _print_LessThan(self, expr):
+        return self._relation(expr, "<=")
+
+    def _print_StrictLessThan(self, expr):
+        return self._relation(expr, "<")
+
+    def _print_GreaterThan(self, expr):
+        return self._relation(expr, ">=")
+
+    def _print_StrictGreaterThan(self, expr):
+        return self._relation(expr, ">")
+
+    def _print_And(self, expr):
+        return " & ".join(self._bool_operand(a) for a in expr.args)
+
+    def _print_Or(self, expr):
+        return " | ".join(self._bool_operand(a) for a in expr.args)
+
+    def _bool_operand(self, a):
+        s = self._print(a)
+        return s if isinstance(a, sp.Symbol) else f"({s})"
+
+    # --- row operations (spec.terms) ---------------------------------------------
+    def _print_rowmax(self, expr):
+        return f"tl.max({self._print(expr.args[0])}, 1)"
+
+    def _print_rowsum(self, expr):
+        return f"tl.sum({self._print(expr.args[0])}, 1)"
+
+    def _print_trans(self, expr):
+        return f"tl.trans({self._print(expr.args[0])})"
+
+    def _print_col(self, expr):
+        return f"{self.parenthesize(expr.args[0], PRECEDENCE['Atom'], strict=True)}[:, None]"
+
+    def _print_dot(self, expr):
+        a, b = (self._dot_operand(x) for x in expr.args)
+        return f"tl.dot({a}, {b}, input_precision={self.input_precision})"
+
+    def _dot_operand(self, x):
+        inner = x.args[0] if isinstance(x, T.trans) else x
+        s = self._print(x)
+        if isinstance(inner, sp.Symbol) and inner.name in self.typed:
+            return s
+        return f"{self.parenthesize(x, PRECEDENCE['Atom'], strict=True)}.to({self.dot_dtype})"
+
+
+# exp2/log2 are sympy.codegen Functions: make sure the dispatcher finds them by name.
+assert exp2.__name__ == "exp2" and log2.__name__ == "log2"
+
+
+def print_expr(expr, rename: dict[str, str] | None = None, **kw) -> str:
+    """One expression as Triton code."""
+    return TritonPrinter(rename, **kw).doprint(expr)
+
+
+def print_term(term: T.Term, rename: dict[str, str] | None = None, comment: bool = True, **kw) -> str:
+    """``name = expr  # note (claim: id)`` for one kernel term."""
+    printer = TritonPrinter(rename, **kw)
+    line = f"{printer._print(term.symbol)} = {printer.doprint(term.expr)}"
+    if comment:
+        note = f"{term.note} " if term.note else ""
+        line += f"  # {note}(claim: {term.claim})"
+    return line
+
+
+__all__ = ["TritonPrinter", "UnsupportedNode", "print_expr", "print_term", "precedence"]

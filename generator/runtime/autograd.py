@@ -1,0 +1,64 @@
+"""Autograd of ``flashproof::flash_attention``: gradients in q, k, v from the generated backward.
+
+The forward op saves ``q, k, v, out, lse`` (and the non-differentiable ``mask`` and
+``key_lengths``); the backward is itself a custom op, ``flashproof::flash_attention_backward``,
+with a fake implementation, so ``torch.compile(fullgraph=True)`` traces the backward graph
+too without running a kernel. No atomics anywhere: the gradients are bitwise deterministic.
+
+The gradient of the returned ``lse`` (``return_lse=True``) is supported at no extra kernel
+cost: ``∂lse_i/∂s_ij = P_ij``, so it enters ``dS = P ∘ (dP − Δ)`` as ``Δ − dlse`` (claim
+``backward_ds`` with the extra row term); the launcher folds it into ``Δ``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from generator.runtime import api
+from spec.masks import alignment_shift
+
+
+@torch.library.custom_op("flashproof::flash_attention_backward", mutates_args=())
+def flash_attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor,
+                                k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                                mask: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor], causal: bool,
+                                alignment: str, window: Optional[list[int]], scale: Optional[float],
+                                block_m: int, block_n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    module = api.module_for("bwd", (block_m, block_n))
+    B, Hq, Nq, D = q.shape
+    Nk = k.shape[2]
+    dense, tiles = None, None
+    if mask is not None:
+        # the forward's dense view and block map (cached per mask: not recomputed here)
+        dense = api._expand_mask(mask, (B, Hq, Nq, Nk))
+        tiles = api.block_map(mask, Nq, Nk, module.BLOCK_M, module.BLOCK_N).expand(B, Hq, -1, -1)
+    sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
+    return module.backward(grad_out, q, k, v, out, lse.contiguous(), grad_lse=grad_lse, sm_scale=sm_scale,
+                           shift=alignment_shift(alignment, Nq, Nk), causal=causal,
+                           window=None if window is None else tuple(window), key_lengths=key_lengths,
+                           mask=dense, block_map=tiles)
+
+
+@flash_attention_backward_op.register_fake
+def _(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, causal, alignment, window, scale, block_m, block_n):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def setup_context(ctx, inputs, output):
+    q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, mask, key_lengths)
+    ctx.options = (causal, alignment, window, scale, block_m, block_n)
+
+
+def backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, mask, key_lengths = ctx.saved_tensors
+    dq, dk, dv = flash_attention_backward_op(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, *ctx.options)
+    # gradients for (q, k, v); mask, key_lengths and the options are not differentiable
+    return dq, dk, dv, None, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("flashproof::flash_attention", backward, setup_context=setup_context)

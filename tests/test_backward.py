@@ -1,0 +1,304 @@
+"""The generated backward (dQ, dK, dV) against float64 autograd of the spec reference.
+
+Runs under ``TRITON_INTERPRET=1`` on CPU. ``flash_attention`` from ``generated`` is
+differentiated through the custom op's registered autograd; the reference is
+``spec.reference.attention`` in float64 on the same (rounded) inputs, differentiated by
+``torch.autograd``. Tolerances are relative to the largest magnitude of each gradient:
+
+* fp32 ``1e-4``: fp32 arithmetic, ``input_precision="ieee"`` dots;
+* fp16 ``5e-3``: P and dS are rounded to fp16 before the dots (11-bit mantissa).
+
+Also: bitwise determinism (no atomics), zero gradients and no NaN on rows with no key, the
+gradient of ``lse``, torch.compile tracing, the transposed tile classifier's proof hook, and
+mutants (a wrong ``dS`` printed into the template) that the gradient check must catch.
+Shapes stay at N <= 130: the interpreter costs O(N_q N_k) per head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import itertools
+import sys
+
+import pytest
+import sympy as sp
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import generated
+from generated import flash_attention
+from generator import render
+from generator.runtime import api
+from generator.variants import BlockConfig
+from spec import masks as M
+from spec import notation as n
+from spec import terms as T
+from spec.reference import attention as reference
+
+pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")
+
+BLOCKS = sorted(generated.KERNELS)
+TOLERANCES = {torch.float32: 1e-4, torch.float16: 5e-3}
+HEAD_DIMS = (16, 40, 59, 64, 80, 111)
+
+
+def make_mask(kind, B, Hq, Nq, Nk, gen):
+    if kind == "random":
+        return torch.rand((B, 1, Nq, Nk), generator=gen) > 0.4
+    if kind == "empty_rows":  # every third row sees no key
+        mask = torch.rand((Nq, Nk), generator=gen) > 0.5
+        mask[::3] = False
+        return mask
+    if kind == "per_head":  # long runs: empty, partial and full tiles in the block map
+        cols = torch.arange(Nk)
+        return torch.stack([(cols // 40 + h) % 2 == 0 for h in range(Hq)])[None, :, None, :].expand(B, Hq, Nq, Nk)
+    raise ValueError(kind)
+
+
+def inputs(*, dtype, B, Hq, Hkv, Nq, Nk, D, seed):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn((B, Hq, Nq, D), generator=gen).to(dtype)
+    k = torch.randn((B, Hkv, Nk, D), generator=gen).to(dtype)
+    v = torch.randn((B, Hkv, Nk, D), generator=gen).to(dtype)
+    do = torch.randn((B, Hq, Nq, D), generator=gen).to(dtype)
+    return gen, q, k, v, do
+
+
+def kernel_grads(q, k, v, do, block, **kw):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out = flash_attention(q, k, v, block=block, **kw)
+    out.backward(do)
+    return q.grad, k.grad, v.grad
+
+
+def reference_grads(q, k, v, do, **kw):
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out, _ = reference(q, k, v, **kw)
+    out.backward(do.double())
+    return q.grad, k.grad, v.grad
+
+
+def grad_failures(got, want, dtype) -> list[str]:
+    """Human-readable failures: NaN anywhere, or an error above the tolerance.
+
+    The scale of each gradient is its max magnitude, floored at 1% of the largest of the
+    three: with one key per row the softmax is constant and dQ, dK are exactly 0, so they
+    are compared on the scale of dV (the kernel's rounding there is ~1e-6).
+    """
+    failures = []
+    floor = 1e-2 * max(w.abs().max().item() for w in want)
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        assert g.dtype == dtype and g.shape == w.shape
+        if not torch.isfinite(g).all():
+            failures.append(f"{name}: not finite")
+            continue
+        err = (g.double() - w).abs().max().item() / max(w.abs().max().item(), floor, 1e-30)
+        if not err <= TOLERANCES[dtype]:
+            failures.append(f"{name}: max error {err:.3g} x max|grad| > {TOLERANCES[dtype]:g}")
+    return failures
+
+
+def case_failures(block=(64, 64), *, dtype=torch.float32, B=1, Hq=2, Hkv=1, Nq=70, Nk=90, D=32, seed=0,
+                  causal=False, alignment="top_left", window=None, key_lengths=None, mask=None, scale=None):
+    gen, q, k, v, do = inputs(dtype=dtype, B=B, Hq=Hq, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, seed=seed)
+    if isinstance(mask, str):
+        mask = make_mask(mask, B, Hq, Nq, Nk, gen)
+    if key_lengths is not None:
+        key_lengths = torch.tensor(key_lengths, dtype=torch.int32)
+    kw = dict(causal=causal, alignment=alignment, window=window, key_lengths=key_lengths, mask=mask, scale=scale)
+    return grad_failures(kernel_grads(q, k, v, do, block, **kw), reference_grads(q, k, v, do, **kw), dtype)
+
+
+# ----------------------------------------------------------------------------------
+# Fixed grid: every mask variant (default block) and every block (one variant each).
+# ----------------------------------------------------------------------------------
+VARIANTS = {
+    "none": {},
+    "causal": dict(causal=True),
+    "causal_bottom_right_nq_gt_nk": dict(causal=True, alignment="bottom_right", Nq=97, Nk=45),
+    "causal_bottom_right_nq_lt_nk": dict(causal=True, alignment="bottom_right", Nq=45, Nk=97),
+    "window": dict(window=(17, 5), Nq=100, Nk=100),
+    "window_causal_bottom_right": dict(window=(9, 30), causal=True, alignment="bottom_right", Nq=80, Nk=50),
+    "lengths_with_empty_batch": dict(B=2, key_lengths=[0, 61]),
+    "lengths_full_and_one": dict(B=2, key_lengths=[90, 1]),
+    "dense_random": dict(mask="random"),
+    "dense_empty_rows": dict(mask="empty_rows", causal=True),
+    "dense_per_head": dict(mask="per_head", Hq=2, Nk=130),
+    "all_kinds": dict(B=2, causal=True, window=(30, 2), key_lengths=[50, 7], mask="random"),
+    "gqa_3": dict(Hq=6, Hkv=2, causal=True, Nq=40, Nk=70),
+    "scale_odd_dim": dict(scale=0.05, D=59),
+    "fp16_all_kinds": dict(dtype=torch.float16, B=2, Hq=4, Hkv=2, causal=True, window=(40, 3), key_lengths=[70, 9],
+                           mask="random", D=40),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_mask_variants(variant):
+    assert case_failures((64, 64), **VARIANTS[variant]) == []
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=lambda b: f"{b[0]}x{b[1]}")
+def test_every_block(block):
+    """Several tiles in both directions: the dK/dV and dQ loops cross partial and full tiles."""
+    assert case_failures(block, Hq=4, Hkv=2, Nq=130, Nk=100, D=40, causal=True, alignment="bottom_right",
+                         window=(60, 20)) == []
+
+
+# ----------------------------------------------------------------------------------
+# Hypothesis over the forward issue's grid (shapes capped for the interpreter).
+# ----------------------------------------------------------------------------------
+@st.composite
+def cases(draw):
+    B = draw(st.integers(1, 2))
+    Hkv = draw(st.integers(1, 2))
+    Nk = draw(st.integers(1, 130))
+    case = dict(
+        dtype=draw(st.sampled_from(tuple(TOLERANCES))), B=B, Hkv=Hkv, Hq=Hkv * draw(st.sampled_from((1, 2, 3))),
+        Nq=draw(st.integers(1, 130)), Nk=Nk, D=draw(st.sampled_from(HEAD_DIMS)), seed=draw(st.integers(0, 99)),
+        causal=draw(st.booleans()), alignment=draw(st.sampled_from(M.ALIGNMENTS)),
+        window=draw(st.none() | st.tuples(st.integers(0, 60), st.integers(0, 60))),
+        key_lengths=draw(st.none() | st.lists(st.integers(0, Nk), min_size=B, max_size=B)),
+        mask=draw(st.sampled_from((None, None, "random", "empty_rows", "per_head"))),
+    )
+    return draw(st.sampled_from(BLOCKS)), case
+
+
+@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_random_cases(block_case):
+    block, case = block_case
+    assert case_failures(block, **case) == []
+
+
+# ----------------------------------------------------------------------------------
+# Determinism, rows with no key, the lse gradient, torch.compile.
+# ----------------------------------------------------------------------------------
+def test_backward_is_bitwise_deterministic():
+    """No atomics: two backward passes give the same bits (GQA group sums included)."""
+    _, q, k, v, do = inputs(dtype=torch.float32, B=1, Hq=4, Hkv=1, Nq=100, Nk=120, D=40, seed=7)
+    first = kernel_grads(q, k, v, do, (16, 32), causal=True)
+    second = kernel_grads(q, k, v, do, (16, 32), causal=True)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+def test_rows_with_no_key_get_zero_gradients():
+    """Every row without a key: dq exactly 0 there, dk, dv exactly 0 where no row sees the key, no NaN."""
+    _, q, k, v, do = inputs(dtype=torch.float32, B=2, Hq=2, Hkv=1, Nq=40, Nk=40, D=16, seed=1)
+    for kw in (dict(key_lengths=torch.tensor([0, 0])), dict(mask=torch.zeros((40, 40), dtype=torch.bool))):
+        for grad in kernel_grads(q, k, v, do, (64, 64), **kw):
+            assert torch.equal(grad, torch.zeros_like(grad))
+    # bottom-right causal with N_q > N_k: the first N_q - N_k rows see nothing
+    _, q, k, v, do = inputs(dtype=torch.float32, B=1, Hq=1, Hkv=1, Nq=90, Nk=20, D=16, seed=2)
+    dq, dk, dv = kernel_grads(q, k, v, do, (16, 32), causal=True, alignment="bottom_right")
+    assert torch.equal(dq[:, :, :70], torch.zeros_like(dq[:, :, :70]))
+    assert all(torch.isfinite(g).all() for g in (dq, dk, dv))
+
+
+def test_lse_gradient():
+    """return_lse=True and a loss on lse: dlse enters dS as Δ - dlse."""
+    _, q, k, v, do = inputs(dtype=torch.float32, B=1, Hq=2, Hkv=1, Nq=50, Nk=70, D=32, seed=4)
+    dlse = torch.randn((1, 2, 50), generator=torch.Generator().manual_seed(5))
+    kw = dict(causal=True, alignment="bottom_right")  # N_k > N_q: every row sees a key
+
+    qk, kk, vk = (t.clone().requires_grad_() for t in (q, k, v))
+    out, lse = flash_attention(qk, kk, vk, return_lse=True, **kw)
+    ((out * do).sum() + (lse * dlse).sum()).backward()
+    qr, kr, vr = (t.double().requires_grad_() for t in (q, k, v))
+    out_r, lse_r = reference(qr, kr, vr, **kw)
+    ((out_r * do.double()).sum() + (lse_r * dlse.double()).sum()).backward()
+    assert grad_failures((qk.grad, kk.grad, vk.grad), (qr.grad, kr.grad, vr.grad), torch.float32) == []
+
+
+def test_torch_compile_traces_forward_and_backward():
+    """fullgraph=True: the forward op and the backward op both enter the graph through their fakes."""
+    _, q, k, v, do = inputs(dtype=torch.float32, B=1, Hq=2, Hkv=1, Nq=20, Nk=30, D=16, seed=6)
+
+    def loss(q, k, v):  # the op itself: what flash_attention dispatches to after its input checks
+        out, _ = torch.ops.flashproof.flash_attention(q, k, v, None, None, True, "top_left", None, None, 64, 64)
+        return (out * do).sum()
+
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    qc, kc, vc = (t.clone().requires_grad_() for t in (q, k, v))
+    compiled(qc, kc, vc).backward()
+    want = kernel_grads(q, k, v, do, (64, 64), causal=True)
+    for got, ref in zip((qc.grad, kc.grad, vc.grad), want):
+        assert torch.equal(got, ref)
+
+
+# ----------------------------------------------------------------------------------
+# The transposed classifier (dK/dV loop): proof hook, mutant, and agreement with the mask.
+# ----------------------------------------------------------------------------------
+def test_row_bounds_proof_hook_decides_every_case():
+    cases = M.row_bounds_cases()
+    assert cases and all(residual == 0 for _, residual in cases), cases
+
+
+def test_row_bounds_proof_hook_catches_an_unsound_bound():
+    def off_by_one(kind):  # skips one row too many below the key tile
+        rb = M.row_bounds(kind)
+        return dataclasses.replace(rb, q_start=None if rb.q_start is None else rb.q_start + 1)
+
+    assert any(residual != 0 for _, residual in M.row_bounds_cases(off_by_one))
+
+
+def test_classify_rows_matches_the_dense_mask():
+    """Skipped query tiles hold no attended pair of the key tile; full ones hold only attended pairs."""
+    br, bc = 16, 32
+    for nq, nk, kinds, params in (
+        (70, 90, ("causal",), {}), (90, 40, ("causal",), {"shift": -50}),
+        (80, 80, ("window",), {"window_left": 9, "window_right": 20}),
+        (60, 100, ("lengths",), {"key_len": 41}),
+        (70, 70, ("causal", "window", "lengths"), {"window_left": 30, "window_right": 3, "key_len": 50}),
+    ):
+        params = {"shift": 0, "window_left": 0, "window_right": 0, "key_len": nk, **params}
+        dense = torch.from_numpy(M.dense_mask(kinds, nq, nk, **params))
+        for c0, r0 in itertools.product(range(0, nk, bc), range(0, nq, br)):
+            got = M.classify_rows(kinds, c0, r0, br, bc, N_Q=nq, N_K=nk, **params)
+            tile = dense[r0:r0 + br, c0:c0 + bc]
+            if got == "skip":
+                assert not tile.any(), (kinds, c0, r0)
+            if got == "full":
+                assert tile.all() and r0 + br <= nq, (kinds, c0, r0)
+
+
+# ----------------------------------------------------------------------------------
+# Mutants: a wrong backward term printed into the template is caught by the same check.
+# ----------------------------------------------------------------------------------
+def _replace(terms, name, expr):
+    return tuple(T.Term(t.symbol, expr, t.claim, t.note) if t.name == name else t for t in terms)
+
+
+MUTANTS = {
+    "ds_plus_delta": ("BACKWARD_TILE", "ds", n.p * (n.dp + T.col(n.delta))),
+    "no_lse_guard": ("BACKWARD_TILE", "lse2_safe", n.lse2),
+    "dv_from_ds": ("BACKWARD_DKDV", "dv", n.dv + T.dot(T.trans(n.ds), n.do)),
+    "dq_unscaled": ("BACKWARD_SCALE", "dq", n.dq),
+}
+
+
+def _mutant_module(monkeypatch, tmp_path, mutant):
+    group, name, expr = MUTANTS[mutant]
+    monkeypatch.setattr(T, group, _replace(getattr(T, group), name, expr))
+    variant = next(v for v in BlockConfig(64, 64).variants() if v.kind.name == "bwd")
+    path = tmp_path / f"mutant_bwd_{mutant}.py"
+    path.write_text(render.render_variant(variant))
+    spec = importlib.util.spec_from_file_location(f"mutant_bwd_{mutant}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # triton.jit wants the module importable by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("mutant", list(MUTANTS))
+def test_mutated_backward_is_caught(monkeypatch, tmp_path, mutant):
+    mod = _mutant_module(monkeypatch, tmp_path, mutant)
+    monkeypatch.setattr(api, "module_for", lambda kind, block, real=api.module_for:
+                        mod if kind == "bwd" else real(kind, block))
+    # rows with no key (batch 0) and several tiles (batch 1)
+    case = dict(B=2, Nq=50, Nk=100, causal=True, alignment="bottom_right", key_lengths=[0, 90])
+    assert case_failures((64, 64), **case), f"mutant {mutant} passed the gradient check"
+    monkeypatch.undo()
+    assert case_failures((64, 64), **case) == []

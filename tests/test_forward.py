@@ -1,0 +1,259 @@
+"""The generated forward kernels against the float64 spec reference (TRITON_INTERPRET=1 on CPU).
+
+Every checked-in block config, every mask kind and their combinations, both alignments
+(bottom-right with N_q > N_k leaves rows with no key), fully masked rows, GQA, head dims that
+are not powers of two, shapes that are not multiples of the blocks. Tolerances: see
+``generator.checking``. The mutants at the end show that this same check catches a wrong
+term printed into the template.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import sympy as sp
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sympy.codegen.cfunctions import exp2, log2
+
+import generated
+from generator import manifest, render
+from generator.checking import attention_failures
+from generator.runtime import api
+from generator.variants import BlockConfig
+from spec import masks as M
+from spec import notation as n
+from spec import terms as T
+from spec.reference import attention as reference
+
+# log2(0) = -inf is computed (and discarded by tl.where) on rows with no key
+pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")
+
+BLOCKS = sorted(generated.KERNELS)
+HEAD_DIMS = (16, 32, 40, 59, 64, 80, 96, 111, 128)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MASK_KINDS = ("random", "empty_rows", "keys_only", "per_head")
+
+
+def make_mask(kind, B, Hq, Nq, Nk, gen):
+    """Dense bool masks of several broadcast shapes; ``empty_rows`` hides every key of some rows."""
+    if kind == "random":
+        return torch.rand((B, 1, Nq, Nk), generator=gen) > 0.4
+    if kind == "empty_rows":
+        mask = torch.rand((Nq, Nk), generator=gen) > 0.5
+        mask[::3] = False
+        return mask
+    if kind == "keys_only":  # (N_k,): a padding pattern shared by every row
+        return torch.rand((Nk,), generator=gen) > 0.3
+    if kind == "per_head":  # long runs of True and False: full and empty tiles in the block map
+        cols = torch.arange(Nk)
+        return torch.stack([(cols // 40 + h) % 2 == 0 for h in range(Hq)])[None, :, None, :].expand(B, Hq, Nq, Nk)
+    raise ValueError(kind)
+
+
+def case_failures(module, *, dtype=torch.float32, B=1, Hq=2, Hkv=1, Nq=70, Nk=90, D=32, seed=0,
+                  causal=False, alignment="top_left", window=None, key_lengths=None, mask=None, scale=None):
+    """Run ``module`` (a generated forward) and the reference on one case; list the failures."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn((B, Hq, Nq, D), generator=gen).to(dtype)
+    k = torch.randn((B, Hkv, Nk, D), generator=gen).to(dtype)
+    v = torch.randn((B, Hkv, Nk, D), generator=gen).to(dtype)
+    if isinstance(mask, str):
+        mask = make_mask(mask, B, Hq, Nq, Nk, gen)
+    if key_lengths is not None:
+        key_lengths = torch.tensor(key_lengths, dtype=torch.int32)
+    kw = dict(causal=causal, alignment=alignment, window=window, key_lengths=key_lengths, mask=mask, scale=scale)
+    out, lse = api.attention_forward(module, q, k, v, **kw)
+    ref_out, ref_lse = reference(q, k, v, **kw)
+    assert out.dtype == dtype and lse.dtype == torch.float32 and lse.shape == (B, Hq, Nq)
+    return attention_failures(out, lse, ref_out, ref_lse, v)
+
+
+def module(block):
+    return api.module_for("fwd", block)
+
+
+# ----------------------------------------------------------------------------------
+# Fixed grid: every block x every mask variant (fast, deterministic coverage).
+# ----------------------------------------------------------------------------------
+VARIANTS = {
+    "none": {},
+    "causal": dict(causal=True),
+    "causal_bottom_right_nq_gt_nk": dict(causal=True, alignment="bottom_right", Nq=97, Nk=45),
+    "causal_bottom_right_nq_lt_nk": dict(causal=True, alignment="bottom_right", Nq=45, Nk=97),
+    "window": dict(window=(17, 5)),
+    "window_zero": dict(window=(0, 0)),
+    "window_causal_bottom_right": dict(window=(9, 30), causal=True, alignment="bottom_right", Nq=80, Nk=50),
+    "lengths_with_empty_batch": dict(B=2, key_lengths=[0, 61]),
+    "lengths_full_and_one": dict(B=2, key_lengths=[90, 1]),
+    "dense_random": dict(mask="random"),
+    "dense_empty_rows": dict(mask="empty_rows", causal=True),
+    "dense_keys_only": dict(mask="keys_only", B=2),
+    "dense_per_head": dict(mask="per_head", Hq=2, Nk=150),
+    "all_kinds": dict(B=2, causal=True, window=(30, 2), key_lengths=[50, 7], mask="random"),
+    "gqa_3": dict(Hq=6, Hkv=2, causal=True),
+    "scale": dict(scale=0.05, D=59),
+}
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=lambda b: f"{b[0]}x{b[1]}")
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_mask_variants(block, variant):
+    assert case_failures(module(block), **VARIANTS[variant]) == []
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("D", HEAD_DIMS)
+def test_head_dims_and_dtypes(dtype, D):
+    assert case_failures(module((64, 64)), dtype=dtype, D=D, Nq=33, Nk=77, causal=True, seed=D) == []
+
+
+# ----------------------------------------------------------------------------------
+# Hypothesis: random shapes, masks, dtypes and blocks.
+# ----------------------------------------------------------------------------------
+@st.composite
+def cases(draw):
+    B = draw(st.integers(1, 2))
+    Hkv = draw(st.integers(1, 2))
+    Nk = draw(st.integers(1, 200))
+    case = dict(
+        dtype=draw(st.sampled_from(DTYPES)), B=B, Hkv=Hkv, Hq=Hkv * draw(st.sampled_from((1, 2, 3))),
+        Nq=draw(st.integers(1, 200)), Nk=Nk, D=draw(st.sampled_from(HEAD_DIMS)), seed=draw(st.integers(0, 99)),
+        causal=draw(st.booleans()), alignment=draw(st.sampled_from(M.ALIGNMENTS)),
+        window=draw(st.none() | st.tuples(st.integers(0, 80), st.integers(0, 80))),
+        key_lengths=draw(st.none() | st.lists(st.integers(0, Nk), min_size=B, max_size=B)),
+        mask=draw(st.sampled_from((None, None) + MASK_KINDS)),
+    )
+    return draw(st.sampled_from(BLOCKS)), case
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_random_cases(block_case):
+    block, case = block_case
+    assert case_failures(module(block), **case) == []
+
+
+# ----------------------------------------------------------------------------------
+# Numerical safety.
+# ----------------------------------------------------------------------------------
+def test_shift_invariance_large_logits():
+    """logits + 1e4 give the same softmax (no overflow: every exponent is <= 0).
+
+    The shift enters through one extra coordinate (q_D = c, k_D = 1), so the kernel really
+    sees logits near 1e4. fp32 spacing there is ~1e-3, which bounds the agreement.
+    """
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn((1, 2, 50, 31), generator=gen) for _ in range(3))
+    scale = 0.2
+    shift = 1e4
+    q2 = torch.cat([q, torch.full((1, 2, 50, 1), shift / scale)], dim=-1)
+    k2 = torch.cat([k, torch.ones((1, 2, 50, 1))], dim=-1)
+    v2 = torch.cat([v, torch.zeros((1, 2, 50, 1))], dim=-1)
+    for causal in (False, True):
+        out, lse = api.attention_forward(module((64, 64)), q, k, v, causal=causal, alignment="top_left",
+                                         window=None, key_lengths=None, mask=None, scale=scale)
+        out2, lse2 = api.attention_forward(module((64, 64)), q2, k2, v2, causal=causal, alignment="top_left",
+                                           window=None, key_lengths=None, mask=None, scale=scale)
+        assert torch.isfinite(out2).all() and torch.isfinite(lse2).all()
+        assert (out2[..., :-1] - out).abs().max() <= 2e-3 * v.abs().max()
+        assert (lse2 - shift - lse).abs().max() <= 2e-3
+
+
+def test_no_nan_on_fully_masked_inputs():
+    """Every row without a key: out is exactly 0, lse exactly -inf, nothing is NaN."""
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn((2, 2, 40, 16), generator=gen) for _ in range(3))
+    for kw in (dict(key_lengths=torch.tensor([0, 0])), dict(mask=torch.zeros((40, 40), dtype=torch.bool)),
+               dict(causal=True, alignment="bottom_right", key_lengths=torch.tensor([0, 0]))):
+        kw = {"causal": False, "alignment": "top_left", "window": None, "key_lengths": None, "mask": None,
+              "scale": None, **kw}
+        out, lse = api.attention_forward(module((64, 64)), q, k, v, **kw)
+        assert torch.equal(out, torch.zeros_like(out))
+        assert torch.isneginf(lse).all()
+
+
+def test_empty_tiles_are_skipped():
+    """A dense mask that hides every tile: the block map says so, the kernel reads no key."""
+    mask = torch.zeros((70, 150), dtype=torch.bool)
+    mask[:, 64:70] = True  # one partial key tile of 64
+    tiles = api.block_map(mask, 70, 150, 64, 64)
+    assert tiles.tolist() == [[[[0, 1, 0], [0, 1, 0]]]]
+    assert api.block_map(mask, 70, 150, 64, 64) is tiles  # cached per mask
+    mask[:, :64] = True  # in-place edit: a new version, a new map
+    assert api.block_map(mask, 70, 150, 64, 64).tolist() == [[[[2, 1, 0], [2, 1, 0]]]]
+
+
+def test_non_contiguous_inputs():
+    gen = torch.Generator().manual_seed(5)
+    q = torch.randn((1, 40, 2, 32), generator=gen).transpose(1, 2)  # (B, H, N, D) with N stride != D
+    k = torch.randn((1, 2, 32, 50), generator=gen).transpose(2, 3)  # d is the slow axis
+    v = torch.randn((1, 2, 50, 64), generator=gen)[..., ::2]  # stride 2 on d
+    out, lse = api.attention_forward(module((64, 64)), q, k, v, causal=True, alignment="top_left", window=None,
+                                     key_lengths=None, mask=None, scale=None)
+    ref_out, ref_lse = reference(q, k, v, causal=True)
+    assert attention_failures(out, lse, ref_out, ref_lse, v) == []
+
+
+# ----------------------------------------------------------------------------------
+# Mutants: a wrong term printed into the template is caught by the same check.
+# ----------------------------------------------------------------------------------
+def _replace(terms, name, expr):
+    return tuple(T.Term(t.symbol, expr, t.claim, t.note) if t.name == name else t for t in terms)
+
+
+MUTANTS = {
+    "alpha_wrong_sign": ("FORWARD_TILE", "alpha", exp2(n.m_safe - n.m_i)),
+    "no_m_guard": ("FORWARD_TILE", "m_safe", n.m_ij),
+    "l_not_rescaled": ("FORWARD_TILE", "l_i", n.l_i + n.l_ij),
+    "finite_mask_value": ("MASK_TERM", "qk", sp.Piecewise((n.qk, M.keep), (-10000, True))),
+    "lse_log2_units": ("FORWARD_EPILOGUE", "lse", n.m_i + log2(n.l_i)),
+}
+
+
+#: what the real tests run: several key tiles, a batch with no key at all, and (bottom-right,
+#: N_q > N_k) tiles holding rows with keys beside rows without any
+MUTANT_CASE = dict(B=2, Nq=150, Nk=120, causal=True, alignment="bottom_right", key_lengths=[0, 100])
+
+
+def _mutant_module(monkeypatch, tmp_path, mutant):
+    group, name, expr = MUTANTS[mutant]
+    if group == "MASK_TERM":
+        monkeypatch.setattr(M, "MASK_TERM", T.Term(n.qk, expr, "block_update"))
+    else:
+        monkeypatch.setattr(T, group, _replace(getattr(T, group), name, expr))
+    variant = BlockConfig(64, 64).variants()[0]
+    path = tmp_path / f"mutant_{mutant}.py"
+    path.write_text(render.render_variant(variant))
+    return manifest.import_file(path)
+
+
+@pytest.mark.parametrize("mutant", list(MUTANTS))
+def test_mutated_template_is_caught(monkeypatch, tmp_path, mutant):
+    mod = _mutant_module(monkeypatch, tmp_path, mutant)
+    failures = case_failures(mod, **MUTANT_CASE)
+    assert failures, f"mutant {mutant} passed the kernel-vs-reference check"
+    # and the unmutated render of the same variant passes it
+    monkeypatch.undo()
+    assert case_failures(module((64, 64)), **MUTANT_CASE) == []
+
+
+def test_rounding_keeps_stage_ranges_ordered():
+    """The three loop ranges tile [kv_lo, kv_hi) in order, full tiles inside [full_start, full_end)."""
+    names = [t.name for t in render.TILE_LOOP]
+    assert names == ["kv_lo", "kv_hi", "full_lo", "full_hi"]
+    f = {t.symbol: t.expr for t in render.TILE_LOOP}
+    for ks, ke, fs, fe, bn in itertools.product((0, 5, 64), (-3, 0, 70, 128), (0, 10, 64, 100), (-5, 0, 64, 90),
+                                                (16, 64)):
+        if fs < ks or fe > ke:
+            continue  # tile_bounds guarantee full within kv (monotone bounds)
+        env = {render.kv_start: ks, render.kv_end: ke, render.full_start: fs, render.full_end: fe, n.B_c: bn}
+        vals = {}
+        for sym in (render.kv_lo, render.kv_hi, render.full_lo, render.full_hi):
+            vals[sym] = int(f[sym].subs({**env, **vals}))
+        lo, hi, flo, fhi = (vals[s] for s in (render.kv_lo, render.kv_hi, render.full_lo, render.full_hi))
+        assert lo <= flo <= fhi <= hi and lo % bn == hi % bn == flo % bn == fhi % bn == 0
+        assert lo <= max(ks, 0) and (ke <= ks or hi >= ke)
+        assert fhi == flo or (flo >= fs and fhi <= fe)

@@ -1,0 +1,91 @@
+"""The SymPy -> Triton printer: one rule per node, unsupported nodes raise, terms reach the kernels."""
+
+from __future__ import annotations
+
+import pytest
+import sympy as sp
+from sympy.codegen.cfunctions import exp2, log2
+
+from generator import render
+from generator.printer import UnsupportedNode, print_expr, print_term
+from generator.variants import BlockConfig
+from spec import masks as M
+from spec import notation as n
+from spec import terms as T
+
+x, y, z = sp.symbols("x y z", extended_real=True)  # may be -oo, like m_i
+
+
+@pytest.mark.parametrize("expr, code", [
+    (sp.Max(x, y, z), "tl.maximum(tl.maximum(x, y), z)"),
+    (sp.Min(x, y), "tl.minimum(x, y)"),
+    (sp.Piecewise((0, sp.Eq(x, -sp.oo)), (x, True)), 'tl.where(x == float("-inf"), 0, x)'),
+    (sp.Piecewise((1, x < 0), (2, x < 1), (3, True)), "tl.where(x < 0, 1, tl.where(x < 1, 2, 3))"),
+    (sp.oo, 'float("inf")'),
+    (exp2(x - y), "tl.exp2(x - y)"),
+    (log2(x), "tl.log2(x)"),
+    (sp.exp(x), "tl.exp(x)"),
+    (sp.log(x), "tl.log(x)"),
+    (x * n.LOG2E, "x * 1.4426950408889634"),
+    (n.LOG2E, "1.4426950408889634"),
+    ((x + log2(y)) * n.LN2, "(x + tl.log2(y)) * 0.6931471805599453"),
+    (sp.And(sp.Le(x, y), sp.Lt(y, z)), "(x <= y) & (y < z)"),
+    (sp.Or(sp.Eq(x, 0), sp.Le(y, 1)), "(x == 0) | (y <= 1)"),
+    (x / y, "x/y"),
+    (T.rowmax(x), "tl.max(x, 1)"),
+    (T.rowsum(x * y), "tl.sum(x*y, 1)"),
+    (T.col(x + y), "(x + y)[:, None]"),
+    (T.trans(n.k), "tl.trans(k)"),
+    (T.dot(n.p, n.v), "tl.dot(p.to(DOT_DTYPE), v, input_precision=INPUT_PRECISION)"),
+    (T.dot(n.q, T.trans(n.k)), "tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION)"),
+    (sp.floor(n.start_n / n.B_c), "(start_n // BLOCK_N)"),
+    (sp.ceiling(n.start_n / n.B_c), "tl.cdiv(start_n, BLOCK_N)"),
+])
+def test_rules(expr, code):
+    assert print_expr(expr) == code
+
+
+def test_rename_maps_mask_indices():
+    code = print_expr(M.MASK_KINDS["causal"].predicate(), render.TILE_NAMES)
+    assert code == "offs_n[None, :] <= offs_m[:, None] + shift"
+
+
+@pytest.mark.parametrize("expr", [sp.sin(x), x ** 2, sp.sqrt(x), sp.Function("mystery")(x), sp.Abs(x),
+                                  sp.Piecewise((x, x > 0)), sp.Matrix([[x]])])
+def test_unsupported_nodes_raise(expr):
+    with pytest.raises(UnsupportedNode):
+        print_expr(expr)
+
+
+def test_print_term_names_claim_and_note():
+    assert print_term(T.FORWARD_TILE[3]) == (
+        "alpha = tl.exp2(m_i - m_safe)  # rescale the old state from the old max to the new one "
+        "(claim: online_softmax_invariant)")
+
+
+def test_every_forward_term_is_printed_into_the_kernel():
+    """The template's arithmetic is the spec's: each printed term appears verbatim."""
+    source = render.render_config(BlockConfig())["attention_fwd_br64_bc64.py"]
+    terms = (T.QK_SCALE, T.QK, *T.FORWARD_TILE, *T.FORWARD_EPILOGUE, M.MASK_TERM, *render.BOUNDS_INIT,
+             *render.TILE_LOOP)
+    for term in terms:
+        assert print_term(term) in source, term.name
+    for kind in M.MASK_KINDS:
+        assert print_term(render.keep_term(kind), render.TILE_NAMES) in source
+        for term in render.bounds_terms(kind):
+            assert print_term(term) in source
+
+
+def test_mask_subset_emits_only_those_kinds():
+    source = render.render_config(BlockConfig(masks=("causal",)))["attention_fwd_causal_br64_bc64.py"]
+    assert "if IS_CAUSAL:" in source
+    assert "if HAS_WINDOW:" not in source and "HAS_LENGTHS:\n" not in source and "tile_state == 1" not in source
+
+
+def test_every_printed_claim_is_registered():
+    """A kernel comment may only cite a claim that spec.claims can prove."""
+    from spec.claims import REGISTRY
+
+    terms = (T.QK_SCALE, T.QK, *T.FORWARD_TILE, *T.FORWARD_EPILOGUE, *T.SOFTMAX_NORMALISE, M.MASK_TERM,
+             *render.BOUNDS_INIT, *render.TILE_LOOP, render.KEEP_INIT, *map(render.keep_term, M.MASK_KINDS))
+    assert sorted({t.claim for t in terms} - set(REGISTRY)) == []
