@@ -1,0 +1,538 @@
+"""mkdocs hooks: every fact on the site is computed from the code at build time.
+
+The Markdown pages hold the prose; wherever a page needs a fact that the code owns, it
+holds a directive, an HTML comment on a line of its own::
+
+    <!-- fp:claims -->                     every claim of spec.claims.REGISTRY, proved now
+    <!-- fp:claim mask_tiles_sound -->     one claim
+    <!-- fp:claims-summary -->             one table: claim, statement, PROVED/FAILED
+    <!-- fp:glossary -->                   spec.notation.GLOSSARY
+    <!-- fp:overflow -->                   where exp overflows per dtype (numpy, at build time)
+    <!-- fp:sram -->                       on-chip footprint as a function of B_r, B_c, D
+    <!-- fp:mask-kinds -->                 the predicates of spec.masks.MASK_KINDS
+    <!-- fp:tile-bounds -->                spec.masks.tile_bounds per kind
+    <!-- fp:mask-alignment -->             pictures of spec.masks.dense_mask, both alignments
+    <!-- fp:tile-classes -->               a picture of spec.masks.classify_tile over a grid
+    <!-- fp:terms-kernel forward_tile -->  each spec.terms term beside its generated line
+    <!-- fp:generated-source fwd -->       a checked-in generated kernel, verbatim
+    <!-- fp:generator-help -->             the output of `python -m generator --help`
+    <!-- fp:spec-hash -->                  spec.fingerprint.spec_hash_prefix()
+
+``on_page_markdown`` replaces each directive with generated Markdown/HTML; an unknown
+directive, an unknown claim, or a term whose generated line cannot be found aborts the
+build with a message that names the problem and the fix. Nothing here is pasted: change
+a claim in ``spec/`` and the page changes (tests/test_docs.py shows it).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from mkdocs.exceptions import PluginError
+
+ROOT = Path(__file__).resolve().parent.parent
+GENERATED = ROOT / "generated"
+if str(ROOT) not in sys.path:  # `mkdocs build` from a checkout without `pip install -e .`
+    sys.path.insert(0, str(ROOT))
+
+import sympy as sp  # noqa: E402
+
+DIRECTIVE = re.compile(r"^<!--\s*fp:(?P<name>[a-z-]+)(?P<arg>(?:\s+[\w.-]+)*)\s*-->[ \t]*$", re.M)
+
+# Proof results are computed once per build (several pages show them) and dropped before the
+# next one, so `mkdocs serve` and a test that edits a claim always see the current spec.
+_results: dict | None = None
+
+
+class DocsError(PluginError):
+    """A fact the site needs is missing or inconsistent; the build stops."""
+
+
+# ---------------------------------------------------------------------------------
+# mkdocs events
+# ---------------------------------------------------------------------------------
+def on_config(config):
+    """Append a Performance section for the benchmark pages that exist (written elsewhere)."""
+    perf = sorted(Path(config["docs_dir"], "performance").glob("*.md"))
+    nav = config["nav"]
+    if perf and nav is not None and not any(isinstance(e, dict) and "Performance" in e for e in nav):
+        pages = [p.relative_to(config["docs_dir"]).as_posix() for p in perf]
+        pages.sort(key=lambda s: (not s.endswith("/index.md"), s))  # the overview first
+        nav.append({"Performance": pages})
+    return config
+
+
+def on_pre_build(config):
+    global _results
+    _results = None
+    _shown_groups.clear()
+
+
+def on_post_build(config):
+    """Every kernel term group of the spec must appear beside its generated lines somewhere."""
+    from spec import terms
+
+    missing = [g for g in terms.GROUPS if g not in _shown_groups]
+    if missing:
+        raise DocsError(f"spec.terms.GROUPS has {missing}, which no page shows: add "
+                        f"<!-- fp:terms-kernel GROUP --> for each to docs/kernel.md (or docs/backward.md)")
+
+
+def on_page_markdown(markdown, page, config, files):
+    def expand(match: re.Match) -> str:
+        name, arg = match["name"], match["arg"].split()
+        if name not in DIRECTIVES:
+            raise DocsError(f"{page.file.src_uri}: unknown directive fp:{name}; known: {sorted(DIRECTIVES)}")
+        try:
+            return DIRECTIVES[name](*arg)
+        except TypeError as err:
+            raise DocsError(f"{page.file.src_uri}: fp:{name} {' '.join(arg)}: {err}") from err
+
+    return DIRECTIVE.sub(expand, markdown)
+
+
+# ---------------------------------------------------------------------------------
+# LaTeX: sympy.latex, with the kernel's multi-letter names set upright
+# ---------------------------------------------------------------------------------
+SPECIAL_NAMES = {"delta": r"\Delta", "BLOCK_M": "B_r", "BLOCK_N": "B_c"}  # the seeds' names
+
+
+def _symbol_tex(name: str) -> str | None:
+    """``qk_scale`` -> ``\\mathrm{qk}_{\\mathrm{scale}}`` (SymPy would print ``qk_{scale}``, which reads
+    as q·k); ``None`` (SymPy's own rendering) for single letters and Greek names like ``alpha``."""
+    if name in SPECIAL_NAMES:
+        return SPECIAL_NAMES[name]
+    base, _, sub = name.partition("_")
+    if base in ("alpha", "N"):
+        return None
+    if len(base) == 1:  # m_ij stays m_{ij}; m_safe becomes m_{\mathrm{safe}}
+        return rf"{base}_{{\mathrm{{{sub}}}}}" if sub.isalpha() and len(sub) > 2 else None
+    out = rf"\mathrm{{{base}}}"
+    if sub:
+        out += "_{" + ",".join(rf"\mathrm{{{s}}}" if len(s) > 1 and s.isalpha() else s for s in sub.split("_")) + "}"
+    return out
+
+
+def tex(expr) -> str:
+    names = {s: t for s in sp.sympify(expr).free_symbols if isinstance(s, sp.Symbol)
+             and (t := _symbol_tex(s.name)) is not None}
+    return sp.latex(expr, symbol_names=names, mul_symbol="dot")
+
+
+def math_inline(latex: str) -> str:
+    """Arithmatex's own markup, for math inside generated HTML (where Markdown does not run)."""
+    return f'<span class="arithmatex">\\({html.escape(latex)}\\)</span>'
+
+
+def math_block(latex: str) -> str:
+    return f"\n$$\n{latex}\n$$\n"
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|$])")
+
+
+def md_text(text: str) -> str:
+    """Plain text from the code (a claim's statement, a proof's detail) as literal Markdown:
+    ``d'_{i-1}`` must not turn into emphasis, ``$`` not into math, ``|`` not into a cell."""
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(text, quote=False))
+
+
+def _indent(text: str, by: str = "    ") -> str:
+    return "\n".join(by + line if line.strip() else line for line in text.splitlines())
+
+
+# ---------------------------------------------------------------------------------
+# Claims
+# ---------------------------------------------------------------------------------
+def _registry():
+    from spec import claims
+
+    if not claims.REGISTRY:
+        raise DocsError("spec.claims.REGISTRY is empty: the claims are registered with @claim in spec/claims.py; "
+                        "nothing to document (is spec/claims.py complete?)")
+    return claims.REGISTRY
+
+
+def _proofs() -> dict:
+    global _results
+    if _results is None:
+        _results = {}
+        for cid, c in _registry().items():
+            try:
+                _results[cid] = c.prove()
+            except Exception as err:  # a proof that crashes is a failed proof, shown as such
+                from spec.claims import Result
+
+                _results[cid] = Result(cid, False, f"the proof raised {type(err).__name__}: {err}")
+    return _results
+
+
+def _terms_named(name: str) -> list[tuple[str, object]]:
+    from spec import terms
+
+    return [(group, t) for group, ts in terms.GROUPS.items() for t in ts if t.name == name]
+
+
+def _term_latex(name: str) -> list[str]:
+    """``name <- expr`` lines for every kernel term (or tile-classifier bound) called ``name``."""
+    from spec import masks
+
+    found = [rf"{tex(t.symbol)} &\leftarrow {tex(t.expr)} && \text{{({group.replace('_', ' ')})}}"
+             for group, t in _terms_named(name)]
+    if not found and name in ("kv_start", "kv_end", "full_start", "full_end"):
+        for kind in masks.MASK_KINDS:
+            value = getattr(masks.tile_bounds(kind), name)
+            if value is not None:
+                label = name.replace("_", r"\_")
+                found.append(rf"\mathrm{{{label}}} &\leftarrow {tex(value)} && \text{{({kind})}}")
+    if not found:
+        raise DocsError(f"a claim names the kernel term {name!r}, which is in neither spec.terms.GROUPS nor "
+                        "spec.masks.tile_bounds; fix the claim's terms=(...) in spec/claims.py")
+    return found
+
+
+def claim_block(cid: str, heading: str = "###") -> str:
+    registry = _registry()
+    if cid not in registry:
+        raise DocsError(f"the docs name claim {cid!r}, which spec.claims.REGISTRY does not have "
+                        f"(it has {list(registry)}); fix the page or the registry")
+    c, r = registry[cid], _proofs()[cid]
+    status = '<span class="fp-proved">PROVED</span>' if r.proved else '<span class="fp-failed">FAILED</span>'
+    out = [f"{heading} `{cid}` {{#{cid}}}", "", f"{status} — {md_text(c.statement)}", math_block(c.latex)]
+    if not r.proved:
+        out.append(f'!!! failure "This claim is FAILED in the current spec"\n    {md_text(r.detail or "no detail")}\n')
+    if c.terms:
+        lines = [line for name in c.terms for line in _term_latex(name)]
+        out.append("Kernel terms it licenses (`spec.terms`, printed by `sympy.latex`):")
+        out.append(math_block(r"\begin{aligned}" + r" \\ ".join(lines) + r"\end{aligned}"))
+    if r.cases:
+        body = [f"How it was checked: {md_text(r.detail)}" if r.detail else "", ""]
+        # a code span: case names like "a,b,c[0]" must not be read as Markdown links
+        body += [f"- `` {name} ``: residual {_residual(res)}" for name, res in r.cases]
+        kind = "success" if r.proved else "failure"
+        out.append(f'??? {kind} "Proof cases: residual = simplified difference of the two sides"\n'
+                   + _indent("\n".join(body)) + "\n")
+    return "\n".join(out) + "\n"
+
+
+def _residual(res) -> str:
+    latex = tex(res)
+    if len(latex) > 1500:  # a huge failed residual stays readable as source
+        return f"(too long to typeset, {len(latex)} characters of LaTeX)\n\n        `{sp.srepr(res)[:300]}…`"
+    return f"${latex}$"
+
+
+def claims_all() -> str:
+    return "\n".join(claim_block(cid) for cid in _registry())
+
+
+def claims_summary() -> str:
+    rows = ["| claim | statement | status |", "|---|---|---|"]
+    for cid, c in _registry().items():
+        r = _proofs()[cid]
+        status = '<span class="fp-proved">PROVED</span>' if r.proved else '<span class="fp-failed">FAILED</span>'
+        rows.append(f"| [`{cid}`](merge.md#{cid}) | {md_text(c.statement)} | {status} |")
+    return "\n".join(rows) + "\n"
+
+
+def glossary() -> str:
+    from spec import notation as n
+
+    rows = ["| kernel name | seeds' notation | meaning |", "|---|---|---|"]
+    for name, (seed, meaning) in n.GLOSSARY.items():
+        rows.append(f"| `{name}` | `{seed}` | {md_text(meaning)} |")
+    return "\n".join(rows) + "\n"
+
+
+def spec_hash() -> str:
+    from spec.fingerprint import spec_hash_prefix
+
+    return f"`{spec_hash_prefix()}`"
+
+
+def overflow() -> str:
+    """Where exp overflows per dtype, and the seeds' example evaluated in float16 with numpy."""
+    import numpy as np
+
+    rows = ["| dtype | largest finite value | $e^x$ overflows for $x >$ |", "|---|---|---|"]
+    for dt in (np.float16, np.float32, np.float64):
+        fmax = np.finfo(dt).max
+        rows.append(f"| `{np.dtype(dt).name}` | {float(fmax):.6g} | {float(np.log(np.float64(fmax))):.5g} |")
+    x = np.array([10.0, 11.0, 12.0], dtype=np.float16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(x)
+        naive = e / e.sum()
+    shifted = np.exp(x - x.max())
+    safe = shifted / shifted.sum()
+    exact = np.exp(x.astype(np.float64) - 12.0)
+    exact /= exact.sum()
+    fmt = lambda a: "[" + ", ".join(f"{float(v):.4g}" for v in a) + "]"  # noqa: E731
+    return ("\n".join(rows) + "\n\nThe logits $x = (10, 11, 12)$ in float16, evaluated with numpy while "
+            "this page was built:\n\n"
+            f"| | float16 result |\n|---|---|\n"
+            f"| $e^{{x}}$ | `{fmt(e)}` |\n"
+            f"| $e^{{x_i}} / \\sum_j e^{{x_j}}$ (naive) | `{fmt(naive)}` |\n"
+            f"| $e^{{x_i - m}} / \\sum_j e^{{x_j - m}}$ (safe, $m = 12$) | `{fmt(safe)}` |\n"
+            f"| exact (float64) | `{fmt(exact)}` |\n")
+
+
+def sram() -> str:
+    """On-chip footprint of one forward program (FA2), as a formula and for the generated blocks."""
+    from spec import notation as n
+
+    D = sp.Symbol("D", integer=True, positive=True)
+    elems = {  # tile -> (elements, bytes per element: fp16/bf16 inputs, fp32 accumulators)
+        "Q tile": (n.B_r * D, 2), "K tile": (n.B_c * D, 2), "V tile": (n.B_c * D, 2),
+        "scores / P tile (fp32)": (n.B_r * n.B_c, 4), "acc (fp32)": (n.B_r * D, 4),
+        "m_i, l_i (fp32)": (2 * n.B_r, 4),
+    }
+    total = sp.expand(sum(e * b for e, b in elems.values()))
+    rows = ["| tile | elements | bytes each |", "|---|---|---|"]
+    rows += [f"| {name} | ${tex(e)}$ | {b} |" for name, (e, b) in elems.items()]
+    blocks = sorted({(int(m[1]), int(m[2])) for f in GENERATED.glob("attention_*.py")
+                     if (m := re.search(r"_br(\d+)_bc(\d+)", f.name))}) or [(64, 64)]
+    table = ["| $B_r$ | $B_c$ | $D = 64$ | $D = 128$ |", "|---|---|---|---|"]
+    for br, bc in blocks:
+        kib = [float(total.subs({n.B_r: br, n.B_c: bc, D: d})) / 1024 for d in (64, 128)]
+        table.append(f"| {br} | {bc} | {kib[0]:.1f} KiB | {kib[1]:.1f} KiB |")
+    return ("\n".join(rows) + "\n\nIn total, in bytes (no $N$ anywhere):\n"
+            + math_block(rf"\text{{bytes}}(B_r, B_c, D) = {tex(total)}")
+            + "\nFor the block sizes of the kernels in `generated/`:\n\n" + "\n".join(table) + "\n")
+
+
+# ---------------------------------------------------------------------------------
+# Masks
+# ---------------------------------------------------------------------------------
+def mask_kinds() -> str:
+    from spec import masks
+
+    rows = ["| kind | kernel flag | attend(i, j) | meaning |", "|---|---|---|---|"]
+    for k in masks.MASK_KINDS.values():
+        rows.append(f"| `{k.name}` | `{k.flag}` | ${tex(k.predicate())}$ | {md_text(k.doc)} |")
+    lo, hi = masks.bounds(tuple(masks.MASK_KINDS))
+    combined = math_block(rf"\mathrm{{attend}}(i,j) \iff {tex(lo)} \le j \le {tex(hi)}")
+    shifts = ", ".join(f"`{a}`: ${tex(s)}$" for a, s in masks.ALIGNMENT_SHIFT.items())
+    return ("\n".join(rows) + "\n\nAll kinds at once (the intersection, with the key range $0 \\le j < N_K$):\n"
+            + combined + f"\nThe alignment offset `shift` per alignment: {shifts}.\n")
+
+
+def tile_bounds() -> str:
+    from spec import masks
+
+    fields = ("kv_start", "kv_end", "full_start", "full_end")
+    rows = ["| kind | " + " | ".join(f"`{f}`" for f in fields) + " |", "|---" * 5 + "|"]
+    for kind in masks.MASK_KINDS:
+        tb = masks.tile_bounds(kind)
+        cells = ["—" if getattr(tb, f) is None else f"${tex(getattr(tb, f))}$" for f in fields]
+        rows.append(f"| `{kind}` | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+_CELL = 14  # px per mask cell in the pictures
+_COLORS = {"attend": "#3f51b5", "skip": "#f2f2f2", "full": "#c8e6c9", "partial": "#ffe0b2"}
+
+
+def _svg_mask(dense, title: str, tiles=None) -> str:
+    """An SVG of a boolean (nq, nk) mask: rows are queries, columns keys; filled = attended.
+
+    ``tiles`` (optional): ``[(r0, c0, br, bc, cls)]`` painted under the cells by class.
+    """
+    nq, nk = dense.shape
+    pad, c = 22, _CELL
+    w, h = pad + nk * c + 2, pad + nq * c + 2
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
+             f'role="img" aria-label="{html.escape(title)}">',
+             f'<text x="{pad}" y="10" font-size="9" fill="#555">key j →</text>',
+             f'<text x="2" y="{pad + 8}" font-size="9" fill="#555" transform="rotate(90 2 {pad + 8})">query i →</text>']
+    for r0, c0, br, bc, cls in tiles or ():
+        parts.append(f'<rect x="{pad + c0 * c}" y="{pad + r0 * c}" width="{bc * c}" height="{br * c}" '
+                     f'fill="{_COLORS[cls]}" stroke="#333" stroke-width="1.5"/>')
+    for i in range(nq):
+        for j in range(nk):
+            fill = _COLORS["attend"] if dense[i, j] else "none"
+            parts.append(f'<rect x="{pad + j * c + 2}" y="{pad + i * c + 2}" width="{c - 4}" height="{c - 4}" '
+                         f'fill="{fill}" stroke="#9e9e9e" stroke-width="0.5"/>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _figure(svg: str, caption: str) -> str:
+    return f"<figure>{svg}<figcaption>{caption}</figcaption></figure>"
+
+
+def mask_alignment() -> str:
+    """Causal masks for N_Q != N_K, in both alignments, from spec.masks.dense_mask."""
+    from spec import masks
+
+    figures = []
+    for nq, nk in ((6, 10), (10, 6)):
+        for alignment in masks.ALIGNMENTS:
+            shift = masks.alignment_shift(alignment, nq, nk)
+            dense = masks.dense_mask(("causal",), nq, nk, shift=shift)
+            caption = (f"causal, <code>{alignment}</code>, N_Q = {nq}, N_K = {nk}: shift = {shift}; "
+                       f"query 0 sees {int(dense[0].sum())} key(s), the last query sees {int(dense[-1].sum())}")
+            figures.append(_figure(_svg_mask(dense, f"causal {alignment} {nq}x{nk}"), caption))
+    return '<div class="fp-figures" markdown="0">' + "".join(figures) + "</div>\n"
+
+
+def tile_classes() -> str:
+    """classify_tile over every tile of two example masks, painted under their dense mask."""
+    from spec import masks
+
+    examples = [
+        (("causal",), 16, 24, 4, 4, dict(shift=24 - 16), "causal, bottom_right"),
+        (("causal", "window"), 16, 16, 4, 4, dict(shift=0, window_left=5, window_right=0),
+         "causal + window (left = 5), top_left"),
+    ]
+    figures = []
+    for kinds, nq, nk, br, bc, params, label in examples:
+        full = dict(N_Q=nq, N_K=nk, **params)
+        dense = masks.dense_mask(kinds, nq, nk, **params)
+        tiles, counts = [], {"skip": 0, "full": 0, "partial": 0}
+        for r0 in range(0, nq, br):
+            for c0 in range(0, nk, bc):
+                cls = masks.classify_tile(kinds, r0, c0, br, bc, **full)
+                tiles.append((r0, c0, br, bc, cls))
+                counts[cls] += 1
+        caption = (f"{label}, N_Q = {nq}, N_K = {nk}, B_r = B_c = {br}: "
+                   + ", ".join(f'<span style="background:{_COLORS[k]}">&nbsp;{k}&nbsp;</span> {v}'
+                               for k, v in counts.items()))
+        figures.append(_figure(_svg_mask(dense, label, tiles), caption))
+    return '<div class="fp-figures" markdown="0">' + "".join(figures) + "</div>\n"
+
+
+# ---------------------------------------------------------------------------------
+# Generated kernels
+# ---------------------------------------------------------------------------------
+#: which generated kernel files hold each term group (a glob under generated/)
+GROUP_FAMILY = {"qk_scale": "fwd", "qk": "fwd", "forward_tile": "fwd", "forward_epilogue": "fwd",
+                "softmax_normalise": "softmax", "backward_preprocess": "bwd", "backward_tile": "bwd",
+                "backward_dkdv": "bwd", "backward_dq": "bwd", "backward_scale": "bwd"}
+FAMILY_GLOB = {"fwd": "attention_fwd_*.py", "bwd": "attention_bwd_*.py", "softmax": "softmax_*.py"}
+#: the file shown for a family: the plain 64x64 variant when it exists, else the first by name
+PREFERRED = {"fwd": "attention_fwd_br64_bc64.py", "bwd": "attention_bwd_br64_bc64.py"}
+#: term groups shown during this build; on_post_build fails if one of spec.terms.GROUPS is not
+_shown_groups: set[str] = set()
+
+
+def _generated_files(family: str) -> list[Path]:
+    """The family's generated files, the plain 64x64 variant first."""
+    found = sorted(GENERATED.glob(FAMILY_GLOB[family]))
+    preferred = GENERATED / PREFERRED.get(family, "-")
+    return sorted(found, key=lambda f: f != preferred)
+
+
+def _generated_file(family: str) -> Path | None:
+    files = _generated_files(family)
+    return files[0] if files else None
+
+
+def _rename(family: str) -> dict | None:
+    """The symbol renames the generator applies for a family (softmax calls the logits ``x``)."""
+    if family == "softmax":
+        from generator.render import SOFTMAX_NAMES
+
+        return SOFTMAX_NAMES
+    return None
+
+
+def _find_term_lines(terms, path: Path, rename: dict | None) -> list[tuple[int, str]]:
+    """The generated line of each term, in order: the first line after the previous term's that
+    is exactly what ``generator.printer.print_term`` prints for the term today."""
+    from generator.printer import print_term
+
+    lines = path.read_text().splitlines()
+    pos, found = 0, []
+    for t in terms:
+        expected = print_term(t, rename)
+        k = next((k for k in range(pos, len(lines)) if lines[k].strip() == expected), None)
+        if k is None:
+            raise DocsError(
+                f"term {t.name} = {t.expr} (claim {t.claim}) has no generated line in "
+                f"{path.relative_to(ROOT)} after line {pos} (expected `{expected}`): the generated kernel "
+                "is stale or its template does not print this term; run `python -m generator` "
+                "(`python -m generator --check` lists stale files)")
+        found.append((k + 1, lines[k].strip()))
+        pos = k + 1
+    return found
+
+
+def terms_kernel(group: str) -> str:
+    from spec import terms
+
+    _shown_groups.add(group)
+    if group not in terms.GROUPS:
+        raise DocsError(f"fp:terms-kernel {group}: spec.terms.GROUPS has {list(terms.GROUPS)}")
+    family = GROUP_FAMILY.get(group)
+    if family is None:
+        raise DocsError(f"term group {group!r} has no kernel family in docs/hooks.py GROUP_FAMILY; add it")
+    files = _generated_files(family)
+    if not files:
+        if family == "bwd":  # the backward kernels are emitted by a later stage of the generator
+            return ('!!! warning "No backward kernel is generated yet"\n    `generated/attention_bwd_*.py` '
+                    "does not exist in this checkout, so these terms have no kernel line to show.\n")
+        raise DocsError(f"no generated/{FAMILY_GLOB[family]}: run `python -m generator` before building the docs")
+    # the first file (plain variant first) that holds the whole group, in order
+    errors = []
+    for path in files:
+        try:
+            found = _find_term_lines(terms.GROUPS[group], path, _rename(family))
+            break
+        except DocsError as err:
+            errors.append(str(err))
+    else:
+        raise DocsError(f"term group {group!r}: " + " | ".join(errors))
+    rel = path.relative_to(ROOT).as_posix()
+    rows = ['<table class="fp-terms"><thead><tr><th>kernel name</th><th>spec term (<code>sympy.latex</code>)</th>'
+            f"<th>generated line in <code>{rel}</code></th></tr></thead><tbody>"]
+    registry = _registry()
+    for t, (lineno, line) in zip(terms.GROUPS[group], found):
+        if t.claim not in registry:
+            raise DocsError(f"term {t.name} of group {group!r} cites claim {t.claim!r}, which "
+                            "spec.claims.REGISTRY does not have; register it or fix the term's claim")
+        term = math_inline(tex(t.symbol) + r" \leftarrow " + tex(t.expr))
+        claim = f'<a href="../merge/#{t.claim}"><code>{t.claim}</code></a>'
+        rows.append(f"<tr><td><code>{t.name}</code></td><td>{term}<br><small>claim: {claim}</small></td>"
+                    f"<td><code>{html.escape(line.split('  # ', 1)[0])}</code>"
+                    f"<br><small>line {lineno} · {html.escape(t.note)}</small></td></tr>")
+    rows.append("</tbody></table>")
+    return "\n".join(rows) + "\n"
+
+
+def generated_source(family: str) -> str:
+    path = _generated_file(family)
+    if path is None:
+        raise DocsError(f"no generated/{FAMILY_GLOB[family]}: run `python -m generator` first")
+    rel = path.relative_to(ROOT).as_posix()
+    body = _indent(f'```python linenums="1"\n{path.read_text().rstrip()}\n```')
+    return f'??? example "The whole of `{rel}`, as checked in"\n{body}\n'
+
+
+def generator_help() -> str:
+    proc = subprocess.run([sys.executable, "-m", "generator", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise DocsError(f"`python -m generator --help` failed ({proc.returncode}):\n{proc.stderr.strip()}")
+    return f"```text\n$ python -m generator --help\n{proc.stdout.rstrip()}\n```\n"
+
+
+DIRECTIVES = {
+    "claims": claims_all,
+    "claim": claim_block,
+    "claims-summary": claims_summary,
+    "glossary": glossary,
+    "spec-hash": spec_hash,
+    "overflow": overflow,
+    "sram": sram,
+    "mask-kinds": mask_kinds,
+    "tile-bounds": tile_bounds,
+    "mask-alignment": mask_alignment,
+    "tile-classes": tile_classes,
+    "terms-kernel": terms_kernel,
+    "generated-source": generated_source,
+    "generator-help": generator_help,
+}
