@@ -1,0 +1,413 @@
+"""Static GPU cost of every generated kernel, compiled ahead of time without a GPU.
+
+``triton.compile`` takes a ``GPUTarget`` and runs the whole pipeline (TTIR -> TTGIR -> PTX
+-> ptxas -> cubin) on the CPU, so a machine with no GPU can still tell what a kernel will
+cost on one. Each kernel is compiled with the specialisation a launch on contiguous tensors gets
+(``launch_specialisation``), and the report gives:
+
+* **registers per thread** and the **stack frame**, from ``cuobjdump --dump-resource-usage``
+  on the cubin (the same numbers the driver reports as ``n_regs`` once a kernel is loaded);
+* **spill bytes**: the local-memory stores/loads (``STL``/``LDL``) in the SASS of that
+  cubin, which is what ptxas's "N bytes spill stores" line counts;
+* **shared memory**: the dynamic size Triton requests at launch (``metadata.shared``) plus
+  the cubin's static shared memory, against the per-block limit of the architecture;
+* **tensor cores**: every ``tt.dot`` must lower to an ``nvidia_mma`` layout in TTGIR
+  (version 2: ``mma.sync``/``HMMA``; version 3: ``wgmma``/``HGMMA``), confirmed in PTX and SASS.
+  A dot that falls back to FMA keeps a ``blocked`` layout and is reported.
+
+Kernels are found generically: every module in ``generated/`` that defines
+``aot_compile_args(dtype, head_dim, **mask_flags)`` (forward now, backward when it exists).
+That function returns one kernel as ``dict(fn, signature, constexprs, num_warps,
+num_stages)``, or several as a list / a ``{name: dict}``.
+
+Compilation runs in worker subprocesses with ``TRITON_INTERPRET`` unset (the interpreter
+replaces ``@triton.jit`` functions, which then cannot be compiled), one per core, and each
+result is cached under ``.artifacts/static-cache`` keyed by the kernel file, the Triton
+version and the variant.
+
+    python -m benchmarks.static                                   # table on stdout
+    python -m benchmarks.static --json static.json --markdown docs/performance/static.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from benchmarks.common import (
+    ARTIFACTS, DOCS_PERF, ROOT, kernel_modules, markdown_table, text_table, write_text,
+)
+
+#: compute capability -> name; sm_90 compiles as sm_90a (Triton's choice: wgmma needs the "a")
+ARCHS = {80: "sm_80", 90: "sm_90"}
+#: largest shared memory one block may opt in to (CUDA C Programming Guide, "Technical
+#: Specifications per Compute Capability"): A100 163 KB, H100 227 KB.
+SHARED_LIMIT = {80: 163 * 1024, 90: 227 * 1024}
+DTYPES = ("fp16", "bf16")
+HEAD_DIMS = (64, 128)
+#: mask variants compiled by default: the unmasked kernel and the causal one (whose diagonal
+#: tiles carry the predicate and so the most registers)
+MASKS = {"none": {}, "causal": {"causal": True}}
+#: bump when the analysis changes, to invalidate cached rows
+ANALYSIS_VERSION = 2
+CACHE = ARTIFACTS / "static-cache"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One compilation: a generated module at one (arch, dtype, head dim, mask)."""
+
+    module: str
+    arch: int
+    dtype: str
+    head_dim: int
+    mask: str
+    num_warps: int | None = None  # None: the module's own (generated) choice
+    num_stages: int | None = None
+
+    def cache_key(self, triton_version: str) -> str:
+        path = ROOT / (self.module.replace(".", "/") + ".py")
+        if not path.exists():  # a module outside the repository (tests' stand-ins)
+            import importlib.util
+
+            path = Path(importlib.util.find_spec(self.module).origin)
+        h = hashlib.sha256(path.read_bytes())
+        # the launch helpers build the signature and constexprs the module returns
+        for helper in sorted((ROOT / "generator" / "runtime").glob("*.py")):
+            h.update(helper.read_bytes())
+        h.update(json.dumps([asdict(self), triton_version, ANALYSIS_VERSION]).encode())
+        return h.hexdigest()[:24]
+
+
+def make_jobs(modules, archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS, masks=tuple(MASKS),
+              warps=(None,), stages=(None,)):
+    """Every combination; ``warps``/``stages`` other than ``None`` override the generated
+    launch options (to find settings that do not spill)."""
+    return [Job(m, a, d, h, k, w, s) for m in modules for a in archs for d in dtypes
+            for h in head_dims for k in masks for w in warps for s in stages]
+
+
+# ----------------------------------------------------------------------------------------
+# Compilation and analysis (runs inside a worker process, Triton not interpreting)
+# ----------------------------------------------------------------------------------------
+def kernel_specs(module, dtype: str, head_dim: int, mask_flags: dict) -> list[tuple[str, dict]]:
+    """``[(kernel name, compile args)]`` from a module's ``aot_compile_args``."""
+    got = module.aot_compile_args(dtype, head_dim, **mask_flags)
+    if isinstance(got, dict) and "fn" in got:
+        got = [got]
+    items = got.items() if isinstance(got, dict) else [(None, g) for g in got]
+    return [(name or spec["fn"].__name__, spec) for name, spec in items]
+
+
+def launch_specialisation(spec: dict) -> tuple[dict, dict, dict]:
+    """``(signature, constexprs, attrs)`` of a typical launch, as Triton's JIT would compile it.
+
+    At launch, ``@triton.jit`` specialises on the argument values: an int equal to 1 becomes
+    the constant 1, and pointers and ints divisible by 16 are marked ``tt.divisibility=16``.
+    Compiling without that (plain ``aot_compile_args``) is not what runs: a kernel that does
+    not know its innermost stride is 1 cannot vectorise its loads, so Triton does not
+    software-pipeline them (no ``cp.async``/TMA) and the registers, shared memory and
+    spills all differ. A module may return the launch's ``attrs`` itself; otherwise this
+    models a launch on contiguous tensors: every pointer is 16-byte aligned (PyTorch
+    allocations are), and in each run of ``stride_<tensor>*`` parameters (declared outer to
+    inner, as in the Triton tutorial) the last is the unit stride and the others are
+    multiples of 16 (head dim 64 or 128). Other ints (lengths, heads, window) are left
+    unspecialised.
+    """
+    signature, constexprs = dict(spec["signature"]), dict(spec["constexprs"])
+    if "attrs" in spec:
+        return signature, constexprs, dict(spec["attrs"])
+    names = spec["fn"].arg_names
+    attrs = {}
+    strides = [(i, name) for i, name in enumerate(names)
+               if name.startswith("stride_") and signature.get(name) == "i32"]
+    for pos, (i, name) in enumerate(strides):
+        following = strides[pos + 1] if pos + 1 < len(strides) else None
+        innermost = (following is None or following[0] != i + 1
+                     or following[1][:-1].rstrip("_") != name[:-1].rstrip("_"))
+        if innermost:
+            signature[name], constexprs[name] = "constexpr", 1
+        else:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    for i, name in enumerate(names):
+        if signature.get(name, "").startswith("*"):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return signature, constexprs, attrs
+
+
+def _tool(name: str) -> str:
+    """Path of a CUDA binary shipped in the Triton wheel (cuobjdump, nvdisasm)."""
+    import triton
+
+    try:
+        return getattr(triton.knobs.nvidia, name).path
+    except AttributeError:  # older layouts: the wheel's bin directory
+        return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
+
+
+_RESOURCE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
+_LOCAL_ACCESS = re.compile(r"\b(STL|LDL)((?:\.[A-Z0-9]+)*)\s")
+_SASS_TC = re.compile(r"\b(HMMA|HGMMA)\.")
+_WIDTH = {"U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}
+
+
+def resource_usage(cubin: bytes) -> dict:
+    """Registers, stack, static shared and local bytes from the cubin, and its SASS counts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        usage = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", str(path)],
+                               check=True, capture_output=True, text=True).stdout
+        sass = subprocess.run([_tool("cuobjdump"), "-sass", str(path)],
+                              check=True, capture_output=True, text=True).stdout
+    m = _RESOURCE.search(usage)
+    if m is None:
+        raise RuntimeError(f"cannot parse cuobjdump --dump-resource-usage output:\n{usage}")
+    regs, stack, static_shared, local = map(int, m.groups())
+    spill = {"STL": 0, "LDL": 0}
+    for op, mods in _LOCAL_ACCESS.findall(sass):
+        width = 4
+        for mod in mods.split(".")[1:]:
+            width = _WIDTH.get(mod, width)
+        spill[op] += width
+    tc = _SASS_TC.findall(sass)
+    return dict(regs=regs, stack_bytes=stack, static_shared=static_shared, local_bytes=local,
+                spill_store_bytes=spill["STL"], spill_load_bytes=spill["LDL"],
+                sass_hmma=tc.count("HMMA"), sass_hgmma=tc.count("HGMMA"))
+
+
+_DOT_LINE = re.compile(r"=\s*(tt\.dot|ttng\.warp_group_dot)\s.*->\s*tensor<[^>]*?,\s*(#[\w.]+)")
+_MMA_ALIAS = re.compile(r"^(#[\w.]+)\s*=\s*#ttg\.nvidia_mma<\{versionMajor\s*=\s*(\d+)", re.M)
+
+
+def dot_lowering(ttir: str, ttgir: str) -> dict:
+    """How many dots the kernel has and how many landed on a tensor-core (nvidia_mma) layout."""
+    mma_versions = dict(_MMA_ALIAS.findall(ttgir))
+    dots = _DOT_LINE.findall(ttgir)
+    on_mma = [mma_versions[enc] for _, enc in dots if enc in mma_versions]
+    return dict(dots_ttir=len(re.findall(r"=\s*tt\.dot\s", ttir)), dots=len(dots),
+                dots_on_tensor_cores=len(on_mma),
+                mma_version=max((int(v) for v in on_mma), default=0))
+
+
+def analyse(compiled, arch: int) -> dict:
+    """Everything the report shows about one compiled kernel."""
+    md = compiled.metadata
+    asm = compiled.asm
+    row = dict(num_warps=md.num_warps, num_stages=md.num_stages, dynamic_shared=md.shared)
+    row.update(resource_usage(asm["cubin"]))
+    row.update(dot_lowering(asm["ttir"], asm["ttgir"]))
+    row["ptx_mma_sync"] = len(re.findall(r"\bmma\.sync\.", asm["ptx"]))
+    row["ptx_wgmma"] = len(re.findall(r"\bwgmma\.mma_async\.", asm["ptx"]))
+    row["shared_bytes"] = row["dynamic_shared"] + row["static_shared"]
+    row["shared_limit"] = SHARED_LIMIT[arch]
+    return row
+
+
+def verdict(row: dict) -> dict:
+    """The three properties the default configs must have."""
+    return dict(
+        no_spill=row["spill_store_bytes"] == 0 and row["spill_load_bytes"] == 0,
+        fits_shared=row["shared_bytes"] <= row["shared_limit"],
+        tensor_cores=(row["dots"] > 0 and row["dots_on_tensor_cores"] == row["dots"]
+                      and row["sass_hmma"] + row["sass_hgmma"] > 0),
+    )
+
+
+def compile_job(job: Job) -> list[dict]:
+    """Compile one job (all kernels of the module); errors become rows, not crashes."""
+    import importlib
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    base = asdict(job)
+    try:
+        module = importlib.import_module(job.module)
+        specs = kernel_specs(module, job.dtype, job.head_dim, MASKS[job.mask])
+    except Exception as exc:  # noqa: BLE001 - reported per row
+        return [dict(base, kernel="?", error=f"aot_compile_args: {type(exc).__name__}: {exc}")]
+    rows = []
+    for name, spec in specs:
+        row = dict(base, kernel=name)
+        try:
+            signature, constexprs, attrs = launch_specialisation(spec)
+            src = triton.compiler.ASTSource(spec["fn"], signature, constexprs, attrs)
+            options = dict(num_warps=job.num_warps or spec["num_warps"],
+                           num_stages=job.num_stages or spec["num_stages"])
+            compiled = triton.compile(src, target=GPUTarget("cuda", job.arch, 32), options=options)
+            row.update(analyse(compiled, job.arch))
+            row.update(verdict(row))
+        except Exception as exc:  # noqa: BLE001 - a kernel that does not compile is a finding
+            row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+        rows.append(row)
+    return rows
+
+
+def _worker() -> None:
+    """``--worker``: read jobs (JSON) on stdin, write their rows (JSON) on stdout."""
+    jobs = [Job(**j) for j in json.load(sys.stdin)]
+    out = [compile_job(job) for job in jobs]
+    sys.stdout.write("\n@@ROWS@@\n" + json.dumps(out))
+
+
+# ----------------------------------------------------------------------------------------
+# Driver: cache, fan out to worker processes
+# ----------------------------------------------------------------------------------------
+def triton_version() -> str:
+    import importlib.metadata
+
+    return importlib.metadata.version("triton")
+
+
+def run_jobs(jobs: list[Job], workers: int | None = None, use_cache: bool = True) -> list[dict]:
+    """Rows for every job, compiling the uncached ones in ``workers`` subprocesses."""
+    version = triton_version()
+    results: dict[Job, list[dict]] = {}
+    todo = []
+    for job in jobs:
+        path = CACHE / f"{job.cache_key(version)}.json"
+        if use_cache and path.exists():
+            results[job] = json.loads(path.read_text())
+        else:
+            todo.append(job)
+    workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+    # TRITON_INTERPRET would turn @triton.jit into interpreted functions that cannot compile
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns when unset; 1 = its default
+    chunks = [todo[i::workers] for i in range(workers)] if todo else []
+    procs = [
+        (chunk, subprocess.Popen([sys.executable, "-m", "benchmarks.static", "--worker"], cwd=ROOT,
+                                 env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True))
+        for chunk in chunks
+    ]
+    for chunk, proc in procs:
+        proc.stdin.write(json.dumps([asdict(j) for j in chunk]))
+        proc.stdin.close()
+    for chunk, proc in procs:
+        stdout = proc.stdout.read()
+        stderr = proc.stderr.read()
+        if proc.wait() != 0 or "@@ROWS@@" not in stdout:
+            raise RuntimeError(f"static-analysis worker failed (exit {proc.returncode}):\n{stderr[-4000:]}")
+        for job, rows in zip(chunk, json.loads(stdout.split("@@ROWS@@", 1)[1])):
+            results[job] = rows
+            if not any("error" in r for r in rows):
+                CACHE.mkdir(parents=True, exist_ok=True)
+                (CACHE / f"{job.cache_key(version)}.json").write_text(json.dumps(rows))
+    return [row for job in jobs for row in results[job]]
+
+
+# ----------------------------------------------------------------------------------------
+# Reports
+# ----------------------------------------------------------------------------------------
+HEADER = ["module", "kernel", "arch", "dtype", "D", "mask", "warps", "stages", "regs",
+          "spill st/ld B", "shared KB (limit)", "dots on TC", "TC instr (SASS)", "ok"]
+
+
+def _cells(row: dict) -> list:
+    ident = [row["module"].removeprefix("generated."), row["kernel"], ARCHS[row["arch"]],
+             row["dtype"], row["head_dim"], row["mask"]]
+    if "error" in row:
+        return ident + ["-"] * 7 + ["ERROR: " + row["error"]]
+    tc = f"{row['sass_hgmma']} HGMMA" if row["sass_hgmma"] else f"{row['sass_hmma']} HMMA"
+    ok = "yes" if all(verdict(row).values()) else "NO: " + ", ".join(
+        k for k, v in verdict(row).items() if not v)
+    mma = {2: "mma v2", 3: "wgmma"}.get(row["mma_version"], "none")
+    return ident + [row["num_warps"], row["num_stages"], row["regs"],
+                    f"{row['spill_store_bytes']}/{row['spill_load_bytes']}",
+                    f"{row['shared_bytes'] / 1024:.1f} ({row['shared_limit'] // 1024})",
+                    f"{row['dots_on_tensor_cores']}/{row['dots']} {mma}", tc, ok]
+
+
+def markdown_page(rows: list[dict], command: str) -> str:
+    import platform
+
+    bad = [r for r in rows if "error" in r or not all(verdict(r).values())]
+    return f"""# Static cost of the generated kernels
+
+<!-- generated by `{command}`; do not edit by hand -->
+
+Every generated kernel compiled **ahead of time, without a GPU**: `triton.compile` with a
+`GPUTarget("cuda", 80 | 90, 32)` runs Triton's whole pipeline (TTIR → TTGIR → PTX → ptxas →
+cubin) on the CPU. Triton {triton_version()}, Python {platform.python_version()}.
+No kernel was run: these are the compiler's numbers, not measurements.
+
+Each kernel is compiled as Triton's JIT specialises a real launch on contiguous tensors:
+pointers 16-byte aligned, the innermost stride of every tensor the constant 1, the other
+strides multiples of 16 (`launch_specialisation` in `benchmarks/static.py`). Without that
+specialisation Triton cannot vectorise the K/V loads, does not pipeline them, and every
+number below would describe a kernel that never runs.
+
+How each column is obtained (see `benchmarks/static.py`):
+
+- **regs**: registers per thread, from `cuobjdump --dump-resource-usage` on the cubin.
+- **spill st/ld B**: bytes of local-memory stores/loads (`STL`/`LDL`) in the cubin's SASS,
+  the quantity ptxas reports as "bytes spill stores/loads". Any spill is a defect.
+- **shared KB (limit)**: Triton's launch-time dynamic shared memory plus the cubin's static
+  shared memory, beside the per-block opt-in limit (sm_80: 163 KB, sm_90: 227 KB).
+- **dots on TC**: how many `tt.dot`s of the kernel lowered to a tensor-core layout
+  (`nvidia_mma` v2 = `mma.sync`, v3 = `wgmma`); **TC instr** counts the `HMMA`/`HGMMA`
+  instructions in SASS.
+- **ok**: no spill, fits shared memory, every dot on tensor cores. The test
+  `tests/test_static.py` asserts this for the default 64×64 configs.
+
+Regenerate with `{command}`.
+
+{markdown_table(HEADER, [_cells(r) for r in rows])}
+
+{"All rows are ok." if not bad else f"**{len(bad)} row(s) are not ok** (see the last column)."}
+The test asserts the default 64×64 rows; a row of another block config that is not ok is a
+finding for that config's `--num-warps` / `--num-stages` (or the defaults table in
+`generator/variants.py`), explored with
+`python -m benchmarks.static --module <name> --num-warps 4 8 --num-stages 2 3`.
+"""
+
+
+def main(argv=None) -> int:
+    if argv is None and sys.argv[1:] == ["--worker"]:
+        _worker()
+        return 0
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.static", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--module", action="append", help="substring of the generated module names to keep "
+                    "(repeatable; default: all modules with aot_compile_args)")
+    ap.add_argument("--arch", type=int, nargs="+", default=list(ARCHS), choices=list(ARCHS))
+    ap.add_argument("--dtype", nargs="+", default=list(DTYPES), choices=list(DTYPES))
+    ap.add_argument("--head-dim", type=int, nargs="+", default=list(HEAD_DIMS))
+    ap.add_argument("--mask", nargs="+", default=list(MASKS), choices=list(MASKS))
+    ap.add_argument("--num-warps", type=int, nargs="+", default=[None],
+                    help="override the generated num_warps (explore settings that do not spill)")
+    ap.add_argument("--num-stages", type=int, nargs="+", default=[None],
+                    help="override the generated num_stages")
+    ap.add_argument("--workers", type=int, default=None, help="compile processes (default: cores)")
+    ap.add_argument("--no-cache", action="store_true")
+    ap.add_argument("--json", type=Path, help="write all rows as JSON here")
+    ap.add_argument("--markdown", type=Path, nargs="?", const=DOCS_PERF / "static.md",
+                    help="write the docs page (default path: docs/performance/static.md)")
+    args = ap.parse_args(argv)
+
+    modules = [m for m in kernel_modules() if not args.module or any(s in m for s in args.module)]
+    if not modules:
+        ap.error(f"no generated module matches {args.module}")
+    rows = run_jobs(make_jobs(modules, args.arch, args.dtype, args.head_dim, args.mask,
+                              args.num_warps, args.num_stages),
+                    args.workers, use_cache=not args.no_cache)
+    print(text_table(HEADER, [_cells(r) for r in rows]))
+    if args.json:
+        write_text(args.json, json.dumps(rows, indent=1) + "\n")
+    if args.markdown:
+        write_text(args.markdown, markdown_page(rows, "python -m benchmarks.static --markdown"))
+    failed = [r for r in rows if "error" in r]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The HBM-traffic model (benchmarks/hbm.py) against an instrumented count of real loads.
+
+The instrumented count is ``spec.reference.online_attention(..., order="fa2", stats=...)``:
+the float64 reference's tiled loop, which asks ``spec.masks.classify_tile`` about every
+(query tile, key tile) pair, skips what it says to skip, and counts the bytes of Q it loads,
+of K and V for every tile it visits (keys past the end are not loaded), and of O and the
+row statistic it writes. The model, a closed form over the classifier's terms, must match
+those counts byte for byte.
+
+The reference counts at the inputs' element size, the row statistic (lse) included; the
+kernel writes lse in fp32, so the comparison uses fp32 inputs, where both are 4 bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks import hbm
+from spec.reference import online_attention
+
+FP32 = 4
+
+
+def instrumented_count(nq, nk, d, br, bc, kinds, mask_args, batch=1, heads=1):
+    """The reference's traffic counts for one random problem (batch x heads summed)."""
+    rng = np.random.default_rng(nq * 1000 + nk)
+    q = rng.standard_normal((batch, heads, nq, d)).astype(np.float32)
+    k, v = (rng.standard_normal((batch, heads, nk, d)).astype(np.float32) for _ in range(2))
+    key_lens = mask_args.get("key_len")
+    stats = {}
+    online_attention(q, k, v, causal="causal" in kinds, alignment=mask_args.get("alignment", "top_left"),
+                     window=mask_args.get("window"),
+                     key_lengths=None if key_lens is None else np.array(key_lens),
+                     br=br, bc=bc, order="fa2", stats=stats)
+    return stats
+
+
+def model_count(nq, nk, d, br, bc, kinds, mask_args, batch=1, heads=1):
+    """The model summed over (batch, head) as the reference sums its counts."""
+    per_batch = []
+    for b in range(batch):
+        args = dict(mask_args)
+        if "key_len" in args:
+            args["key_len"] = args["key_len"][b]
+        per_batch.append(hbm.flash_forward(nq, d, br, bc, kinds, n_k=nk, dtype_bytes=FP32, **args))
+    return {"q_bytes": heads * sum(t.q for t in per_batch),
+            "kv_bytes": heads * sum(t.k + t.v for t in per_batch),
+            "o_bytes": heads * sum(t.o + t.lse for t in per_batch)}
+
+
+CASES = [
+    # (nq, nk, d, br, bc, kinds, mask args); lengths are per batch entry (batch = their count)
+    (77, 77, 8, 16, 32, (), {}),
+    (77, 77, 8, 16, 32, ("causal",), {}),
+    (64, 64, 16, 64, 64, ("causal",), {}),
+    (50, 93, 8, 32, 16, ("causal",), {"alignment": "bottom_right"}),
+    (93, 50, 8, 16, 16, ("causal",), {"alignment": "bottom_right"}),
+    (101, 101, 8, 16, 32, ("window",), {"window": (20, 5)}),
+    (90, 130, 8, 32, 32, ("lengths",), {"key_len": [70, 130]}),
+    (120, 120, 8, 32, 16, ("causal", "window"), {"window": (24, 0)}),
+    (100, 100, 8, 16, 32, ("causal", "lengths"), {"key_len": [45, 7]}),
+]
+
+
+@pytest.mark.parametrize("nq,nk,d,br,bc,kinds,mask_args", CASES)
+def test_model_equals_instrumented_count(nq, nk, d, br, bc, kinds, mask_args):
+    batch = len(mask_args.get("key_len", [None]))
+    stats = instrumented_count(nq, nk, d, br, bc, kinds, mask_args, batch=batch, heads=2)
+    model = model_count(nq, nk, d, br, bc, kinds, mask_args, batch=batch, heads=2)
+    assert model == {key: stats[key] for key in model}
+
+
+def test_mutant_model_without_skipping_is_caught():
+    """The comparison is sensitive: a model that forgets the mask's skipped tiles disagrees."""
+    stats = instrumented_count(77, 77, 8, 16, 16, ("causal",), {})
+    assert stats["skip"] > 0
+    assert model_count(77, 77, 8, 16, 16, ("causal",), {})["kv_bytes"] == stats["kv_bytes"]
+    assert model_count(77, 77, 8, 16, 16, (), {})["kv_bytes"] != stats["kv_bytes"]
+
+
+def test_theorem2_closed_forms():
+    """Unmasked: K/V re-read once per query tile; standard: S and P written and read."""
+    N, d, b = 1000, 64, 2
+    for br in (16, 64, 128):
+        t = hbm.flash_forward(N, d, br, 64)
+        assert t.k == t.v == N * d * b * -(-N // br)
+        assert t.total == 2 * N * d * b + 2 * N * d * b * -(-N // br) + N * hbm.LSE_BYTES
+    s = hbm.standard(N, d)
+    assert s.total == (4 * N * d + 4 * N * N) * b
+
+
+def test_trend_of_figure_2():
+    """Less traffic than standard attention, falling with the tile height, halved by causal."""
+    d = 64
+    for N in hbm.SEQ_LENS:
+        assert hbm.flash_forward(N, d, 64, 64).total < hbm.standard(N, d).total
+        # causal K/V reads: T(T+1)/2 of the T^2 tiles, T = N / 64 query tiles
+        T = N // 64
+        assert hbm.flash_forward(N, d, 64, 64, ("causal",)).k * 2 * T == hbm.flash_forward(N, d, 64, 64).k * (T + 1)
+    totals = [hbm.flash_forward(4096, d, br, 64).total for br in hbm.BLOCK_ROWS]
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_docs_page_is_current():
+    """docs/performance/hbm.md is what the model prints now (regenerate: python -m benchmarks.hbm)."""
+    from benchmarks.common import DOCS_PERF
+
+    assert (DOCS_PERF / "hbm.md").read_text() == hbm.markdown_page("hbm_traffic.png"), \
+        "docs/performance/hbm.md is stale: run python -m benchmarks.hbm"

@@ -1,0 +1,143 @@
+"""Static GPU cost of the default generated kernels (benchmarks/static.py), no GPU needed.
+
+The default block config (64x64) must, for head dims 64 and 128, fp16 and bf16, on sm_80 and
+sm_90: spill nothing, fit the architecture's shared memory, and run every ``tl.dot`` on
+tensor cores. The parsers that decide this are tested on small texts first, each with the
+input that must make it fail.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import static
+from benchmarks.common import kernel_modules
+
+DEFAULT_BLOCK = "br64_bc64"
+FIX = ("find a setting with `python -m benchmarks.static --module {module} --arch {arch} "
+       "--head-dim {head_dim} --num-warps 4 8 --num-stages 2 3 4`, then set the defaults in "
+       "generator/variants.py (default_num_warps / default_num_stages) and regenerate")
+
+
+# ---- the parsers, on texts whose answer is known ------------------------------------------
+SASS = """
+        /*21e0*/                   STL [R1], R10 ;
+        /*21f0*/                   STL.64 [R1+0x8], R12 ;
+        /*2200*/                   STL.128 [R1+0x10], R16 ;
+        /*8e00*/                   LDL.LU R250, [R1] ;
+        /*8e10*/                   LDL.LU.64 R2, [R1+0x8] ;
+        /*9000*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*9010*/                   HGMMA.64x64x16.F32.BF16 gdesc[UR4], RZ, !UPT ;
+"""
+
+
+def test_spill_bytes_from_sass(monkeypatch):
+    import subprocess
+
+    outputs = {"--dump-resource-usage": " Function k:\n  REG:255 STACK:8 SHARED:1024 LOCAL:0 CONSTANT[0]:424",
+               "-sass": SASS}
+
+    def fake_run(cmd, **kwargs):
+        return subprocess.CompletedProcess(cmd, 0, stdout=outputs[cmd[1]], stderr="")
+
+    monkeypatch.setattr(static.subprocess, "run", fake_run)
+    monkeypatch.setattr(static, "_tool", lambda name: name)
+    got = static.resource_usage(b"not a real cubin")
+    assert got == dict(regs=255, stack_bytes=8, static_shared=1024, local_bytes=0,
+                       spill_store_bytes=4 + 8 + 16, spill_load_bytes=4 + 8, sass_hmma=1, sass_hgmma=1)
+
+
+TTGIR = """
+#blocked = #ttg.blocked<{sizePerThread = [1, 1], threadsPerWarp = [1, 32], warpsPerCTA = [2, 2], order = [1, 0]}>
+#mma = #ttg.nvidia_mma<{versionMajor = 3, versionMinor = 0, warpsPerCTA = [4, 1], instrShape = [16, 64, 16]}>
+    %qk = ttng.warp_group_dot %q, %k, %cst {inputPrecision = 0 : i32} : !ttg.memdesc<64x64xbf16, #shared, #smem> * !ttg.memdesc<64x64xbf16, #shared1, #smem> -> tensor<64x64xf32, #mma> loc(#loc1)
+    %w = ttng.warp_group_dot_wait %qk {pendings = 0 : i32} : tensor<64x64xf32, #mma> loc(#loc1)
+    %acc = tt.dot %p, %v, %acc0, inputPrecision = tf32 : tensor<64x64xbf16, #ttg.dot_op<{opIdx = 0, parent = #blocked}>> * tensor<64x64xbf16, #ttg.dot_op<{opIdx = 1, parent = #blocked}>> -> tensor<64x64xf32, #blocked> loc(#loc2)
+"""
+TTIR = "%qk = tt.dot %q, %k, %c : x\n%acc = tt.dot %p, %v, %a : y\n"
+
+
+def test_dot_on_fma_is_caught():
+    """A dot left on a blocked (FMA) layout is not on tensor cores; the wgmma one is."""
+    got = static.dot_lowering(TTIR, TTGIR)
+    assert got == dict(dots_ttir=2, dots=2, dots_on_tensor_cores=1, mma_version=3)
+    row = dict(spill_store_bytes=0, spill_load_bytes=0, shared_bytes=1, shared_limit=2,
+               sass_hmma=0, sass_hgmma=4, **got)
+    assert static.verdict(row) == dict(no_spill=True, fits_shared=True, tensor_cores=False)
+
+
+def test_verdict_catches_spill_and_shared_overflow():
+    row = dict(spill_store_bytes=4, spill_load_bytes=0, shared_bytes=static.SHARED_LIMIT[80] + 1,
+               shared_limit=static.SHARED_LIMIT[80], dots=2, dots_on_tensor_cores=2, sass_hmma=8,
+               sass_hgmma=0)
+    assert static.verdict(row) == dict(no_spill=False, fits_shared=False, tensor_cores=True)
+
+
+# ---- the default configs, compiled for real ------------------------------------------------
+@pytest.fixture(scope="module")
+def default_rows():
+    modules = [m for m in kernel_modules() if DEFAULT_BLOCK in m]
+    assert modules, f"no generated module for the default block {DEFAULT_BLOCK}; run python -m generator"
+    # the unmasked variant: the one every call without a mask runs, and the most registers
+    # for D=128 (see docs/performance/static.md for the causal rows)
+    jobs = static.make_jobs(modules, archs=(80, 90), dtypes=("fp16", "bf16"), head_dims=(64, 128),
+                            masks=("none",))
+    return static.run_jobs(jobs)
+
+
+def _name(r):
+    return f"{r['module']}:{r['kernel']} sm_{r['arch']} {r['dtype']} D={r['head_dim']} mask={r['mask']}"
+
+
+def test_default_configs_compile(default_rows):
+    errors = [f"{_name(r)}: {r['error']}" for r in default_rows if "error" in r]
+    assert not errors, "\n".join(errors)
+    covered = {(r["arch"], r["dtype"], r["head_dim"]) for r in default_rows}
+    assert covered == {(a, d, h) for a in (80, 90) for d in ("fp16", "bf16") for h in (64, 128)}
+
+
+def test_default_configs_do_not_spill(default_rows):
+    bad = [f"{_name(r)}: {r['spill_store_bytes']} B spill stores, {r['spill_load_bytes']} B spill loads "
+           f"(num_warps={r['num_warps']}, num_stages={r['num_stages']}, {r['regs']} regs); "
+           + FIX.format(**r) for r in default_rows if "error" not in r and not static.verdict(r)["no_spill"]]
+    assert not bad, "\n".join(bad)
+
+
+def test_default_configs_fit_shared_memory(default_rows):
+    bad = [f"{_name(r)}: {r['shared_bytes']} B shared > {r['shared_limit']} B; lower num_stages. "
+           + FIX.format(**r) for r in default_rows if "error" not in r and not static.verdict(r)["fits_shared"]]
+    assert not bad, "\n".join(bad)
+
+
+def test_default_configs_use_tensor_cores(default_rows):
+    bad = [f"{_name(r)}: {r['dots_on_tensor_cores']}/{r['dots']} dots on tensor cores, "
+           f"{r['sass_hmma']} HMMA / {r['sass_hgmma']} HGMMA in SASS" for r in default_rows
+           if "error" not in r and not static.verdict(r)["tensor_cores"]]
+    assert not bad, "\n".join(bad)
+    # Hopper's full matmul rate needs wgmma (mma v3); Ampere has only mma.sync (v2)
+    for r in default_rows:
+        if "error" not in r:
+            assert r["mma_version"] == {80: 2, 90: 3}[r["arch"]], _name(r)
+
+
+def test_launch_specialisation_models_a_contiguous_launch():
+    """Innermost strides become the constant 1, outer strides and pointers divisible by 16,
+    other ints untouched: what Triton's JIT does for contiguous tensors. Without it the
+    loads are not vectorised and nothing is pipelined."""
+
+    class Fn:
+        arg_names = ["Q", "K", "stride_qb", "stride_qm", "stride_qd", "stride_kn", "stride_kd", "N",
+                     "BLOCK"]
+
+    sig = {"Q": "*bf16", "K": "*bf16", "stride_qb": "i32", "stride_qm": "i32", "stride_qd": "i32",
+           "stride_kn": "i32", "stride_kd": "i32", "N": "i32", "BLOCK": "constexpr"}
+    signature, constexprs, attrs = static.launch_specialisation(
+        dict(fn=Fn, signature=sig, constexprs={"BLOCK": 64}))
+    assert constexprs == {"BLOCK": 64, "stride_qd": 1, "stride_kd": 1}
+    assert signature["stride_qd"] == signature["stride_kd"] == "constexpr"
+    assert signature["N"] == "i32" and signature["stride_qm"] == "i32"
+    divisible = {Fn.arg_names[i] for (i,), a in attrs.items() if a == [["tt.divisibility", 16]]}
+    assert divisible == {"Q", "K", "stride_qb", "stride_qm", "stride_kn"}
+    # a module that knows its launch better passes its own attrs through untouched
+    own = {(0,): [["tt.divisibility", 16]]}
+    assert static.launch_specialisation(dict(fn=Fn, signature=sig, constexprs={}, attrs=own))[2] == own
