@@ -4,6 +4,7 @@
 #   bash dev.sh test   - set up, then run the whole test suite (what CI runs)
 #   bash dev.sh docs   - set up, then build the documentation site offline into site/
 set -euo pipefail
+export NO_MKDOCS_2_WARNING=1
 cd "$(dirname "$0")"
 PY=.venv/bin/python
 
