@@ -15,10 +15,9 @@ import pytest
 import sympy as sp
 import torch
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from sympy.codegen.cfunctions import exp2, log2
 
-import generated
+from attention_cases import BLOCKS, HEAD_DIMS, VARIANTS, cases, mask_arguments, random_inputs
 from generator import manifest, render
 from generator.checking import attention_failures
 from generator.runtime import api
@@ -31,39 +30,14 @@ from spec.reference import attention as reference
 # log2(0) = -inf is computed (and discarded by tl.where) on rows with no key
 pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")
 
-BLOCKS = sorted(generated.KERNELS)
-HEAD_DIMS = (16, 32, 40, 59, 64, 80, 96, 111, 128)
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-MASK_KINDS = ("random", "empty_rows", "keys_only", "per_head")
-
-
-def make_mask(kind, B, Hq, Nq, Nk, gen):
-    """Dense bool masks of several broadcast shapes; ``empty_rows`` hides every key of some rows."""
-    if kind == "random":
-        return torch.rand((B, 1, Nq, Nk), generator=gen) > 0.4
-    if kind == "empty_rows":
-        mask = torch.rand((Nq, Nk), generator=gen) > 0.5
-        mask[::3] = False
-        return mask
-    if kind == "keys_only":  # (N_k,): a padding pattern shared by every row
-        return torch.rand((Nk,), generator=gen) > 0.3
-    if kind == "per_head":  # long runs of True and False: full and empty tiles in the block map
-        cols = torch.arange(Nk)
-        return torch.stack([(cols // 40 + h) % 2 == 0 for h in range(Hq)])[None, :, None, :].expand(B, Hq, Nq, Nk)
-    raise ValueError(kind)
 
 
 def case_failures(module, *, dtype=torch.float32, B=1, Hq=2, Hkv=1, Nq=70, Nk=90, D=32, seed=0,
                   causal=False, alignment="top_left", window=None, key_lengths=None, mask=None, scale=None):
     """Run ``module`` (a generated forward) and the reference on one case; list the failures."""
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn((B, Hq, Nq, D), generator=gen).to(dtype)
-    k = torch.randn((B, Hkv, Nk, D), generator=gen).to(dtype)
-    v = torch.randn((B, Hkv, Nk, D), generator=gen).to(dtype)
-    if isinstance(mask, str):
-        mask = make_mask(mask, B, Hq, Nq, Nk, gen)
-    if key_lengths is not None:
-        key_lengths = torch.tensor(key_lengths, dtype=torch.int32)
+    gen, q, k, v = random_inputs(dtype=dtype, B=B, Hq=Hq, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, seed=seed)
+    key_lengths, mask = mask_arguments(gen, B, Hq, Nq, Nk, key_lengths, mask)
     kw = dict(causal=causal, alignment=alignment, window=window, key_lengths=key_lengths, mask=mask, scale=scale)
     out, lse = api.attention_forward(module, q, k, v, **kw)
     ref_out, ref_lse = reference(q, k, v, **kw)
@@ -78,24 +52,6 @@ def module(block):
 # ----------------------------------------------------------------------------------
 # Fixed grid: every block x every mask variant (fast, deterministic coverage).
 # ----------------------------------------------------------------------------------
-VARIANTS = {
-    "none": {},
-    "causal": dict(causal=True),
-    "causal_bottom_right_nq_gt_nk": dict(causal=True, alignment="bottom_right", Nq=97, Nk=45),
-    "causal_bottom_right_nq_lt_nk": dict(causal=True, alignment="bottom_right", Nq=45, Nk=97),
-    "window": dict(window=(17, 5)),
-    "window_zero": dict(window=(0, 0)),
-    "window_causal_bottom_right": dict(window=(9, 30), causal=True, alignment="bottom_right", Nq=80, Nk=50),
-    "lengths_with_empty_batch": dict(B=2, key_lengths=[0, 61]),
-    "lengths_full_and_one": dict(B=2, key_lengths=[90, 1]),
-    "dense_random": dict(mask="random"),
-    "dense_empty_rows": dict(mask="empty_rows", causal=True),
-    "dense_keys_only": dict(mask="keys_only", B=2),
-    "dense_per_head": dict(mask="per_head", Hq=2, Nk=150),
-    "all_kinds": dict(B=2, causal=True, window=(30, 2), key_lengths=[50, 7], mask="random"),
-    "gqa_3": dict(Hq=6, Hkv=2, causal=True),
-    "scale": dict(scale=0.05, D=59),
-}
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda b: f"{b[0]}x{b[1]}")
@@ -113,24 +69,10 @@ def test_head_dims_and_dtypes(dtype, D):
 # ----------------------------------------------------------------------------------
 # Hypothesis: random shapes, masks, dtypes and blocks.
 # ----------------------------------------------------------------------------------
-@st.composite
-def cases(draw):
-    B = draw(st.integers(1, 2))
-    Hkv = draw(st.integers(1, 2))
-    Nk = draw(st.integers(1, 200))
-    case = dict(
-        dtype=draw(st.sampled_from(DTYPES)), B=B, Hkv=Hkv, Hq=Hkv * draw(st.sampled_from((1, 2, 3))),
-        Nq=draw(st.integers(1, 200)), Nk=Nk, D=draw(st.sampled_from(HEAD_DIMS)), seed=draw(st.integers(0, 99)),
-        causal=draw(st.booleans()), alignment=draw(st.sampled_from(M.ALIGNMENTS)),
-        window=draw(st.none() | st.tuples(st.integers(0, 80), st.integers(0, 80))),
-        key_lengths=draw(st.none() | st.lists(st.integers(0, Nk), min_size=B, max_size=B)),
-        mask=draw(st.sampled_from((None, None) + MASK_KINDS)),
-    )
-    return draw(st.sampled_from(BLOCKS)), case
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(cases())
+@given(cases(max_n=200, max_window=80, dtypes=DTYPES))
 def test_random_cases(block_case):
     block, case = block_case
     assert case_failures(module(block), **case) == []

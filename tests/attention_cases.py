@@ -1,0 +1,90 @@
+"""Shared test cases for the generated attention kernels (forward and backward).
+
+One home for what both kernel test files draw from: the head dims, the dense-mask shapes,
+random inputs, the fixed grid of mask variants and the Hypothesis strategy over shapes,
+masks, dtypes and blocks. Each test file picks its own sizes (the backward is ~3x the
+interpreter cost of the forward) and tolerances.
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+import generated
+from spec import masks as M
+
+BLOCKS = sorted(generated.KERNELS)
+HEAD_DIMS = (16, 32, 40, 59, 64, 80, 96, 111, 128)
+DENSE_MASKS = ("random", "empty_rows", "keys_only", "per_head")
+
+
+def make_mask(kind, B, Hq, Nq, Nk, gen):
+    """Dense bool masks of several broadcast shapes; ``empty_rows`` hides every key of some rows."""
+    if kind == "random":
+        return torch.rand((B, 1, Nq, Nk), generator=gen) > 0.4
+    if kind == "empty_rows":  # every third row sees no key
+        mask = torch.rand((Nq, Nk), generator=gen) > 0.5
+        mask[::3] = False
+        return mask
+    if kind == "keys_only":  # (N_k,): a padding pattern shared by every row
+        return torch.rand((Nk,), generator=gen) > 0.3
+    if kind == "per_head":  # long runs of True and False: empty, partial and full tiles in the block map
+        cols = torch.arange(Nk)
+        return torch.stack([(cols // 40 + h) % 2 == 0 for h in range(Hq)])[None, :, None, :].expand(B, Hq, Nq, Nk)
+    raise ValueError(kind)
+
+
+def random_inputs(*, dtype, B, Hq, Hkv, Nq, Nk, D, seed, grad=False):
+    """``gen, q, k, v`` (and ``do`` with ``grad=True``), standard normal in ``dtype``."""
+    gen = torch.Generator().manual_seed(seed)
+    shapes = [(B, Hq, Nq, D), (B, Hkv, Nk, D), (B, Hkv, Nk, D)] + ([(B, Hq, Nq, D)] if grad else [])
+    return (gen, *(torch.randn(s, generator=gen).to(dtype) for s in shapes))
+
+
+def mask_arguments(gen, B, Hq, Nq, Nk, key_lengths=None, mask=None):
+    """Turn a case's ``key_lengths`` list and ``mask`` kind name into tensors."""
+    if isinstance(mask, str):
+        mask = make_mask(mask, B, Hq, Nq, Nk, gen)
+    if key_lengths is not None:
+        key_lengths = torch.tensor(key_lengths, dtype=torch.int32)
+    return key_lengths, mask
+
+
+#: every mask variant, alignment and GQA shape once (defaults: B=1, Hq=2, Hkv=1, Nq=70, Nk=90, D=32)
+VARIANTS = {
+    "none": {},
+    "causal": dict(causal=True),
+    "causal_bottom_right_nq_gt_nk": dict(causal=True, alignment="bottom_right", Nq=97, Nk=45),
+    "causal_bottom_right_nq_lt_nk": dict(causal=True, alignment="bottom_right", Nq=45, Nk=97),
+    "window": dict(window=(17, 5)),
+    "window_zero": dict(window=(0, 0)),
+    "window_causal_bottom_right": dict(window=(9, 30), causal=True, alignment="bottom_right", Nq=80, Nk=50),
+    "lengths_with_empty_batch": dict(B=2, key_lengths=[0, 61]),
+    "lengths_full_and_one": dict(B=2, key_lengths=[90, 1]),
+    "dense_random": dict(mask="random"),
+    "dense_empty_rows": dict(mask="empty_rows", causal=True),
+    "dense_keys_only": dict(mask="keys_only", B=2),
+    "dense_per_head": dict(mask="per_head", Hq=2, Nk=130),
+    "all_kinds": dict(B=2, causal=True, window=(30, 2), key_lengths=[50, 7], mask="random"),
+    "gqa_3": dict(Hq=6, Hkv=2, causal=True),
+    "scale_odd_dim": dict(scale=0.05, D=59),
+}
+
+
+@st.composite
+def cases(draw, *, max_n, max_window, dtypes, head_dims=HEAD_DIMS, dense_masks=DENSE_MASKS):
+    """``(block, case)``: random shapes (not multiples of the blocks), GQA ratios, every mask
+    kind (also several at once, fully masked rows, both alignments), dtypes and blocks."""
+    B = draw(st.integers(1, 2))
+    Hkv = draw(st.integers(1, 2))
+    Nk = draw(st.integers(1, max_n))
+    case = dict(
+        dtype=draw(st.sampled_from(dtypes)), B=B, Hkv=Hkv, Hq=Hkv * draw(st.sampled_from((1, 2, 3))),
+        Nq=draw(st.integers(1, max_n)), Nk=Nk, D=draw(st.sampled_from(head_dims)), seed=draw(st.integers(0, 99)),
+        causal=draw(st.booleans()), alignment=draw(st.sampled_from(M.ALIGNMENTS)),
+        window=draw(st.none() | st.tuples(st.integers(0, max_window), st.integers(0, max_window))),
+        key_lengths=draw(st.none() | st.lists(st.integers(0, Nk), min_size=B, max_size=B)),
+        mask=draw(st.sampled_from((None, None) + tuple(dense_masks))),
+    )
+    return draw(st.sampled_from(BLOCKS)), case
