@@ -8,12 +8,15 @@ decides which terms go into which slot, and under which kernel names.
 from __future__ import annotations
 
 import jinja2
-import sympy as sp
 
 from spec import masks as M
 from spec import notation as n
 from spec import terms as T
 from spec.fingerprint import spec_hash_prefix
+# the tile classifier's kernel terms (claim mask_tiles_sound), under the names the slots and tests use
+from spec.masks import (  # noqa: F401
+    BOUNDS_INIT, KEEP_INIT, ROW_BOUNDS_INIT, ROW_TILE_LOOP, TILE_LOOP, bounds_terms, full_end, full_hi, full_lo,
+    full_start, keep_term, kv_end, kv_hi, kv_lo, kv_start, row_bounds_terms)
 
 from generator.printer import print_expr, print_term
 from generator.variants import MASKS, BlockConfig, Variant
@@ -28,74 +31,6 @@ ENV = jinja2.Environment(
 
 #: element predicates run on a (BLOCK_M, BLOCK_N) tile: rows broadcast down, keys across
 TILE_NAMES = {"i": "offs_m[:, None]", "j": "offs_n[None, :]"}
-
-# ----------------------------------------------------------------------------------
-# The tile classifier, as kernel assignments.
-# ----------------------------------------------------------------------------------
-kv_start, kv_end, full_start, full_end = sp.symbols("kv_start kv_end full_start full_end", integer=True)
-kv_lo, kv_hi, full_lo, full_hi = sp.symbols("kv_lo kv_hi full_lo full_hi", integer=True)
-
-#: a query tile starts with every key of [0, N_K) attended by all rows, then each enabled
-#: kind narrows the ranges (TileBounds: max of the starts, min of the ends)
-BOUNDS_INIT = (
-    T.Term(kv_start, sp.Integer(0), "mask_tiles_sound", "keys any row may attend: [kv_start, kv_end)"),
-    T.Term(kv_end, n.Nk, "mask_tiles_sound", ""),
-    T.Term(full_start, sp.Integer(0), "mask_tiles_sound", "keys every row attends: [full_start, full_end)"),
-    T.Term(full_end, n.Nk, "mask_tiles_sound", ""),
-)
-
-
-def _narrow(kind, ranges, values, claim, what) -> list[T.Term]:
-    """Narrow the ranges ``(start, end, full_start, full_end)`` by one kind's bounds
-    (max of the starts, min of the ends; ``None``: the kind does not constrain that end)."""
-    out = []
-    for sym, value, op in zip(ranges, values, (sp.Max, sp.Min, sp.Max, sp.Min)):
-        if value is not None:
-            out.append(T.Term(sym, op(sym, value), claim, f"{kind}: {sym.name} of the {what}"))
-    return out
-
-
-def bounds_terms(kind: str) -> list[T.Term]:
-    """Narrow the tile's key ranges by one kind's ``spec.masks.tile_bounds``."""
-    tb = M.tile_bounds(kind)
-    return _narrow(kind, (kv_start, kv_end, full_start, full_end),
-                   (tb.kv_start, tb.kv_end, tb.full_start, tb.full_end), "mask_tiles_sound", "tile")
-
-
-def _floor_to(x, block=n.B_c):
-    return block * sp.floor(x / block)
-
-
-def _ceil_to(x, block=n.B_c):
-    return block * sp.ceiling(x / block)
-
-
-#: Key ranges rounded to whole key tiles (generator-side loop arithmetic, not a spec claim):
-#: masked tiles [kv_lo, full_lo), full tiles [full_lo, full_hi), masked tiles [full_hi, kv_hi).
-#: Full tiles are the tiles inside [full_start, full_end); clamping keeps the three ranges
-#: ordered and non-negative (Triton's integer division truncates, so no negative operands).
-def tile_loop(ranges, loop, block, claim, notes) -> tuple[T.Term, ...]:
-    """``(lo, hi, full_lo, full_hi)`` from ``(start, end, full_start, full_end)``, in tiles of ``block``."""
-    (start, end, fstart, fend), (lo, hi, flo, fhi) = ranges, loop
-    values = (_floor_to(start, block),
-              sp.Max(lo, _ceil_to(sp.Max(end, 0), block)),
-              sp.Min(hi, sp.Max(lo, _ceil_to(fstart, block))),
-              sp.Min(hi, sp.Max(flo, _floor_to(sp.Max(fend, 0), block))))
-    return tuple(T.Term(sym, value, claim, note) for sym, value, note in zip(loop, values, notes))
-
-
-TILE_LOOP = tile_loop((kv_start, kv_end, full_start, full_end), (kv_lo, kv_hi, full_lo, full_hi), n.B_c,
-                      "mask_tiles_sound", ("first key tile any row attends", "end of the last key tile any row attends",
-                                           "first tile every row attends in full", "end of the full tiles"))
-
-#: the element predicate of a partial tile: first the key range 0 <= j < N_K, then each kind
-KEEP_INIT = T.Term(M.keep, M.predicate(()), "mask_tiles_sound", "keys past N_K are padding of the last tile")
-
-
-def keep_term(kind: str) -> T.Term:
-    return T.Term(M.keep, sp.And(M.keep, M.MASK_KINDS[kind].predicate()), "mask_tiles_sound",
-                  M.MASK_KINDS[kind].doc)
-
 
 def _lines(terms, rename=None) -> list[str]:
     return [print_term(t, rename) for t in terms]
@@ -149,34 +84,6 @@ def softmax_context(variant: Variant) -> dict:
 # The backward: the dQ loop reuses the forward's classifier; the dK/dV loop (one key tile,
 # looping over query tiles) uses the transposed one, spec.masks.row_bounds.
 # ----------------------------------------------------------------------------------
-q_start, q_end, q_full_start, q_full_end = sp.symbols("q_start q_end q_full_start q_full_end", integer=True)
-q_lo, q_hi, q_full_lo, q_full_hi = sp.symbols("q_lo q_hi q_full_lo q_full_hi", integer=True)
-
-#: a key tile starts with every query row of [0, N_Q) attending all its keys, then each
-#: enabled kind narrows the ranges (RowBounds: max of the starts, min of the ends)
-ROW_BOUNDS_INIT = (
-    T.Term(q_start, sp.Integer(0), "mask_row_tiles_sound", "rows that may attend a key of the tile: [q_start, q_end)"),
-    T.Term(q_end, n.Nq, "mask_row_tiles_sound", ""),
-    T.Term(q_full_start, sp.Integer(0), "mask_row_tiles_sound",
-           "rows that attend every key of the tile: [q_full_start, q_full_end)"),
-    T.Term(q_full_end, n.Nq, "mask_row_tiles_sound", ""),
-)
-
-#: masked query tiles [q_lo, q_full_lo), full [q_full_lo, q_full_hi), masked [q_full_hi, q_hi)
-ROW_TILE_LOOP = tile_loop((q_start, q_end, q_full_start, q_full_end), (q_lo, q_hi, q_full_lo, q_full_hi), n.B_r,
-                          "mask_row_tiles_sound", ("first query tile that may reach this key tile",
-                                                   "end of the last query tile that may reach it",
-                                                   "first query tile that attends every key in full",
-                                                   "end of the full query tiles"))
-
-
-def row_bounds_terms(kind: str) -> list[T.Term]:
-    """Narrow the key tile's query-row ranges by one kind's ``spec.masks.row_bounds``."""
-    rb = M.row_bounds(kind)
-    return _narrow(kind, (q_start, q_end, q_full_start, q_full_end),
-                   (rb.q_start, rb.q_end, rb.full_start, rb.full_end), "mask_row_tiles_sound", "key tile")
-
-
 def backward_context(variant: Variant) -> dict:
     fwd = forward_context(variant)  # the same mask slots: predicates, dense mask, dQ's classifier
     return {

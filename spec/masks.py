@@ -18,8 +18,11 @@ only its corner rows to decide which key tiles to visit:
 * the rest are partial and pay for the predicate.
 
 The claim ``mask_tiles_sound`` proves both statements for every kind and every
-combination, for all integer positions and block sizes. The dense boolean mask (any
-pattern) is not an interval; it is classified per tile at run time from a block map.
+combination, for all integer positions and block sizes, together with the kernel terms at
+the end of this module: the narrowing of the ranges per kind, their rounding to whole tiles
+(the tile loop of each kernel) and the element predicate of a partial tile. The dense
+boolean mask (any pattern) is not an interval; it is classified per tile at run time from a
+block map.
 """
 
 from __future__ import annotations
@@ -314,3 +317,95 @@ def row_bounds_cases(bounds_of=row_bounds):
             decide(f"{kind}: full (lo)", rb.full_end, 0,
                    lambda b: (FIRST_KEY + u) - k.lo.subs(n.i, b - 1 - t))
     return cases
+
+
+# ----------------------------------------------------------------------------------
+# The classifier as kernel terms: running ranges, narrowing per kind, rounding to tiles.
+# Every line of a kernel's tile-loop arithmetic is one of these terms (printed by the
+# generator); claim ``mask_tiles_sound`` proves them (spec.proofs_masks).
+# ----------------------------------------------------------------------------------
+CLASSIFIER_CLAIM = "mask_tiles_sound"
+
+#: a query tile's key ranges and its loop bounds (multiples of B_c) in the forward and dQ kernels
+kv_start, kv_end, full_start, full_end = sp.symbols("kv_start kv_end full_start full_end", integer=True)
+kv_lo, kv_hi, full_lo, full_hi = sp.symbols("kv_lo kv_hi full_lo full_hi", integer=True)
+#: a key tile's query-row ranges and its loop bounds (multiples of B_r) in the dK/dV kernel
+q_start, q_end, q_full_start, q_full_end = sp.symbols("q_start q_end q_full_start q_full_end", integer=True)
+q_lo, q_hi, q_full_lo, q_full_hi = sp.symbols("q_lo q_hi q_full_lo q_full_hi", integer=True)
+
+KEY_RANGES = (kv_start, kv_end, full_start, full_end)
+KEY_LOOP = (kv_lo, kv_hi, full_lo, full_hi)
+ROW_RANGES = (q_start, q_end, q_full_start, q_full_end)
+ROW_LOOP = (q_lo, q_hi, q_full_lo, q_full_hi)
+
+
+def _init(ranges, total, notes) -> tuple[Term, ...]:
+    """Every index of ``[0, total)`` in both ranges, before any kind narrows them."""
+    start_note, full_note = notes
+    return tuple(Term(sym, value, CLASSIFIER_CLAIM, note) for sym, value, note in zip(
+        ranges, (sp.Integer(0), total, sp.Integer(0), total), (start_note, "", full_note, "")))
+
+
+#: a query tile starts with every key of [0, N_K) attended by all rows; each enabled kind
+#: then narrows the ranges (``bounds_terms``: max of the starts, min of the ends)
+BOUNDS_INIT = _init(KEY_RANGES, n.Nk, ("keys any row may attend: [kv_start, kv_end)",
+                                       "keys every row attends: [full_start, full_end)"))
+#: a key tile starts with every query row of [0, N_Q) attending all its keys (``row_bounds_terms``)
+ROW_BOUNDS_INIT = _init(ROW_RANGES, n.Nq, ("rows that may attend a key of the tile: [q_start, q_end)",
+                                           "rows that attend every key of the tile: [q_full_start, q_full_end)"))
+
+
+def _narrow(kind, ranges, values, what) -> list[Term]:
+    """Narrow ``(start, end, full_start, full_end)`` by one kind's bounds: max of the starts,
+    min of the ends (``None``: the kind does not constrain that end)."""
+    return [Term(sym, op(sym, value), CLASSIFIER_CLAIM, f"{kind}: {sym.name} of the {what}")
+            for sym, value, op in zip(ranges, values, (sp.Max, sp.Min, sp.Max, sp.Min)) if value is not None]
+
+
+def bounds_terms(kind: str, tile_bounds=tile_bounds) -> list[Term]:
+    """Narrow a query tile's key ranges by one kind's ``tile_bounds``."""
+    tb = tile_bounds(kind)
+    return _narrow(kind, KEY_RANGES, (tb.kv_start, tb.kv_end, tb.full_start, tb.full_end), "tile")
+
+
+def row_bounds_terms(kind: str, row_bounds=row_bounds) -> list[Term]:
+    """Narrow a key tile's query-row ranges by one kind's ``row_bounds``."""
+    rb = row_bounds(kind)
+    return _narrow(kind, ROW_RANGES, (rb.q_start, rb.q_end, rb.full_start, rb.full_end), "key tile")
+
+
+def tile_loop(ranges, loop, block, notes) -> tuple[Term, ...]:
+    """``(lo, hi, full_lo, full_hi)`` from ``(start, end, full_start, full_end)``, in tiles of ``block``.
+
+    The kernel visits partial tiles ``[lo, full_lo)``, full tiles ``[full_lo, full_hi)`` (no
+    predicate) and partial tiles ``[full_hi, hi)``. ``lo`` rounds down and ``hi`` up (no
+    attended index is lost); the full range rounds *inwards* (a full tile lies inside
+    ``[full_start, full_end)``); the clamps keep ``lo <= full_lo <= full_hi <= hi`` and every
+    operand of ``//`` and ``cdiv`` non-negative (Triton's integer division truncates toward
+    zero: it is floor only there; ``start`` and ``full_start`` are >= 0 by the max-narrowing).
+    """
+    start, end, fstart, fend = ranges
+    lo, hi, flo, fhi = loop
+    values = (block * sp.floor(start / block),
+              sp.Max(lo, block * sp.ceiling(sp.Max(end, 0) / block)),
+              sp.Min(hi, sp.Max(lo, block * sp.ceiling(fstart / block))),
+              sp.Min(hi, sp.Max(flo, block * sp.floor(sp.Max(fend, 0) / block))))
+    return tuple(Term(sym, value, CLASSIFIER_CLAIM, note) for sym, value, note in zip(loop, values, notes))
+
+
+#: key ranges rounded to whole key tiles (forward and dQ kernels)
+TILE_LOOP = tile_loop(KEY_RANGES, KEY_LOOP, n.B_c, (
+    "first key tile any row attends", "end of the last key tile any row attends",
+    "first tile every row attends in full", "end of the full tiles"))
+#: query-row ranges rounded to whole query tiles (dK/dV kernel)
+ROW_TILE_LOOP = tile_loop(ROW_RANGES, ROW_LOOP, n.B_r, (
+    "first query tile that may reach this key tile", "end of the last query tile that may reach it",
+    "first query tile that attends every key in full", "end of the full query tiles"))
+
+#: the element predicate of a partial tile: first the key range 0 <= j < N_K, then each kind
+#: (``&`` of the kinds is ``predicate(kinds)``; the claim checks the two agree)
+KEEP_INIT = Term(keep, predicate(()), CLASSIFIER_CLAIM, "keys past N_K are padding of the last tile")
+
+
+def keep_term(kind: str) -> Term:
+    return Term(keep, sp.And(keep, MASK_KINDS[kind].predicate()), CLASSIFIER_CLAIM, MASK_KINDS[kind].doc)

@@ -142,6 +142,64 @@ def test_classifier_that_uses_the_wrong_corner_row_is_refuted():
     assert_failed(PM.prove_mask_tiles_sound(tile_bounds=tile_bounds))
 
 
+# ---------------------------------------------------------------- the kernels' tile loops
+B, KS, KE, FS, FE = n.B_c, masks.kv_start, masks.kv_end, masks.full_start, masks.full_end
+LOOP_MUTANTS = {  # name: (the loop it feeds, the mutated term, the case that must catch it)
+    "kv_hi rounded down": ("tile_loop", masks.kv_hi, sp.Max(masks.kv_lo, B * sp.floor(sp.Max(KE, 0) / B)),
+                           "key loop: start <= j < end => j < hi"),
+    "kv_lo rounded up": ("tile_loop", masks.kv_lo, B * sp.ceiling(KS / B), "key loop: start <= j < end => j >= lo"),
+    "full_lo rounded down": ("tile_loop", masks.full_lo,
+                             sp.Min(masks.kv_hi, sp.Max(masks.kv_lo, B * sp.floor(FS / B))),
+                             "key loop: full tile [t, t+B) => t >= full_start"),
+    "full_hi rounded up": ("tile_loop", masks.full_hi,
+                           sp.Min(masks.kv_hi, sp.Max(masks.full_lo, B * sp.ceiling(sp.Max(FE, 0) / B))),
+                           "key loop: full tile [t, t+B) => t + B <= full_end"),
+    "kv_hi without the max(., 0) clamp": ("tile_loop", masks.kv_hi, sp.Max(masks.kv_lo, B * sp.ceiling(KE / B)),
+                                          "key loop: ceiling operand e >= 0 (Triton // truncates)"),
+    "full_hi without the max(., 0) clamp": ("tile_loop", masks.full_hi,
+                                            sp.Min(masks.kv_hi, sp.Max(masks.full_lo, B * sp.floor(FE / B))),
+                                            "key loop: floor operand f_e >= 0 (Triton // truncates)"),
+    "full_lo not clamped to kv_hi": ("tile_loop", masks.full_lo, sp.Max(masks.kv_lo, B * sp.ceiling(FS / B)),
+                                     "key loop: full_lo <= full_hi"),
+    "full_lo not a whole tile": ("tile_loop", masks.full_lo, sp.Min(masks.kv_hi, sp.Max(masks.kv_lo, FS)),
+                                 "key loop: full_lo is a multiple of BLOCK_N"),
+    "q_hi rounded down": ("row_tile_loop", masks.q_hi,
+                          sp.Max(masks.q_lo, n.B_r * sp.floor(sp.Max(masks.q_end, 0) / n.B_r)),
+                          "query loop: start <= j < end => j < hi"),
+}
+
+
+@pytest.mark.parametrize("mutant", list(LOOP_MUTANTS))
+def test_tile_loop_mutant_is_refuted(mutant):
+    loop, symbol, expr, case = LOOP_MUTANTS[mutant]
+    terms_ = {"tile_loop": masks.TILE_LOOP, "row_tile_loop": masks.ROW_TILE_LOOP}[loop]
+    r = PM.prove_mask_tiles_sound(**{loop: swap(terms_, symbol, expr)})
+    assert_failed(r)
+    assert dict(r.cases)[case] != 0, [name for name, res in r.cases if res != 0]
+
+
+def test_negative_initial_start_is_refuted():
+    """kv_start = -1 keeps every key (sound for skipping) but makes `kv_start // BLOCK_N` truncate."""
+    init = swap(masks.BOUNDS_INIT, masks.kv_start, sp.Integer(-1))
+    r = PM.prove_mask_tiles_sound(bounds_init=init)
+    assert_failed(r)
+    assert dict(r.cases)["keys no kind: kv_start >= 0"] != 0
+
+
+def test_full_range_past_the_keys_is_refuted():
+    init = swap(masks.BOUNDS_INIT, masks.full_end, n.Nk + 1)  # the padding key N_K would run unmasked
+    assert_failed(PM.prove_mask_tiles_sound(bounds_init=init))
+
+
+def test_element_predicate_that_disagrees_with_the_spec_is_refuted():
+    def keep_term(kind):  # causal with j < i + shift: the diagonal dropped
+        t = masks.keep_term(kind)
+        return replace(t, expr=sp.And(masks.keep, sp.Lt(n.j, n.i + n.shift))) if kind == "causal" else t
+    assert_failed(PM.prove_mask_tiles_sound(keep_term=keep_term))
+    no_padding = replace(masks.KEEP_INIT, expr=sp.Le(0, n.j))  # keys past N_K kept
+    assert_failed(PM.prove_mask_tiles_sound(keep_init=no_padding))
+
+
 # ---------------------------------------------------------------- one mutant per other claim
 def test_online_step_without_rescaling_is_refuted():
     def online(m_prev, d_prev, x):
