@@ -36,8 +36,18 @@ from mkdocs.exceptions import PluginError
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = ROOT / "generated"
-if str(ROOT) not in sys.path:  # `mkdocs build` from a checkout without `pip install -e .`
-    sys.path.insert(0, str(ROOT))
+
+
+def _repo_on_path() -> None:
+    """`mkdocs build` from a checkout without `pip install -e .`: import this repo's spec.
+
+    Called from ``on_config`` too: mkdocs restores ``sys.path`` after loading a hook file.
+    """
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+
+
+_repo_on_path()
 
 import sympy as sp  # noqa: E402
 
@@ -57,6 +67,7 @@ class DocsError(PluginError):
 # ---------------------------------------------------------------------------------
 def on_config(config):
     """Append a Performance section for the benchmark pages that exist (written elsewhere)."""
+    _repo_on_path()
     perf = sorted(Path(config["docs_dir"], "performance").glob("*.md"))
     nav = config["nav"]
     if perf and nav is not None and not any(isinstance(e, dict) and "Performance" in e for e in nav):

@@ -87,5 +87,7 @@ def test_every_printed_claim_is_registered():
     from spec.claims import REGISTRY
 
     terms = (T.QK_SCALE, T.QK, *T.FORWARD_TILE, *T.FORWARD_EPILOGUE, *T.SOFTMAX_NORMALISE, M.MASK_TERM,
-             *render.BOUNDS_INIT, *render.TILE_LOOP, render.KEEP_INIT, *map(render.keep_term, M.MASK_KINDS))
+             *render.BOUNDS_INIT, *render.TILE_LOOP, render.KEEP_INIT, *map(render.keep_term, M.MASK_KINDS),
+             *M.ROW_BOUNDS_INIT, *M.ROW_TILE_LOOP, *(t for kind in M.MASK_KINDS for t in M.row_bounds_terms(kind)),
+             *T.BACKWARD_PREPROCESS, *T.BACKWARD_TILE, *T.BACKWARD_DKDV, *T.BACKWARD_DQ, *T.BACKWARD_SCALE)
     assert sorted({t.claim for t in terms} - set(REGISTRY)) == []
