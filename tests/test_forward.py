@@ -66,6 +66,12 @@ def test_head_dims_and_dtypes(dtype, D):
     assert case_failures(module((64, 64)), dtype=dtype, D=D, Nq=33, Nk=77, causal=True, seed=D) == []
 
 
+@pytest.mark.parametrize("D", (1, 3, 255, 256))
+def test_extreme_head_dims(D):
+    """The ends of the supported range: D = 1 pads to a 16-wide tile, D = 256 fills the largest."""
+    assert case_failures(module((64, 64)), D=D, Nq=20, Nk=70, window=(30, 0), seed=D) == []
+
+
 # ----------------------------------------------------------------------------------
 # Hypothesis: random shapes, masks, dtypes and blocks.
 # ----------------------------------------------------------------------------------
