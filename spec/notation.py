@@ -55,6 +55,7 @@ lse = sp.Symbol("lse", extended_real=True)  # natural-log log-sum-exp of a row
 
 # --- backward ----------------------------------------------------------------------
 o, do, dp, ds, delta = sp.symbols("o do dp ds delta", real=True)
+dlse = sp.Symbol("dlse", real=True)  # dL/dlse_i: the gradient of the returned lse (0 if unused)
 lse2 = sp.Symbol("lse2", extended_real=True)  # lse in log2 units
 lse2_safe = sp.Symbol("lse2_safe", extended_real=True)
 dq, dk, dv = sp.symbols("dq dk dv", real=True)  # gradient accumulators (fp32 tiles)
@@ -79,4 +80,5 @@ GLOSSARY = {
     "BLOCK_M": ("B_r", "query rows per tile"),
     "BLOCK_N": ("B_c", "keys per tile"),
     "lse": ("m_N + log d'_N", "log-sum-exp of a row, natural log"),
+    "dlse": ("∂L/∂lse_i", "gradient of the returned lse; 0 when the loss does not use it"),
 }

@@ -236,40 +236,64 @@ def _convex_output(forward_tile, epilogue):
 
 
 @claim("backward_delta",
-       "Δ_i = rowsum(dO ∘ O) = rowsum(P ∘ dP)",
-       r"\Delta_i=\mathrm{rowsum}(dO\circ O)=\mathrm{rowsum}(P\circ dP)")
+       "Δ_i = rowsum(dO ∘ O) = rowsum(P ∘ dP); the kernel's delta is Δ_i − dlse_i, which is Δ_i "
+       "when the loss does not use lse (dlse = 0)",
+       r"\Delta_i=\mathrm{rowsum}(dO\circ O)=\mathrm{rowsum}(P\circ dP),\quad "
+       r"\mathrm{delta}_i=\Delta_i-d\mathrm{lse}_i")
 def prove_backward_delta(backward_preprocess=terms.BACKWARD_PREPROCESS,
                          backward_tile=terms.BACKWARD_TILE):
     env, probs = _backward_block(keys=3, head_dim=2)
-    delta = run_terms(backward_preprocess, env)[n.delta]
     bwd = run_terms(backward_tile, env)
     p, dp = bwd[n.p], bwd[n.dp]
+    rowsum_p_dp = sp.Add(*[a * b for a, b in zip(p, dp)])
+    g = sp.Symbol("g", real=True)  # a gradient of this row's lse
     pairs = [
-        ("rowsum(dO∘O) = rowsum(P∘dP), kernel P and dP", delta, sp.Add(*[a * b for a, b in zip(p, dp)])),
+        ("dlse = 0: rowsum(dO∘O) = rowsum(P∘dP), kernel P and dP",
+         run_terms(backward_preprocess, {**env, n.dlse: 0})[n.delta], rowsum_p_dp),
+        ("dlse = g: delta = rowsum(P∘dP) − g",
+         run_terms(backward_preprocess, {**env, n.dlse: g})[n.delta], rowsum_p_dp - g),
         ("kernel P (from the saved lse) = softmax", tuple(p), tuple(probs)),
     ]
     return result("backward_delta", equal_cases(pairs), "3 keys, head dim 2")
 
 
 @claim("backward_ds",
-       "dS = P ∘ (dP − Δ) from the softmax Jacobian",
-       r"dS = P\circ(dP-\Delta) = J_{\mathrm{softmax}}^\top dP")
+       "dS = P ∘ (dP − Δ) from the softmax Jacobian; with the kernel's delta = Δ − dlse it is "
+       "∂L/∂S for L = <dO, O> + dlse·lse",
+       r"dS = P\circ(dP-\Delta) = J_{\mathrm{softmax}}^\top dP,\quad "
+       r"P\circ(dP-\Delta+d\mathrm{lse}) = \frac{\partial}{\partial S}"
+       r"\big(\langle dO, O\rangle + d\mathrm{lse}\cdot\mathrm{lse}\big)")
 def prove_backward_ds(backward_preprocess=terms.BACKWARD_PREPROCESS,
                       backward_tile=terms.BACKWARD_TILE):
+    """Two cases on one symbolic row of 3 keys, both from the kernel's own delta term.
+
+    With ``dlse = 0``: dS is the softmax Jacobian applied to dP (and dP = ∂<dO, O>/∂P).
+    With a free ``dlse = g``: dS is the whole gradient, by ``sp.diff`` on the scaled
+    logits ``y_j = s·x_j``, of ``L = <dO, softmax(y) V> + g·log Σ_j e^{y_j}`` — so the
+    ``− dlse`` of ``BACKWARD_PREPROCESS`` is what ``∂lse_i/∂S_ij = P_ij`` asks for.
+    """
     env, _ = _backward_block(keys=3, head_dim=2)
-    env[n.delta] = run_terms(backward_preprocess, env)[n.delta]
-    bwd = run_terms(backward_tile, env)
     logits = [s * xx for xx in env[n.qk]]
+    y = sp.symbols("y_1:4", real=True)  # the scaled logits s·x_j, as free variables
+    at_logits = dict(zip(y, logits))
+
+    bwd = run_terms(backward_tile, {**env, n.delta: run_terms(backward_preprocess, {**env, n.dlse: 0})[n.delta]})
     # dP = ∂<dO, O>/∂P with O = P V: differentiate with P as free symbols
     P = sp.symbols("P_1:4", real=True)
-    loss = sp.Add(*[a * b for a, b in zip(env[n.do], sp.Matrix([P]) * env[n.v])])
-    y = sp.symbols("y_1:4", real=True)  # the scaled logits s·x_j, as free variables
-    vjp = [g.subs(dict(zip(y, logits))) for g in R.softmax_vjp(y, list(bwd[n.dp]))]
+    inner = lambda A, B: sp.Add(*[a * b for a, b in zip(A, B)])
+    vjp = [gr.subs(at_logits) for gr in R.softmax_vjp(y, list(bwd[n.dp]))]
+
+    g = sp.Symbol("g", real=True)  # dL/dlse of this row
+    with_lse = run_terms(backward_tile, {**env, n.delta: run_terms(backward_preprocess, {**env, n.dlse: g})[n.delta]})
+    loss = inner(env[n.do], sp.Matrix([R.softmax(y)]) * env[n.v]) + g * sp.log(sp.Add(*[sp.exp(yj) for yj in y]))
     pairs = [
-        ("dP_j = ∂<dO, O>/∂P_j", tuple(bwd[n.dp]), tuple(sp.diff(loss, pj) for pj in P)),
-        ("dS = J^T dP (softmax Jacobian)", tuple(bwd[n.ds]), tuple(vjp)),
+        ("dP_j = ∂<dO, O>/∂P_j", tuple(bwd[n.dp]), tuple(sp.diff(inner(env[n.do], sp.Matrix([P]) * env[n.v]), pj)
+                                                         for pj in P)),
+        ("dlse = 0: dS = J^T dP (softmax Jacobian)", tuple(bwd[n.ds]), tuple(vjp)),
+        ("dlse = g: dS = ∂(<dO, O> + g·lse)/∂S", tuple(with_lse[n.ds]),
+         tuple(sp.diff(loss, yj).subs(at_logits) for yj in y)),
     ]
-    return result("backward_ds", equal_cases(pairs), "3 keys, head dim 2, Jacobian by sp.diff")
+    return result("backward_ds", equal_cases(pairs), "3 keys, head dim 2, gradients by sp.diff")
 
 
 @claim("backward_grads",

@@ -122,7 +122,8 @@ SOFTMAX_NORMALISE = (
 # Backward (recompute P from the saved LSE; dS from the softmax Jacobian).
 # ----------------------------------------------------------------------------------
 BACKWARD_PREPROCESS = (
-    Term(n.delta, rowsum(n.do * n.o), "backward_delta", "Δ_i = rowsum(dO ∘ O)"),
+    Term(n.delta, rowsum(n.do * n.o) - n.dlse, "backward_delta",
+         "Δ_i = rowsum(dO ∘ O); a gradient of lse enters as −dlse, since ∂lse_i/∂S_ij = P_ij"),
 )
 
 BACKWARD_TILE = (

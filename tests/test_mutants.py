@@ -251,6 +251,15 @@ def test_delta_without_o_is_refuted():
     assert_failed(K.prove_backward_delta(backward_preprocess=pre))
 
 
+@pytest.mark.parametrize("prove", [K.prove_backward_ds, K.prove_backward_delta])
+def test_lse_gradient_folded_with_the_wrong_sign_is_refuted(prove):
+    """delta = rowsum(dO∘O) + dlse: right when the loss ignores lse, wrong as soon as it does."""
+    pre = swap(terms.BACKWARD_PREPROCESS, n.delta, terms.rowsum(n.do * n.o) + n.dlse)
+    r = prove(backward_preprocess=pre)
+    assert_failed(r)
+    assert all(res == 0 for name, res in r.cases if "dlse = g" not in name)  # only the lse case breaks
+
+
 def test_ds_with_the_wrong_sign_is_refuted():
     wrong = n.p * (n.dp + terms.col(n.delta))
     assert_failed(K.prove_backward_ds(backward_tile=swap(terms.BACKWARD_TILE, n.ds, wrong)))

@@ -6,8 +6,10 @@ with a fake implementation, so ``torch.compile(fullgraph=True)`` traces the back
 too without running a kernel. No atomics anywhere: the gradients are bitwise deterministic.
 
 The gradient of the returned ``lse`` (``return_lse=True``) is supported at no extra kernel
-cost: ``∂lse_i/∂s_ij = P_ij``, so it enters ``dS = P ∘ (dP − Δ)`` as ``Δ − dlse`` (claim
-``backward_ds`` with the extra row term); the launcher folds it into ``Δ``.
+cost: ``∂lse_i/∂s_ij = P_ij``, so it enters ``dS = P ∘ (dP − Δ)`` as ``Δ − dlse``. The
+backward's preprocess kernel prints that as the spec term ``delta = rowsum(dO ∘ O) − dlse``
+(claims ``backward_delta``, ``backward_ds``); autograd's ``grad_lse = None`` (lse unused)
+compiles the load out.
 """
 
 from __future__ import annotations
