@@ -6,6 +6,8 @@
   standard attention (FlashAttention's Theorem 2), with plots for the docs;
 * ``python -m benchmarks.attention`` - forward / backward TFLOP/s against torch SDPA (flash
   backend) and FlexAttention on a GPU; an interpreted smoke run on a machine without one.
+* ``python -m benchmarks.gpu_report`` - on a GPU: the kernel tests on CUDA and the benchmark,
+  recorded in ``docs/performance/gpu.md`` (exits 2 without CUDA).
 
 Nothing here is imported by the kernels or the spec: the arrows point from ``spec`` and
 ``generated`` into ``benchmarks``.

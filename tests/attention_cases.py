@@ -4,15 +4,73 @@ One home for what both kernel test files draw from: the head dims, the dense-mas
 random inputs, the fixed grid of mask variants and the Hypothesis strategy over shapes,
 masks, dtypes and blocks. Each test file picks its own sizes (the backward is ~3x the
 interpreter cost of the forward) and tolerances.
+
+It is also the one place that knows where the kernels run (``FLASHPROOF_TEST_DEVICE``, read by
+every kernel test file through ``on_device`` / ``to_device`` / ``to_cpu``).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 from hypothesis import strategies as st
 
 import generated
+from generator.runtime.launch import interpreting
 from spec import masks as M
+
+# ----------------------------------------------------------------------------------
+# Where the kernels run.
+# ----------------------------------------------------------------------------------
+#: ``cpu`` (default, CI): Triton's interpreter under TRITON_INTERPRET=1; ``cuda``: compiled
+#: kernels on the GPU. Inputs are always drawn on CPU with the same seeds and the float64
+#: reference always runs on CPU, so both devices check the very same cases.
+DEVICES = ("cpu", "cuda")
+DEVICE = os.environ.get("FLASHPROOF_TEST_DEVICE", "cpu")
+
+
+def device_problem(device: str = DEVICE) -> str | None:
+    """Why the kernel tests cannot run on ``device`` (None when they can); conftest.py stops
+    the run with this message instead of letting the tests fall back to the CPU."""
+    if device not in DEVICES:
+        return f"FLASHPROOF_TEST_DEVICE={device!r} is not one of {DEVICES}; unset it to run on CPU"
+    if device == "cpu" and not interpreting():
+        return "FLASHPROOF_TEST_DEVICE=cpu runs the kernels in Triton's interpreter: set TRITON_INTERPRET=1"
+    if device == "cuda" and not torch.cuda.is_available():
+        return (f"FLASHPROOF_TEST_DEVICE=cuda, but torch {torch.__version__} sees no CUDA device; run on a "
+                "machine with a GPU, or unset FLASHPROOF_TEST_DEVICE to run on CPU under TRITON_INTERPRET=1")
+    if device == "cuda" and interpreting():
+        return ("FLASHPROOF_TEST_DEVICE=cuda with TRITON_INTERPRET set: the kernels would be interpreted, not "
+                "compiled; unset TRITON_INTERPRET")
+    return None
+
+
+def _map_tensors(x, f):
+    if isinstance(x, torch.Tensor):
+        return f(x)
+    if isinstance(x, (tuple, list)):
+        return type(x)(_map_tensors(item, f) for item in x)
+    if isinstance(x, dict):
+        return {key: _map_tensors(value, f) for key, value in x.items()}
+    return x
+
+
+def to_device(x):
+    """Every tensor in ``x`` (a tensor, or tuples / lists / dicts of them) moved to ``DEVICE``;
+    on CPU the very same tensors (no copy, so caches keyed on a tensor still hit)."""
+    return _map_tensors(x, lambda t: t.to(DEVICE))
+
+
+def to_cpu(x):
+    """Every tensor in ``x`` back on CPU, where the float64 reference lives."""
+    return _map_tensors(x, lambda t: t.cpu())
+
+
+def on_device(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with the tensor arguments on ``DEVICE``; tensor results on CPU."""
+    return to_cpu(fn(*to_device(args), **to_device(kwargs)))
+
 
 BLOCKS = sorted(generated.KERNELS)
 HEAD_DIMS = (16, 32, 40, 59, 64, 80, 96, 111, 128)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -18,6 +19,17 @@ if str(ROOT) not in sys.path:  # the repo's `spec`/`generator`, never PyPI's nam
 settings.register_profile("flashproof", max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("flashproof")
+
+
+def pytest_configure(config):
+    """FLASHPROOF_TEST_DEVICE=cuda where no GPU can run the kernels stops the run with the reason,
+    rather than letting the kernel tests silently run on the CPU."""
+    if "FLASHPROOF_TEST_DEVICE" in os.environ:
+        from attention_cases import device_problem  # imports the kernels: only when asked for
+
+        problem = device_problem()
+        if problem:
+            raise pytest.UsageError(problem)
 
 
 @pytest.fixture(scope="session")

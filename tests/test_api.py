@@ -1,4 +1,6 @@
-"""``generated.flash_attention``: the public signature, input errors, custom op, torch.compile."""
+"""``generated.flash_attention``: the public signature, input errors, custom op, torch.compile.
+
+Kernel calls run on ``attention_cases.DEVICE`` (FLASHPROOF_TEST_DEVICE), like the kernel tests."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import pytest
 import torch
 
 import generated
+from attention_cases import on_device, to_device
 from generated import flash_attention
 from generator import manifest, render
 from generator.checking import attention_failures
@@ -35,12 +38,12 @@ def test_signature_is_exactly_the_documented_one():
 def test_matches_reference_through_public_api(block):
     q, k, v = qkv(B=2, Hq=4, Hkv=2, Nq=45, Nk=70, D=40)
     lengths = torch.tensor([33, 70])
-    out, lse = flash_attention(q, k, v, causal=True, alignment="bottom_right", key_lengths=lengths,
-                               return_lse=True, block=block)
+    out, lse = on_device(flash_attention, q, k, v, causal=True, alignment="bottom_right", key_lengths=lengths,
+                         return_lse=True, block=block)
     ref_out, ref_lse = reference(q, k, v, causal=True, alignment="bottom_right", key_lengths=lengths)
     assert attention_failures(out, lse, ref_out, ref_lse, v) == []
-    assert torch.equal(flash_attention(q, k, v, causal=True, alignment="bottom_right", key_lengths=lengths,
-                                       block=block), out)
+    assert torch.equal(on_device(flash_attention, q, k, v, causal=True, alignment="bottom_right",
+                                 key_lengths=lengths, block=block), out)
 
 
 q0, k0, v0 = qkv()
@@ -71,13 +74,13 @@ BAD_INPUTS = [
 
 @pytest.mark.parametrize("kwargs, error, message", BAD_INPUTS, ids=[m for _, _, m in BAD_INPUTS])
 def test_bad_inputs_name_the_problem(kwargs, error, message):
-    args = {"q": q0, "k": k0, "v": v0, **kwargs}
+    args = to_device({"q": q0, "k": k0, "v": v0, **kwargs})
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
     with pytest.raises(error, match=message):
         flash_attention(q, k, v, **args)
 
 
-def test_cpu_without_interpreter_is_refused(monkeypatch):
+def test_cpu_without_interpreter_is_refused(monkeypatch):  # CPU tensors on purpose, on every test device
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         flash_attention(q0, k0, v0)
@@ -88,38 +91,40 @@ def test_mask_kind_not_compiled_in_names_the_command(tmp_path):
     (tmp_path / "fwd.py").write_text(render.render_variant(config.variants()[0]))
     causal_only = manifest.import_file(tmp_path / "fwd.py")
     kw = dict(alignment="top_left", key_lengths=None, mask=None, scale=None)
-    out, lse = api.attention_forward(causal_only, q0, k0, v0, causal=True, window=None, **kw)
+    out, lse = on_device(api.attention_forward, causal_only, q0, k0, v0, causal=True, window=None, **kw)
     assert attention_failures(out, lse, *reference(q0, k0, v0, causal=True), v0) == []
     with pytest.raises(ValueError, match="python -m generator --br 64 --bc 64 --mask causal"):
-        api.attention_forward(causal_only, q0, k0, v0, causal=True, window=(3, 3), **kw)
+        on_device(api.attention_forward, causal_only, q0, k0, v0, causal=True, window=(3, 3), **kw)
 
 
 def test_custom_op_fake_and_compile():
     op = torch.ops.flashproof.flash_attention.default
-    args = (q0, k0, v0, None, None, True, "top_left", None, None, 64, 64)
+    q, k, v = to_device((q0, k0, v0))
+    args = (q, k, v, None, None, True, "top_left", None, None, 64, 64)
     torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
 
     def f(q, k, v):
         return flash_attention(q, k, v, causal=True) * 2
 
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
-    assert torch.equal(compiled(q0, k0, v0), f(q0, k0, v0))
+    assert torch.equal(compiled(q, k, v), f(q, k, v))
 
 
 def test_block_map_is_reused_across_calls(monkeypatch):
-    mask = torch.rand(20, 30, generator=torch.Generator().manual_seed(2)) > 0.5
+    mask = to_device(torch.rand(20, 30, generator=torch.Generator().manual_seed(2)) > 0.5)  # one tensor: the cache key
+    q, k, v = to_device((q0, k0, v0))
     calls = []
     original = torch.nn.functional.pad
     monkeypatch.setattr(torch.nn.functional, "pad", lambda *a, **kw: calls.append(1) or original(*a, **kw))
-    first = flash_attention(q0, k0, v0, mask=mask)
+    first = flash_attention(q, k, v, mask=mask)
     n = len(calls)
     assert n > 0
-    assert torch.equal(flash_attention(q0, k0, v0, mask=mask), first)
+    assert torch.equal(flash_attention(q, k, v, mask=mask), first)
     assert len(calls) == n  # the second call found the map in the cache
 
 
 def test_softmax_entry_point():
     x = torch.randn(3, 5, 7)
-    torch.testing.assert_close(generated.softmax(x, dim=1), torch.softmax(x, dim=1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(on_device(generated.softmax, x, dim=1), torch.softmax(x, dim=1), rtol=1e-5, atol=1e-6)
     with pytest.raises(TypeError, match="supported: float16"):
         generated.softmax(x.double())

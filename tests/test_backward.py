@@ -25,7 +25,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from attention_cases import BLOCKS, cases, mask_arguments, random_inputs
+from attention_cases import BLOCKS, cases, mask_arguments, random_inputs, to_cpu, to_device
 from attention_cases import VARIANTS as FORWARD_VARIANTS
 from generated import flash_attention
 from generator import render
@@ -43,10 +43,11 @@ HEAD_DIMS = (16, 40, 59, 64, 80, 111)  # a cheaper subset: the backward costs ~3
 
 
 def kernel_grads(q, k, v, do, block, **kw):
-    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    out = flash_attention(q, k, v, block=block, **kw)
-    out.backward(do)
-    return q.grad, k.grad, v.grad
+    """dQ, dK, dV of the kernels on the test device (``attention_cases.DEVICE``), back on CPU."""
+    q, k, v = (to_device(t).detach().clone().requires_grad_() for t in (q, k, v))
+    out = flash_attention(q, k, v, block=block, **to_device(kw))
+    out.backward(to_device(do))
+    return to_cpu((q.grad, k.grad, v.grad))
 
 
 def reference_grads(q, k, v, do, **kw):
@@ -145,24 +146,29 @@ def test_rows_with_no_key_get_zero_gradients():
     assert all(torch.isfinite(g).all() for g in (dq, dk, dv))
 
 
-def test_lse_gradient():
-    """return_lse=True and a loss on lse: dlse enters dS as Δ - dlse."""
+@pytest.mark.parametrize("lse_loss", ["weighted", "sum"])
+def test_lse_gradient(lse_loss):
+    """return_lse=True and a loss on lse: the preprocess kernel's delta = rowsum(dO∘O) − dlse.
+
+    ``sum``: autograd hands the backward an expanded dlse (all strides 0), read by its strides."""
     _, q, k, v, do = random_inputs(grad=True, dtype=torch.float32, B=1, Hq=2, Hkv=1, Nq=50, Nk=70, D=32, seed=4)
-    dlse = torch.randn((1, 2, 50), generator=torch.Generator().manual_seed(5))
+    weights = torch.randn((1, 2, 50), generator=torch.Generator().manual_seed(5))
+    lse_term = {"weighted": lambda lse: (lse * weights.to(lse)).sum(), "sum": lambda lse: lse.sum()}[lse_loss]
     kw = dict(causal=True, alignment="bottom_right")  # N_k > N_q: every row sees a key
 
-    qk, kk, vk = (t.clone().requires_grad_() for t in (q, k, v))
+    qk, kk, vk = (to_device(t).clone().requires_grad_() for t in (q, k, v))
     out, lse = flash_attention(qk, kk, vk, return_lse=True, **kw)
-    ((out * do).sum() + (lse * dlse).sum()).backward()
+    ((out * to_device(do)).sum() + lse_term(lse)).backward()
     qr, kr, vr = (t.double().requires_grad_() for t in (q, k, v))
     out_r, lse_r = reference(qr, kr, vr, **kw)
-    ((out_r * do.double()).sum() + (lse_r * dlse.double()).sum()).backward()
-    assert grad_failures((qk.grad, kk.grad, vk.grad), (qr.grad, kr.grad, vr.grad), torch.float32) == []
+    ((out_r * do.double()).sum() + lse_term(lse_r)).backward()
+    assert grad_failures(to_cpu((qk.grad, kk.grad, vk.grad)), (qr.grad, kr.grad, vr.grad), torch.float32) == []
 
 
 def test_torch_compile_traces_forward_and_backward():
     """fullgraph=True: the forward op and the backward op both enter the graph through their fakes."""
-    _, q, k, v, do = random_inputs(grad=True, dtype=torch.float32, B=1, Hq=2, Hkv=1, Nq=20, Nk=30, D=16, seed=6)
+    _, q, k, v, do = to_device(random_inputs(grad=True, dtype=torch.float32, B=1, Hq=2, Hkv=1, Nq=20, Nk=30, D=16,
+                                             seed=6))
 
     def loss(q, k, v):  # the op itself: what flash_attention dispatches to after its input checks
         out, _ = torch.ops.flashproof.flash_attention(q, k, v, None, None, True, "top_left", None, None, 64, 64)
@@ -172,7 +178,7 @@ def test_torch_compile_traces_forward_and_backward():
     qc, kc, vc = (t.clone().requires_grad_() for t in (q, k, v))
     compiled(qc, kc, vc).backward()
     want = kernel_grads(q, k, v, do, (64, 64), causal=True)
-    for got, ref in zip((qc.grad, kc.grad, vc.grad), want):
+    for got, ref in zip(to_cpu((qc.grad, kc.grad, vc.grad)), want):
         assert torch.equal(got, ref)
 
 

@@ -1,4 +1,5 @@
-"""The generated forward kernels against the float64 spec reference (TRITON_INTERPRET=1 on CPU).
+"""The generated forward kernels against the float64 spec reference (TRITON_INTERPRET=1 on CPU,
+or compiled on a GPU with FLASHPROOF_TEST_DEVICE=cuda: see ``attention_cases.DEVICE``).
 
 Every checked-in block config, every mask kind and their combinations, both alignments
 (bottom-right with N_q > N_k leaves rows with no key), fully masked rows, GQA, head dims that
@@ -17,7 +18,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from sympy.codegen.cfunctions import exp2, log2
 
-from attention_cases import BLOCKS, HEAD_DIMS, VARIANTS, cases, mask_arguments, random_inputs
+from attention_cases import (
+    BLOCKS, HEAD_DIMS, VARIANTS, cases, mask_arguments, on_device, random_inputs, to_cpu, to_device,
+)
 from generator import manifest, render
 from generator.checking import attention_failures
 from generator.runtime import api
@@ -39,7 +42,7 @@ def case_failures(module, *, dtype=torch.float32, B=1, Hq=2, Hkv=1, Nq=70, Nk=90
     gen, q, k, v = random_inputs(dtype=dtype, B=B, Hq=Hq, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, seed=seed)
     key_lengths, mask = mask_arguments(gen, B, Hq, Nq, Nk, key_lengths, mask)
     kw = dict(causal=causal, alignment=alignment, window=window, key_lengths=key_lengths, mask=mask, scale=scale)
-    out, lse = api.attention_forward(module, q, k, v, **kw)
+    out, lse = on_device(api.attention_forward, module, q, k, v, **kw)
     ref_out, ref_lse = reference(q, k, v, **kw)
     assert out.dtype == dtype and lse.dtype == torch.float32 and lse.shape == (B, Hq, Nq)
     return attention_failures(out, lse, ref_out, ref_lse, v)
@@ -101,10 +104,10 @@ def test_shift_invariance_large_logits():
     k2 = torch.cat([k, torch.ones((1, 2, 50, 1))], dim=-1)
     v2 = torch.cat([v, torch.zeros((1, 2, 50, 1))], dim=-1)
     for causal in (False, True):
-        out, lse = api.attention_forward(module((64, 64)), q, k, v, causal=causal, alignment="top_left",
-                                         window=None, key_lengths=None, mask=None, scale=scale)
-        out2, lse2 = api.attention_forward(module((64, 64)), q2, k2, v2, causal=causal, alignment="top_left",
-                                           window=None, key_lengths=None, mask=None, scale=scale)
+        out, lse = on_device(api.attention_forward, module((64, 64)), q, k, v, causal=causal,
+                             alignment="top_left", window=None, key_lengths=None, mask=None, scale=scale)
+        out2, lse2 = on_device(api.attention_forward, module((64, 64)), q2, k2, v2, causal=causal,
+                               alignment="top_left", window=None, key_lengths=None, mask=None, scale=scale)
         assert torch.isfinite(out2).all() and torch.isfinite(lse2).all()
         assert (out2[..., :-1] - out).abs().max() <= 2e-3 * v.abs().max()
         assert (lse2 - shift - lse).abs().max() <= 2e-3
@@ -118,7 +121,7 @@ def test_no_nan_on_fully_masked_inputs():
                dict(causal=True, alignment="bottom_right", key_lengths=torch.tensor([0, 0]))):
         kw = {"causal": False, "alignment": "top_left", "window": None, "key_lengths": None, "mask": None,
               "scale": None, **kw}
-        out, lse = api.attention_forward(module((64, 64)), q, k, v, **kw)
+        out, lse = on_device(api.attention_forward, module((64, 64)), q, k, v, **kw)
         assert torch.equal(out, torch.zeros_like(out))
         assert torch.isneginf(lse).all()
 
@@ -136,11 +139,14 @@ def test_empty_tiles_are_skipped():
 
 def test_non_contiguous_inputs():
     gen = torch.Generator().manual_seed(5)
-    q = torch.randn((1, 40, 2, 32), generator=gen).transpose(1, 2)  # (B, H, N, D) with N stride != D
-    k = torch.randn((1, 2, 32, 50), generator=gen).transpose(2, 3)  # d is the slow axis
-    v = torch.randn((1, 2, 50, 64), generator=gen)[..., ::2]  # stride 2 on d
-    out, lse = api.attention_forward(module((64, 64)), q, k, v, causal=True, alignment="top_left", window=None,
-                                     key_lengths=None, mask=None, scale=None)
+    # the views are taken on the test device: moving a strided view would make it contiguous
+    q = to_device(torch.randn((1, 40, 2, 32), generator=gen)).transpose(1, 2)  # (B, H, N, D), N stride != D
+    k = to_device(torch.randn((1, 2, 32, 50), generator=gen)).transpose(2, 3)  # d is the slow axis
+    v = to_device(torch.randn((1, 2, 50, 64), generator=gen))[..., ::2]  # stride 2 on d
+    assert not any(t.is_contiguous() for t in (q, k, v))
+    out, lse = on_device(api.attention_forward, module((64, 64)), q, k, v, causal=True, alignment="top_left",
+                         window=None, key_lengths=None, mask=None, scale=None)
+    q, k, v = to_cpu((q, k, v))
     ref_out, ref_lse = reference(q, k, v, causal=True)
     assert attention_failures(out, lse, ref_out, ref_lse, v) == []
 

@@ -1,4 +1,5 @@
-"""Seed 000's online softmax kernels (1-pass and 2-pass) against float64 torch.softmax."""
+"""Seed 000's online softmax kernels (1-pass and 2-pass) against float64 torch.softmax, on
+``attention_cases.DEVICE`` (FLASHPROOF_TEST_DEVICE)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 from sympy.codegen.cfunctions import exp2
 
 import generated
+from attention_cases import on_device
 from generator import manifest, render
 from generator.variants import BlockConfig
 from spec import notation as n
@@ -31,7 +33,7 @@ def failures(y, x, dim=-1, tol=None):
 def test_rows(rows, cols, dtype, block, seed):
     """cols <= B_c runs the 1-pass kernel, cols > B_c the 2-pass one."""
     x = (torch.randn((rows, cols), generator=torch.Generator().manual_seed(seed)) * 5).to(dtype)
-    assert failures(generated.softmax(x, block=block), x) == []
+    assert failures(on_device(generated.softmax, x, block=block), x) == []
 
 
 @pytest.mark.parametrize("dim", [0, 1, -1])
@@ -39,7 +41,7 @@ def test_any_dim_and_large_logits(dim):
     """Shift invariance: logits near 1e4 (exp would overflow) give finite, correct rows.
     x * log2(e) ~ 1.4e4 is rounded to fp32 spacing 2^-10, hence the looser 2e-3."""
     x = torch.randn(7, 90, 3) * 30 + 1e4
-    y = generated.softmax(x, dim=dim)
+    y = on_device(generated.softmax, x, dim=dim)
     assert torch.isfinite(y).all()
     assert failures(y, x, dim=dim, tol=2e-3) == []
 
@@ -54,5 +56,5 @@ def test_mutated_alpha_is_caught(monkeypatch, tmp_path):
     (tmp_path / "sm.py").write_text(render.render_variant(variant))
     mutant = manifest.import_file(tmp_path / "sm.py")
     x = torch.randn(5, 100)
-    assert failures(mutant.softmax_rows(x), x) != []
-    assert failures(generated.softmax(x, block=(16, 32)), x) == []
+    assert failures(on_device(mutant.softmax_rows, x), x) != []
+    assert failures(on_device(generated.softmax, x, block=(16, 32)), x) == []

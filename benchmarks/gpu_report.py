@@ -1,0 +1,221 @@
+"""On a CUDA machine: run the kernel tests on the GPU and the benchmark, and record both in the docs.
+
+CI runs the kernel tests on CPU under Triton's interpreter. Issues 4 and 6 also ask for the
+same tests to pass on CUDA, and issue 7 for the benchmark's figures, recorded in the repo.
+This is that one command:
+
+1. ``FLASHPROOF_TEST_DEVICE=cuda python -m pytest`` over ``TEST_FILES`` (the same cases, drawn
+   on CPU with the same seeds and moved to the GPU; the float64 reference stays on CPU),
+   without ``TRITON_INTERPRET``, so the kernels are compiled for the GPU;
+2. ``python -m benchmarks.attention --json ...`` (the full sweep unless ``--bench-args`` narrows it);
+3. ``docs/performance/gpu.md``: GPU model, torch / triton / CUDA versions, the pytest summary
+   and the benchmark table; and ``docs/performance/benchmark.md`` + its plot (issue 7's page).
+
+Each step's result is kept in ``.artifacts/gpu_report/`` and the pages are written from all
+that is kept, so the steps can run in separate commands (``--only tests``, ``--only bench``)
+when one command may not run long enough for both; benchmark rows of several runs merge by
+shape and mode. ``benchmarks.static`` is not run: it needs no GPU and ``static.md`` holds it.
+
+    python -m benchmarks.gpu_report                        # tests + full benchmark sweep
+    python -m benchmarks.gpu_report --only tests
+    python -m benchmarks.gpu_report --only bench --bench-args="--head-dim 64"
+
+Without CUDA it exits 2 and says so: nothing here means anything on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.common import ARTIFACTS, ASSETS_PERF, DOCS_PERF, ROOT, markdown_table, versions, write_text
+
+TEST_FILES = ("tests/test_forward.py", "tests/test_backward.py", "tests/test_api.py", "tests/test_softmax.py")
+STATE = ARTIFACTS / "gpu_report"
+PAGE = DOCS_PERF / "gpu.md"
+NO_CUDA = ("no CUDA device: python -m benchmarks.gpu_report runs the kernel tests and the benchmark on a GPU "
+           "and records them; on this machine run the tests on CPU instead "
+           "(TRITON_INTERPRET=1 python -m pytest) or run this on a machine with a GPU")
+#: pytest's final line, e.g. "150 passed, 2 warnings in 81.20s (0:01:21)"
+SUMMARY = re.compile(r"\d+ (passed|failed|errors?|skipped|deselected|xfailed|xpassed)\b.* in [\d.]+s")
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def cuda_problem() -> str | None:
+    """Why this machine cannot make the report (None when it can)."""
+    if not _torch().cuda.is_available():
+        return NO_CUDA
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return "TRITON_INTERPRET is set: the kernels would be interpreted, not compiled; unset it"
+    return None
+
+
+def environment() -> dict:
+    torch = _torch()
+    major, minor = torch.cuda.get_device_capability()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown (not a git checkout)"
+    return dict(gpu=torch.cuda.get_device_name(), capability=f"sm_{major}{minor}", cuda=torch.version.cuda,
+                commit=commit, date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                **versions())
+
+
+def _workers(requested: int | None) -> list[str]:
+    """``-n N`` for pytest-xdist when it is installed: compiling the kernels is CPU-bound."""
+    try:
+        import xdist  # noqa: F401
+    except ImportError:
+        return []
+    n = requested if requested is not None else min(8, os.cpu_count() or 1)
+    return ["-n", str(n)] if n > 1 else []
+
+
+# ----------------------------------------------------------------------------------------
+# The steps
+# ----------------------------------------------------------------------------------------
+def run_tests(workers: int | None, extra: list[str]) -> dict:
+    """The kernel test files on the GPU; the pytest summary, failures and exit status."""
+    env = {**os.environ, "FLASHPROOF_TEST_DEVICE": "cuda"}
+    env.pop("TRITON_INTERPRET", None)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *_workers(workers), *TEST_FILES, *extra]
+    print("$ FLASHPROOF_TEST_DEVICE=cuda " + shlex.join(cmd[1:]), flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    write_text(STATE / "pytest.log", log)
+    print(log[-4000:])
+    lines = [line.strip("= ") for line in log.splitlines()]
+    summaries = [line for line in lines if SUMMARY.search(line)]
+    return dict(command="FLASHPROOF_TEST_DEVICE=cuda python " + shlex.join(cmd[1:]), returncode=proc.returncode,
+                summary=summaries[-1] if summaries else f"no pytest summary (exit {proc.returncode}); see the log",
+                failures=[line for line in lines if line.startswith(("FAILED ", "ERROR "))][:40])
+
+
+def run_bench(extra: list[str]) -> dict:
+    """``benchmarks.attention`` on the GPU; its rows merged with those kept from earlier runs."""
+    out = STATE / "attention_part.json"
+    cmd = [sys.executable, "-m", "benchmarks.attention", "--json", str(out), *extra]
+    print("$ " + shlex.join(cmd[1:]), flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT)
+    if proc.returncode != 0 or not out.exists():
+        return dict(command=shlex.join(cmd[1:]), returncode=proc.returncode or 1, rows=_kept("bench").get("rows", []))
+    part = json.loads(out.read_text())
+    key = lambda r: (r["n"], r["d"], r["causal"], r["dtype"], r["mode"])  # noqa: E731
+    rows = {key(r): r for r in _kept("bench").get("rows", [])}
+    rows.update({key(r): r for r in part["rows"]})
+    return dict(command=shlex.join(cmd[1:]), returncode=0, rows=sorted(rows.values(), key=key))
+
+
+def _kept(step: str) -> dict:
+    path = STATE / f"{step}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+# ----------------------------------------------------------------------------------------
+# The pages
+# ----------------------------------------------------------------------------------------
+def page(env: dict, tests: dict, bench: dict) -> str:
+    from benchmarks import attention
+    from generator.checking import TOLERANCES
+
+    forward_tol = ", ".join(f"{str(d).removeprefix('torch.')} {t:g}" for d, t in TOLERANCES.items())
+    if tests:
+        status = "passed" if tests["returncode"] == 0 else f"**FAILED** (pytest exit {tests['returncode']})"
+        failures = "".join(f"- `{line}`\n" for line in tests["failures"])
+        tests_md = (f"```bash\n{tests['command']}\n```\n\nResult: **{tests['summary']}** — {status}.\n\n"
+                    + (f"Failures:\n\n{failures}\n" if failures else ""))
+    else:
+        tests_md = "Not run yet: `python -m benchmarks.gpu_report --only tests`.\n"
+    if bench.get("rows"):
+        bench_md = (f"`python -m {bench['command']}` (exit {bench['returncode']}); bf16, TFLOP/s, "
+                    "`triton.testing.do_bench` median. What the columns mean: "
+                    "[GPU benchmark](benchmark.md).\n\n"
+                    + markdown_table(attention.HEADER, attention.table_cells(bench["rows"])) + "\n")
+    else:
+        bench_md = "Not run yet: `python -m benchmarks.gpu_report --only bench`.\n"
+    return f"""# GPU record
+
+<!-- generated by `python -m benchmarks.gpu_report`; do not edit by hand -->
+
+CI runs every kernel test on CPU under Triton's interpreter. This page records the same
+tests run on a GPU, where Triton compiles the kernels, and the benchmark beside torch SDPA
+and FlexAttention, both made by `python -m benchmarks.gpu_report`.
+
+| | |
+|---|---|
+| GPU | {env['gpu']} ({env['capability']}) |
+| torch | {env['torch']} (CUDA {env['cuda']}) |
+| triton | {env['triton']} |
+| python | {env['python']} |
+| commit | {env['commit']} |
+| recorded | {env['date']} |
+
+## Kernel tests on CUDA
+
+The cases are the CPU run's: inputs are drawn on CPU with the same seeds and moved to the GPU,
+the float64 reference runs on CPU, and the kernels' outputs are compared there. Tolerances are
+the CPU run's too (forward, relative to `max|v|`: {forward_tol}; backward: see
+`tests/test_backward.py`). bf16 is not upcast on the GPU (that is an interpreter workaround),
+and fp32 dots use `input_precision="ieee"`, never tf32, so the fp32 tolerances apply unchanged.
+
+{tests_md}
+## Benchmark
+
+{bench_md}"""
+
+
+def write_pages(env: dict, tests: dict, bench: dict, plot: bool) -> None:
+    from benchmarks import attention
+
+    print(f"wrote {write_text(PAGE, page(env, tests, bench))}")
+    if bench.get("rows"):
+        name = None
+        if plot:
+            path = ASSETS_PERF / f"benchmark_{env['gpu'].replace(' ', '_')}.png"
+            name = attention.plot(bench["rows"], path).name
+        print(f"wrote {write_text(DOCS_PERF / 'benchmark.md', attention.markdown_page(bench['rows'], True, 'cuda', name))}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu_report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", choices=("tests", "bench"), help="run one step; the pages keep the other's last result")
+    ap.add_argument("--workers", type=int, help="pytest-xdist workers (default: min(8, cores); 1 = none)")
+    ap.add_argument("--pytest-args", default="", help="extra pytest arguments, e.g. '-x -k forward'")
+    ap.add_argument("--bench-args", default="", help="arguments for benchmarks.attention, e.g. '--n 4096'")
+    ap.add_argument("--no-plot", action="store_true", help="skip the benchmark plot (no matplotlib)")
+    args = ap.parse_args(argv)
+
+    problem = cuda_problem()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    env = environment()
+    print(f"GPU: {env['gpu']} ({env['capability']}); torch {env['torch']}; triton {env['triton']}", flush=True)
+    tests, bench = _kept("tests"), _kept("bench")
+    if args.only in (None, "tests"):
+        tests = run_tests(args.workers, shlex.split(args.pytest_args))
+        write_text(STATE / "tests.json", json.dumps(tests, indent=1) + "\n")
+    if args.only in (None, "bench"):
+        bench = run_bench(shlex.split(args.bench_args))
+        write_text(STATE / "bench.json", json.dumps(bench, indent=1) + "\n")
+    write_pages(env, tests, bench, plot=not args.no_plot)
+    ok = tests.get("returncode", 0) == 0 and bench.get("returncode", 0) == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
