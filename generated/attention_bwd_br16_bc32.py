@@ -7,10 +7,10 @@ Three kernels, no atomics, so the gradients are bitwise identical from run to ru
    when the loss uses the returned lse (claims ``backward_delta``, ``backward_ds``).
    HBM: reads O and dO once (and dlse, one fp32 per row, only then), writes one fp32 per row.
 2. ``_attn_bwd_dkdv``: one program per (key tile, batch x K/V head) keeps its K, V tiles and
-   the fp32 accumulators dK, dV on chip and streams the query tiles of every query head of
-   its GQA group (dK, dV of a shared K/V head are the sum over those heads; K/V are never
-   copied). HBM: K, V read once, each visited Q, dO tile read once per key tile, dK, dV
-   written once.
+   the fp32 accumulators dK, dV on chip and streams the query rows (``BLOCK_M_DKDV`` at a
+   time) of every query head of its GQA group (dK, dV of a shared K/V head are the sum over
+   those heads; K/V are never copied). HBM: K, V read once, each visited Q, dO tile read
+   once per key tile, dK, dV written once.
 3. ``_attn_bwd_dq``: one program per (query tile, batch x query head), the forward's loop
    order: streams K, V tiles and accumulates dQ on chip; written once.
 
@@ -34,8 +34,16 @@ from generator.runtime import launch
 
 BLOCK_M = 16
 BLOCK_N = 32
-NUM_WARPS = 4
-NUM_STAGES = 3
+#: launch settings of the three backward kernels, chosen by the generator per block config
+#: (generator.variants.default_bwd_num_warps / _stages; `--num-warps` / `--num-stages` set both
+#: passes): the backward holds more live tiles than the forward and would spill with its settings
+NUM_WARPS = 8
+NUM_STAGES = 1
+#: the dK/dV kernel streams the query rows in steps of this many rows (a divisor of B_r,
+#: generator.variants.default_bwd_sub_m): smaller Q, dO, P and dS tiles, fewer live registers.
+#: Its loop bounds are the same proven terms with this step as the tile height (claim
+#: mask_tiles_sound holds for every block size); the dense block map stays per B_r tile.
+BLOCK_M_DKDV = 16
 #: mask kinds this file was generated with (`--mask`), and the command that emitted it
 MASKS = ['causal', 'window', 'lengths', 'dense']
 COMMAND = "python -m generator --br 16 --bc 32"
@@ -81,11 +89,12 @@ def _attn_bwd_row_state(Lse, Delta, off_bh, offs_m, N_Q):
 
 
 @triton.jit
-def _attn_bwd_p_ds(q, k, vT, do, lse2_safe, delta, qk_scale, Mask_rows, stride_mn, offs_m, offs_n, tile_state,
-                   N_Q, N_K, shift, window_left, window_right, key_len, MASKED: tl.constexpr,
-                   IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_LENGTHS: tl.constexpr,
-                   HAS_MASK: tl.constexpr, INPUT_PRECISION: tl.constexpr):
-    """P and dS of one (B_r x B_c) tile, on chip; shared by the dK/dV and the dQ loop."""
+def _attn_bwd_p(q, k, lse2_safe, qk_scale, Mask_rows, stride_mn, offs_m, offs_n, tile_state,
+                N_Q, N_K, shift, window_left, window_right, key_len, MASKED: tl.constexpr,
+                IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_LENGTHS: tl.constexpr,
+                HAS_MASK: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """P of one tile, on chip; shared by the dK/dV and the dQ loop, which then form dP and dS
+    themselves (the dK/dV loop uses P for dV first, so P, dP and dS are never all live)."""
     qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION)  # x = q . k_j for the whole tile, accumulated in fp32 (claim: block_update)
     if MASKED:
         # a partial tile: the element predicate of every enabled kind (spec.masks.predicate)
@@ -103,11 +112,9 @@ def _attn_bwd_p_ds(q, k, vT, do, lse2_safe, delta, qk_scale, Mask_rows, stride_m
             mask_tile = tl.load(Mask_rows + offs_n[None, :] * stride_mn,
                                 mask=(offs_m[:, None] < N_Q) & (offs_n[None, :] < N_K), other=0) != 0
             qk = tl.where(mask_tile, qk, float("-inf"))  # masked logits are -inf, so their probabilities are exactly 0 (claim: block_update)
-    # P from the saved LSE, then the softmax Jacobian applied to dP
+    # P from the saved LSE
     p = tl.exp2(qk*qk_scale - lse2_safe[:, None])  # P recomputed from the saved LSE: e^{s·x - lse} (claim: exp2_rewrite)
-    dp = tl.dot(do, vT, input_precision=INPUT_PRECISION)  # dP = dO V^T (claim: backward_ds)
-    ds = p*(dp - delta[:, None])  # dS = P ∘ (dP − Δ) (claim: backward_ds)
-    return p, ds
+    return p
 
 
 @triton.jit
@@ -115,31 +122,37 @@ def _attn_bwd_dkdv_stage(dk, dv, k, vT, qk_scale, Q_head, DO_head, Lse, Delta, o
                          stride_qm, stride_qd, stride_dom, stride_dod,
                          Mask_head, stride_mm, stride_mn, Map_col, stride_map_m, offs_n, offs_d, lo, hi,
                          N_Q, N_K, shift, window_left, window_right, key_len,
-                         HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
-                         IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_LENGTHS: tl.constexpr,
+                         HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MAP_BLOCK_M: tl.constexpr,
+                         MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_LENGTHS: tl.constexpr,
                          HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, INPUT_PRECISION: tl.constexpr):
-    # query tiles [lo, hi) of one query head: all partial (MASKED) or all full
+    # query rows [lo, hi) of one query head, BLOCK_M (= BLOCK_M_DKDV) at a time: all partial
+    # (MASKED) or all full
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         if HAS_MASK:
-            # one byte per tile from the block map: 0 = the dense mask hides the whole tile
-            tile_state = tl.load(Map_col + (start_m // BLOCK_M) * stride_map_m).to(tl.int32)
+            # one byte per B_r tile from the block map (0 = the dense mask hides the whole tile);
+            # a step of BLOCK_M rows lies inside one B_r tile, whose state holds for its rows
+            tile_state = tl.load(Map_col + (start_m // MAP_BLOCK_M) * stride_map_m).to(tl.int32)
         else:
             tile_state = 2
         if tile_state != 0:
-            # HBM -> SRAM: one B_r x D tile of Q and of dO, and their rows' LSE and Δ
+            # HBM -> SRAM: BLOCK_M rows of Q and of dO, and their rows' LSE and Δ
             q_mask = (offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM)
             q = tl.load(Q_head + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
                         mask=q_mask, other=0.0).to(DOT_DTYPE)
             do = tl.load(DO_head + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
                          mask=q_mask, other=0.0).to(DOT_DTYPE)
             lse2_safe, delta = _attn_bwd_row_state(Lse, Delta, off_bh, offs_m, N_Q)
-            p, ds = _attn_bwd_p_ds(
-                q, k, vT, do, lse2_safe, delta, qk_scale, Mask_head + offs_m[:, None] * stride_mm, stride_mn,
+            p = _attn_bwd_p(
+                q, k, lse2_safe, qk_scale, Mask_head + offs_m[:, None] * stride_mm, stride_mn,
                 offs_m, offs_n, tile_state, N_Q, N_K, shift, window_left, window_right, key_len, MASKED,
                 IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, INPUT_PRECISION)
+            # dV first: the transposed copy of P is spent before dP exists (fewer live registers)
             dv = dv + tl.dot((tl.trans(p)).to(DOT_DTYPE), do, input_precision=INPUT_PRECISION)  # dV = Pᵀ dO, summed over query tiles (and the query heads of a GQA group) (claim: backward_grads)
+            # the softmax Jacobian applied to dP
+            dp = tl.dot(do, vT, input_precision=INPUT_PRECISION)  # dP = dO V^T (claim: backward_ds)
+            ds = p*(dp - delta[:, None])  # dS = P ∘ (dP − Δ) (claim: backward_ds)
             dk = dk + tl.dot((tl.trans(ds)).to(DOT_DTYPE), q, input_precision=INPUT_PRECISION)  # dK = scale · dSᵀ Q, unscaled in the loop (claim: backward_grads)
     return dk, dv
 
@@ -155,8 +168,10 @@ def _attn_bwd_dkdv(Q, K, V, DO, Lse, Delta, DK, DV, KeyLens, Mask, BlockMap, sm_
                    stride_map_b, stride_map_h, stride_map_m, stride_map_n,
                    H_KV, GROUP, N_Q, N_K, shift, window_left, window_right,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_LENGTHS: tl.constexpr,
-                   HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                   MAP_BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                   HAS_LENGTHS: tl.constexpr, HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr,
+                   INPUT_PRECISION: tl.constexpr):
+    # BLOCK_M is the row step BLOCK_M_DKDV; MAP_BLOCK_M the B_r of the dense block map
     start_n = tl.program_id(0) * BLOCK_N
     off_bkv = tl.program_id(1)
     off_b = (off_bkv // H_KV).to(tl.int64)
@@ -211,17 +226,17 @@ def _attn_bwd_dkdv(Q, K, V, DO, Lse, Delta, DK, DV, KeyLens, Mask, BlockMap, sm_
         dk, dv = _attn_bwd_dkdv_stage(
             dk, dv, k, vT, qk_scale, Q_head, DO_head, Lse, Delta, off_bh, stride_qm, stride_qd, stride_dom,
             stride_dod, Mask_head, stride_mm, stride_mn, Map_col, stride_map_m, offs_n, offs_d, q_lo, q_full_lo,
-            N_Q, N_K, shift, window_left, window_right, key_len, HEAD_DIM, BLOCK_M, True,
+            N_Q, N_K, shift, window_left, window_right, key_len, HEAD_DIM, BLOCK_M, MAP_BLOCK_M, True,
             IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION)
         dk, dv = _attn_bwd_dkdv_stage(
             dk, dv, k, vT, qk_scale, Q_head, DO_head, Lse, Delta, off_bh, stride_qm, stride_qd, stride_dom,
             stride_dod, Mask_head, stride_mm, stride_mn, Map_col, stride_map_m, offs_n, offs_d, q_full_lo,
-            q_full_hi, N_Q, N_K, shift, window_left, window_right, key_len, HEAD_DIM, BLOCK_M, False,
+            q_full_hi, N_Q, N_K, shift, window_left, window_right, key_len, HEAD_DIM, BLOCK_M, MAP_BLOCK_M, False,
             IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION)
         dk, dv = _attn_bwd_dkdv_stage(
             dk, dv, k, vT, qk_scale, Q_head, DO_head, Lse, Delta, off_bh, stride_qm, stride_qd, stride_dom,
             stride_dod, Mask_head, stride_mm, stride_mn, Map_col, stride_map_m, offs_n, offs_d, q_full_hi, q_hi,
-            N_Q, N_K, shift, window_left, window_right, key_len, HEAD_DIM, BLOCK_M, True,
+            N_Q, N_K, shift, window_left, window_right, key_len, HEAD_DIM, BLOCK_M, MAP_BLOCK_M, True,
             IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION)
     dk = dk*sm_scale  # ∂S/∂K = scale · Q: one multiply per element (claim: backward_grads)
 
@@ -255,10 +270,13 @@ def _attn_bwd_dq_stage(dq, q, do, lse2_safe, delta, qk_scale, K_head, V_head, st
                         mask=kv_mask, other=0.0).to(DOT_DTYPE)
             vT = tl.load(V_head + offs_n[None, :] * stride_vn + offs_d[:, None] * stride_vd,
                          mask=tl.trans(kv_mask), other=0.0).to(DOT_DTYPE)
-            p, ds = _attn_bwd_p_ds(
-                q, k, vT, do, lse2_safe, delta, qk_scale, Mask_rows, stride_mn, offs_m, offs_n, tile_state,
+            p = _attn_bwd_p(
+                q, k, lse2_safe, qk_scale, Mask_rows, stride_mn, offs_m, offs_n, tile_state,
                 N_Q, N_K, shift, window_left, window_right, key_len, MASKED,
                 IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, INPUT_PRECISION)
+            # the softmax Jacobian applied to dP
+            dp = tl.dot(do, vT, input_precision=INPUT_PRECISION)  # dP = dO V^T (claim: backward_ds)
+            ds = p*(dp - delta[:, None])  # dS = P ∘ (dP − Δ) (claim: backward_ds)
             dq = dq + tl.dot(ds.to(DOT_DTYPE), k, input_precision=INPUT_PRECISION)  # dQ = scale · dS K, unscaled in the loop (claim: backward_grads)
     return dq
 
@@ -345,6 +363,10 @@ def _attn_bwd_dq(Q, K, V, DO, Lse, Delta, DQ, KeyLens, Mask, BlockMap, sm_scale,
              dq.to(DQ.dtype.element_ty), mask=q_mask)
 
 
+#: the dK/dV kernel's row step and the B_r of the block map it reads
+DKDV_BLOCKS = {"BLOCK_M": BLOCK_M_DKDV, "MAP_BLOCK_M": BLOCK_M}
+
+
 def _flags(causal, window, key_lengths, mask) -> dict:
     wanted = {"causal": causal, "window": window is not None, "lengths": key_lengths is not None,
               "dense": mask is not None}
@@ -382,13 +404,34 @@ def backward(do, q, k, v, out, lse, *, sm_scale, grad_lse=None, shift=0, causal=
     dlse_strides = grad_lse.stride() if grad_lse is not None else (0, 0, 0)
     _attn_bwd_preprocess[(triton.cdiv(N_Q, BLOCK_M), B * H)](
         out, do, dlse_arg, delta, *out.stride(), *do.stride(), *dlse_strides, H, N_Q,
-        HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=BLOCK_M, HAS_DLSE=grad_lse is not None)
+        HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=BLOCK_M, HAS_DLSE=grad_lse is not None, num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES)
     _attn_bwd_dkdv[(triton.cdiv(N_K, BLOCK_N), B * H_KV)](
         q, k, v, do, lse, delta, dk, dv, lens_arg, mask_arg, map_arg, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *mask_arg.stride(), *map_arg.stride(),
-        H_KV, H // H_KV, N_Q, N_K, shift, window_left, window_right, **constants)
+        H_KV, H // H_KV, N_Q, N_K, shift, window_left, window_right, **dict(constants, **DKDV_BLOCKS))
     _attn_bwd_dq[(triton.cdiv(N_Q, BLOCK_M), B * H)](
         q, k, v, do, lse, delta, dq, lens_arg, mask_arg, map_arg, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(), *mask_arg.stride(), *map_arg.stride(),
         H, H // H_KV, N_Q, N_K, shift, window_left, window_right, **constants)
     return dq, dk, dv
+
+
+def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, lengths=False, dense=False) -> dict:
+    """Arguments to compile the three backward kernels ahead of time, without a GPU:
+    ``{kernel name: args}`` with ``args`` as in the forward module's ``aot_compile_args``."""
+    torch_dtype, name = launch.tl_dtype_of(dtype)
+    shapes = {"HEAD_DIM": head_dim, "BLOCK_D": launch.block_d(head_dim), "BLOCK_M": BLOCK_M}
+    main = {**shapes, "BLOCK_N": BLOCK_N, "IS_CAUSAL": causal, "HAS_WINDOW": window, "HAS_LENGTHS": lengths,
+            "HAS_MASK": dense, **launch.dot_constants(torch_dtype, interpret=False)}
+    operands = {"Q": name, "K": name, "V": name, "DO": name, "Lse": "fp32", "Delta": "fp32", "KeyLens": "i32",
+                "Mask": "i1", "BlockMap": "i8"}
+    return {
+        "_attn_bwd_preprocess": launch.aot_args(
+            _attn_bwd_preprocess, {"Out": name, "DO": name, "DLse": "fp32", "Delta": "fp32"}, (),
+            {**shapes, "HAS_DLSE": False}, NUM_WARPS, NUM_STAGES),
+        "_attn_bwd_dkdv": launch.aot_args(_attn_bwd_dkdv, {**operands, "DK": name, "DV": name}, ("sm_scale",),
+                                          {**main, **DKDV_BLOCKS}, NUM_WARPS, NUM_STAGES),
+        "_attn_bwd_dq": launch.aot_args(_attn_bwd_dq, {**operands, "DQ": name}, ("sm_scale",), main,
+                                        NUM_WARPS, NUM_STAGES),
+    }

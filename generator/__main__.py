@@ -50,9 +50,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mask", nargs="+", choices=MASKS, default=list(MASKS), metavar="KIND",
                    help=f"mask kinds compiled into the forward kernel, any of {', '.join(MASKS)} (default: all)")
     p.add_argument("--num-warps", type=int, choices=ALLOWED_WARPS, default=None,
-                   help="warps per program (default: 4 up to a 64x64 tile, else 8)")
+                   help="warps per program, forward and backward (default: forward 4 up to a 64x64 "
+                        "tile, else 8; backward 8)")
     p.add_argument("--num-stages", type=int, choices=ALLOWED_STAGES, default=None,
-                   help="software-pipeline stages of the K/V loads (default: 3 for B_c <= 64, else 2)")
+                   help="software-pipeline stages of the streamed tiles, forward and backward (default: "
+                        "forward 3 for B_c <= 64, else 2; backward 1)")
     p.add_argument("--out", type=Path, default=None, help="output directory (default: generated/)")
     p.add_argument("--check", action="store_true",
                    help="re-render every MANIFEST.json entry in memory; exit 1 listing stale or edited "

@@ -84,16 +84,29 @@ def softmax_context(variant: Variant) -> dict:
 # The backward: the dQ loop reuses the forward's classifier; the dK/dV loop (one key tile,
 # looping over query tiles) uses the transposed one, spec.masks.row_bounds.
 # ----------------------------------------------------------------------------------
+def _uses(term: T.Term, earlier) -> bool:
+    """Whether ``term`` reads a variable that one of the ``earlier`` terms assigns."""
+    return bool(term.expr.free_symbols & {t.symbol for t in earlier})
+
+
 def backward_context(variant: Variant) -> dict:
     fwd = forward_context(variant)  # the same mask slots: predicates, dense mask, dQ's classifier
+    tile = T.BACKWARD_TILE[2:]  # p, dp, ds: per tile (lse2, lse2_safe are per row, row_state)
+    if [t.name for t in tile] != ["p", "dp", "ds"]:
+        raise ValueError(f"attention_bwd.py.jinja expects the tile terms p, dp, ds after lse2, lse2_safe in "
+                         f"spec.terms.BACKWARD_TILE (got {[t.name for t in tile]}); update the template's slots")
     return {
         **{key: fwd[key] for key in ("qk_scale", "qk", "bounds_init", "tile_loop", "has_lengths", "dense",
                                      "keep_init", "mask_term", "dense_mask_term")},
         "kinds": [dict(kind, row_bounds=_lines(row_bounds_terms(kind["name"]))) for kind in fwd["kinds"]],
         "preprocess": _lines(T.BACKWARD_PREPROCESS),
         "row_state": _lines(T.BACKWARD_TILE[:2]),  # lse2, lse2_safe: per row, once per query tile
-        "tile": _lines(T.BACKWARD_TILE[2:]),  # p, dp, ds: per tile
-        "dkdv": _lines(T.BACKWARD_DKDV),
+        # per tile: p, then dp and ds; the dK/dV loop first spends p on the terms that need
+        # neither dp nor ds (dV), so fewer tiles are live at once (no spill at 64x64)
+        "tile_p": _lines(tile[:1]),
+        "tile_ds": _lines(tile[1:]),
+        "dkdv_dv": _lines(t for t in T.BACKWARD_DKDV if not _uses(t, tile[1:])),
+        "dkdv_dk": _lines(t for t in T.BACKWARD_DKDV if _uses(t, tile[1:])),
         "dq": _lines(T.BACKWARD_DQ),
         "scale_dq": _lines(t for t in T.BACKWARD_SCALE if t.name == "dq"),
         "scale_dk": _lines(t for t in T.BACKWARD_SCALE if t.name == "dk"),
@@ -111,6 +124,7 @@ def render_variant(variant: Variant) -> str:
     return ENV.get_template(variant.kind.template).render(
         header=header(c.command), command=c.command, spec_hash=spec_hash_prefix(),
         block_m=c.block_m, block_n=c.block_n, num_warps=c.warps, num_stages=c.stages,
+        bwd_num_warps=c.bwd_warps, bwd_num_stages=c.bwd_stages, bwd_sub_m=c.bwd_sub_m,
         masks=list(c.masks), all_masks=list(MASKS), module_name=variant.module_name, **ctx)
 
 

@@ -56,6 +56,26 @@ def default_num_stages(block_m: int, block_n: int) -> int:
     return 3 if block_n <= 64 else 2
 
 
+def default_bwd_num_warps(block_m: int, block_n: int) -> int:
+    """The backward kernels keep more tiles live than the forward (dK and dV accumulators, K and
+    V, P and dS of a tile): 8 warps spread them over twice the registers. At 4 warps the 64x64
+    dK/dV kernel spills (docs/performance/static.md)."""
+    return 8
+
+
+def default_bwd_num_stages(block_m: int, block_n: int) -> int:
+    """No software pipelining of the backward's streamed tiles: every extra stage holds another
+    Q, dO (or K, V) tile in flight, and with them the dK/dV kernel spills at head dim 128."""
+    return 1
+
+
+def default_bwd_sub_m(block_m: int, block_n: int) -> int:
+    """Query rows per step of the dK/dV kernel's loop (a divisor of B_r): a quarter of a query
+    tile, so the Q, dO, P and dS tiles it holds are a quarter as large (at 64x64, half a tile
+    still spills on sm_80 at head dim 64); never below 16 (tl.dot's minimum)."""
+    return max(16, block_m // 4)
+
+
 @dataclass(frozen=True)
 class BlockConfig:
     """The parameters of one ``python -m generator`` invocation; validates itself."""
@@ -79,13 +99,30 @@ class BlockConfig:
         # canonical order, no repeats: the same config always names the same files
         object.__setattr__(self, "masks", tuple(m for m in MASKS if m in self.masks))
 
+    def _given_or(self, given: int | None, default) -> int:
+        """``--num-warps`` / ``--num-stages`` when given (forward and backward alike), else the
+        default for this block."""
+        return given if given is not None else default(self.block_m, self.block_n)
+
     @property
     def warps(self) -> int:
-        return self.num_warps if self.num_warps is not None else default_num_warps(self.block_m, self.block_n)
+        return self._given_or(self.num_warps, default_num_warps)
 
     @property
     def stages(self) -> int:
-        return self.num_stages if self.num_stages is not None else default_num_stages(self.block_m, self.block_n)
+        return self._given_or(self.num_stages, default_num_stages)
+
+    @property
+    def bwd_warps(self) -> int:
+        return self._given_or(self.num_warps, default_bwd_num_warps)
+
+    @property
+    def bwd_stages(self) -> int:
+        return self._given_or(self.num_stages, default_bwd_num_stages)
+
+    @property
+    def bwd_sub_m(self) -> int:
+        return default_bwd_sub_m(self.block_m, self.block_n)
 
     @property
     def key(self) -> str:
@@ -108,8 +145,13 @@ class BlockConfig:
         return [Variant(kind, self) for kind in KINDS.values()]
 
     def to_json(self) -> dict:
+        """The manifest entry: the CLI options as given (``None``: default) and, under
+        ``launch``, the settings each kernel file was emitted with after the defaults applied."""
         return {"block": [self.block_m, self.block_n], "num_warps": self.num_warps,
-                "num_stages": self.num_stages, "masks": list(self.masks)}
+                "num_stages": self.num_stages, "masks": list(self.masks),
+                "launch": {"fwd": {"num_warps": self.warps, "num_stages": self.stages},
+                           "bwd": {"num_warps": self.bwd_warps, "num_stages": self.bwd_stages,
+                                   "block_m_dkdv": self.bwd_sub_m}}}
 
     @classmethod
     def from_json(cls, d: dict) -> "BlockConfig":

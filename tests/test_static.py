@@ -1,8 +1,9 @@
 """Static GPU cost of the default generated kernels (benchmarks/static.py), no GPU needed.
 
-The default block config (64x64) must, for head dims 64 and 128, fp16 and bf16, on sm_80 and
-sm_90: spill nothing, fit the architecture's shared memory, and run every ``tl.dot`` on
-tensor cores. The parsers that decide this are tested on small texts first, each with the
+Every kernel of the default block config (64x64: the forward and the backward's preprocess,
+dK/dV and dQ kernels) must, for head dims 64 and 128, fp16 and bf16, on sm_80 and sm_90,
+unmasked and causal: spill nothing, fit the architecture's shared memory, and run every
+``tl.dot`` on tensor cores. The parsers that decide this are tested on small texts first, each with the
 input that must make it fail.
 """
 
@@ -14,9 +15,12 @@ from benchmarks import static
 from benchmarks.common import kernel_modules
 
 DEFAULT_BLOCK = "br64_bc64"
+#: every kernel the default block must compile: the forward, the backward's three
+DEFAULT_KERNELS = {"_attn_fwd", "_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq"}
 FIX = ("find a setting with `python -m benchmarks.static --module {module} --arch {arch} "
        "--head-dim {head_dim} --num-warps 4 8 --num-stages 2 3 4`, then set the defaults in "
-       "generator/variants.py (default_num_warps / default_num_stages) and regenerate")
+       "generator/variants.py (default_num_warps / default_num_stages, default_bwd_* for the "
+       "backward) and regenerate")
 
 
 # ---- the parsers, on texts whose answer is known ------------------------------------------
@@ -68,9 +72,21 @@ def test_dot_on_fma_is_caught():
 
 def test_verdict_catches_spill_and_shared_overflow():
     row = dict(spill_store_bytes=4, spill_load_bytes=0, shared_bytes=static.SHARED_LIMIT[80] + 1,
-               shared_limit=static.SHARED_LIMIT[80], dots=2, dots_on_tensor_cores=2, sass_hmma=8,
+               shared_limit=static.SHARED_LIMIT[80], dots_ttir=2, dots=2, dots_on_tensor_cores=2, sass_hmma=8,
                sass_hgmma=0)
     assert static.verdict(row) == dict(no_spill=False, fits_shared=False, tensor_cores=True)
+
+
+def test_tensor_cores_vacuous_only_without_any_dot():
+    """A kernel with no matmul (the backward's preprocess) passes the tensor-core criterion;
+    one whose TTIR has dots that the TTGIR parse did not find, or whose dots left no
+    HMMA/HGMMA in SASS, does not."""
+    clean = dict(spill_store_bytes=0, spill_load_bytes=0, shared_bytes=1, shared_limit=2)
+    no_dot = dict(clean, dots_ttir=0, dots=0, dots_on_tensor_cores=0, sass_hmma=0, sass_hgmma=0)
+    assert static.verdict(no_dot)["tensor_cores"]
+    assert static.dot_lowering("%x = arith.addf %a, %b : f32\n", "#blocked = #ttg.blocked<{}>\n")["dots"] == 0
+    assert not static.verdict(dict(no_dot, dots_ttir=1))["tensor_cores"]  # a dot the TTGIR parse missed
+    assert not static.verdict(dict(no_dot, dots_ttir=1, dots=1, dots_on_tensor_cores=1))["tensor_cores"]  # no HMMA
 
 
 # ---- the default configs, compiled for real ------------------------------------------------
@@ -78,10 +94,10 @@ def test_verdict_catches_spill_and_shared_overflow():
 def default_rows():
     modules = [m for m in kernel_modules() if DEFAULT_BLOCK in m]
     assert modules, f"no generated module for the default block {DEFAULT_BLOCK}; run python -m generator"
-    # the unmasked variant: the one every call without a mask runs, and the most registers
-    # for D=128 (see docs/performance/static.md for the causal rows)
+    # the unmasked variant (every call without a mask) and the causal one, whose diagonal tiles
+    # carry the element predicate and so the most registers in the dK/dV kernel
     jobs = static.make_jobs(modules, archs=(80, 90), dtypes=("fp16", "bf16"), head_dims=(64, 128),
-                            masks=("none",))
+                            masks=("none", "causal"))
     return static.run_jobs(jobs)
 
 
@@ -92,8 +108,9 @@ def _name(r):
 def test_default_configs_compile(default_rows):
     errors = [f"{_name(r)}: {r['error']}" for r in default_rows if "error" in r]
     assert not errors, "\n".join(errors)
-    covered = {(r["arch"], r["dtype"], r["head_dim"]) for r in default_rows}
-    assert covered == {(a, d, h) for a in (80, 90) for d in ("fp16", "bf16") for h in (64, 128)}
+    covered = {(r["kernel"], r["arch"], r["dtype"], r["head_dim"], r["mask"]) for r in default_rows}
+    assert covered == {(k, a, d, h, m) for k in DEFAULT_KERNELS for a in (80, 90) for d in ("fp16", "bf16")
+                       for h in (64, 128) for m in ("none", "causal")}
 
 
 def test_default_configs_do_not_spill(default_rows):
@@ -116,8 +133,9 @@ def test_default_configs_use_tensor_cores(default_rows):
     assert not bad, "\n".join(bad)
     # Hopper's full matmul rate needs wgmma (mma v3); Ampere has only mma.sync (v2)
     for r in default_rows:
-        if "error" not in r:
+        if "error" not in r and r["dots"]:
             assert r["mma_version"] == {80: 2, 90: 3}[r["arch"]], _name(r)
+    assert any(r["dots"] for r in default_rows), "no kernel with a dot was compiled"
 
 
 def test_launch_specialisation_models_a_contiguous_launch():
