@@ -356,7 +356,8 @@ FlexAttention, all in the same run.
   is an error rather than a silent fallback.
 - **flex**: `torch.compile(flex_attention)`, with a causal `BlockMask` when causal.
 - A provider that cannot run a mode is printed as `n/a (why)`: flashproof's backward reads
-  `n/a (backward not generated)` until the backward kernels exist. Nothing is substituted.
+  `n/a (backward not generated)` for a block emitted without backward kernels. Nothing is
+  substituted.
 - The table gives flashproof's ratio to each peer. The goals (issue 7): forward ≥ 1.2× SDPA
   flash and ≥ 1.0× FlexAttention for N ≥ 2k; backward ≥ 1.0× SDPA.
 
