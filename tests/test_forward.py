@@ -196,18 +196,18 @@ def test_mutated_template_is_caught(monkeypatch, tmp_path, mutant):
 
 def test_rounding_keeps_stage_ranges_ordered():
     """The three loop ranges tile [kv_lo, kv_hi) in order, full tiles inside [full_start, full_end)."""
-    names = [t.name for t in render.TILE_LOOP]
+    names = [t.name for t in M.TILE_LOOP]
     assert names == ["kv_lo", "kv_hi", "full_lo", "full_hi"]
-    f = {t.symbol: t.expr for t in render.TILE_LOOP}
+    f = {t.symbol: t.expr for t in M.TILE_LOOP}
     for ks, ke, fs, fe, bn in itertools.product((0, 5, 64), (-3, 0, 70, 128), (0, 10, 64, 100), (-5, 0, 64, 90),
                                                 (16, 64)):
         if fs < ks or fe > ke:
             continue  # tile_bounds guarantee full within kv (monotone bounds)
-        env = {render.kv_start: ks, render.kv_end: ke, render.full_start: fs, render.full_end: fe, n.B_c: bn}
+        env = {M.kv_start: ks, M.kv_end: ke, M.full_start: fs, M.full_end: fe, n.B_c: bn}
         vals = {}
-        for sym in (render.kv_lo, render.kv_hi, render.full_lo, render.full_hi):
+        for sym in (M.kv_lo, M.kv_hi, M.full_lo, M.full_hi):
             vals[sym] = int(f[sym].subs({**env, **vals}))
-        lo, hi, flo, fhi = (vals[s] for s in (render.kv_lo, render.kv_hi, render.full_lo, render.full_hi))
+        lo, hi, flo, fhi = (vals[s] for s in (M.kv_lo, M.kv_hi, M.full_lo, M.full_hi))
         assert lo <= flo <= fhi <= hi and lo % bn == hi % bn == flo % bn == fhi % bn == 0
         assert lo <= max(ks, 0) and (ke <= ks or hi >= ke)
         assert fhi == flo or (flo >= fs and fhi <= fe)

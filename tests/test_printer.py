@@ -66,13 +66,13 @@ def test_print_term_names_claim_and_note():
 def test_every_forward_term_is_printed_into_the_kernel():
     """The template's arithmetic is the spec's: each printed term appears verbatim."""
     source = render.render_config(BlockConfig())["attention_fwd_br64_bc64.py"]
-    terms = (T.QK_SCALE, T.QK, *T.FORWARD_TILE, *T.FORWARD_EPILOGUE, M.MASK_TERM, *render.BOUNDS_INIT,
-             *render.TILE_LOOP)
+    terms = (T.QK_SCALE, T.QK, *T.FORWARD_TILE, *T.FORWARD_EPILOGUE, M.MASK_TERM, *M.BOUNDS_INIT,
+             *M.TILE_LOOP)
     for term in terms:
         assert print_term(term) in source, term.name
     for kind in M.MASK_KINDS:
-        assert print_term(render.keep_term(kind), render.TILE_NAMES) in source
-        for term in render.bounds_terms(kind):
+        assert print_term(M.keep_term(kind), render.TILE_NAMES) in source
+        for term in M.bounds_terms(kind):
             assert print_term(term) in source
 
 
@@ -87,7 +87,7 @@ def test_every_printed_claim_is_registered():
     from spec.claims import REGISTRY
 
     terms = (T.QK_SCALE, T.QK, *T.FORWARD_TILE, *T.FORWARD_EPILOGUE, *T.SOFTMAX_NORMALISE, M.MASK_TERM,
-             *render.BOUNDS_INIT, *render.TILE_LOOP, render.KEEP_INIT, *map(render.keep_term, M.MASK_KINDS),
+             *M.BOUNDS_INIT, *M.TILE_LOOP, M.KEEP_INIT, *map(M.keep_term, M.MASK_KINDS),
              *M.ROW_BOUNDS_INIT, *M.ROW_TILE_LOOP, *(t for kind in M.MASK_KINDS for t in M.row_bounds_terms(kind)),
              *T.BACKWARD_PREPROCESS, *T.BACKWARD_TILE, *T.BACKWARD_DKDV, *T.BACKWARD_DQ, *T.BACKWARD_SCALE)
     assert sorted({t.claim for t in terms} - set(REGISTRY)) == []
