@@ -42,6 +42,11 @@ class UnsupportedNode(TypeError):
     """A SymPy node the Triton printer has no rule for."""
 
 
+def _call(template: str):
+    """The rule for a node of one argument printed as a Triton call (``{}``: the argument)."""
+    return lambda printer, expr: template.format(printer._print(expr.args[0]))
+
+
 class TritonPrinter(PythonCodePrinter):
     """Prints spec expressions as Triton; ``rename`` maps symbol names to kernel code."""
 
@@ -146,17 +151,10 @@ class TritonPrinter(PythonCodePrinter):
             out = f"tl.where({self._print(cond)}, {self._print(value)}, {out})"
         return out
 
-    def _print_exp2(self, expr):
-        return f"tl.exp2({self._print(expr.args[0])})"
-
-    def _print_log2(self, expr):
-        return f"tl.log2({self._print(expr.args[0])})"
-
-    def _print_exp(self, expr):
-        return f"tl.exp({self._print(expr.args[0])})"
-
-    def _print_log(self, expr):
-        return f"tl.log({self._print(expr.args[0])})"
+    _print_exp2 = _call("tl.exp2({})")
+    _print_log2 = _call("tl.log2({})")
+    _print_exp = _call("tl.exp({})")
+    _print_log = _call("tl.log({})")
 
     def _print_floor(self, expr):
         num, den = sp.fraction(sp.together(expr.args[0]))
@@ -200,14 +198,9 @@ class TritonPrinter(PythonCodePrinter):
         return s if isinstance(a, sp.Symbol) else f"({s})"
 
     # --- row operations (spec.terms) ---------------------------------------------
-    def _print_rowmax(self, expr):
-        return f"tl.max({self._print(expr.args[0])}, 1)"
-
-    def _print_rowsum(self, expr):
-        return f"tl.sum({self._print(expr.args[0])}, 1)"
-
-    def _print_trans(self, expr):
-        return f"tl.trans({self._print(expr.args[0])})"
+    _print_rowmax = _call("tl.max({}, 1)")
+    _print_rowsum = _call("tl.sum({}, 1)")
+    _print_trans = _call("tl.trans({})")
 
     def _print_col(self, expr):
         return f"{self.parenthesize(expr.args[0], PRECEDENCE['Atom'], strict=True)}[:, None]"
