@@ -379,7 +379,6 @@ which checks that every provider runs and agrees, and prints that no timing is m
 
 def _check_agreement(shapes, device, compile_flex) -> list[str]:
     """Smoke only: every provider's forward agrees with SDPA (catches a broken code path)."""
-    torch = _torch()
     lines = []
     for shape in shapes:
         q, k, v = inputs(shape, device, requires_grad=False)

@@ -70,7 +70,7 @@ def _check_qkv(q, k, v):
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}; "
                         f"cast them to one, e.g. k.to(q.dtype)")
-    (B, Hq, _, D), (Bk, Hkv, Nk, Dk) = q.shape, k.shape
+    (B, Hq, _, D), (Bk, Hkv, _, Dk) = q.shape, k.shape
     if k.shape[:3] != v.shape[:3]:
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree in (B, Hkv, Nk); "
                          f"pass one value row per key")
