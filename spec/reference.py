@@ -253,7 +253,8 @@ class _Tiles:
         self.prob, self.br, self.bc, self.stats = prob, br, bc, stats
         self._structured: dict[tuple[int, int, int], str] = {}
         if stats is not None:
-            for key in ("tiles", "skip", "full", "partial", "kv_bytes", "q_bytes", "o_bytes"):
+            for key in ("tiles", "skip", "full", "partial", "kv_bytes", "q_bytes", "o_bytes", "map_bytes",
+                        "mask_bytes"):
                 stats.setdefault(key, 0)
 
     def classify(self, b: int, h: int, r0: int, c0: int) -> str:
@@ -266,11 +267,15 @@ class _Tiles:
                 self._structured[key] = masks.classify_tile(prob.kinds, r0, c0, br, bc, **prob.params[b])
             cls = self._structured[key]
         if cls != "skip" and prob.user_mask is not None:
+            # the kernel reads one block-map byte per tile the structured kinds leave it, and
+            # the mask's bytes (torch.bool: one per element) only where its block is partial
             block = prob.user_mask[b, h, r0:r0 + br, c0:c0 + bc]
+            self._add("map_bytes", 1)
             if not bool(block.any()):
                 cls = "skip"
             elif not bool(block.all()):
                 cls = "partial"
+                self._add("mask_bytes", block.numel())
         if self.stats is not None:
             self.stats["tiles"] += 1
             self.stats[cls] += 1
@@ -289,8 +294,11 @@ class _Tiles:
         return s
 
     def count(self, key: str, rows: int, width: int):
+        self._add(key, rows * width * self.prob.itemsize)
+
+    def _add(self, key: str, nbytes: int):
         if self.stats is not None:
-            self.stats[key] += rows * width * self.prob.itemsize
+            self.stats[key] += nbytes
 
 
 def online_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
@@ -305,7 +313,10 @@ def online_attention(q, k, v, *, causal=False, alignment="top_left", window=None
     over (batch, head): ``tiles``, ``skip``, ``full``, ``partial`` (visits of a (query tile,
     key tile) pair, by class) and, at the inputs' element size, ``kv_bytes`` (K and V tiles
     read), ``q_bytes`` (Q tiles read; FA1 also reads back its o', m, d' state per visit) and
-    ``o_bytes`` (O and the row statistics written; FA1 writes them per visit).
+    ``o_bytes`` (O and the row statistics written; FA1 writes them per visit); with a
+    boolean ``mask``, ``map_bytes`` (one block-map byte per tile the structured kinds do not
+    skip) and ``mask_bytes`` (the mask's elements, one byte each, of the tiles it makes
+    partial), as the generated kernel reads them.
     """
     for name, size in (("br", br), ("bc", bc)):
         if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
