@@ -8,6 +8,9 @@ causal) and 2.5x that for the backward, for
 
 * **flashproof**: ``generated.flash_attention`` with the fastest generated block config for
   the shape (tuned once on the forward, cached in ``.artifacts/attention_blocks.json``);
+* **flashproof (TMA)**: the same call and block with ``tma=True`` (the opt-in Hopper TMA
+  forward; the backward is the same kernel, so its ``bwd`` row is n/a). ``TMA vs ptr`` is
+  its ratio to flashproof: the figure that decides whether ``tma`` should become the default;
 * **sdpa-flash**: ``F.scaled_dot_product_attention`` with the flash backend pinned by
   ``torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION)``;
 * **flex**: ``torch.compile(flex_attention)`` with a causal ``BlockMask`` when causal.
@@ -38,7 +41,10 @@ from benchmarks.common import (
 )
 from generator.runtime.launch import interpreting
 
-PROVIDERS = ("flashproof", "sdpa-flash", "flex")
+TMA = "flashproof (TMA)"
+PROVIDERS = ("flashproof", TMA, "sdpa-flash", "flex")
+#: the forwards the smoke run checks against SDPA's
+AGREEMENT = ("flashproof", TMA, "flex")
 MODES = ("fwd", "bwd", "fwd+bwd")
 #: backward = 2.5x the forward's FLOPs (two matmuls recomputed/forward, five in backward, /2)
 FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
@@ -86,10 +92,10 @@ def _torch():
     return torch
 
 
-def flashproof_op(shape: Shape, block):
+def flashproof_op(shape: Shape, block, tma=False):
     from generated import flash_attention
 
-    return lambda q, k, v: flash_attention(q, k, v, causal=shape.causal, block=tuple(block))
+    return lambda q, k, v: flash_attention(q, k, v, causal=shape.causal, block=tuple(block), tma=tma)
 
 
 def sdpa_flash_op(shape: Shape):
@@ -228,12 +234,16 @@ def measure(shapes, modes=MODES, providers=PROVIDERS, device="cuda", timer=gpu_m
         block = best_block(shape, device, timer, cache_path, retune) if "flashproof" in providers else None
         ops = {
             "flashproof": lambda: flashproof_op(shape, block),
+            TMA: lambda: flashproof_op(shape, block, tma=True),
             "sdpa-flash": lambda: sdpa_flash_op(shape),
             "flex": lambda: flex_op(shape, device, compile_flex),
         }
         for mode in modes:
             row = dict(asdict(shape), mode=mode, block=block, ms={}, tflops={}, na={})
             for name in providers:
+                if name == TMA and mode == "bwd":
+                    row["na"][name] = "n/a (forward-only: the backward is flashproof's)"
+                    continue
                 try:
                     fn = runner(ops[name](), shape, mode, device)
                 except Exception as exc:  # noqa: BLE001 - reported, never replaced by another kernel
@@ -262,8 +272,7 @@ def _why(provider: str, mode: str, block, exc: Exception) -> str:
     return f"n/a ({type(exc).__name__}: {first_line})"
 
 
-HEADER = ["N", "D", "causal", "B x H", "mode", "block", "flashproof", "sdpa-flash", "flex",
-          "vs sdpa", "vs flex"]
+HEADER = ["N", "D", "causal", "B x H", "mode", "block", *PROVIDERS, "vs sdpa", "vs flex", "TMA vs ptr"]
 
 
 def _cell(row, name, meaningful):
@@ -274,18 +283,19 @@ def _cell(row, name, meaningful):
     return f"{row['tflops'][name]:.1f}" if meaningful else "ran"
 
 
-def _ratio(row, peer, meaningful):
+def _ratio(row, peer, meaningful, mine="flashproof"):
     t = row["tflops"]
-    if not meaningful or "flashproof" not in t or peer not in t:
+    if not meaningful or mine not in t or peer not in t:
         return "-"
-    return f"{t['flashproof'] / t[peer]:.2f}x"
+    return f"{t[mine] / t[peer]:.2f}x"
 
 
 def table_cells(rows, meaningful=True):
     return [[r["n"], r["d"], "yes" if r["causal"] else "no", f"{r['batch']}x{r['heads']}", r["mode"],
              "x".join(map(str, r["block"])) if r["block"] else "-",
              *(_cell(r, p, meaningful) for p in PROVIDERS),
-             _ratio(r, "sdpa-flash", meaningful), _ratio(r, "flex", meaningful)] for r in rows]
+             _ratio(r, "sdpa-flash", meaningful), _ratio(r, "flex", meaningful),
+             _ratio(r, "flashproof", meaningful, mine=TMA)] for r in rows]
 
 
 def plot(rows, path: Path) -> Path:
@@ -351,6 +361,10 @@ FlexAttention, all in the same run.
 - **flashproof**: `generated.flash_attention` with the fastest generated block config for the
   shape, tuned on the forward and cached in `.artifacts/attention_blocks.json` (per GPU and
   Triton version; `--retune` re-tunes).
+- **flashproof (TMA)**: the same call and block with `tma=True`, the opt-in forward that moves
+  Q, K, V and O by Hopper's TMA ([Hopper: TMA](hopper.md)). Its backward is flashproof's, so
+  its `bwd` row is n/a; on a GPU without TMA it is n/a with the reason. **TMA vs ptr** is its
+  ratio to flashproof: the measurement that decides whether `tma` becomes the default.
 - **sdpa-flash**: `F.scaled_dot_product_attention` inside
   `torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION)`, so a missing flash backend
   is an error rather than a silent fallback.
@@ -369,7 +383,7 @@ FlexAttention, all in the same run.
 .venv/bin/python -m benchmarks.attention --json results.json --plot tflops.png
 ```
 
-A full sweep is 24 shapes × 3 modes × 3 providers plus one compilation of FlexAttention per
+A full sweep is 24 shapes × 3 modes × 4 providers plus one compilation of FlexAttention per
 shape; expect several minutes. On a machine without CUDA the same code path runs a tiny
 interpreted case instead (`TRITON_INTERPRET=1 … --smoke`; `tests/test_benchmark_smoke.py`),
 which checks that every provider runs and agrees, and prints that no timing is meaningful.
@@ -383,8 +397,11 @@ def _check_agreement(shapes, device, compile_flex) -> list[str]:
     for shape in shapes:
         q, k, v = inputs(shape, device, requires_grad=False)
         ref = sdpa_flash_op(shape)(q, k, v).float()
-        for name, op in (("flashproof", flashproof_op(shape, generated_blocks()[0])),
-                         ("flex", flex_op(shape, device, compile_flex))):
+        ops = {"flashproof": flashproof_op(shape, generated_blocks()[0]),
+               TMA: flashproof_op(shape, generated_blocks()[0], tma=True),
+               "flex": flex_op(shape, device, compile_flex)}
+        for name in AGREEMENT:
+            op = ops[name]
             err = (op(q, k, v).float() - ref).abs().max().item()
             ok = err < 2e-2  # bf16: 8 mantissa bits; outputs are O(1)
             lines.append(f"{shape.key} {name} vs sdpa-flash: max |diff| = {err:.2e} "

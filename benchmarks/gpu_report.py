@@ -7,7 +7,9 @@ This is that one command:
 1. ``FLASHPROOF_TEST_DEVICE=cuda python -m pytest`` over ``TEST_FILES`` (the same cases, drawn
    on CPU with the same seeds and moved to the GPU; the float64 reference stays on CPU),
    without ``TRITON_INTERPRET``, so the kernels are compiled for the GPU;
-2. ``python -m benchmarks.attention --json ...`` (the full sweep unless ``--bench-args`` narrows it);
+2. ``python -m benchmarks.attention --json ...`` (the full sweep unless ``--bench-args`` narrows it):
+   flashproof's pointer forward and its opt-in TMA forward (``tma=True``) side by side, with
+   their ratio (``TMA vs ptr``), which is what decides whether TMA becomes the default;
 3. ``docs/performance/gpu.md``: GPU model, torch / triton / CUDA versions, the pytest summary
    and the benchmark table; and ``docs/performance/benchmark.md`` + its plot (issue 7's page).
 
@@ -37,7 +39,8 @@ from pathlib import Path
 
 from benchmarks.common import ARTIFACTS, ASSETS_PERF, DOCS_PERF, ROOT, markdown_table, versions, write_text
 
-TEST_FILES = ("tests/test_forward.py", "tests/test_backward.py", "tests/test_api.py", "tests/test_softmax.py")
+TEST_FILES = ("tests/test_forward.py", "tests/test_backward.py", "tests/test_api.py", "tests/test_softmax.py",
+              "tests/test_tma.py")
 STATE = ARTIFACTS / "gpu_report"
 PAGE = DOCS_PERF / "gpu.md"
 NO_CUDA = ("no CUDA device: python -m benchmarks.gpu_report runs the kernel tests and the benchmark on a GPU "
@@ -142,7 +145,8 @@ def page(env: dict, tests: dict, bench: dict) -> str:
         tests_md = "Not run yet: `python -m benchmarks.gpu_report --only tests`.\n"
     if bench.get("rows"):
         bench_md = (f"`python -m {bench['command']}` (exit {bench['returncode']}); bf16, TFLOP/s, "
-                    "`triton.testing.do_bench` median. What the columns mean: "
+                    "`triton.testing.do_bench` median. `TMA vs ptr` is the opt-in TMA forward against "
+                    "the pointer one ([Hopper: TMA](hopper.md)). What the columns mean: "
                     "[GPU benchmark](benchmark.md).\n\n"
                     + markdown_table(attention.HEADER, attention.table_cells(bench["rows"])) + "\n")
     else:

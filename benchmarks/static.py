@@ -13,7 +13,11 @@ cost on one. Each kernel is compiled with the specialisation a launch on contigu
   the cubin's static shared memory, against the per-block limit of the architecture;
 * **tensor cores**: every ``tt.dot`` must lower to an ``nvidia_mma`` layout in TTGIR
   (version 2: ``mma.sync``/``HMMA``; version 3: ``wgmma``/``HGMMA``), confirmed in PTX and SASS.
-  A dot that falls back to FMA keeps a ``blocked`` layout and is reported.
+  A dot that falls back to FMA keeps a ``blocked`` layout and is reported;
+* **TMA**: the bulk tensor copies in PTX (``cp.async.bulk.tensor``) and SASS (``UTMALDG``
+  loads, ``UTMASTG`` stores). ``--tma on|both`` also compiles the opt-in TMA variant of the
+  modules whose ``aot_compile_args`` take ``tma=`` (sm_90 only: TMA is Hopper hardware), and
+  such a row is ok only if its SASS really loads by TMA.
 
 Kernels are found generically: every module in ``generated/`` that defines
 ``aot_compile_args(dtype, head_dim, **mask_flags)`` (forward now, backward when it exists).
@@ -57,7 +61,9 @@ HEAD_DIMS = (64, 128)
 #: tiles carry the predicate and so the most registers)
 MASKS = {"none": {}, "causal": {"causal": True}}
 #: bump when the analysis changes, to invalidate cached rows
-ANALYSIS_VERSION = 3
+ANALYSIS_VERSION = 4
+#: TMA exists from sm_90 on (on sm_80 Triton lowers descriptors back to pointer loads)
+TMA_ARCHS = (90,)
 CACHE = ARTIFACTS / "static-cache"
 
 
@@ -72,6 +78,7 @@ class Job:
     mask: str
     num_warps: int | None = None  # None: the module's own (generated) choice
     num_stages: int | None = None
+    tma: bool = False  # the module's opt-in TMA variant (aot_compile_args(..., tma=True))
 
     def cache_key(self, triton_version: str) -> str:
         path = ROOT / (self.module.replace(".", "/") + ".py")
@@ -88,19 +95,31 @@ class Job:
 
 
 def make_jobs(modules, archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS, masks=tuple(MASKS),
-              warps=(None,), stages=(None,)):
+              warps=(None,), stages=(None,), tma=(False,)):
     """Every combination; ``warps``/``stages`` other than ``None`` override the generated
-    launch options (to find settings that do not spill)."""
-    return [Job(m, a, d, h, k, w, s) for m in modules for a in archs for d in dtypes
-            for h in head_dims for k in masks for w in warps for s in stages]
+    launch options (to find settings that do not spill). ``tma=(False, True)`` adds the TMA
+    variants, on the architectures that have TMA only (``TMA_ARCHS``); pass only modules
+    that have one (``supports_tma``)."""
+    return [Job(m, a, d, h, k, w, s, t) for m in modules for a in archs for d in dtypes
+            for h in head_dims for k in masks for w in warps for s in stages for t in tma
+            if not t or a in TMA_ARCHS]
+
+
+def supports_tma(module: str) -> bool:
+    """Whether a generated module's ``aot_compile_args`` has the opt-in ``tma`` variant."""
+    import importlib
+    import inspect
+
+    return "tma" in inspect.signature(importlib.import_module(module).aot_compile_args).parameters
 
 
 # ----------------------------------------------------------------------------------------
 # Compilation and analysis (runs inside a worker process, Triton not interpreting)
 # ----------------------------------------------------------------------------------------
-def kernel_specs(module, dtype: str, head_dim: int, mask_flags: dict) -> list[tuple[str, dict]]:
-    """``[(kernel name, compile args)]`` from a module's ``aot_compile_args``."""
-    got = module.aot_compile_args(dtype, head_dim, **mask_flags)
+def kernel_specs(module, dtype: str, head_dim: int, flags: dict) -> list[tuple[str, dict]]:
+    """``[(kernel name, compile args)]`` from a module's ``aot_compile_args`` (``flags``: the
+    mask flags, and ``tma=True`` for a TMA variant)."""
+    got = module.aot_compile_args(dtype, head_dim, **flags)
     if isinstance(got, dict) and "fn" in got:
         got = [got]
     items = got.items() if isinstance(got, dict) else [(None, g) for g in got]
@@ -156,18 +175,23 @@ def _tool(name: str) -> str:
 _RESOURCE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 _LOCAL_ACCESS = re.compile(r"\b(STL|LDL)((?:\.[A-Z0-9]+)*)\s")
 _SASS_TC = re.compile(r"\b(HMMA|HGMMA)\.")
+_SASS_TMA = re.compile(r"\b(UTMALDG|UTMASTG)\b")
 _WIDTH = {"U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}
 
 
-def resource_usage(cubin: bytes) -> dict:
-    """Registers, stack, static shared and local bytes from the cubin, and its SASS counts."""
+def cubin_dumps(cubin: bytes) -> tuple[str, str]:
+    """``cuobjdump --dump-resource-usage`` and ``cuobjdump -sass`` of a cubin."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
-        usage = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", str(path)],
-                               check=True, capture_output=True, text=True).stdout
-        sass = subprocess.run([_tool("cuobjdump"), "-sass", str(path)],
-                              check=True, capture_output=True, text=True).stdout
+        return tuple(subprocess.run([_tool("cuobjdump"), flag, str(path)], check=True, capture_output=True,
+                                    text=True).stdout for flag in ("--dump-resource-usage", "-sass"))
+
+
+def resource_usage(cubin: bytes, dumps: tuple[str, str] | None = None) -> dict:
+    """Registers, stack, static shared and local bytes from the cubin, and its SASS counts
+    (``dumps``: its ``cubin_dumps`` when already made)."""
+    usage, sass = dumps or cubin_dumps(cubin)
     m = _RESOURCE.search(usage)
     if m is None:
         raise RuntimeError(f"cannot parse cuobjdump --dump-resource-usage output:\n{usage}")
@@ -182,6 +206,12 @@ def resource_usage(cubin: bytes) -> dict:
     return dict(regs=regs, stack_bytes=stack, static_shared=static_shared, local_bytes=local,
                 spill_store_bytes=spill["STL"], spill_load_bytes=spill["LDL"],
                 sass_hmma=tc.count("HMMA"), sass_hgmma=tc.count("HGMMA"))
+
+
+def tma_instructions(sass: str) -> dict:
+    """TMA bulk tensor loads (``UTMALDG``) and stores (``UTMASTG``) in the SASS."""
+    tma = _SASS_TMA.findall(sass)
+    return dict(sass_tma_load=tma.count("UTMALDG"), sass_tma_store=tma.count("UTMASTG"))
 
 
 _DOT_LINE = re.compile(r"=\s*(tt\.dot|ttng\.warp_group_dot)\s.*->\s*tensor<[^>]*?,\s*(#[\w.]+)")
@@ -203,10 +233,13 @@ def analyse(compiled, arch: int) -> dict:
     md = compiled.metadata
     asm = compiled.asm
     row = dict(num_warps=md.num_warps, num_stages=md.num_stages, dynamic_shared=md.shared)
-    row.update(resource_usage(asm["cubin"]))
+    dumps = cubin_dumps(asm["cubin"])
+    row.update(resource_usage(asm["cubin"], dumps))
+    row.update(tma_instructions(dumps[1]))
     row.update(dot_lowering(asm["ttir"], asm["ttgir"]))
     row["ptx_mma_sync"] = len(re.findall(r"\bmma\.sync\.", asm["ptx"]))
     row["ptx_wgmma"] = len(re.findall(r"\bwgmma\.mma_async\.", asm["ptx"]))
+    row["ptx_tma"] = len(re.findall(r"\bcp\.async\.bulk\.tensor\.", asm["ptx"]))
     row["shared_bytes"] = row["dynamic_shared"] + row["static_shared"]
     row["shared_limit"] = SHARED_LIMIT[arch]
     return row
@@ -217,12 +250,15 @@ def verdict(row: dict) -> dict:
     its TTIR (the backward's preprocess: a row sum) has no matmul to put on tensor cores, so
     that criterion holds vacuously; dots in TTIR that the TTGIR parse does not find fail it."""
     no_dot = row["dots_ttir"] == 0 and row["dots"] == 0
-    return dict(
+    got = dict(
         no_spill=row["spill_store_bytes"] == 0 and row["spill_load_bytes"] == 0,
         fits_shared=row["shared_bytes"] <= row["shared_limit"],
         tensor_cores=no_dot or (row["dots"] > 0 and row["dots_on_tensor_cores"] == row["dots"]
                                 and row["sass_hmma"] + row["sass_hgmma"] > 0),
     )
+    if row.get("tma"):  # a TMA variant must really load by TMA (not lowered back to pointers)
+        got["tma_loads"] = row["sass_tma_load"] > 0 and row["ptx_tma"] > 0
+    return got
 
 
 def compile_job(job: Job) -> list[dict]:
@@ -235,7 +271,7 @@ def compile_job(job: Job) -> list[dict]:
     base = asdict(job)
     try:
         module = importlib.import_module(job.module)
-        specs = kernel_specs(module, job.dtype, job.head_dim, MASKS[job.mask])
+        specs = kernel_specs(module, job.dtype, job.head_dim, {**MASKS[job.mask], **({"tma": True} if job.tma else {})})
     except Exception as exc:  # noqa: BLE001 - reported per row
         return [dict(base, kernel="?", error=f"aot_compile_args: {type(exc).__name__}: {exc}")]
     rows = []
@@ -313,14 +349,14 @@ def run_jobs(jobs: list[Job], workers: int | None = None, use_cache: bool = True
 # Reports
 # ----------------------------------------------------------------------------------------
 HEADER = ["module", "kernel", "arch", "dtype", "D", "mask", "warps", "stages", "regs",
-          "spill st/ld B", "shared KB (limit)", "dots on TC", "TC instr (SASS)", "ok"]
+          "spill st/ld B", "shared KB (limit)", "dots on TC", "TC instr (SASS)", "TMA ld/st (SASS)", "ok"]
 
 
 def _cells(row: dict) -> list:
     ident = [row["module"].removeprefix("generated."), row["kernel"], ARCHS[row["arch"]],
-             row["dtype"], row["head_dim"], row["mask"]]
+             row["dtype"], row["head_dim"], row["mask"] + (" +tma" if row.get("tma") else "")]
     if "error" in row:
-        return ident + ["-"] * 7 + ["ERROR: " + row["error"]]
+        return ident + ["-"] * 8 + ["ERROR: " + row["error"]]
     tc = f"{row['sass_hgmma']} HGMMA" if row["sass_hgmma"] else f"{row['sass_hmma']} HMMA"
     ok = "yes" if all(verdict(row).values()) else "NO: " + ", ".join(
         k for k, v in verdict(row).items() if not v)
@@ -328,7 +364,8 @@ def _cells(row: dict) -> list:
     return ident + [row["num_warps"], row["num_stages"], row["regs"],
                     f"{row['spill_store_bytes']}/{row['spill_load_bytes']}",
                     f"{row['shared_bytes'] / 1024:.1f} ({row['shared_limit'] // 1024})",
-                    f"{row['dots_on_tensor_cores']}/{row['dots']} {mma}", tc, ok]
+                    f"{row['dots_on_tensor_cores']}/{row['dots']} {mma}", tc,
+                    f"{row['sass_tma_load']}/{row['sass_tma_store']}", ok]
 
 
 def markdown_page(rows: list[dict], command: str) -> str:
@@ -360,9 +397,13 @@ How each column is obtained (see `benchmarks/static.py`):
 - **dots on TC**: how many `tt.dot`s of the kernel lowered to a tensor-core layout
   (`nvidia_mma` v2 = `mma.sync`, v3 = `wgmma`); **TC instr** counts the `HMMA`/`HGMMA`
   instructions in SASS.
+- **TMA ld/st**: the `UTMALDG` / `UTMASTG` instructions (TMA bulk tensor loads / stores) in
+  SASS. Rows whose mask reads `+tma` are the forward's opt-in TMA variant
+  ([Hopper: TMA](hopper.md)), compiled for sm_90 only; the pointer kernels have none.
 - **ok**: no spill, fits shared memory, every dot on tensor cores (holds trivially for a
-  kernel without a dot, the backward's preprocess). The test `tests/test_static.py` asserts
-  this for every kernel of the default 64×64 config, unmasked and causal.
+  kernel without a dot, the backward's preprocess), and for a `+tma` row TMA loads in SASS.
+  The tests `tests/test_static.py` and `tests/test_tma.py` assert this for every kernel of the
+  default 64×64 config, unmasked and causal.
 
 Regenerate with `{command}`.
 
@@ -391,6 +432,9 @@ def main(argv=None) -> int:
                     help="override the generated num_warps (explore settings that do not spill)")
     ap.add_argument("--num-stages", type=int, nargs="+", default=[None],
                     help="override the generated num_stages")
+    ap.add_argument("--tma", choices=("off", "on", "both"), default="both",
+                    help="the opt-in TMA variants (sm_90, modules that have one): beside the pointer "
+                         "kernels (both, default), only them (on), or none (off)")
     ap.add_argument("--workers", type=int, default=None, help="compile processes (default: cores)")
     ap.add_argument("--no-cache", action="store_true")
     ap.add_argument("--json", type=Path, help="write all rows as JSON here")
@@ -401,9 +445,15 @@ def main(argv=None) -> int:
     modules = [m for m in kernel_modules() if not args.module or any(s in m for s in args.module)]
     if not modules:
         ap.error(f"no generated module matches {args.module}")
-    rows = run_jobs(make_jobs(modules, args.arch, args.dtype, args.head_dim, args.mask,
-                              args.num_warps, args.num_stages),
-                    args.workers, use_cache=not args.no_cache)
+    jobs = []
+    if args.tma in ("off", "both"):
+        jobs += make_jobs(modules, args.arch, args.dtype, args.head_dim, args.mask, args.num_warps, args.num_stages)
+    if args.tma in ("on", "both"):
+        jobs += make_jobs([m for m in modules if supports_tma(m)], args.arch, args.dtype, args.head_dim,
+                          args.mask, args.num_warps, args.num_stages, tma=(True,))
+    if not jobs:
+        ap.error(f"nothing to compile: no TMA variant for arch {args.arch} among {modules}")
+    rows = run_jobs(jobs, args.workers, use_cache=not args.no_cache)
     print(text_table(HEADER, [_cells(r) for r in rows]))
     if args.json:
         write_text(args.json, json.dumps(rows, indent=1) + "\n")

@@ -14,6 +14,13 @@ Tiles of keys are classified per query tile from ``spec.masks.tile_bounds`` (cla
 ``mask_tiles_sound``): tiles no row attends are never loaded, tiles every row attends are
 computed without any per-element predicate, and only the partial tiles at the edges pay
 for one. A dense bool mask adds a precomputed block map (0 empty, 1 partial, 2 full).
+
+``USE_TMA`` (opt-in, ``tma=True``): Q, K, V and O move through Hopper's tensor memory
+accelerator instead of per-thread pointer loads. They arrive as host-side tensor descriptors
+over their real ``(B, H, N, D)`` shape and strides, so the copy engine zero-fills rows past
+``N`` and the padding columns ``d >= HEAD_DIM`` (the pointer path's load masks) and clips
+the O store to the tensor. Triton compiles only the constexpr branch taken: one kernel, two
+memory paths, the same printed arithmetic. See docs/performance/hopper.md.
 """
 
 import torch
@@ -32,18 +39,37 @@ COMMAND = "python -m generator --br 64 --bc 64"
 
 
 @triton.jit
+def _tma_tile(desc, off_b, off_h, start):
+    """One ``rows x BLOCK_D`` tile of a ``(B, H, N, D)`` tensor by TMA, at rows ``start...``.
+
+    The descriptor's block is ``[1, 1, rows, BLOCK_D]``: one bulk copy HBM -> SRAM, rows past
+    ``N`` and columns past ``D`` zero-filled by the hardware (what the pointer path's masks
+    with ``other=0`` do). TMA coordinates are int32, like the descriptor's shape.
+    """
+    tile = desc.load([off_b.to(tl.int32), off_h.to(tl.int32), start.to(tl.int32), 0])
+    return tile.reshape(tile.shape[2], tile.shape[3])
+
+
+@triton.jit
 def _attn_fwd_tile(acc, l_i, m_i, q, qk_scale, K_tile, V_tile, stride_kn, stride_kd, stride_vn, stride_vd,
-                   Mask_rows, stride_mn, offs_m, offs_n, offs_d, tile_state,
+                   Mask_rows, stride_mn, off_b, off_kvh, start_n, offs_m, offs_n, offs_d, tile_state,
                    N_Q, N_K, shift, window_left, window_right, key_len,
                    HEAD_DIM: tl.constexpr, MASKED: tl.constexpr,
                    IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_LENGTHS: tl.constexpr,
-                   HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                   HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                   USE_TMA: tl.constexpr):
     # HBM -> SRAM: one B_c x D tile of K and of V (the padding columns d >= HEAD_DIM read as 0)
-    kv_mask = offs_d[None, :] < HEAD_DIM
-    if MASKED:
-        kv_mask = kv_mask & (offs_n[:, None] < N_K)
-    k = tl.load(K_tile + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
-    v = tl.load(V_tile + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
+    if USE_TMA:
+        # K_tile / V_tile are the descriptors of the (B, H_KV, N_K, D) tensors: no mask needed
+        k = _tma_tile(K_tile, off_b, off_kvh, start_n)
+        v = _tma_tile(V_tile, off_b, off_kvh, start_n)
+    else:
+        # K_tile / V_tile point at this (batch, K/V head)
+        kv_mask = offs_d[None, :] < HEAD_DIM
+        if MASKED:
+            kv_mask = kv_mask & (offs_n[:, None] < N_K)
+        k = tl.load(K_tile + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
+        v = tl.load(V_tile + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
     k = k.to(DOT_DTYPE)
     v = v.to(DOT_DTYPE)
     qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION)  # x = q . k_j for the whole tile, accumulated in fp32 (claim: block_update)
@@ -77,11 +103,12 @@ def _attn_fwd_tile(acc, l_i, m_i, q, qk_scale, K_tile, V_tile, stride_kn, stride
 
 @triton.jit
 def _attn_fwd_stage(acc, l_i, m_i, q, qk_scale, K_head, V_head, stride_kn, stride_kd, stride_vn, stride_vd,
-                    Mask_rows, stride_mn, Map_row, stride_map_n, offs_m, offs_d, lo, hi,
+                    Mask_rows, stride_mn, Map_row, stride_map_n, off_b, off_kvh, offs_m, offs_d, lo, hi,
                     N_Q, N_K, shift, window_left, window_right, key_len,
                     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
                     IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_LENGTHS: tl.constexpr,
-                    HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                    HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                    USE_TMA: tl.constexpr):
     # key tiles [lo, hi): all partial (MASKED) or all full (no per-element predicate)
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -94,9 +121,10 @@ def _attn_fwd_stage(acc, l_i, m_i, q, qk_scale, K_head, V_head, stride_kn, strid
         if tile_state != 0:
             acc, l_i, m_i = _attn_fwd_tile(
                 acc, l_i, m_i, q, qk_scale, K_head, V_head, stride_kn, stride_kd, stride_vn, stride_vd,
-                Mask_rows, stride_mn, offs_m, offs_n, offs_d, tile_state,
+                Mask_rows, stride_mn, off_b, off_kvh, start_n, offs_m, offs_n, offs_d, tile_state,
                 N_Q, N_K, shift, window_left, window_right, key_len,
-                HEAD_DIM, MASKED, IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION)
+                HEAD_DIM, MASKED, IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION,
+                USE_TMA)
     return acc, l_i, m_i
 
 
@@ -111,7 +139,8 @@ def _attn_fwd(Q, K, V, Out, Lse, KeyLens, Mask, BlockMap, sm_scale,
               H, GROUP, N_Q, N_K, shift, window_left, window_right,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_LENGTHS: tl.constexpr,
-              HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+              HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+              USE_TMA: tl.constexpr):
     start_m = tl.program_id(0) * BLOCK_M
     off_bh = tl.program_id(1)
     off_b = (off_bh // H).to(tl.int64)
@@ -122,10 +151,16 @@ def _attn_fwd(Q, K, V, Out, Lse, KeyLens, Mask, BlockMap, sm_scale,
     offs_d = tl.arange(0, BLOCK_D)
 
     # HBM -> SRAM: the Q tile, once for the whole key loop
-    q_ptrs = Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
-    q = tl.load(q_ptrs, mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM), other=0.0).to(DOT_DTYPE)
-    K_head = K + off_b * stride_kb + off_kvh * stride_kh
-    V_head = V + off_b * stride_vb + off_kvh * stride_vh
+    if USE_TMA:
+        q = _tma_tile(Q, off_b, off_h, start_m)
+        K_head = K  # the descriptors themselves: each K/V load names (off_b, off_kvh, start_n)
+        V_head = V
+    else:
+        q_ptrs = Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+        q = tl.load(q_ptrs, mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM), other=0.0)
+        K_head = K + off_b * stride_kb + off_kvh * stride_kh
+        V_head = V + off_b * stride_vb + off_kvh * stride_vh
+    q = q.to(DOT_DTYPE)
     Mask_rows = Mask + off_b * stride_mb + off_h * stride_mh + offs_m[:, None] * stride_mm
     Map_row = BlockMap + off_b * stride_map_b + off_h * stride_map_h + tl.program_id(0) * stride_map_m
 
@@ -163,19 +198,22 @@ def _attn_fwd(Q, K, V, Out, Lse, KeyLens, Mask, BlockMap, sm_scale,
     # stage 3: partial tiles after them (the causal diagonal, the ragged last tile)
     acc, l_i, m_i = _attn_fwd_stage(
         acc, l_i, m_i, q, qk_scale, K_head, V_head, stride_kn, stride_kd, stride_vn, stride_vd,
-        Mask_rows, stride_mn, Map_row, stride_map_n, offs_m, offs_d, kv_lo, full_lo,
+        Mask_rows, stride_mn, Map_row, stride_map_n, off_b, off_kvh, offs_m, offs_d, kv_lo, full_lo,
         N_Q, N_K, shift, window_left, window_right, key_len,
-        HEAD_DIM, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION)
+        HEAD_DIM, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION,
+        USE_TMA)
     acc, l_i, m_i = _attn_fwd_stage(
         acc, l_i, m_i, q, qk_scale, K_head, V_head, stride_kn, stride_kd, stride_vn, stride_vd,
-        Mask_rows, stride_mn, Map_row, stride_map_n, offs_m, offs_d, full_lo, full_hi,
+        Mask_rows, stride_mn, Map_row, stride_map_n, off_b, off_kvh, offs_m, offs_d, full_lo, full_hi,
         N_Q, N_K, shift, window_left, window_right, key_len,
-        HEAD_DIM, BLOCK_N, False, IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION)
+        HEAD_DIM, BLOCK_N, False, IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION,
+        USE_TMA)
     acc, l_i, m_i = _attn_fwd_stage(
         acc, l_i, m_i, q, qk_scale, K_head, V_head, stride_kn, stride_kd, stride_vn, stride_vd,
-        Mask_rows, stride_mn, Map_row, stride_map_n, offs_m, offs_d, full_hi, kv_hi,
+        Mask_rows, stride_mn, Map_row, stride_map_n, off_b, off_kvh, offs_m, offs_d, full_hi, kv_hi,
         N_Q, N_K, shift, window_left, window_right, key_len,
-        HEAD_DIM, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION)
+        HEAD_DIM, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION,
+        USE_TMA)
 
     # epilogue: the one division of FA2 and the row's log-sum-exp
     l_safe = tl.where(l_i == 0, 1, l_i)  # guard: a row with no key keeps acc = 0 and must not divide 0 by 0 (claim: merge_identity)
@@ -184,8 +222,13 @@ def _attn_fwd(Q, K, V, Out, Lse, KeyLens, Mask, BlockMap, sm_scale,
 
     # SRAM -> HBM: the O tile in the input dtype and one fp32 lse per row
     row_ok = offs_m < N_Q
-    o_ptrs = Out + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
-    tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
+    if USE_TMA:
+        # one bulk copy SRAM -> HBM; TMA writes only the part inside (N_Q, HEAD_DIM)
+        Out.store([off_b.to(tl.int32), off_h.to(tl.int32), start_m, 0],
+                  acc.to(Out.dtype).reshape(1, 1, BLOCK_M, BLOCK_D))
+    else:
+        o_ptrs = Out + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+        tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
     tl.store(Lse + off_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
 
 
@@ -202,17 +245,23 @@ def _flags(causal, window, key_lengths, mask) -> dict:
 
 
 def forward(q, k, v, *, sm_scale, shift=0, causal=False, window=None, key_lengths=None, mask=None,
-            block_map=None):
+            block_map=None, tma=False):
     """Launch the kernel. Inputs are checked by ``generator.runtime.api`` (use that).
 
     q ``(B, Hq, N_Q, D)``, k/v ``(B, Hkv, N_K, D)`` (any strides); ``mask`` a bool tensor
     expanded to ``(B, Hq, N_Q, N_K)`` and ``block_map`` its int8 ``(B, Hq, cdiv(N_Q, BLOCK_M),
-    cdiv(N_K, BLOCK_N))`` tile map (stride 0 on broadcast dims). Returns ``(out, lse)``.
+    cdiv(N_K, BLOCK_N))`` tile map (stride 0 on broadcast dims). ``tma=True``: q, k, v and out
+    move by TMA descriptors where ``launch.tma_operands`` allows it (its rules: an error on a
+    machine without TMA, the pointer path with a ``TmaFallbackWarning`` for a layout TMA cannot
+    read). Returns ``(out, lse)``.
     """
     flags = _flags(causal, window, key_lengths, mask)
     B, H, N_Q, D = q.shape
     N_K = k.shape[2]
+    BLOCK_D = launch.block_d(D)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    (q_arg, k_arg, v_arg, out_arg), use_tma = launch.tma_operands(
+        tma, {"q": (q, BLOCK_M), "k": (k, BLOCK_N), "v": (v, BLOCK_N), "out": (out, BLOCK_M)}, BLOCK_D)
     lse = torch.empty((B, H, N_Q), dtype=torch.float32, device=q.device)
     window_left, window_right = window if window is not None else (0, 0)
     mask_arg = mask if mask is not None else torch.empty((1, 1, 1, 1), dtype=torch.bool, device=q.device)
@@ -220,26 +269,33 @@ def forward(q, k, v, *, sm_scale, shift=0, causal=False, window=None, key_length
     lens_arg = key_lengths if key_lengths is not None else torch.empty((1,), dtype=torch.int32, device=q.device)
     grid = (triton.cdiv(N_Q, BLOCK_M), B * H)
     _attn_fwd[grid](
-        q, k, v, out, lse, lens_arg, mask_arg, map_arg, sm_scale,
+        q_arg, k_arg, v_arg, out_arg, lse, lens_arg, mask_arg, map_arg, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(), *mask_arg.stride(), *map_arg.stride(),
         H, H // k.shape[1], N_Q, N_K, shift, window_left, window_right,
-        HEAD_DIM=D, BLOCK_D=launch.block_d(D), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-        **flags, **launch.dot_constants(q.dtype), num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        HEAD_DIM=D, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, **flags,
+        **launch.dot_constants(q.dtype), USE_TMA=use_tma, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     return out, lse
 
 
-def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, lengths=False, dense=False) -> dict:
+def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, lengths=False, dense=False,
+                     tma=False) -> dict:
     """Arguments to compile ``_attn_fwd`` ahead of time, without a GPU::
 
         a = aot_compile_args("bf16", 128, causal=True)
         triton.compile(triton.compiler.ASTSource(a["fn"], a["signature"], a["constexprs"]),
                        target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=a["num_warps"], num_stages=a["num_stages"]))
+
+    ``tma=True``: Q, K, V and Out are tensor descriptors (the signature ``forward(tma=True)``
+    launches with).
     """
     torch_dtype, name = launch.tl_dtype_of(dtype)
-    constexprs = {"HEAD_DIM": head_dim, "BLOCK_D": launch.block_d(head_dim), "BLOCK_M": BLOCK_M,
+    block_d = launch.block_d(head_dim)
+    constexprs = {"HEAD_DIM": head_dim, "BLOCK_D": block_d, "BLOCK_M": BLOCK_M,
                   "BLOCK_N": BLOCK_N, "IS_CAUSAL": causal, "HAS_WINDOW": window, "HAS_LENGTHS": lengths,
-                  "HAS_MASK": dense, **launch.dot_constants(torch_dtype, interpret=False)}
+                  "HAS_MASK": dense, **launch.dot_constants(torch_dtype, interpret=False), "USE_TMA": tma}
     pointers = {"Q": name, "K": name, "V": name, "Out": name, "Lse": "fp32", "KeyLens": "i32",
                 "Mask": "i1", "BlockMap": "i8"}
-    return launch.aot_args(_attn_fwd, pointers, ("sm_scale",), constexprs, NUM_WARPS, NUM_STAGES)
+    rows = {"Q": BLOCK_M, "K": BLOCK_N, "V": BLOCK_N, "Out": BLOCK_M}
+    descriptors = {p: launch.tma_signature(name, r, block_d) for p, r in rows.items()} if tma else None
+    return launch.aot_args(_attn_fwd, pointers, ("sm_scale",), constexprs, NUM_WARPS, NUM_STAGES, descriptors)

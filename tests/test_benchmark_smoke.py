@@ -39,7 +39,9 @@ def test_smoke_run(tmp_path, capsys):
     assert attention.main(["--smoke", "--json", str(out_json), "--markdown", str(page)]) == 0
     printed = capsys.readouterr().out
     assert "timing not meaningful" in printed
-    assert "MISMATCH" not in printed and printed.count("vs sdpa-flash") == 2 * len(attention.SMOKE_SHAPES)
+    assert "MISMATCH" not in printed
+    assert printed.count("vs sdpa-flash") == len(attention.AGREEMENT) * len(attention.SMOKE_SHAPES)
+    assert all(f"{name} vs sdpa-flash" in printed for name in attention.AGREEMENT)
 
     result = json.loads(out_json.read_text())
     assert result["smoke"] is True
@@ -58,5 +60,10 @@ def test_smoke_run(tmp_path, capsys):
                 assert r["na"]["flashproof"] == "n/a (backward not generated)"
             else:
                 assert "flashproof" in r["ms"]
+            # the TMA variant changes only the forward: timed in fwd+bwd, n/a (with why) in bwd
+            if r["mode"] == "bwd":
+                assert r["na"][attention.TMA].startswith("n/a (forward-only"), r
+            elif "flashproof" in r["ms"]:
+                assert attention.TMA in r["ms"], r
         assert not set(r["ms"]) & set(r["na"])
     assert "No GPU figures are recorded yet" in page.read_text()

@@ -69,10 +69,11 @@ def test_report_page_holds_the_summary_and_the_table():
     tests = dict(command="FLASHPROOF_TEST_DEVICE=cuda python -m pytest ...", returncode=1, summary=summary,
                  failures=["FAILED tests/test_forward.py::test_x - assert 1 == 0"])
     row = dict(batch=4, heads=16, n=4096, d=128, causal=True, dtype="bf16", mode="fwd", block=[128, 64],
-               ms={"flashproof": 1.0, "sdpa-flash": 1.2, "flex": 1.1}, na={},
-               tflops={"flashproof": 500.0, "sdpa-flash": 400.0, "flex": 450.0})
+               ms={"flashproof": 1.0, "flashproof (TMA)": 0.8, "sdpa-flash": 1.2, "flex": 1.1}, na={},
+               tflops={"flashproof": 500.0, "flashproof (TMA)": 600.0, "sdpa-flash": 400.0, "flex": 450.0})
     text = gpu_report.page(env, tests, dict(command="benchmarks.attention --json x", returncode=0, rows=[row]))
     assert "NVIDIA H100 80GB HBM3 (sm_90)" in text and "triton | 3.6.0" in text
     assert f"**{summary}** — **FAILED** (pytest exit 1)" in text and "test_forward.py::test_x" in text
-    assert "| 4096 | 128 | yes | 4x16 | fwd | 128x64 | 500.0 | 400.0 | 450.0 | 1.25x | 1.11x |" in text
+    # both forwards and their ratio: what a GPU session needs to decide the tma default
+    assert "| 4096 | 128 | yes | 4x16 | fwd | 128x64 | 500.0 | 600.0 | 400.0 | 450.0 | 1.25x | 1.11x | 1.20x |" in text
     assert "Not run yet" in gpu_report.page(env, {}, {})

@@ -171,8 +171,9 @@ def _expand_mask(mask, shape4):
 # ----------------------------------------------------------------------------------
 # The implementation behind the custom op (checked inputs only).
 # ----------------------------------------------------------------------------------
-def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths, mask, scale):
-    """Run a generated forward ``module`` on checked inputs: returns ``(out, lse)``."""
+def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, tma=False):
+    """Run a generated forward ``module`` on checked inputs: returns ``(out, lse)``.
+    ``tma``: the opt-in Hopper TMA path (``generator.runtime.launch.tma_operands`` has its rules)."""
     B, Hq, Nq, D = q.shape
     Nk = k.shape[2]
     shape4 = (B, Hq, Nq, Nk)
@@ -183,11 +184,11 @@ def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths
         tiles = tiles.expand(B, Hq, tiles.shape[2], tiles.shape[3])
     sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
     return module.forward(q, k, v, sm_scale=sm_scale, shift=alignment_shift(alignment, Nq, Nk), causal=causal,
-                          window=window, key_lengths=key_lengths, mask=dense, block_map=tiles)
+                          window=window, key_lengths=key_lengths, mask=dense, block_map=tiles, tma=tma)
 
 
 def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
-                 scale=None, block=DEFAULT_BLOCK):
+                 scale=None, block=DEFAULT_BLOCK, tma=False):
     """Every check of ``flash_attention``; returns the normalised ``window``."""
     _check_qkv(q, k, v)
     _check_device({"q": q, "k": k, "v": v, "mask": mask, "key_lengths": key_lengths})
@@ -195,6 +196,8 @@ def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, ke
         raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
+    if not isinstance(tma, bool):
+        raise TypeError(f"tma must be True or False, got {tma!r}")
     B, Hq, Nq, _ = q.shape
     if mask is not None:
         _check_mask(mask, (B, Hq, Nq, k.shape[2]))
@@ -207,7 +210,7 @@ def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, ke
 
 
 def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
-                    scale=None, return_lse=False, block=DEFAULT_BLOCK):
+                    scale=None, return_lse=False, block=DEFAULT_BLOCK, tma=False):
     """Softmax attention through the generated FlashAttention-2 kernels.
 
     Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k, v (B, Hkv, N_k, D)``
@@ -222,12 +225,18 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     ``block=(B_r, B_c)`` picks the generated kernels (see ``generated.KERNELS``).
     Inputs: fp16, bf16 or fp32 (one dtype), D in 1..256, any strides (no copies are made),
     CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``.
+
+    ``tma=True`` (off by default: no GPU has measured it yet) moves Q, K, V and O of the
+    forward by Hopper's TMA. It raises ``ValueError`` on a machine without TMA (a GPU older
+    than sm_90, a triton without tensor descriptors); inputs whose layout TMA cannot read
+    (strides not multiples of 16 bytes, a misaligned view) run the pointer path with a
+    ``TmaFallbackWarning`` naming the tensor and the rule. The backward is unchanged.
     """
     window = check_inputs(q, k, v, causal=causal, alignment=alignment, window=window, key_lengths=key_lengths,
-                          mask=mask, scale=scale, block=block)
+                          mask=mask, scale=scale, block=block, tma=tma)
     out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment,
                                   None if window is None else list(window),
-                                  None if scale is None else float(scale), int(block[0]), int(block[1]))
+                                  None if scale is None else float(scale), int(block[0]), int(block[1]), tma)
     return (out, lse) if return_lse else out
 
 

@@ -50,7 +50,8 @@ def _(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, causal, alignmen
 
 
 def setup_context(ctx, inputs, output):
-    q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n = inputs
+    # tma only chooses how the forward moves its tiles: the backward does not need it
+    q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, _tma = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, mask, key_lengths)
     ctx.options = (causal, alignment, window, scale, block_m, block_n)
@@ -59,8 +60,8 @@ def setup_context(ctx, inputs, output):
 def backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse, mask, key_lengths = ctx.saved_tensors
     dq, dk, dv = flash_attention_backward_op(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, *ctx.options)
-    # gradients for (q, k, v); mask, key_lengths and the options are not differentiable
-    return dq, dk, dv, None, None, None, None, None, None, None, None
+    # gradients for (q, k, v); mask, key_lengths and the options (tma last) are not differentiable
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 torch.library.register_autograd("flashproof::flash_attention", backward, setup_context=setup_context)

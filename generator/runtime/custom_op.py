@@ -22,15 +22,15 @@ from generator.runtime import api
 def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
                        key_lengths: Optional[torch.Tensor], causal: bool, alignment: str,
                        window: Optional[list[int]], scale: Optional[float], block_m: int,
-                       block_n: int) -> tuple[torch.Tensor, torch.Tensor]:
+                       block_n: int, tma: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     module = api.module_for("fwd", (block_m, block_n))
     return api.attention_forward(module, q, k, v, causal=causal, alignment=alignment,
                                  window=None if window is None else tuple(window), key_lengths=key_lengths,
-                                 mask=mask, scale=scale)
+                                 mask=mask, scale=scale, tma=tma)
 
 
 @flash_attention_op.register_fake
-def _(q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n):
+def _(q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, tma=False):
     B, Hq, Nq, _ = q.shape
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, Hq, Nq), dtype=torch.float32)
 

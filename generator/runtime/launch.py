@@ -7,7 +7,9 @@ here once instead of being repeated in each emitted kernel file.
 
 from __future__ import annotations
 
+import math
 import os
+import warnings
 
 import torch
 import triton
@@ -52,16 +54,20 @@ def block_d(head_dim: int) -> int:
 
 
 def aot_args(fn, pointers: dict[str, str], floats: tuple[str, ...], constexprs: dict,
-             num_warps: int, num_stages: int) -> dict:
+             num_warps: int, num_stages: int, descriptors: dict[str, str] | None = None) -> dict:
     """Arguments for ``triton.compile(ASTSource(fn, signature, constexprs), target=..., options=...)``.
 
     ``pointers`` maps pointer parameters to their element type (``"fp16"``, ``"i1"``...);
+    ``descriptors`` maps tensor-descriptor parameters to their full type (``tma_signature``);
     ``floats`` are fp32 scalars; every other runtime parameter is an ``i32``.
     """
+    descriptors = descriptors or {}
     signature = {}
     for name in fn.arg_names:
         if name in constexprs:
             signature[name] = "constexpr"
+        elif name in descriptors:
+            signature[name] = descriptors[name]
         elif name in pointers:
             signature[name] = "*" + pointers[name]
         elif name in floats:
@@ -78,3 +84,113 @@ def tl_dtype_of(dtype: str) -> tuple[torch.dtype, str]:
         raise ValueError(f"dtype must be one of fp16, bf16, fp32 (got {dtype!r})")
     torch_dtype = DTYPE_NAMES[dtype]
     return torch_dtype, TL_DTYPES[torch_dtype][1]
+
+
+# ----------------------------------------------------------------------------------
+# Hopper TMA (opt-in): host-side tensor descriptors, and the rules for when they are legal.
+# ----------------------------------------------------------------------------------
+#: TMA, the tensor memory accelerator, exists from compute capability 9.0 (Hopper) on
+TMA_MIN_CAPABILITY = (9, 0)
+#: cuTensorMapEncodeTiled: each box dimension (the block shape) is at most 256 elements
+TMA_MAX_BOX = 256
+
+
+class TmaFallbackWarning(UserWarning):
+    """``tma=True`` was asked for but the tensors of this call cannot take TMA descriptors:
+    the launch took the pointer path instead (the same results, without TMA). The message
+    names the tensor and the rule. To make it an error:
+    ``warnings.simplefilter("error", TmaFallbackWarning)``."""
+
+
+def _tensor_descriptor_class():
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError:  # triton without host-side tensor descriptors
+        return None
+    return TensorDescriptor
+
+
+def tma_unsupported(device: torch.device) -> str | None:
+    """Why no call on ``device`` can use TMA (None when it can), with the fix.
+
+    This is a property of the machine, not of one call, so asking for TMA here is an error
+    (``tma_operands`` raises it), never a silent fallback. The interpreter (CPU tensors under
+    ``TRITON_INTERPRET=1``) emulates descriptors, which is how the TMA path is tested without a GPU.
+    """
+    if _tensor_descriptor_class() is None:
+        return (f"tma=True needs triton.tools.tensor_descriptor, which triton {triton.__version__} lacks; "
+                "upgrade triton (flashproof needs >= 3.6) or pass tma=False")
+    if device.type == "cuda":
+        capability = torch.cuda.get_device_capability(device)
+        if capability < TMA_MIN_CAPABILITY:
+            return (f"tma=True needs a GPU with TMA (compute capability >= 9.0, Hopper or newer), but "
+                    f"{torch.cuda.get_device_name(device)} is sm_{capability[0]}{capability[1]}; pass tma=False")
+    elif device.type != "cpu" or not interpreting():
+        return f"tma=True needs a CUDA device (or CPU tensors under TRITON_INTERPRET=1), got {device}"
+    return None
+
+
+def tma_layout_problem(name: str, t: torch.Tensor, rows: int, block_d: int) -> str | None:
+    """Why ``t`` (``(B, H, N, D)``) cannot take a TMA descriptor with block ``[1, 1, rows, block_d]``
+    (None when it can). The rules of ``cuTensorMapEncodeTiled`` as Triton's ``TensorDescriptor``
+    uses it: the innermost dimension contiguous, every other stride a multiple of 16 bytes (and
+    below 2^40 bytes), the base address 16-byte aligned, each box dimension <= 256 elements
+    with an innermost extent of >= 16 bytes, sizes that fit Triton's int32 descriptor shape.
+    A zero stride (a broadcast made with ``expand``) is refused too: it is not a layout the
+    TMA unit is documented for, and no GPU has checked it here.
+    """
+    elem = t.element_size()
+    if t.stride(-1) != 1:
+        return (f"{name} has stride {t.stride(-1)} in its last (head) dimension; TMA needs it contiguous "
+                f"(stride 1): pass {name}.contiguous()")
+    for dim in range(t.dim() - 1):
+        size, stride = t.shape[dim], t.stride(dim)
+        if size > 1 and stride == 0:
+            return f"{name} is broadcast (stride 0) along dimension {dim}; pass a materialised tensor"
+        if (stride * elem) % 16 or stride * elem >= 2**40:
+            return (f"{name}'s stride along dimension {dim} is {stride * elem} bytes; TMA needs every stride but "
+                    f"the last to be a multiple of 16 bytes (below 2^40): for a contiguous tensor, a head dim "
+                    f"that is a multiple of {16 // math.gcd(16, elem)} elements")
+    if t.data_ptr() % 16:
+        return (f"{name} starts at an address that is not 16-byte aligned (a view at an odd offset); "
+                f"pass {name}.clone()")
+    if any(size >= 2**31 for size in t.shape):
+        return f"{name} has a dimension of 2^31 elements or more, beyond a TMA descriptor's int32 shape"
+    if max(rows, block_d) > TMA_MAX_BOX or block_d * elem < 16:
+        return (f"{name}'s TMA block [1, 1, {rows}, {block_d}] breaks the box rules (each dimension "
+                f"<= {TMA_MAX_BOX}, the last >= 16 bytes); use a smaller block config")
+    return None
+
+
+def tma_operands(wanted: bool, operands: dict[str, tuple[torch.Tensor, int]], block_d: int) -> tuple[list, bool]:
+    """``(arguments, USE_TMA)`` for the kernel's tensor parameters ``operands`` (``name: (tensor,
+    rows of its block)``, each ``(B, H, N, D)``).
+
+    * ``wanted`` False: the tensors themselves and ``USE_TMA=False`` (the pointer path).
+    * the machine cannot do TMA (``tma_unsupported``): ``ValueError`` naming the problem and the fix.
+    * some tensor's layout cannot take a descriptor (``tma_layout_problem``): the tensors and
+      ``USE_TMA=False``, with a ``TmaFallbackWarning`` that says which tensor and why.
+    * otherwise one ``TensorDescriptor`` per tensor over its real shape and strides with block
+      ``[1, 1, rows, block_d]``: TMA zero-fills reads outside the tensor and clips writes.
+    """
+    tensors = [t for t, _ in operands.values()]
+    if not wanted:
+        return tensors, False
+    problem = tma_unsupported(tensors[0].device)
+    if problem:
+        raise ValueError(problem)
+    for name, (t, rows) in operands.items():
+        problem = tma_layout_problem(name, t, rows, block_d)
+        if problem:
+            warnings.warn(f"tma=True: the pointer path ran instead, because {problem}", TmaFallbackWarning,
+                          stacklevel=3)
+            return tensors, False
+    TensorDescriptor = _tensor_descriptor_class()
+    return [TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, block_d])
+            for t, rows in operands.values()], True
+
+
+def tma_signature(dtype_name: str, rows: int, block_d: int) -> str:
+    """A descriptor parameter's type in a Triton signature, as the JIT spells it for a
+    ``TensorDescriptor`` argument (``triton.runtime.jit.mangle_type``): ``tensordesc<fp16[1, 1, 64, 64]>``."""
+    return f"tensordesc<{dtype_name}[1, 1, {rows}, {block_d}]>"
