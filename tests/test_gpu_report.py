@@ -77,3 +77,11 @@ def test_report_page_holds_the_summary_and_the_table():
     # both forwards and their ratio: what a GPU session needs to decide the tma default
     assert "| 4096 | 128 | yes | 4x16 | fwd | 128x64 | 500.0 | 600.0 | 400.0 | 450.0 | 1.25x | 1.11x | 1.20x |" in text
     assert "Not run yet" in gpu_report.page(env, {}, {})
+
+
+def test_readme_gpu_command_runs_the_report_test_files():
+    """The README's "On a GPU" command and the report run the same kernel test files."""
+    readme = (ROOT / "README.md").read_text()
+    line = next(ln for ln in readme.splitlines() if ln.startswith("FLASHPROOF_TEST_DEVICE=cuda python -m pytest"))
+    assert tuple(line.split("pytest", 1)[1].split()) == gpu_report.TEST_FILES
+    assert all((ROOT / f).is_file() for f in gpu_report.TEST_FILES)
