@@ -51,10 +51,10 @@ def parser() -> argparse.ArgumentParser:
                    help=f"mask kinds compiled into the forward kernel, any of {', '.join(MASKS)} (default: all)")
     p.add_argument("--num-warps", type=int, choices=ALLOWED_WARPS, default=None,
                    help="warps per program, forward and backward (default: forward 4 up to a 64x64 "
-                        "tile, else 8; backward 8)")
+                        "tile, else 8; backward per kernel, generator/variants.py)")
     p.add_argument("--num-stages", type=int, choices=ALLOWED_STAGES, default=None,
                    help="software-pipeline stages of the streamed tiles, forward and backward (default: "
-                        "forward 3 for B_c <= 64, else 2; backward 1)")
+                        "forward 3 for B_c <= 64, else 2; backward dK/dV 2, dQ 3)")
     p.add_argument("--out", type=Path, default=None, help="output directory (default: generated/)")
     p.add_argument("--check", action="store_true",
                    help="re-render every MANIFEST.json entry in memory; exit 1 listing stale or edited "

@@ -21,11 +21,12 @@ constants (``1/log 2``)     a float literal (``1.4426950408889634``)
 ``rowmax``/``rowsum``       ``tl.max(x, 1)`` / ``tl.sum(x, 1)``
 ``dot(a, b)``               ``tl.dot(a, b, input_precision=INPUT_PRECISION)``
 ``trans`` / ``col``         ``tl.trans(x)`` / ``x[:, None]``
+``row``                     ``x[None, :]`` (a per-column vector of a key-major tile)
 ==========================  ===============================================
 
 ``dot`` casts an operand to the tile dtype ``DOT_DTYPE`` unless it is one of ``typed``
-(tiles loaded from memory, already in that dtype): in practice only ``p`` (fp32) is cast,
-exactly like the tutorial's ``p.to(v.dtype)``.
+(tiles loaded from memory, already in that dtype): in practice only the fp32 tiles ``p``, ``pT``,
+``ds``, ``dsT`` are cast, exactly like the tutorial's ``p.to(v.dtype)``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ class UnsupportedNode(TypeError):
 def _call(template: str):
     """The rule for a node of one argument printed as a Triton call (``{}``: the argument)."""
     return lambda printer, expr: template.format(printer._print(expr.args[0]))
+
+
+def _broadcast(index: str):
+    """The rule for a vector broadcast along one axis of a tile: the vector, then ``index``."""
+    return lambda printer, expr: printer.parenthesize(expr.args[0], PRECEDENCE["Atom"], strict=True) + index
 
 
 class TritonPrinter(PythonCodePrinter):
@@ -202,8 +208,8 @@ class TritonPrinter(PythonCodePrinter):
     _print_rowsum = _call("tl.sum({}, 1)")
     _print_trans = _call("tl.trans({})")
 
-    def _print_col(self, expr):
-        return f"{self.parenthesize(expr.args[0], PRECEDENCE['Atom'], strict=True)}[:, None]"
+    _print_col = _broadcast("[:, None]")
+    _print_row = _broadcast("[None, :]")
 
     def _print_dot(self, expr):
         a, b = (self._dot_operand(x) for x in expr.args)

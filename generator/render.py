@@ -18,7 +18,7 @@ from spec.masks import (
     BOUNDS_INIT, KEEP_INIT, ROW_BOUNDS_INIT, ROW_TILE_LOOP, TILE_LOOP, bounds_terms, keep_term, row_bounds_terms)
 
 from generator.printer import print_expr, print_term
-from generator.variants import MASKS, BlockConfig, Variant
+from generator.variants import BWD_LAUNCH, MASKS, BlockConfig, Variant
 
 ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("generator", "templates"),
@@ -30,6 +30,8 @@ ENV = jinja2.Environment(
 
 #: element predicates run on a (BLOCK_M, BLOCK_N) tile: rows broadcast down, keys across
 TILE_NAMES = {"i": "offs_m[:, None]", "j": "offs_n[None, :]"}
+#: ... and on the dK/dV kernel's key-major (BLOCK_N, BLOCK_M) tile: keys down, rows across
+TILE_NAMES_T = {"i": "offs_m[None, :]", "j": "offs_n[:, None]"}
 
 def _lines(terms, rename=None) -> list[str]:
     return [print_term(t, rename) for t in terms]
@@ -88,24 +90,40 @@ def _uses(term: T.Term, earlier) -> bool:
     return bool(term.expr.free_symbols & {t.symbol for t in earlier})
 
 
+def _tile_slots(tile, names: list[str], group: str) -> tuple:
+    """``tile`` split as the template's slots expect it, or an error naming the change to make."""
+    if [t.name for t in tile] != names:
+        raise ValueError(f"attention_bwd.py.jinja expects the terms {names} in spec.terms.{group} "
+                         f"(got {[t.name for t in tile]}); update the template's slots")
+    return tile
+
+
 def backward_context(variant: Variant) -> dict:
-    fwd = forward_context(variant)  # the same mask slots: predicates, dense mask, dQ's classifier
-    tile = T.BACKWARD_TILE[2:]  # p, dp, ds: per tile (lse2, lse2_safe are per row, row_state)
-    if [t.name for t in tile] != ["p", "dp", "ds"]:
-        raise ValueError(f"attention_bwd.py.jinja expects the tile terms p, dp, ds after lse2, lse2_safe in "
-                         f"spec.terms.BACKWARD_TILE (got {[t.name for t in tile]}); update the template's slots")
+    fwd = forward_context(variant)  # the same mask slots: dense mask, dQ's classifier
+    # per tile (lse2, lse2_safe are per row: row_state): the dQ loop's row-major p, dp, ds and
+    # the dK/dV loop's key-major qkT, pT, dpT, dsT (tutorial 06's layout)
+    tile = _tile_slots(T.BACKWARD_TILE[2:], ["p", "dp", "ds"], "BACKWARD_TILE[2:]")
+    tile_t = _tile_slots(T.BACKWARD_TILE_T, ["qkT", "pT", "dpT", "dsT"], "BACKWARD_TILE_T")
     return {
         **{key: fwd[key] for key in ("qk_scale", "qk", "bounds_init", "tile_loop", "has_lengths", "dense",
-                                     "keep_init", "mask_term", "dense_mask_term")},
-        "kinds": [dict(kind, row_bounds=_lines(row_bounds_terms(kind["name"]))) for kind in fwd["kinds"]],
+                                     "mask_term", "dense_mask_term")},
+        # the mask helper takes i, j broadcast to the tile's layout: the spec's names, unrenamed
+        "kinds": [dict(kind, keep=print_term(keep_term(kind["name"])),
+                       row_bounds=_lines(row_bounds_terms(kind["name"]))) for kind in fwd["kinds"]],
+        "keep_init": print_term(KEEP_INIT),
+        "index": TILE_NAMES,
+        "index_t": TILE_NAMES_T,
         "preprocess": _lines(T.BACKWARD_PREPROCESS),
         "row_state": _lines(T.BACKWARD_TILE[:2]),  # lse2, lse2_safe: per row, once per query tile
-        # per tile: p, then dp and ds; the dK/dV loop first spends p on the terms that need
-        # neither dp nor ds (dV), so fewer tiles are live at once (no spill at 64x64)
         "tile_p": _lines(tile[:1]),
         "tile_ds": _lines(tile[1:]),
-        "dkdv_dv": _lines(t for t in T.BACKWARD_DKDV if not _uses(t, tile[1:])),
-        "dkdv_dk": _lines(t for t in T.BACKWARD_DKDV if _uses(t, tile[1:])),
+        "tile_qk_t": print_term(tile_t[0]),
+        "tile_p_t": _lines(tile_t[1:2]),
+        "tile_ds_t": _lines(tile_t[2:]),
+        # the dK/dV loop first spends pT on the terms that need neither dpT nor dsT (dV), so
+        # fewer tiles are live at once
+        "dkdv_dv": _lines(t for t in T.BACKWARD_DKDV_T if not _uses(t, tile_t[2:])),
+        "dkdv_dk": _lines(t for t in T.BACKWARD_DKDV_T if _uses(t, tile_t[2:])),
         "dq": _lines(T.BACKWARD_DQ),
         "scale_dq": _lines(t for t in T.BACKWARD_SCALE if t.name == "dq"),
         "scale_dk": _lines(t for t in T.BACKWARD_SCALE if t.name == "dk"),
@@ -123,7 +141,7 @@ def render_variant(variant: Variant) -> str:
     return ENV.get_template(variant.kind.template).render(
         header=header(c.command), command=c.command, spec_hash=spec_hash_prefix(),
         block_m=c.block_m, block_n=c.block_n, num_warps=c.warps, num_stages=c.stages,
-        bwd_num_warps=c.bwd_warps, bwd_num_stages=c.bwd_stages, bwd_sub_m=c.bwd_sub_m,
+        bwd_launch={kernel: c.bwd_launch(kernel) for kernel in BWD_LAUNCH}, bwd_sub_m=c.bwd_sub_m,
         masks=list(c.masks), all_masks=list(MASKS), module_name=variant.module_name, **ctx)
 
 

@@ -56,24 +56,64 @@ def default_num_stages(block_m: int, block_n: int) -> int:
     return 3 if block_n <= 64 else 2
 
 
+# The backward's launch settings, per kernel. Each choice below is the one that keeps every
+# kernel of the three emitted configs (16x32, 64x64, 128x64) spill-free on sm_80 and sm_90 at head
+# dims 64 and 128, fp16/bf16, unmasked and causal, with every dot on tensor cores, as compiled by
+# `python -m benchmarks.static` (Triton 3.9); tests/test_static.py asserts it. The one exception
+# is documented at default_bwd_dq_num_stages.
+
+
 def default_bwd_num_warps(block_m: int, block_n: int) -> int:
-    """The backward kernels keep more tiles live than the forward (dK and dV accumulators, K and
-    V, P and dS of a tile): 8 warps spread them over twice the registers. At 4 warps the 64x64
-    dK/dV kernel spills (docs/performance/static.md)."""
-    return 8
+    """Warps of the dK/dV kernel (and the preprocess): 8 for a key tile of 64 or more keys, else 4.
+
+    Its key-major products all have M = B_c rows. On sm_90 the two warpgroups of 8 warps split
+    the head dim of the wgmma accumulators dK, dV, halving their registers: at 4 warps the head-
+    dim-128 kernel spills (44 B causal, 1 stage; 220 B with 2). On sm_80 a chain of dots (Pᵀ
+    feeds dV) puts every warp along M, so warps beyond B_c / 16 only replicate the mma tiles, but
+    the Q, dO loads and the mask tiles still spread over 8 warps: 4 warps spill at head dim 128.
+    A 32-key tile (16x32) has no wgmma (M = 32 < 64) and fits in 4 warps."""
+    return 8 if block_n >= 64 else 4
 
 
 def default_bwd_num_stages(block_m: int, block_n: int) -> int:
-    """No software pipelining of the backward's streamed tiles: every extra stage holds another
-    Q, dO (or K, V) tile in flight, and with them the dK/dV kernel spills at head dim 128."""
-    return 1
+    """Pipeline depth of the dK/dV kernel's streamed Q and dO tiles: 2, so the next step's tiles
+    arrive by async copy while this one computes (1 stage leaves the load latency exposed on
+    every step). A third stage holds one more Q, dO pair live and reaches 255 registers at head
+    dim 128, causal (64x64, both archs): no margin."""
+    return 2
 
 
 def default_bwd_sub_m(block_m: int, block_n: int) -> int:
-    """Query rows per step of the dK/dV kernel's loop (a divisor of B_r): a quarter of a query
-    tile, so the Q, dO, P and dS tiles it holds are a quarter as large (at 64x64, half a tile
-    still spills on sm_80 at head dim 64); never below 16 (tl.dot's minimum)."""
-    return max(16, block_m // 4)
+    """Query rows per step of the dK/dV kernel's loop (a divisor of B_r, at least 16, tl.dot's
+    minimum): 16. In the key-major tile the step is the N side of Sᵀ = K Qᵀ and dPᵀ = V dOᵀ and
+    the K side of dV += Pᵀ dO, dK += dSᵀ Q, so it does not decide whether they are wgmma (M = B_c
+    does). Tutorial 06 steps 32 rows over 128 keys; here 32 rows spill at head dim 128 with 8
+    warps and 2 stages (sm_90: 28 B unmasked, 92 B causal; sm_80: 8 B causal), 64 rows spill
+    everywhere but unmasked sm_90 head dim 64."""
+    return 16
+
+
+def default_bwd_dq_num_warps(block_m: int, block_n: int) -> int:
+    """Warps of the dQ kernel, the forward's loop order: 8 from a 64x64 tile up (at 4 warps the
+    64x64 head-dim-128 kernel spills on sm_90: 40 B with 2 stages), 4 below (16x32: M = 16, one
+    mma row tile)."""
+    return 8 if block_m * block_n >= 64 * 64 else 4
+
+
+def default_bwd_dq_num_stages(block_m: int, block_n: int) -> int:
+    """Pipeline depth of the dQ kernel's streamed K, V tiles: 3, as the forward's for B_c <= 64
+    (the dQ loop streams K, V exactly as the forward does). The 128x64 dQ kernel at head dim 128
+    on sm_80 cannot be spill-free with any warps (4, 8, 16) and stages (1 to 5): its 128-row Q,
+    dO and dQ tiles need more than 255 registers per thread of 8 warps (16 warps cap them at
+    128). 3 stages make its unmasked kernel spill-free and leave 8 B of spill in the causal one
+    (1 stage spills 8 B in both; 4 stages spill as 3 and need 160 KB of shared memory)."""
+    return 3
+
+
+#: the backward kernels with launch settings of their own: default (warps, stages) per block;
+#: the preprocess (a row sum) runs with the dK/dV kernel's
+BWD_LAUNCH = {"dkdv": (default_bwd_num_warps, default_bwd_num_stages),
+              "dq": (default_bwd_dq_num_warps, default_bwd_dq_num_stages)}
 
 
 @dataclass(frozen=True)
@@ -112,13 +152,12 @@ class BlockConfig:
     def stages(self) -> int:
         return self._given_or(self.num_stages, default_num_stages)
 
-    @property
-    def bwd_warps(self) -> int:
-        return self._given_or(self.num_warps, default_bwd_num_warps)
-
-    @property
-    def bwd_stages(self) -> int:
-        return self._given_or(self.num_stages, default_bwd_num_stages)
+    def bwd_launch(self, kernel: str) -> dict[str, int]:
+        """``num_warps``, ``num_stages`` of a backward kernel (``BWD_LAUNCH``): ``--num-warps`` /
+        ``--num-stages`` when given, else the kernel's defaults for this block."""
+        warps, stages = BWD_LAUNCH[kernel]
+        return {"num_warps": self._given_or(self.num_warps, warps),
+                "num_stages": self._given_or(self.num_stages, stages)}
 
     @property
     def bwd_sub_m(self) -> int:
@@ -150,8 +189,8 @@ class BlockConfig:
         return {"block": [self.block_m, self.block_n], "num_warps": self.num_warps,
                 "num_stages": self.num_stages, "masks": list(self.masks),
                 "launch": {"fwd": {"num_warps": self.warps, "num_stages": self.stages},
-                           "bwd": {"num_warps": self.bwd_warps, "num_stages": self.bwd_stages,
-                                   "block_m_dkdv": self.bwd_sub_m}}}
+                           "bwd": {"dkdv": {**self.bwd_launch("dkdv"), "block_m": self.bwd_sub_m},
+                                   "dq": self.bwd_launch("dq")}}}
 
     @classmethod
     def from_json(cls, d: dict) -> "BlockConfig":

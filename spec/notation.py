@@ -60,6 +60,11 @@ lse2 = sp.Symbol("lse2", extended_real=True)  # lse in log2 units
 lse2_safe = sp.Symbol("lse2_safe", extended_real=True)
 dq, dk, dv = sp.symbols("dq dk dv", real=True)  # gradient accumulators (fp32 tiles)
 
+# --- backward, key-major (the dK/dV kernel: keys down the rows of every tile) --------
+qkT = sp.Symbol("qkT", extended_real=True)  # the transposed scores K Qᵀ (masked: -oo)
+pT = sp.Symbol("pT", nonnegative=True)  # Pᵀ: one column per query row
+dpT, dsT = sp.symbols("dpT dsT", real=True)  # dPᵀ = V dOᵀ and dSᵀ
+
 # --- index space (masks) -----------------------------------------------------------
 i, j = sp.symbols("i j", integer=True)  # query row, key column (0-based)
 Nq, Nk = sp.symbols("N_Q N_K", integer=True, positive=True)  # sequence lengths

@@ -133,45 +133,84 @@ def difference(lhs: sp.Basic, rhs: sp.Basic) -> sp.Basic:
 # Interpreting kernel terms on a symbolic block
 # ----------------------------------------------------------------------------------
 def _elementwise(build, values):
-    """Apply ``build(*scalars)`` entrywise when some value is a Matrix (scalars broadcast)."""
+    """Apply ``build(*scalars)`` entrywise when some value is a Matrix.
+
+    Shapes broadcast as in Triton (and NumPy): scalars everywhere, a ``R x 1`` column (``col``)
+    across the columns of an ``R x C`` tile, a ``1 x C`` row (``row``) down its rows. Any other
+    mismatch is a ``ValueError`` naming the shapes: a term that broadcasts a vector along the
+    wrong axis of a non-square tile cannot be formed at all.
+    """
     shapes = {v.shape for v in values if isinstance(v, sp.MatrixBase)}
     if not shapes:
         return build(*values)
-    if len(shapes) != 1:
-        raise ValueError(f"tile shapes do not match: {sorted(shapes)}")
-    (rows, cols), = shapes
-    return sp.Matrix(rows, cols, lambda r, c: build(
-        *[v[r, c] if isinstance(v, sp.MatrixBase) else v for v in values]))
+    rows, cols = max(r for r, _ in shapes), max(c for _, c in shapes)
+    if any(r not in (1, rows) or c not in (1, cols) for r, c in shapes):
+        raise ValueError(f"tile shapes do not broadcast: {sorted(shapes)}")
+
+    def entry(v, r, c):
+        if not isinstance(v, sp.MatrixBase):
+            return v
+        return v[r if v.rows > 1 else 0, c if v.cols > 1 else 0]
+
+    return sp.Matrix(rows, cols, lambda r, c: build(*[entry(v, r, c) for v in values]))
+
+
+def _vector(x, as_column: bool):
+    """A vector (either orientation) as a column (``col``) or a row (``row``); a scalar (the
+    single row of a one-row proof) stays a scalar."""
+    if not isinstance(x, sp.MatrixBase):
+        return x
+    if 1 not in x.shape:
+        raise ValueError(f"col/row broadcast a vector, got a {x.shape} tile")
+    return x.reshape(len(x), 1) if as_column else x.reshape(1, len(x))
+
+
+def _per_row(reduce, tile):
+    """A row reduction: the scalar of a one-row tile, else a column of one value per row."""
+    if tile.rows == 1:
+        return reduce(*tile)
+    return sp.Matrix(tile.rows, 1, lambda r, _: reduce(*tile[r, :]))
 
 
 def interpret(expr: sp.Basic, env: Mapping[sp.Symbol, object]):
     """Evaluate a kernel expression with tiles as SymPy matrices.
 
     One query row is a ``1 x B_c`` row of logits (``qk``) or a ``1 x D`` row (``acc``, ``o``,
-    ``do``); values are ``B_c x D``. The row operations mean: ``rowmax`` -> ``Max`` of the
-    entries, ``rowsum`` -> their sum, ``dot`` -> matrix product, ``trans`` -> transpose,
-    ``col`` -> the per-row scalar itself (broadcast). Everything else is entrywise.
+    ``do``); values are ``B_c x D``. Several query rows are an ``R x B_c`` tile, their per-row
+    values (``lse``, ``delta``) a vector (an ``R x 1`` or ``1 x R`` matrix). The row operations
+    mean: ``rowmax``/``rowsum`` -> ``Max``/sum of each row's entries (a scalar for one row),
+    ``dot`` -> matrix product, ``trans`` -> transpose, ``col`` -> the vector as a column
+    (broadcast across columns), ``row`` -> as a row (broadcast down rows); a scalar stays a
+    scalar. Everything else is entrywise, with that broadcasting.
     """
     if isinstance(expr, sp.Symbol):
         return env.get(expr, expr)
     if not expr.args:
         return expr
     if isinstance(expr, sp.Piecewise):
+        tiles = {s: env[s] for s in expr.free_symbols if isinstance(env.get(s), sp.MatrixBase)}
+        if tiles and not expr.has(*terms.ROW_OPS):
+            # an entrywise guard over a tile (lse2_safe of several rows): decide it entry by
+            # entry, since SymPy has no matrix of booleans for its conditions
+            return _elementwise(lambda *entries: interpret(expr, {**env, **dict(zip(tiles, entries))}),
+                                list(tiles.values()))
         pairs = [(interpret(e, env), interpret(c, env)) for e, c in expr.args]
         flat = [x for pair in pairs for x in pair]
         return _elementwise(lambda *xs: sp.Piecewise(*zip(xs[::2], xs[1::2])), flat)
     args = [interpret(a, env) for a in expr.args]
     f = expr.func
     if f is terms.rowmax:
-        return sp.Max(*args[0])
+        return _per_row(sp.Max, args[0])
     if f is terms.rowsum:
-        return sp.Add(*args[0])
+        return _per_row(sp.Add, args[0])
     if f is terms.dot:
-        return args[0] * args[1]
+        return args[0] * args[1]  # sympy raises ShapeError (a ValueError) on mismatched tiles
     if f is terms.trans:
         return args[0].T
     if f is terms.col:
-        return args[0]
+        return _vector(args[0], as_column=True)
+    if f is terms.row:
+        return _vector(args[0], as_column=False)
     return _elementwise(f, args)
 
 

@@ -334,6 +334,91 @@ def prove_backward_grads(backward_dkdv=terms.BACKWARD_DKDV, backward_dq=terms.BA
     return result("backward_grads", equal_cases(pairs), "2 query tiles x 2 key tiles, head dim 2, by sp.diff")
 
 
+@claim("backward_key_major",
+       "the dK/dV kernel's key-major tile is the transpose of the row-major one — K Qᵀ = Sᵀ, Pᵀ, "
+       "dPᵀ = V dOᵀ, dSᵀ with the per-query LSE and Δ broadcast along the columns (row) — and its "
+       "dK, dV updates equal the row-major ones of claim backward_grads; a query row with "
+       "lse = −∞ gives a zero column of Pᵀ and dSᵀ",
+       r"K Q^\top = S^\top,\ \ P^\top = 2^{S^\top \mathrm{qk}_{\mathrm{scale}} - \mathrm{row}(\mathrm{lse}_2)},"
+       r"\ \ dP^\top = V\,dO^\top,\ \ dS^\top = P^\top\circ(dP^\top - \mathrm{row}(\Delta)),"
+       r"\ \ dV \mathrel{+}= P^\top dO,\ \ dK \mathrel{+}= dS^\top Q")
+def prove_backward_key_major(backward_tile=terms.BACKWARD_TILE, backward_tile_t=terms.BACKWARD_TILE_T,
+                             backward_dkdv=terms.BACKWARD_DKDV, backward_dkdv_t=terms.BACKWARD_DKDV_T,
+                             qk=terms.QK, mask_term=masks.MASK_TERM):
+    """Both layouts, interpreted on the same symbolic tile of query rows and keys.
+
+    Row-major (the dQ kernel, and claim ``backward_grads``'s statement of dK, dV): ``qk = Q Kᵀ``,
+    then ``BACKWARD_TILE`` and ``BACKWARD_DKDV``. Key-major (the dK/dV kernel): ``BACKWARD_TILE_T``
+    and ``BACKWARD_DKDV_T``, from the same Q, K, V, dO tiles, LSE and Δ. Both
+    mask the same (query, key) pairs with the printed ``MASK_TERM`` (the key-major tile with the
+    transposed predicate, as the kernel evaluates it with ``i``, ``j`` broadcast the other way).
+    Tiles: 2 x 2 (a vector broadcast along the wrong axis still forms a tile, with the wrong
+    values) and 2 queries x 3 keys (it cannot form one: a failed case naming the shapes).
+    Cases: every query row has a key (finite lse, a causal-like mask, a padding key), and query
+    row 0 fully masked with lse = −∞ (the guard ``lse2_safe``).
+    """
+    cases = []
+    for rows, keys in ((2, 2), (2, 3)):
+        for no_key in (False, True):
+            label = f"{rows} queries x {keys} keys, " + ("query 0 has no key (lse = -oo)" if no_key
+                                                          else "finite lse")
+            try:
+                cases += _key_major_cases(label, rows, keys, no_key, backward_tile, backward_tile_t,
+                                          backward_dkdv, backward_dkdv_t, qk, mask_term)
+            except ValueError as err:  # sympy's ShapeError included: the terms form no tile
+                cases.append((f"{label}: the terms form tiles", sp.Symbol(f"tile shapes: {err}")))
+    return result("backward_key_major", cases, "2x2 and 2x3 symbolic tiles, head dim 2, masked keys, lse = -oo")
+
+
+def _key_major_cases(label, rows, keys, no_key, backward_tile, backward_tile_t, backward_dkdv,
+                     backward_dkdv_t, qk, mask_term):
+    """``(case, residual)`` pairs comparing the key-major terms with the transposed row-major ones."""
+    dim = 2
+    mat = lambda name, r, c: sp.Matrix(r, c, lambda a, b: sp.Symbol(f"{name}_{a + 1}{b + 1}", real=True))
+    Q, K, V, dO = mat("q", rows, dim), mat("k", keys, dim), mat("v", keys, dim), mat("dO", rows, dim)
+    dk0, dv0 = mat("dk", keys, dim), mat("dv", keys, dim)  # the accumulators before this tile
+    delta = sp.Matrix(rows, 1, lambda a, _: sp.Symbol(f"Delta_{a + 1}", real=True))
+    lse = sp.Matrix(rows, 1, lambda a, _: sp.Symbol(f"L_{a + 1}", real=True))
+    # query r attends key c when c <= r (the last key is padding); no_key: query 0 attends none
+    attends = lambda r, c: c <= r and not (no_key and r == 0)
+    if no_key:
+        lse[0] = n.NEG_INF
+    mask = lambda scores, query_key: sp.Matrix(*scores.shape, lambda a, b: interpret(
+        mask_term.expr, {n.qk: scores[a, b], masks.keep: sp.true if attends(*query_key(a, b)) else sp.false}))
+    env = {n.q: Q, n.k: K, n.v: V, n.vT: V.T, n.do: dO, n.lse: lse, n.delta: delta,
+           n.qk_scale: terms.QK_SCALE.expr}
+
+    scores_t = [t for t in backward_tile_t if t.symbol == n.qkT]
+    row_state = [t for t in backward_tile if t.symbol in (n.lse2, n.lse2_safe)]
+    qk_rm, qk_km = interpret(qk.expr, env), run_terms(scores_t, env)[n.qkT]
+    rm = run_terms(backward_tile, {**env, n.qk: mask(qk_rm, lambda a, b: (a, b))})
+    km = run_terms(row_state + [t for t in backward_tile_t if t.symbol != n.qkT],
+                   {**env, n.qkT: mask(qk_km, lambda a, b: (b, a))})
+    rm_grads = run_terms(backward_dkdv, {**env, n.dk: dk0, n.dv: dv0, n.p: rm[n.p], n.ds: rm[n.ds]})
+    km_grads = run_terms(backward_dkdv_t, {**env, n.dk: dk0, n.dv: dv0, n.pT: km[n.pT], n.dsT: km[n.dsT]})
+
+    cases = []
+    for name, key_major, row_major in (
+        ("K Qᵀ = (Q Kᵀ)ᵀ", qk_km, qk_rm.T), ("pT = trans(p)", km[n.pT], rm[n.p].T),
+        ("dpT = trans(dp)", km[n.dpT], rm[n.dp].T), ("dsT = trans(ds)", km[n.dsT], rm[n.ds].T),
+        ("dV update = row-major dV update", km_grads[n.dv], rm_grads[n.dv]),
+        ("dK update = row-major dK update", km_grads[n.dk], rm_grads[n.dk]),
+    ):
+        cases += _tile_cases(f"{label}: {name}", key_major, row_major)
+    if no_key:  # the guard: the query row with no key contributes nothing to dK, dV
+        zero = sp.zeros(keys, 1)
+        cases += _tile_cases(f"{label}: pT column 0 = 0", km[n.pT][:, 0], zero)
+        cases += _tile_cases(f"{label}: dsT column 0 = 0", km[n.dsT][:, 0], zero)
+    return cases
+
+
+def _tile_cases(name: str, got, want) -> list:
+    """Entry-by-entry residuals of two tiles, or one failed case when their shapes differ."""
+    if got.shape != want.shape:
+        return [(f"{name}: shape", sp.Symbol(f"shape {got.shape} != {want.shape}"))]
+    return equal_cases([(name, tuple(got), tuple(want))])
+
+
 def _backward_block(keys: int, head_dim: int):
     """Kernel variables of one query row in the backward, with O and lse from the definition."""
     xs = _keys(keys)

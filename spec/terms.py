@@ -14,6 +14,9 @@ Row operations are uninterpreted SymPy functions:
 * ``dot(A, B)``  -> matrix product of two tiles                  (``tl.dot``)
 * ``trans(A)``   -> transpose of a tile                          (``tl.trans``)
 * ``col(x)``     -> a per-row vector broadcast across columns    (``x[:, None]``)
+* ``row(x)``     -> a per-column vector broadcast across rows    (``x[None, :]``): in a
+  key-major tile (keys down the rows, query rows across, ``BACKWARD_TILE_T``) the per-query
+  vectors (LSE, Δ) run along the columns
 """
 
 from __future__ import annotations
@@ -46,7 +49,11 @@ class col(sp.Function):
     """Broadcast a per-row vector across the columns of a tile."""
 
 
-ROW_OPS = (rowmax, rowsum, dot, trans, col)
+class row(sp.Function):
+    """Broadcast a per-column vector across the rows of a tile (the transpose of ``col``)."""
+
+
+ROW_OPS = (rowmax, rowsum, dot, trans, col, row)
 
 
 @dataclass(frozen=True)
@@ -137,11 +144,36 @@ BACKWARD_TILE = (
 )
 
 #: the gradients from dS and P (S = scale·Q Kᵀ, O = P V), accumulated in fp32 over tiles;
-#: the softmax scale of dQ and dK is applied once, after the loop (BACKWARD_SCALE)
+#: the softmax scale of dQ and dK is applied once, after the loop (BACKWARD_SCALE).
+#: BACKWARD_DKDV states dK, dV in the row-major tile of BACKWARD_TILE (claim backward_grads);
+#: the dK/dV kernel prints their key-major twins BACKWARD_TILE_T / BACKWARD_DKDV_T below.
 BACKWARD_DKDV = (
     Term(n.dv, n.dv + dot(trans(n.p), n.do), "backward_grads",
          "dV = Pᵀ dO, summed over query tiles (and the query heads of a GQA group)"),
     Term(n.dk, n.dk + dot(trans(n.ds), n.q), "backward_grads", "dK = scale · dSᵀ Q, unscaled in the loop"),
+)
+
+#: the dK/dV kernel's tile, key-major as in Triton tutorial 06: the program's key tile is the
+#: first operand of every product, so each dot has M = B_c rows (a Hopper wgmma needs M = 64
+#: per warpgroup; the row-major dK/dV products had M = the query step). Each term is the
+#: transpose of its row-major twin in BACKWARD_TILE (claim backward_key_major), and the per-query
+#: vectors (LSE, Δ) broadcast along the columns: ``row``, where the row-major tile has ``col``.
+#: ``lse2``, ``lse2_safe`` (BACKWARD_TILE[:2]) are per-query vectors, shared by both layouts.
+#: Q is loaded row-major like dO and transposed on chip: the tutorial loads ``qT`` transposed
+#: from memory, a load Triton does not software-pipeline (and, compiled for sm_80, one that
+#: leaves the kernel more registers short).
+BACKWARD_TILE_T = (
+    Term(n.qkT, dot(n.k, trans(n.q)), "backward_key_major",
+         "Sᵀ = K Qᵀ: M = B_c rows, the key tile"),
+    Term(n.pT, exp2(n.qkT * n.qk_scale - row(n.lse2_safe)), "backward_key_major",
+         "Pᵀ from the saved LSE, one LSE per column; a column with lse = -inf is exactly 0"),
+    Term(n.dpT, dot(n.v, trans(n.do)), "backward_key_major", "dPᵀ = V dOᵀ"),
+    Term(n.dsT, n.pT * (n.dpT - row(n.delta)), "backward_key_major", "dSᵀ = Pᵀ ∘ (dPᵀ − Δ), one Δ per column"),
+)
+BACKWARD_DKDV_T = (
+    Term(n.dv, n.dv + dot(n.pT, n.do), "backward_key_major",
+         "dV += Pᵀ dO, summed over query steps (and the query heads of a GQA group)"),
+    Term(n.dk, n.dk + dot(n.dsT, n.q), "backward_key_major", "dK += dSᵀ Q, scaled once after the loop"),
 )
 BACKWARD_DQ = (
     Term(n.dq, n.dq + dot(n.ds, n.k), "backward_grads", "dQ = scale · dS K, unscaled in the loop"),
@@ -151,7 +183,8 @@ BACKWARD_SCALE = (  # in kernel order: the dK/dV program, then the dQ program
     Term(n.dq, n.dq * n.sm_scale, "backward_grads", "∂S/∂Q = scale · K: one multiply per element"),
 )
 
-#: all named term groups, for the printer, the fingerprint and the docs
+#: all named term groups the kernels print, for the printer, the fingerprint and the docs
+#: (BACKWARD_DKDV is not printed: the kernel prints its key-major form, BACKWARD_DKDV_T)
 GROUPS = {
     "qk_scale": (QK_SCALE,),
     "qk": (QK,),
@@ -160,7 +193,8 @@ GROUPS = {
     "softmax_normalise": SOFTMAX_NORMALISE,
     "backward_preprocess": BACKWARD_PREPROCESS,
     "backward_tile": BACKWARD_TILE,
-    "backward_dkdv": BACKWARD_DKDV,
+    "backward_tile_t": BACKWARD_TILE_T,
+    "backward_dkdv_t": BACKWARD_DKDV_T,
     "backward_dq": BACKWARD_DQ,
     "backward_scale": BACKWARD_SCALE,
 }

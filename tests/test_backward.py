@@ -225,10 +225,12 @@ def _replace(terms, name, expr):
     return tuple(T.Term(t.symbol, expr, t.claim, t.note) if t.name == name else t for t in terms)
 
 
-MUTANTS = {
+MUTANTS = {  # the dQ loop prints the row-major BACKWARD_TILE, the dK/dV loop the key-major *_T groups
     "ds_plus_delta": ("BACKWARD_TILE", "ds", n.p * (n.dp + T.col(n.delta))),
     "no_lse_guard": ("BACKWARD_TILE", "lse2_safe", n.lse2),
-    "dv_from_ds": ("BACKWARD_DKDV", "dv", n.dv + T.dot(T.trans(n.ds), n.do)),
+    "dsT_plus_delta": ("BACKWARD_TILE_T", "dsT", n.pT * (n.dpT + T.row(n.delta))),
+    "dv_from_dsT": ("BACKWARD_DKDV_T", "dv", n.dv + T.dot(n.dsT, n.do)),
+    "dk_from_pT": ("BACKWARD_DKDV_T", "dk", n.dk + T.dot(n.pT, n.q)),
     "dq_unscaled": ("BACKWARD_SCALE", "dq", n.dq),
 }
 

@@ -14,7 +14,7 @@ def test_registry_holds_the_fixed_ids_in_order():
     assert len(CLAIM_IDS) == 13
 
 
-@pytest.mark.parametrize("claim_id", CLAIM_IDS)
+@pytest.mark.parametrize("claim_id", list(REGISTRY))  # the fixed ids, then backward_grads, backward_key_major
 def test_claim_is_proved(proved, claim_id):
     results, _ = proved
     r = results[claim_id]
@@ -28,6 +28,15 @@ def test_claim_is_proved(proved, claim_id):
 def test_prove_all_is_fast_enough(proved):
     _, seconds = proved
     assert seconds < 60, f"prove_all took {seconds:.1f} s; the generator runs it before emitting"
+
+
+def test_key_major_claim_licenses_the_dkdv_kernel_terms():
+    """Every term the dK/dV loop prints from the key-major groups cites backward_key_major, which
+    is registered (after the fixed ids) and lists them."""
+    c = REGISTRY["backward_key_major"]
+    printed = {t.name for t in (*terms.BACKWARD_TILE_T, *terms.BACKWARD_DKDV_T)}
+    assert {t.claim for t in (*terms.BACKWARD_TILE_T, *terms.BACKWARD_DKDV_T)} == {"backward_key_major"}
+    assert set(c.terms) == printed == {"qkT", "pT", "dpT", "dsT", "dk", "dv"}
 
 
 def test_claims_carry_statements_and_latex():

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 import sympy as sp
 import torch
+from sympy.codegen.cfunctions import exp2
 
 from spec import masks
 from spec import notation as n
@@ -233,8 +234,6 @@ def test_lse_in_log2_units_is_refuted():
 
 
 def test_probabilities_shifted_by_the_old_max_are_refuted_by_safety():
-    from sympy.codegen.cfunctions import exp2
-
     stale = exp2(n.qk * n.qk_scale - terms.col(n.m_i))  # the old max: exponent can be > 0
     assert_failed(K.prove_safety_bounds(forward_tile=swap(terms.FORWARD_TILE, n.p, stale)))
 
@@ -272,6 +271,42 @@ def test_dk_from_p_instead_of_ds_is_refuted():
 
 def test_dq_without_the_scale_is_refuted():
     assert_failed(K.prove_backward_grads(backward_scale=swap(terms.BACKWARD_SCALE, n.dq, n.dq)))
+
+
+# ---------------------------------------------------------------- the key-major dK/dV tile
+KEY_MAJOR_MUTANTS = {  # name: (the argument of prove_backward_key_major, symbol, mutated expr, wrong axis?)
+    "pT with col (per row) instead of row (per column)": (
+        "backward_tile_t", n.pT, exp2(n.qkT * n.qk_scale - terms.col(n.lse2_safe)), True),
+    "delta broadcast on the wrong axis": ("backward_tile_t", n.dsT, n.pT * (n.dpT - terms.col(n.delta)), True),
+    "dk accumulated with dsT transposed again": (
+        "backward_dkdv_t", n.dk, n.dk + terms.dot(terms.trans(n.dsT), n.q), True),
+    "scores row-major (Q Kᵀ) in the key-major tile": ("backward_tile_t", n.qkT, terms.dot(n.q, terms.trans(n.k)), True),
+    "dpT as dO Vᵀ": ("backward_tile_t", n.dpT, terms.dot(n.do, terms.trans(n.v)), True),
+    "dv from dsT instead of pT": ("backward_dkdv_t", n.dv, n.dv + terms.dot(n.dsT, n.do), False),
+    "dsT with the wrong sign of delta": ("backward_tile_t", n.dsT, n.pT * (n.dpT + terms.row(n.delta)), False),
+}
+
+
+@pytest.mark.parametrize("mutant", list(KEY_MAJOR_MUTANTS))
+def test_key_major_mutant_is_refuted(mutant):
+    """Each mutant fails by value on the square 2 x 2 tile; one that transposes or broadcasts along
+    the wrong axis also cannot form the 2 queries x 3 keys tile (a failed case naming the shapes)."""
+    group, symbol, expr, wrong_axis = KEY_MAJOR_MUTANTS[mutant]
+    seq = {"backward_tile_t": terms.BACKWARD_TILE_T, "backward_dkdv_t": terms.BACKWARD_DKDV_T}[group]
+    r = K.prove_backward_key_major(**{group: swap(seq, symbol, expr)})
+    assert_failed(r)
+    failed = [name for name, res in r.cases if res != 0]
+    assert any(name.startswith("2 queries x 2 keys") for name in failed), failed
+    shape_failures = [name for name, res in r.cases if "2 queries x 3 keys" in name and "shape" in str(res)]
+    assert bool(shape_failures) == wrong_axis, failed
+
+
+def test_key_major_tile_without_the_guard_is_refuted():
+    """lse2_safe -> lse2: a query row with no key gives NaN columns instead of zero ones."""
+    r = K.prove_backward_key_major(backward_tile=swap(terms.BACKWARD_TILE, n.lse2_safe, n.lse2))
+    assert_failed(r)
+    assert all(res == 0 for name, res in r.cases if "finite lse" in name)  # only the no-key case breaks
+    assert any(res.has(sp.nan) for name, res in r.cases if "pT column 0 = 0" in name)
 
 
 def test_every_claim_has_a_mutant_here():

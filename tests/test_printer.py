@@ -35,6 +35,8 @@ x, y, z = sp.symbols("x y z", extended_real=True)  # may be -oo, like m_i
     (T.rowmax(x), "tl.max(x, 1)"),
     (T.rowsum(x * y), "tl.sum(x*y, 1)"),
     (T.col(x + y), "(x + y)[:, None]"),
+    (T.row(x + y), "(x + y)[None, :]"),
+    (T.row(n.delta), "delta[None, :]"),
     (T.trans(n.k), "tl.trans(k)"),
     (T.dot(n.p, n.v), "tl.dot(p.to(DOT_DTYPE), v, input_precision=INPUT_PRECISION)"),
     (T.dot(n.q, T.trans(n.k)), "tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION)"),
@@ -76,6 +78,26 @@ def test_every_forward_term_is_printed_into_the_kernel():
             assert print_term(term) in source
 
 
+def test_every_backward_term_is_printed_into_the_kernel():
+    """The backward's arithmetic is the spec's: the dQ loop prints the row-major tile, the dK/dV
+    loop the key-major one (never the row-major BACKWARD_DKDV, which only states dK, dV for the
+    proofs); the mask helper prints the predicates in the spec's own names i, j, and each loop
+    calls it with i, j broadcast to its layout (render.TILE_NAMES / TILE_NAMES_T)."""
+    source = render.render_config(BlockConfig())["attention_bwd_br64_bc64.py"]
+    terms = (T.QK, *T.BACKWARD_PREPROCESS, *T.BACKWARD_TILE, *T.BACKWARD_TILE_T, *T.BACKWARD_DKDV_T,
+             *T.BACKWARD_DQ, *T.BACKWARD_SCALE, M.MASK_TERM, M.KEEP_INIT, *M.ROW_BOUNDS_INIT, *M.ROW_TILE_LOOP,
+             *M.BOUNDS_INIT, *M.TILE_LOOP)
+    for term in terms:
+        assert print_term(term) in source, term.name
+    for kind in M.MASK_KINDS:
+        assert print_term(M.keep_term(kind)) in source, kind
+    for term in T.BACKWARD_DKDV:
+        assert print_term(term) not in source, term.name
+    for names, scores in ((render.TILE_NAMES, "qk"), (render.TILE_NAMES_T, "qkT")):
+        assert f"{scores} = _attn_bwd_mask({scores}, {names['i']}, {names['j']}," in source
+    assert render.TILE_NAMES_T == {"i": "offs_m[None, :]", "j": "offs_n[:, None]"}
+
+
 def test_mask_subset_emits_only_those_kinds():
     source = render.render_config(BlockConfig(masks=("causal",)))["attention_fwd_causal_br64_bc64.py"]
     assert "if IS_CAUSAL:" in source
@@ -89,5 +111,6 @@ def test_every_printed_claim_is_registered():
     terms = (T.QK_SCALE, T.QK, *T.FORWARD_TILE, *T.FORWARD_EPILOGUE, *T.SOFTMAX_NORMALISE, M.MASK_TERM,
              *M.BOUNDS_INIT, *M.TILE_LOOP, M.KEEP_INIT, *map(M.keep_term, M.MASK_KINDS),
              *M.ROW_BOUNDS_INIT, *M.ROW_TILE_LOOP, *(t for kind in M.MASK_KINDS for t in M.row_bounds_terms(kind)),
-             *T.BACKWARD_PREPROCESS, *T.BACKWARD_TILE, *T.BACKWARD_DKDV, *T.BACKWARD_DQ, *T.BACKWARD_SCALE)
+             *T.BACKWARD_PREPROCESS, *T.BACKWARD_TILE, *T.BACKWARD_DKDV, *T.BACKWARD_TILE_T, *T.BACKWARD_DKDV_T,
+             *T.BACKWARD_DQ, *T.BACKWARD_SCALE)
     assert sorted({t.claim for t in terms} - set(REGISTRY)) == []

@@ -1,13 +1,17 @@
-"""Static GPU cost of the default generated kernels (benchmarks/static.py), no GPU needed.
+"""Static GPU cost of the generated kernels (benchmarks/static.py), no GPU needed.
 
-Every kernel of the default block config (64x64: the forward and the backward's preprocess,
-dK/dV and dQ kernels) must, for head dims 64 and 128, fp16 and bf16, on sm_80 and sm_90,
-unmasked and causal: spill nothing, fit the architecture's shared memory, and run every
-``tl.dot`` on tensor cores. The parsers that decide this are tested on small texts first, each with the
-input that must make it fail.
+Every kernel of every generated block config (16x32, 64x64, 128x64: the forward and the
+backward's preprocess, dK/dV and dQ kernels) must, for head dims 64 and 128, fp16 and bf16, on
+sm_80 and sm_90, unmasked and causal: spill nothing (one documented exception outside the default
+config, KNOWN_SPILLS), fit the architecture's shared memory, and run every ``tl.dot`` on tensor
+cores — on Hopper as wgmma wherever the kernel's products have 64 rows or more (the dK/dV
+kernel's key-major ones have B_c). Compiles are cached under .artifacts/static-cache. The parsers
+that decide this are tested on small texts first, each with the input that must make it fail.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -64,10 +68,31 @@ TTIR = "%qk = tt.dot %q, %k, %c : x\n%acc = tt.dot %p, %v, %a : y\n"
 def test_dot_on_fma_is_caught():
     """A dot left on a blocked (FMA) layout is not on tensor cores; the wgmma one is."""
     got = static.dot_lowering(TTIR, TTGIR)
-    assert got == dict(dots_ttir=2, dots=2, dots_on_tensor_cores=1, mma_version=3)
+    assert got == dict(dots_ttir=2, dots=2, dots_on_tensor_cores=1, dots_wgmma=1, mma_version=3)
     row = dict(spill_store_bytes=0, spill_load_bytes=0, shared_bytes=1, shared_limit=2,
                sass_hmma=0, sass_hgmma=4, **got)
     assert static.verdict(row) == dict(no_spill=True, fits_shared=True, tensor_cores=False)
+
+
+MIXED_TTGIR = """
+#mma = #ttg.nvidia_mma<{versionMajor = 2, versionMinor = 0, warpsPerCTA = [4, 1], instrShape = [16, 8]}>
+#mma1 = #ttg.nvidia_mma<{versionMajor = 3, versionMinor = 0, warpsPerCTA = [4, 1], instrShape = [16, 64, 16]}>
+    %qk = ttng.warp_group_dot %q, %k, %cst {inputPrecision = 0 : i32} : !ttg.memdesc<64x64xf16, #shared, #smem> * !ttg.memdesc<64x64xf16, #shared1, #smem> -> tensor<64x64xf32, #mma1> loc(#loc1)
+    %dp = tt.dot %do, %v, %acc0, inputPrecision = tf32 : tensor<16x64xf16, #ttg.dot_op<{opIdx = 0, parent = #mma}>> * tensor<64x64xf16, #ttg.dot_op<{opIdx = 1, parent = #mma}>> -> tensor<16x64xf32, #mma> loc(#loc2)
+"""
+
+
+def test_a_kernel_mixing_wgmma_and_mma_sync_is_reported_as_such():
+    """mma_version is the max over the dots; dots_wgmma and the table cells show the mix (the old
+    16-row dK/dV kernel had 4 HGMMA beside 16 HMMA and read as all wgmma)."""
+    got = static.dot_lowering(TTIR, MIXED_TTGIR)
+    assert got == dict(dots_ttir=2, dots=2, dots_on_tensor_cores=2, dots_wgmma=1, mma_version=3)
+    row = dict(module="generated.attention_bwd_br64_bc64", kernel="_attn_bwd_dkdv", arch=90, dtype="fp16",
+               head_dim=64, mask="none", num_warps=8, num_stages=2, regs=128, spill_store_bytes=0,
+               spill_load_bytes=0, shared_bytes=1024, shared_limit=static.SHARED_LIMIT[90], sass_hmma=16,
+               sass_hgmma=4, sass_tma_load=0, sass_tma_store=0, **got)
+    cells = static._cells(row)
+    assert cells[-4:-2] == ["2/2: 1 wgmma + 1 mma v2", "4 HGMMA + 16 HMMA"]
 
 
 def test_verdict_catches_spill_and_shared_overflow():
@@ -89,53 +114,113 @@ def test_tensor_cores_vacuous_only_without_any_dot():
     assert not static.verdict(dict(no_dot, dots_ttir=1, dots=1, dots_on_tensor_cores=1))["tensor_cores"]  # no HMMA
 
 
-# ---- the default configs, compiled for real ------------------------------------------------
+# ---- every generated config, compiled for real ---------------------------------------------
+#: the one kernel no launch setting makes spill-free (generator.variants.default_bwd_dq_num_stages):
+#: (module, kernel, arch, head dim, mask) -> the most spill bytes (stores + loads) it may have
+KNOWN_SPILLS = {("attention_bwd_br128_bc64", "_attn_bwd_dq", 80, 128, "causal"): 16}
+
+
+def _blocks(row) -> tuple[int, int]:
+    b_r, b_c = re.search(r"_br(\d+)_bc(\d+)$", row["module"]).groups()
+    return int(b_r), int(b_c)
+
+
+def wgmma_rows(row) -> int:
+    """The M of the kernel's products: B_c for the key-major dK/dV kernel, B_r for the others.
+    Hopper's wgmma needs M = 64 per warpgroup, so below 64 rows a dot can only be mma.sync."""
+    b_r, b_c = _blocks(row)
+    return b_c if row["kernel"] == "_attn_bwd_dkdv" else b_r
+
+
 @pytest.fixture(scope="module")
-def default_rows():
-    modules = [m for m in kernel_modules() if DEFAULT_BLOCK in m]
-    assert modules, f"no generated module for the default block {DEFAULT_BLOCK}; run python -m generator"
+def rows():
+    modules = kernel_modules()
+    assert any(DEFAULT_BLOCK in m for m in modules), (
+        f"no generated module for the default block {DEFAULT_BLOCK}; run python -m generator")
     # the unmasked variant (every call without a mask) and the causal one, whose diagonal tiles
-    # carry the element predicate and so the most registers in the dK/dV kernel
+    # carry the element predicate and so the most registers; compiled once, then cached
     jobs = static.make_jobs(modules, archs=(80, 90), dtypes=("fp16", "bf16"), head_dims=(64, 128),
                             masks=("none", "causal"))
     return static.run_jobs(jobs)
+
+
+@pytest.fixture(scope="module")
+def default_rows(rows):
+    return [r for r in rows if DEFAULT_BLOCK in r["module"]]
 
 
 def _name(r):
     return f"{r['module']}:{r['kernel']} sm_{r['arch']} {r['dtype']} D={r['head_dim']} mask={r['mask']}"
 
 
-def test_default_configs_compile(default_rows):
-    errors = [f"{_name(r)}: {r['error']}" for r in default_rows if "error" in r]
+def _known_spill(r):
+    key = (r["module"].removeprefix("generated."), r["kernel"], r["arch"], r["head_dim"], r["mask"])
+    return KNOWN_SPILLS.get(key)
+
+
+def test_default_configs_compile(rows, default_rows):
+    errors = [f"{_name(r)}: {r['error']}" for r in rows if "error" in r]
     assert not errors, "\n".join(errors)
     covered = {(r["kernel"], r["arch"], r["dtype"], r["head_dim"], r["mask"]) for r in default_rows}
     assert covered == {(k, a, d, h, m) for k in DEFAULT_KERNELS for a in (80, 90) for d in ("fp16", "bf16")
                        for h in (64, 128) for m in ("none", "causal")}
 
 
-def test_default_configs_do_not_spill(default_rows):
-    bad = [f"{_name(r)}: {r['spill_store_bytes']} B spill stores, {r['spill_load_bytes']} B spill loads "
-           f"(num_warps={r['num_warps']}, num_stages={r['num_stages']}, {r['regs']} regs); "
-           + FIX.format(**r) for r in default_rows if "error" not in r and not static.verdict(r)["no_spill"]]
+def test_configs_do_not_spill(rows):
+    """No kernel of any generated config spills, but the one in KNOWN_SPILLS, within its bound;
+    the default config has no exception."""
+    assert not any(DEFAULT_BLOCK in module for module, *_ in KNOWN_SPILLS)
+    bad, known = [], set()
+    for r in rows:
+        if "error" in r or static.verdict(r)["no_spill"]:
+            continue
+        spill = r["spill_store_bytes"] + r["spill_load_bytes"]
+        if _known_spill(r) is not None and spill <= _known_spill(r):
+            known.add((r["module"].removeprefix("generated."), r["kernel"], r["arch"], r["head_dim"], r["mask"]))
+            continue
+        bad.append(f"{_name(r)}: {r['spill_store_bytes']} B spill stores, {r['spill_load_bytes']} B spill loads "
+                   f"(num_warps={r['num_warps']}, num_stages={r['num_stages']}, {r['regs']} regs); "
+                   + FIX.format(**r))
     assert not bad, "\n".join(bad)
+    generated = {r["module"].removeprefix("generated.") for r in rows}
+    stale = {k for k in KNOWN_SPILLS if k[0] in generated} - known
+    assert not stale, f"{stale} no longer spill: remove them from KNOWN_SPILLS (and the note in generator/variants.py)"
 
 
-def test_default_configs_fit_shared_memory(default_rows):
+def test_configs_fit_shared_memory(rows):
     bad = [f"{_name(r)}: {r['shared_bytes']} B shared > {r['shared_limit']} B; lower num_stages. "
-           + FIX.format(**r) for r in default_rows if "error" not in r and not static.verdict(r)["fits_shared"]]
+           + FIX.format(**r) for r in rows if "error" not in r and not static.verdict(r)["fits_shared"]]
     assert not bad, "\n".join(bad)
 
 
-def test_default_configs_use_tensor_cores(default_rows):
+def test_configs_use_tensor_cores(rows):
     bad = [f"{_name(r)}: {r['dots_on_tensor_cores']}/{r['dots']} dots on tensor cores, "
-           f"{r['sass_hmma']} HMMA / {r['sass_hgmma']} HGMMA in SASS" for r in default_rows
+           f"{r['sass_hmma']} HMMA / {r['sass_hgmma']} HGMMA in SASS" for r in rows
            if "error" not in r and not static.verdict(r)["tensor_cores"]]
     assert not bad, "\n".join(bad)
-    # Hopper's full matmul rate needs wgmma (mma v3); Ampere has only mma.sync (v2)
-    for r in default_rows:
-        if "error" not in r and r["dots"]:
-            assert r["mma_version"] == {80: 2, 90: 3}[r["arch"]], _name(r)
-    assert any(r["dots"] for r in default_rows), "no kernel with a dot was compiled"
+    assert any(r["dots"] for r in rows), "no kernel with a dot was compiled"
+
+
+def test_hopper_dots_are_wgmma_where_the_tile_allows(rows):
+    """Ampere has only mma.sync. On Hopper every dot of a kernel whose products have M >= 64 rows
+    must be wgmma, with no HMMA left in its SASS: the dK/dV kernel's key-major products have the
+    key tile's B_c rows (64 in the default and 128x64 configs), the forward's and dQ's B_r."""
+    bad = []
+    for r in rows:
+        if "error" in r or not r["dots"]:
+            continue
+        if r["arch"] == 80:
+            ok = r["dots_wgmma"] == 0 and r["mma_version"] == 2
+        elif wgmma_rows(r) >= 64:
+            ok = r["dots_wgmma"] == r["dots"] and r["sass_hgmma"] > 0 and r["sass_hmma"] == 0
+        else:
+            ok = r["mma_version"] == 2
+        if not ok:
+            bad.append(f"{_name(r)}: {r['dots_wgmma']}/{r['dots']} dots wgmma, {r['sass_hgmma']} HGMMA / "
+                       f"{r['sass_hmma']} HMMA in SASS")
+    assert not bad, "\n".join(bad)
+    dkdv = [r for r in rows if r["kernel"] == "_attn_bwd_dkdv" and r["arch"] == 90 and DEFAULT_BLOCK in r["module"]]
+    assert dkdv and all(r["dots_wgmma"] == r["dots"] > 0 for r in dkdv), "the default dK/dV kernel is not all wgmma"
 
 
 def test_launch_specialisation_models_a_contiguous_launch():
