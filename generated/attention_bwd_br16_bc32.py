@@ -14,8 +14,9 @@ Three kernels, no atomics, so the gradients are bitwise identical from run to ru
    06 (``qkT = K Qᵀ``, ``pT``, ``dpT``, ``dsT``; claim ``backward_key_major``): the key tile
    is the first operand of all four products, so each has M = B_c rows (a Hopper wgmma
    needs M = 64 per warpgroup) whatever the query step.
-3. ``_attn_bwd_dq``: one program per (query tile, batch x query head), the forward's loop
-   order: streams K, V tiles and accumulates dQ on chip; written once.
+3. ``_attn_bwd_dq``: one program per (``BLOCK_M_DQ`` query rows, batch x query head), the
+   forward's loop order: streams K, V tiles and accumulates dQ on chip; written once. HBM: its
+   Q, dO rows read once, every visited K, V tile read once per program, dQ written once.
 
 P is never stored: both loops recompute it from the forward's saved LSE (claim
 ``exp2_rewrite``), ``p = exp2(qk·qk_scale − lse·log2 e)`` (its transpose ``pT`` in the dK/dV
@@ -51,6 +52,12 @@ DQ_NUM_STAGES = 3
 #: step as the tile height (claim mask_tiles_sound holds for every block size); the dense
 #: block map stays per B_r tile.
 BLOCK_M_DKDV = 16
+#: the dQ kernel's programs own this many query rows (a divisor of B_r,
+#: generator.variants.default_bwd_dq_sub_m): the M side of all its products and the height of
+#: the Q, dO and fp32 dQ tiles it holds through the whole key loop (at most 64: 128 rows spill at
+#: head dim 128). Its classifier is the same proven terms with this tile height, and the dense
+#: block map stays per B_r tile.
+BLOCK_M_DQ = 16
 #: mask kinds this file was generated with (`--mask`), and the command that emitted it
 MASKS = ['causal', 'window', 'lengths', 'dense']
 COMMAND = "python -m generator --br 16 --bc 32"
@@ -305,8 +312,10 @@ def _attn_bwd_dq(Q, K, V, DO, Lse, Delta, DQ, KeyLens, Mask, BlockMap, sm_scale,
                  stride_map_b, stride_map_h, stride_map_m, stride_map_n,
                  H, GROUP, N_Q, N_K, shift, window_left, window_right,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_LENGTHS: tl.constexpr,
-                 HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                 MAP_BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                 HAS_LENGTHS: tl.constexpr, HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr,
+                 INPUT_PRECISION: tl.constexpr):
+    # BLOCK_M is the dQ tile height BLOCK_M_DQ; MAP_BLOCK_M the B_r of the dense block map
     start_m = tl.program_id(0) * BLOCK_M
     off_bh = tl.program_id(1)
     off_b = (off_bh // H).to(tl.int64)
@@ -325,9 +334,14 @@ def _attn_bwd_dq(Q, K, V, DO, Lse, Delta, DQ, KeyLens, Mask, BlockMap, sm_scale,
     K_head = K + off_b * stride_kb + off_kvh * stride_kh
     V_head = V + off_b * stride_vb + off_kvh * stride_vh
     Mask_head = Mask + off_b * stride_mb + off_h * stride_mh
-    Map_row = BlockMap + off_b * stride_map_b + off_h * stride_map_h + tl.program_id(0) * stride_map_m
+    # the block map's row of the B_r tile holding these rows (BLOCK_M divides B_r): its state per
+    # key tile holds for each of them
+    Map_row = BlockMap + off_b * stride_map_b + off_h * stride_map_h + (start_m // MAP_BLOCK_M) * stride_map_m
 
-    # the forward's tile classifier (spec.masks.tile_bounds): which key tiles, which are full
+    # the forward's tile classifier (spec.masks.tile_bounds), evaluated for this program's rows
+    # [start_m, start_m + BLOCK_M): its terms read only the tile's first row start_m and its
+    # last row start_m + B_r - 1 with B_r printed as BLOCK_M, and claim mask_tiles_sound proves
+    # them for every tile height, so they hold for a BLOCK_M_DQ-row tile as for a B_r one
     kv_start = 0  # keys any row may attend: [kv_start, kv_end) (claim: mask_tiles_sound)
     kv_end = N_K  # (claim: mask_tiles_sound)
     full_start = 0  # keys every row attends: [full_start, full_end) (claim: mask_tiles_sound)
@@ -376,8 +390,9 @@ def _attn_bwd_dq(Q, K, V, DO, Lse, Delta, DQ, KeyLens, Mask, BlockMap, sm_scale,
              dq.to(DQ.dtype.element_ty), mask=q_mask)
 
 
-#: the dK/dV kernel's row step and the B_r of the block map it reads
+#: the dK/dV kernel's row step, the dQ kernel's tile height, and the B_r of the block map both read
 DKDV_BLOCKS = {"BLOCK_M": BLOCK_M_DKDV, "MAP_BLOCK_M": BLOCK_M}
+DQ_BLOCKS = {"BLOCK_M": BLOCK_M_DQ, "MAP_BLOCK_M": BLOCK_M}
 DKDV_LAUNCH = {"num_warps": DKDV_NUM_WARPS, "num_stages": DKDV_NUM_STAGES}
 DQ_LAUNCH = {"num_warps": DQ_NUM_WARPS, "num_stages": DQ_NUM_STAGES}
 
@@ -425,10 +440,10 @@ def backward(do, q, k, v, out, lse, *, sm_scale, grad_lse=None, shift=0, causal=
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *mask_arg.stride(), *map_arg.stride(),
         H_KV, H // H_KV, N_Q, N_K, shift, window_left, window_right, **dict(constants, **DKDV_BLOCKS),
         **DKDV_LAUNCH)
-    _attn_bwd_dq[(triton.cdiv(N_Q, BLOCK_M), B * H)](
+    _attn_bwd_dq[(triton.cdiv(N_Q, BLOCK_M_DQ), B * H)](
         q, k, v, do, lse, delta, dq, lens_arg, mask_arg, map_arg, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(), *mask_arg.stride(), *map_arg.stride(),
-        H, H // H_KV, N_Q, N_K, shift, window_left, window_right, **constants, **DQ_LAUNCH)
+        H, H // H_KV, N_Q, N_K, shift, window_left, window_right, **dict(constants, **DQ_BLOCKS), **DQ_LAUNCH)
     return dq, dk, dv
 
 
@@ -447,6 +462,6 @@ def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, l
             {**shapes, "HAS_DLSE": False}, DKDV_NUM_WARPS, DKDV_NUM_STAGES),
         "_attn_bwd_dkdv": launch.aot_args(_attn_bwd_dkdv, {**operands, "DK": name, "DV": name}, ("sm_scale",),
                                           {**main, **DKDV_BLOCKS}, DKDV_NUM_WARPS, DKDV_NUM_STAGES),
-        "_attn_bwd_dq": launch.aot_args(_attn_bwd_dq, {**operands, "DQ": name}, ("sm_scale",), main,
-                                        DQ_NUM_WARPS, DQ_NUM_STAGES),
+        "_attn_bwd_dq": launch.aot_args(_attn_bwd_dq, {**operands, "DQ": name}, ("sm_scale",),
+                                        {**main, **DQ_BLOCKS}, DQ_NUM_WARPS, DQ_NUM_STAGES),
     }

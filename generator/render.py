@@ -142,6 +142,7 @@ def render_variant(variant: Variant) -> str:
         header=header(c.command), command=c.command, spec_hash=spec_hash_prefix(),
         block_m=c.block_m, block_n=c.block_n, num_warps=c.warps, num_stages=c.stages,
         bwd_launch={kernel: c.bwd_launch(kernel) for kernel in BWD_LAUNCH}, bwd_sub_m=c.bwd_sub_m,
+        bwd_dq_sub_m=c.bwd_dq_sub_m,
         masks=list(c.masks), all_masks=list(MASKS), module_name=variant.module_name, **ctx)
 
 

@@ -59,8 +59,7 @@ def default_num_stages(block_m: int, block_n: int) -> int:
 # The backward's launch settings, per kernel. Each choice below is the one that keeps every
 # kernel of the three emitted configs (16x32, 64x64, 128x64) spill-free on sm_80 and sm_90 at head
 # dims 64 and 128, fp16/bf16, unmasked and causal, with every dot on tensor cores, as compiled by
-# `python -m benchmarks.static` (Triton 3.9); tests/test_static.py asserts it. The one exception
-# is documented at default_bwd_dq_num_stages.
+# `python -m benchmarks.static` (Triton 3.9); tests/test_static.py asserts it, with no exception.
 
 
 def default_bwd_num_warps(block_m: int, block_n: int) -> int:
@@ -93,20 +92,34 @@ def default_bwd_sub_m(block_m: int, block_n: int) -> int:
     return 16
 
 
+def default_bwd_dq_sub_m(block_m: int, block_n: int) -> int:
+    """Query rows per program of the dQ kernel (a divisor of B_r): B_r, at most 64.
+
+    A dQ program holds its rows' Q and dO tiles and the fp32 dQ accumulator on chip for the
+    whole key loop, so its registers grow with the row count times the head dim. With 128 rows
+    (the 128x64 config) at head dim 128 the causal kernel needs more than sm_80 has: 255
+    registers and 8/8 B of spill with every setting tried (4, 8, 16 warps; 1 to 5 stages; 16
+    warps cap a thread at 128 registers). 64 rows is the 64x64 config's dQ tile, spill-free on
+    sm_80 and sm_90 at head dims 64 and 128, and still M = 64 for a Hopper wgmma. The cost: each
+    program streams K and V for 64 rows instead of 128, so a 128x64 dQ pass reads K, V twice as
+    often from HBM/L2. The dense block map stays per B_r tile (the kernel reads it by
+    ``start_m // B_r``); the mask classifier is the same proven terms at this tile height (claim
+    mask_tiles_sound holds for every block size)."""
+    return min(block_m, 64)
+
+
 def default_bwd_dq_num_warps(block_m: int, block_n: int) -> int:
     """Warps of the dQ kernel, the forward's loop order: 8 from a 64x64 tile up (at 4 warps the
     64x64 head-dim-128 kernel spills on sm_90: 40 B with 2 stages), 4 below (16x32: M = 16, one
-    mma row tile)."""
+    mma row tile). The 128x64 config's dQ programs run 64 rows (default_bwd_dq_sub_m): the
+    64x64 config's dQ tile, with the same 8 warps."""
     return 8 if block_m * block_n >= 64 * 64 else 4
 
 
 def default_bwd_dq_num_stages(block_m: int, block_n: int) -> int:
     """Pipeline depth of the dQ kernel's streamed K, V tiles: 3, as the forward's for B_c <= 64
-    (the dQ loop streams K, V exactly as the forward does). The 128x64 dQ kernel at head dim 128
-    on sm_80 cannot be spill-free with any warps (4, 8, 16) and stages (1 to 5): its 128-row Q,
-    dO and dQ tiles need more than 255 registers per thread of 8 warps (16 warps cap them at
-    128). 3 stages make its unmasked kernel spill-free and leave 8 B of spill in the causal one
-    (1 stage spills 8 B in both; 4 stages spill as 3 and need 160 KB of shared memory)."""
+    (the dQ loop streams K, V exactly as the forward does). At a 64-row dQ tile and head dim 128
+    the three stages take 104 KB of shared memory on sm_80, 129 KB on sm_90."""
     return 3
 
 
@@ -161,7 +174,13 @@ class BlockConfig:
 
     @property
     def bwd_sub_m(self) -> int:
+        """Query rows per step of the dK/dV kernel (default_bwd_sub_m)."""
         return default_bwd_sub_m(self.block_m, self.block_n)
+
+    @property
+    def bwd_dq_sub_m(self) -> int:
+        """Query rows per program of the dQ kernel (default_bwd_dq_sub_m)."""
+        return default_bwd_dq_sub_m(self.block_m, self.block_n)
 
     @property
     def key(self) -> str:
@@ -190,7 +209,7 @@ class BlockConfig:
                 "num_stages": self.num_stages, "masks": list(self.masks),
                 "launch": {"fwd": {"num_warps": self.warps, "num_stages": self.stages},
                            "bwd": {"dkdv": {**self.bwd_launch("dkdv"), "block_m": self.bwd_sub_m},
-                                   "dq": self.bwd_launch("dq")}}}
+                                   "dq": {**self.bwd_launch("dq"), "block_m": self.bwd_dq_sub_m}}}}
 
     @classmethod
     def from_json(cls, d: dict) -> "BlockConfig":

@@ -9,7 +9,8 @@ differentiated through the custom op's registered autograd; the reference is
 * fp16 ``5e-3``: P and dS are rounded to fp16 before the dots (11-bit mantissa).
 
 Also: bitwise determinism (no atomics), zero gradients and no NaN on rows with no key, the
-gradient of ``lse``, torch.compile tracing, the transposed tile classifier's proof hook, and
+gradient of ``lse``, torch.compile tracing, the dense block map read by dQ tiles shorter than
+``B_r``, the transposed tile classifier's proof hook, and
 mutants (a wrong ``dS`` printed into the template) that the gradient check must catch.
 Shapes stay at N <= 130: the interpreter costs O(N_q N_k) per head.
 """
@@ -28,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from attention_cases import BLOCKS, cases, mask_arguments, random_inputs, to_cpu, to_device
 from attention_cases import VARIANTS as FORWARD_VARIANTS
 from generated import flash_attention
-from generator import render
+from generator import manifest, render
 from generator.runtime import api
 from generator.variants import BlockConfig
 from spec import masks as M
@@ -108,6 +109,33 @@ def test_every_block(block):
     """Several tiles in both directions: the dK/dV and dQ loops cross partial and full tiles."""
     assert case_failures(block, Hq=4, Hkv=2, Nq=130, Nk=100, D=40, causal=True, alignment="bottom_right",
                          window=(60, 20)) == []
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=lambda b: f"{b[0]}x{b[1]}")
+def test_row_steps_divide_the_block_map_tile(block):
+    """The dK/dV row step and the dQ tile height lie inside one B_r tile of the dense block map
+    (both kernels read its state by ``start_m // MAP_BLOCK_M``), are tl.dot-sized, and are the
+    ones the manifest records among the launch settings."""
+    module = api.module_for("bwd", block)
+    launch = manifest.load(manifest.DEFAULT_OUT)["configs"][f"br{block[0]}_bc{block[1]}"]["launch"]["bwd"]
+    for kernel, step in (("dkdv", module.BLOCK_M_DKDV), ("dq", module.BLOCK_M_DQ)):
+        assert 16 <= step <= module.BLOCK_M and module.BLOCK_M % step == 0, (kernel, step, module.BLOCK_M)
+        assert launch[kernel]["block_m"] == step, (kernel, launch[kernel], step)
+
+
+def test_dense_mask_with_dq_tiles_smaller_than_the_block_map_tiles():
+    """The 128x64 dQ programs own 64 rows (BLOCK_M_DQ) of a B_r = 128 block-map tile and read its
+    map row by ``start_m // MAP_BLOCK_M``. N_Q = 150 is ragged: 3 dQ programs over 2 map rows. The
+    mask (causal, and rows >= 128 hide keys >= 64) gives map rows [partial, partial] and
+    [full, empty], so a program reading the map row of its own index (rows 64..127 reading
+    [full, empty]) would skip or leave unmasked tiles it must mask, and fail the check."""
+    module = api.module_for("bwd", (128, 64))
+    assert module.BLOCK_M_DQ < module.BLOCK_M, "the 128x64 dQ tile no longer splits a B_r tile: pick another block"
+    i, j = torch.arange(150)[:, None], torch.arange(100)[None, :]
+    mask = (j <= i) & ~((i >= 128) & (j >= 64))
+    states = api.block_map(mask, 150, 100, module.BLOCK_M, module.BLOCK_N)
+    assert states.tolist() == [[[[api.PARTIAL, api.PARTIAL], [api.FULL, api.EMPTY]]]]
+    assert case_failures((128, 64), Nq=150, Nk=100, mask=mask) == []
 
 
 # ----------------------------------------------------------------------------------
