@@ -409,7 +409,7 @@ How each column is obtained (see `benchmarks/static.py`):
 - **ok**: no spill, fits shared memory, every dot on tensor cores (holds trivially for a
   kernel without a dot, the backward's preprocess), and for a `+tma` row TMA loads in SASS.
   The test `tests/test_static.py` asserts this for every kernel of every generated config,
-  unmasked and causal (one documented exception, its `KNOWN_SPILLS`), and that on sm_90 every
+  unmasked and causal, with no exception, and that on sm_90 every
   dot is wgmma where the kernel's products have 64 rows or more; `tests/test_tma.py` asserts
   it for the TMA forward of the default 64×64 config.
 
