@@ -37,6 +37,7 @@ from functools import lru_cache
 
 import numpy as np
 import sympy as sp
+import torch
 
 from benchmarks.common import ASSETS_PERF, DOCS_PERF, markdown_table, text_table, write_text
 from spec import masks
@@ -122,38 +123,23 @@ def visited_keys(n_q: int, br: int, bc: int, kinds=(), **params) -> np.ndarray:
     return np.minimum(last * bc, params["N_K"]) - np.minimum(first * bc, params["N_K"])
 
 
-@dataclass(frozen=True)
-class DenseMaskTiles:
-    """A boolean mask's block map at ``B_r x B_c``: per block, how many elements it has and how
-    many of them attend (``api.block_map`` turns these into 0 empty, 1 partial, 2 full)."""
+def _dense_traffic(first, last, mask: np.ndarray, br: int, bc: int) -> tuple[int, int, int]:
+    """(keys of K/V loaded, block-map bytes, mask bytes) with a dense mask, read off the
+    runtime's own block map (``generator.runtime.api.block_map``): every visited tile reads its
+    map byte; an empty tile loads nothing more; a partial one also reads its mask elements, one
+    byte each (torch.bool)."""
+    from generator.runtime.api import EMPTY, PARTIAL, block_map
 
-    attended: np.ndarray  # (query tiles, key tiles)
-    size: np.ndarray  # elements per block (edge blocks are smaller)
-
-    @classmethod
-    def of(cls, mask: np.ndarray, br: int, bc: int) -> "DenseMaskTiles":
-        mask = np.asarray(mask, dtype=bool)
-        n_q, n_k = mask.shape
-        tq, tk = -(-n_q // br), -(-n_k // bc)
-        padded = np.zeros((tq * br, tk * bc), dtype=np.int64)
-        padded[:n_q, :n_k] = mask
-        attended = padded.reshape(tq, br, tk, bc).sum(axis=(1, 3))
-        rows = np.minimum(br, n_q - np.arange(tq) * br)
-        keys = np.minimum(bc, n_k - np.arange(tk) * bc)
-        return cls(attended, rows[:, None] * keys[None, :])
-
-
-def _dense_traffic(first, last, tiles: DenseMaskTiles, bc: int, n_k: int) -> tuple[int, int, int]:
-    """(keys of K/V loaded, block-map bytes, mask bytes) with a dense mask: every visited tile
-    reads its map byte; an empty block (state 0) loads nothing more; a partial one (state 1)
-    also reads its mask elements, one byte each (torch.bool)."""
+    n_q, n_k = mask.shape
+    states = block_map(torch.tensor(mask, dtype=torch.bool), n_q, n_k, br, bc)[0, 0].numpy()
     keys = map_bytes = mask_bytes = 0
     for qi, (lo, hi) in enumerate(zip(first, last)):
-        attended, size = tiles.attended[qi, lo:hi], tiles.size[qi, lo:hi]
+        state = states[qi, lo:hi]
         widths = np.minimum(bc, n_k - np.arange(lo, hi) * bc)
+        rows = min(br, n_q - qi * br)
         map_bytes += hi - lo
-        keys += int(widths[attended > 0].sum())
-        mask_bytes += int(size[(attended > 0) & (attended < size)].sum())
+        keys += int(widths[state != EMPTY].sum())
+        mask_bytes += rows * int(widths[state == PARTIAL].sum())
     return keys, map_bytes, mask_bytes
 
 
@@ -169,7 +155,7 @@ def flash_forward(n_q: int, d: int, br: int, bc: int, kinds=(), *, dtype_bytes: 
         keys, map_bytes, mask_bytes = int(visited_keys(n_q, br, bc, tuple(kinds), **params).sum()), 0, 0
     else:
         first, last = _visited_tiles(n_q, br, bc, tuple(kinds), **params)
-        keys, map_bytes, mask_bytes = _dense_traffic(first, last, DenseMaskTiles.of(mask, br, bc), bc, n_k)
+        keys, map_bytes, mask_bytes = _dense_traffic(first, last, np.asarray(mask), br, bc)
     return Traffic(q=n_q * d * dtype_bytes, k=keys * d * dtype_bytes, v=keys * d * dtype_bytes,
                    o=n_q * d * dtype_bytes, lse=n_q * LSE_BYTES, mask=mask_bytes + map_bytes)
 
