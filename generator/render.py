@@ -18,7 +18,7 @@ from spec.masks import (
     BOUNDS_INIT, KEEP_INIT, ROW_BOUNDS_INIT, ROW_TILE_LOOP, TILE_LOOP, bounds_terms, keep_term, row_bounds_terms)
 
 from generator.printer import print_expr, print_term
-from generator.variants import BWD_LAUNCH, MASKS, BlockConfig, Variant
+from generator.variants import BWD_LAUNCH, BlockConfig, Variant
 
 ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("generator", "templates"),
@@ -44,8 +44,8 @@ def header(command: str, what: str = "") -> str:
 def forward_context(variant: Variant) -> dict:
     c = variant.config
     kinds = [
-        {"name": k, "flag": M.MASK_KINDS[k].flag, "doc": M.MASK_KINDS[k].doc,
-         "bounds": _lines(bounds_terms(k)), "keep": print_term(keep_term(k), TILE_NAMES)}
+        {"name": k, "flag": M.MASK_KINDS[k].flag, "bounds": _lines(bounds_terms(k)),
+         "keep": print_term(keep_term(k), TILE_NAMES)}
         for k in M.MASK_KINDS if k in c.masks
     ]
     return {
@@ -139,11 +139,11 @@ def render_variant(variant: Variant) -> str:
     c = variant.config
     ctx = CONTEXTS[variant.kind.name](variant)
     return ENV.get_template(variant.kind.template).render(
-        header=header(c.command), command=c.command, spec_hash=spec_hash_prefix(),
+        header=header(c.command), command=c.command,
         block_m=c.block_m, block_n=c.block_n, num_warps=c.warps, num_stages=c.stages,
         bwd_launch={kernel: c.bwd_launch(kernel) for kernel in BWD_LAUNCH}, bwd_sub_m=c.bwd_sub_m,
         bwd_dq_sub_m=c.bwd_dq_sub_m,
-        masks=list(c.masks), all_masks=list(MASKS), module_name=variant.module_name, **ctx)
+        masks=list(c.masks), **ctx)
 
 
 def render_config(config: BlockConfig) -> dict[str, str]:
