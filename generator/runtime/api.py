@@ -10,6 +10,7 @@ through their strides, so no copy is made. Outputs are freshly allocated and con
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 
@@ -171,20 +172,30 @@ def _expand_mask(mask, shape4):
 # ----------------------------------------------------------------------------------
 # The implementation behind the custom op (checked inputs only).
 # ----------------------------------------------------------------------------------
+#: the causal alignment's shift is a SymPy term (spec.masks); evaluated once per shape, not per call
+_shift = functools.lru_cache(maxsize=None)(alignment_shift)
+
+
+def mask_arguments(module, q, k, *, alignment, mask, scale) -> dict:
+    """The launch arguments a generated forward or backward ``module`` derives from the public
+    ones: ``sm_scale``, the alignment ``shift``, and a dense ``mask`` expanded to
+    ``(B, Hq, N_q, N_k)`` with its ``block_map`` (cached per mask: the backward reuses the
+    forward's)."""
+    B, Hq, Nq, D = q.shape
+    Nk = k.shape[2]
+    dense, tiles = None, None
+    if mask is not None:
+        dense = _expand_mask(mask, (B, Hq, Nq, Nk))
+        tiles = block_map(mask, Nq, Nk, module.BLOCK_M, module.BLOCK_N).expand(B, Hq, -1, -1)
+    sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
+    return {"sm_scale": sm_scale, "shift": _shift(alignment, Nq, Nk), "mask": dense, "block_map": tiles}
+
+
 def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, tma=False):
     """Run a generated forward ``module`` on checked inputs: returns ``(out, lse)``.
     ``tma``: the opt-in Hopper TMA path (``generator.runtime.launch.tma_operands`` has its rules)."""
-    B, Hq, Nq, D = q.shape
-    Nk = k.shape[2]
-    shape4 = (B, Hq, Nq, Nk)
-    dense, tiles = None, None
-    if mask is not None:
-        dense = _expand_mask(mask, shape4)
-        tiles = block_map(mask, Nq, Nk, module.BLOCK_M, module.BLOCK_N)
-        tiles = tiles.expand(B, Hq, tiles.shape[2], tiles.shape[3])
-    sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
-    return module.forward(q, k, v, sm_scale=sm_scale, shift=alignment_shift(alignment, Nq, Nk), causal=causal,
-                          window=window, key_lengths=key_lengths, mask=dense, block_map=tiles, tma=tma)
+    return module.forward(q, k, v, causal=causal, window=window, key_lengths=key_lengths, tma=tma,
+                          **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale))
 
 
 def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,

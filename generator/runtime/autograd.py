@@ -14,13 +14,11 @@ compiles the load out.
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
 
 from generator.runtime import api
-from spec.masks import alignment_shift
 
 
 @torch.library.custom_op("flashproof::flash_attention_backward", mutates_args=())
@@ -30,18 +28,9 @@ def flash_attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch
                                 alignment: str, window: Optional[list[int]], scale: Optional[float],
                                 block_m: int, block_n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     module = api.module_for("bwd", (block_m, block_n))
-    B, Hq, Nq, D = q.shape
-    Nk = k.shape[2]
-    dense, tiles = None, None
-    if mask is not None:
-        # the forward's dense view and block map (cached per mask: not recomputed here)
-        dense = api._expand_mask(mask, (B, Hq, Nq, Nk))
-        tiles = api.block_map(mask, Nq, Nk, module.BLOCK_M, module.BLOCK_N).expand(B, Hq, -1, -1)
-    sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
-    return module.backward(grad_out, q, k, v, out, lse.contiguous(), grad_lse=grad_lse, sm_scale=sm_scale,
-                           shift=alignment_shift(alignment, Nq, Nk), causal=causal,
+    return module.backward(grad_out, q, k, v, out, lse.contiguous(), grad_lse=grad_lse, causal=causal,
                            window=None if window is None else tuple(window), key_lengths=key_lengths,
-                           mask=dense, block_map=tiles)
+                           **api.mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale))
 
 
 @flash_attention_backward_op.register_fake
