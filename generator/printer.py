@@ -58,7 +58,7 @@ class TritonPrinter(PythonCodePrinter):
 
     printmethod = "_tritoncode"
 
-    def __init__(self, rename: dict[str, str] | None = None, typed=("q", "k", "v", "kT", "vT", "do"),
+    def __init__(self, rename: dict[str, str] | None = None, typed=("q", "k", "v", "vT", "do"),
                  dot_dtype: str = "DOT_DTYPE", input_precision: str = "INPUT_PRECISION"):
         super().__init__({"fully_qualified_modules": False, "strict": True})
         self.rename = dict(rename or {})

@@ -27,6 +27,7 @@ block map.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -127,6 +128,7 @@ class TileBounds:
     full_end: sp.Expr | None
 
 
+@functools.lru_cache(maxsize=None)  # a pure function of the kind: every tile of every call reuses it
 def tile_bounds(kind: str) -> TileBounds:
     """The classifier terms of one kind, from its monotone bounds at the tile's corner rows."""
     k = MASK_KINDS[kind]
@@ -176,6 +178,7 @@ _PARAM_SYMBOLS = {
 # ----------------------------------------------------------------------------------
 # Numeric evaluation for the float64 reference: the same predicate, lambdified.
 # ----------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)  # a SymPy substitution: once per shape, not once per kernel launch
 def alignment_shift(alignment: str, nq: int, nk: int) -> int:
     if alignment not in ALIGNMENT_SHIFT:
         raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
@@ -240,6 +243,7 @@ def _rows_starting_by(lo: sp.Expr, key: sp.Expr) -> sp.Expr:
     raise ValueError(f"mask bound {lo} has slope {slope} in i; row_bounds inverts slopes 0 and 1 only")
 
 
+@functools.lru_cache(maxsize=None)
 def row_bounds(kind: str) -> RowBounds:
     """The transposed classifier terms of one kind (key tile ``[start_n, start_n + B_c)``)."""
     k = MASK_KINDS[kind]

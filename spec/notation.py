@@ -46,7 +46,7 @@ l_ij = sp.Symbol("l_ij", nonnegative=True)  # row sum of p over this tile
 qk = sp.Symbol("qk", extended_real=True)  # a tile of raw scores q.k (masked: -oo)
 sm_scale = sp.Symbol("sm_scale", positive=True)  # softmax scale
 qk_scale = sp.Symbol("qk_scale", positive=True)  # sm_scale * LOG2E
-q, k, v, kT, vT = sp.symbols("q k v kT vT", real=True)  # operand tiles
+q, k, v, vT = sp.symbols("q k v vT", real=True)  # operand tiles
 
 # --- epilogue ----------------------------------------------------------------------
 a = sp.Symbol("a", nonnegative=True)  # seed 000's softmax output a_i (a tile of them)

@@ -65,24 +65,22 @@ def _covered(needs, offers, holds) -> sp.Basic:
     return ZERO if not missing else sp.Tuple(*missing)
 
 
-def _classifier_components(kinds, tile_bounds, bounds_init):
-    """The components of the max / min the kernel computes: its init terms, then the narrowing
-    terms of each kind (``masks.bounds_terms``), substituted into one closed form each."""
-    ranged = _narrowed(bounds_init, lambda k: masks.bounds_terms(k, tile_bounds), kinds)
-    return [list(_components(ranged[sym], op)) for sym, op in zip(masks.KEY_RANGES, (sp.Max, sp.Min, sp.Max, sp.Min))]
-
-
-def _tile_cases(kinds, alignment, tile_bounds, bounds, bounds_init):
+def _tile_cases(kinds, alignment, lo_hi, ranged):
+    """The four soundness cases of one kind set at one alignment. ``lo_hi``: the set's element
+    bounds (``masks.bounds``); ``ranged``: the kernel's narrowed key ranges, its init terms then
+    each kind's narrowing terms (``masks.bounds_terms``) substituted into one closed form each.
+    Neither depends on the alignment: both are computed once per kind set by the caller."""
     def at(expr):  # in the symbols of this case: row i of the tile, the tile height, alignment
         expr = sp.sympify(expr).xreplace(ROW).xreplace(HEIGHT)
         return expr if alignment == "shift free" else expr.xreplace(
             {n.shift: masks.ALIGNMENT_SHIFT[alignment]})
 
-    lo, hi = bounds(kinds)
+    lo, hi = lo_hi
     los = [at(e) for e in _components(lo, sp.Max)]
     his = [at(e) for e in _components(hi, sp.Min)]
-    starts, ends, full_starts, full_ends = [[at(e) for e in c]
-                                            for c in _classifier_components(kinds, tile_bounds, bounds_init)]
+    starts, ends, full_starts, full_ends = [
+        [at(e) for e in _components(ranged[sym], op)]
+        for sym, op in zip(masks.KEY_RANGES, (sp.Max, sp.Min, sp.Max, sp.Min))]
     tag = f"{'+'.join(kinds) or 'no kind'}, {alignment}"
     return [
         (f"{tag}: attended j >= kv_start", _covered(starts, los, lambda c, lo_: nonnegative(lo_ - c))),
@@ -362,9 +360,10 @@ def prove_mask_tiles_sound(tile_bounds=masks.tile_bounds, bounds=masks.bounds, r
     cases = _rule_cases()
     every_set = [()] + list(masks.kind_sets())
     for kinds in every_set:
-        for alignment in ("shift free",) + masks.ALIGNMENTS:
-            cases += _tile_cases(kinds, alignment, tile_bounds, bounds, bounds_init)
+        lo_hi = bounds(kinds)
         ranged = _narrowed(bounds_init, lambda k: masks.bounds_terms(k, tile_bounds), kinds)
+        for alignment in ("shift free",) + masks.ALIGNMENTS:
+            cases += _tile_cases(kinds, alignment, lo_hi, ranged)
         cases += _sign_cases(f"keys {'+'.join(kinds) or 'no kind'}", ranged, (masks.kv_start, masks.full_start))
         cases += _keep_cases(kinds, keep_init, keep_term)
     # the transposed classifier of the dK/dV kernel (query rows for a key tile)

@@ -262,7 +262,8 @@ class _Tiles:
         prob, br, bc = self.prob, self.br, self.bc
         cls = "full"
         if prob.kinds:
-            key = (b, r0, c0)  # the structured kinds do not depend on the head
+            # the structured kinds depend on the batch entry's numbers only, not on b or the head
+            key = (tuple(prob.params[b].items()), r0, c0)
             if key not in self._structured:
                 self._structured[key] = masks.classify_tile(prob.kinds, r0, c0, br, bc, **prob.params[b])
             cls = self._structured[key]

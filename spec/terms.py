@@ -200,7 +200,7 @@ GROUPS = {
 }
 
 
-def chain(terms, upto: str | None = None) -> dict[sp.Symbol, sp.Expr]:
+def chain(terms) -> dict[sp.Symbol, sp.Expr]:
     """Substitute each assignment into the later ones: symbol -> closed expression.
 
     Later assignments to the same name (``m_i``, ``l_i``, ``acc``) shadow earlier ones, so
@@ -210,6 +210,4 @@ def chain(terms, upto: str | None = None) -> dict[sp.Symbol, sp.Expr]:
     env: dict[sp.Symbol, sp.Expr] = {}
     for t in terms:
         env[t.symbol] = t.expr.xreplace(env)
-        if upto is not None and t.name == upto:
-            break
     return env

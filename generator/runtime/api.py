@@ -10,7 +10,6 @@ through their strides, so no copy is made. Outputs are freshly allocated and con
 
 from __future__ import annotations
 
-import functools
 import importlib
 import math
 
@@ -172,10 +171,6 @@ def _expand_mask(mask, shape4):
 # ----------------------------------------------------------------------------------
 # The implementation behind the custom op (checked inputs only).
 # ----------------------------------------------------------------------------------
-#: the causal alignment's shift is a SymPy term (spec.masks); evaluated once per shape, not per call
-_shift = functools.lru_cache(maxsize=None)(alignment_shift)
-
-
 def mask_arguments(module, q, k, *, alignment, mask, scale) -> dict:
     """The launch arguments a generated forward or backward ``module`` derives from the public
     ones: ``sm_scale``, the alignment ``shift``, and a dense ``mask`` expanded to
@@ -188,7 +183,7 @@ def mask_arguments(module, q, k, *, alignment, mask, scale) -> dict:
         dense = _expand_mask(mask, (B, Hq, Nq, Nk))
         tiles = block_map(mask, Nq, Nk, module.BLOCK_M, module.BLOCK_N).expand(B, Hq, -1, -1)
     sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
-    return {"sm_scale": sm_scale, "shift": _shift(alignment, Nq, Nk), "mask": dense, "block_map": tiles}
+    return {"sm_scale": sm_scale, "shift": alignment_shift(alignment, Nq, Nk), "mask": dense, "block_map": tiles}
 
 
 def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, tma=False):
