@@ -36,10 +36,13 @@ import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import torch
+
 from benchmarks.common import (
-    ARTIFACTS, ASSETS_PERF, DOCS_PERF, markdown_table, text_table, versions, write_text,
+    ARTIFACTS, ASSETS_PERF, DOCS_PERF, REGENERATE, markdown_table, text_table, versions, write_text,
 )
-from generator.runtime.launch import interpreting
+from generator.runtime.api import DEFAULT_BLOCK
+from generator.runtime.launch import DTYPE_NAMES, interpreting
 
 TMA = "flashproof (TMA)"
 PROVIDERS = ("flashproof", TMA, "sdpa-flash", "flex")
@@ -53,7 +56,6 @@ HEAD_DIMS = (64, 128)
 TOKENS = 16384  # batch * N
 MODEL_DIM = 2048  # heads * D
 BLOCK_CACHE = ARTIFACTS / "attention_blocks.json"
-DEFAULT_BLOCK = (64, 64)
 NO_TIMING = "no GPU: interpreted smoke run, timing not meaningful"
 
 
@@ -86,12 +88,6 @@ SMOKE_SHAPES = [Shape(1, 2, 80, 32, False), Shape(1, 2, 80, 32, True)]
 # ----------------------------------------------------------------------------------------
 # Providers: each returns attention(q, k, v) for one shape, inputs (batch, heads, N, D)
 # ----------------------------------------------------------------------------------------
-def _torch():
-    import torch
-
-    return torch
-
-
 def flashproof_op(shape: Shape, block, tma=False):
     from generated import flash_attention
 
@@ -117,7 +113,7 @@ def flex_op(shape: Shape, device: str, compiled: bool):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     if compiled and "fn" not in _FLEX:
-        dynamo = _torch()._dynamo.config
+        dynamo = torch._dynamo.config
         # one compilation per shape: past dynamo's recompile limit flex_attention would
         # silently run eagerly (unfused, S materialised) and be timed as if compiled
         for name in ("recompile_limit", "cache_size_limit"):
@@ -125,7 +121,7 @@ def flex_op(shape: Shape, device: str, compiled: bool):
                 setattr(dynamo, name, 256)
         if hasattr(dynamo, "fail_on_recompile_limit_hit"):
             dynamo.fail_on_recompile_limit_hit = True
-        _FLEX["fn"] = _torch().compile(flex_attention, dynamic=False)
+        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
     fn = _FLEX["fn"] if compiled else flex_attention
     block_mask = None
     if shape.causal:
@@ -135,8 +131,7 @@ def flex_op(shape: Shape, device: str, compiled: bool):
 
 
 def inputs(shape: Shape, device: str, requires_grad: bool):
-    torch = _torch()
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[shape.dtype]
+    dtype = DTYPE_NAMES[shape.dtype]
     gen = torch.Generator(device=device).manual_seed(0)
     return [torch.randn(shape.batch, shape.heads, shape.n, shape.d, device=device, dtype=dtype,
                         generator=gen).requires_grad_(requires_grad) for _ in range(3)]
@@ -148,7 +143,6 @@ def runner(op, shape: Shape, mode: str, device: str):
     The callable is run once here (a probe and a warm-up), so a missing backward fails
     inside the caller's ``try`` and never inside the timer.
     """
-    torch = _torch()
     q, k, v = inputs(shape, device, requires_grad=mode != "fwd")
     if mode == "fwd":
         def fn():
@@ -206,7 +200,7 @@ def best_block(shape: Shape, device: str, timer, cache_path: Path | None, retune
         except Exception as exc:  # noqa: BLE001 - a block that cannot run this shape is skipped
             print(f"  block {block} skipped for {shape.key}: {type(exc).__name__}: {exc}", file=sys.stderr)
     if not times:
-        raise RuntimeError(f"no generated block runs {shape.key}; run python -m generator --br 64 --bc 64")
+        raise RuntimeError(f"no generated block runs {shape.key}; run {REGENERATE}")
     if None in times.values():  # smoke run: nothing was timed, take the default block
         block = DEFAULT_BLOCK if DEFAULT_BLOCK in times else next(iter(times))
     else:
@@ -219,7 +213,7 @@ def best_block(shape: Shape, device: str, timer, cache_path: Path | None, retune
 
 def device_name(device: str) -> str:
     if device == "cuda":
-        return _torch().cuda.get_device_name()
+        return torch.cuda.get_device_name()
     return "cpu (Triton interpreter)"
 
 
@@ -426,7 +420,6 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", type=Path, nargs="?", const=DOCS_PERF / "benchmark.md")
     args = ap.parse_args(argv)
 
-    torch = _torch()
     smoke = args.smoke or not torch.cuda.is_available()
     if smoke:
         if not interpreting():

@@ -35,9 +35,9 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 from benchmarks.common import ARTIFACTS, ASSETS_PERF, DOCS_PERF, ROOT, markdown_table, versions, write_text
+from generator.runtime.launch import interpreting
 
 TEST_FILES = ("tests/test_forward.py", "tests/test_backward.py", "tests/test_api.py", "tests/test_softmax.py",
               "tests/test_tma.py")
@@ -60,7 +60,7 @@ def cuda_problem() -> str | None:
     """Why this machine cannot make the report (None when it can)."""
     if not _torch().cuda.is_available():
         return NO_CUDA
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    if interpreting():
         return "TRITON_INTERPRET is set: the kernels would be interpreted, not compiled; unset it"
     return None
 
