@@ -18,9 +18,7 @@ Shapes stay at N <= 130: the interpreter costs O(N_q N_k) per head.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import itertools
-import sys
 
 import pytest
 import torch
@@ -269,11 +267,7 @@ def _mutant_module(monkeypatch, tmp_path, mutant):
     variant = next(v for v in BlockConfig(64, 64).variants() if v.kind.name == "bwd")
     path = tmp_path / f"mutant_bwd_{mutant}.py"
     path.write_text(render.render_variant(variant))
-    spec = importlib.util.spec_from_file_location(f"mutant_bwd_{mutant}", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # triton.jit wants the module importable by name
-    spec.loader.exec_module(mod)
-    return mod
+    return manifest.import_file(path, f"mutant_bwd_{mutant}")
 
 
 @pytest.mark.parametrize("mutant", list(MUTANTS))
