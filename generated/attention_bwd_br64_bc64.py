@@ -397,35 +397,21 @@ DKDV_LAUNCH = {"num_warps": DKDV_NUM_WARPS, "num_stages": DKDV_NUM_STAGES}
 DQ_LAUNCH = {"num_warps": DQ_NUM_WARPS, "num_stages": DQ_NUM_STAGES}
 
 
-def _flags(causal, window, key_lengths, mask) -> dict:
-    wanted = {"causal": causal, "window": window is not None, "lengths": key_lengths is not None,
-              "dense": mask is not None}
-    missing = [kind for kind, on in wanted.items() if on and kind not in MASKS]
-    if missing:
-        raise ValueError(
-            f"{__name__} was generated without mask kind(s) {missing}; regenerate with "
-            f"`{COMMAND}` plus `--mask` listing them (or without --mask for all)")
-    return {"IS_CAUSAL": bool(causal), "HAS_WINDOW": window is not None,
-            "HAS_LENGTHS": key_lengths is not None, "HAS_MASK": mask is not None}
-
-
 def backward(do, q, k, v, out, lse, *, sm_scale, grad_lse=None, shift=0, causal=False, window=None,
              key_lengths=None, mask=None, block_map=None):
     """Launch the three kernels. Arguments as the forward's ``forward`` plus ``do`` (dL/dout),
     ``out`` and ``lse`` (fp32 ``(B, Hq, N_Q)``, contiguous) saved by the forward, and
     optionally ``grad_lse`` (dL/dlse, ``(B, Hq, N_Q)``, any strides; ``None`` when the loss does
     not use lse). Returns ``(dq, dk, dv)`` in the inputs' dtype."""
-    flags = _flags(causal, window, key_lengths, mask)
+    flags, (window_left, window_right, lens_arg, mask_arg, map_arg) = launch.mask_launch(
+        __name__, MASKS, COMMAND, q.device, causal=causal, window=window, key_lengths=key_lengths, mask=mask,
+        block_map=block_map)
     B, H, N_Q, D = q.shape
     H_KV, N_K = k.shape[1], k.shape[2]
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     delta = torch.empty((B, H, N_Q), dtype=torch.float32, device=q.device)
-    window_left, window_right = window if window is not None else (0, 0)
-    mask_arg = mask if mask is not None else torch.empty((1, 1, 1, 1), dtype=torch.bool, device=q.device)
-    map_arg = block_map if block_map is not None else torch.empty((1, 1, 1, 1), dtype=torch.int8, device=q.device)
-    lens_arg = key_lengths if key_lengths is not None else torch.empty((1,), dtype=torch.int32, device=q.device)
     block_d = launch.block_d(D)
     constants = dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, **flags,
                      **launch.dot_constants(q.dtype))
@@ -452,8 +438,8 @@ def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, l
     ``{kernel name: args}`` with ``args`` as in the forward module's ``aot_compile_args``."""
     torch_dtype, name = launch.tl_dtype_of(dtype)
     shapes = {"HEAD_DIM": head_dim, "BLOCK_D": launch.block_d(head_dim), "BLOCK_M": BLOCK_M}
-    main = {**shapes, "BLOCK_N": BLOCK_N, "IS_CAUSAL": causal, "HAS_WINDOW": window, "HAS_LENGTHS": lengths,
-            "HAS_MASK": dense, **launch.dot_constants(torch_dtype, interpret=False)}
+    main = {**shapes, "BLOCK_N": BLOCK_N, **launch.mask_constexprs(causal, window, lengths, dense),
+            **launch.dot_constants(torch_dtype, interpret=False)}
     operands = {"Q": name, "K": name, "V": name, "DO": name, "Lse": "fp32", "Delta": "fp32", "KeyLens": "i32",
                 "Mask": "i1", "BlockMap": "i8"}
     return {

@@ -232,18 +232,6 @@ def _attn_fwd(Q, K, V, Out, Lse, KeyLens, Mask, BlockMap, sm_scale,
     tl.store(Lse + off_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
 
 
-def _flags(causal, window, key_lengths, mask) -> dict:
-    wanted = {"causal": causal, "window": window is not None, "lengths": key_lengths is not None,
-              "dense": mask is not None}
-    missing = [kind for kind, on in wanted.items() if on and kind not in MASKS]
-    if missing:
-        raise ValueError(
-            f"{__name__} was generated without mask kind(s) {missing}; regenerate with "
-            f"`{COMMAND}` plus `--mask` listing them (or without --mask for all)")
-    return {"IS_CAUSAL": bool(causal), "HAS_WINDOW": window is not None,
-            "HAS_LENGTHS": key_lengths is not None, "HAS_MASK": mask is not None}
-
-
 def forward(q, k, v, *, sm_scale, shift=0, causal=False, window=None, key_lengths=None, mask=None,
             block_map=None, tma=False):
     """Launch the kernel. Inputs are checked by ``generator.runtime.api`` (use that).
@@ -255,7 +243,9 @@ def forward(q, k, v, *, sm_scale, shift=0, causal=False, window=None, key_length
     machine without TMA, the pointer path with a ``TmaFallbackWarning`` for a layout TMA cannot
     read). Returns ``(out, lse)``.
     """
-    flags = _flags(causal, window, key_lengths, mask)
+    flags, (window_left, window_right, lens_arg, mask_arg, map_arg) = launch.mask_launch(
+        __name__, MASKS, COMMAND, q.device, causal=causal, window=window, key_lengths=key_lengths, mask=mask,
+        block_map=block_map)
     B, H, N_Q, D = q.shape
     N_K = k.shape[2]
     BLOCK_D = launch.block_d(D)
@@ -263,10 +253,6 @@ def forward(q, k, v, *, sm_scale, shift=0, causal=False, window=None, key_length
     (q_arg, k_arg, v_arg, out_arg), use_tma = launch.tma_operands(
         tma, {"q": (q, BLOCK_M), "k": (k, BLOCK_N), "v": (v, BLOCK_N), "out": (out, BLOCK_M)}, BLOCK_D)
     lse = torch.empty((B, H, N_Q), dtype=torch.float32, device=q.device)
-    window_left, window_right = window if window is not None else (0, 0)
-    mask_arg = mask if mask is not None else torch.empty((1, 1, 1, 1), dtype=torch.bool, device=q.device)
-    map_arg = block_map if block_map is not None else torch.empty((1, 1, 1, 1), dtype=torch.int8, device=q.device)
-    lens_arg = key_lengths if key_lengths is not None else torch.empty((1,), dtype=torch.int32, device=q.device)
     grid = (triton.cdiv(N_Q, BLOCK_M), B * H)
     _attn_fwd[grid](
         q_arg, k_arg, v_arg, out_arg, lse, lens_arg, mask_arg, map_arg, sm_scale,
@@ -291,9 +277,9 @@ def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, l
     """
     torch_dtype, name = launch.tl_dtype_of(dtype)
     block_d = launch.block_d(head_dim)
-    constexprs = {"HEAD_DIM": head_dim, "BLOCK_D": block_d, "BLOCK_M": BLOCK_M,
-                  "BLOCK_N": BLOCK_N, "IS_CAUSAL": causal, "HAS_WINDOW": window, "HAS_LENGTHS": lengths,
-                  "HAS_MASK": dense, **launch.dot_constants(torch_dtype, interpret=False), "USE_TMA": tma}
+    constexprs = {"HEAD_DIM": head_dim, "BLOCK_D": block_d, "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N,
+                  **launch.mask_constexprs(causal, window, lengths, dense),
+                  **launch.dot_constants(torch_dtype, interpret=False), "USE_TMA": tma}
     pointers = {"Q": name, "K": name, "V": name, "Out": name, "Lse": "fp32", "KeyLens": "i32",
                 "Mask": "i1", "BlockMap": "i8"}
     rows = {"Q": BLOCK_M, "K": BLOCK_N, "V": BLOCK_N, "Out": BLOCK_M}

@@ -78,6 +78,37 @@ def aot_args(fn, pointers: dict[str, str], floats: tuple[str, ...], constexprs: 
             "num_warps": num_warps, "num_stages": num_stages}
 
 
+def mask_constexprs(causal: bool, window: bool, lengths: bool, dense: bool) -> dict:
+    """The attention kernels' mask flags (constexprs: a kind not in use compiles out)."""
+    return {"IS_CAUSAL": bool(causal), "HAS_WINDOW": bool(window), "HAS_LENGTHS": bool(lengths),
+            "HAS_MASK": bool(dense)}
+
+
+def mask_launch(module: str, masks: list[str], command: str, device: torch.device, *, causal, window,
+                key_lengths, mask, block_map) -> tuple[dict, tuple]:
+    """``(constexprs, runtime arguments)`` of a generated attention module's launch for its mask
+    arguments. The runtime arguments are ``(window_left, window_right, key_lengths, mask,
+    block_map)``, with one-element placeholders for the kinds not in use (never read: their
+    flags compile the reads out). ``ValueError`` naming the command to run when a kind is asked
+    for that ``module`` was generated without (``masks``, its ``--mask`` list)."""
+    wanted = {"causal": causal, "window": window is not None, "lengths": key_lengths is not None,
+              "dense": mask is not None}
+    missing = [kind for kind, on in wanted.items() if on and kind not in masks]
+    if missing:
+        raise ValueError(
+            f"{module} was generated without mask kind(s) {missing}; regenerate with "
+            f"`{command}` plus `--mask` listing them (or without --mask for all)")
+    window_left, window_right = window if window is not None else (0, 0)
+
+    def given_or_placeholder(t, shape, dtype):
+        return t if t is not None else torch.empty(shape, dtype=dtype, device=device)
+
+    lens_arg = given_or_placeholder(key_lengths, (1,), torch.int32)
+    mask_arg = given_or_placeholder(mask, (1, 1, 1, 1), torch.bool)
+    map_arg = given_or_placeholder(block_map, (1, 1, 1, 1), torch.int8)
+    return mask_constexprs(*wanted.values()), (window_left, window_right, lens_arg, mask_arg, map_arg)
+
+
 def tl_dtype_of(dtype: str) -> tuple[torch.dtype, str]:
     """``"fp16"``/``"bf16"``/``"fp32"`` (or torch names) -> (torch dtype, signature name)."""
     if dtype not in DTYPE_NAMES:
