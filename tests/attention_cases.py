@@ -17,8 +17,12 @@ import torch
 from hypothesis import strategies as st
 
 import generated
+from generator.checking import attention_failures
+from generator.runtime import api
 from generator.runtime.launch import interpreting
 from spec import masks as M
+from spec import terms as T
+from spec.reference import attention as reference
 
 # ----------------------------------------------------------------------------------
 # Where the kernels run.
@@ -107,6 +111,32 @@ def mask_arguments(gen, B, Hq, Nq, Nk, key_lengths=None, mask=None):
     if key_lengths is not None:
         key_lengths = torch.tensor(key_lengths, dtype=torch.int32)
     return key_lengths, mask
+
+
+def forward_module(block=(64, 64)):
+    """The checked-in generated forward of ``block``."""
+    return api.module_for("fwd", block)
+
+
+def forward_failures(module, *, dtype=torch.float32, B=1, Hq=2, Hkv=1, Nq=70, Nk=90, D=32, seed=0,
+                     causal=False, alignment="top_left", window=None, key_lengths=None, mask=None, scale=None,
+                     tma=False, layout=None) -> list[str]:
+    """Run ``module`` (a generated forward) and the reference on one case; list the failures.
+    ``tma``: the forward's opt-in TMA path; ``layout(q, k, v)`` may return strided views of the
+    same values for the kernel (the reference reads the originals)."""
+    gen, q, k, v = random_inputs(dtype=dtype, B=B, Hq=Hq, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, seed=seed)
+    key_lengths, mask = mask_arguments(gen, B, Hq, Nq, Nk, key_lengths, mask)
+    kw = dict(causal=causal, alignment=alignment, window=window, key_lengths=key_lengths, mask=mask, scale=scale)
+    args = layout(q, k, v) if layout else (q, k, v)
+    out, lse = on_device(api.attention_forward, module, *args, tma=tma, **kw)
+    ref_out, ref_lse = reference(q, k, v, **kw)
+    assert out.dtype == dtype and lse.dtype == torch.float32 and lse.shape == (B, Hq, Nq)
+    return attention_failures(out, lse, ref_out, ref_lse, v)
+
+
+def replace_term(terms, name, expr):
+    """``terms`` with the term assigning ``name`` given ``expr`` instead: a mutant."""
+    return tuple(T.Term(t.symbol, expr, t.claim, t.note) if t.name == name else t for t in terms)
 
 
 #: every mask variant, alignment and GQA shape once (defaults: B=1, Hq=2, Hkv=1, Nq=70, Nk=90, D=32)

@@ -24,7 +24,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from attention_cases import BLOCKS, cases, mask_arguments, random_inputs, to_cpu, to_device
+from attention_cases import BLOCKS, cases, mask_arguments, random_inputs, replace_term, to_cpu, to_device
 from attention_cases import VARIANTS as FORWARD_VARIANTS
 from generated import flash_attention
 from generator import manifest, render
@@ -247,10 +247,6 @@ def test_classify_rows_matches_the_dense_mask():
 # ----------------------------------------------------------------------------------
 # Mutants: a wrong backward term printed into the template is caught by the same check.
 # ----------------------------------------------------------------------------------
-def _replace(terms, name, expr):
-    return tuple(T.Term(t.symbol, expr, t.claim, t.note) if t.name == name else t for t in terms)
-
-
 MUTANTS = {  # the dQ loop prints the row-major BACKWARD_TILE, the dK/dV loop the key-major *_T groups
     "ds_plus_delta": ("BACKWARD_TILE", "ds", n.p * (n.dp + T.col(n.delta))),
     "no_lse_guard": ("BACKWARD_TILE", "lse2_safe", n.lse2),
@@ -263,7 +259,7 @@ MUTANTS = {  # the dQ loop prints the row-major BACKWARD_TILE, the dK/dV loop th
 
 def _mutant_module(monkeypatch, tmp_path, mutant):
     group, name, expr = MUTANTS[mutant]
-    monkeypatch.setattr(T, group, _replace(getattr(T, group), name, expr))
+    monkeypatch.setattr(T, group, replace_term(getattr(T, group), name, expr))
     variant = next(v for v in BlockConfig(64, 64).variants() if v.kind.name == "bwd")
     path = tmp_path / f"mutant_bwd_{mutant}.py"
     path.write_text(render.render_variant(variant))

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from sympy.codegen.cfunctions import exp2, log2
 
 from attention_cases import (
-    BLOCKS, HEAD_DIMS, VARIANTS, cases, mask_arguments, on_device, random_inputs, to_cpu, to_device,
+    BLOCKS, HEAD_DIMS, VARIANTS, cases, forward_failures, forward_module, on_device, replace_term, to_cpu,
+    to_device,
 )
 from generator import manifest, render
 from generator.checking import attention_failures
@@ -36,22 +37,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered:Runti
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def case_failures(module, *, dtype=torch.float32, B=1, Hq=2, Hkv=1, Nq=70, Nk=90, D=32, seed=0,
-                  causal=False, alignment="top_left", window=None, key_lengths=None, mask=None, scale=None):
-    """Run ``module`` (a generated forward) and the reference on one case; list the failures."""
-    gen, q, k, v = random_inputs(dtype=dtype, B=B, Hq=Hq, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, seed=seed)
-    key_lengths, mask = mask_arguments(gen, B, Hq, Nq, Nk, key_lengths, mask)
-    kw = dict(causal=causal, alignment=alignment, window=window, key_lengths=key_lengths, mask=mask, scale=scale)
-    out, lse = on_device(api.attention_forward, module, q, k, v, **kw)
-    ref_out, ref_lse = reference(q, k, v, **kw)
-    assert out.dtype == dtype and lse.dtype == torch.float32 and lse.shape == (B, Hq, Nq)
-    return attention_failures(out, lse, ref_out, ref_lse, v)
-
-
-def module(block):
-    return api.module_for("fwd", block)
-
-
 # ----------------------------------------------------------------------------------
 # Fixed grid: every block x every mask variant (fast, deterministic coverage).
 # ----------------------------------------------------------------------------------
@@ -60,19 +45,19 @@ def module(block):
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda b: f"{b[0]}x{b[1]}")
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_mask_variants(block, variant):
-    assert case_failures(module(block), **VARIANTS[variant]) == []
+    assert forward_failures(forward_module(block), **VARIANTS[variant]) == []
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("D", HEAD_DIMS)
 def test_head_dims_and_dtypes(dtype, D):
-    assert case_failures(module((64, 64)), dtype=dtype, D=D, Nq=33, Nk=77, causal=True, seed=D) == []
+    assert forward_failures(forward_module(), dtype=dtype, D=D, Nq=33, Nk=77, causal=True, seed=D) == []
 
 
 @pytest.mark.parametrize("D", (1, 3, 255, 256))
 def test_extreme_head_dims(D):
     """The ends of the supported range: D = 1 pads to a 16-wide tile, D = 256 fills the largest."""
-    assert case_failures(module((64, 64)), D=D, Nq=20, Nk=70, window=(30, 0), seed=D) == []
+    assert forward_failures(forward_module(), D=D, Nq=20, Nk=70, window=(30, 0), seed=D) == []
 
 
 # ----------------------------------------------------------------------------------
@@ -84,7 +69,7 @@ def test_extreme_head_dims(D):
 @given(cases(max_n=200, max_window=80, dtypes=DTYPES))
 def test_random_cases(block_case):
     block, case = block_case
-    assert case_failures(module(block), **case) == []
+    assert forward_failures(forward_module(block), **case) == []
 
 
 # ----------------------------------------------------------------------------------
@@ -104,9 +89,9 @@ def test_shift_invariance_large_logits():
     k2 = torch.cat([k, torch.ones((1, 2, 50, 1))], dim=-1)
     v2 = torch.cat([v, torch.zeros((1, 2, 50, 1))], dim=-1)
     for causal in (False, True):
-        out, lse = on_device(api.attention_forward, module((64, 64)), q, k, v, causal=causal,
+        out, lse = on_device(api.attention_forward, forward_module(), q, k, v, causal=causal,
                              alignment="top_left", window=None, key_lengths=None, mask=None, scale=scale)
-        out2, lse2 = on_device(api.attention_forward, module((64, 64)), q2, k2, v2, causal=causal,
+        out2, lse2 = on_device(api.attention_forward, forward_module(), q2, k2, v2, causal=causal,
                                alignment="top_left", window=None, key_lengths=None, mask=None, scale=scale)
         assert torch.isfinite(out2).all() and torch.isfinite(lse2).all()
         assert (out2[..., :-1] - out).abs().max() <= 2e-3 * v.abs().max()
@@ -121,7 +106,7 @@ def test_no_nan_on_fully_masked_inputs():
                dict(causal=True, alignment="bottom_right", key_lengths=torch.tensor([0, 0]))):
         kw = {"causal": False, "alignment": "top_left", "window": None, "key_lengths": None, "mask": None,
               "scale": None, **kw}
-        out, lse = on_device(api.attention_forward, module((64, 64)), q, k, v, **kw)
+        out, lse = on_device(api.attention_forward, forward_module(), q, k, v, **kw)
         assert torch.equal(out, torch.zeros_like(out))
         assert torch.isneginf(lse).all()
 
@@ -144,7 +129,7 @@ def test_non_contiguous_inputs():
     k = to_device(torch.randn((1, 2, 32, 50), generator=gen)).transpose(2, 3)  # d is the slow axis
     v = to_device(torch.randn((1, 2, 50, 64), generator=gen))[..., ::2]  # stride 2 on d
     assert not any(t.is_contiguous() for t in (q, k, v))
-    out, lse = on_device(api.attention_forward, module((64, 64)), q, k, v, causal=True, alignment="top_left",
+    out, lse = on_device(api.attention_forward, forward_module(), q, k, v, causal=True, alignment="top_left",
                          window=None, key_lengths=None, mask=None, scale=None)
     q, k, v = to_cpu((q, k, v))
     ref_out, ref_lse = reference(q, k, v, causal=True)
@@ -154,10 +139,6 @@ def test_non_contiguous_inputs():
 # ----------------------------------------------------------------------------------
 # Mutants: a wrong term printed into the template is caught by the same check.
 # ----------------------------------------------------------------------------------
-def _replace(terms, name, expr):
-    return tuple(T.Term(t.symbol, expr, t.claim, t.note) if t.name == name else t for t in terms)
-
-
 MUTANTS = {
     "alpha_wrong_sign": ("FORWARD_TILE", "alpha", exp2(n.m_safe - n.m_i)),
     "no_m_guard": ("FORWARD_TILE", "m_safe", n.m_ij),
@@ -177,7 +158,7 @@ def _mutant_module(monkeypatch, tmp_path, mutant):
     if group == "MASK_TERM":
         monkeypatch.setattr(M, "MASK_TERM", T.Term(n.qk, expr, "block_update"))
     else:
-        monkeypatch.setattr(T, group, _replace(getattr(T, group), name, expr))
+        monkeypatch.setattr(T, group, replace_term(getattr(T, group), name, expr))
     variant = BlockConfig(64, 64).variants()[0]
     path = tmp_path / f"mutant_{mutant}.py"
     path.write_text(render.render_variant(variant))
@@ -187,11 +168,11 @@ def _mutant_module(monkeypatch, tmp_path, mutant):
 @pytest.mark.parametrize("mutant", list(MUTANTS))
 def test_mutated_template_is_caught(monkeypatch, tmp_path, mutant):
     mod = _mutant_module(monkeypatch, tmp_path, mutant)
-    failures = case_failures(mod, **MUTANT_CASE)
+    failures = forward_failures(mod, **MUTANT_CASE)
     assert failures, f"mutant {mutant} passed the kernel-vs-reference check"
     # and the unmutated render of the same variant passes it
     monkeypatch.undo()
-    assert case_failures(module((64, 64)), **MUTANT_CASE) == []
+    assert forward_failures(forward_module(), **MUTANT_CASE) == []
 
 
 def test_rounding_keeps_stage_ranges_ordered():

@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention_cases import DEVICE, mask_arguments, on_device, random_inputs, to_device
+from attention_cases import DEVICE, forward_failures, forward_module, on_device, random_inputs, to_device
 from benchmarks import static
 from generated import flash_attention
 from generator import manifest
 from generator.checking import attention_failures
-from generator.runtime import api, launch
+from generator.runtime import launch
 from generator.runtime.launch import TmaFallbackWarning
 from spec.reference import attention as reference
 
@@ -55,23 +55,6 @@ def tma_taken(monkeypatch):
 
     monkeypatch.setattr(launch, "tma_operands", spy)
     return taken
-
-
-def tma_failures(module, *, dtype=torch.float32, B=1, Hq=2, Hkv=1, Nq=70, Nk=90, D=32, seed=0, layout=None,
-                 **kw) -> list[str]:
-    """Run ``module``'s forward with ``tma=True`` and the reference on one case; list the failures.
-    ``layout(q, k, v)`` may return strided views of the same values."""
-    gen, q, k, v = random_inputs(dtype=dtype, B=B, Hq=Hq, Hkv=Hkv, Nq=Nq, Nk=Nk, D=D, seed=seed)
-    kw["key_lengths"], kw["mask"] = mask_arguments(gen, B, Hq, Nq, Nk, kw.get("key_lengths"), kw.get("mask"))
-    kw = dict(dict(causal=False, alignment="top_left", window=None, scale=None), **kw)
-    args = layout(q, k, v) if layout else (q, k, v)
-    out, lse = on_device(api.attention_forward, module, *args, tma=True, **kw)
-    ref_out, ref_lse = reference(q, k, v, **kw)
-    return attention_failures(out, lse, ref_out, ref_lse, v)
-
-
-def module(block=(64, 64)):
-    return api.module_for("fwd", block)
 
 
 def heads_inner(q, k, v):
@@ -108,14 +91,15 @@ CASES = {
 @needs_tma
 @pytest.mark.parametrize("case", list(CASES))
 def test_tma_forward_matches_reference(case, tma_taken):
-    assert tma_failures(module(), **CASES[case]) == []
+    assert forward_failures(forward_module(), tma=True, **CASES[case]) == []
     assert tma_taken == [True], "the launch did not take the TMA path"
 
 
 @needs_tma
 @pytest.mark.parametrize("block", [(16, 32), (128, 64)], ids=lambda b: f"{b[0]}x{b[1]}")
 def test_tma_other_blocks(block, tma_taken):
-    assert tma_failures(module(block), Nq=150, Nk=90, causal=True, key_lengths=[77], mask="random") == []
+    assert forward_failures(forward_module(block), tma=True, Nq=150, Nk=90, causal=True, key_lengths=[77],
+                            mask="random") == []
     assert tma_taken == [True]
 
 
@@ -143,11 +127,11 @@ MUTANTS = {
 @pytest.mark.parametrize("mutant", list(MUTANTS))
 def test_mutated_tma_lines_are_caught(mutant, tmp_path):
     old, new, case = MUTANTS[mutant]
-    source = Path(module().__file__).read_text()
+    source = Path(forward_module().__file__).read_text()
     assert source.count(old) == 1, f"the mutant's text {old!r} is not once in the generated forward: update MUTANTS"
     path = tmp_path / f"tma_mutant_{mutant}.py"
     path.write_text(source.replace(old, new))
-    assert tma_failures(manifest.import_file(path), **case), f"mutant {mutant} passed the TMA check"
+    assert forward_failures(manifest.import_file(path), tma=True, **case), f"mutant {mutant} passed the TMA check"
 
 
 # ----------------------------------------------------------------------------------
@@ -184,7 +168,7 @@ def test_legal_layouts_have_no_problem():
 def test_fallback_warns_and_stays_correct(tma_taken):
     """fp16 with D=36: rows of 72 bytes, no TMA; the pointer path runs, correct, and says why."""
     with pytest.warns(TmaFallbackWarning, match=r"pointer path ran instead, because q's stride .* 72 bytes"):
-        assert tma_failures(module(), dtype=torch.float16, D=36, causal=True) == []
+        assert forward_failures(forward_module(), tma=True, dtype=torch.float16, D=36, causal=True) == []
     assert tma_taken == [False]
 
 
@@ -245,17 +229,17 @@ def test_signature_spelling_matches_the_jit():
     t = _t((2, 3, 70, 64), torch.bfloat16)
     assert launch.tma_signature("bf16", 64, 64) == mangle_type(TensorDescriptor(t, list(t.shape), list(t.stride()),
                                                                                 [1, 1, 64, 64]))
-    args = module().aot_compile_args("bf16", 40, tma=True)
+    args = forward_module().aot_compile_args("bf16", 40, tma=True)
     assert {p: args["signature"][p] for p in ("Q", "K", "Out", "Lse")} == {
         "Q": "tensordesc<bf16[1, 1, 64, 64]>", "K": "tensordesc<bf16[1, 1, 64, 64]>",
         "Out": "tensordesc<bf16[1, 1, 64, 64]>", "Lse": "*fp32"}
     assert args["constexprs"]["USE_TMA"] is True
-    assert module().aot_compile_args("bf16", 40)["constexprs"]["USE_TMA"] is False
+    assert forward_module().aot_compile_args("bf16", 40)["constexprs"]["USE_TMA"] is False
 
 
 @pytest.fixture(scope="module")
 def tma_rows():
-    jobs = static.make_jobs([module().__name__], archs=(80, 90), dtypes=("fp16", "bf16"), head_dims=(64, 128),
+    jobs = static.make_jobs([forward_module().__name__], archs=(80, 90), dtypes=("fp16", "bf16"), head_dims=(64, 128),
                             masks=("none", "causal"), tma=(True,))
     assert {j.arch for j in jobs} == {90}, "TMA variants are compiled for sm_90 only"
     return static.run_jobs(jobs)
