@@ -206,13 +206,17 @@ def _term_latex(name: str) -> list[str]:
     return found
 
 
+def _status_html(r) -> str:
+    return '<span class="fp-proved">PROVED</span>' if r.proved else '<span class="fp-failed">FAILED</span>'
+
+
 def claim_block(cid: str, heading: str = "###") -> str:
     registry = _registry()
     if cid not in registry:
         raise DocsError(f"the docs name claim {cid!r}, which spec.claims.REGISTRY does not have "
                         f"(it has {list(registry)}); fix the page or the registry")
     c, r = registry[cid], _proofs()[cid]
-    status = '<span class="fp-proved">PROVED</span>' if r.proved else '<span class="fp-failed">FAILED</span>'
+    status = _status_html(r)
     out = [f"{heading} `{cid}` {{#{cid}}}", "", f"{status} — {md_text(c.statement)}", math_block(c.latex)]
     if not r.proved:
         out.append(f'!!! failure "This claim is FAILED in the current spec"\n    {md_text(r.detail or "no detail")}\n')
@@ -245,7 +249,7 @@ def claims_summary() -> str:
     rows = ["| claim | statement | status |", "|---|---|---|"]
     for cid, c in _registry().items():
         r = _proofs()[cid]
-        status = '<span class="fp-proved">PROVED</span>' if r.proved else '<span class="fp-failed">FAILED</span>'
+        status = _status_html(r)
         rows.append(f"| [`{cid}`](merge.md#{cid}) | {md_text(c.statement)} | {status} |")
     return "\n".join(rows) + "\n"
 
@@ -293,6 +297,7 @@ def overflow() -> str:
 
 def sram() -> str:
     """On-chip footprint of one forward program (FA2), as a formula and for the generated blocks."""
+    from generator import manifest
     from spec import notation as n
 
     D = sp.Symbol("D", integer=True, positive=True)
@@ -304,8 +309,7 @@ def sram() -> str:
     total = sp.expand(sum(e * b for e, b in elems.values()))
     rows = ["| tile | elements | bytes each |", "|---|---|---|"]
     rows += [f"| {name} | ${tex(e)}$ | {b} |" for name, (e, b) in elems.items()]
-    blocks = sorted({(int(m[1]), int(m[2])) for f in GENERATED.glob("attention_*.py")
-                     if (m := re.search(r"_br(\d+)_bc(\d+)", f.name))}) or [(64, 64)]
+    blocks = sorted((c.block_m, c.block_n) for c in manifest.configs_of(manifest.load(GENERATED))) or [(64, 64)]
     table = ["| $B_r$ | $B_c$ | $D = 64$ | $D = 128$ |", "|---|---|---|---|"]
     for br, bc in blocks:
         kib = [float(total.subs({n.B_r: br, n.B_c: bc, D: d})) / 1024 for d in (64, 128)]
@@ -437,11 +441,6 @@ def _generated_files(family: str) -> list[Path]:
     return sorted(found, key=lambda f: f != preferred)
 
 
-def _generated_file(family: str) -> Path | None:
-    files = _generated_files(family)
-    return files[0] if files else None
-
-
 def _rename(family: str) -> dict | None:
     """The symbol renames the generator applies for a family (softmax calls the logits ``x``)."""
     if family == "softmax":
@@ -515,7 +514,7 @@ def terms_kernel(group: str) -> str:
 
 
 def generated_source(family: str) -> str:
-    path = _generated_file(family)
+    path = next(iter(_generated_files(family)), None)
     if path is None:
         raise DocsError(f"no generated/{FAMILY_GLOB[family]}: run `python -m generator` first")
     rel = path.relative_to(ROOT).as_posix()
