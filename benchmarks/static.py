@@ -20,9 +20,9 @@ cost on one. Each kernel is compiled with the specialisation a launch on contigu
   such a row is ok only if its SASS really loads by TMA.
 
 Kernels are found generically: every module in ``generated/`` that defines
-``aot_compile_args(dtype, head_dim, **mask_flags)`` (forward now, backward when it exists).
-That function returns one kernel as ``dict(fn, signature, constexprs, num_warps,
-num_stages)``, or several as a list / a ``{name: dict}``.
+``aot_compile_args(dtype, head_dim, **mask_flags)`` (the forward and the backward). That
+function returns one kernel as ``dict(fn, signature, constexprs, num_warps, num_stages)``, or
+several as a ``{name: dict}``.
 
 Compilation runs in worker subprocesses with ``TRITON_INTERPRET`` unset (the interpreter
 replaces ``@triton.jit`` functions, which then cannot be compiled), one per core, and each
@@ -81,12 +81,7 @@ class Job:
     tma: bool = False  # the module's opt-in TMA variant (aot_compile_args(..., tma=True))
 
     def cache_key(self, triton_version: str) -> str:
-        path = ROOT / (self.module.replace(".", "/") + ".py")
-        if not path.exists():  # a module outside the repository (tests' stand-ins)
-            import importlib.util
-
-            path = Path(importlib.util.find_spec(self.module).origin)
-        h = hashlib.sha256(path.read_bytes())
+        h = hashlib.sha256((ROOT / (self.module.replace(".", "/") + ".py")).read_bytes())
         # the launch helpers build the signature and constexprs the module returns
         for helper in sorted((ROOT / "generator" / "runtime").glob("*.py")):
             h.update(helper.read_bytes())
@@ -120,10 +115,8 @@ def kernel_specs(module, dtype: str, head_dim: int, flags: dict) -> list[tuple[s
     """``[(kernel name, compile args)]`` from a module's ``aot_compile_args`` (``flags``: the
     mask flags, and ``tma=True`` for a TMA variant)."""
     got = module.aot_compile_args(dtype, head_dim, **flags)
-    if isinstance(got, dict) and "fn" in got:
-        got = [got]
-    items = got.items() if isinstance(got, dict) else [(None, g) for g in got]
-    return [(name or spec["fn"].__name__, spec) for name, spec in items]
+    # a module with one kernel returns its args, one with several ``{kernel name: args}``
+    return [(got["fn"].__name__, got)] if "fn" in got else list(got.items())
 
 
 def launch_specialisation(spec: dict) -> tuple[dict, dict, dict]:
