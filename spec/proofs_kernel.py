@@ -50,6 +50,16 @@ def kernel_tile(state: R.State, xs, vs, tile=terms.FORWARD_TILE, qk_scale=terms.
     return R.State(out[n.m_i] * n.LN2, out[n.l_i], scalar(out[n.acc]))
 
 
+def _tile(name: str, rows: int, cols: int) -> sp.Matrix:
+    """A tile of real symbols ``name_11 ... name_{rows cols}``."""
+    return sp.Matrix(rows, cols, lambda a, b: sp.Symbol(f"{name}_{a + 1}{b + 1}", real=True))
+
+
+def _inner(A, B) -> sp.Expr:
+    """``<A, B> = Σ A ∘ B`` over all entries."""
+    return sp.Add(*[a * b for a, b in zip(A, B)])
+
+
 def masked_scores(xs, masked, mask_term=masks.MASK_TERM) -> list:
     """The kernel's masking term applied to raw scores: key ``k`` is kept unless ``k in masked``."""
     return [interpret(mask_term.expr, {n.qk: x, masks.keep: sp.false if k in masked else sp.true})
@@ -280,14 +290,13 @@ def prove_backward_ds(backward_preprocess=terms.BACKWARD_PREPROCESS,
     bwd = run_terms(backward_tile, {**env, n.delta: run_terms(backward_preprocess, {**env, n.dlse: 0})[n.delta]})
     # dP = ∂<dO, O>/∂P with O = P V: differentiate with P as free symbols
     P = sp.symbols("P_1:4", real=True)
-    inner = lambda A, B: sp.Add(*[a * b for a, b in zip(A, B)])
     vjp = [gr.subs(at_logits) for gr in R.softmax_vjp(y, list(bwd[n.dp]))]
 
     g = sp.Symbol("g", real=True)  # dL/dlse of this row
     with_lse = run_terms(backward_tile, {**env, n.delta: run_terms(backward_preprocess, {**env, n.dlse: g})[n.delta]})
-    loss = inner(env[n.do], sp.Matrix([R.softmax(y)]) * env[n.v]) + g * sp.log(sp.Add(*[sp.exp(yj) for yj in y]))
+    loss = _inner(env[n.do], sp.Matrix([R.softmax(y)]) * env[n.v]) + g * sp.log(sp.Add(*[sp.exp(yj) for yj in y]))
     pairs = [
-        ("dP_j = ∂<dO, O>/∂P_j", tuple(bwd[n.dp]), tuple(sp.diff(inner(env[n.do], sp.Matrix([P]) * env[n.v]), pj)
+        ("dP_j = ∂<dO, O>/∂P_j", tuple(bwd[n.dp]), tuple(sp.diff(_inner(env[n.do], sp.Matrix([P]) * env[n.v]), pj)
                                                          for pj in P)),
         ("dlse = 0: dS = J^T dP (softmax Jacobian)", tuple(bwd[n.ds]), tuple(vjp)),
         ("dlse = g: dS = ∂(<dO, O> + g·lse)/∂S", tuple(with_lse[n.ds]),
@@ -310,11 +319,9 @@ def prove_backward_grads(backward_dkdv=terms.BACKWARD_DKDV, backward_dq=terms.BA
     the whole product, so this holds for every tiling.
     """
     rows, keys, dim = 2, 2, 2
-    mat = lambda name, r, c: sp.Matrix(r, c, lambda a, b: sp.Symbol(f"{name}_{a + 1}{b + 1}", real=True))
-    Q, K, V, dO = mat("q", rows, dim), mat("k", keys, dim), mat("v", keys, dim), mat("dO", rows, dim)
-    P, dS = mat("P", rows, keys), mat("dS", rows, keys)  # free: the claim is about the chain rule
+    Q, K, V, dO = _tile("q", rows, dim), _tile("k", keys, dim), _tile("v", keys, dim), _tile("dO", rows, dim)
+    P, dS = _tile("P", rows, keys), _tile("dS", rows, keys)  # free: the claim is about the chain rule
     S = s * Q * K.T
-    inner = lambda A, B: sp.Add(*[a * b for a, b in zip(A, B)])  # <A, B> = Σ A∘B
     grad = lambda loss, X: sp.Matrix(X.rows, X.cols, lambda a, b: sp.diff(loss, X[a, b]))
 
     dk, dv = sp.zeros(keys, dim), sp.zeros(keys, dim)
@@ -327,9 +334,9 @@ def prove_backward_grads(backward_dkdv=terms.BACKWARD_DKDV, backward_dq=terms.BA
         dq = run_terms(backward_dq, {n.dq: dq, n.ds: dS[:, c], n.k: K[c, :]})[n.dq]
     scaled = run_terms(backward_scale, {n.dq: dq, n.dk: dk})
     pairs = [
-        ("dV = ∂<dO, PV>/∂V", tuple(dv), tuple(grad(inner(dO, P * V), V))),
-        ("dK = ∂<dS, s·QKᵀ>/∂K", tuple(scaled[n.dk]), tuple(grad(inner(dS, S), K))),
-        ("dQ = ∂<dS, s·QKᵀ>/∂Q", tuple(scaled[n.dq]), tuple(grad(inner(dS, S), Q))),
+        ("dV = ∂<dO, PV>/∂V", tuple(dv), tuple(grad(_inner(dO, P * V), V))),
+        ("dK = ∂<dS, s·QKᵀ>/∂K", tuple(scaled[n.dk]), tuple(grad(_inner(dS, S), K))),
+        ("dQ = ∂<dS, s·QKᵀ>/∂Q", tuple(scaled[n.dq]), tuple(grad(_inner(dS, S), Q))),
     ]
     return result("backward_grads", equal_cases(pairs), "2 query tiles x 2 key tiles, head dim 2, by sp.diff")
 
@@ -374,9 +381,8 @@ def _key_major_cases(label, rows, keys, no_key, backward_tile, backward_tile_t, 
                      backward_dkdv_t, qk, mask_term):
     """``(case, residual)`` pairs comparing the key-major terms with the transposed row-major ones."""
     dim = 2
-    mat = lambda name, r, c: sp.Matrix(r, c, lambda a, b: sp.Symbol(f"{name}_{a + 1}{b + 1}", real=True))
-    Q, K, V, dO = mat("q", rows, dim), mat("k", keys, dim), mat("v", keys, dim), mat("dO", rows, dim)
-    dk0, dv0 = mat("dk", keys, dim), mat("dv", keys, dim)  # the accumulators before this tile
+    Q, K, V, dO = _tile("q", rows, dim), _tile("k", keys, dim), _tile("v", keys, dim), _tile("dO", rows, dim)
+    dk0, dv0 = _tile("dk", keys, dim), _tile("dv", keys, dim)  # the accumulators before this tile
     delta = sp.Matrix(rows, 1, lambda a, _: sp.Symbol(f"Delta_{a + 1}", real=True))
     lse = sp.Matrix(rows, 1, lambda a, _: sp.Symbol(f"L_{a + 1}", real=True))
     # query r attends key c when c <= r (the last key is padding); no_key: query 0 attends none
