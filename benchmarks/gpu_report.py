@@ -97,9 +97,11 @@ def run_tests(workers: int | None, extra: list[str]) -> dict:
     env.pop("TRITON_INTERPRET", None)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *_workers(workers), *TEST_FILES, *extra]
     print("$ FLASHPROOF_TEST_DEVICE=cuda " + shlex.join(cmd[1:]), flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    log = proc.stdout + proc.stderr
-    write_text(STATE / "pytest.log", log)
+    # pytest writes straight into the log file, so a run stopped by a time limit leaves what it printed
+    STATE.mkdir(parents=True, exist_ok=True)
+    with open(STATE / "pytest.log", "w") as log_file:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True)
+    log = (STATE / "pytest.log").read_text()
     print(log[-4000:])
     lines = [line.strip("= ") for line in log.splitlines()]
     summaries = [line for line in lines if SUMMARY.search(line)]
@@ -111,16 +113,17 @@ def run_tests(workers: int | None, extra: list[str]) -> dict:
 def run_bench(extra: list[str]) -> dict:
     """``benchmarks.attention`` on the GPU; its rows merged with those kept from earlier runs."""
     out = STATE / "attention_part.json"
-    cmd = [sys.executable, "-m", "benchmarks.attention", "--json", str(out), *extra]
-    print("$ " + shlex.join(cmd[1:]), flush=True)
+    cmd = [sys.executable, "-m", "benchmarks.attention", "--json", str(out.relative_to(ROOT)), *extra]
+    command = shlex.join(cmd[2:])  # what follows `python -m`, as the page prints it
+    print("$ python -m " + command, flush=True)
     proc = subprocess.run(cmd, cwd=ROOT)
     if proc.returncode != 0 or not out.exists():
-        return dict(command=shlex.join(cmd[1:]), returncode=proc.returncode or 1, rows=_kept("bench").get("rows", []))
+        return dict(command=command, returncode=proc.returncode or 1, rows=_kept("bench").get("rows", []))
     part = json.loads(out.read_text())
     key = lambda r: (r["n"], r["d"], r["causal"], r["dtype"], r["mode"])  # noqa: E731
     rows = {key(r): r for r in _kept("bench").get("rows", [])}
     rows.update({key(r): r for r in part["rows"]})
-    return dict(command=shlex.join(cmd[1:]), returncode=0, rows=sorted(rows.values(), key=key))
+    return dict(command=command, returncode=0, rows=sorted(rows.values(), key=key))
 
 
 def _kept(step: str) -> dict:
