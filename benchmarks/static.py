@@ -61,7 +61,7 @@ HEAD_DIMS = (64, 128)
 #: tiles carry the predicate and so the most registers)
 MASKS = {"none": {}, "causal": {"causal": True}}
 #: bump when the analysis changes, to invalidate cached rows
-ANALYSIS_VERSION = 5
+ANALYSIS_VERSION = 7
 #: TMA exists from sm_90 on (on sm_80 Triton lowers descriptors back to pointer loads)
 TMA_ARCHS = (90,)
 CACHE = ARTIFACTS / "static-cache"
@@ -119,20 +119,27 @@ def kernel_specs(module, dtype: str, head_dim: int, flags: dict) -> list[tuple[s
     return [(got["fn"].__name__, got)] if "fn" in got else list(got.items())
 
 
+#: the runtime integers of a typical launch, by parameter name, for the binder rule below: MHA
+#: (GROUP = 1), head counts and sequence lengths multiples of 16 (the benchmark shapes), no
+#: alignment shift and no window (its placeholders are 0). Integers not named here stay plain i32.
+TYPICAL_INTS = {"GROUP": 1, "H": 16, "H_KV": 16, "N_Q": 4096, "N_K": 4096, "shift": 0,
+                "window_left": 0, "window_right": 0}
+
+
 def launch_specialisation(spec: dict) -> tuple[dict, dict, dict]:
     """``(signature, constexprs, attrs)`` of a typical launch, as Triton's JIT would compile it.
 
-    At launch, ``@triton.jit`` specialises on the argument values: an int equal to 1 becomes
-    the constant 1, and pointers and ints divisible by 16 are marked ``tt.divisibility=16``.
-    Compiling without that (plain ``aot_compile_args``) is not what runs: a kernel that does
-    not know its innermost stride is 1 cannot vectorise its loads, so Triton does not
-    software-pipeline them (no ``cp.async``/TMA) and the registers, shared memory and
+    At launch, ``@triton.jit``'s binder specialises on the argument values: an integer equal
+    to 1 becomes the constant 1, and pointers and integers divisible by 16 are marked
+    ``tt.divisibility=16``. Compiling without that (plain ``aot_compile_args``) is not what runs:
+    a kernel that does not know its innermost stride is 1 cannot vectorise its loads, so Triton
+    does not software-pipeline them (no ``cp.async``/TMA) and the registers, shared memory and
     spills all differ. A module may return the launch's ``attrs`` itself; otherwise this
     models a launch on contiguous tensors: every pointer is 16-byte aligned (PyTorch
     allocations are), and in each run of ``stride_<tensor>*`` parameters (declared outer to
     inner, as in the Triton tutorial) the last is the unit stride and the others are
-    multiples of 16 (head dim 64 or 128). Other ints (lengths, heads, window) are left
-    unspecialised.
+    multiples of 16 (head dim 64 or 128); the other integers take the binder's rule at their
+    ``TYPICAL_INTS`` value (GROUP = 1 a constant, N_Q, N_K, H, shift, window divisible by 16).
     """
     signature, constexprs = dict(spec["signature"]), dict(spec["constexprs"])
     if "attrs" in spec:
@@ -152,6 +159,11 @@ def launch_specialisation(spec: dict) -> tuple[dict, dict, dict]:
     for i, name in enumerate(names):
         if signature.get(name, "").startswith("*"):
             attrs[(i,)] = [["tt.divisibility", 16]]
+        elif signature.get(name) == "i32" and name in TYPICAL_INTS:
+            if TYPICAL_INTS[name] == 1:
+                signature[name], constexprs[name] = "constexpr", 1
+            elif TYPICAL_INTS[name] % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
     return signature, constexprs, attrs
 
 
@@ -207,6 +219,72 @@ def tma_instructions(sass: str) -> dict:
     return dict(sass_tma_load=tma.count("UTMALDG"), sass_tma_store=tma.count("UTMASTG"))
 
 
+_SASS_INSTR = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", re.M)
+_SASS_BRANCH = re.compile(r"\bBRA(?:\.[A-Z.]+)?\s+(0x[0-9a-f]+)")
+_SASS_MMA_SHAPE = re.compile(r"\b(HGMMA)\.(\d+)x(\d+)x(\d+)|\b(HMMA)\.(16816|1688|884)\b")
+_HMMA_SHAPES = {"16816": (16, 8, 16), "1688": (16, 8, 8), "884": (8, 8, 4)}
+
+
+def sass_loops(sass: str) -> list[list[str]]:
+    """The innermost loops of a kernel's SASS, each as its list of instructions.
+
+    A loop is a backward branch (``BRA`` to a lower address; a branch to itself is the trap
+    after the last ``EXIT``) together with the instructions from its target to it. Innermost:
+    no other such loop lies inside it. A range holding an ``EXIT`` is not a loop body (it is
+    a retry stub placed after the kernel's end that jumps back into it)."""
+    instrs = [(int(a, 16), text) for a, text in _SASS_INSTR.findall(sass)]
+    loops = []
+    for addr, text in instrs:
+        m = _SASS_BRANCH.search(text)
+        if m and int(m.group(1), 16) < addr:
+            loops.append((int(m.group(1), 16), addr))
+    bodies = []
+    for lo, hi in loops:
+        if any((a, b) != (lo, hi) and lo <= a and b <= hi for a, b in loops):
+            continue
+        body = [text for a, text in instrs if lo <= a <= hi]
+        if not any(re.search(r"\bEXIT\b", t) for t in body):
+            bodies.append(body)
+    return bodies
+
+
+def mma_macs(instructions: list[str], num_warps: int) -> int:
+    """Multiply-adds the tensor-core instructions issue, over all warps of the program: an
+    ``HGMMA.MxNxK`` is one warpgroup's (4 warps') M x N x K, an ``HMMA.16816`` one warp's
+    16 x 8 x 16."""
+    total = 0
+    for t in instructions:
+        m = _SASS_MMA_SHAPE.search(t)
+        if m and m.group(1):
+            total += int(m.group(2)) * int(m.group(3)) * int(m.group(4)) * (num_warps // 4)
+        elif m:
+            a, b, c = _HMMA_SHAPES[m.group(6)]
+            total += a * b * c * num_warps
+    return total
+
+
+def steady_loop(sass: str, num_warps: int, loop: dict | None) -> dict:
+    """The cost of the steady-state loop, located in SASS by its backward branch: of the
+    innermost loops that issue tensor-core instructions, the shortest (the full-tile stage: the
+    masked stages carry the element predicate, so they are longer).
+
+    * ``loop_instructions``: its SASS instructions (one warp's stream);
+    * ``instr_per_element``: warp-instructions per tile element, ``loop_instructions x num_warps
+      / (rows x keys)`` of one step (``loop``, the module's ``aot_args(loop=...)``);
+    * ``mma_issued_per_needed``: the multiply-adds its tensor-core instructions issue over
+      all warps (``mma_macs``) per multiply-add the step's products need (``loop["macs"]``):
+      1.0 when no warp recomputes another's product, above 1 when warps replicate one.
+    """
+    if loop is None:
+        return {}
+    candidates = [body for body in sass_loops(sass) if any(_SASS_MMA_SHAPE.search(t) for t in body)]
+    if not candidates:
+        return dict(loop_instructions=None, instr_per_element=None, mma_issued_per_needed=None)
+    body = min(candidates, key=len)
+    return dict(loop_instructions=len(body), instr_per_element=len(body) * num_warps / (loop["rows"] * loop["keys"]),
+                mma_issued_per_needed=mma_macs(body, num_warps) / loop["macs"])
+
+
 _DOT_LINE = re.compile(r"=\s*(tt\.dot|ttng\.warp_group_dot)\s.*->\s*tensor<[^>]*?,\s*(#[\w.]+)")
 _MMA_ALIAS = re.compile(r"^(#[\w.]+)\s*=\s*#ttg\.nvidia_mma<\{versionMajor\s*=\s*(\d+)", re.M)
 
@@ -222,14 +300,16 @@ def dot_lowering(ttir: str, ttgir: str) -> dict:
                 mma_version=max((int(v) for v in on_mma), default=0))
 
 
-def analyse(compiled, arch: int) -> dict:
-    """Everything the report shows about one compiled kernel."""
+def analyse(compiled, arch: int, loop: dict | None = None) -> dict:
+    """Everything the report shows about one compiled kernel (``loop``: its main loop's step,
+    ``steady_loop``)."""
     md = compiled.metadata
     asm = compiled.asm
     row = dict(num_warps=md.num_warps, num_stages=md.num_stages, dynamic_shared=md.shared)
     dumps = cubin_dumps(asm["cubin"])
     row.update(resource_usage(asm["cubin"], dumps))
     row.update(tma_instructions(dumps[1]))
+    row.update(steady_loop(dumps[1], md.num_warps, loop))
     row.update(dot_lowering(asm["ttir"], asm["ttgir"]))
     row["ptx_mma_sync"] = len(re.findall(r"\bmma\.sync\.", asm["ptx"]))
     row["ptx_wgmma"] = len(re.findall(r"\bwgmma\.mma_async\.", asm["ptx"]))
@@ -277,7 +357,7 @@ def compile_job(job: Job) -> list[dict]:
             options = dict(num_warps=job.num_warps or spec["num_warps"],
                            num_stages=job.num_stages or spec["num_stages"])
             compiled = triton.compile(src, target=GPUTarget("cuda", job.arch, 32), options=options)
-            row.update(analyse(compiled, job.arch))
+            row.update(analyse(compiled, job.arch, spec.get("loop")))
             row.update(verdict(row))
         except Exception as exc:  # noqa: BLE001 - a kernel that does not compile is a finding
             row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
@@ -343,7 +423,8 @@ def run_jobs(jobs: list[Job], workers: int | None = None, use_cache: bool = True
 # Reports
 # ----------------------------------------------------------------------------------------
 HEADER = ["module", "kernel", "arch", "dtype", "D", "mask", "warps", "stages", "regs",
-          "spill st/ld B", "shared KB (limit)", "dots on TC", "TC instr (SASS)", "TMA ld/st (SASS)", "ok"]
+          "spill st/ld B", "shared KB (limit)", "dots on TC", "TC instr (SASS)", "TMA ld/st (SASS)",
+          "loop instr/elem", "MMA issued/needed", "ok"]
 
 
 def _mix(counts: dict, empty: str) -> str:
@@ -355,7 +436,7 @@ def _cells(row: dict) -> list:
     ident = [row["module"].removeprefix("generated."), row["kernel"], ARCHS[row["arch"]],
              row["dtype"], row["head_dim"], row["mask"] + (" +tma" if row.get("tma") else "")]
     if "error" in row:
-        return ident + ["-"] * 8 + ["ERROR: " + row["error"]]
+        return ident + ["-"] * 10 + ["ERROR: " + row["error"]]
     tc = _mix({"HGMMA": row["sass_hgmma"], "HMMA": row["sass_hmma"]}, "0 HMMA")
     ok = "yes" if all(verdict(row).values()) else "NO: " + ", ".join(
         k for k, v in verdict(row).items() if not v)
@@ -364,7 +445,15 @@ def _cells(row: dict) -> list:
                     f"{row['spill_store_bytes']}/{row['spill_load_bytes']}",
                     f"{row['shared_bytes'] / 1024:.1f} ({row['shared_limit'] // 1024})",
                     f"{row['dots_on_tensor_cores']}/{row['dots']}: {mma}", tc,
-                    f"{row['sass_tma_load']}/{row['sass_tma_store']}", ok]
+                    f"{row['sass_tma_load']}/{row['sass_tma_store']}", *_loop_cells(row), ok]
+
+
+def _loop_cells(row: dict) -> list[str]:
+    """The steady-state loop's warp-instructions per element and MMA issued/needed (``steady_loop``);
+    ``-`` for a kernel without a main loop (the preprocess)."""
+    if row.get("instr_per_element") is None:
+        return ["-", "-"]
+    return [f"{row['instr_per_element']:.3f} ({row['loop_instructions']})", f"{row['mma_issued_per_needed']:.2f}"]
 
 
 def markdown_page(rows: list[dict], command: str) -> str:

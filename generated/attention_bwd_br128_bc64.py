@@ -435,7 +435,9 @@ def backward(do, q, k, v, out, lse, *, sm_scale, grad_lse=None, shift=0, causal=
 
 def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, lengths=False, dense=False) -> dict:
     """Arguments to compile the three backward kernels ahead of time, without a GPU:
-    ``{kernel name: args}`` with ``args`` as in the forward module's ``aot_compile_args``."""
+    ``{kernel name: args}`` with ``args`` as in the forward module's ``aot_compile_args``. One loop
+    step (``loop``): the dK/dV kernel's key tile x row step with four products (Sᵀ, dPᵀ, dV, dK),
+    the dQ kernel's row tile x B_c with three (S, dP, dQ)."""
     torch_dtype, name = launch.tl_dtype_of(dtype)
     shapes = {"HEAD_DIM": head_dim, "BLOCK_D": launch.block_d(head_dim), "BLOCK_M": BLOCK_M}
     main = {**shapes, "BLOCK_N": BLOCK_N, **launch.mask_constexprs(causal, window, lengths, dense),
@@ -447,7 +449,9 @@ def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, l
             _attn_bwd_preprocess, {"Out": name, "DO": name, "DLse": "fp32", "Delta": "fp32"}, (),
             {**shapes, "HAS_DLSE": False}, DKDV_NUM_WARPS, DKDV_NUM_STAGES),
         "_attn_bwd_dkdv": launch.aot_args(_attn_bwd_dkdv, {**operands, "DK": name, "DV": name}, ("sm_scale",),
-                                          {**main, **DKDV_BLOCKS}, DKDV_NUM_WARPS, DKDV_NUM_STAGES),
+                                          {**main, **DKDV_BLOCKS}, DKDV_NUM_WARPS, DKDV_NUM_STAGES,
+                                          loop=(BLOCK_N, BLOCK_M_DKDV, 4)),
         "_attn_bwd_dq": launch.aot_args(_attn_bwd_dq, {**operands, "DQ": name}, ("sm_scale",),
-                                        {**main, **DQ_BLOCKS}, DQ_NUM_WARPS, DQ_NUM_STAGES),
+                                        {**main, **DQ_BLOCKS}, DQ_NUM_WARPS, DQ_NUM_STAGES,
+                                        loop=(BLOCK_M_DQ, BLOCK_N, 3)),
     }

@@ -284,4 +284,6 @@ def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, l
                 "Mask": "i1", "BlockMap": "i8"}
     rows = {"Q": BLOCK_M, "K": BLOCK_N, "V": BLOCK_N, "Out": BLOCK_M}
     descriptors = {p: launch.tma_signature(name, r, block_d) for p, r in rows.items()} if tma else None
-    return launch.aot_args(_attn_fwd, pointers, ("sm_scale",), constexprs, NUM_WARPS, NUM_STAGES, descriptors)
+    # one step of the key loop: a BLOCK_M x BLOCK_N tile, two products (Q Kᵀ and P V)
+    return launch.aot_args(_attn_fwd, pointers, ("sm_scale",), constexprs, NUM_WARPS, NUM_STAGES, descriptors,
+                           loop=(BLOCK_M, BLOCK_N, 2))

@@ -54,12 +54,16 @@ def block_d(head_dim: int) -> int:
 
 
 def aot_args(fn, pointers: dict[str, str], floats: tuple[str, ...], constexprs: dict,
-             num_warps: int, num_stages: int, descriptors: dict[str, str] | None = None) -> dict:
+             num_warps: int, num_stages: int, descriptors: dict[str, str] | None = None,
+             loop: tuple[int, int, int] | None = None) -> dict:
     """Arguments for ``triton.compile(ASTSource(fn, signature, constexprs), target=..., options=...)``.
 
     ``pointers`` maps pointer parameters to their element type (``"fp16"``, ``"i1"``...);
     ``descriptors`` maps tensor-descriptor parameters to their full type (``tma_signature``);
     ``floats`` are fp32 scalars; every other runtime parameter is an ``i32``.
+    ``loop = (rows, keys, products)``: one step of the kernel's main loop covers a ``rows x keys``
+    tile of scores with ``products`` matmuls of ``rows x keys x BLOCK_D`` multiply-adds each
+    (what ``benchmarks.static`` divides the loop's SASS by).
     """
     descriptors = descriptors or {}
     signature = {}
@@ -74,8 +78,12 @@ def aot_args(fn, pointers: dict[str, str], floats: tuple[str, ...], constexprs: 
             signature[name] = "fp32"
         else:
             signature[name] = "i32"
-    return {"fn": fn, "signature": signature, "constexprs": dict(constexprs),
+    args = {"fn": fn, "signature": signature, "constexprs": dict(constexprs),
             "num_warps": num_warps, "num_stages": num_stages}
+    if loop is not None:
+        rows, keys, products = loop
+        args["loop"] = {"rows": rows, "keys": keys, "macs": products * rows * keys * constexprs["BLOCK_D"]}
+    return args
 
 
 def mask_constexprs(causal: bool, window: bool, lengths: bool, dense: bool) -> dict:
