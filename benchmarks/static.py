@@ -14,6 +14,12 @@ cost on one. Each kernel is compiled with the specialisation a launch on contigu
 * **tensor cores**: every ``tt.dot`` must lower to an ``nvidia_mma`` layout in TTGIR
   (version 2: ``mma.sync``/``HMMA``; version 3: ``wgmma``/``HGMMA``), confirmed in PTX and SASS.
   A dot that falls back to FMA keeps a ``blocked`` layout and is reported;
+* **the steady-state loop** (``steady_loop``): located in the SASS by its backward branch, the
+  shortest innermost loop that issues tensor-core instructions (the full-tile stage); its
+  warp-instructions per tile element (``loop instructions x num_warps / (rows x keys)`` of one
+  step) and its **MMA issued/needed** (the multiply-adds its HMMA/HGMMA instructions issue
+  over all warps, per multiply-add the step's products need: above 1 when warps recompute the
+  same product);
 * **TMA**: the bulk tensor copies in PTX (``cp.async.bulk.tensor``) and SASS (``UTMALDG``
   loads, ``UTMASTG`` stores). ``--tma on|both`` also compiles the opt-in TMA variant of the
   modules whose ``aot_compile_args`` take ``tma=`` (sm_90 only: TMA is Hopper hardware), and
@@ -111,9 +117,14 @@ def supports_tma(module: str) -> bool:
 # ----------------------------------------------------------------------------------------
 # Compilation and analysis (runs inside a worker process, Triton not interpreting)
 # ----------------------------------------------------------------------------------------
-def kernel_specs(module, dtype: str, head_dim: int, flags: dict) -> list[tuple[str, dict]]:
+def kernel_specs(module, dtype: str, head_dim: int, flags: dict, arch: int | None = None) -> list[tuple[str, dict]]:
     """``[(kernel name, compile args)]`` from a module's ``aot_compile_args`` (``flags``: the
-    mask flags, and ``tma=True`` for a TMA variant)."""
+    mask flags, and ``tma=True`` for a TMA variant), with the launch settings of ``arch`` for a
+    module whose settings depend on it (its ``aot_compile_args`` takes ``arch=``)."""
+    import inspect
+
+    if arch is not None and "arch" in inspect.signature(module.aot_compile_args).parameters:
+        flags = {**flags, "arch": arch}
     got = module.aot_compile_args(dtype, head_dim, **flags)
     # a module with one kernel returns its args, one with several ``{kernel name: args}``
     return [(got["fn"].__name__, got)] if "fn" in got else list(got.items())
@@ -345,7 +356,8 @@ def compile_job(job: Job) -> list[dict]:
     base = asdict(job)
     try:
         module = importlib.import_module(job.module)
-        specs = kernel_specs(module, job.dtype, job.head_dim, {**MASKS[job.mask], **({"tma": True} if job.tma else {})})
+        specs = kernel_specs(module, job.dtype, job.head_dim, {**MASKS[job.mask], **({"tma": True} if job.tma else {})},
+                             job.arch)
     except Exception as exc:  # noqa: BLE001 - reported per row
         return [dict(base, kernel="?", error=f"aot_compile_args: {type(exc).__name__}: {exc}")]
     rows = []
@@ -469,9 +481,11 @@ Every generated kernel compiled **ahead of time, without a GPU**: `triton.compil
 cubin) on the CPU. Triton {triton_version()}, Python {platform.python_version()}.
 No kernel was run: these are the compiler's numbers, not measurements.
 
-Each kernel is compiled as Triton's JIT specialises a real launch on contiguous tensors:
-pointers 16-byte aligned, the innermost stride of every tensor the constant 1, the other
-strides multiples of 16 (`launch_specialisation` in `benchmarks/static.py`). Without that
+Each kernel is compiled as Triton's JIT binder specialises a real launch on contiguous tensors
+at the benchmark shapes: pointers 16-byte aligned, the innermost stride of every tensor the
+constant 1, the other strides multiples of 16, GROUP = 1 (MHA) a constant, N_Q, N_K, H, shift
+and window divisible by 16 (`launch_specialisation` in `benchmarks/static.py`). Each
+architecture's rows use that architecture's launch settings (`SETTINGS` of each module). Without that
 specialisation Triton cannot vectorise the K/V loads, does not pipeline them, and every
 number below would describe a kernel that never runs.
 
@@ -485,6 +499,14 @@ How each column is obtained (see `benchmarks/static.py`):
 - **dots on TC**: how many `tt.dot`s of the kernel lowered to a tensor-core layout, and how
   many of each kind (`nvidia_mma` v2 = `mma.sync`, v3 = `wgmma`; a kernel may mix them);
   **TC instr** counts the `HGMMA`/`HMMA` instructions in SASS.
+- **loop instr/elem**: warp-instructions per tile element of the steady-state (full-tile)
+  loop, located in the SASS by its backward branch (the shortest innermost loop with tensor-core
+  instructions; its instruction count in parentheses): `instructions x num_warps / (rows x
+  keys)` of one loop step (forward: B_r x B_c; dK/dV: its key tile x row step; dQ: its row tile x
+  key step). Lower is better. **MMA issued/needed**: the multiply-adds its `HGMMA` (per
+  warpgroup) and `HMMA` (per warp) instructions issue over all warps, per multiply-add the
+  step's products need (2 in the forward, 4 in dK/dV, 3 in dQ, each rows x keys x head dim):
+  1.00 when no warp recomputes another's product.
 - **TMA ld/st**: the `UTMALDG` / `UTMASTG` instructions (TMA bulk tensor loads / stores) in
   SASS. Rows whose mask reads `+tma` are the forward's opt-in TMA variant
   ([Hopper: TMA](hopper.md)), compiled for sm_90 only; the pointer kernels have none.
@@ -494,6 +516,13 @@ How each column is obtained (see `benchmarks/static.py`):
   unmasked and causal, with no exception, and that on sm_90 every
   dot is wgmma where the kernel's products have 64 rows or more; `tests/test_tma.py` asserts
   it for the TMA forward of the default 64×64 config.
+
+The targets (issue 18): Triton tutorial 06 (fused attention) at its sm_90 defaults, measured
+the same way by an independent side-by-side AOT compile (triton 3.9.0, ptxas 12.9, fp16; bf16
+identical), in warp-instructions per tile element: forward 0.256 (hd 64, 128×64 w4s2, TMA) /
+0.305 (hd 128); dK/dV 0.329 (hd 64, 128 keys × 32 rows, w4s5) / 0.726 (hd 128); dQ 0.270 / 0.517.
+`tests/test_static.py` holds the defaults (`block="auto"`, `tma="auto"`) to them on sm_90, and
+every default kernel to no spill and MMA issued/needed <= 1.05.
 
 Regenerate with `{command}`.
 

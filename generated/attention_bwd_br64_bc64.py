@@ -4,16 +4,19 @@
 Three kernels, no atomics, so the gradients are bitwise identical from run to run:
 
 1. ``_attn_bwd_preprocess``: ``Δ = rowsum(dO ∘ O)`` per query row, minus the row's ``dlse``
-   when the loss uses the returned lse (claims ``backward_delta``, ``backward_ds``).
-   HBM: reads O and dO once (and dlse, one fp32 per row, only then), writes one fp32 per row.
-2. ``_attn_bwd_dkdv``: one program per (key tile, batch x K/V head) keeps its K, V tiles and
+   when the loss uses the returned lse (claims ``backward_delta``, ``backward_ds``), and the
+   row's LSE in log2 units with the empty-row guard applied once (``lse2_safe``), so neither
+   loop rescales or guards it again. HBM: reads O, dO and the lse once (and dlse, one fp32 per
+   row, only then), writes two fp32 per row.
+2. ``_attn_bwd_dkdv``: one program per (``BLOCK_N_DKDV`` keys, batch x K/V head) keeps its K, V tiles and
    the fp32 accumulators dK, dV on chip and streams the query rows (``BLOCK_M_DKDV`` at a
    time) of every query head of its GQA group (dK, dV of a shared K/V head are the sum over
    those heads; K/V are never copied). HBM: K, V read once, each visited Q, dO tile read
    once per key tile, dK, dV written once. Its tiles are key-major, as in Triton tutorial
    06 (``qkT = K Qᵀ``, ``pT``, ``dpT``, ``dsT``; claim ``backward_key_major``): the key tile
-   is the first operand of all four products, so each has M = B_c rows (a Hopper wgmma
-   needs M = 64 per warpgroup) whatever the query step.
+   is the first operand of all four products, so each has M = ``BLOCK_N_DKDV`` rows, one m64
+   slab per warpgroup of a Hopper wgmma, whatever the query step. The key tile is the
+   backward's own, independent of B_c.
 3. ``_attn_bwd_dq``: one program per (``BLOCK_M_DQ`` query rows, batch x query head), the
    forward's loop order: streams K, V tiles and accumulates dQ on chip; written once. HBM: its
    Q, dO rows read once, every visited K, V tile read once per program, dQ written once.
@@ -39,32 +42,36 @@ from generator.runtime import launch
 
 BLOCK_M = 64
 BLOCK_N = 64
-#: launch settings of the dK/dV kernel (and the preprocess) and of the dQ kernel, chosen by the
-#: generator per block config (generator.variants.default_bwd_*, whose docstrings say why;
-#: `--num-warps` / `--num-stages` set all of them): the two loops hold different tiles live
-DKDV_NUM_WARPS = 8
-DKDV_NUM_STAGES = 2
-DQ_NUM_WARPS = 8
-DQ_NUM_STAGES = 3
-#: the dK/dV kernel streams the query rows in steps of this many rows (a divisor of B_r,
-#: generator.variants.default_bwd_sub_m): the N side of its key-major products, and the size
-#: of the Q, dO, Pᵀ and dSᵀ tiles it holds. Its loop bounds are the same proven terms with this
-#: step as the tile height (claim mask_tiles_sound holds for every block size); the dense
-#: block map stays per B_r tile.
-BLOCK_M_DKDV = 16
-#: the dQ kernel's programs own this many query rows (a divisor of B_r,
-#: generator.variants.default_bwd_dq_sub_m): the M side of all its products and the height of
-#: the Q, dO and fp32 dQ tiles it holds through the whole key loop (at most 64: 128 rows spill at
-#: head dim 128). Its classifier is the same proven terms with this tile height, and the dense
-#: block map stays per B_r tile.
-BLOCK_M_DQ = 64
+#: launch settings per (architecture, head dim), chosen by the generator from the static report
+#: (generator.variants.default_bwd_settings, whose docstring says why): ``{arch: {largest padded
+#: head dim: settings}}`` with, for the dK/dV kernel (and the preprocess), its key tile
+#: ``block_n`` (BLOCK_N_DKDV), its row step ``block_m`` (BLOCK_M_DKDV: the N side of its
+#: key-major products and the height of the Q, dO, Pᵀ, dSᵀ tiles of a step), warps and stages;
+#: for the dQ kernel its row tile ``block_m`` (BLOCK_M_DQ: the M side of its products and the
+#: height of the Q, dO and fp32 dQ tiles it holds for the whole key loop), its key step
+#: ``block_n``, warps and stages.
+#: Each loop's bounds are the same proven terms at its own tile sizes (claim mask_tiles_sound
+#: holds for every block size); `--num-warps` / `--num-stages` set all of them.
+SETTINGS = {
+    80: {
+        64: {'dkdv': {'block_n': 128, 'block_m': 32, 'num_warps': 8, 'num_stages': 2}, 'dq': {'block_m': 128, 'block_n': 64, 'num_warps': 8, 'num_stages': 2}},
+        256: {'dkdv': {'block_n': 128, 'block_m': 16, 'num_warps': 8, 'num_stages': 2}, 'dq': {'block_m': 64, 'block_n': 64, 'num_warps': 8, 'num_stages': 3}},
+    },
+    90: {
+        64: {'dkdv': {'block_n': 128, 'block_m': 64, 'num_warps': 8, 'num_stages': 2}, 'dq': {'block_m': 128, 'block_n': 64, 'num_warps': 8, 'num_stages': 3}},
+        256: {'dkdv': {'block_n': 128, 'block_m': 32, 'num_warps': 8, 'num_stages': 2}, 'dq': {'block_m': 128, 'block_n': 64, 'num_warps': 8, 'num_stages': 3}},
+    },
+}
+#: the tiles of the dense block map both kernels read (``MAP_BLOCK``: a multiple of every row
+#: tile and of every key tile above, so each tile of either loop lies inside one map tile)
+MAP_BLOCK = (128, 128)
 #: mask kinds this file was generated with (`--mask`), and the command that emitted it
 MASKS = ['causal', 'window', 'lengths', 'dense']
 COMMAND = "python -m generator --br 64 --bc 64"
 
 
 @triton.jit
-def _attn_bwd_preprocess(Out, DO, DLse, Delta, stride_ob, stride_oh, stride_om, stride_od,
+def _attn_bwd_preprocess(Out, DO, DLse, Delta, Lse, Lse2, stride_ob, stride_oh, stride_om, stride_od,
                          stride_dob, stride_doh, stride_dom, stride_dod, stride_lb, stride_lh, stride_lm, H, N_Q,
                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                          HAS_DLSE: tl.constexpr):
@@ -87,19 +94,40 @@ def _attn_bwd_preprocess(Out, DO, DLse, Delta, stride_ob, stride_oh, stride_om, 
         # the loss does not use lse: no load, no HBM traffic
         dlse = tl.zeros([BLOCK_M], dtype=tl.float32)
     delta = -dlse + tl.sum(do*o, 1)  # Δ_i = rowsum(dO ∘ O); a gradient of lse enters as −dlse, since ∂lse_i/∂S_ij = P_ij (claim: backward_delta)
-    tl.store(Delta + off_bh.to(tl.int64) * N_Q + offs_m, delta, mask=offs_m < N_Q)
+    # the forward's saved lse, once per row: in log2 units and guarded here, so the loops read
+    # lse2_safe as it is
+    row_ok = offs_m < N_Q
+    rows = off_bh.to(tl.int64) * N_Q + offs_m
+    lse = tl.load(Lse + rows, mask=row_ok, other=0.0)
+    lse2 = lse * 1.4426950408889634  # the saved natural-log LSE in log2 units (claim: exp2_rewrite)
+    lse2_safe = tl.where(lse2 == float("-inf"), float("inf"), lse2)  # guard: a row with no key has lse = -inf; +inf makes its P exactly 0 (claim: merge_identity)
+    tl.store(Delta + rows, delta, mask=row_ok)
+    tl.store(Lse2 + rows, lse2_safe, mask=row_ok)
 
 
 @triton.jit
-def _attn_bwd_row_state(Lse, Delta, off_bh, offs_m, N_Q):
-    """The per-row inputs of the backward: LSE in log2 units (guarded) and Δ."""
-    row_ok = offs_m < N_Q
-    # rows past N_Q read lse = -inf: the guard below turns them into P = 0
-    lse = tl.load(Lse + off_bh * N_Q + offs_m, mask=row_ok, other=float("-inf"))
-    delta = tl.load(Delta + off_bh * N_Q + offs_m, mask=row_ok, other=0.0)
-    lse2 = lse * 1.4426950408889634  # the saved natural-log LSE in log2 units (claim: exp2_rewrite)
-    lse2_safe = tl.where(lse2 == float("-inf"), float("inf"), lse2)  # guard: a row with no key has lse = -inf; +inf makes its P exactly 0 (claim: merge_identity)
-    return lse2_safe, delta
+def _attn_bwd_rows(Q_head, DO_head, Lse2, Delta, off_bh, offs_m, offs_d, stride_qm, stride_qd, stride_dom,
+                   stride_dod, N_Q, HEAD_DIM: tl.constexpr, ROW_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """HBM -> SRAM: the Q and dO rows ``offs_m`` (row-major: contiguous rows, which Triton
+    pipelines with async copies), their ``lse2_safe`` and Δ. ``ROW_MASK``: some rows may lie
+    past N_Q (a partial tile): they read Q = dO = 0, Δ = 0 and lse2_safe = float("inf"), the
+    guard's value for a row with no key, so their P is exactly 0. A full tile's rows are all
+    below N_Q (claim mask_tiles_sound): no row mask, only the padding columns d >= HEAD_DIM."""
+    d_ok = offs_d[None, :] < HEAD_DIM
+    if ROW_MASK:
+        row_ok = offs_m < N_Q
+        q_mask = row_ok[:, None] & d_ok
+        lse2_safe = tl.load(Lse2 + off_bh * N_Q + offs_m, mask=row_ok, other=float("inf"))
+        delta = tl.load(Delta + off_bh * N_Q + offs_m, mask=row_ok, other=0.0)
+    else:
+        q_mask = d_ok
+        lse2_safe = tl.load(Lse2 + off_bh * N_Q + offs_m)
+        delta = tl.load(Delta + off_bh * N_Q + offs_m)
+    q = tl.load(Q_head + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=q_mask,
+                other=0.0).to(DOT_DTYPE)
+    do = tl.load(DO_head + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod, mask=q_mask,
+                 other=0.0).to(DOT_DTYPE)
+    return q, do, lse2_safe, delta
 
 
 @triton.jit
@@ -131,7 +159,7 @@ def _attn_bwd_mask(qk, i, j, tile_state, Mask_head, stride_mm, stride_mn, N_Q, N
 
 
 @triton.jit
-def _attn_bwd_dkdv_stage(dk, dv, k, v, qk_scale, Q_head, DO_head, Lse, Delta, off_bh,
+def _attn_bwd_dkdv_stage(dk, dv, k, v, qk_scale, Q_head, DO_head, Lse2, Delta, off_bh,
                          stride_qm, stride_qd, stride_dom, stride_dod,
                          Mask_head, stride_mm, stride_mn, Map_col, stride_map_m, offs_n, offs_d, lo, hi,
                          N_Q, N_K, shift, window_left, window_right, key_len,
@@ -144,21 +172,17 @@ def _attn_bwd_dkdv_stage(dk, dv, k, v, qk_scale, Q_head, DO_head, Lse, Delta, of
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         if HAS_MASK:
-            # one byte per B_r tile from the block map (0 = the dense mask hides the whole tile);
-            # a step of BLOCK_M rows lies inside one B_r tile, whose state holds for its rows
+            # one byte per map tile from the block map (0 = the dense mask hides the whole tile);
+            # a step of BLOCK_M rows lies inside one map tile, whose state holds for its rows
             tile_state = tl.load(Map_col + (start_m // MAP_BLOCK_M) * stride_map_m).to(tl.int32)
         else:
             tile_state = 2
         if tile_state != 0:
-            # HBM -> SRAM: BLOCK_M rows of Q and of dO, and their rows' LSE and Δ. Both tiles are
-            # loaded row-major (contiguous rows: Triton pipelines them with async copies) and Q is
-            # transposed on chip, in shared memory, for Sᵀ = K Qᵀ
-            q_mask = (offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM)
-            q = tl.load(Q_head + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                        mask=q_mask, other=0.0).to(DOT_DTYPE)
-            do = tl.load(DO_head + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
-                         mask=q_mask, other=0.0).to(DOT_DTYPE)
-            lse2_safe, delta = _attn_bwd_row_state(Lse, Delta, off_bh, offs_m, N_Q)
+            # HBM -> SRAM: BLOCK_M rows of Q and of dO, and their rows' lse2_safe and Δ (row masks
+            # only in the partial stages); Q is transposed on chip, in shared memory, for Sᵀ = K Qᵀ
+            q, do, lse2_safe, delta = _attn_bwd_rows(Q_head, DO_head, Lse2, Delta, off_bh, offs_m, offs_d,
+                                                     stride_qm, stride_qd, stride_dom, stride_dod, N_Q,
+                                                     HEAD_DIM, MASKED, DOT_DTYPE)
             # Pᵀ of this step, key-major: keys down the rows, query rows across
             qkT = tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION)  # Sᵀ = K Qᵀ: M = B_c rows, the key tile (claim: backward_key_major)
             qkT = _attn_bwd_mask(qkT, offs_m[None, :], offs_n[:, None], tile_state, Mask_head, stride_mm,
@@ -175,7 +199,7 @@ def _attn_bwd_dkdv_stage(dk, dv, k, v, qk_scale, Q_head, DO_head, Lse, Delta, of
 
 
 @triton.jit
-def _attn_bwd_dkdv(Q, K, V, DO, Lse, Delta, DK, DV, KeyLens, Mask, BlockMap, sm_scale,
+def _attn_bwd_dkdv(Q, K, V, DO, Lse2, Delta, DK, DV, KeyLens, Mask, BlockMap, sm_scale,
                    stride_qb, stride_qh, stride_qm, stride_qd,
                    stride_kb, stride_kh, stride_kn, stride_kd,
                    stride_vb, stride_vh, stride_vn, stride_vd,
@@ -185,10 +209,11 @@ def _attn_bwd_dkdv(Q, K, V, DO, Lse, Delta, DK, DV, KeyLens, Mask, BlockMap, sm_
                    stride_map_b, stride_map_h, stride_map_m, stride_map_n,
                    H_KV, GROUP, N_Q, N_K, shift, window_left, window_right,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   MAP_BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-                   HAS_LENGTHS: tl.constexpr, HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                   INPUT_PRECISION: tl.constexpr):
-    # BLOCK_M is the row step BLOCK_M_DKDV; MAP_BLOCK_M the B_r of the dense block map
+                   MAP_BLOCK_M: tl.constexpr, MAP_BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                   HAS_WINDOW: tl.constexpr, HAS_LENGTHS: tl.constexpr, HAS_MASK: tl.constexpr,
+                   DOT_DTYPE: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    # BLOCK_N is the key tile BLOCK_N_DKDV, BLOCK_M the row step BLOCK_M_DKDV; MAP_BLOCK_M x
+    # MAP_BLOCK_N the tiles of the dense block map
     start_n = tl.program_id(0) * BLOCK_N
     off_bkv = tl.program_id(1)
     off_b = (off_bkv // H_KV).to(tl.int64)
@@ -239,20 +264,21 @@ def _attn_bwd_dkdv(Q, K, V, DO, Lse, Delta, DK, DV, KeyLens, Mask, BlockMap, sm_
         Q_head = Q + off_b * stride_qb + off_h * stride_qh
         DO_head = DO + off_b * stride_dob + off_h * stride_doh
         Mask_head = Mask + off_b * stride_mb + off_h * stride_mh
-        Map_col = BlockMap + off_b * stride_map_b + off_h * stride_map_h + tl.program_id(0) * stride_map_n
+        # the block map's column of the map tile holding these keys (MAP_BLOCK_N is a multiple of BLOCK_N)
+        Map_col = BlockMap + off_b * stride_map_b + off_h * stride_map_h + (start_n // MAP_BLOCK_N) * stride_map_n
         # stage 1: partial query tiles before the full ones; 2: full; 3: partial after them
         dk, dv = _attn_bwd_dkdv_stage(
-            dk, dv, k, v, qk_scale, Q_head, DO_head, Lse, Delta, off_bh, stride_qm, stride_qd, stride_dom,
+            dk, dv, k, v, qk_scale, Q_head, DO_head, Lse2, Delta, off_bh, stride_qm, stride_qd, stride_dom,
             stride_dod, Mask_head, stride_mm, stride_mn, Map_col, stride_map_m, offs_n, offs_d, q_lo, q_full_lo,
             N_Q, N_K, shift, window_left, window_right, key_len, HEAD_DIM, BLOCK_M, MAP_BLOCK_M, True,
             IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION)
         dk, dv = _attn_bwd_dkdv_stage(
-            dk, dv, k, v, qk_scale, Q_head, DO_head, Lse, Delta, off_bh, stride_qm, stride_qd, stride_dom,
+            dk, dv, k, v, qk_scale, Q_head, DO_head, Lse2, Delta, off_bh, stride_qm, stride_qd, stride_dom,
             stride_dod, Mask_head, stride_mm, stride_mn, Map_col, stride_map_m, offs_n, offs_d, q_full_lo,
             q_full_hi, N_Q, N_K, shift, window_left, window_right, key_len, HEAD_DIM, BLOCK_M, MAP_BLOCK_M, False,
             IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION)
         dk, dv = _attn_bwd_dkdv_stage(
-            dk, dv, k, v, qk_scale, Q_head, DO_head, Lse, Delta, off_bh, stride_qm, stride_qd, stride_dom,
+            dk, dv, k, v, qk_scale, Q_head, DO_head, Lse2, Delta, off_bh, stride_qm, stride_qd, stride_dom,
             stride_dod, Mask_head, stride_mm, stride_mn, Map_col, stride_map_m, offs_n, offs_d, q_full_hi, q_hi,
             N_Q, N_K, shift, window_left, window_right, key_len, HEAD_DIM, BLOCK_M, MAP_BLOCK_M, True,
             IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION)
@@ -268,15 +294,17 @@ def _attn_bwd_dkdv(Q, K, V, DO, Lse, Delta, DK, DV, KeyLens, Mask, BlockMap, sm_
 def _attn_bwd_dq_stage(dq, q, do, lse2_safe, delta, qk_scale, K_head, V_head, stride_kn, stride_kd,
                        stride_vn, stride_vd, Mask_head, stride_mm, stride_mn, Map_row, stride_map_n, offs_m,
                        offs_d, lo, hi, N_Q, N_K, shift, window_left, window_right, key_len,
-                       HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-                       IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_LENGTHS: tl.constexpr,
-                       HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                       HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MAP_BLOCK_N: tl.constexpr,
+                       MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                       HAS_LENGTHS: tl.constexpr, HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr,
+                       INPUT_PRECISION: tl.constexpr):
     # key tiles [lo, hi): all partial (MASKED) or all full, exactly as in the forward
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         if HAS_MASK:
-            tile_state = tl.load(Map_row + (start_n // BLOCK_N) * stride_map_n).to(tl.int32)
+            # the map tile holding this key tile (MAP_BLOCK_N is a multiple of BLOCK_N)
+            tile_state = tl.load(Map_row + (start_n // MAP_BLOCK_N) * stride_map_n).to(tl.int32)
         else:
             tile_state = 2
         if tile_state != 0:
@@ -302,7 +330,7 @@ def _attn_bwd_dq_stage(dq, q, do, lse2_safe, delta, qk_scale, K_head, V_head, st
 
 
 @triton.jit
-def _attn_bwd_dq(Q, K, V, DO, Lse, Delta, DQ, KeyLens, Mask, BlockMap, sm_scale,
+def _attn_bwd_dq(Q, K, V, DO, Lse2, Delta, DQ, KeyLens, Mask, BlockMap, sm_scale,
                  stride_qb, stride_qh, stride_qm, stride_qd,
                  stride_kb, stride_kh, stride_kn, stride_kd,
                  stride_vb, stride_vh, stride_vn, stride_vd,
@@ -312,10 +340,11 @@ def _attn_bwd_dq(Q, K, V, DO, Lse, Delta, DQ, KeyLens, Mask, BlockMap, sm_scale,
                  stride_map_b, stride_map_h, stride_map_m, stride_map_n,
                  H, GROUP, N_Q, N_K, shift, window_left, window_right,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 MAP_BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-                 HAS_LENGTHS: tl.constexpr, HAS_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                 INPUT_PRECISION: tl.constexpr):
-    # BLOCK_M is the dQ tile height BLOCK_M_DQ; MAP_BLOCK_M the B_r of the dense block map
+                 MAP_BLOCK_M: tl.constexpr, MAP_BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                 HAS_WINDOW: tl.constexpr, HAS_LENGTHS: tl.constexpr, HAS_MASK: tl.constexpr,
+                 DOT_DTYPE: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    # BLOCK_M is the dQ tile height BLOCK_M_DQ; MAP_BLOCK_M x MAP_BLOCK_N the tiles of the dense
+    # block map
     start_m = tl.program_id(0) * BLOCK_M
     off_bh = tl.program_id(1)
     off_b = (off_bh // H).to(tl.int64)
@@ -324,18 +353,16 @@ def _attn_bwd_dq(Q, K, V, DO, Lse, Delta, DQ, KeyLens, Mask, BlockMap, sm_scale,
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
 
-    # HBM -> SRAM: the Q and dO tiles and their rows' LSE and Δ, once for the whole key loop
-    q_mask = (offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM)
-    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm
-                + offs_d[None, :] * stride_qd, mask=q_mask, other=0.0).to(DOT_DTYPE)
-    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
-                 + offs_d[None, :] * stride_dod, mask=q_mask, other=0.0).to(DOT_DTYPE)
-    lse2_safe, delta = _attn_bwd_row_state(Lse, Delta, off_bh.to(tl.int64), offs_m, N_Q)
+    # HBM -> SRAM: the Q and dO tiles and their rows' lse2_safe and Δ, once for the whole key loop
+    q, do, lse2_safe, delta = _attn_bwd_rows(Q + off_b * stride_qb + off_h * stride_qh,
+                                             DO + off_b * stride_dob + off_h * stride_doh, Lse2, Delta,
+                                             off_bh.to(tl.int64), offs_m, offs_d, stride_qm, stride_qd,
+                                             stride_dom, stride_dod, N_Q, HEAD_DIM, True, DOT_DTYPE)
     K_head = K + off_b * stride_kb + off_kvh * stride_kh
     V_head = V + off_b * stride_vb + off_kvh * stride_vh
     Mask_head = Mask + off_b * stride_mb + off_h * stride_mh
-    # the block map's row of the B_r tile holding these rows (BLOCK_M divides B_r): its state per
-    # key tile holds for each of them
+    # the block map's row of the map tile holding these rows (MAP_BLOCK_M is a multiple of
+    # BLOCK_M): its state per key tile holds for each of them
     Map_row = BlockMap + off_b * stride_map_b + off_h * stride_map_h + (start_m // MAP_BLOCK_M) * stride_map_m
 
     # the forward's tile classifier (spec.masks.tile_bounds), evaluated for this program's rows
@@ -371,30 +398,37 @@ def _attn_bwd_dq(Q, K, V, DO, Lse, Delta, DQ, KeyLens, Mask, BlockMap, sm_scale,
     dq = _attn_bwd_dq_stage(
         dq, q, do, lse2_safe, delta, qk_scale, K_head, V_head, stride_kn, stride_kd, stride_vn, stride_vd,
         Mask_head, stride_mm, stride_mn, Map_row, stride_map_n, offs_m, offs_d, kv_lo, full_lo,
-        N_Q, N_K, shift, window_left, window_right, key_len, HEAD_DIM, BLOCK_N, True,
+        N_Q, N_K, shift, window_left, window_right, key_len, HEAD_DIM, BLOCK_N, MAP_BLOCK_N, True,
         IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION)
     dq = _attn_bwd_dq_stage(
         dq, q, do, lse2_safe, delta, qk_scale, K_head, V_head, stride_kn, stride_kd, stride_vn, stride_vd,
         Mask_head, stride_mm, stride_mn, Map_row, stride_map_n, offs_m, offs_d, full_lo, full_hi,
-        N_Q, N_K, shift, window_left, window_right, key_len, HEAD_DIM, BLOCK_N, False,
+        N_Q, N_K, shift, window_left, window_right, key_len, HEAD_DIM, BLOCK_N, MAP_BLOCK_N, False,
         IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION)
     dq = _attn_bwd_dq_stage(
         dq, q, do, lse2_safe, delta, qk_scale, K_head, V_head, stride_kn, stride_kd, stride_vn, stride_vd,
         Mask_head, stride_mm, stride_mn, Map_row, stride_map_n, offs_m, offs_d, full_hi, kv_hi,
-        N_Q, N_K, shift, window_left, window_right, key_len, HEAD_DIM, BLOCK_N, True,
+        N_Q, N_K, shift, window_left, window_right, key_len, HEAD_DIM, BLOCK_N, MAP_BLOCK_N, True,
         IS_CAUSAL, HAS_WINDOW, HAS_LENGTHS, HAS_MASK, DOT_DTYPE, INPUT_PRECISION)
     dq = dq*sm_scale  # ∂S/∂Q = scale · K: one multiply per element (claim: backward_grads)
 
     # SRAM -> HBM: the dQ tile, once, in the input dtype
     tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
-             dq.to(DQ.dtype.element_ty), mask=q_mask)
+             dq.to(DQ.dtype.element_ty), mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM))
 
 
-#: the dK/dV kernel's row step, the dQ kernel's tile height, and the B_r of the block map both read
-DKDV_BLOCKS = {"BLOCK_M": BLOCK_M_DKDV, "MAP_BLOCK_M": BLOCK_M}
-DQ_BLOCKS = {"BLOCK_M": BLOCK_M_DQ, "MAP_BLOCK_M": BLOCK_M}
-DKDV_LAUNCH = {"num_warps": DKDV_NUM_WARPS, "num_stages": DKDV_NUM_STAGES}
-DQ_LAUNCH = {"num_warps": DQ_NUM_WARPS, "num_stages": DQ_NUM_STAGES}
+def launch_settings(arch: int, head_dim: int) -> dict:
+    """``SETTINGS`` for ``arch`` (80 or 90, ``launch.settings_arch``) and ``head_dim``, as the
+    keyword arguments of each kernel: ``{"dkdv": {...}, "dq": {...}}`` (block constexprs, then
+    ``num_warps`` and ``num_stages``)."""
+    s = launch.pick_settings(SETTINGS, arch, head_dim)
+    dkdv, dq = s["dkdv"], s["dq"]
+    return {
+        "dkdv": ({"BLOCK_N": dkdv["block_n"], "BLOCK_M": dkdv["block_m"]},
+                 {"num_warps": dkdv["num_warps"], "num_stages": dkdv["num_stages"]}),
+        "dq": ({"BLOCK_M": dq["block_m"], "BLOCK_N": dq["block_n"]},
+               {"num_warps": dq["num_warps"], "num_stages": dq["num_stages"]}),
+    }
 
 
 def backward(do, q, k, v, out, lse, *, sm_scale, grad_lse=None, shift=0, causal=False, window=None,
@@ -402,7 +436,8 @@ def backward(do, q, k, v, out, lse, *, sm_scale, grad_lse=None, shift=0, causal=
     """Launch the three kernels. Arguments as the forward's ``forward`` plus ``do`` (dL/dout),
     ``out`` and ``lse`` (fp32 ``(B, Hq, N_Q)``, contiguous) saved by the forward, and
     optionally ``grad_lse`` (dL/dlse, ``(B, Hq, N_Q)``, any strides; ``None`` when the loss does
-    not use lse). Returns ``(dq, dk, dv)`` in the inputs' dtype."""
+    not use lse). ``block_map``: the dense mask's map at ``MAP_BLOCK`` tiles. Returns
+    ``(dq, dk, dv)`` in the inputs' dtype."""
     flags, (window_left, window_right, lens_arg, mask_arg, map_arg) = launch.mask_launch(
         __name__, MASKS, COMMAND, q.device, causal=causal, window=window, key_lengths=key_lengths, mask=mask,
         block_map=block_map)
@@ -412,46 +447,53 @@ def backward(do, q, k, v, out, lse, *, sm_scale, grad_lse=None, shift=0, causal=
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     delta = torch.empty((B, H, N_Q), dtype=torch.float32, device=q.device)
+    lse2 = torch.empty((B, H, N_Q), dtype=torch.float32, device=q.device)
     block_d = launch.block_d(D)
-    constants = dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, **flags,
+    settings = launch_settings(launch.settings_arch(q.device), block_d)
+    (dkdv_blocks, dkdv_launch), (dq_blocks, dq_launch) = settings["dkdv"], settings["dq"]
+    constants = dict(HEAD_DIM=D, BLOCK_D=block_d, MAP_BLOCK_M=MAP_BLOCK[0], MAP_BLOCK_N=MAP_BLOCK[1], **flags,
                      **launch.dot_constants(q.dtype))
     # ∂lse_i/∂S_ij = P_ij: dL/dlse enters dS = P ∘ (dP − Δ) through delta (no extra pass over K, V)
     dlse_arg = grad_lse if grad_lse is not None else delta  # never read when HAS_DLSE is False
     dlse_strides = grad_lse.stride() if grad_lse is not None else (0, 0, 0)
     _attn_bwd_preprocess[(triton.cdiv(N_Q, BLOCK_M), B * H)](
-        out, do, dlse_arg, delta, *out.stride(), *do.stride(), *dlse_strides, H, N_Q,
-        HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=BLOCK_M, HAS_DLSE=grad_lse is not None, **DKDV_LAUNCH)
-    _attn_bwd_dkdv[(triton.cdiv(N_K, BLOCK_N), B * H_KV)](
-        q, k, v, do, lse, delta, dk, dv, lens_arg, mask_arg, map_arg, sm_scale,
+        out, do, dlse_arg, delta, lse, lse2, *out.stride(), *do.stride(), *dlse_strides, H, N_Q,
+        HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=BLOCK_M, HAS_DLSE=grad_lse is not None, **dkdv_launch)
+    _attn_bwd_dkdv[(triton.cdiv(N_K, dkdv_blocks["BLOCK_N"]), B * H_KV)](
+        q, k, v, do, lse2, delta, dk, dv, lens_arg, mask_arg, map_arg, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *mask_arg.stride(), *map_arg.stride(),
-        H_KV, H // H_KV, N_Q, N_K, shift, window_left, window_right, **dict(constants, **DKDV_BLOCKS),
-        **DKDV_LAUNCH)
-    _attn_bwd_dq[(triton.cdiv(N_Q, BLOCK_M_DQ), B * H)](
-        q, k, v, do, lse, delta, dq, lens_arg, mask_arg, map_arg, sm_scale,
+        H_KV, H // H_KV, N_Q, N_K, shift, window_left, window_right, **constants, **dkdv_blocks, **dkdv_launch)
+    _attn_bwd_dq[(triton.cdiv(N_Q, dq_blocks["BLOCK_M"]), B * H)](
+        q, k, v, do, lse2, delta, dq, lens_arg, mask_arg, map_arg, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(), *mask_arg.stride(), *map_arg.stride(),
-        H, H // H_KV, N_Q, N_K, shift, window_left, window_right, **dict(constants, **DQ_BLOCKS), **DQ_LAUNCH)
+        H, H // H_KV, N_Q, N_K, shift, window_left, window_right, **constants, **dq_blocks, **dq_launch)
     return dq, dk, dv
 
 
-def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, lengths=False, dense=False) -> dict:
-    """Arguments to compile the three backward kernels ahead of time, without a GPU:
-    ``{kernel name: args}`` with ``args`` as in the forward module's ``aot_compile_args``. One loop
-    step (``loop``): the dK/dV kernel's key tile x row step with four products (Sᵀ, dPᵀ, dV, dK),
-    the dQ kernel's row tile x B_c with three (S, dP, dQ)."""
+def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, lengths=False, dense=False,
+                     arch=90) -> dict:
+    """Arguments to compile the three backward kernels ahead of time, without a GPU, with the
+    launch settings of ``arch`` (80 or 90): ``{kernel name: args}`` with ``args`` as in the forward
+    module's ``aot_compile_args``. One loop step (``loop``): the dK/dV kernel's key tile x row
+    step with four products (Sᵀ, dPᵀ, dV, dK), the dQ kernel's row tile x B_c with three (S, dP, dQ)."""
     torch_dtype, name = launch.tl_dtype_of(dtype)
-    shapes = {"HEAD_DIM": head_dim, "BLOCK_D": launch.block_d(head_dim), "BLOCK_M": BLOCK_M}
-    main = {**shapes, "BLOCK_N": BLOCK_N, **launch.mask_constexprs(causal, window, lengths, dense),
-            **launch.dot_constants(torch_dtype, interpret=False)}
-    operands = {"Q": name, "K": name, "V": name, "DO": name, "Lse": "fp32", "Delta": "fp32", "KeyLens": "i32",
+    block_d = launch.block_d(head_dim)
+    settings = launch_settings(arch, block_d)
+    (dkdv_blocks, dkdv_launch), (dq_blocks, dq_launch) = settings["dkdv"], settings["dq"]
+    main = {"HEAD_DIM": head_dim, "BLOCK_D": block_d, "MAP_BLOCK_M": MAP_BLOCK[0], "MAP_BLOCK_N": MAP_BLOCK[1],
+            **launch.mask_constexprs(causal, window, lengths, dense), **launch.dot_constants(torch_dtype, interpret=False)}
+    operands = {"Q": name, "K": name, "V": name, "DO": name, "Lse2": "fp32", "Delta": "fp32", "KeyLens": "i32",
                 "Mask": "i1", "BlockMap": "i8"}
     return {
         "_attn_bwd_preprocess": launch.aot_args(
-            _attn_bwd_preprocess, {"Out": name, "DO": name, "DLse": "fp32", "Delta": "fp32"}, (),
-            {**shapes, "HAS_DLSE": False}, DKDV_NUM_WARPS, DKDV_NUM_STAGES),
+            _attn_bwd_preprocess, {"Out": name, "DO": name, "DLse": "fp32", "Delta": "fp32", "Lse": "fp32",
+                                   "Lse2": "fp32"}, (),
+            {"HEAD_DIM": head_dim, "BLOCK_D": block_d, "BLOCK_M": BLOCK_M, "HAS_DLSE": False},
+            dkdv_launch["num_warps"], dkdv_launch["num_stages"]),
         "_attn_bwd_dkdv": launch.aot_args(_attn_bwd_dkdv, {**operands, "DK": name, "DV": name}, ("sm_scale",),
-                                          {**main, **DKDV_BLOCKS}, DKDV_NUM_WARPS, DKDV_NUM_STAGES,
-                                          loop=(BLOCK_N, BLOCK_M_DKDV, 4)),
+                                          {**main, **dkdv_blocks}, **dkdv_launch,
+                                          loop=(dkdv_blocks["BLOCK_N"], dkdv_blocks["BLOCK_M"], 4)),
         "_attn_bwd_dq": launch.aot_args(_attn_bwd_dq, {**operands, "DQ": name}, ("sm_scale",),
-                                        {**main, **DQ_BLOCKS}, DQ_NUM_WARPS, DQ_NUM_STAGES,
-                                        loop=(BLOCK_M_DQ, BLOCK_N, 3)),
+                                        {**main, **dq_blocks}, **dq_launch,
+                                        loop=(dq_blocks["BLOCK_M"], dq_blocks["BLOCK_N"], 3)),
     }

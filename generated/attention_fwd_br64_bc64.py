@@ -15,7 +15,7 @@ Tiles of keys are classified per query tile from ``spec.masks.tile_bounds`` (cla
 computed without any per-element predicate, and only the partial tiles at the edges pay
 for one. A dense bool mask adds a precomputed block map (0 empty, 1 partial, 2 full).
 
-``USE_TMA`` (opt-in, ``tma=True``): Q, K, V and O move through Hopper's tensor memory
+``USE_TMA`` (the default on sm_90+, ``tma="auto"``): Q, K, V and O move through Hopper's tensor memory
 accelerator instead of per-thread pointer loads. They arrive as host-side tensor descriptors
 over their real ``(B, H, N, D)`` shape and strides, so the copy engine zero-fills rows past
 ``N`` and the padding columns ``d >= HEAD_DIM`` (the pointer path's load masks) and clips
@@ -31,8 +31,18 @@ from generator.runtime import launch
 
 BLOCK_M = 64
 BLOCK_N = 64
-NUM_WARPS = 4
-NUM_STAGES = 3
+#: launch settings per (architecture, head dim), chosen by the generator from the static report
+#: (generator.variants.default_fwd_settings, whose docstring says why): ``{arch: {largest padded
+#: head dim: {"num_warps", "num_stages"}}}``; the pointer path takes sm_80's on every GPU
+#: (``launch.memory_path_arch``); `--num-warps` / `--num-stages` set all of them
+SETTINGS = {
+    80: {
+        256: {'num_warps': 4, 'num_stages': 3},
+    },
+    90: {
+        256: {'num_warps': 4, 'num_stages': 3},
+    },
+}
 #: mask kinds this file was generated with (`--mask`), and the command that emitted it
 MASKS = ['causal', 'window', 'lengths', 'dense']
 COMMAND = "python -m generator --br 64 --bc 64"
@@ -253,18 +263,20 @@ def forward(q, k, v, *, sm_scale, shift=0, causal=False, window=None, key_length
     (q_arg, k_arg, v_arg, out_arg), use_tma = launch.tma_operands(
         tma, {"q": (q, BLOCK_M), "k": (k, BLOCK_N), "v": (v, BLOCK_N), "out": (out, BLOCK_M)}, BLOCK_D)
     lse = torch.empty((B, H, N_Q), dtype=torch.float32, device=q.device)
+    settings = launch.pick_settings(SETTINGS, launch.memory_path_arch(launch.settings_arch(q.device), use_tma),
+                                    BLOCK_D)
     grid = (triton.cdiv(N_Q, BLOCK_M), B * H)
     _attn_fwd[grid](
         q_arg, k_arg, v_arg, out_arg, lse, lens_arg, mask_arg, map_arg, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(), *mask_arg.stride(), *map_arg.stride(),
         H, H // k.shape[1], N_Q, N_K, shift, window_left, window_right,
         HEAD_DIM=D, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, **flags,
-        **launch.dot_constants(q.dtype), USE_TMA=use_tma, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        **launch.dot_constants(q.dtype), USE_TMA=use_tma, **settings)
     return out, lse
 
 
 def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, lengths=False, dense=False,
-                     tma=False) -> dict:
+                     tma=False, arch=90) -> dict:
     """Arguments to compile ``_attn_fwd`` ahead of time, without a GPU::
 
         a = aot_compile_args("bf16", 128, causal=True)
@@ -273,7 +285,8 @@ def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, l
                        options=dict(num_warps=a["num_warps"], num_stages=a["num_stages"]))
 
     ``tma=True``: Q, K, V and Out are tensor descriptors (the signature ``forward(tma=True)``
-    launches with).
+    launches with). ``arch``: whose launch settings (``SETTINGS``) to compile with (sm_80's for
+    the pointer path, ``launch.memory_path_arch``).
     """
     torch_dtype, name = launch.tl_dtype_of(dtype)
     block_d = launch.block_d(head_dim)
@@ -285,5 +298,6 @@ def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, l
     rows = {"Q": BLOCK_M, "K": BLOCK_N, "V": BLOCK_N, "Out": BLOCK_M}
     descriptors = {p: launch.tma_signature(name, r, block_d) for p, r in rows.items()} if tma else None
     # one step of the key loop: a BLOCK_M x BLOCK_N tile, two products (Q Kᵀ and P V)
-    return launch.aot_args(_attn_fwd, pointers, ("sm_scale",), constexprs, NUM_WARPS, NUM_STAGES, descriptors,
-                           loop=(BLOCK_M, BLOCK_N, 2))
+    settings = launch.pick_settings(SETTINGS, launch.memory_path_arch(arch, tma), block_d)
+    return launch.aot_args(_attn_fwd, pointers, ("sm_scale",), constexprs, settings["num_warps"],
+                           settings["num_stages"], descriptors, loop=(BLOCK_M, BLOCK_N, 2))

@@ -8,6 +8,7 @@ decides which terms go into which slot, and under which kernel names.
 from __future__ import annotations
 
 import jinja2
+import sympy as sp
 
 from spec import masks as M
 from spec import notation as n
@@ -18,7 +19,7 @@ from spec.masks import (
     BOUNDS_INIT, KEEP_INIT, ROW_BOUNDS_INIT, ROW_TILE_LOOP, TILE_LOOP, bounds_terms, keep_term, row_bounds_terms)
 
 from generator.printer import print_expr, print_term
-from generator.variants import BWD_LAUNCH, BlockConfig, Variant
+from generator.variants import BlockConfig, Variant
 
 ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("generator", "templates"),
@@ -114,7 +115,8 @@ def backward_context(variant: Variant) -> dict:
         "index": TILE_NAMES,
         "index_t": TILE_NAMES_T,
         "preprocess": _lines(T.BACKWARD_PREPROCESS),
-        "row_state": _lines(T.BACKWARD_TILE[:2]),  # lse2, lse2_safe: per row, once per query tile
+        "row_state": _lines(T.BACKWARD_TILE[:2]),  # lse2, lse2_safe: per row, once, in the preprocess
+        "lse2_pad": print_expr(sp.oo),  # lse2_safe of a row with no key (the guard's value): P = 0
         "tile_p": _lines(tile[:1]),
         "tile_ds": _lines(tile[1:]),
         "tile_qk_t": print_term(tile_t[0]),
@@ -135,14 +137,22 @@ def backward_context(variant: Variant) -> dict:
 CONTEXTS = {"fwd": forward_context, "softmax": softmax_context, "bwd": backward_context}
 
 
+def _table(settings: dict) -> str:
+    """A launch-settings table as a Python literal, one line per (arch, head dim) entry."""
+    lines = []
+    for arch, per_dim in settings.items():
+        entries = "".join(f"\n        {dim}: {entry!r}," for dim, entry in per_dim.items())
+        lines.append(f"\n    {arch}: {{{entries}\n    }},")
+    return "{" + "".join(lines) + "\n}"
+
+
 def render_variant(variant: Variant) -> str:
     c = variant.config
     ctx = CONTEXTS[variant.kind.name](variant)
     return ENV.get_template(variant.kind.template).render(
         header=header(c.command), command=c.command,
         block_m=c.block_m, block_n=c.block_n, num_warps=c.warps, num_stages=c.stages,
-        bwd_launch={kernel: c.bwd_launch(kernel) for kernel in BWD_LAUNCH}, bwd_sub_m=c.bwd_sub_m,
-        bwd_dq_sub_m=c.bwd_dq_sub_m,
+        fwd_settings=_table(c.fwd_settings), bwd_settings=_table(c.bwd_settings), bwd_map_block=c.bwd_map_block,
         masks=list(c.masks), **ctx)
 
 

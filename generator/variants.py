@@ -56,77 +56,85 @@ def default_num_stages(block_m: int, block_n: int) -> int:
     return 3 if block_n <= 64 else 2
 
 
-# The backward's launch settings, per kernel. Each choice below is the one that keeps every
-# kernel of the three emitted configs (16x32, 64x64, 128x64) spill-free on sm_80 and sm_90 at head
-# dims 64 and 128, fp16/bf16, unmasked and causal, with every dot on tensor cores, as compiled by
-# `python -m benchmarks.static` (Triton 3.9); tests/test_static.py asserts it, with no exception.
+def default_fwd_settings(block_m: int, block_n: int) -> dict:
+    """``{arch: {largest padded head dim: {"num_warps", "num_stages"}}}`` of the forward.
+
+    sm_80: default_num_warps / default_num_stages, the tutorial's pointer-path choices; the
+    pointer path takes them on every GPU (``launch.memory_path_arch``: on sm_90 it is the
+    fallback). sm_90: FWD_SM90 below where it lists the block, chosen from the static report's
+    loop columns on the TMA path (the sm_90 default); else the sm_80 choice."""
+    base = {"num_warps": default_num_warps(block_m, block_n), "num_stages": default_num_stages(block_m, block_n)}
+    sm90 = FWD_SM90.get((block_m, block_n), {256: base})
+    return {80: {256: base}, 90: sm90}
 
 
-def default_bwd_num_warps(block_m: int, block_n: int) -> int:
-    """Warps of the dK/dV kernel (and the preprocess): 8 for a key tile of 64 or more keys, else 4.
-
-    Its key-major products all have M = B_c rows. On sm_90 the two warpgroups of 8 warps split
-    the head dim of the wgmma accumulators dK, dV, halving their registers: at 4 warps the head-
-    dim-128 kernel spills (44 B causal, 1 stage; 220 B with 2). On sm_80 a chain of dots (Pᵀ
-    feeds dV) puts every warp along M, so warps beyond B_c / 16 only replicate the mma tiles, but
-    the Q, dO loads and the mask tiles still spread over 8 warps: 4 warps spill at head dim 128.
-    A 32-key tile (16x32) has no wgmma (M = 32 < 64) and fits in 4 warps."""
-    return 8 if block_n >= 64 else 4
-
-
-def default_bwd_num_stages(block_m: int, block_n: int) -> int:
-    """Pipeline depth of the dK/dV kernel's streamed Q and dO tiles: 2, so the next step's tiles
-    arrive by async copy while this one computes (1 stage leaves the load latency exposed on
-    every step). A third stage holds one more Q, dO pair live and reaches 255 registers at head
-    dim 128, causal (64x64, both archs): no margin."""
-    return 2
+#: sm_90 forward settings per block and largest padded head dim (default_fwd_settings). Static
+#: report, TMA path, fp16 unmasked, warp-instructions per tile element of the full-tile loop:
+#: 128x64 at head dim 64 on 4 warps (one warpgroup on 128 rows, tutorial 06's shape) 0.256 at
+#: 189 regs (8 warps: 0.305); at head dim 128 4 warps spill (8 B), so 8 warps (0.350). A 128x128
+#: block would reach 0.250 at head dim 128 on the TMA path (8 warps, 204 regs), but its pointer
+#: path, which every config must also compile spill-free, spills on sm_80 and sm_90 at every
+#: setting tried (8 warps 1-2 stages: 12-184 B; 16 warps: 18 KB), so it is not emitted.
+FWD_SM90: dict = {
+    (128, 64): {64: {"num_warps": 4, "num_stages": 3}, 256: {"num_warps": 8, "num_stages": 3}},
+}
 
 
-def default_bwd_sub_m(block_m: int, block_n: int) -> int:
-    """Query rows per step of the dK/dV kernel's loop (a divisor of B_r, at least 16, tl.dot's
-    minimum): 16. In the key-major tile the step is the N side of Sᵀ = K Qᵀ and dPᵀ = V dOᵀ and
-    the K side of dV += Pᵀ dO, dK += dSᵀ Q, so it does not decide whether they are wgmma (M = B_c
-    does). Tutorial 06 steps 32 rows over 128 keys; here 32 rows spill at head dim 128 with 8
-    warps and 2 stages (sm_90: 28 B unmasked, 92 B causal; sm_80: 8 B causal), 64 rows spill
-    everywhere but unmasked sm_90 head dim 64."""
-    return 16
+# The backward's launch settings, per (architecture, head dim) and kernel. Each choice below keeps
+# every kernel of the emitted configs spill-free on sm_80 and sm_90 at head dims 64 and 128,
+# fp16/bf16, unmasked and causal, with every dot on tensor cores, as compiled by
+# `python -m benchmarks.static` (Triton 3.9), whose loop columns (warp-instructions per tile
+# element, MMA issued/needed) decided between the spill-free candidates; tests/test_static.py
+# asserts it, with no exception.
 
 
-def default_bwd_dq_sub_m(block_m: int, block_n: int) -> int:
-    """Query rows per program of the dQ kernel (a divisor of B_r): B_r, at most 64.
+def default_bwd_settings(block_m: int, block_n: int) -> dict:
+    """``{arch: {largest padded head dim: {"dkdv": {...}, "dq": {...}}}}`` of the backward.
 
-    A dQ program holds its rows' Q and dO tiles and the fp32 dQ accumulator on chip for the
-    whole key loop, so its registers grow with the row count times the head dim. With 128 rows
-    (the 128x64 config) at head dim 128 the causal kernel needs more than sm_80 has: 255
-    registers and 8/8 B of spill with every setting tried (4, 8, 16 warps; 1 to 5 stages; 16
-    warps cap a thread at 128 registers). 64 rows is the 64x64 config's dQ tile, spill-free on
-    sm_80 and sm_90 at head dims 64 and 128, and still M = 64 for a Hopper wgmma. The cost: each
-    program streams K and V for 64 rows instead of 128, so a 128x64 dQ pass reads K, V twice as
-    often from HBM/L2. The dense block map stays per B_r tile (the kernel reads it by
-    ``start_m // B_r``); the mask classifier is the same proven terms at this tile height (claim
-    mask_tiles_sound holds for every block size)."""
-    return min(block_m, 64)
+    dK/dV (``block_n`` keys per program, ``block_m`` query rows per step): its key-major products
+    all have M = ``block_n`` rows, so 128 keys on 8 warps give each Hopper warpgroup one m64 key
+    slab of its own (64 keys on 8 warps made both warpgroups recompute the full Sᵀ and dPᵀ:
+    MMA issued/needed 1.5 on sm_90, 2.0-2.5 on sm_80; now 1.00 on both). The key tile is the
+    backward's own, independent of B_c, as Triton tutorial 06's (128 keys). The row step is the
+    N side of Sᵀ, dPᵀ and the K side of dV, dK: the longest step that stays spill-free, since the
+    per-step bookkeeping (loads, pointer updates, the loop branch) is paid per step. Static
+    report, fp16 unmasked, warp-instructions per tile element of the full-tile loop:
+
+    * sm_90 head dim 64: 16 rows 0.672, 32 rows 0.434, **64 rows 0.324** (214 regs; causal 251
+      regs, 0.329); 4 warps spill at 32 rows. Head dim 128: 16 rows 0.852, **32 rows 0.547**
+      (246 regs; causal 254), 64 rows spill (116 B).
+    * sm_80 head dim 64: **32 rows 0.453** (184 regs), 64 rows 0.420 at 255 regs (no margin).
+      Head dim 128: **16 rows 0.770** (255 regs, no spill), 32 rows spill (48 B).
+
+    dQ (``block_m`` rows per program, the forward's loop over ``block_n``-key tiles: 64 keys, the
+    backward's own like the dK/dV key tile, so a 128x128 forward block does not change it): 128 rows on 8 warps,
+    one m64 row slab per warpgroup (64 rows on 8 warps replicated the qk and dp products, 1.67x),
+    where it fits. sm_90: 128 rows, 3 stages, 0.269 (hd64, 136 regs) / 0.327 (hd128, 246 regs);
+    4 warps on 128 rows spill. sm_80: 128 rows, 2 stages at head dim 64 (0.328, 186 regs); at
+    head dim 128 128 rows spill (32 B), so 64 rows, 3 stages (0.654, 167 regs).
+
+    The 16x32 test config keeps its small tiles (32 keys, 16 rows, 4 warps: no wgmma below M = 64)."""
+    if block_n < 64:
+        small = {"dkdv": {"block_n": block_n, "block_m": 16, "num_warps": 4, "num_stages": 2},
+                 "dq": {"block_m": block_m, "block_n": block_n, "num_warps": 4, "num_stages": 3}}
+        return {80: {256: small}, 90: {256: small}}
+
+    def entry(dkdv_rows, dq_rows, dq_stages):
+        return {"dkdv": {"block_n": 128, "block_m": dkdv_rows, "num_warps": 8, "num_stages": 2},
+                "dq": {"block_m": dq_rows, "block_n": 64, "num_warps": 8, "num_stages": dq_stages}}
+
+    return {80: {64: entry(32, 128, 2), 256: entry(16, 64, 3)},
+            90: {64: entry(64, 128, 3), 256: entry(32, 128, 3)}}
 
 
-def default_bwd_dq_num_warps(block_m: int, block_n: int) -> int:
-    """Warps of the dQ kernel, the forward's loop order: 8 from a 64x64 tile up (at 4 warps the
-    64x64 head-dim-128 kernel spills on sm_90: 40 B with 2 stages), 4 below (16x32: M = 16, one
-    mma row tile). The 128x64 config's dQ programs run 64 rows (default_bwd_dq_sub_m): the
-    64x64 config's dQ tile, with the same 8 warps."""
-    return 8 if block_m * block_n >= 64 * 64 else 4
-
-
-def default_bwd_dq_num_stages(block_m: int, block_n: int) -> int:
-    """Pipeline depth of the dQ kernel's streamed K, V tiles: 3, as the forward's for B_c <= 64
-    (the dQ loop streams K, V exactly as the forward does). At a 64-row dQ tile and head dim 128
-    the three stages take 104 KB of shared memory on sm_80, 129 KB on sm_90."""
-    return 3
-
-
-#: the backward kernels with launch settings of their own: default (warps, stages) per block;
-#: the preprocess (a row sum) runs with the dK/dV kernel's
-BWD_LAUNCH = {"dkdv": (default_bwd_num_warps, default_bwd_num_stages),
-              "dq": (default_bwd_dq_num_warps, default_bwd_dq_num_stages)}
+def bwd_map_block(settings: dict, block_n: int) -> tuple[int, int]:
+    """The tiles of the dense block map the backward reads: a multiple of every row tile (dK/dV
+    step, dQ program) and every key tile (dK/dV program, dQ step) of ``settings``, so that each tile
+    of either loop lies inside one map tile (all powers of two: their maxima)."""
+    entries = [e for per_dim in settings.values() for e in per_dim.values()]
+    rows = max(max(e["dkdv"]["block_m"], e["dq"]["block_m"]) for e in entries)
+    keys = max(max(e["dkdv"]["block_n"], e["dq"]["block_n"]) for e in entries)
+    return rows, keys
 
 
 @dataclass(frozen=True)
@@ -165,22 +173,26 @@ class BlockConfig:
     def stages(self) -> int:
         return self._given_or(self.num_stages, default_num_stages)
 
-    def bwd_launch(self, kernel: str) -> dict[str, int]:
-        """``num_warps``, ``num_stages`` of a backward kernel (``BWD_LAUNCH``): ``--num-warps`` /
-        ``--num-stages`` when given, else the kernel's defaults for this block."""
-        warps, stages = BWD_LAUNCH[kernel]
-        return {"num_warps": self._given_or(self.num_warps, warps),
-                "num_stages": self._given_or(self.num_stages, stages)}
+    @property
+    def fwd_settings(self) -> dict:
+        """The forward's launch settings (default_fwd_settings), ``--num-warps`` / ``--num-stages``
+        applied to every entry when given."""
+        given = {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages)) if v is not None}
+        return {arch: {dim: {**e, **given} for dim, e in per_dim.items()}
+                for arch, per_dim in default_fwd_settings(self.block_m, self.block_n).items()}
 
     @property
-    def bwd_sub_m(self) -> int:
-        """Query rows per step of the dK/dV kernel (default_bwd_sub_m)."""
-        return default_bwd_sub_m(self.block_m, self.block_n)
+    def bwd_settings(self) -> dict:
+        """The backward's launch settings (default_bwd_settings), with ``--num-warps`` /
+        ``--num-stages`` applied to every kernel when given."""
+        given = {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages)) if v is not None}
+        return {arch: {dim: {kernel: {**e, **given} for kernel, e in entry.items()} for dim, entry in per_dim.items()}
+                for arch, per_dim in default_bwd_settings(self.block_m, self.block_n).items()}
 
     @property
-    def bwd_dq_sub_m(self) -> int:
-        """Query rows per program of the dQ kernel (default_bwd_dq_sub_m)."""
-        return default_bwd_dq_sub_m(self.block_m, self.block_n)
+    def bwd_map_block(self) -> tuple[int, int]:
+        """The dense block map's tiles the backward reads (bwd_map_block)."""
+        return bwd_map_block(self.bwd_settings, self.block_n)
 
     @property
     def key(self) -> str:
@@ -207,9 +219,10 @@ class BlockConfig:
         ``launch``, the settings each kernel file was emitted with after the defaults applied."""
         return {"block": [self.block_m, self.block_n], "num_warps": self.num_warps,
                 "num_stages": self.num_stages, "masks": list(self.masks),
-                "launch": {"fwd": {"num_warps": self.warps, "num_stages": self.stages},
-                           "bwd": {"dkdv": {**self.bwd_launch("dkdv"), "block_m": self.bwd_sub_m},
-                                   "dq": {**self.bwd_launch("dq"), "block_m": self.bwd_dq_sub_m}}}}
+                "launch": {"fwd": {f"sm_{arch}": {str(dim): entry for dim, entry in per_dim.items()}
+                                   for arch, per_dim in self.fwd_settings.items()},
+                           "bwd": {f"sm_{arch}": {str(dim): entry for dim, entry in per_dim.items()}
+                                   for arch, per_dim in self.bwd_settings.items()}}}
 
     @classmethod
     def from_json(cls, d: dict) -> "BlockConfig":

@@ -28,7 +28,7 @@ from attention_cases import BLOCKS, cases, mask_arguments, random_inputs, replac
 from attention_cases import VARIANTS as FORWARD_VARIANTS
 from generated import flash_attention
 from generator import manifest, render
-from generator.runtime import api
+from generator.runtime import api, launch
 from generator.variants import BlockConfig
 from spec import masks as M
 from spec import notation as n
@@ -102,38 +102,48 @@ def test_mask_variants(variant):
     assert case_failures((64, 64), **VARIANTS[variant]) == []
 
 
+@pytest.mark.parametrize("arch", launch.SETTINGS_ARCHS, ids=lambda a: f"sm_{a}")
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda b: f"{b[0]}x{b[1]}")
-def test_every_block(block):
-    """Several tiles in both directions: the dK/dV and dQ loops cross partial and full tiles."""
+def test_every_block(block, arch, monkeypatch):
+    """Several tiles in both directions: the dK/dV and dQ loops cross partial and full tiles, with
+    the tiles of each architecture's launch settings (the interpreter runs either)."""
+    monkeypatch.setattr(launch, "settings_arch", lambda device: arch)
     assert case_failures(block, Hq=4, Hkv=2, Nq=130, Nk=100, D=40, causal=True, alignment="bottom_right",
                          window=(60, 20)) == []
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda b: f"{b[0]}x{b[1]}")
-def test_row_steps_divide_the_block_map_tile(block):
-    """The dK/dV row step and the dQ tile height lie inside one B_r tile of the dense block map
-    (both kernels read its state by ``start_m // MAP_BLOCK_M``), are tl.dot-sized, and are the
-    ones the manifest records among the launch settings."""
+def test_backward_tiles_lie_inside_the_block_map_tiles(block):
+    """Every row tile (dK/dV step, dQ program) and key tile (dK/dV program, dQ step) of every
+    (arch, head dim) entry divides the dense block map's tile ``MAP_BLOCK`` (the kernels read a
+    tile's state by ``start // MAP_BLOCK``), is tl.dot-sized, and the manifest records the
+    settings the file was emitted with."""
     module = api.module_for("bwd", block)
-    launch = manifest.load(manifest.DEFAULT_OUT)["configs"][f"br{block[0]}_bc{block[1]}"]["launch"]["bwd"]
-    for kernel, step in (("dkdv", module.BLOCK_M_DKDV), ("dq", module.BLOCK_M_DQ)):
-        assert 16 <= step <= module.BLOCK_M and module.BLOCK_M % step == 0, (kernel, step, module.BLOCK_M)
-        assert launch[kernel]["block_m"] == step, (kernel, launch[kernel], step)
+    recorded = manifest.load(manifest.DEFAULT_OUT)["configs"][f"br{block[0]}_bc{block[1]}"]["launch"]["bwd"]
+    map_m, map_n = module.MAP_BLOCK
+    for arch, per_dim in module.SETTINGS.items():
+        for dim, entry in per_dim.items():
+            assert recorded[f"sm_{arch}"][str(dim)] == entry
+            for rows, keys in ((entry["dkdv"]["block_m"], entry["dkdv"]["block_n"]),
+                               (entry["dq"]["block_m"], entry["dq"]["block_n"])):
+                assert 16 <= rows and map_m % rows == 0 and 16 <= keys and map_n % keys == 0, (arch, dim, entry)
 
 
-def test_dense_mask_with_dq_tiles_smaller_than_the_block_map_tiles():
-    """The 128x64 dQ programs own 64 rows (BLOCK_M_DQ) of a B_r = 128 block-map tile and read its
-    map row by ``start_m // MAP_BLOCK_M``. N_Q = 150 is ragged: 3 dQ programs over 2 map rows. The
-    mask (causal, and rows >= 128 hide keys >= 64) gives map rows [partial, partial] and
-    [full, empty], so a program reading the map row of its own index (rows 64..127 reading
-    [full, empty]) would skip or leave unmasked tiles it must mask, and fail the check."""
-    module = api.module_for("bwd", (128, 64))
-    assert module.BLOCK_M_DQ < module.BLOCK_M, "the 128x64 dQ tile no longer splits a B_r tile: pick another block"
+def test_dense_mask_with_dq_tiles_smaller_than_the_block_map_tiles(monkeypatch):
+    """sm_80 at head dim 128: the dQ programs own 64 rows of a 128-row block-map tile
+    (``MAP_BLOCK``) and read its map row by ``start_m // MAP_BLOCK_M``. N_Q = 150 is ragged: 3 dQ
+    programs over 2 map rows. Rows < 128 attend every key, the others none: map rows [full] and
+    [empty], so a program reading the map row of its own index (rows 64..127 reading [empty])
+    would skip tiles it must compute, and fail the check."""
+    monkeypatch.setattr(launch, "settings_arch", lambda device: 80)
+    module = api.module_for("bwd", (64, 64))
+    dq_rows = module.launch_settings(80, 128)["dq"][0]["BLOCK_M"]
+    assert dq_rows < module.MAP_BLOCK[0], "the sm_80 dQ tile no longer splits a map tile: pick another case"
     i, j = torch.arange(150)[:, None], torch.arange(100)[None, :]
-    mask = (j <= i) & ~((i >= 128) & (j >= 64))
-    states = api.block_map(mask, 150, 100, module.BLOCK_M, module.BLOCK_N)
-    assert states.tolist() == [[[[api.PARTIAL, api.PARTIAL], [api.FULL, api.EMPTY]]]]
-    assert case_failures((128, 64), Nq=150, Nk=100, mask=mask) == []
+    mask = (i < module.MAP_BLOCK[0]) & (j >= 0)
+    states = api.block_map(mask, 150, 100, *module.MAP_BLOCK)
+    assert states.tolist() == [[[[api.FULL], [api.EMPTY]]]]
+    assert case_failures((64, 64), Nq=150, Nk=100, D=80, mask=mask) == []
 
 
 # ----------------------------------------------------------------------------------

@@ -4,9 +4,12 @@ Every kernel of every generated block config (16x32, 64x64, 128x64: the forward 
 backward's preprocess, dK/dV and dQ kernels) must, for head dims 64 and 128, fp16 and bf16, on
 sm_80 and sm_90, unmasked and causal: spill nothing (no exception), fit the architecture's shared
 memory, and run every ``tl.dot`` on tensor cores — on Hopper as wgmma wherever the kernel's
-products have 64 rows or more (the dK/dV kernel's key-major ones have B_c, the dQ kernel's its
-BLOCK_M_DQ rows). Compiles are cached under .artifacts/static-cache. The parsers
-that decide this are tested on small texts first, each with the input that must make it fail.
+products have 64 rows or more (the dK/dV kernel's key-major ones have its key tile's rows, the
+dQ kernel's its row tile's). The kernels the defaults run (``block="auto"``, ``tma="auto"``) must
+also issue no redundant MMA work in their steady-state loop, and on sm_90 cost no more
+warp-instructions per tile element than Triton tutorial 06. Compiles are cached under
+.artifacts/static-cache. The parsers that decide this are tested on small texts first, each with
+the input that must make it fail.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import pytest
 
 from benchmarks import static
 from benchmarks.common import kernel_modules
+from generator.runtime import api, launch
 
 DEFAULT_BLOCK = "br64_bc64"
 #: every kernel the default block must compile: the forward, the backward's three
@@ -116,14 +120,15 @@ def test_tensor_cores_vacuous_only_without_any_dot():
 
 # ---- every generated config, compiled for real ---------------------------------------------
 def wgmma_rows(row) -> int:
-    """The M of the kernel's products: B_c for the key-major dK/dV kernel, the dQ kernel's tile
-    height BLOCK_M_DQ (at most 64, a divisor of B_r), B_r for the forward. Hopper's wgmma needs
-    M = 64 per warpgroup, so below 64 rows a dot can only be mma.sync."""
+    """The M of the kernel's products: the key tile for the key-major dK/dV kernel, the dQ
+    kernel's row tile (both from the backward's launch settings of the row's arch and head dim),
+    B_r for the forward. Hopper's wgmma needs M = 64 per warpgroup, so below 64 rows a dot can
+    only be mma.sync."""
     module = importlib.import_module(row["module"])
-    if row["kernel"] == "_attn_bwd_dkdv":
-        return module.BLOCK_N
-    if row["kernel"] == "_attn_bwd_dq":
-        return module.BLOCK_M_DQ
+    if row["kernel"] in ("_attn_bwd_dkdv", "_attn_bwd_dq"):
+        settings = module.launch_settings(row["arch"], launch.block_d(row["head_dim"]))
+        blocks = settings["dkdv" if row["kernel"] == "_attn_bwd_dkdv" else "dq"][0]
+        return blocks["BLOCK_N"] if row["kernel"] == "_attn_bwd_dkdv" else blocks["BLOCK_M"]
     return module.BLOCK_M
 
 
@@ -157,8 +162,8 @@ def test_default_configs_compile(rows, default_rows):
 
 
 def test_configs_do_not_spill(rows):
-    """No kernel of any generated config spills (the 128x64 dQ kernel included: its programs run
-    64 rows, generator.variants.default_bwd_dq_sub_m)."""
+    """No kernel of any generated config spills, at each architecture's own launch settings
+    (generator.variants.default_fwd_settings / default_bwd_settings)."""
     bad = [f"{_name(r)}: {r['spill_store_bytes']} B spill stores, {r['spill_load_bytes']} B spill loads "
            f"(num_warps={r['num_warps']}, num_stages={r['num_stages']}, {r['regs']} regs); " + FIX.format(**r)
            for r in rows if "error" not in r and not static.verdict(r)["no_spill"]]
@@ -181,9 +186,9 @@ def test_configs_use_tensor_cores(rows):
 
 def test_hopper_dots_are_wgmma_where_the_tile_allows(rows):
     """Ampere has only mma.sync. On Hopper every dot of a kernel whose products have M >= 64 rows
-    must be wgmma, with no HMMA left in its SASS: the dK/dV kernel's key-major products have the
-    key tile's B_c rows (64 in the default and 128x64 configs), the dQ kernel's BLOCK_M_DQ (64 in
-    both), the forward's B_r (wgmma_rows)."""
+    must be wgmma, with no HMMA left in its SASS: the dK/dV kernel's key-major products have its
+    key tile's rows (128 from the 64x64 config up), the dQ kernel's its row tile (128 on sm_90),
+    the forward's B_r (wgmma_rows)."""
     bad = []
     for r in rows:
         if "error" in r or not r["dots"]:
@@ -223,3 +228,108 @@ def test_launch_specialisation_models_a_contiguous_launch():
     # a module that knows its launch better passes its own attrs through untouched
     own = {(0,): [["tt.divisibility", 16]]}
     assert static.launch_specialisation(dict(fn=Fn, signature=sig, constexprs={}, attrs=own))[2] == own
+
+
+def test_launch_specialisation_follows_the_binder_at_typical_values():
+    """Triton's binder makes an int equal to 1 the constant 1 and marks ints divisible by 16:
+    GROUP = 1 (MHA) becomes a constant, N_Q / N_K / H / shift / window are divisible by 16."""
+
+    class Fn:
+        arg_names = ["Q", "GROUP", "N_Q", "shift", "other"]
+
+    sig = {"Q": "*fp16", "GROUP": "i32", "N_Q": "i32", "shift": "i32", "other": "i32"}
+    signature, constexprs, attrs = static.launch_specialisation(dict(fn=Fn, signature=sig, constexprs={}))
+    assert constexprs == {"GROUP": 1} and signature["GROUP"] == "constexpr"
+    divisible = {Fn.arg_names[i] for (i,), a in attrs.items() if a == [["tt.divisibility", 16]]}
+    assert divisible == {"Q", "N_Q", "shift"}  # "other" is not a known launch integer: left alone
+
+
+# ---- the steady-state loop: located in SASS by its backward branch ---------------------------
+LOOPS_SASS = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   HGMMA.64x64x16.F32 R24, gdesc[UR12], RZ, !UPT ;
+        /*0020*/                   FFMA R2, R3, R4, R5 ;
+        /*0030*/                   HGMMA.64x64x16.F32 R24, gdesc[UR12], R24 ;
+        /*0040*/              @!P2 BRA 0x10 ;
+        /*0050*/                   HGMMA.64x64x16.F32 R24, gdesc[UR12], R24 ;
+        /*0060*/                   FSETP.GT.AND P0, PT, R2, R3, PT ;
+        /*0070*/                   FSEL R2, R2, R3, P0 ;
+        /*0080*/                   HGMMA.64x64x16.F32 R24, gdesc[UR12], R24 ;
+        /*0090*/              @!P2 BRA 0x50 ;
+        /*00a0*/                   FADD R2, R2, R3 ;
+        /*00b0*/              @!P1 BRA 0xa0 ;
+        /*00c0*/                   EXIT ;
+        /*00d0*/                   HMMA.16816.F32 R4, R8, R12, R4 ;
+        /*00e0*/                   BRA 0x60 ;
+        /*00f0*/                   BRA 0xf0;
+"""
+
+
+def test_sass_loops_are_the_innermost_backward_branches():
+    """Three backward branches form loops (0x10-0x40, 0x50-0x90, 0xa0-0xb0); the jump from a
+    stub after EXIT back into the second loop (0x60-0xe0) holds an EXIT and is not a loop body,
+    and the trap BRA to itself is none either."""
+    loops = static.sass_loops(LOOPS_SASS)
+    assert [len(body) for body in loops] == [4, 5, 2]
+
+
+def test_steady_loop_is_the_shortest_loop_with_tensor_core_instructions():
+    """The full-tile loop is the shortest loop issuing MMA (the loop without one, 0xa0-0xb0, is
+    not a candidate): 4 instructions on 4 warps over a 64x64 step, 2 HGMMA 64x64x16 against one
+    64x64x16 product... so MMA issued/needed 2.0; a kernel without a main loop has no columns."""
+    got = static.steady_loop(LOOPS_SASS, 4, {"rows": 64, "keys": 64, "macs": 64 * 64 * 16})
+    assert got == dict(loop_instructions=4, instr_per_element=4 * 4 / (64 * 64), mma_issued_per_needed=2.0)
+    assert static.steady_loop(LOOPS_SASS, 4, None) == {}
+    # HMMA.16816 is one warp's 16x8x16; HGMMA one warpgroup's (4 warps') MxNxK
+    assert static.mma_macs(["HMMA.16816.F32.BF16 R4, R8, R12, R4"], 8) == 16 * 8 * 16 * 8
+    assert static.mma_macs(["HGMMA.64x128x16.F32 R24, gdesc[UR4], R24"], 8) == 64 * 128 * 16 * 2
+
+
+#: Triton tutorial 06 (fused attention), compiled by issue 18's side-by-side AOT study (triton
+#: 3.9.0, ptxas 12.9, fp16; bf16 identical): warp-instructions per tile element of its
+#: steady-state loop at its sm_90 defaults, by (kernel, head dim). The targets of the defaults.
+TUTORIAL_SM90 = {("_attn_fwd", 64): 0.256, ("_attn_fwd", 128): 0.305,
+                 ("_attn_bwd_dkdv", 64): 0.329, ("_attn_bwd_dkdv", 128): 0.726,
+                 ("_attn_bwd_dq", 64): 0.270, ("_attn_bwd_dq", 128): 0.517}
+
+
+@pytest.fixture(scope="module")
+def auto_rows():
+    """The kernels ``flash_attention``'s defaults run (``block="auto"``, ``tma="auto"``) per arch
+    and head dim, fp16 and bf16, unmasked and causal: the TMA forward on sm_90, the pointer one
+    on sm_80, and the backward of the same block."""
+    jobs = []
+    for arch in launch.SETTINGS_ARCHS:
+        for head_dim in (64, 128):
+            block = launch.pick_settings(api.AUTO_BLOCKS, arch, head_dim)
+            name = f"br{block[0]}_bc{block[1]}"
+            modules = [m for m in kernel_modules() if m.endswith(name)]
+            assert modules, f"AUTO_BLOCKS lists {block}, which is not generated: python -m generator --br {block[0]} --bc {block[1]}"
+            fwd = [m for m in modules if ".attention_fwd" in m]
+            bwd = [m for m in modules if ".attention_bwd" in m]
+            jobs += static.make_jobs(fwd, archs=(arch,), head_dims=(head_dim,), tma=(arch in static.TMA_ARCHS,))
+            jobs += static.make_jobs(bwd, archs=(arch,), head_dims=(head_dim,))
+    return static.run_jobs(jobs)
+
+
+def test_defaults_are_spill_free_without_redundant_mma(auto_rows):
+    """Every default kernel: compiles, no spill, and its steady-state loop (found in SASS) issues
+    at most 1.05 MMA work per product it needs (no warpgroup recomputing another's tile)."""
+    bad = []
+    for r in auto_rows:
+        if "error" in r:
+            bad.append(f"{_name(r)}: {r['error']}")
+        elif not static.verdict(r)["no_spill"]:
+            bad.append(f"{_name(r)}: spills {r['spill_store_bytes']}/{r['spill_load_bytes']} B")
+        elif r["kernel"] != "_attn_bwd_preprocess" and not (r.get("mma_issued_per_needed") or 99) <= 1.05:
+            bad.append(f"{_name(r)}: MMA issued/needed {r.get('mma_issued_per_needed')}")
+    assert not bad, "\n".join(bad)
+
+
+def test_sm90_defaults_reach_the_tutorials_cost_per_element(auto_rows):
+    """At the sm_90 defaults the steady-state loops cost no more warp-instructions per tile element
+    than Triton tutorial 06's (TUTORIAL_SM90), fp16 and bf16."""
+    bad = [f"{_name(r)}: {r['instr_per_element']:.3f} > {TUTORIAL_SM90[r['kernel'], r['head_dim']]}"
+           for r in auto_rows if r["arch"] == 90 and (r["kernel"], r["head_dim"]) in TUTORIAL_SM90
+           and r["mask"] == "none" and not r["instr_per_element"] <= TUTORIAL_SM90[r["kernel"], r["head_dim"]]]
+    assert not bad, "\n".join(bad)

@@ -173,9 +173,9 @@ def test_fallback_warns_and_stays_correct(tma_taken):
 
 
 def test_tma_off_is_the_pointer_path(tma_taken):
-    """The default: no descriptors, no warning (the module's marks make one an error)."""
+    """tma=False: no descriptors, no warning (the module's marks make one an error)."""
     _, q, k, v = random_inputs(dtype=torch.float32, B=1, Hq=2, Hkv=1, Nq=20, Nk=30, D=16, seed=1)
-    out, lse = on_device(flash_attention, q, k, v, return_lse=True)
+    out, lse = on_device(flash_attention, q, k, v, return_lse=True, tma=False)
     assert tma_taken == [False]
     assert attention_failures(out, lse, *reference(q, k, v), v) == []
 
@@ -199,10 +199,21 @@ def test_gpu_without_tma_raises(monkeypatch):
     assert launch.tma_unsupported(torch.device("cuda")) is None
 
 
-def test_tma_must_be_a_bool():
+def test_tma_must_be_a_bool_or_auto():
     q = to_device(torch.randn(1, 1, 8, 16))
-    with pytest.raises(TypeError, match="tma must be True or False"):
+    with pytest.raises(TypeError, match="tma must be \"auto\", True or False"):
         flash_attention(q, q, q, tma="yes")
+
+
+def test_tma_auto_is_tma_exactly_where_the_machine_has_it(monkeypatch):
+    """``tma="auto"`` (the default): TMA on a GPU of compute capability 9.0+, the pointer path on
+    sm_80 and on CPU tensors under the interpreter (which would otherwise emulate descriptors)."""
+    assert launch.tma_by_default(torch.device("cpu")) is False
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "a GPU")
+    for capability, want in (((8, 0), False), ((9, 0), True), ((10, 0), True)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        assert launch.tma_by_default(torch.device("cuda")) is want, capability
+        assert launch.settings_arch(torch.device("cuda")) == (90 if want else 80), capability
 
 
 @needs_tma

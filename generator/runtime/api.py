@@ -23,6 +23,13 @@ from generator.runtime import launch
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DEFAULT_BLOCK = (64, 64)
+#: ``block="auto"``: the block per (architecture, largest padded head dim), chosen from the static
+#: report (``python -m benchmarks.static``: spill-free, fewest loop instructions per tile element
+#: on the arch's default memory path: sm_90 TMA 128x64 0.256 / 0.350 at head dim 64 / 128 against
+#: 64x64's 0.300 / 0.350; sm_80 128x64 0.356 / 0.521 against 0.370 / 0.715) and the H100 record
+#: (docs/performance/gpu.md: 128x64 the fastest block at most shapes); ``launch.pick_settings``
+#: reads it. Every block listed is generated (tests/test_static.py compiles them).
+AUTO_BLOCKS = {80: {256: (128, 64)}, 90: {256: (128, 64)}}
 
 
 # ----------------------------------------------------------------------------------
@@ -32,12 +39,19 @@ def _index():
     return importlib.import_module("generated")
 
 
+def auto_block(device: torch.device, head_dim: int) -> tuple[int, int]:
+    """The block ``block="auto"`` runs on ``device`` at ``head_dim`` (``AUTO_BLOCKS``)."""
+    return launch.pick_settings(AUTO_BLOCKS, launch.settings_arch(device), launch.block_d(head_dim))
+
+
 def _check_block(block) -> tuple[int, int]:
+    if block == "auto":
+        return block
     try:
         bm, bn = block
         return int(bm), int(bn)
     except (TypeError, ValueError):
-        raise ValueError(f"block must be a pair (B_r, B_c) of ints such as (64, 64), got {block!r}") from None
+        raise ValueError(f"block must be \"auto\" or a pair (B_r, B_c) of ints such as (64, 64), got {block!r}") from None
 
 
 def module_for(kind: str, block) -> object:
@@ -181,7 +195,9 @@ def mask_arguments(module, q, k, *, alignment, mask, scale) -> dict:
     dense, tiles = None, None
     if mask is not None:
         dense = _expand_mask(mask, (B, Hq, Nq, Nk))
-        tiles = block_map(mask, Nq, Nk, module.BLOCK_M, module.BLOCK_N).expand(B, Hq, -1, -1)
+        # a module reads the map at its own tiles: the backward's MAP_BLOCK, else (B_r, B_c)
+        map_m, map_n = getattr(module, "MAP_BLOCK", (module.BLOCK_M, module.BLOCK_N))
+        tiles = block_map(mask, Nq, Nk, map_m, map_n).expand(B, Hq, -1, -1)
     sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
     return {"sm_scale": sm_scale, "shift": alignment_shift(alignment, Nq, Nk), "mask": dense, "block_map": tiles}
 
@@ -194,7 +210,7 @@ def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths
 
 
 def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
-                 scale=None, block=DEFAULT_BLOCK, tma=False):
+                 scale=None, block="auto", tma="auto"):
     """Every check of ``flash_attention``; returns the normalised ``window``."""
     _check_qkv(q, k, v)
     _check_device({"q": q, "k": k, "v": v, "mask": mask, "key_lengths": key_lengths})
@@ -202,8 +218,8 @@ def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, ke
         raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
-    if not isinstance(tma, bool):
-        raise TypeError(f"tma must be True or False, got {tma!r}")
+    if not isinstance(tma, bool) and tma != "auto":
+        raise TypeError(f"tma must be \"auto\", True or False, got {tma!r}")
     B, Hq, Nq, _ = q.shape
     if mask is not None:
         _check_mask(mask, (B, Hq, Nq, k.shape[2]))
@@ -216,7 +232,7 @@ def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, ke
 
 
 def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
-                    scale=None, return_lse=False, block=DEFAULT_BLOCK, tma=False):
+                    scale=None, return_lse=False, block="auto", tma="auto"):
     """Softmax attention through the generated FlashAttention-2 kernels.
 
     Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k, v (B, Hkv, N_k, D)``
@@ -228,18 +244,25 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
 
     Returns ``out`` (q's dtype, zeros on rows with no key), or ``(out, lse)`` with
     ``return_lse=True`` (lse float32 (B, Hq, N_q), natural log, -inf on rows with no key).
-    ``block=(B_r, B_c)`` picks the generated kernels (see ``generated.KERNELS``).
+    ``block=(B_r, B_c)`` picks the generated kernels (see ``generated.KERNELS``); ``"auto"`` (the
+    default) the block ``AUTO_BLOCKS`` lists for the GPU's architecture and the head dim.
     Inputs: fp16, bf16 or fp32 (one dtype), D in 1..256, any strides (no copies are made),
     CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``.
 
-    ``tma=True`` (off by default: no GPU has measured it yet) moves Q, K, V and O of the
-    forward by Hopper's TMA. It raises ``ValueError`` on a machine without TMA (a GPU older
-    than sm_90, a triton without tensor descriptors); inputs whose layout TMA cannot read
-    (strides not multiples of 16 bytes, a misaligned view) run the pointer path with a
-    ``TmaFallbackWarning`` naming the tensor and the rule. The backward is unchanged.
+    ``tma``: whether the forward moves Q, K, V and O by Hopper's TMA. ``"auto"`` (the default)
+    is ``True`` on a GPU with TMA (sm_90+, measured 1.00-1.14x the pointer path on an H100, see
+    docs/performance/gpu.md) and ``False`` elsewhere (sm_80, CPU under the interpreter).
+    ``tma=True`` raises ``ValueError`` on a machine without TMA (a GPU older than sm_90, a
+    triton without tensor descriptors); with ``True`` or ``"auto"``, inputs whose layout TMA
+    cannot read (strides not multiples of 16 bytes, a misaligned view) run the pointer path
+    with a ``TmaFallbackWarning`` naming the tensor and the rule. The backward is unchanged.
     """
     window = check_inputs(q, k, v, causal=causal, alignment=alignment, window=window, key_lengths=key_lengths,
                           mask=mask, scale=scale, block=block, tma=tma)
+    if block == "auto":
+        block = auto_block(q.device, q.shape[-1])
+    if tma == "auto":
+        tma = launch.tma_by_default(q.device)
     out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment,
                                   None if window is None else list(window),
                                   None if scale is None else float(scale), int(block[0]), int(block[1]), tma)

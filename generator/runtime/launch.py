@@ -86,6 +86,42 @@ def aot_args(fn, pointers: dict[str, str], floats: tuple[str, ...], constexprs: 
     return args
 
 
+#: the architectures the generated launch settings are chosen for (``benchmarks.static`` compiles
+#: both): Ampere (sm_80, mma.sync, cp.async) and Hopper (sm_90, wgmma, TMA)
+SETTINGS_ARCHS = (80, 90)
+
+
+def settings_arch(device: torch.device) -> int:
+    """Which architecture's launch settings a launch on ``device`` takes: 90 from Hopper on, 80
+    below and for CPU tensors under the interpreter (which runs either; the tests pick one)."""
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0):
+        return 90
+    return 80
+
+
+def memory_path_arch(arch: int, use_tma: bool) -> int:
+    """Whose forward launch settings a launch takes: its architecture's on the TMA path, sm_80's
+    on the pointer path, which is sm_80's memory path and sm_90's fallback (a layout TMA cannot
+    read): its tiles live in registers longer (row offsets across the loop), so settings tuned
+    for TMA may spill there."""
+    return arch if use_tma else SETTINGS_ARCHS[0]
+
+
+def pick_settings(table: dict, arch: int, head_dim: int) -> dict:
+    """The entry of a generated ``{arch: {largest padded head dim: settings}}`` table for ``arch``
+    (the largest listed one not above it) and ``head_dim`` (the first bucket that holds it)."""
+    archs = sorted(table)
+    chosen = archs[0]
+    for a in archs:  # plain loops: torch.compile traces this inside flash_attention
+        if a <= arch:
+            chosen = a
+    dims = sorted(table[chosen])
+    for d in dims:
+        if d >= head_dim:
+            return table[chosen][d]
+    return table[chosen][dims[-1]]
+
+
 def mask_constexprs(causal: bool, window: bool, lengths: bool, dense: bool) -> dict:
     """The attention kernels' mask flags (constexprs: a kind not in use compiles out)."""
     return {"IS_CAUSAL": bool(causal), "HAS_WINDOW": bool(window), "HAS_LENGTHS": bool(lengths),
@@ -167,6 +203,14 @@ def tma_unsupported(device: torch.device) -> str | None:
     elif device.type != "cpu" or not interpreting():
         return f"tma=True needs a CUDA device (or CPU tensors under TRITON_INTERPRET=1), got {device}"
     return None
+
+
+def tma_by_default(device: torch.device) -> bool:
+    """What ``tma="auto"`` means on ``device``: TMA wherever the machine has it (a CUDA GPU of
+    compute capability 9.0 or more, a triton with tensor descriptors), the pointer path
+    elsewhere (sm_80, CPU tensors under the interpreter). Layouts TMA cannot read still fall back
+    per call, with a ``TmaFallbackWarning`` (``tma_operands``)."""
+    return device.type == "cuda" and tma_unsupported(device) is None
 
 
 def tma_layout_problem(name: str, t: torch.Tensor, rows: int, block_d: int) -> str | None:
