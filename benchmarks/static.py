@@ -21,7 +21,7 @@ cost on one. Each kernel is compiled with the specialisation a launch on contigu
   over all warps, per multiply-add the step's products need: above 1 when warps recompute the
   same product);
 * **TMA**: the bulk tensor copies in PTX (``cp.async.bulk.tensor``) and SASS (``UTMALDG``
-  loads, ``UTMASTG`` stores). ``--tma on|both`` also compiles the opt-in TMA variant of the
+  loads, ``UTMASTG`` stores). ``--tma on|both`` also compiles the TMA variant of the
   modules whose ``aot_compile_args`` take ``tma=`` (sm_90 only: TMA is Hopper hardware), and
   such a row is ok only if its SASS really loads by TMA.
 
@@ -84,7 +84,7 @@ class Job:
     mask: str
     num_warps: int | None = None  # None: the module's own (generated) choice
     num_stages: int | None = None
-    tma: bool = False  # the module's opt-in TMA variant (aot_compile_args(..., tma=True))
+    tma: bool = False  # the module's TMA variant (aot_compile_args(..., tma=True))
 
     def cache_key(self, triton_version: str) -> str:
         h = hashlib.sha256((ROOT / (self.module.replace(".", "/") + ".py")).read_bytes())
@@ -107,7 +107,7 @@ def make_jobs(modules, archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS, m
 
 
 def supports_tma(module: str) -> bool:
-    """Whether a generated module's ``aot_compile_args`` has the opt-in ``tma`` variant."""
+    """Whether a generated module's ``aot_compile_args`` has the ``tma`` variant."""
     import importlib
     import inspect
 
@@ -508,7 +508,7 @@ How each column is obtained (see `benchmarks/static.py`):
   step's products need (2 in the forward, 4 in dK/dV, 3 in dQ, each rows x keys x head dim):
   1.00 when no warp recomputes another's product.
 - **TMA ld/st**: the `UTMALDG` / `UTMASTG` instructions (TMA bulk tensor loads / stores) in
-  SASS. Rows whose mask reads `+tma` are the forward's opt-in TMA variant
+  SASS. Rows whose mask reads `+tma` are the forward's TMA variant (the default on sm_90)
   ([Hopper: TMA](hopper.md)), compiled for sm_90 only; the pointer kernels have none.
 - **ok**: no spill, fits shared memory, every dot on tensor cores (holds trivially for a
   kernel without a dot, the backward's preprocess), and for a `+tma` row TMA loads in SASS.
@@ -551,7 +551,7 @@ def main(argv=None) -> int:
     ap.add_argument("--num-stages", type=int, nargs="+", default=[None],
                     help="override the generated num_stages")
     ap.add_argument("--tma", choices=("off", "on", "both"), default="both",
-                    help="the opt-in TMA variants (sm_90, modules that have one): beside the pointer "
+                    help="the TMA variants (sm_90, modules that have one): beside the pointer "
                          "kernels (both, default), only them (on), or none (off)")
     ap.add_argument("--workers", type=int, default=None, help="compile processes (default: cores)")
     ap.add_argument("--no-cache", action="store_true")
