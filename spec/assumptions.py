@@ -1,0 +1,63 @@
+"""The accepted input range: one list of what the claims assume about their inputs.
+
+Every claim is proved under assumptions (a positive scale, integer ranges, an int32 index
+width, ...). Each one is written here once, with how the runtime honours it:
+
+* ``reject``: an input outside it raises an error that names the assumption's limit;
+* ``rewrite: <claim>``: an input outside it is first normalised by a rewrite that the named
+  claim proves equivalent (``python -m spec`` lists it), so the kernels only see inputs inside;
+* ``clamp: ...``: normalised in a way described by the enforcement text itself.
+
+``generator.runtime.checks`` reads the limits from ``ASSUMPTIONS`` (never retypes them) and
+``tests/test_reliability.py`` walks the dict, asserting that an input just outside each
+assumption is rejected or normalised. Extend it additively: new names, new fields with defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Assumption:
+    name: str
+    statement: str  # one line: what the claims assume
+    enforcement: str  # "reject" or "rewrite: <claim id>" (or "clamp: <how>")
+    limit: Any = None  # the value the runtime checks read (a bound, a tuple of names), if any
+
+
+#: the largest int32: the kernels compute tile bounds and in-head element offsets in int32
+INT32_MAX = 2**31 - 1
+
+ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
+    Assumption("dtypes", "q, k, v (and softmax's x) are float16, bfloat16 or float32, one dtype",
+               "reject", ("float16", "bfloat16", "float32")),
+    Assumption("head_dim_max", "1 <= head_dim <= 256 (the K/V tiles of a program fit on chip)", "reject", 256),
+    Assumption("gqa_divides", "the query heads are a multiple of the key/value heads", "reject"),
+    Assumption("scale_finite", "the softmax scale s is a finite real number", "reject"),
+    Assumption("scale_positive",
+               "the kernels' running max m = max(m, s·rowmax(qk)) is the max of the scaled logits only "
+               "for s > 0; s <= 0 is rewritten to s' = |s| > 0 with q' = sign(s)·q (s = 0: q' = 0, s' = 1)",
+               "rewrite: scale_sign_rewrite"),
+    Assumption("key_len_range", "0 <= key_lengths[b] <= N_k for every batch b",
+               "reject (eager); clamp: under torch.compile each length is clamped to [0, N_k] on the "
+               "device (no host sync in a traced graph)"),
+    Assumption("window_nonneg", "window = (left, right) with left, right >= 0 integers", "reject"),
+    Assumption("window_bounded",
+               "each window side is <= N_q + N_k (|j - (i + shift)| < N_q + N_k for every query i and key j), "
+               "so the int32 tile bounds cannot overflow; a wider side is clamped to N_q + N_k",
+               "rewrite: window_clamp"),
+    Assumption("seq_len_int32",
+               "N_q + N_k <= 2^29: every int32 tile-bound expression (|.| <= 2(N_q + N_k) + 2·B_r) fits in int32",
+               "reject", 2**29),
+    Assumption("index_int32",
+               "inside one (batch, head) slice every element offset of q, k, v, out, mask and grad_out, "
+               "(N - 1)·|stride_N| + (D - 1)·|stride_D|, is <= 2^31 - 1 (int32 pointer arithmetic)",
+               "reject", INT32_MAX),
+)}
+
+
+def limit(name: str):
+    """The limit of assumption ``name`` (what the runtime compares against)."""
+    return ASSUMPTIONS[name].limit
