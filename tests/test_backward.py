@@ -28,7 +28,7 @@ from attention_cases import BLOCKS, cases, mask_arguments, random_inputs, replac
 from attention_cases import VARIANTS as FORWARD_VARIANTS
 from generated import flash_attention
 from generator import manifest, render
-from generator.runtime import api, launch
+from generator.runtime import api, dispatch, launch
 from generator.variants import BlockConfig
 from spec import masks as M
 from spec import notation as n
@@ -279,8 +279,8 @@ def _mutant_module(monkeypatch, tmp_path, mutant):
 @pytest.mark.parametrize("mutant", list(MUTANTS))
 def test_mutated_backward_is_caught(monkeypatch, tmp_path, mutant):
     mod = _mutant_module(monkeypatch, tmp_path, mutant)
-    monkeypatch.setattr(api, "module_for", lambda kind, block, real=api.module_for:
-                        mod if kind == "bwd" else real(kind, block))
+    monkeypatch.setattr(dispatch, "module_for", lambda kind, block, package="generated", real=dispatch.module_for:
+                        mod if kind == "bwd" else real(kind, block, package))
     # rows with no key (batch 0) and several tiles (batch 1)
     case = dict(B=2, Nq=50, Nk=100, causal=True, alignment="bottom_right", key_lengths=[0, 90])
     assert case_failures((64, 64), **case), f"mutant {mutant} passed the gradient check"

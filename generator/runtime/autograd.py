@@ -2,14 +2,18 @@
 
 The forward op saves ``q, k, v, out, lse`` (and the non-differentiable ``mask`` and
 ``key_lengths``); the backward is itself a custom op, ``flashproof::flash_attention_backward``,
-with a fake implementation, so ``torch.compile(fullgraph=True)`` traces the backward graph
-too without running a kernel. No atomics anywhere: the gradients are bitwise deterministic.
+with a fake implementation that returns the real one's strides (contiguous), so
+``torch.compile(fullgraph=True)`` traces the backward graph too without running a kernel.
+No atomics anywhere: the gradients are bitwise deterministic.
 
 The gradient of the returned ``lse`` (``return_lse=True``) is supported at no extra kernel
 cost: ``∂lse_i/∂s_ij = P_ij``, so it enters ``dS = P ∘ (dP − Δ)`` as ``Δ − dlse``. The
 backward's preprocess kernel prints that as the spec term ``delta = rowsum(dO ∘ O) − dlse``
 (claims ``backward_delta``, ``backward_ds``); autograd's ``grad_lse = None`` (lse unused)
 compiles the load out.
+
+Not supported, with an error at the first call that needs it: double backward (the backward
+is not itself differentiable: ``create_graph=True`` raises) and forward-mode AD (``jvp``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,12 @@ from typing import Optional
 
 import torch
 
-from generator.runtime import api
+from generator.runtime import dispatch
+from generator.runtime.custom_op import flash_attention_op  # noqa: F401  (the op this file registers on)
+
+
+def _contiguous_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device)
 
 
 @torch.library.custom_op("flashproof::flash_attention_backward", mutates_args=())
@@ -26,31 +35,37 @@ def flash_attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch
                                 k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                                 mask: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor], causal: bool,
                                 alignment: str, window: Optional[list[int]], scale: Optional[float],
-                                block_m: int, block_n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    module = api.module_for("bwd", (block_m, block_n))
-    return module.backward(grad_out, q, k, v, out, lse.contiguous(), grad_lse=grad_lse, causal=causal,
-                           window=None if window is None else tuple(window), key_lengths=key_lengths,
-                           **api.mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale))
+                                block_m: int, block_n: int, package: str = dispatch.DEFAULT_PACKAGE,
+                                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    module = dispatch.module_for("bwd", (block_m, block_n), package)
+    return dispatch.attention_backward(module, grad_out, grad_lse, q, k, v, out, lse.contiguous(), causal=causal,
+                                       alignment=alignment, window=None if window is None else tuple(window),
+                                       key_lengths=key_lengths, mask=mask, scale=scale)
 
 
 @flash_attention_backward_op.register_fake
-def _(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, causal, alignment, window, scale, block_m, block_n):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, causal, alignment, window, scale, block_m, block_n,
+      package=dispatch.DEFAULT_PACKAGE):
+    # the generated backward allocates dq, dk, dv contiguous (torch.empty(shape)): so does the fake
+    return _contiguous_like(q), _contiguous_like(k), _contiguous_like(v)
 
 
 def setup_context(ctx, inputs, output):
     # tma only chooses how the forward moves its tiles: the backward does not need it
-    q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, _tma = inputs
+    q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, _tma, package = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, mask, key_lengths)
-    ctx.options = (causal, alignment, window, scale, block_m, block_n)
+    ctx.options = (causal, alignment, window, scale, block_m, block_n, package)
 
 
 def backward(ctx, grad_out, grad_lse):
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling():
+        raise RuntimeError("flash_attention does not support double backward (create_graph=True, "
+                           "torch.autograd.grad of a gradient): its backward kernels are not differentiable")
     q, k, v, out, lse, mask, key_lengths = ctx.saved_tensors
     dq, dk, dv = flash_attention_backward_op(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, *ctx.options)
-    # gradients for (q, k, v); mask, key_lengths and the options (tma last) are not differentiable
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+    # gradients for (q, k, v); mask, key_lengths and the options (tma, package last) are not differentiable
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
 
 
 torch.library.register_autograd("flashproof::flash_attention", backward, setup_context=setup_context)

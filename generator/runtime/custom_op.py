@@ -1,12 +1,13 @@
 """``flashproof::flash_attention`` as a PyTorch custom op (opaque to torch.compile).
 
-The op takes checked inputs (``generator.runtime.api.flash_attention`` checks them) and
-returns ``(out, lse)``. Its fake implementation gives torch.compile the output shapes
-without running a kernel, so ``torch.compile(fullgraph=True)`` traces through it.
+The op takes checked inputs (``generator.runtime.api.flash_attention`` checks them, with
+``generator.runtime.checks``) and returns ``(out, lse)``. Its fake implementation gives
+torch.compile the output shapes *and strides* of the real one (both contiguous, whatever
+q's layout) without running a kernel, so ``torch.compile(fullgraph=True)`` traces through it.
+``package`` names the generated package whose kernels run (``generated``, or an ``--out`` one).
 
-Autograd: the backward (issue 6) registers here with
-``torch.library.register_autograd("flashproof::flash_attention", backward, setup_context=...)``;
-``lse`` is already returned for it to save.
+Import order, no cycles: ``checks`` <- ``dispatch`` <- ``custom_op`` <- ``autograd`` <- ``api``.
+The backward registers itself on this op in ``generator.runtime.autograd``.
 """
 
 from __future__ import annotations
@@ -15,25 +16,29 @@ from typing import Optional
 
 import torch
 
-from generator.runtime import api
+from generator.runtime import dispatch
+
+
+def outputs_like(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, lse)`` as both the kernels and the fake allocate them: contiguous, out in q's dtype."""
+    B, Hq, Nq, _ = q.shape
+    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+            torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device))
 
 
 @torch.library.custom_op("flashproof::flash_attention", mutates_args=())
 def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
                        key_lengths: Optional[torch.Tensor], causal: bool, alignment: str,
                        window: Optional[list[int]], scale: Optional[float], block_m: int,
-                       block_n: int, tma: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    module = api.module_for("fwd", (block_m, block_n))
-    return api.attention_forward(module, q, k, v, causal=causal, alignment=alignment,
-                                 window=None if window is None else tuple(window), key_lengths=key_lengths,
-                                 mask=mask, scale=scale, tma=tma)
+                       block_n: int, tma: bool = False,
+                       package: str = dispatch.DEFAULT_PACKAGE) -> tuple[torch.Tensor, torch.Tensor]:
+    module = dispatch.module_for("fwd", (block_m, block_n), package)
+    return dispatch.attention_forward(module, q, k, v, causal=causal, alignment=alignment,
+                                      window=None if window is None else tuple(window), key_lengths=key_lengths,
+                                      mask=mask, scale=scale, tma=tma)
 
 
 @flash_attention_op.register_fake
-def _(q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, tma=False):
-    B, Hq, Nq, _ = q.shape
-    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, Hq, Nq), dtype=torch.float32)
-
-
-# the backward (generated dQ, dK, dV kernels) registers itself on this op
-from generator.runtime import autograd  # noqa: E402,F401
+def _(q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, tma=False,
+      package=dispatch.DEFAULT_PACKAGE):
+    return outputs_like(q)

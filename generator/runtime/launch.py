@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from spec.assumptions import limit
+
 #: torch dtype -> (Triton dtype, its name in a Triton signature)
 TL_DTYPES = {
     torch.float16: (tl.float16, "fp16"),
@@ -24,12 +26,17 @@ TL_DTYPES = {
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
                "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
-MAX_HEAD_DIM = 256
+MAX_HEAD_DIM = limit("head_dim_max")
 
 
 def interpreting() -> bool:
     """True when Triton runs kernels on the CPU interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+#: ``triton.jit`` picks the interpreter when a kernel is defined, i.e. when the generated modules
+#: (which import this one) are imported: setting TRITON_INTERPRET later does not reach them
+INTERPRETING_AT_IMPORT = interpreting()
 
 
 def dot_constants(dtype: torch.dtype, interpret: bool | None = None) -> dict:

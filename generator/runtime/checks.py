@@ -1,0 +1,255 @@
+"""Input checks and normalisations of the public entry points (no kernels, no imports of them).
+
+Every limit comes from ``spec.assumptions.ASSUMPTIONS`` (the inputs the claims are proved
+for), never typed a second time here. An input outside an assumption is either normalised
+by the rewrite its enforcement names (``normalise_scale``, ``normalise_window``) or
+rejected with an error naming the limit and the fix. Checks on tensor *contents* (the
+``key_lengths`` range) run only in eager mode: a traced graph must not sync on data, and
+the op clamps the lengths on the device instead (``key_len_range``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+
+import torch
+
+from spec.assumptions import ASSUMPTIONS, limit
+from spec.masks import ALIGNMENTS
+
+from generator.runtime import launch
+
+DTYPES = tuple(getattr(torch, name) for name in limit("dtypes"))
+MAX_HEAD_DIM = limit("head_dim_max")
+DEFAULT_BLOCK = (64, 64)
+
+#: keyword names of SDPA / FlashAttention / FlexAttention -> the flashproof spelling
+FOREIGN_KEYWORDS = {
+    "is_causal": "causal=True",
+    "attn_mask": "mask= (a bool tensor, True = attend)",
+    "softmax_scale": "scale=",
+    "sm_scale": "scale=",
+    "dropout_p": "nothing: flashproof has no dropout (apply it outside, or pass no dropout_p)",
+    "window_size": "window=(left, right)",
+    "seqlens_k": "key_lengths=",
+    "cache_seqlens": "key_lengths=",
+    "enable_gqa": "nothing: GQA is automatic when q has a multiple of k's heads",
+    "return_softmax_lse": "return_lse=True",
+}
+
+
+def reject_foreign_keywords(kwargs: dict, where: str) -> None:
+    for name in kwargs:
+        if name in FOREIGN_KEYWORDS:
+            raise TypeError(f"{where}() got SDPA/FlashAttention keyword {name!r}; flashproof spells it "
+                            f"{FOREIGN_KEYWORDS[name]}")
+    if kwargs:
+        raise TypeError(f"{where}() got unexpected keyword argument(s) {sorted(kwargs)}")
+
+
+def _as_int(value, what: str) -> int:
+    """``value`` as a Python int: ints and numpy/torch integer scalars, never bool or float."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, got {type(value).__name__} {value!r}") from None
+
+
+_AUTO_OR = '"auto" or '
+
+
+def check_block(block, auto: bool = False):
+    """``block`` as a pair ``(B_r, B_c)`` of Python ints (numpy integers accepted), or ``"auto"``
+    where ``auto`` allows it (``flash_attention`` picks the block per device and head dim)."""
+    if auto and isinstance(block, str) and block == "auto":
+        return block
+    if isinstance(block, (str, bytes, torch.Tensor)) or not hasattr(block, "__len__") or len(block) != 2:
+        raise ValueError(f"block must be {_AUTO_OR if auto else ''}a pair (B_r, B_c) of ints such as (64, 64), "
+                         f"got {block!r}")
+    try:
+        return _as_int(block[0], "block[0]"), _as_int(block[1], "block[1]")
+    except TypeError as e:
+        raise ValueError(f"block must be {_AUTO_OR if auto else ''}a pair (B_r, B_c) of ints such as (64, 64), "
+                         f"got {block!r} ({e})") from None
+
+
+def check_bool(value, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_tensor(t, name: str, *, optional: bool = False):
+    if t is None and optional:
+        return
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}"
+                        + (f"; wrap it with torch.tensor({name})" if isinstance(t, (list, tuple)) else ""))
+
+
+def check_device(tensors: dict) -> torch.device:
+    devices = {name: t.device for name, t in tensors.items() if t is not None}
+    first = next(iter(devices.values()))
+    if any(d != first for d in devices.values()):
+        raise ValueError(f"all tensors must be on one device, got {devices}; move them with .to(device)")
+    if first.type == "cpu":
+        if not launch.interpreting():
+            raise RuntimeError(
+                "CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 in the environment before "
+                "importing generated (or move the tensors to a CUDA device)")
+        if not launch.INTERPRETING_AT_IMPORT:
+            raise RuntimeError(
+                "TRITON_INTERPRET=1 was set after the kernels were imported, so they were compiled for a GPU: "
+                "set it in the environment before the first `import generated` (or start a new process)")
+    if first.type not in ("cpu", "cuda"):
+        raise ValueError(f"tensors must be on a CUDA device (or CPU with TRITON_INTERPRET=1), got {first}")
+    return first
+
+
+def check_qkv(q, k, v):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(t, name)
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have rank 4 (batch, heads, seq, head_dim), got shape "
+                             f"{tuple(t.shape)}; add the missing axes with unsqueeze")
+    if q.dtype not in DTYPES:
+        raise TypeError(f"q has dtype {q.dtype}; supported: {', '.join(limit('dtypes'))} (convert with .to())")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}; "
+                        "convert them with .to(q.dtype)")
+    B, Hq, Nq, D = q.shape
+    Bk, Hkv, Nk, Dk = k.shape
+    if v.shape[:3] == k.shape[:3] and v.shape[3] != Dk:
+        raise ValueError(f"v has head_dim {v.shape[3]} but q and k have {Dk}: a value head dim that differs "
+                         "from q/k's (MLA style) is not supported; pad v to k's head_dim (and slice the output)")
+    if v.shape != k.shape:
+        raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    if Bk != B or Dk != D:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in batch (dim 0) and "
+                         "head_dim (dim 3)")
+    if Hq == 0 or Hkv == 0:
+        raise ValueError(f"q and k need at least one head, got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if Hq % Hkv:
+        raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv}) for GQA "
+                         f"[{ASSUMPTIONS['gqa_divides'].name}]")
+    if not 1 <= D <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {D} outside 1..{MAX_HEAD_DIM} is not supported (the K/V tiles would not "
+                         "fit on chip); split the heads [head_dim_max]")
+    if Nq + Nk > limit("seq_len_int32"):
+        raise ValueError(f"N_q + N_k = {Nq + Nk} exceeds {limit('seq_len_int32')} (2^29): the kernels compute "
+                         "tile bounds in int32 [seq_len_int32]; split the sequence (e.g. ring attention)")
+
+
+def check_index_width(**tensors) -> None:
+    """Every in-slice element offset ``(N-1)|stride_N| + (D-1)|stride_D|`` fits int32 (``index_int32``)."""
+    bound = limit("index_int32")
+    for name, t in tensors.items():
+        if t is None or t.numel() == 0:
+            continue
+        reach = sum((size - 1) * abs(stride) for size, stride in zip(t.shape[-2:], t.stride()[-2:]))
+        if reach > bound:
+            raise ValueError(f"{name} spans {reach} elements inside one (batch, head) slice, beyond the kernels' "
+                             f"int32 offsets (2^31 - 1) [index_int32]; pass {name}.contiguous() or split the "
+                             "sequence")
+
+
+def check_mask(mask, shape4):
+    check_tensor(mask, "mask")
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (True = attend), got {mask.dtype}; use mask.bool() "
+                        "or key_lengths / window for structured masks")
+    try:
+        # broadcastable *to* shape4: the broadcast of both must be shape4 itself
+        ok = mask.dim() <= 4 and torch.broadcast_shapes(tuple(mask.shape), shape4) == shape4
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"mask of shape {tuple(mask.shape)} is not broadcastable to (batch, q_heads, N_q, N_k) "
+                         f"= {shape4}")
+
+
+def check_key_lengths(key_lengths, batch, n_k):
+    check_tensor(key_lengths, "key_lengths")
+    if key_lengths.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"key_lengths must be an int32 or int64 tensor, got {key_lengths.dtype}")
+    if tuple(key_lengths.shape) != (batch,):
+        raise ValueError(f"key_lengths must have shape (batch,) = ({batch},), got {tuple(key_lengths.shape)}")
+    if torch.compiler.is_compiling():
+        return  # no data-dependent check in a traced graph: the op clamps to [0, N_k] on the device
+    if bool((key_lengths < 0).any()) or bool((key_lengths > n_k).any()):  # one sync, like the reference
+        raise ValueError(f"key_lengths must lie in [0, N_k={n_k}], got {key_lengths.tolist()} [key_len_range]")
+
+
+def check_window(window):
+    try:
+        left, right = window
+        left, right = _as_int(left, "window[0]"), _as_int(right, "window[1]")
+        ok = left >= 0 and right >= 0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"window must be a pair (left, right) of non-negative ints (keys j with "
+                         f"-left <= j - i <= right are attended), got {window!r} [window_nonneg]")
+    return left, right
+
+
+def normalise_window(window, n_q: int, n_k: int):
+    """Clamp each side to ``N_q + N_k`` (claim ``window_clamp``: the same keys are attended, and
+    the kernels' int32 bounds cannot overflow) [window_bounded]."""
+    if window is None:
+        return None
+    bound = n_q + n_k
+    return [min(window[0], bound), min(window[1], bound)]
+
+
+def check_scale(scale):
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a real number (default 1/sqrt(head_dim)), got {type(scale).__name__} "
+                        f"{scale!r}")
+    scale = float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number (default 1/sqrt(head_dim)), got {scale!r} [scale_finite]")
+    return scale
+
+
+def normalise_scale(q: torch.Tensor, scale: float | None):
+    """``(q', s')`` with ``s' > 0`` and ``softmax(s·q kᵀ) = softmax(s'·q' kᵀ)`` (claim
+    ``scale_sign_rewrite``) [scale_positive]: ``s < 0`` -> ``(-q, -s)``, ``s = 0`` -> ``(0·q, 1)``.
+    Done with autograd-visible torch ops, so dq comes back through the rewrite with its sign."""
+    if scale is None or scale > 0:
+        return q, scale
+    if scale == 0:
+        return q * 0.0, 1.0
+    return -q, -scale
+
+
+def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
+                 scale=None, block="auto", tma="auto", return_lse=False):
+    """Every check of ``flash_attention``; returns ``(window, scale, block)`` normalised."""
+    check_qkv(q, k, v)
+    check_tensor(mask, "mask", optional=True)
+    check_tensor(key_lengths, "key_lengths", optional=True)
+    check_device({"q": q, "k": k, "v": v, "mask": mask, "key_lengths": key_lengths})
+    if alignment not in ALIGNMENTS:
+        raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
+    check_bool(causal, "causal")
+    if not isinstance(tma, bool) and not (isinstance(tma, str) and tma == "auto"):
+        raise TypeError(f"tma must be \"auto\", True or False, got {tma!r}")
+    check_bool(return_lse, "return_lse")
+    B, Hq, Nq, _ = q.shape
+    Nk = k.shape[2]
+    if mask is not None:
+        check_mask(mask, (B, Hq, Nq, Nk))
+    if key_lengths is not None:
+        check_key_lengths(key_lengths, B, Nk)
+    check_index_width(q=q, k=k, v=v, mask=mask)
+    scale = check_scale(scale)
+    block = check_block(block, auto=True)  # whether it is generated: checked by the op (no imports while tracing)
+    window = None if window is None else normalise_window(check_window(window), Nq, Nk)
+    return window, scale, block

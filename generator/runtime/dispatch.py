@@ -1,0 +1,94 @@
+"""Which generated module serves a call, and the launch arguments derived from the public ones.
+
+Shared by the forward op (``custom_op``) and the backward (``autograd``); imports neither
+them nor ``api``. Nothing here is cached across calls: a user can change a mask in place
+behind any key (``.numpy()``, ``.data``), so the block map is recomputed from the mask's
+content on every launch (it costs one pass over the mask at its broadcast shape).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import torch
+import torch.nn.functional as F
+
+from spec.masks import alignment_shift
+
+from generator.runtime.checks import check_block
+
+#: the package ``python -m generator`` writes by default; an ``--out`` package names itself
+DEFAULT_PACKAGE = "generated"
+
+EMPTY, PARTIAL, FULL = 0, 1, 2
+
+
+def module_for(kind: str, block, package: str = DEFAULT_PACKAGE) -> object:
+    """The generated module of kernel ``kind`` for ``block = (B_r, B_c)`` in ``package``; ValueError if absent."""
+    block = check_block(block)
+    kernels = importlib.import_module(package).KERNELS
+    if block not in kernels or kind not in kernels[block]:
+        have = ", ".join(str(b) for b in sorted(kernels)) or "none"
+        raise ValueError(
+            f"block {block} has no generated {kind} kernel in {package} (generated blocks: {have}); emit it with "
+            f"`python -m generator --br {block[0]} --bc {block[1]}`")
+    return importlib.import_module(f"{package}.{kernels[block][kind]}")
+
+
+def block_map(mask: torch.Tensor, n_q: int, n_k: int, block_m: int, block_n: int) -> torch.Tensor:
+    """int8 map ``(Bm, Hm, cdiv(n_q, block_m), cdiv(n_k, block_n))`` of a bool mask's tiles:
+    0 = no True (the kernels skip the tile), 2 = all True inside ``[0, n_q) x [0, n_k)`` (no
+    per-element mask), 1 = partial. ``Bm``/``Hm`` stay 1 where the mask broadcasts.
+    Computed from the mask's content at each call (no cache that an in-place edit could outdate).
+    """
+    m = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    m = m.expand(m.shape[0], m.shape[1], n_q, n_k)
+    tm, tn = math.ceil(n_q / block_m), math.ceil(n_k / block_n)
+    pad = (0, tn * block_n - n_k, 0, tm * block_m - n_q)
+    tiles = (m.shape[0], m.shape[1], tm, block_m, tn, block_n)
+    attended = F.pad(m.to(torch.int32), pad).reshape(tiles).sum((3, 5))
+    valid = F.pad(torch.ones((n_q, n_k), dtype=torch.int32, device=mask.device), pad)
+    valid = valid.reshape(tm, block_m, tn, block_n).sum((1, 3))
+    return torch.where(attended == 0, EMPTY, torch.where(attended == valid, FULL, PARTIAL)).to(torch.int8)
+
+
+def lengths_argument(key_lengths, n_k: int):
+    """``key_lengths`` as the kernels read it: a fresh contiguous int32 tensor clamped to ``[0, N_k]``
+    on the device (the kernels index it with unit stride; ``key_len_range`` under torch.compile,
+    where the eager range check does not run)."""
+    if key_lengths is None:
+        return None
+    return key_lengths.clamp(0, n_k).to(torch.int32).contiguous()
+
+
+def mask_arguments(module, q, k, *, alignment, mask, scale) -> dict:
+    """The launch arguments a generated forward or backward ``module`` derives from the public
+    ones: ``sm_scale``, the alignment ``shift``, and a dense ``mask`` expanded to
+    ``(B, Hq, N_q, N_k)`` with its ``block_map``."""
+    B, Hq, Nq, D = q.shape
+    Nk = k.shape[2]
+    dense, tiles = None, None
+    if mask is not None:
+        dense = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)).expand(B, Hq, Nq, Nk)
+        # a module reads the map at its own tiles: the backward's MAP_BLOCK, else (B_r, B_c)
+        map_m, map_n = getattr(module, "MAP_BLOCK", (module.BLOCK_M, module.BLOCK_N))
+        tiles = block_map(mask, Nq, Nk, map_m, map_n).expand(B, Hq, -1, -1)
+    sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
+    return {"sm_scale": sm_scale, "shift": alignment_shift(alignment, Nq, Nk), "mask": dense, "block_map": tiles}
+
+
+def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, tma=False):
+    """Run a generated forward ``module`` on checked inputs: returns ``(out, lse)``.
+    ``tma``: the opt-in Hopper TMA path (``generator.runtime.launch.tma_operands`` has its rules)."""
+    return module.forward(q, k, v, causal=causal, window=window, tma=tma,
+                          key_lengths=lengths_argument(key_lengths, k.shape[2]),
+                          **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale))
+
+
+def attention_backward(module, grad_out, grad_lse, q, k, v, out, lse, *, causal, alignment, window, key_lengths,
+                       mask, scale):
+    """Run a generated backward ``module`` on checked inputs: returns ``(dq, dk, dv)``."""
+    return module.backward(grad_out, q, k, v, out, lse, grad_lse=grad_lse, causal=causal, window=window,
+                           key_lengths=lengths_argument(key_lengths, k.shape[2]),
+                           **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale))
