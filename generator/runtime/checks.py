@@ -17,6 +17,7 @@ import operator
 import torch
 
 from spec.assumptions import ASSUMPTIONS, limit
+from spec import rewrites
 from spec.masks import ALIGNMENTS
 
 from generator.runtime import launch
@@ -198,12 +199,9 @@ def check_window(window):
 
 
 def normalise_window(window, n_q: int, n_k: int):
-    """Clamp each side to ``N_q + N_k`` (claim ``window_clamp``: the same keys are attended, and
-    the kernels' int32 bounds cannot overflow) [window_bounded]."""
-    if window is None:
-        return None
-    bound = n_q + n_k
-    return [min(window[0], bound), min(window[1], bound)]
+    """Each side clamped to ``N_q + N_k`` (``spec.rewrites.window_clamp``, claim ``window_clamp``:
+    the same keys are attended, and the kernels' int32 bounds cannot overflow) [window_bounded]."""
+    return None if window is None else list(rewrites.window_clamp(window, n_q, n_k))
 
 
 def check_scale(scale):
@@ -219,14 +217,12 @@ def check_scale(scale):
 
 
 def normalise_scale(q: torch.Tensor, scale: float | None):
-    """``(q', s')`` with ``s' > 0`` and ``softmax(s·q kᵀ) = softmax(s'·q' kᵀ)`` (claim
-    ``scale_sign_rewrite``) [scale_positive]: ``s < 0`` -> ``(-q, -s)``, ``s = 0`` -> ``(0·q, 1)``.
-    Done with autograd-visible torch ops, so dq comes back through the rewrite with its sign."""
-    if scale is None or scale > 0:
-        return q, scale
-    if scale == 0:
-        return q * 0.0, 1.0
-    return -q, -scale
+    """``(q', s')`` with ``s' > 0`` and the same scaled logits (``spec.rewrites.scale_sign``, claim
+    ``scale_sign_rewrite``) [scale_positive]. Torch ops, so autograd carries dq back through it."""
+    if scale is None:
+        return q, None
+    q, scale = rewrites.scale_sign(q, scale)
+    return q, float(scale)
 
 
 def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
