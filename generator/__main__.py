@@ -12,13 +12,15 @@ EPILOG = """\
 examples:
   python -m generator                          # the default block, 64 x 64
   python -m generator --br 128 --bc 64         # another block size (kept beside the others)
-  python -m generator --br 64 --bc 64 --mask causal lengths
+  python -m generator --br 64 --bc 64 --mask causal,lengths   # or --mask causal --mask lengths
   python -m generator --br 64 --bc 64 --num-warps 8 --num-stages 2
   python -m generator --br 64 --bc 64 --out /tmp/kernels
   python -m generator --check                  # exit 1 if generated/ is stale or edited
 
 Before emitting, every claim of spec.claims is proved; a FAILED claim stops the generator
-(exit 1) and nothing is written. Files are written atomically (temp file + rename).
+(exit 1) and nothing is written. A config is keyed by its block and mask set: emitting one
+never removes another. Its files are written all or nothing (staged, then swapped in; on a
+failure the previous files stay). User errors exit 2 with a message.
 """
 
 
@@ -35,6 +37,14 @@ def _power_of_two_block(flag: str):
     return parse
 
 
+def _mask_kinds(text: str) -> list[str]:
+    kinds = [k for k in text.split(",") if k]
+    bad = [k for k in kinds if k not in MASKS]
+    if bad or not kinds:
+        raise argparse.ArgumentTypeError(f"mask kinds are {', '.join(MASKS)} (got {text!r})")
+    return kinds
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m generator",
@@ -47,8 +57,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bc", type=_power_of_two_block("--bc"), default=64, metavar="B_c",
                    help="keys per tile (BLOCK_N): one of %(choices)s" % {"choices": ALLOWED_BLOCKS}
                    + " (default 64)")
-    p.add_argument("--mask", nargs="+", choices=MASKS, default=list(MASKS), metavar="KIND",
-                   help=f"mask kinds compiled into the forward kernel, any of {', '.join(MASKS)} (default: all)")
+    p.add_argument("--mask", nargs="+", type=_mask_kinds, action="extend", default=None, metavar="KIND",
+                   help=f"mask kinds compiled into the kernels, any of {', '.join(MASKS)}: space- or "
+                        "comma-separated, and --mask may be repeated (they add up); default: all")
     p.add_argument("--num-warps", type=int, choices=ALLOWED_WARPS, default=None,
                    help="warps per program, forward and backward (default: forward 4 up to a 64x64 "
                         "tile, else 8; backward per kernel, generator/variants.py)")
@@ -67,6 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     from generator import manifest  # after parsing: --help stays instant
 
     out = args.out if args.out is not None else manifest.DEFAULT_OUT
+    try:
+        return _run(args, out, manifest)
+    except manifest.ManifestError as e:
+        print(f"python -m generator: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args, out, manifest) -> int:
     if args.check:
         problems = manifest.check(out)
         for problem in problems:
@@ -77,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"generated files in {out} match the spec and the templates")
         return 0
 
-    config = BlockConfig(args.br, args.bc, args.num_warps, args.num_stages, tuple(args.mask))
+    masks = [kind for group in args.mask for kind in group] if args.mask else list(MASKS)
+    config = BlockConfig(args.br, args.bc, args.num_warps, args.num_stages, tuple(masks))
+    manifest.load(out)  # a corrupt manifest or an --out that is a file: exit 2 before the proofs run
 
     from spec.claims import prove_all  # kernels are printed from proven terms only
     failed = [r for r in prove_all() if not r.proved]

@@ -166,10 +166,15 @@ INDEX_COMMAND = "python -m generator"
 
 def render_index(configs: list[BlockConfig]) -> str:
     """``generated/__init__.py``: the blocks on disk and the public entry points."""
+    # one entry per block: where several mask sets of a block are on disk, the one with the most kinds
+    # serves it (the others stay importable by module name)
+    served = {}
+    for c in sorted(configs, key=lambda c: (len(c.masks), c.key)):
+        served[(c.block_m, c.block_n)] = c
     blocks = [
-        {"block": (c.block_m, c.block_n), "modules": {v.kind.name: v.module_name for v in c.variants()},
+        {"block": block, "modules": {v.kind.name: v.module_name for v in c.variants()},
          "masks": list(c.masks), "command": c.command}
-        for c in sorted(configs, key=lambda c: (c.block_m, c.block_n))
+        for block, c in sorted(served.items())
     ]
     return ENV.get_template("index.py.jinja").render(
         header=header(INDEX_COMMAND, " (index of every block in MANIFEST.json)"), blocks=blocks)

@@ -34,7 +34,9 @@ class KernelKind:
 #: every kind a block config emits, in emission order (the backward adds entries here)
 KINDS: dict[str, KernelKind] = {
     "fwd": KernelKind("fwd", "attention_fwd.py.jinja", "attention_fwd", True),
-    "softmax": KernelKind("softmax", "softmax.py.jinja", "softmax", False),
+    # softmax ignores masks, but its file is named by the config's mask set too: two configs of one
+    # block (keyed by block and mask set) must never write the same file
+    "softmax": KernelKind("softmax", "softmax.py.jinja", "softmax", True),
     "bwd": KernelKind("bwd", "attention_bwd.py.jinja", "attention_bwd", True),
 }
 
@@ -196,8 +198,9 @@ class BlockConfig:
 
     @property
     def key(self) -> str:
-        """Manifest key: one config per block size."""
-        return f"br{self.block_m}_bc{self.block_n}"
+        """Manifest key: one config per block size and mask set (the mask kinds appear when not all)."""
+        masks = "".join(f"_{m}" for m in self.masks) if self.masks != MASKS else ""
+        return f"br{self.block_m}_bc{self.block_n}{masks}"
 
     @property
     def command(self) -> str:

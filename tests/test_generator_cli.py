@@ -115,17 +115,21 @@ def test_regeneration_is_byte_identical(tmp_path):
 
 
 def test_emitting_one_config_keeps_the_others(tmp_path):
+    """Configs are keyed by block and mask set: a 64x64 causal-only config sits beside the full one."""
     manifest.emit(BlockConfig(16, 32), tmp_path)
     manifest.emit(BlockConfig(64, 64, num_warps=8), tmp_path)
-    manifest.emit(BlockConfig(64, 64, masks=("causal",)), tmp_path)  # replaces the 64x64 entry
+    manifest.emit(BlockConfig(64, 64, masks=("causal",)), tmp_path)  # another mask set: a second entry
     data = manifest.load(tmp_path)
-    assert sorted(data["configs"]) == ["br16_bc32", "br64_bc64"]
-    assert data["configs"]["br64_bc64"]["command"] == "python -m generator --br 64 --bc 64 --mask causal"
+    assert sorted(data["configs"]) == ["br16_bc32", "br64_bc64", "br64_bc64_causal"]
+    assert data["configs"]["br64_bc64_causal"]["command"] == "python -m generator --br 64 --bc 64 --mask causal"
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert "attention_fwd_causal_br64_bc64.py" in files and "attention_fwd_br64_bc64.py" not in files
+    assert {"attention_fwd_causal_br64_bc64.py", "attention_fwd_br64_bc64.py", "softmax_causal_br64_bc64.py",
+            "softmax_br64_bc64.py"} <= set(files)
     index = (tmp_path / "__init__.py").read_text()
-    assert "(16, 32):" in index and "attention_fwd_causal_br64_bc64" in index
+    assert "(16, 32):" in index and "'fwd': 'attention_fwd_br64_bc64'" in index  # the full mask set serves
     assert manifest.check(tmp_path) == []
+    manifest.emit(BlockConfig(64, 64, num_warps=4), tmp_path)  # same block and masks: replaces its own entry
+    assert sorted(manifest.load(tmp_path)["configs"]) == ["br16_bc32", "br64_bc64", "br64_bc64_causal"]
 
 
 def test_every_file_is_stamped():

@@ -64,9 +64,27 @@ def _autocast(device_type: str, *tensors):
     return tuple(t.to(dtype) if t.is_floating_point() else t for t in tensors)
 
 
+def _unsupported_autograd_modes(where: str, *tensors) -> None:
+    """Forward-mode AD and torch.func's grad transforms raise here (as SDPA raises for forward AD)
+    instead of silently dropping tangents: the op has a reverse-mode backward only."""
+    if torch.compiler.is_compiling():
+        return
+    if torch.autograd.forward_ad._current_level >= 0 and any(
+            torch.autograd.forward_ad.unpack_dual(t).tangent is not None for t in tensors):
+        raise NotImplementedError(f"{where} does not support forward-mode AD (jvp, make_dual): it has a "
+                                  "reverse-mode backward only; use torch.autograd.grad / .backward()")
+    interpreter = torch._C._functorch.peek_interpreter_stack()
+    if interpreter is not None and interpreter.key() in (torch._C._functorch.TransformType.Grad,
+                                                         torch._C._functorch.TransformType.Jvp):
+        raise NotImplementedError(
+            f"{where} does not support torch.func.grad / jacrev / jvp: a torch.library custom op's "
+            "autograd cannot run inside functorch's grad transforms; use torch.autograd.grad (vmap works)")
+
+
 def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma):
     for name, t in (("q", q), ("k", k), ("v", v)):
         checks.check_tensor(t, name)
+    _unsupported_autograd_modes("flash_attention", q, k, v)
     q, k, v = _autocast(q.device.type, q, k, v)
     window, scale, block = check_inputs(q, k, v, causal=causal, alignment=alignment, window=window,
                                         key_lengths=key_lengths, mask=mask, scale=scale, block=block, tma=tma,
@@ -127,6 +145,7 @@ def _softmax(package, x, dim, *, block):
     if x.dim() == 0:
         raise ValueError("softmax needs at least one dimension; x is a scalar")
     checks.check_device({"x": x})
+    _unsupported_autograd_modes("softmax", x)
     block = checks.check_block(block)
     dim = checks._as_int(dim, "dim")
     moved = x.movedim(dim, -1)  # IndexError names a bad dim
