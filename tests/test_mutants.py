@@ -320,3 +320,18 @@ def test_every_claim_has_a_mutant_here():
         assert f"prove_{cid}" in source, f"no mutant feeds prove_{cid}"
 
 
+# ---------------------------------------------------------------- the host rewrites (issue 11)
+@pytest.mark.parametrize("mutant", ["abs_without_flip", "keep_sign"])
+def test_scale_rewrite_claim_catches_mutants(mutant):
+    from spec.proofs_rewrites import prove_scale_sign_rewrite  # q' = q with s' = |s|: the logits change sign
+
+    rewrite = {"abs_without_flip": lambda q, s: (q, abs(s)) if s != 0 else (q * 0, 1),
+               "keep_sign": lambda q, s: (q, s)}[mutant]
+    assert not prove_scale_sign_rewrite(rewrite).proved
+
+
+def test_window_clamp_claim_catches_a_too_tight_bound():
+    from spec.proofs_rewrites import prove_window_clamp
+
+    assert prove_window_clamp().proved
+    assert not prove_window_clamp(lambda n_q, n_k: n_k).proved  # bottom_right with N_q < N_k needs more

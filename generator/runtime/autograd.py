@@ -37,7 +37,7 @@ def flash_attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch
                                 alignment: str, window: Optional[list[int]], scale: Optional[float],
                                 block_m: int, block_n: int, package: str = dispatch.DEFAULT_PACKAGE,
                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    module = dispatch.module_for("bwd", (block_m, block_n), package)
+    module = dispatch.module_for("bwd", (block_m, block_n), package, q.device)
     return dispatch.attention_backward(module, grad_out, grad_lse, q, k, v, out, lse.contiguous(), causal=causal,
                                        alignment=alignment, window=None if window is None else tuple(window),
                                        key_lengths=key_lengths, mask=mask, scale=scale)

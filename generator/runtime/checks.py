@@ -102,10 +102,6 @@ def check_device(tensors: dict) -> torch.device:
             raise RuntimeError(
                 "CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 in the environment before "
                 "importing generated (or move the tensors to a CUDA device)")
-        if not launch.INTERPRETING_AT_IMPORT:
-            raise RuntimeError(
-                "TRITON_INTERPRET=1 was set after the kernels were imported, so they were compiled for a GPU: "
-                "set it in the environment before the first `import generated` (or start a new process)")
     if first.type not in ("cpu", "cuda"):
         raise ValueError(f"tensors must be on a CUDA device (or CPU with TRITON_INTERPRET=1), got {first}")
     return first

@@ -32,7 +32,7 @@ def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
                        window: Optional[list[int]], scale: Optional[float], block_m: int,
                        block_n: int, tma: bool = False,
                        package: str = dispatch.DEFAULT_PACKAGE) -> tuple[torch.Tensor, torch.Tensor]:
-    module = dispatch.module_for("fwd", (block_m, block_n), package)
+    module = dispatch.module_for("fwd", (block_m, block_n), package, q.device)
     return dispatch.attention_forward(module, q, k, v, causal=causal, alignment=alignment,
                                       window=None if window is None else tuple(window), key_lengths=key_lengths,
                                       mask=mask, scale=scale, tma=tma)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from spec.masks import alignment_shift
 
+from generator.runtime import launch
 from generator.runtime.checks import check_block
 
 #: the package ``python -m generator`` writes by default; an ``--out`` package names itself
@@ -24,8 +25,10 @@ DEFAULT_PACKAGE = "generated"
 EMPTY, PARTIAL, FULL = 0, 1, 2
 
 
-def module_for(kind: str, block, package: str = DEFAULT_PACKAGE) -> object:
-    """The generated module of kernel ``kind`` for ``block = (B_r, B_c)`` in ``package``; ValueError if absent."""
+def module_for(kind: str, block, package: str = DEFAULT_PACKAGE, device: torch.device | None = None) -> object:
+    """The generated module of kernel ``kind`` for ``block = (B_r, B_c)`` in ``package``; ValueError if absent.
+    ``device``: the tensors' device; RuntimeError if they are CPU tensors but the module's kernels were
+    compiled for a GPU (TRITON_INTERPRET=1 set after the module was imported)."""
     block = check_block(block)
     kernels = importlib.import_module(package).KERNELS
     if block not in kernels or kind not in kernels[block]:
@@ -33,7 +36,13 @@ def module_for(kind: str, block, package: str = DEFAULT_PACKAGE) -> object:
         raise ValueError(
             f"block {block} has no generated {kind} kernel in {package} (generated blocks: {have}); emit it with "
             f"`python -m generator --br {block[0]} --bc {block[1]}`")
-    return importlib.import_module(f"{package}.{kernels[block][kind]}")
+    module = importlib.import_module(f"{package}.{kernels[block][kind]}")
+    if device is not None and device.type == "cpu" and launch.compiled_for_gpu(module):
+        raise RuntimeError(
+            f"TRITON_INTERPRET=1 was set after {module.__name__} was imported, so its kernels were compiled for a "
+            "GPU and cannot run CPU tensors: set TRITON_INTERPRET=1 in the environment before Python starts "
+            "(or before the first call), or pass CUDA tensors")
+    return module
 
 
 def block_map(mask: torch.Tensor, n_q: int, n_k: int, block_m: int, block_n: int) -> torch.Tensor:

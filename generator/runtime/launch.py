@@ -34,9 +34,14 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-#: ``triton.jit`` picks the interpreter when a kernel is defined, i.e. when the generated modules
-#: (which import this one) are imported: setting TRITON_INTERPRET later does not reach them
-INTERPRETING_AT_IMPORT = interpreting()
+def compiled_for_gpu(module) -> bool:
+    """True when ``module``'s kernels were defined with the interpreter off: ``triton.jit`` picks
+    the interpreter when a kernel is defined (the generated module's import), so a
+    ``TRITON_INTERPRET=1`` set after that import does not reach them."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    kernels = [f for f in vars(module).values() if isinstance(f, (triton.runtime.JITFunction, InterpretedFunction))]
+    return any(not isinstance(f, InterpretedFunction) for f in kernels)
 
 
 def dot_constants(dtype: torch.dtype, interpret: bool | None = None) -> dict:

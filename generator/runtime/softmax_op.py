@@ -16,7 +16,7 @@ from generator.runtime import dispatch
 @torch.library.custom_op("flashproof::softmax", mutates_args=())
 def softmax_op(rows: torch.Tensor, block_m: int, block_n: int,
                package: str = dispatch.DEFAULT_PACKAGE) -> torch.Tensor:
-    module = dispatch.module_for("softmax", (block_m, block_n), package)
+    module = dispatch.module_for("softmax", (block_m, block_n), package, rows.device)
     return module.softmax_rows(rows.contiguous())  # the kernel reads rows with unit stride
 
 
