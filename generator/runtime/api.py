@@ -124,7 +124,10 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     ``block=(B_r, B_c)`` picks the generated kernels (see ``generated.KERNELS``); ``"auto"`` (the
     default) the block ``AUTO_BLOCKS`` lists for the GPU's architecture and the head dim.
     Inputs: fp16, bf16 or fp32 (one dtype), D in 1..256, any strides (no copies are made),
-    CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``.
+    CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``. Any finite ``scale`` (a scale
+    <= 0 is rewritten to a positive one, claim ``scale_sign_rewrite``); keys at index >=
+    ``key_lengths[b]`` are never read (NaN or inf there cannot leak); empty ``B``/``N`` give
+    empty results. The accepted range is the README's input-contract table (``spec.assumptions``).
 
     ``tma``: whether the forward moves Q, K, V and O by Hopper's TMA. ``"auto"`` (the default)
     is ``True`` on a GPU with TMA (sm_90+, measured 1.00-1.14x the pointer path on an H100, see
@@ -158,7 +161,9 @@ def _softmax(package, x, dim, *, block):
 @_named_keywords
 def softmax(x: torch.Tensor, dim: int = -1, *, block=DEFAULT_BLOCK) -> torch.Tensor:
     """Softmax along ``dim`` with seed 000's online kernels (1-pass when the row fits one block
-    of ``B_c`` columns, else 2-pass). fp16/bf16/fp32; the result has x's dtype and shape."""
+    of ``B_c`` columns, else 2-pass). fp16/bf16/fp32; the result has x's dtype and shape.
+    Differentiable (the backward is ``y ∘ (g − rowsum(g ∘ y))``). An empty dim gives an empty
+    result; a row of only ``-inf`` gives zeros (``torch.softmax`` gives NaN there)."""
     return _softmax(DEFAULT_PACKAGE, x, dim, block=block)
 
 

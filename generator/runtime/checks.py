@@ -142,12 +142,18 @@ def check_qkv(q, k, v):
 
 
 def check_index_width(**tensors) -> None:
-    """Every in-slice element offset ``(N-1)|stride_N| + (D-1)|stride_D|`` fits int32 (``index_int32``)."""
+    """Every in-slice element offset ``(N-1)|stride_N| + (D-1)|stride_D|`` fits int32 (``index_int32``).
+    A value may be a tensor or a shape (a freshly allocated, contiguous output of that shape)."""
     bound = limit("index_int32")
     for name, t in tensors.items():
-        if t is None or t.numel() == 0:
+        if t is None:
             continue
-        reach = sum((size - 1) * abs(stride) for size, stride in zip(t.shape[-2:], t.stride()[-2:]))
+        shape, stride = (tuple(t.shape), t.stride()) if isinstance(t, torch.Tensor) else (t, None)
+        if stride is None:  # contiguous: the last two dims have strides (D, 1)
+            stride = (shape[-1], 1)
+        if 0 in shape:
+            continue
+        reach = sum((size - 1) * abs(step) for size, step in zip(shape[-2:], stride[-2:]))
         if reach > bound:
             raise ValueError(f"{name} spans {reach} elements inside one (batch, head) slice, beyond the kernels' "
                              f"int32 offsets (2^31 - 1) [index_int32]; pass {name}.contiguous() or split the "
@@ -240,7 +246,7 @@ def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, ke
         check_mask(mask, (B, Hq, Nq, Nk))
     if key_lengths is not None:
         check_key_lengths(key_lengths, B, Nk)
-    check_index_width(q=q, k=k, v=v, mask=mask)
+    check_index_width(q=q, k=k, v=v, mask=mask, out=tuple(q.shape))
     scale = check_scale(scale)
     block = check_block(block, auto=True)  # whether it is generated: checked by the op (no imports while tracing)
     window = None if window is None else normalise_window(check_window(window), Nq, Nk)

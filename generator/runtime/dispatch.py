@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from spec.masks import alignment_shift
 
 from generator.runtime import launch
-from generator.runtime.checks import check_block
+from generator.runtime.checks import check_block, check_index_width
 
 #: the package ``python -m generator`` writes by default; an ``--out`` package names itself
 DEFAULT_PACKAGE = "generated"
@@ -98,6 +98,7 @@ def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths
 def attention_backward(module, grad_out, grad_lse, q, k, v, out, lse, *, causal, alignment, window, key_lengths,
                        mask, scale):
     """Run a generated backward ``module`` on checked inputs: returns ``(dq, dk, dv)``."""
+    check_index_width(grad_out=grad_out)  # the one input the forward's checks did not see
     return module.backward(grad_out, q, k, v, out, lse, grad_lse=grad_lse, causal=causal, window=window,
                            key_lengths=lengths_argument(key_lengths, k.shape[2]),
                            **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale))
