@@ -279,8 +279,9 @@ def _mutant_module(monkeypatch, tmp_path, mutant):
 @pytest.mark.parametrize("mutant", list(MUTANTS))
 def test_mutated_backward_is_caught(monkeypatch, tmp_path, mutant):
     mod = _mutant_module(monkeypatch, tmp_path, mutant)
-    monkeypatch.setattr(dispatch, "module_for", lambda kind, block, package="generated", real=dispatch.module_for:
-                        mod if kind == "bwd" else real(kind, block, package))
+    real = dispatch.module_for
+    monkeypatch.setattr(dispatch, "module_for", lambda kind, block, package="generated", device=None:
+                        mod if kind == "bwd" else real(kind, block, package, device))
     # rows with no key (batch 0) and several tiles (batch 1)
     case = dict(B=2, Nq=50, Nk=100, causal=True, alignment="bottom_right", key_lengths=[0, 90])
     assert case_failures((64, 64), **case), f"mutant {mutant} passed the gradient check"

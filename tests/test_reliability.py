@@ -125,6 +125,21 @@ def test_row3_padding_is_never_read(block, value):
         assert not dk[0, :, 20:].any() and not dv[0, :, 20:].any()
 
 
+def test_padding_is_never_read_on_the_tma_path():
+    """TMA zero-fills only past N_K: the forward's partial tiles zero padding keys themselves."""
+    from generator.runtime import launch
+
+    if launch.tma_unsupported(torch.device(DEVICE)):
+        pytest.skip(launch.tma_unsupported(torch.device(DEVICE)))
+    q, k, v, _ = inputs(B=2, Hq=2, Hkv=1, Nq=9, Nk=37, D=16, seed=3)
+    lengths = torch.tensor([20, 5])
+    k2, v2, kc, vc = _poisoned(k, v, lengths, float("nan"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", launch.TmaFallbackWarning)  # the TMA path itself, not the fallback
+        out, lse = on_device(flash_attention, q, k2, v2, key_lengths=lengths, tma=True, return_lse=True, block=SMALL)
+    assert attention_failures(out, lse, *reference(q, kc, vc, key_lengths=lengths), v) == []
+
+
 @pytest.mark.parametrize("block", BLOCKS, ids=str)
 def test_padding_past_n_k_is_never_read(block):
     """k, v are views of a longer buffer whose tail (keys >= N_k) is NaN: never read either."""
