@@ -10,7 +10,6 @@ of ``generator.checking`` / ``test_backward``.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import subprocess
 import sys

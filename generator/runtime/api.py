@@ -18,7 +18,7 @@ import inspect
 
 import torch
 
-from generator.runtime import checks, dispatch
+from generator.runtime import checks
 from generator.runtime.autograd import flash_attention_backward_op  # noqa: F401  (registers the backward)
 from generator.runtime.checks import DEFAULT_BLOCK, DTYPES, check_inputs  # noqa: F401  (public aliases)
 from generator.runtime.custom_op import flash_attention_op
