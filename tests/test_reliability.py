@@ -490,9 +490,9 @@ def test_interpreter_set_after_import_is_named():
 
 
 BAD_TYPES = [
-    (dict(block=64), ValueError, "block must be a pair"),
-    (dict(block=(64.0, 64)), ValueError, "block must be a pair"),
-    (dict(block=(True, 64)), ValueError, "block must be a pair"),
+    (dict(block=64), ValueError, "block must be (\"auto\" or )?a pair"),
+    (dict(block=(64.0, 64)), ValueError, "block must be (\"auto\" or )?a pair"),
+    (dict(block=(True, 64)), ValueError, "block must be (\"auto\" or )?a pair"),
     (dict(return_lse=1), TypeError, "return_lse must be True or False"),
     (dict(scale=True), TypeError, "scale must be a real number"),
     (dict(scale="0.1"), TypeError, "scale must be a real number"),
