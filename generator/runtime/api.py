@@ -134,6 +134,16 @@ def _check_key_lengths(key_lengths, batch, n_k):
         raise ValueError(f"key_lengths must lie in [0, N_k={n_k}], got {key_lengths.tolist()}")
 
 
+def _check_scale(scale):
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+        raise ValueError(f"scale must be a finite number (default 1/sqrt(head_dim)), got {scale!r}")
+
+
+def sm_scale_of(scale, head_dim: int) -> float:
+    """The softmax scale a kernel gets: ``scale``, or ``1/sqrt(head_dim)`` when it is None."""
+    return float(scale) if scale is not None else 1.0 / math.sqrt(head_dim)
+
+
 def _check_window(window):
     try:
         left, right = window
@@ -198,8 +208,8 @@ def mask_arguments(module, q, k, *, alignment, mask, scale) -> dict:
         # a module reads the map at its own tiles: the backward's MAP_BLOCK, else (B_r, B_c)
         map_m, map_n = getattr(module, "MAP_BLOCK", (module.BLOCK_M, module.BLOCK_N))
         tiles = block_map(mask, Nq, Nk, map_m, map_n).expand(B, Hq, -1, -1)
-    sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
-    return {"sm_scale": sm_scale, "shift": alignment_shift(alignment, Nq, Nk), "mask": dense, "block_map": tiles}
+    return {"sm_scale": sm_scale_of(scale, D), "shift": alignment_shift(alignment, Nq, Nk), "mask": dense,
+            "block_map": tiles}
 
 
 def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, tma=False):
@@ -225,8 +235,7 @@ def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, ke
         _check_mask(mask, (B, Hq, Nq, k.shape[2]))
     if key_lengths is not None:
         _check_key_lengths(key_lengths, B, k.shape[2])
-    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
-        raise ValueError(f"scale must be a finite number (default 1/sqrt(head_dim)), got {scale!r}")
+    _check_scale(scale)
     _check_block(block)  # whether it is generated: checked by the op (no imports while tracing)
     return None if window is None else _check_window(window)
 
