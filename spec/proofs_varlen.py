@@ -57,9 +57,14 @@ def _address_cases(tag, length, start, end):
     ]
 
 
-def _loop(init, narrowing, loop, kinds):
-    """A kernel's ranges and tile loop in closed form: init, each kind's narrowing, the rounding."""
-    return terms.chain(list(init) + [term for kind in kinds for term in narrowing(kind)] + list(loop))
+def _loop(init, narrowing, loop, kinds, at=None):
+    """A kernel's ranges and tile loop in closed form: init, each kind's narrowing, the rounding.
+    ``at`` substitutes into every term *before* chaining (``N_K = 0``: SymPy must not simplify
+    with the symbol's ``positive`` assumption first)."""
+    seq = list(init) + [term for kind in kinds for term in narrowing(kind)] + list(loop)
+    if at:
+        seq = [terms.Term(x.symbol, x.expr.xreplace(at), x.claim, x.note) for x in seq]
+    return terms.chain(seq)
 
 
 @claim(V.CLAIM,
@@ -92,10 +97,11 @@ def prove_varlen_segments_sound(segment=V.SEGMENT, bounds_init=masks.BOUNDS_INIT
         cases.append((f"{tag}: full_end <= N_K", implies([], n.Nk - keys[masks.full_end])))
         cases.append((f"{tag}: q_full_end <= N_Q", implies([], n.Nq - rows[masks.q_full_end])))
         # (d) an empty segment visits no tile: hi <= lo once N_K (N_Q) is 0
-        cases.append((f"{tag}: N_K = 0 visits no key tile",
-                      implies([], (keys[masks.kv_lo] - keys[masks.kv_hi]).xreplace({n.Nk: 0}))))
+        no_keys = _loop(bounds_init, masks.bounds_terms, tile_loop, kinds, at={n.Nk: sp.Integer(0)})
+        no_rows = _loop(row_bounds_init, masks.row_bounds_terms, row_tile_loop, kinds, at={n.Nq: sp.Integer(0)})
+        cases.append((f"{tag}: N_K = 0 visits no key tile", implies([], no_keys[masks.kv_lo] - no_keys[masks.kv_hi])))
         cases.append((f"{tag}: N_Q = 0 visits no query tile (dK/dV)",
-                      implies([], (rows[masks.q_lo] - rows[masks.q_hi]).xreplace({n.Nq: 0}))))
+                      implies([], no_rows[masks.q_lo] - no_rows[masks.q_hi])))
     # (e) the grid: cdiv(max_seqlen, B) tiles of B rows cover n <= max_seqlen rows
     #     (B·ceiling(M/B) = M + r with r >= 0, the definition of the ceiling)
     length, block = sp.symbols("n B", integer=True, positive=True)

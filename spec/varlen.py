@@ -17,6 +17,7 @@ and the runtime alike.
 
 from __future__ import annotations
 
+import numpy as np
 import sympy as sp
 
 from spec import masks
@@ -72,3 +73,19 @@ def segments(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int) -> list[tup
         raise ValueError(f"cu_seqlens_q has {len(cq)} entries and cu_seqlens_k {len(ck)}; both must hold B + 1 "
                          "(one query segment per key segment)")
     return [(cq[b], cq[b + 1], ck[b], ck[b + 1]) for b in range(len(cq) - 1)]
+
+
+def packed_mask(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int, *, causal=False, window=None):
+    """The whole packed batch as one dense bool mask ``(total_q, total_k)`` (True = attend): the
+    block-diagonal of the segments, each block the predicate of ``spec.masks`` at the segment's
+    lengths with bottom-right alignment. What a varlen call means, written as the dense mask a
+    caller without varlen would pass (the benchmark's "dense bool mask" case, the docs' picture)."""
+    kinds = tuple(kind for kind, on in (("causal", causal), ("window", window is not None)) if on)
+    out = np.zeros((total_q, total_k), dtype=bool)
+    for q0, q1, k0, k1 in segments(cu_seqlens_q, cu_seqlens_k, total_q, total_k):
+        if q1 > q0 and k1 > k0:
+            params = {"shift": masks.alignment_shift(ALIGNMENT, q1 - q0, k1 - k0)}
+            if window is not None:
+                params.update(window_left=window[0], window_right=window[1])
+            out[q0:q1, k0:k1] = masks.dense_mask(kinds, q1 - q0, k1 - k0, **params) if kinds else True
+    return out
