@@ -65,7 +65,9 @@ DTYPES = ("fp16", "bf16")
 HEAD_DIMS = (64, 128)
 #: mask variants compiled by default: the unmasked kernel and the causal one (whose diagonal
 #: tiles carry the predicate and so the most registers)
-MASKS = {"none": {}, "causal": {"causal": True}}
+MASKS = {"none": {}, "causal": {"causal": True},
+         # the packed-batch (flash_attention_varlen) kernels: the same templates with IS_VARLEN
+         "varlen causal": {"causal": True, "varlen": True}}
 #: bump when the analysis changes, to invalidate cached rows
 ANALYSIS_VERSION = 7
 #: TMA exists from sm_90 on (on sm_80 Triton lowers descriptors back to pointer loads)
@@ -568,7 +570,8 @@ def main(argv=None) -> int:
         jobs += make_jobs(modules, args.arch, args.dtype, args.head_dim, args.mask, args.num_warps, args.num_stages)
     if args.tma in ("on", "both"):
         jobs += make_jobs([m for m in modules if supports_tma(m)], args.arch, args.dtype, args.head_dim,
-                          args.mask, args.num_warps, args.num_stages, tma=(True,))
+                          [m for m in args.mask if not MASKS[m].get("varlen")],  # varlen has no TMA path
+                          args.num_warps, args.num_stages, tma=(True,))
     if not jobs:
         ap.error(f"nothing to compile: no TMA variant for arch {args.arch} among {modules}")
     rows = run_jobs(jobs, args.workers, use_cache=not args.no_cache)

@@ -16,7 +16,9 @@ kernel on the slice. So a segment is sound when
 (c) its ``shift`` is the alignment the reference gives a segment (``spec.varlen.ALIGNMENT``);
 (d) a segment without keys (``N_K = 0``) visits no key tile, and one without queries
     (``N_Q = 0``) no query tile in the dK/dV kernel: no key of the neighbours is ever loaded
-    for it, its rows get output 0 and ``lse = -inf``, its keys zero gradients;
+    for it, its rows get output 0 and ``lse = -inf``, its keys zero gradients; and a tile that
+    starts past its segment's end (``ROWS_PAST_END``, ``KEYS_PAST_END``) is given exactly that
+    empty case, a tile inside it its real lengths;
 (e) the launch grid of ``cdiv(max_seqlen, B)`` tiles per segment covers every row of a segment
     with ``n <= max_seqlen`` (which is why a smaller ``max_seqlen`` hint is an error).
 
@@ -73,11 +75,12 @@ def _loop(init, narrowing, loop, kinds, at=None):
        "rows and keys of their own segment [cu[b], cu[b+1]) — for all integer offsets, lengths (0 included) and "
        "block sizes: lengths >= 0, segments disjoint, full tiles (no load mask) below N_K (N_Q in dK/dV) for "
        "every kind set, the reference's bottom-right alignment, no tile visited by a segment without keys or "
-       "queries, and a grid of cdiv(max_seqlen, B) tiles covering every segment no longer than max_seqlen",
+       "queries nor by a tile past its segment's end, and a grid of cdiv(max_seqlen, B) tiles covering every segment no longer than max_seqlen",
        r"0\le j<N_K \Rightarrow \mathrm{cu}_k[b]\le \mathrm{cu}_k[b]+j<\mathrm{cu}_k[b+1];\quad "
        r"\mathrm{full}(T)\Rightarrow T\subseteq[0,N_K)",
        terms=("N_Q", "N_K", "shift"))
-def prove_varlen_segments_sound(segment=V.SEGMENT, bounds_init=masks.BOUNDS_INIT,
+def prove_varlen_segments_sound(segment=V.SEGMENT, rows_past_end=V.ROWS_PAST_END, keys_past_end=V.KEYS_PAST_END,
+                                bounds_init=masks.BOUNDS_INIT,
                                 row_bounds_init=masks.ROW_BOUNDS_INIT, tile_loop=masks.TILE_LOOP,
                                 row_tile_loop=masks.ROW_TILE_LOOP):
     seg = terms.chain(segment)
@@ -88,6 +91,11 @@ def prove_varlen_segments_sound(segment=V.SEGMENT, bounds_init=masks.BOUNDS_INIT
     # (c) the alignment of the reference's segment problem, at the segment's lengths
     reference_shift = masks.ALIGNMENT_SHIFT[V.ALIGNMENT].xreplace({n.Nq: nq, n.Nk: nk})
     cases.append(("shift is the reference's alignment of a segment", difference(seg[n.shift], reference_shift)))
+    # (d') a tile past the segment's end (the grid covers the longest one) is emptied, one inside kept
+    for term, first, length, kept in ((rows_past_end, n.start_m, n.Nq, n.Nk), (keys_past_end, n.start_n, n.Nk, n.Nq)):
+        past, inside = term.expr.xreplace({first: length + t}), term.expr.xreplace({first: length - 1 - t})
+        cases.append((f"{first} >= {length}: {term.name} = 0", difference(past, sp.Integer(0))))
+        cases.append((f"{first} < {length}: {term.name} unchanged", difference(inside, kept)))
     every_set = [()] + list(masks.kind_sets())
     for kinds in every_set:
         tag = "+".join(kinds) or "no kind"

@@ -39,6 +39,15 @@ SEGMENT = (
          "bottom-right alignment per segment (FlashAttention): the last query sees the last key"),
 )
 
+#: the grid covers the longest segment, so a tile may start past a shorter segment's end. It then
+#: gets an empty loop instead of an early ``return`` (which costs the compiled forward up to 65
+#: registers per thread): a query tile past the segment's rows attends no key (forward, dQ), a
+#: key tile past its keys is reached by no query row (dK/dV); their stores are masked anyway
+ROWS_PAST_END = Term(n.Nk, sp.Piecewise((n.Nk, sp.Lt(n.start_m, n.Nq)), (0, True)), CLAIM,
+                     "a query tile past this segment's rows attends no key: its loops are empty")
+KEYS_PAST_END = Term(n.Nq, sp.Piecewise((n.Nq, sp.Lt(n.start_n, n.Nk)), (0, True)), CLAIM,
+                     "a key tile past this segment's keys meets no query row: its loop is empty")
+
 #: the alignment every segment uses (the reference passes it to spec.reference.attention)
 ALIGNMENT = "bottom_right"
 

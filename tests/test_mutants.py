@@ -327,6 +327,14 @@ def test_varlen_segment_mutant_is_refuted(mutant):
     assert dict(r.cases)[case] != 0, [name for name, res in r.cases if res != 0]
 
 
+def test_varlen_tile_past_the_end_kept_alive_is_refuted():
+    """start_m <= N_Q instead of <: the tile starting exactly at the segment's end keeps its keys."""
+    off_by_one = replace(V.ROWS_PAST_END, expr=sp.Piecewise((n.Nk, sp.Le(n.start_m, n.Nq)), (0, True)))
+    r = PV.prove_varlen_segments_sound(rows_past_end=off_by_one)
+    assert_failed(r)
+    assert dict(r.cases)["start_m >= N_Q: N_K = 0"] != 0
+
+
 def test_varlen_full_tiles_past_the_segment_are_refuted():
     """full_end = N_K + 1: the key after the segment (the next segment's first) would be loaded
     without a mask; the same mutant is caught by the segment claim, not only by mask_tiles_sound."""
