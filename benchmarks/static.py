@@ -512,6 +512,8 @@ How each column is obtained (see `benchmarks/static.py`):
 - **TMA ld/st**: the `UTMALDG` / `UTMASTG` instructions (TMA bulk tensor loads / stores) in
   SASS. Rows whose mask reads `+tma` are the forward's TMA variant (the default on sm_90)
   ([Hopper: TMA](hopper.md)), compiled for sm_90 only; the pointer kernels have none.
+  Rows whose mask reads `varlen causal` are the same kernels with `IS_VARLEN`, as
+  `flash_attention_varlen` launches them on a packed batch ([packed sequences](../packed.md)).
 - **ok**: no spill, fits shared memory, every dot on tensor cores (holds trivially for a
   kernel without a dot, the backward's preprocess), and for a `+tma` row TMA loads in SASS.
   The test `tests/test_static.py` asserts this for every kernel of every generated config,
