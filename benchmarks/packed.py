@@ -27,9 +27,9 @@ import sys
 import torch
 
 from benchmarks import hbm
-from benchmarks.attention import NO_TIMING, device_name, gpu_ms, smoke_ms
+from benchmarks.attention import NO_TIMING, device_name, gpu_ms, smoke_ms, smoke_run
 from benchmarks.common import text_table, versions
-from generator.runtime.launch import DTYPE_NAMES, interpreting
+from generator.runtime.launch import DTYPE_NAMES
 
 LAYOUTS = ("varlen", "dense bool mask", "padding")
 HEADS, HEAD_DIM = 16, 64
@@ -124,11 +124,8 @@ def main(argv=None) -> int:
     ap.add_argument("--documents", type=int, nargs="+", default=list(hbm.DOCUMENTS))
     ap.add_argument("--dtype", default="bf16", choices=["fp16", "bf16", "fp32"])
     args = ap.parse_args(argv)
-    smoke = args.smoke or not torch.cuda.is_available()
+    smoke = smoke_run(ap, args.smoke)
     if smoke:
-        if not interpreting():
-            ap.error("no CUDA device: the smoke run needs the Triton interpreter; "
-                     "run TRITON_INTERPRET=1 python -m benchmarks.packed --smoke")
         print(f"NOTE: {NO_TIMING}.")
         device, timer, lengths, heads, d, dtype = "cpu", smoke_ms, SMOKE_DOCUMENTS, 2, 16, torch.float32
         block = SMOKE_BLOCK

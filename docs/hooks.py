@@ -563,7 +563,8 @@ def packed_tiles() -> str:
 
     figures = [
         _figure(_svg_mask(dense, "dense bool mask, global tiles", grid),
-                caption(f"dense bool mask over all {cu_q[-1]} x {cu_k[-1]} tokens, B_r = B_c = {br} (block map)", grid)),
+                caption(f"dense bool mask over all {cu_q[-1]} x {cu_k[-1]} tokens, B_r = B_c = {br} (block map)",
+                        grid)),
         _figure(_svg_mask(dense, "varlen, tiles per segment", per_segment),
                 caption(f"varlen, segments (n_q, n_k) = {list(zip(lengths_q, lengths_k))}: tiles start at each "
                         "segment (spec.masks.classify_tile, bottom-right)", per_segment)),

@@ -75,7 +75,8 @@ def _loop(init, narrowing, loop, kinds, at=None):
        "rows and keys of their own segment [cu[b], cu[b+1]) — for all integer offsets, lengths (0 included) and "
        "block sizes: lengths >= 0, segments disjoint, full tiles (no load mask) below N_K (N_Q in dK/dV) for "
        "every kind set, the reference's bottom-right alignment, no tile visited by a segment without keys or "
-       "queries nor by a tile past its segment's end, and a grid of cdiv(max_seqlen, B) tiles covering every segment no longer than max_seqlen",
+       "queries nor by a tile past its segment's end, and a grid of cdiv(max_seqlen, B) tiles covering every "
+       "segment no longer than max_seqlen",
        r"0\le j<N_K \Rightarrow \mathrm{cu}_k[b]\le \mathrm{cu}_k[b]+j<\mathrm{cu}_k[b+1];\quad "
        r"\mathrm{full}(T)\Rightarrow T\subseteq[0,N_K)",
        terms=("N_Q", "N_K", "shift"))

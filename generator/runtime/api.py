@@ -90,11 +90,7 @@ def _check_qkv(q, k, v):
         if t.dim() != 4:
             raise ValueError(f"{name} must have rank 4 (batch, heads, seq, head_dim), got shape "
                              f"{tuple(t.shape)}; add the missing axes with unsqueeze")
-    if q.dtype not in DTYPES:
-        raise TypeError(f"q has dtype {q.dtype}; supported: float16, bfloat16, float32 (convert with .to())")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}; "
-                        "convert them with .to(q.dtype)")
+    check_dtypes(q, k, v)
     B, Hq, Nq, D = q.shape
     Bk, Hkv, Nk, Dk = k.shape
     if v.shape != k.shape:
@@ -104,10 +100,24 @@ def _check_qkv(q, k, v):
                          "head_dim (dim 3)")
     if min(B, Hq, Nq, D, Hkv, Nk) < 1:
         raise ValueError(f"every dimension must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if Hq % Hkv:
-        raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv}) for GQA")
-    if D > launch.MAX_HEAD_DIM:
-        raise ValueError(f"head_dim {D} > {launch.MAX_HEAD_DIM} is not supported (the K/V tiles would not "
+    check_heads(Hq, Hkv, D)
+
+
+def check_dtypes(q, k, v):
+    """One supported dtype for q, k, v (shared with ``generator.runtime.varlen``)."""
+    if q.dtype not in DTYPES:
+        raise TypeError(f"q has dtype {q.dtype}; supported: float16, bfloat16, float32 (convert with .to())")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}; "
+                        "convert them with .to(q.dtype)")
+
+
+def check_heads(hq: int, hkv: int, d: int):
+    """GQA head counts and a head dim the kernels support (shared with ``generator.runtime.varlen``)."""
+    if hq % hkv:
+        raise ValueError(f"query heads ({hq}) must be a multiple of key/value heads ({hkv}) for GQA")
+    if d > launch.MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {d} > {launch.MAX_HEAD_DIM} is not supported (the K/V tiles would not "
                          "fit on chip); split the heads")
 
 

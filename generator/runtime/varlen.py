@@ -12,6 +12,12 @@ Checks in two places: the Python entry point checks what it can without reading 
 (``spec.varlen.segments``: from 0, non-decreasing, ending at the totals; the max_seqlen hints
 against the real lengths), one host read of the two small offset vectors, so the check also
 runs inside a compiled graph.
+
+Score modifiers (softcap, ALiBi, sinks: issue 15) reach varlen the way they reach the dense
+path: a keyword of ``flash_attention_varlen`` and an argument of both ops, passed on to
+``forward_varlen`` / ``backward_varlen``, whose kernels are the dense ones (``IS_VARLEN`` only
+changes the block that maps a program to its segment), so the printed score terms apply per
+segment unchanged. The hook: ``_kernel_options`` below is the one place to add them.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import torch
 
 from spec import varlen as spec_varlen
 
-from generator.runtime import api, launch
+from generator.runtime import api
 
 #: what an omitted max_seqlen hint is passed to the op as: computed from the offsets
 COMPUTE = -1
@@ -35,11 +41,7 @@ def _check_packed(q, k, v):
         if t.dim() != 3:
             raise ValueError(f"{name} must have rank 3 (total_tokens, heads, head_dim) in a packed batch, got shape "
                              f"{tuple(t.shape)}; for a padded (batch, heads, seq, head_dim) batch use flash_attention")
-    if q.dtype not in api.DTYPES:
-        raise TypeError(f"q has dtype {q.dtype}; supported: float16, bfloat16, float32 (convert with .to())")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}; "
-                        "convert them with .to(q.dtype)")
+    api.check_dtypes(q, k, v)
     (_, hq, d), (_, hkv, dk) = q.shape, k.shape
     if v.shape != k.shape:
         raise ValueError(f"v must have k's shape {tuple(k.shape)} (total_k, Hkv, D), got {tuple(v.shape)}")
@@ -47,11 +49,7 @@ def _check_packed(q, k, v):
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in head_dim (dim 2)")
     if min(hq, hkv, d) < 1:
         raise ValueError(f"heads and head_dim must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if hq % hkv:
-        raise ValueError(f"query heads ({hq}) must be a multiple of key/value heads ({hkv}) for GQA")
-    if d > launch.MAX_HEAD_DIM:
-        raise ValueError(f"head_dim {d} > {launch.MAX_HEAD_DIM} is not supported (the K/V tiles would not "
-                         "fit on chip); split the heads")
+    api.check_heads(hq, hkv, d)
 
 
 def _check_cu_seqlens(name, cu):
@@ -106,6 +104,13 @@ def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     return out[0], out[1]
 
 
+def _kernel_options(q, causal, window, scale) -> dict:
+    """The keywords ``forward_varlen`` and ``backward_varlen`` both take, from the ops' arguments
+    (the hook for score modifiers: add them here and to both ops' signatures)."""
+    return {"sm_scale": api.sm_scale_of(scale, q.shape[-1]), "causal": causal,
+            "window": None if window is None else tuple(window)}
+
+
 # ----------------------------------------------------------------------------------
 # The custom ops and their autograd
 # ----------------------------------------------------------------------------------
@@ -116,8 +121,8 @@ def flash_attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               block_n: int) -> tuple[torch.Tensor, torch.Tensor]:
     module = api.module_for("fwd", (block_m, block_n))
     max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    return module.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, sm_scale=api.sm_scale_of(scale, q.shape[-1]),
-                                 causal=causal, window=None if window is None else tuple(window))
+    return module.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
+                                 **_kernel_options(q, causal, window, scale))
 
 
 @flash_attention_varlen_op.register_fake
@@ -135,8 +140,7 @@ def flash_attention_varlen_backward_op(
     module = api.module_for("bwd", (block_m, block_n))
     max_q, max_k = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     return module.backward_varlen(grad_out, q, k, v, out, lse.contiguous(), cu_seqlens_q, cu_seqlens_k, max_q,
-                                  max_k, sm_scale=api.sm_scale_of(scale, q.shape[-1]), grad_lse=grad_lse, causal=causal,
-                                  window=None if window is None else tuple(window))
+                                  max_k, grad_lse=grad_lse, **_kernel_options(q, causal, window, scale))
 
 
 @flash_attention_varlen_backward_op.register_fake
