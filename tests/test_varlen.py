@@ -184,6 +184,8 @@ def test_max_seqlen_hints():
     want = on_device(flash_attention_varlen, q, k, v, cu_q, cu_k, block=(16, 32))
     assert torch.equal(on_device(flash_attention_varlen, q, k, v, cu_q, cu_k, 50, 60, block=(16, 32)), want)
     assert torch.equal(on_device(flash_attention_varlen, q, k, v, cu_q, cu_k, 20, 7, block=(16, 32)), want)
+    assert torch.equal(on_device(flash_attention_varlen, q, k, v, cu_q, cu_k, np.int64(20), torch.tensor(9),
+                                 block=(16, 32)), want)
     for hints, name in (((19, None), "max_seqlen_q=19"), ((None, 6), "max_seqlen_k=6")):
         with pytest.raises(ValueError, match=f"{name} is smaller than the longest segment"):
             on_device(flash_attention_varlen, q, k, v, cu_q, cu_k, *hints)

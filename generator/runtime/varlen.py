@@ -22,6 +22,7 @@ segment unchanged. The hook: ``_kernel_options`` below is the one place to add t
 
 from __future__ import annotations
 
+import operator
 from typing import Optional
 
 import torch
@@ -63,11 +64,16 @@ def _check_cu_seqlens(name, cu):
 
 
 def _check_max_seqlen(name, value):
+    """An int (Python, numpy or a 0-d integer tensor's ``operator.index``) >= 0, or ``COMPUTE``."""
     if value is None:
         return COMPUTE
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    try:
+        hint = operator.index(value)
+    except TypeError:
+        hint = None
+    if hint is None or isinstance(value, bool) or hint < 0:
         raise ValueError(f"{name} must be None (computed from the offsets) or an int >= 0, got {value!r}")
-    return value
+    return int(hint)
 
 
 def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
