@@ -73,8 +73,9 @@ def _loop(init, narrowing, loop, kinds, at=None):
        "for a packed batch (cu_seqlens, FlashAttention's varlen layout), the segment terms the kernels print "
        "(N_Q, N_K from the offsets, the bottom-right shift) and the dense tile loop they then run address only "
        "rows and keys of their own segment [cu[b], cu[b+1]) — for all integer offsets, lengths (0 included) and "
-       "block sizes: lengths >= 0, segments disjoint, full tiles (no load mask) below N_K (N_Q in dK/dV) for "
-       "every kind set, the reference's bottom-right alignment, no tile visited by a segment without keys or "
+       "block sizes (mathematical integers: the int32 offsets are non-negative, so their differences cannot "
+       "overflow, and the kernels scale them to pointers in int64): lengths >= 0, segments disjoint, full tiles "
+       "(no load mask) below N_K (N_Q in dK/dV) for every kind set, the reference's bottom-right alignment, no tile visited by a segment without keys or "
        "queries nor by a tile past its segment's end, and a grid of cdiv(max_seqlen, B) tiles covering every "
        "segment no longer than max_seqlen",
        r"0\le j<N_K \Rightarrow \mathrm{cu}_k[b]\le \mathrm{cu}_k[b]+j<\mathrm{cu}_k[b+1];\quad "
