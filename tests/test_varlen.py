@@ -255,3 +255,18 @@ def test_packed_mask_is_block_diagonal():
     assert not mask[:2, 3:].any() and not mask[2:, :3].any()  # nothing across segments
     # segment 1: 3 queries, 1 key, bottom-right: only its last query sees the key
     np.testing.assert_array_equal(mask[2:, 3], [False, False, True])
+
+
+def test_strided_views_need_no_copy():
+    """q, k, v unbound from one packed qkv tensor (total, 3, H, D), FlashAttention's qkvpacked layout:
+    strided views, read through their strides, give the contiguous tensors' result bitwise (and the
+    gradient of qkv is theirs, stacked)."""
+    q, k, v, do, cu_q, cu_k = packed([9, 20], [9, 20], Hq=2, Hkv=2, seed=4)
+    qkv = to_device(torch.stack([q, k, v], dim=1)).requires_grad_()
+    views = qkv.unbind(1)
+    assert not views[0].is_contiguous()
+    out, lse = flash_attention_varlen(*views, *to_device((cu_q, cu_k)), causal=True, return_lse=True, block=(16, 32))
+    out.backward(to_device(do))
+    (want_out, want_lse), want_grads = varlen_grads(q, k, v, do, cu_q, cu_k, block=(16, 32), causal=True)
+    assert torch.equal(to_cpu(out.detach()), want_out) and torch.equal(to_cpu(lse.detach()), want_lse)
+    assert torch.equal(to_cpu(qkv.grad), torch.stack(want_grads, dim=1))
