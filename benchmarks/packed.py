@@ -22,13 +22,15 @@ no time is meaningful there.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 import torch
 
 from benchmarks import hbm
 from benchmarks.attention import NO_TIMING, device_name, gpu_ms, smoke_ms, smoke_run
-from benchmarks.common import text_table, versions
+from benchmarks.common import text_table, versions, write_text
 from generator.runtime.launch import DTYPE_NAMES
 
 LAYOUTS = ("varlen", "dense bool mask", "padding")
@@ -123,6 +125,7 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny interpreted case (default without CUDA)")
     ap.add_argument("--documents", type=int, nargs="+", default=list(hbm.DOCUMENTS))
     ap.add_argument("--dtype", default="bf16", choices=["fp16", "bf16", "fp32"])
+    ap.add_argument("--json", type=Path, help="write the table (header, rows, what was run) here")
     args = ap.parse_args(argv)
     smoke = smoke_run(ap, args.smoke)
     if smoke:
@@ -136,7 +139,13 @@ def main(argv=None) -> int:
     v = versions()
     print(f"device: {device_name(device)}; torch {v['torch']}; triton {v['triton']}; documents {list(lengths)}, "
           f"{heads} heads, D = {d}, causal, block {block}")
-    print(text_table(HEADER, measure(lengths, heads, d, dtype, device, timer, block)))
+    rows = measure(lengths, heads, d, dtype, device, timer, block)
+    print(text_table(HEADER, rows))
+    if args.json:
+        setup = (f"documents {list(lengths)} ({sum(lengths)} tokens), {heads} heads, D = {d}, "
+                 f"{str(dtype).removeprefix('torch.')}, causal, block {block[0]}x{block[1]}")
+        write_text(args.json, json.dumps(dict(device=device_name(device), smoke=smoke, setup=setup, header=HEADER,
+                                              rows=rows), indent=1) + "\n")
     return 0
 
 
