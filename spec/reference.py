@@ -4,8 +4,10 @@
 * ``online_attention`` - the same, tile by tile with the recurrences of ``spec.recurrences``
   (written out in torch: the guarded ``⊕`` of ``recurrences.merge``) in either loop order (FA2: query tiles outer; FA1: key tiles outer), skipping the tiles
   the classifier of ``spec.masks`` calls skip and masking only the partial ones.
+* ``varlen_attention`` - a packed batch of variable-length segments (FlashAttention's
+  ``cu_seqlens``): ``attention`` on each segment's slices, bottom-right aligned (``spec.varlen``).
 
-Both take ``q (B, Hq, Nq, D)``, ``k (B, Hkv, Nk, D)``, ``v (B, Hkv, Nk, Dv)`` as torch tensors
+The first two take ``q (B, Hq, Nq, D)``, ``k (B, Hkv, Nk, D)``, ``v (B, Hkv, Nk, Dv)`` as torch tensors
 or numpy arrays, compute in float64 and return ``(out, lse)`` of the same kind:
 ``out (B, Hq, Nq, Dv)``, ``lse (B, Hq, Nq)`` (natural log). Query head ``h`` reads key/value
 head ``h // (Hq // Hkv)`` (GQA). Every mask predicate comes from ``spec.masks``. A row with no
