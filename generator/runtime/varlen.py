@@ -191,9 +191,13 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     Returns ``out`` (q's dtype), or ``(out, lse)`` with ``return_lse=True`` (``lse`` float32
     ``(Hq, total_q)``, natural log). Segments may be empty; a query row with no key gives output
     0, lse -inf and zero gradients. Differentiable in q, k, v; deterministic (no atomics).
+    ``block``: a generated ``(B_r, B_c)``, or ``"auto"`` (``flash_attention``'s choice per GPU and
+    head dim); the varlen kernels move their tiles by pointers (no TMA path).
     """
     window, max_q, max_k = check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                         causal=causal, window=window, scale=scale, block=block)
+    if block == "auto":
+        block = api.auto_block(q.device, q.shape[-1])
     out, lse = flash_attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal,
                                          None if window is None else list(window),
                                          None if scale is None else float(scale), int(block[0]), int(block[1]))
