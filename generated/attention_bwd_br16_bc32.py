@@ -483,6 +483,19 @@ def launch_settings(arch: int, head_dim: int) -> dict:
     }
 
 
+def varlen_settings(arch: int, head_dim: int) -> dict:
+    """``launch_settings`` for the packed-batch (``IS_VARLEN``) kernels. Their dK/dV kernel keeps
+    the segment's ``N_Q``, ``N_K`` and ``shift`` in registers (the dense one reads them as launch
+    parameters): on sm_90 above head dim 64 the dense setting's second pipeline stage then spills
+    (36 B at head dim 128, ``python -m benchmarks.static --mask "varlen causal"``), one stage does
+    not (0.7% more instructions per tile element), so it runs one stage there."""
+    settings = launch_settings(arch, head_dim)
+    if arch >= 90 and head_dim > 64:
+        blocks, options = settings["dkdv"]
+        settings["dkdv"] = (blocks, dict(options, num_stages=1))
+    return settings
+
+
 def backward(do, q, k, v, out, lse, *, sm_scale, grad_lse=None, shift=0, causal=False, window=None,
              key_lengths=None, mask=None, block_map=None):
     """Launch the three kernels. Arguments as the forward's ``forward`` plus ``do`` (dL/dout),
@@ -542,7 +555,7 @@ def backward_varlen(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqle
     delta = torch.empty((H, total_q), dtype=torch.float32, device=q.device)
     lse2 = torch.empty((H, total_q), dtype=torch.float32, device=q.device)
     block_d = launch.block_d(D)
-    settings = launch_settings(launch.settings_arch(q.device), block_d)
+    settings = varlen_settings(launch.settings_arch(q.device), block_d)
     (dkdv_blocks, dkdv_launch), (dq_blocks, dq_launch) = settings["dkdv"], settings["dq"]
     constants = dict(HEAD_DIM=D, BLOCK_D=block_d, MAP_BLOCK_M=MAP_BLOCK[0], MAP_BLOCK_N=MAP_BLOCK[1], **flags,
                      **launch.dot_constants(q.dtype), IS_VARLEN=True)
@@ -579,7 +592,7 @@ def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, l
     ``varlen=True``: the packed-batch kernels ``backward_varlen`` launches."""
     torch_dtype, name = launch.tl_dtype_of(dtype)
     block_d = launch.block_d(head_dim)
-    settings = launch_settings(arch, block_d)
+    settings = (varlen_settings if varlen else launch_settings)(arch, block_d)
     (dkdv_blocks, dkdv_launch), (dq_blocks, dq_launch) = settings["dkdv"], settings["dq"]
     main = {"HEAD_DIM": head_dim, "BLOCK_D": block_d, "MAP_BLOCK_M": MAP_BLOCK[0], "MAP_BLOCK_N": MAP_BLOCK[1],
             **launch.mask_constexprs(causal, window, lengths, dense), **launch.dot_constants(torch_dtype, interpret=False),
