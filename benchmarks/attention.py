@@ -405,6 +405,16 @@ def _check_agreement(shapes, device, compile_flex) -> list[str]:
     return lines
 
 
+def smoke_run(ap: argparse.ArgumentParser, asked: bool) -> bool:
+    """Whether this run is the interpreted smoke case (``--smoke``, or no CUDA device); an
+    argparse error naming the fix when the Triton interpreter is off."""
+    smoke = asked or not torch.cuda.is_available()
+    if smoke and not interpreting():
+        ap.error(f"no CUDA device: the smoke run needs the Triton interpreter; "
+                 f"run TRITON_INTERPRET=1 {ap.prog} --smoke")
+    return smoke
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.attention", description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true", help="tiny interpreted case (default without CUDA)")
@@ -420,11 +430,8 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", type=Path, nargs="?", const=DOCS_PERF / "benchmark.md")
     args = ap.parse_args(argv)
 
-    smoke = args.smoke or not torch.cuda.is_available()
+    smoke = smoke_run(ap, args.smoke)
     if smoke:
-        if not interpreting():
-            ap.error("no CUDA device: the smoke run needs the Triton interpreter; "
-                     "run TRITON_INTERPRET=1 python -m benchmarks.attention --smoke")
         print(f"NOTE: {NO_TIMING}. The numbers below only show that each path ran.")
         device, timer, shapes, compile_flex = "cpu", smoke_ms, SMOKE_SHAPES, False
         # eager FlexAttention on CPU warns that it is unfused: known, and nothing is timed here

@@ -32,7 +32,7 @@ traffic of the tiled kernel is lower still; the model is FlashAttention's Theore
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -57,7 +57,9 @@ class Traffic:
     p: int = 0  # standard attention only: P written + read
     o: int = 0
     lse: int = 0
-    mask: int = 0  # a dense bool mask: its block-map bytes and the bits of its partial tiles
+    mask: int = 0  # a dense bool mask: its block-map bytes and the bits of its partial tiles;
+    # a packed (varlen) batch: the cu_seqlens offsets its programs read
+    tiles: int = 0  # (query tile, key tile) pairs computed: 4·B_r·B_c·D FLOPs each on the tensor cores
 
     @property
     def read(self) -> int:
@@ -70,6 +72,9 @@ class Traffic:
     @property
     def total(self) -> int:
         return self.read + self.written
+
+    def __add__(self, other: "Traffic") -> "Traffic":
+        return Traffic(*(a + b for a, b in zip(astuple(self), astuple(other))))
 
 
 def mask_params(n_q: int, n_k: int, alignment: str = "top_left", window=None, key_len=None) -> dict:
@@ -122,8 +127,8 @@ def visited_keys(n_q: int, br: int, bc: int, kinds=(), **params) -> np.ndarray:
     return np.minimum(last * bc, params["N_K"]) - np.minimum(first * bc, params["N_K"])
 
 
-def _dense_traffic(first, last, mask: np.ndarray, br: int, bc: int) -> tuple[int, int, int]:
-    """(keys of K/V loaded, block-map bytes, mask bytes) with a dense mask, read off the
+def _dense_traffic(first, last, mask: np.ndarray, br: int, bc: int) -> tuple[int, int, int, int]:
+    """(keys of K/V loaded, block-map bytes, mask bytes, tiles computed) with a dense mask, read off the
     runtime's own block map (``generator.runtime.api.block_map``): every visited tile reads its
     map byte; an empty tile loads nothing more; a partial one also reads its mask elements, one
     byte each (torch.bool)."""
@@ -131,7 +136,7 @@ def _dense_traffic(first, last, mask: np.ndarray, br: int, bc: int) -> tuple[int
 
     n_q, n_k = mask.shape
     states = block_map(torch.tensor(mask, dtype=torch.bool), n_q, n_k, br, bc)[0, 0].numpy()
-    keys = map_bytes = mask_bytes = 0
+    keys = map_bytes = mask_bytes = tiles = 0
     for qi, (lo, hi) in enumerate(zip(first, last)):
         state = states[qi, lo:hi]
         widths = np.minimum(bc, n_k - np.arange(lo, hi) * bc)
@@ -139,7 +144,8 @@ def _dense_traffic(first, last, mask: np.ndarray, br: int, bc: int) -> tuple[int
         map_bytes += hi - lo
         keys += int(widths[state != EMPTY].sum())
         mask_bytes += rows * int(widths[state == PARTIAL].sum())
-    return keys, map_bytes, mask_bytes
+        tiles += int((state != EMPTY).sum())
+    return keys, map_bytes, mask_bytes, tiles
 
 
 def flash_forward(n_q: int, d: int, br: int, bc: int, kinds=(), *, dtype_bytes: int = 2,
@@ -150,13 +156,33 @@ def flash_forward(n_q: int, d: int, br: int, bc: int, kinds=(), *, dtype_bytes: 
     """
     n_k = n_q if n_k is None else n_k
     params = mask_params(n_q, n_k, **mask_args)
+    first, last = _visited_tiles(n_q, br, bc, tuple(kinds), **params)
     if mask is None:
         keys, map_bytes, mask_bytes = int(visited_keys(n_q, br, bc, tuple(kinds), **params).sum()), 0, 0
+        tiles = int((last - first).sum())
     else:
-        first, last = _visited_tiles(n_q, br, bc, tuple(kinds), **params)
-        keys, map_bytes, mask_bytes = _dense_traffic(first, last, np.asarray(mask), br, bc)
+        keys, map_bytes, mask_bytes, tiles = _dense_traffic(first, last, np.asarray(mask), br, bc)
     return Traffic(q=n_q * d * dtype_bytes, k=keys * d * dtype_bytes, v=keys * d * dtype_bytes,
-                   o=n_q * d * dtype_bytes, lse=n_q * LSE_BYTES, mask=mask_bytes + map_bytes)
+                   o=n_q * d * dtype_bytes, lse=n_q * LSE_BYTES, mask=mask_bytes + map_bytes, tiles=tiles)
+
+
+#: what a varlen program reads besides its tiles: cu_seqlens_q[b], [b+1] and the keys' pair, int32
+VARLEN_OFFSET_BYTES = 4 * 4
+
+
+def varlen_forward(lengths_q, lengths_k, d: int, br: int, bc: int, kinds=(), *, dtype_bytes: int = 2,
+                   window=None) -> Traffic:
+    """HBM bytes of the packed-batch forward (``forward_varlen``) for one head: each segment is the
+    dense kernel on its slice with bottom-right alignment (``spec.varlen``), so its traffic is
+    ``flash_forward`` at the segment's lengths; plus the four int32 offsets every program reads
+    (``cdiv(max_seqlen_q, B_r)`` programs per segment: those past a shorter segment's end read
+    nothing else, their loops are empty)."""
+    total = Traffic(mask=len(lengths_q) * -(-max(lengths_q, default=0) // br) * VARLEN_OFFSET_BYTES)
+    for n_q, n_k in zip(lengths_q, lengths_k):
+        if n_q:
+            total += flash_forward(n_q, d, br, bc, kinds, dtype_bytes=dtype_bytes, n_k=n_k, alignment="bottom_right",
+                                   window=window)
+    return total
 
 
 def standard(n_q: int, d: int, *, dtype_bytes: int = 2, n_k: int | None = None) -> Traffic:
@@ -264,11 +290,51 @@ def dense_rows(n=4096, d=64, br=64, bc=64):
     return rows
 
 
-def markdown_page(plot: str, table=None, dense=None) -> str:
+#: packed documents of uneven lengths (4096 tokens): a training batch packed end to end
+DOCUMENTS = (1500, 900, 700, 500, 300, 96, 80, 20)
+PACKED_HEADER = ["layout", "HBM MiB", "K/V MiB", "index/mask KiB", "tile pairs", "GFLOP (tensor cores)",
+                 "FLOPs skipped"]
+
+
+def packed_traffic(lengths=DOCUMENTS, d=64, br=64, bc=64) -> dict[str, Traffic]:
+    """One head of causal self-attention over documents ``lengths``, three ways:
+
+    * ``varlen``: ``flash_attention_varlen`` on the packed batch (``varlen_forward``);
+    * ``dense bool mask``: ``flash_attention`` over all ``N = sum(lengths)`` tokens with the
+      block-diagonal causal mask (``spec.varlen.packed_mask``, the block map skips empty tiles);
+    * ``padding``: ``flash_attention`` on a ``(B, max_len)`` padded batch, causal with
+      ``key_lengths``: every padded query row is loaded and computed;
+
+    beside ``no mask`` (the unmasked kernel over all N tokens, the FLOPs baseline)."""
+    from spec.varlen import packed_mask
+
+    cu = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    n, longest = cu[-1], max(lengths)
+    padding = Traffic()
+    for length in lengths:
+        padding += flash_forward(longest, d, br, bc, ("causal", "lengths"), key_len=length)
+    return {
+        "no mask": flash_forward(n, d, br, bc),
+        "varlen": varlen_forward(lengths, lengths, d, br, bc, ("causal",)),
+        "dense bool mask": flash_forward(n, d, br, bc, mask=packed_mask(cu, cu, n, n, causal=True)),
+        "padding": padding,
+    }
+
+
+def packed_rows(lengths=DOCUMENTS, d=64, br=64, bc=64):
+    traffic = packed_traffic(lengths, d, br, bc)
+    baseline = traffic["no mask"].tiles
+    return [[name, f"{t.total / MB:.2f}", f"{(t.k + t.v) / MB:.2f}", f"{t.mask / 1024:.1f}", t.tiles,
+             f"{4 * br * bc * d * t.tiles / 1e9:.2f}", f"{1 - t.tiles / baseline:.0%}"]
+            for name, t in traffic.items()]
+
+
+def markdown_page(plot: str, table=None, dense=None, packed=None) -> str:
     """The docs page; ``table`` / ``dense``: rows already computed by ``table_rows`` /
     ``dense_rows`` (computed here when not given)."""
     table = table_rows() if table is None else table
     dense = dense_rows() if dense is None else dense
+    packed = packed_rows() if packed is None else packed
     return f"""# HBM-traffic model
 
 <!-- generated by `python -m benchmarks.hbm`; do not edit by hand -->
@@ -341,6 +407,19 @@ document boundary or the diagonal read their mask bytes.
 
 {markdown_table(DENSE_HEADER, dense)}
 
+### Packed documents three ways: varlen, a dense mask, padding (D = 64, B_r = B_c = 64)
+
+Eight causal documents of {", ".join(map(str, DOCUMENTS))} tokens ({sum(DOCUMENTS)} in all), one head:
+`flash_attention_varlen` on the packed batch (each segment is the dense kernel on its slice,
+plus 16 bytes of `cu_seqlens` per program); `flash_attention` over all tokens with the
+block-diagonal causal mask (`spec.varlen.packed_mask`: tiles that straddle two documents are
+loaded and partially masked); and a padded `(8, {max(DOCUMENTS)})` batch with `key_lengths`
+(every padded query row is loaded and computed). "FLOPs skipped" counts (query tile, key tile)
+pairs against the unmasked kernel over all tokens, at `4 · B_r · B_c · D` tensor-core FLOPs per
+pair. See [packed sequences](../packed.md).
+
+{markdown_table(PACKED_HEADER, packed)}
+
 For D = 128 and `B_r = 64` the tiled kernel's K/V traffic (`2 · N² · 128 / 64 · b`)
 matches standard attention's `S`/`P` traffic: without causal skipping the saving then comes
 from L2 reuse and from not running the extra passes, and a taller query tile
@@ -354,12 +433,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.hbm", description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-docs", action="store_true", help="print the table only")
     args = ap.parse_args(argv)
-    table, dense = table_rows(), dense_rows()
+    table, dense, packed = table_rows(), dense_rows(), packed_rows()
     print(text_table(TABLE_HEADER, table))
     print(text_table(DENSE_HEADER, dense))
+    print(text_table(PACKED_HEADER, packed))
     if not args.no_docs:
         png, _svg = _plots()
-        path = write_text(DOCS_PERF / "hbm.md", markdown_page(png, table, dense))
+        path = write_text(DOCS_PERF / "hbm.md", markdown_page(png, table, dense, packed))
         print(f"wrote {path} and docs/assets/perf/hbm_traffic.{{png,svg}}")
     return 0
 

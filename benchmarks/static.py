@@ -65,7 +65,9 @@ DTYPES = ("fp16", "bf16")
 HEAD_DIMS = (64, 128)
 #: mask variants compiled by default: the unmasked kernel and the causal one (whose diagonal
 #: tiles carry the predicate and so the most registers)
-MASKS = {"none": {}, "causal": {"causal": True}}
+MASKS = {"none": {}, "causal": {"causal": True},
+         # the packed-batch (flash_attention_varlen) kernels: the same templates with IS_VARLEN
+         "varlen causal": {"causal": True, "varlen": True}}
 #: bump when the analysis changes, to invalidate cached rows
 ANALYSIS_VERSION = 7
 #: TMA exists from sm_90 on (on sm_80 Triton lowers descriptors back to pointer loads)
@@ -510,6 +512,8 @@ How each column is obtained (see `benchmarks/static.py`):
 - **TMA ld/st**: the `UTMALDG` / `UTMASTG` instructions (TMA bulk tensor loads / stores) in
   SASS. Rows whose mask reads `+tma` are the forward's TMA variant (the default on sm_90)
   ([Hopper: TMA](hopper.md)), compiled for sm_90 only; the pointer kernels have none.
+  Rows whose mask reads `varlen causal` are the same kernels with `IS_VARLEN`, as
+  `flash_attention_varlen` launches them on a packed batch ([packed sequences](../packed.md)).
 - **ok**: no spill, fits shared memory, every dot on tensor cores (holds trivially for a
   kernel without a dot, the backward's preprocess), and for a `+tma` row TMA loads in SASS.
   The test `tests/test_static.py` asserts this for every kernel of every generated config,
@@ -568,7 +572,8 @@ def main(argv=None) -> int:
         jobs += make_jobs(modules, args.arch, args.dtype, args.head_dim, args.mask, args.num_warps, args.num_stages)
     if args.tma in ("on", "both"):
         jobs += make_jobs([m for m in modules if supports_tma(m)], args.arch, args.dtype, args.head_dim,
-                          args.mask, args.num_warps, args.num_stages, tma=(True,))
+                          [m for m in args.mask if not MASKS[m].get("varlen")],  # varlen has no TMA path
+                          args.num_warps, args.num_stages, tma=(True,))
     if not jobs:
         ap.error(f"nothing to compile: no TMA variant for arch {args.arch} among {modules}")
     rows = run_jobs(jobs, args.workers, use_cache=not args.no_cache)

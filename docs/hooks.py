@@ -13,6 +13,8 @@ holds a directive, an HTML comment on a line of its own::
     <!-- fp:tile-bounds -->                spec.masks.tile_bounds per kind
     <!-- fp:mask-alignment -->             pictures of spec.masks.dense_mask, both alignments
     <!-- fp:tile-classes -->               a picture of spec.masks.classify_tile over a grid
+    <!-- fp:packed-tiles -->               a packed batch's block-diagonal mask: dense tiles vs varlen's
+    <!-- fp:varlen-terms -->               spec.varlen's segment terms beside their generated lines
     <!-- fp:terms-kernel forward_tile -->  each spec.terms term beside its generated line
     <!-- fp:generated-source fwd -->       a checked-in generated kernel, verbatim
     <!-- fp:generator-help -->             the output of `python -m generator --help`
@@ -183,9 +185,11 @@ def _proofs() -> dict:
 
 
 def _terms_named(name: str) -> list[tuple[str, object]]:
-    from spec import terms
+    from spec import terms, varlen
 
-    return [(group, t) for group, ts in terms.GROUPS.items() for t in ts if t.name == name]
+    # a packed batch's segment terms (printed by the varlen block of the attention kernels) too
+    groups = {**terms.GROUPS, "varlen_segment": (*varlen.SEGMENT, varlen.ROWS_PAST_END, varlen.KEYS_PAST_END)}
+    return [(group, t) for group, ts in groups.items() for t in ts if t.name == name]
 
 
 def _term_latex(name: str) -> list[str]:
@@ -486,23 +490,27 @@ def terms_kernel(group: str) -> str:
             return ('!!! warning "No backward kernel is generated yet"\n    `generated/attention_bwd_*.py` '
                     "does not exist in this checkout, so these terms have no kernel line to show.\n")
         raise DocsError(f"no generated/{FAMILY_GLOB[family]}: run `python -m generator` before building the docs")
-    # the first file (plain variant first) that holds the whole group, in order
+    return _terms_table(terms.GROUPS[group], files, _rename(family), f"term group {group!r}")
+
+
+def _terms_table(seq, files: list[Path], rename: dict | None, what: str) -> str:
+    """Each term of ``seq`` beside its line in the first of ``files`` that prints them all, in order."""
     errors = []
     for path in files:
         try:
-            found = _find_term_lines(terms.GROUPS[group], path, _rename(family))
+            found = _find_term_lines(seq, path, rename)
             break
         except DocsError as err:
             errors.append(str(err))
     else:
-        raise DocsError(f"term group {group!r}: " + " | ".join(errors))
+        raise DocsError(f"{what}: " + " | ".join(errors))
     rel = path.relative_to(ROOT).as_posix()
     rows = ['<table class="fp-terms"><thead><tr><th>kernel name</th><th>spec term (<code>sympy.latex</code>)</th>'
             f"<th>generated line in <code>{rel}</code></th></tr></thead><tbody>"]
     registry = _registry()
-    for t, (lineno, line) in zip(terms.GROUPS[group], found):
+    for t, (lineno, line) in zip(seq, found):
         if t.claim not in registry:
-            raise DocsError(f"term {t.name} of group {group!r} cites claim {t.claim!r}, which "
+            raise DocsError(f"term {t.name} of {what} cites claim {t.claim!r}, which "
                             "spec.claims.REGISTRY does not have; register it or fix the term's claim")
         term = math_inline(tex(t.symbol) + r" \leftarrow " + tex(t.expr))
         claim = f'<a href="../merge/#{t.claim}"><code>{t.claim}</code></a>'
@@ -511,6 +519,57 @@ def terms_kernel(group: str) -> str:
                     f"<br><small>line {lineno} · {html.escape(t.note)}</small></td></tr>")
     rows.append("</tbody></table>")
     return "\n".join(rows) + "\n"
+
+
+def varlen_terms() -> str:
+    """The segment terms of a packed batch (spec.varlen) beside their lines in the generated forward."""
+    from spec import varlen
+
+    files = _generated_files("fwd")
+    if not files:
+        raise DocsError(f"no generated/{FAMILY_GLOB['fwd']}: run `python -m generator` before building the docs")
+    return _terms_table((*varlen.SEGMENT, varlen.ROWS_PAST_END), files, None, "spec.varlen's segment terms")
+
+
+def packed_tiles() -> str:
+    """A packed batch's block-diagonal causal mask (spec.varlen.packed_mask) twice: tiled on the
+    global grid as the dense-mask path sees it (its block map), and tiled per segment as the
+    varlen kernels see it (spec.masks.classify_tile at each segment's lengths, bottom-right)."""
+    import numpy as np
+    import torch
+
+    from generator.runtime.api import EMPTY, FULL, block_map
+    from spec import masks, varlen
+
+    lengths_q, lengths_k, br, bc = (5, 10, 3, 8), (5, 10, 6, 8), 4, 4
+    cu_q, cu_k = (np.concatenate([[0], np.cumsum(x)]).tolist() for x in (lengths_q, lengths_k))
+    dense = varlen.packed_mask(cu_q, cu_k, cu_q[-1], cu_k[-1], causal=True)
+    states = block_map(torch.from_numpy(dense), *dense.shape, br, bc)[0, 0].numpy()
+    name = {EMPTY: "skip", FULL: "full"}
+    grid = [(r * br, c * bc, br, bc, name.get(int(st), "partial")) for (r, c), st in np.ndenumerate(states)]
+    per_segment = []
+    for q0, q1, k0, k1 in varlen.segments(cu_q, cu_k, cu_q[-1], cu_k[-1]):
+        nq, nk = q1 - q0, k1 - k0
+        params = dict(N_Q=nq, N_K=nk, shift=masks.alignment_shift(varlen.ALIGNMENT, nq, nk))
+        per_segment += [(q0 + r0, k0 + c0, min(br, nq - r0), min(bc, nk - c0),
+                         masks.classify_tile(("causal",), r0, c0, br, bc, **params))
+                        for r0 in range(0, nq, br) for c0 in range(0, nk, bc)]
+
+    def caption(label, tiles):
+        counts = {cls: sum(t[4] == cls for t in tiles) for cls in ("skip", "full", "partial")}
+        return (f"{label}: " + ", ".join(f'<span style="background:{_COLORS[k]}">&nbsp;{k}&nbsp;</span> {v}'
+                                          for k, v in counts.items())
+                + f"; {counts['full'] + counts['partial']} tile pairs computed")
+
+    figures = [
+        _figure(_svg_mask(dense, "dense bool mask, global tiles", grid),
+                caption(f"dense bool mask over all {cu_q[-1]} x {cu_k[-1]} tokens, B_r = B_c = {br} (block map)",
+                        grid)),
+        _figure(_svg_mask(dense, "varlen, tiles per segment", per_segment),
+                caption(f"varlen, segments (n_q, n_k) = {list(zip(lengths_q, lengths_k))}: tiles start at each "
+                        "segment (spec.masks.classify_tile, bottom-right)", per_segment)),
+    ]
+    return '<div class="fp-figures" markdown="0">' + "".join(figures) + "</div>\n"
 
 
 def generated_source(family: str) -> str:
@@ -542,6 +601,8 @@ DIRECTIVES = {
     "tile-bounds": tile_bounds,
     "mask-alignment": mask_alignment,
     "tile-classes": tile_classes,
+    "packed-tiles": packed_tiles,
+    "varlen-terms": varlen_terms,
     "terms-kernel": terms_kernel,
     "generated-source": generated_source,
     "generator-help": generator_help,

@@ -22,8 +22,8 @@ def attention_errors(out, lse, ref_out, ref_lse, v) -> tuple[float, float]:
     """(max |out - ref| / max|v|, max lse error / max(1, |lse|)); inf when NaN or -inf rows differ."""
     if not (torch.isfinite(out).all() and not torch.isnan(lse).any()):
         return float("inf"), float("inf")
-    scale = max(v.abs().max().item(), 1e-30)
-    out_err = (out.double() - ref_out).abs().max().item() / scale
+    scale = max(v.abs().max().item() if v.numel() else 0.0, 1e-30)  # a packed batch may hold no key
+    out_err = (out.double() - ref_out).abs().max().item() / scale if out.numel() else 0.0
     empty = torch.isneginf(ref_lse)
     if not torch.equal(torch.isneginf(lse), empty):
         return out_err, float("inf")

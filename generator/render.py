@@ -18,6 +18,8 @@ from spec.fingerprint import spec_hash_prefix
 from spec.masks import (
     BOUNDS_INIT, KEEP_INIT, ROW_BOUNDS_INIT, ROW_TILE_LOOP, TILE_LOOP, bounds_terms, keep_term, row_bounds_terms)
 
+from spec.varlen import KEYS_PAST_END, ROWS_PAST_END, SEGMENT
+
 from generator.printer import print_expr, print_term
 from generator.variants import BlockConfig, Variant
 
@@ -62,6 +64,9 @@ def forward_context(variant: Variant) -> dict:
         "keep_init": print_term(KEEP_INIT, TILE_NAMES),
         "mask_term": print_term(M.MASK_TERM),
         "dense_mask_term": print_term(M.MASK_TERM, {"keep": "mask_tile"}),
+        # a packed batch's segment, and a tile past its end (claim varlen_segments_sound)
+        "varlen_segment": _lines(SEGMENT),
+        "rows_past_end": print_term(ROWS_PAST_END),
     }
 
 
@@ -107,7 +112,8 @@ def backward_context(variant: Variant) -> dict:
     tile_t = _tile_slots(T.BACKWARD_TILE_T, ["qkT", "pT", "dpT", "dsT"], "BACKWARD_TILE_T")
     return {
         **{key: fwd[key] for key in ("qk_scale", "qk", "bounds_init", "tile_loop", "has_lengths", "dense",
-                                     "mask_term", "dense_mask_term")},
+                                     "mask_term", "dense_mask_term", "varlen_segment", "rows_past_end")},
+        "keys_past_end": print_term(KEYS_PAST_END),
         # the mask helper takes i, j broadcast to the tile's layout: the spec's names, unrenamed
         "kinds": [dict(kind, keep=print_term(keep_term(kind["name"])),
                        row_bounds=_lines(row_bounds_terms(kind["name"]))) for kind in fwd["kinds"]],

@@ -4,8 +4,10 @@
 * ``online_attention`` - the same, tile by tile with the recurrences of ``spec.recurrences``
   (written out in torch: the guarded ``⊕`` of ``recurrences.merge``) in either loop order (FA2: query tiles outer; FA1: key tiles outer), skipping the tiles
   the classifier of ``spec.masks`` calls skip and masking only the partial ones.
+* ``varlen_attention`` - a packed batch of variable-length segments (FlashAttention's
+  ``cu_seqlens``): ``attention`` on each segment's slices, bottom-right aligned (``spec.varlen``).
 
-Both take ``q (B, Hq, Nq, D)``, ``k (B, Hkv, Nk, D)``, ``v (B, Hkv, Nk, Dv)`` as torch tensors
+The first two take ``q (B, Hq, Nq, D)``, ``k (B, Hkv, Nk, D)``, ``v (B, Hkv, Nk, Dv)`` as torch tensors
 or numpy arrays, compute in float64 and return ``(out, lse)`` of the same kind:
 ``out (B, Hq, Nq, Dv)``, ``lse (B, Hq, Nq)`` (natural log). Query head ``h`` reads key/value
 head ``h // (Hq // Hkv)`` (GQA). Every mask predicate comes from ``spec.masks``. A row with no
@@ -25,7 +27,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from spec import masks
+from spec import masks, varlen
 
 #: what a masked score becomes. It must be -inf, not a large negative number: with a
 #: finite value a fully masked row would average its values instead of giving 0
@@ -385,3 +387,42 @@ def _fa1(prob: _Problem, tiles: _Tiles, b: int, h: int):
 def _store(dst: torch.Tensor, rows: slice, value: torch.Tensor) -> torch.Tensor:
     """Write a tile back without in-place ops (keeps autograd usable)."""
     return torch.cat([dst[:rows.start], value, dst[rows.stop:]])
+
+
+# ----------------------------------------------------------------------------------
+# Packed variable-length batches (FlashAttention's cu_seqlens layout)
+# ----------------------------------------------------------------------------------
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, window=None, scale=None):
+    """``attention`` on each segment of a packed batch, in float64. Returns ``(out, lse)``.
+
+    ``q (total_q, Hq, D)``, ``k (total_k, Hkv, D)``, ``v (total_k, Hkv, Dv)`` (torch tensors);
+    ``cu_seqlens_q/k`` the ``B + 1`` offsets of ``spec.varlen.segments``. Segment ``b`` is the
+    dense problem on its slices with ``alignment = spec.varlen.ALIGNMENT`` (bottom-right: the
+    same mask predicates, with ``shift = n_k - n_q`` of the segment). Returns ``out
+    (total_q, Hq, Dv)`` and ``lse (Hq, total_q)`` (natural log); a segment without keys gives
+    output 0 and ``lse = -inf``, one without queries nothing. Rows of other segments are never
+    read, so whatever they hold (NaN included) cannot reach a segment's output or gradient.
+    """
+    q, k, v = _as_tensor(q, "q"), _as_tensor(k, "k"), _as_tensor(v, "v")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.ndim != 3:
+            raise ValueError(f"{name} must have rank 3 (total, H, D) in a packed batch, got shape "
+                             f"{tuple(x.shape)}")
+    segments = varlen.segments(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0])
+    outs, lses = [], []
+    for q0, q1, k0, k1 in segments:
+        nq, hq, dv = q1 - q0, q.shape[1], v.shape[-1]
+        if nq == 0:
+            continue
+        if k1 == k0:  # no key: the empty sum of the definition (the dense form needs N_k >= 1)
+            outs.append(torch.zeros((nq, hq, dv), dtype=torch.float64))
+            lses.append(torch.full((hq, nq), -math.inf, dtype=torch.float64))
+            continue
+        seg = [x[a:b].transpose(0, 1)[None] for x, (a, b) in ((q, (q0, q1)), (k, (k0, k1)), (v, (k0, k1)))]
+        out, lse = attention(*seg, causal=causal, alignment=varlen.ALIGNMENT, window=window, scale=scale)
+        outs.append(out[0].transpose(0, 1))
+        lses.append(lse[0])
+    if not outs:
+        return (q.new_zeros((0, q.shape[1], v.shape[-1]), dtype=torch.float64),
+                torch.zeros((q.shape[1], 0), dtype=torch.float64))
+    return torch.cat(outs), torch.cat(lses, dim=1)

@@ -67,3 +67,12 @@ def test_smoke_run(tmp_path, capsys):
                 assert attention.TMA in r["ms"], r
         assert not set(r["ms"]) & set(r["na"])
     assert "No GPU figures are recorded yet" in page.read_text()
+
+
+def test_packed_documents_smoke_run(capsys):
+    """varlen, a dense bool mask and padding run on the same packed documents and agree."""
+    from benchmarks import packed
+
+    assert packed.main(["--smoke"]) == 0
+    printed = capsys.readouterr().out
+    assert "layouts agree" in printed and all(name in printed for name in packed.LAYOUTS)

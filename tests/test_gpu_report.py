@@ -77,6 +77,11 @@ def test_report_page_holds_the_summary_and_the_table():
     # both forwards and their ratio: what a GPU session needs to decide the tma default
     assert "| 4096 | 128 | yes | 4x16 | fwd | 128x64 | 500.0 | 600.0 | 400.0 | 450.0 | 1.25x | 1.11x | 1.20x |" in text
     assert "Not run yet" in gpu_report.page(env, {}, {})
+    packed = dict(returncode=0, setup="documents [1500, 900] (2400 tokens)", header=["layout", "fwd ms"],
+                  rows=[["varlen", "0.125"], ["padding", "0.250"]])
+    text = gpu_report.page(env, {}, {}, packed)
+    assert "documents [1500, 900] (2400 tokens)" in text and "| varlen | 0.125 |" in text
+    assert "--only packed" in gpu_report.page(env, {}, {})
 
 
 def test_readme_gpu_command_runs_the_report_test_files():

@@ -157,3 +157,32 @@ def test_docs_page_is_current():
 
     assert (DOCS_PERF / "hbm.md").read_text() == hbm.markdown_page("hbm_traffic.png"), \
         "docs/performance/hbm.md is stale: run python -m benchmarks.hbm"
+
+
+def test_varlen_model_is_the_instrumented_count_of_each_segment():
+    """A packed batch costs what its segments cost as dense problems with bottom-right alignment
+    (the reference's tiled loop on each slice), plus 16 bytes of offsets per program; the tile
+    pairs computed are the pairs the reference does not skip. A segment without keys reads its Q
+    and writes O and lse (the reference's loop cannot run on zero keys: counted by hand)."""
+    lengths_q, lengths_k, d, br, bc = [37, 0, 70, 5, 9], [50, 9, 33, 1, 0], 8, 16, 32
+    kinds, window = ("causal", "window"), (9, 3)
+    model = hbm.varlen_forward(lengths_q, lengths_k, d, br, bc, kinds, dtype_bytes=FP32, window=window)
+    want = {"q_bytes": 9 * d * FP32, "kv_bytes": 0, "o_bytes": 9 * (d + 1) * FP32, "tiles": 0}
+    for nq, nk in zip(lengths_q, lengths_k):
+        if nq and nk:
+            stats = instrumented_count(nq, nk, d, br, bc, kinds, {"alignment": "bottom_right", "window": window})
+            for key in ("q_bytes", "kv_bytes", "o_bytes"):
+                want[key] += stats[key]
+            want["tiles"] += stats["tiles"] - stats["skip"]
+    got = {"q_bytes": model.q, "kv_bytes": model.k + model.v, "o_bytes": model.o + model.lse, "tiles": model.tiles}
+    assert got == want
+    assert model.mask == len(lengths_q) * -(-70 // br) * hbm.VARLEN_OFFSET_BYTES
+
+
+def test_packed_documents_skip_work_three_ways():
+    """Packed causal documents: all three layouts skip most of the unmasked kernel's tiles; varlen
+    reads no mask bytes and computes no padded row."""
+    t = hbm.packed_traffic(lengths=(300, 90, 20), d=16, br=16, bc=32)
+    assert t["varlen"].tiles < t["no mask"].tiles and t["dense bool mask"].tiles < t["no mask"].tiles
+    assert t["varlen"].q == t["dense bool mask"].q < t["padding"].q
+    assert t["varlen"].mask < t["dense bool mask"].mask

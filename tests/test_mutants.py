@@ -18,8 +18,10 @@ from spec import notation as n
 from spec import proofs_kernel as K
 from spec import proofs_masks as PM
 from spec import proofs_softmax as PS
+from spec import proofs_varlen as PV
 from spec import recurrences as R
 from spec import reference, terms
+from spec import varlen as V
 
 
 def swap(term_seq, symbol, expr):
@@ -307,6 +309,48 @@ def test_key_major_tile_without_the_guard_is_refuted():
     assert_failed(r)
     assert all(res == 0 for name, res in r.cases if "finite lse" in name)  # only the no-key case breaks
     assert any(res.has(sp.nan) for name, res in r.cases if "pT column 0 = 0" in name)
+
+
+# ---------------------------------------------------------------- packed (varlen) segments
+SEG_MUTANTS = {  # name: (the mutated SEGMENT term, its expression, a case that must catch it)
+    "N_K one key too long": (n.Nk, V.seq_end_k - V.seq_start_k + 1, "keys: start + j < cu[b+1] (j = length - 1 - u)"),
+    "N_Q from the key offsets": (n.Nq, V.seq_end_q - V.seq_start_k, "rows: length >= 0"),
+    "top-left shift": (n.shift, sp.Integer(0), "shift is the reference's alignment of a segment"),
+}
+
+
+@pytest.mark.parametrize("mutant", list(SEG_MUTANTS))
+def test_varlen_segment_mutant_is_refuted(mutant):
+    symbol, expr, case = SEG_MUTANTS[mutant]
+    r = PV.prove_varlen_segments_sound(segment=swap(V.SEGMENT, symbol, expr))
+    assert_failed(r)
+    assert dict(r.cases)[case] != 0, [name for name, res in r.cases if res != 0]
+
+
+def test_varlen_tile_past_the_end_kept_alive_is_refuted():
+    """start_m <= N_Q instead of <: the tile starting exactly at the segment's end keeps its keys."""
+    off_by_one = replace(V.ROWS_PAST_END, expr=sp.Piecewise((n.Nk, sp.Le(n.start_m, n.Nq)), (0, True)))
+    r = PV.prove_varlen_segments_sound(rows_past_end=off_by_one)
+    assert_failed(r)
+    assert dict(r.cases)["start_m >= N_Q: N_K = 0"] != 0
+
+
+def test_varlen_full_tiles_past_the_segment_are_refuted():
+    """full_end = N_K + 1: the key after the segment (the next segment's first) would be loaded
+    without a mask; the same mutant is caught by the segment claim, not only by mask_tiles_sound."""
+    r = PV.prove_varlen_segments_sound(bounds_init=swap(masks.BOUNDS_INIT, masks.full_end, n.Nk + 1))
+    assert_failed(r)
+    assert dict(r.cases)["causal: full_end <= N_K"] != 0
+    rows = PV.prove_varlen_segments_sound(row_bounds_init=swap(masks.ROW_BOUNDS_INIT, masks.q_full_end, n.Nq + 1))
+    assert dict(rows.cases)["no kind: q_full_end <= N_Q"] != 0
+
+
+def test_varlen_loop_that_visits_an_empty_segment_is_refuted():
+    """kv_hi at least one tile: a segment without keys would read its neighbour's first tile."""
+    loop = swap(masks.TILE_LOOP, masks.kv_hi, sp.Max(masks.kv_lo + n.B_c, n.B_c * sp.ceiling(sp.Max(KE, 0) / n.B_c)))
+    r = PV.prove_varlen_segments_sound(tile_loop=loop)
+    assert_failed(r)
+    assert dict(r.cases)["no kind: N_K = 0 visits no key tile"] != 0
 
 
 def test_every_claim_has_a_mutant_here():

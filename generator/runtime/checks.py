@@ -113,11 +113,7 @@ def check_qkv(q, k, v):
         if t.dim() != 4:
             raise ValueError(f"{name} must have rank 4 (batch, heads, seq, head_dim), got shape "
                              f"{tuple(t.shape)}; add the missing axes with unsqueeze")
-    if q.dtype not in DTYPES:
-        raise TypeError(f"q has dtype {q.dtype}; supported: {', '.join(limit('dtypes'))} (convert with .to())")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}; "
-                        "convert them with .to(q.dtype)")
+    check_dtypes(q, k, v)
     B, Hq, Nq, D = q.shape
     Bk, Hkv, Nk, Dk = k.shape
     if v.shape[:3] == k.shape[:3] and v.shape[3] != Dk:
@@ -130,12 +126,31 @@ def check_qkv(q, k, v):
                          "head_dim (dim 3)")
     if Hq == 0 or Hkv == 0:
         raise ValueError(f"q and k need at least one head, got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    check_heads(Hq, Hkv, D)
+    check_seq_lens(Nq, Nk)
+
+
+def check_dtypes(q, k, v):
+    """One supported dtype for q, k, v [dtypes]."""
+    if q.dtype not in DTYPES:
+        raise TypeError(f"q has dtype {q.dtype}; supported: {', '.join(limit('dtypes'))} (convert with .to())")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}; "
+                        "convert them with .to(q.dtype)")
+
+
+def check_heads(Hq: int, Hkv: int, D: int):
+    """GQA head counts and a head dim the kernels support [gqa_divides, head_dim_max]."""
     if Hq % Hkv:
         raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv}) for GQA "
                          f"[{ASSUMPTIONS['gqa_divides'].name}]")
     if not 1 <= D <= MAX_HEAD_DIM:
         raise ValueError(f"head_dim {D} outside 1..{MAX_HEAD_DIM} is not supported (the K/V tiles would not "
                          "fit on chip); split the heads [head_dim_max]")
+
+
+def check_seq_lens(Nq: int, Nk: int):
+    """Query and key lengths whose int32 tile bounds cannot overflow [seq_len_int32]."""
     if Nq + Nk > limit("seq_len_int32"):
         raise ValueError(f"N_q + N_k = {Nq + Nk} exceeds {limit('seq_len_int32')} (2^29): the kernels compute "
                          "tile bounds in int32 [seq_len_int32]; split the sequence (e.g. ring attention)")
@@ -216,6 +231,11 @@ def check_scale(scale):
     if not math.isfinite(scale):
         raise ValueError(f"scale must be a finite number (default 1/sqrt(head_dim)), got {scale!r} [scale_finite]")
     return scale
+
+
+def sm_scale_of(scale: float | None, head_dim: int) -> float:
+    """The softmax scale a kernel gets: ``scale``, or ``1/sqrt(head_dim)`` when it is None."""
+    return float(scale) if scale is not None else 1.0 / math.sqrt(head_dim)
 
 
 def normalise_scale(q: torch.Tensor, scale: float | None):

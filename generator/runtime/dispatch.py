@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from spec.masks import alignment_shift
 
 from generator.runtime import launch
+from generator.runtime import checks
 from generator.runtime.checks import check_block, check_index_width
 
 #: the package ``python -m generator`` writes by default; an ``--out`` package names itself
@@ -83,7 +84,7 @@ def mask_arguments(module, q, k, *, alignment, mask, scale) -> dict:
         # a module reads the map at its own tiles: the backward's MAP_BLOCK, else (B_r, B_c)
         map_m, map_n = getattr(module, "MAP_BLOCK", (module.BLOCK_M, module.BLOCK_N))
         tiles = block_map(mask, Nq, Nk, map_m, map_n).expand(B, Hq, -1, -1)
-    sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
+    sm_scale = checks.sm_scale_of(scale, D)
     return {"sm_scale": sm_scale, "shift": alignment_shift(alignment, Nq, Nk), "mask": dense, "block_map": tiles}
 
 

@@ -165,6 +165,17 @@ def mask_launch(module: str, masks: list[str], command: str, device: torch.devic
     return mask_constexprs(*wanted.values()), (window_left, window_right, lens_arg, mask_arg, map_arg)
 
 
+#: the packed-batch kernels' offset vectors (``IS_VARLEN``), in an ahead-of-time signature
+VARLEN_POINTERS = {"CuSeqlensQ": "i32", "CuSeqlensK": "i32"}
+
+
+def packed_strides(t: torch.Tensor) -> tuple[int, int, int, int]:
+    """``(batch, head, row, dim)`` strides of a packed ``(total, H, D)`` tensor, as the attention
+    kernels take them: batch stride 0, since an ``IS_VARLEN`` program offsets its pointers by its
+    segment's first row (``cu_seqlens[b]``) instead."""
+    return 0, t.stride(1), t.stride(0), t.stride(2)
+
+
 def tl_dtype_of(dtype: str) -> tuple[torch.dtype, str]:
     """``"fp16"``/``"bf16"``/``"fp32"`` (or torch names) -> (torch dtype, signature name)."""
     if dtype not in DTYPE_NAMES:

@@ -1,0 +1,208 @@
+"""``flash_attention_varlen``: packed variable-length batches, FlashAttention's ``cu_seqlens`` layout.
+
+One file for the op (Liger-Kernel style): the input checks, the custom ops
+``flashproof::flash_attention_varlen`` and ``..._backward`` (with fake implementations, so
+``torch.compile`` traces through them) and their autograd. The kernels are the dense ones of
+``generated/attention_{fwd,bwd}_*.py`` with ``IS_VARLEN=True`` (``forward_varlen``,
+``backward_varlen``): a program per (tile, segment x head), the segment's lengths and
+bottom-right shift printed from ``spec.varlen.SEGMENT`` (claim ``varlen_segments_sound``).
+
+Checks in two places: the Python entry point checks what it can without reading a tensor
+(types, ranks, dtypes, devices, shapes); the op checks the offsets' *values*
+(``spec.varlen.segments``: from 0, non-decreasing, ending at the totals; the max_seqlen hints
+against the real lengths), one host read of the two small offset vectors, so the check also
+runs inside a compiled graph.
+
+Score modifiers (softcap, ALiBi, sinks: issue 15) reach varlen the way they reach the dense
+path: a keyword of ``flash_attention_varlen`` and an argument of both ops, passed on to
+``forward_varlen`` / ``backward_varlen``, whose kernels are the dense ones (``IS_VARLEN`` only
+changes the block that maps a program to its segment), so the printed score terms apply per
+segment unchanged. The hook: ``_kernel_options`` below is the one place to add them.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Optional
+
+import torch
+
+from spec import varlen as spec_varlen
+
+from generator.runtime import api, checks
+
+#: what an omitted max_seqlen hint is passed to the op as: computed from the offsets
+COMPUTE = -1
+
+
+def _check_packed(q, k, v):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 3:
+            raise ValueError(f"{name} must have rank 3 (total_tokens, heads, head_dim) in a packed batch, got shape "
+                             f"{tuple(t.shape)}; for a padded (batch, heads, seq, head_dim) batch use flash_attention")
+    checks.check_dtypes(q, k, v)
+    (_, hq, d), (_, hkv, dk) = q.shape, k.shape
+    if v.shape != k.shape:
+        raise ValueError(f"v must have k's shape {tuple(k.shape)} (total_k, Hkv, D), got {tuple(v.shape)}")
+    if dk != d:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in head_dim (dim 2)")
+    if min(hq, hkv, d) < 1:
+        raise ValueError(f"heads and head_dim must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    checks.check_heads(hq, hkv, d)
+
+
+def _check_cu_seqlens(name, cu):
+    if not isinstance(cu, torch.Tensor):
+        raise TypeError(f"{name} must be an int32 torch.Tensor of B + 1 offsets, got {type(cu).__name__}")
+    if cu.dtype != torch.int32:
+        raise TypeError(f"{name} must be int32 (FlashAttention's layout), got {cu.dtype}; convert with "
+                        f"{name}.to(torch.int32)")
+    if cu.dim() != 1 or cu.numel() < 2:
+        raise ValueError(f"{name} must have shape (B + 1,) with B >= 1 segments, got {tuple(cu.shape)}")
+
+
+def _check_max_seqlen(name, value):
+    """An int (Python, numpy or a 0-d integer tensor's ``operator.index``) >= 0, or ``COMPUTE``."""
+    if value is None:
+        return COMPUTE
+    try:
+        hint = operator.index(value)
+    except TypeError:
+        hint = None
+    if hint is None or isinstance(value, bool) or hint < 0:
+        raise ValueError(f"{name} must be None (computed from the offsets) or an int >= 0, got {value!r}")
+    return int(hint)
+
+
+def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
+                 window=None, scale=None, block=api.DEFAULT_BLOCK):
+    """The checks that read no tensor's values; returns ``(window, max_seqlen_q, max_seqlen_k)``
+    normalised (``COMPUTE`` for an omitted hint)."""
+    _check_packed(q, k, v)
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        _check_cu_seqlens(name, cu)
+    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
+        raise ValueError(f"cu_seqlens_q has {cu_seqlens_q.numel()} entries and cu_seqlens_k "
+                         f"{cu_seqlens_k.numel()}; both must hold B + 1 (one query segment per key segment)")
+    checks.check_device({"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k})
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    checks.check_scale(scale)
+    checks.check_block(block, auto=True)
+    hints = (_check_max_seqlen("max_seqlen_q", max_seqlen_q), _check_max_seqlen("max_seqlen_k", max_seqlen_k))
+    return (None if window is None else checks.check_window(window)), *hints
+
+
+def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> tuple[int, int]:
+    """The offsets checked by value (``spec.varlen.segments``) and the grid's max_seqlen pair:
+    computed where the hint is ``COMPUTE``, else the hint, which may not be below a real segment
+    (a smaller grid would silently drop that segment's last rows)."""
+    segs = spec_varlen.segments(cu_seqlens_q.cpu(), cu_seqlens_k.cpu(), q.shape[0], k.shape[0])
+    longest = (max(q1 - q0 for q0, q1, _, _ in segs), max(k1 - k0 for _, _, k0, k1 in segs))
+    out = []
+    for name, hint, real in (("max_seqlen_q", max_seqlen_q, longest[0]), ("max_seqlen_k", max_seqlen_k, longest[1])):
+        if hint != COMPUTE and hint < real:
+            raise ValueError(f"{name}={hint} is smaller than the longest segment ({real}); pass {real} or more, "
+                             f"or None to compute it")
+        out.append(real if hint == COMPUTE else hint)
+    return out[0], out[1]
+
+
+def _kernel_options(q, causal, window, scale) -> dict:
+    """The keywords ``forward_varlen`` and ``backward_varlen`` both take, from the ops' arguments
+    (the hook for score modifiers: add them here and to both ops' signatures)."""
+    return {"sm_scale": checks.sm_scale_of(scale, q.shape[-1]), "causal": causal,
+            "window": None if window is None else tuple(window)}
+
+
+# ----------------------------------------------------------------------------------
+# The custom ops and their autograd
+# ----------------------------------------------------------------------------------
+@torch.library.custom_op("flashproof::flash_attention_varlen", mutates_args=())
+def flash_attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                              cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+                              window: Optional[list[int]], scale: Optional[float], block_m: int,
+                              block_n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    module = api.module_for("fwd", (block_m, block_n))
+    max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    return module.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
+                                 **_kernel_options(q, causal, window, scale))
+
+
+@flash_attention_varlen_op.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n):
+    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+            q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
+
+
+@torch.library.custom_op("flashproof::flash_attention_varlen_backward", mutates_args=())
+def flash_attention_varlen_backward_op(
+        grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
+        v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
+        cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool, window: Optional[list[int]],
+        scale: Optional[float], block_m: int, block_n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    module = api.module_for("bwd", (block_m, block_n))
+    max_q, max_k = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    return module.backward_varlen(grad_out, q, k, v, out, lse.contiguous(), cu_seqlens_q, cu_seqlens_k, max_q,
+                                  max_k, grad_lse=grad_lse, **_kernel_options(q, causal, window, scale))
+
+
+@flash_attention_varlen_backward_op.register_fake
+def _(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+      window, scale, block_m, block_n):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, cu_seqlens_q, cu_seqlens_k, *options = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+    ctx.options = options  # max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n
+
+
+def _backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    dq, dk, dv = flash_attention_varlen_backward_op(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q,
+                                                    cu_seqlens_k, *ctx.options)
+    # gradients for (q, k, v); the offsets and the options are not differentiable
+    return dq, dk, dv, *([None] * (2 + len(ctx.options)))
+
+
+torch.library.register_autograd("flashproof::flash_attention_varlen", _backward, setup_context=_setup_context)
+
+
+def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
+                           causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK):
+    """Attention over a packed batch of variable-length sequences (FlashAttention's
+    ``flash_attn_varlen_func`` layout and conventions), through the generated kernels.
+
+    ``q (total_q, Hq, D)``, ``k, v (total_k, Hkv, D)`` with ``Hq % Hkv == 0`` (GQA, no copies);
+    ``cu_seqlens_q/k`` int32 ``(B + 1,)``, non-decreasing, from 0 to ``total_q`` / ``total_k``:
+    segment ``b`` is the query rows ``cu_seqlens_q[b]:cu_seqlens_q[b+1]`` against the keys
+    ``cu_seqlens_k[b]:cu_seqlens_k[b+1]``, and keys never cross segments. ``causal`` and
+    ``window=(left, right)`` are bottom-right aligned per segment: query ``i`` of a segment with
+    ``n_q`` queries and ``n_k`` keys sees key ``j`` when ``j <= i + n_k - n_q`` (window:
+    ``-left <= j - (i + n_k - n_q) <= right``). ``max_seqlen_q/k`` size the grid (computed from
+    the offsets when None; a value below a real segment's length is an error). ``scale``
+    defaults to 1/sqrt(D). Semantics: ``spec.reference.varlen_attention``.
+
+    Returns ``out`` (q's dtype), or ``(out, lse)`` with ``return_lse=True`` (``lse`` float32
+    ``(Hq, total_q)``, natural log). Segments may be empty; a query row with no key gives output
+    0, lse -inf and zero gradients. Differentiable in q, k, v; deterministic (no atomics).
+    ``block``: a generated ``(B_r, B_c)``, or ``"auto"`` (``flash_attention``'s choice per GPU and
+    head dim); the varlen kernels move their tiles by pointers (no TMA path).
+    """
+    window, max_q, max_k = check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                        causal=causal, window=window, scale=scale, block=block)
+    if block == "auto":
+        block = api.auto_block(q.device, q.shape[-1])
+    checks.check_seq_lens(q.shape[0], k.shape[0])
+    # the proven host rewrites of flash_attention: a scale <= 0 becomes a positive one (scale_sign_rewrite);
+    # window sides clamp to total_q + total_k, at least every segment's n_q + n_k (window_clamp)
+    q, scale = checks.normalise_scale(q, checks.check_scale(scale))
+    window = checks.normalise_window(window, q.shape[0], k.shape[0])
+    out, lse = flash_attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window,
+                                         scale, int(block[0]), int(block[1]))
+    return (out, lse) if return_lse else out
