@@ -1,0 +1,171 @@
+"""Real multi-process runs of ``ring_attention`` for tests/test_ring.py (gloo on CPU).
+
+``spawn(world_size, job, payload)`` starts ``world_size`` fresh processes (the ``spawn``
+start method), joins them into one gloo process group on a free port and runs
+``JOBS[job](rank, world_size, payload)`` on each; it returns every rank's result, or each
+rank's error as ``("raised", type name, message)``. A hard timeout kills what is still running,
+so a hang fails the test instead of stalling the suite. Each spawn batches many checks: a
+process start (torch + triton imports) costs seconds on the shared CPUs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import os
+import queue as queue_mod
+import socket
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+#: shapes of the full problem: N = 48 is divisible by 2P for every P in 1..4
+B, HQ, HKV, N, D = 1, 2, 1, 48, 16
+
+
+def full_problem(seed: int, dtype=torch.float32, hq=HQ, hkv=HKV):
+    """The full q, k, v, dO, dlse of one case (same numbers in the parent and every rank)."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, hq, N, D, generator=g).to(dtype)
+    k = torch.randn(B, hkv, N, D, generator=g).to(dtype)
+    v = torch.randn(B, hkv, N, D, generator=g).to(dtype)
+    do = torch.randn(B, hq, N, D, generator=g).to(dtype)
+    dlse = torch.randn(B, hq, N, generator=g)
+    return q, k, v, do, dlse
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _to_bytes(value) -> bytes:
+    """Results travel as bytes: a tensor put on a torch.multiprocessing queue is shared by a file
+    descriptor that dies with the rank's process."""
+    buf = io.BytesIO()
+    torch.save(value, buf)
+    return buf.getvalue()
+
+
+def _bootstrap(rank, world_size, port, pg_timeout, job, payload, results):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TRITON_INTERPRET="1")
+    try:
+        dist.init_process_group("gloo", rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=pg_timeout))
+        results.put((rank, _to_bytes(JOBS[job](rank, world_size, payload))))
+    except Exception as e:  # every rank reports; the test decides what was expected
+        results.put((rank, _to_bytes(("raised", type(e).__name__, f"{e}\n{traceback.format_exc()}"))))
+    finally:
+        if job == "fault" and rank == payload["failing_rank"]:
+            time.sleep(payload["linger"])  # stay alive: the peers must not wait for our exit
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def spawn(world_size: int, job: str, payload, *, timeout: float = 300, pg_timeout: float = 120) -> dict:
+    """``{rank: result}`` of ``job`` on ``world_size`` processes; AssertionError on a hang."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_bootstrap, args=(r, world_size, port, pg_timeout, job, payload, results))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    out, deadline = {}, time.monotonic() + timeout
+    try:
+        while len(out) < world_size:
+            try:
+                rank, value = results.get(timeout=1.0)
+            except queue_mod.Empty:
+                missing = sorted(set(range(world_size)) - set(out))
+                if all(not procs[r].is_alive() for r in missing) and results.empty():
+                    raise AssertionError(f"{job}: ranks {missing} exited without a result (exit codes "
+                                         f"{[procs[r].exitcode for r in missing]})") from None
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{job}: ranks {missing} gave no result within {timeout} s (a hang)") from None
+                continue
+            out[rank] = torch.load(io.BytesIO(value), weights_only=False)
+    finally:
+        for p in procs:
+            p.join(timeout=max(1.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join()
+    return out
+
+
+# ----------------------------------------------------------------------------------
+# Jobs (run on every rank).
+# ----------------------------------------------------------------------------------
+def _run_case(rank, world_size, case):
+    """One case's local shards: out, lse, and the gradients of
+    ``(out·dO).sum() + (lse·dlse).sum()``; the backward runs twice (must be bitwise equal)."""
+    from generated import ring_attention, ring_shard
+
+    dtype = getattr(torch, case["dtype"])
+    q, k, v, do, dlse = full_problem(case["seed"], dtype, case.get("hq", HQ), case.get("hkv", HKV))
+
+    def shard(x):
+        return ring_shard(x, world_size, rank, layout=case["layout"]).clone()
+
+    q, k, v, do, dlse = map(shard, (q, k, v, do, dlse))
+    grads = []
+    for _ in range(2):
+        qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
+        out, lse = ring_attention(qq, kk, vv, causal=case["causal"], layout=case["layout"], return_lse=True,
+                                  block=tuple(case["block"]))
+        ((out.float() * do.float()).sum() + (lse * dlse).sum()).backward()
+        grads.append((qq.grad, kk.grad, vv.grad))
+    deterministic = all(torch.equal(a, b) for a, b in zip(*grads))
+    return {"out": out.detach(), "lse": lse.detach(), "dq": grads[0][0], "dk": grads[0][1], "dv": grads[0][2],
+            "deterministic": deterministic}
+
+
+def cases_job(rank, world_size, payload):
+    return [_run_case(rank, world_size, case) for case in payload["cases"]]
+
+
+def errors_job(rank, world_size, payload):
+    """The errors a user meets: shards of different lengths on different ranks (every rank must
+    raise, none may hang), and an odd shard length under zigzag."""
+    from generated import ring_attention
+
+    raised = {}
+    n = 8 if rank == 0 else 16
+    q = torch.randn(1, 2, n, 16)
+    try:
+        ring_attention(q, q, q, layout="contiguous")
+    except ValueError as e:
+        raised["lengths"] = str(e)
+    q = torch.randn(1, 2, 9, 16)
+    try:
+        ring_attention(q, q, q, layout="zigzag")
+    except ValueError as e:
+        raised["zigzag"] = str(e)
+    return raised
+
+
+def fault_job(rank, world_size, payload):
+    """Rank ``failing_rank`` raises inside its kernel call at step ``failing_step``."""
+    from generator.runtime import ring
+
+    calls = {"n": 0}
+    attend = ring._attend
+
+    def failing(step, *args, **kwargs):
+        if rank == payload["failing_rank"] and calls["n"] == payload["failing_step"]:
+            raise RuntimeError("injected fault")
+        calls["n"] += 1
+        return attend(step, *args, **kwargs)
+
+    ring._attend = failing
+    q = torch.randn(1, 2, 8, 16)
+    ring.ring_attention(q, q, q, causal=False, layout="contiguous", block=(16, 32))
+    return "finished"
+
+
+JOBS = {"cases": cases_job, "errors": errors_job, "fault": fault_job}
