@@ -17,11 +17,13 @@ tile before ``kv_lo`` or from ``kv_hi`` on is skipped (*empty*: its state is ⊕
 one in ``[full_lo, full_hi)`` is *full* (no mask), any other is *partial* — for chunk-aligned
 pairs exactly the *diagonal* pair, whose mask is the top-left causal mask of the chunk.
 
-``STEP_PLANS`` lists the shapes a step's ``T × T`` class matrix may take for one kernel call
-to cover it; claim ``ring_causal_blocks`` (``spec.proofs_ring``) proves, for symbolic ``P``,
-rank, source rank, chunk indices and chunk size, that the classifier never skips an attended
-pair, that full pairs are fully attended, that partial pairs are diagonal, and that every step
-of both layouts matches a plan. Claim ``ring_layout_partition`` proves each layout gives every
+Every step is one kernel call (``plan_step``): the rank's own shard (step 0) runs the top-left
+causal kernel over the whole shard; another rank's shard runs the rectangle of its full pairs
+(``step_plans``), or nothing. Claim ``ring_causal_blocks`` (``spec.proofs_ring``) proves, for
+symbolic ``P``, rank, source rank, slots, chunk size and positions, that the classifier never
+skips an attended pair, that full pairs are fully attended, that partial pairs are diagonal,
+that the own shard's local causal mask is the global one, and that every other step's classes
+match a plan. Claim ``ring_layout_partition`` proves each layout gives every
 chunk to exactly one (rank, slot); claim ``ring_merge_order`` proves that merging the steps'
 partial results by ⊕ in any arrival order equals single-device attention.
 """
@@ -122,42 +124,40 @@ def classify_pair(q_chunk: int, k_chunk: int, size: int, total: int) -> str:
 # ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StepPlan:
-    """A shape of a step's ``T × T`` class matrix (query slot ``x``, key slot ``y``) and the
-    one kernel call that computes it: ``kind`` 'empty' (no call: the step contributes E),
-    'full' (query slots ``rows`` against key slots ``cols``, no mask) or 'causal' (the whole
-    shard against the whole K/V shard with the top-left causal mask: the shard's slots are in
-    increasing global order, so it is the global mask when the pairs below the diagonal are
-    full, those above empty and the diagonal ones partial)."""
+    """The one kernel call of a step: ``kind`` 'empty' (no call: the step contributes E), 'full'
+    (query slots ``rows`` against key slots ``cols``, no mask) or 'causal' (the rank's own
+    shard: all its slots against all, top-left causal — the global mask there, since a shard's
+    slots hold increasing chunks)."""
 
     kind: str
     rows: tuple[int, int]  # slots [start, stop)
     cols: tuple[int, int]
 
     def expected(self, x: int, y: int) -> str:
-        if self.kind == "causal":
-            return FULL if x > y else PARTIAL if x == y else EMPTY
+        """The class of block pair (query slot x, key slot y) this plan computes correctly."""
         inside = self.rows[0] <= x < self.rows[1] and self.cols[0] <= y < self.cols[1]
         return FULL if self.kind == "full" and inside else EMPTY
 
 
 @functools.lru_cache(maxsize=None)
 def step_plans(slots: int) -> tuple[StepPlan, ...]:
-    """Every plan for ``slots`` chunks per rank: empty, each full rectangle of consecutive
-    slots, causal."""
+    """The plans of a step on another rank's shard, for ``slots`` chunks per rank: empty, or a
+    full rectangle of consecutive slots."""
     spans = [(a, b) for a in range(slots) for b in range(a + 1, slots + 1)]
-    return ((StepPlan("empty", (0, 0), (0, 0)),)
-            + tuple(StepPlan("full", rows, cols) for rows in spans for cols in spans)
-            + (StepPlan("causal", (0, slots), (0, slots)),))
+    return (StepPlan("empty", (0, 0), (0, 0)),) + tuple(StepPlan("full", rows, cols) for rows in spans for cols in spans)
 
 
 @functools.lru_cache(maxsize=None)
 def plan_step(layout: str, world_size: int, rank_: int, src: int, causal: bool, size: int) -> StepPlan:
     """The plan of the step where ``rank_`` holds the K/V shard of ``src`` (chunks of ``size``
-    positions): classify its ``T × T`` block pairs (causal) and pick the plan they match
-    (claim ``ring_causal_blocks``: one always does). Without a mask every pair is full."""
+    positions). Without a mask every pair is full; with one, the own shard is the causal plan
+    and another rank's shard is classified pair by pair (causal, block granularity), the
+    classes matching one of ``step_plans`` (claim ``ring_causal_blocks``: one always does)."""
     slots = LAYOUTS[layout].slots
     if not causal:
         return StepPlan("full", (0, slots), (0, slots))
+    if src == rank_:
+        return StepPlan("causal", (0, slots), (0, slots))
     qs, ks = chunks_of(layout, world_size, rank_), chunks_of(layout, world_size, src)
     total = world_size * slots * size
     classes = {(x, y): classify_pair(qs[x], ks[y], size, total) for x in range(slots) for y in range(slots)}

@@ -60,8 +60,9 @@ def _bootstrap(rank, world_size, port, pg_timeout, job, payload, results):
     except Exception as e:  # every rank reports; the test decides what was expected
         results.put((rank, _to_bytes(("raised", type(e).__name__, f"{e}\n{traceback.format_exc()}"))))
     finally:
-        if job == "fault" and rank == payload["failing_rank"]:
-            time.sleep(payload["linger"])  # stay alive: the peers must not wait for our exit
+        fault = payload.get("fault")
+        if fault and rank == fault["failing_rank"]:
+            time.sleep(fault["linger"])  # stay alive: the peers must not wait for this process to exit
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -90,8 +91,8 @@ def spawn(world_size: int, job: str, payload, *, timeout: float = 300, pg_timeou
                 continue
             out[rank] = torch.load(io.BytesIO(value), weights_only=False)
     finally:
-        for p in procs:
-            p.join(timeout=max(1.0, deadline - time.monotonic()))
+        for p in procs:  # every rank has reported: a rank still alive (a lingering faulty one) is killed
+            p.join(timeout=10)
             if p.is_alive():
                 p.kill()
                 p.join()
@@ -125,8 +126,15 @@ def _run_case(rank, world_size, case):
             "deterministic": deterministic}
 
 
-def cases_job(rank, world_size, payload):
-    return [_run_case(rank, world_size, case) for case in payload["cases"]]
+def ring_job(rank, world_size, payload):
+    """The payload's ``cases`` (their local shards), then the ``errors`` checks and last the
+    ``fault`` injection, as asked: one process start serves them all."""
+    out = {"cases": [_run_case(rank, world_size, case) for case in payload.get("cases", ())]}
+    if payload.get("errors"):
+        out["errors"] = errors_job(rank, world_size, payload)
+    if payload.get("fault"):
+        out["fault"] = fault_job(rank, world_size, payload["fault"])
+    return out
 
 
 def errors_job(rank, world_size, payload):
@@ -150,9 +158,11 @@ def errors_job(rank, world_size, payload):
 
 
 def fault_job(rank, world_size, payload):
-    """Rank ``failing_rank`` raises inside its kernel call at step ``failing_step``."""
+    """Rank ``failing_rank`` raises inside its kernel call at step ``failing_step``; the ring runs
+    on its own group whose timeout (``payload["timeout"]`` s) bounds every peer's wait."""
     from generator.runtime import ring
 
+    group = dist.new_group(timeout=datetime.timedelta(seconds=payload["timeout"]))
     calls = {"n": 0}
     attend = ring._attend
 
@@ -164,8 +174,12 @@ def fault_job(rank, world_size, payload):
 
     ring._attend = failing
     q = torch.randn(1, 2, 8, 16)
-    ring.ring_attention(q, q, q, causal=False, layout="contiguous", block=(16, 32))
-    return "finished"
+    start = time.monotonic()
+    try:
+        ring.ring_attention(q, q, q, group=group, causal=False, layout="contiguous", block=(16, 32))
+    except Exception as e:
+        return ("raised", type(e).__name__, str(e), time.monotonic() - start)
+    return ("finished",)
 
 
-JOBS = {"cases": cases_job, "errors": errors_job, "fault": fault_job}
+JOBS = {"ring": ring_job}

@@ -1,0 +1,235 @@
+"""Ring attention: the claims and their mutants, the layouts, and real gloo runs for P = 1..4.
+
+The multi-process runs (``ring_worker.spawn``) each start P processes once and batch every
+check of that world size: forward and backward on both layouts, causal and not, GQA, three
+dtypes at P = 2, the error paths, and (P = 3) a rank that raises mid-ring. The parent compares
+the unsharded results with ``flash_attention`` on the full tensors and with the float64
+reference.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import sympy as sp
+import torch
+
+import ring_worker as W
+from generated import flash_attention, ring_shard, ring_unshard
+from spec import masks as M
+from spec import notation as N
+from spec import proofs_ring as PR
+from spec import recurrences as R
+from spec import ring as RG
+from spec.reference import attention as reference
+
+RING_CLAIMS = ("ring_layout_partition", "ring_causal_blocks", "ring_merge_order")
+
+
+# ----------------------------------------------------------------------------------
+# Claims and mutants.
+# ----------------------------------------------------------------------------------
+def test_ring_claims_proved(proved):
+    results, _ = proved
+    for cid in RING_CLAIMS:
+        assert results[cid].proved, results[cid].detail
+
+
+def _zigzag(chunk, owner=None, owner_slot=None):
+    lay = RG.LAYOUTS["zigzag"]
+    return {"zigzag": RG.Layout("zigzag", 2, chunk, lay.owner if owner is None else owner,
+                                lay.owner_slot if owner_slot is None else owner_slot, "mutant")}
+
+
+def test_layout_mutant_is_caught():
+    """A zigzag that gives rank r chunk 2P-2-r leaves chunk 2P-1 to nobody."""
+    mutant = _zigzag(sp.Piecewise((RG.rank, sp.Eq(RG.slot, 0)), (2 * RG.P - 2 - RG.rank, True)))
+    res = PR.prove_ring_layout_partition(mutant)
+    assert not res.proved and "zigzag" in res.detail
+
+
+def test_slot_order_mutant_is_caught():
+    """Slots in decreasing order: the own shard's local causal mask is no longer the global one."""
+    chunk = sp.Piecewise((2 * RG.P - 1 - RG.rank, sp.Eq(RG.slot, 0)), (RG.rank, True))
+    mutant = _zigzag(chunk, owner_slot=sp.Piecewise((1, RG.chunk < RG.P), (0, True)))
+    assert not PR.prove_ring_layout_partition(mutant).proved
+    res = PR.prove_ring_causal_blocks(mutant)
+    assert not res.proved and "own shard" in res.detail
+
+
+def _loop_mutant(symbol, value):
+    loop = dict(RG.CAUSAL_LOOP)
+    loop[symbol] = value(loop)
+    return RG.pair_conditions(loop)
+
+
+@pytest.mark.parametrize("symbol, value, case", [
+    (M.kv_hi, lambda loop: loop[M.kv_hi] - N.B_c, "never skips"),  # drops the last visited tile: the diagonal
+    (M.full_hi, lambda loop: loop[M.kv_hi], "fully attended"),      # every visited tile run without its mask
+])
+def test_classifier_mutants_are_caught(symbol, value, case):
+    res = PR.prove_ring_causal_blocks(conditions=_loop_mutant(symbol, value))
+    assert not res.proved
+    assert any(case in name and "counterexample" in str(r) for name, r in res.cases), res.detail
+
+
+def test_merge_mutant_is_caught():
+    """A merge that forgets to rescale its right operand depends on the arrival order."""
+    def unscaled(a, b):
+        good = R.merge(a, b)
+        return R.State(good.m, good.d - b.d * sp.exp(b.m - R.guard(good.m)) + b.d, good.o)
+
+    res = PR.prove_ring_merge_order(unscaled)
+    assert not res.proved
+
+
+# ----------------------------------------------------------------------------------
+# Layouts, classes, plans (numbers).
+# ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("layout", RG.LAYOUTS)
+def test_shard_unshard_round_trip(layout):
+    x = torch.arange(2 * 3 * 24 * 2).reshape(2, 3, 24, 2)
+    for P in (1, 2, 3, 4):
+        shards = [ring_shard(x, P, r, layout=layout) for r in range(P)]
+        assert all(s.shape == (2, 3, 24 // P, 2) for s in shards)
+        assert torch.equal(ring_unshard(shards, layout=layout), x)
+    assert torch.equal(ring_shard(x, 2, 1, layout="zigzag")[:, :, :6], x[:, :, 6:12])  # chunk 1 of 4
+    assert torch.equal(ring_shard(x, 2, 1, layout="zigzag")[:, :, 6:], x[:, :, 12:18])  # chunk 2 = 2P-1-1
+
+
+def test_shard_errors_name_the_problem():
+    x = torch.zeros(1, 1, 10, 4)
+    with pytest.raises(ValueError, match=r"not divisible by 2P = 8"):
+        ring_shard(x, 4, 0, layout="zigzag")
+    with pytest.raises(ValueError, match="layout must be one of"):
+        ring_shard(x, 2, 0, layout="striped")
+    with pytest.raises(ValueError, match="one length"):
+        ring_unshard([x, x[:, :, :4]], layout="contiguous")
+
+
+def test_pair_classes_agree_with_the_tile_classifier():
+    """spec.ring's block-pair classes are spec.masks.classify_tile's (skip/full/partial) at
+    block granularity, for every pair of every layout up to P = 6 and chunk sizes 1..3."""
+    names = {"skip": RG.EMPTY, "full": RG.FULL, "partial": RG.PARTIAL}
+    for layout, lay in RG.LAYOUTS.items():
+        for P in range(1, 7):
+            total_chunks = P * lay.slots
+            for size in (1, 2, 3):
+                N = total_chunks * size
+                for gq in range(total_chunks):
+                    for gk in range(total_chunks):
+                        tile = M.classify_tile(("causal",), gq * size, gk * size, size, size, N_Q=N, N_K=N, shift=0)
+                        assert RG.classify_pair(gq, gk, size, N) == names[tile], (layout, P, size, gq, gk)
+
+
+def test_zigzag_plans_balance_causal_work():
+    """Every rank of the zigzag layout runs the same number of block pairs under a causal mask:
+    the own shard (3 of its 4 pairs) and 2 pairs of every other shard."""
+    for P in (2, 3, 4, 8):
+        work = []
+        for r in range(P):
+            plans = [RG.plan_step("zigzag", P, r, src, True, 4) for src in range(P)]
+            assert plans[r].kind == "causal" and all(p.kind == "full" for i, p in enumerate(plans) if i != r)
+            work.append(sum((p.rows[1] - p.rows[0]) * (p.cols[1] - p.cols[0]) for i, p in enumerate(plans) if i != r))
+        assert work == [2 * (P - 1)] * P
+
+
+# ----------------------------------------------------------------------------------
+# Real runs: gloo, P processes, kernels in the interpreter.
+# ----------------------------------------------------------------------------------
+BLOCK = (16, 32)
+#: max error / max |expected| per dtype, against flash_attention and against the float64 reference
+TOL_FLASH = {torch.float32: 2e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+TOL_REF = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+
+
+def _case(layout, causal, dtype="float32", seed=0, **heads):
+    return dict(seed=seed, dtype=dtype, layout=layout, causal=causal, block=BLOCK, **heads)
+
+
+CASES = {
+    1: [_case("zigzag", True), _case("contiguous", False)],
+    2: [_case(lay, c) for lay in RG.LAYOUTS for c in (True, False)]
+       + [_case("zigzag", True, "bfloat16", seed=1), _case("contiguous", True, "float16", seed=2),
+          _case("zigzag", False, hq=2, hkv=2, seed=3)],
+    3: [_case("zigzag", True, seed=4), _case("contiguous", True, seed=5)],
+    4: [_case("zigzag", True, seed=6), _case("contiguous", False, seed=7)],
+}
+FAULT = {"failing_rank": 1, "failing_step": 1, "timeout": 8, "linger": 14}
+
+
+@functools.lru_cache(maxsize=None)
+def _run(P: int):
+    payload = {"cases": CASES[P], "errors": P == 2, "fault": FAULT if P == 3 else None}
+    results = W.spawn(P, "ring", payload, timeout=600)
+    for r, res in results.items():
+        assert not (isinstance(res, tuple) and res[0] == "raised"), f"rank {r}: {res[2]}"
+    return results
+
+
+def _expected(case, exact: bool):
+    """(out, lse, dq, dk, dv) of the full problem: flash_attention, or the float64 reference."""
+    dtype = getattr(torch, case["dtype"])
+    q, k, v, do, dlse = W.full_problem(case["seed"], dtype, case.get("hq", W.HQ), case.get("hkv", W.HKV))
+    if exact:
+        q, k, v, do = (t.double() for t in (q, k, v, do))
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    if exact:
+        out, lse = reference(q, k, v, causal=case["causal"])
+    else:
+        out, lse = flash_attention(q, k, v, causal=case["causal"], return_lse=True, block=BLOCK)
+    ((out.to(do.dtype) * do).sum() + (lse.to(dlse.dtype) * dlse).sum()).backward()
+    return {"out": out, "lse": lse, "dq": q.grad, "dk": k.grad, "dv": v.grad}
+
+
+def _gathered(results, i, layout):
+    P = len(results)
+    got = {key: ring_unshard([results[r]["cases"][i][key] for r in range(P)], layout=layout)
+           for key in ("out", "dq", "dk", "dv")}
+    got["lse"] = ring_unshard([results[r]["cases"][i]["lse"][..., None] for r in range(P)], layout=layout)[..., 0]
+    return got
+
+
+def _failures(got, want, tol):
+    bad = []
+    for key, w in want.items():
+        g = got[key].double()
+        err = (g - w.detach().double()).abs().max().item() / max(1.0, w.detach().double().abs().max().item())
+        if not err <= tol:  # NaN fails
+            bad.append(f"{key}: {err:.3g} > {tol:g}")
+    return bad
+
+
+@pytest.mark.parametrize("P", [1, 2, 3, 4])
+def test_ring_matches_flash_attention_and_reference(P):
+    results = _run(P)
+    for i, case in enumerate(CASES[P]):
+        dtype = getattr(torch, case["dtype"])
+        got = _gathered(results, i, case["layout"])
+        assert got["out"].dtype == dtype and got["lse"].dtype == torch.float32
+        assert all(results[r]["cases"][i]["deterministic"] for r in range(P)), f"{case}: backward not bitwise repeatable"
+        flash, exact = _expected(case, exact=False), _expected(case, exact=True)
+        if P == 1:  # one rank is flash_attention itself: same kernels, E ⊕ s = s exactly
+            assert all(torch.equal(got[key], flash[key]) for key in ("out", "lse")), case
+        assert not _failures(got, flash, TOL_FLASH[dtype]), (case, "vs flash_attention", _failures(got, flash, TOL_FLASH[dtype]))
+        assert not _failures(got, exact, TOL_REF[dtype]), (case, "vs float64", _failures(got, exact, TOL_REF[dtype]))
+
+
+def test_ring_errors_name_the_problem():
+    results = _run(2)
+    for r in (0, 1):
+        errors = results[r]["errors"]
+        assert "rank 1 differs from rank 0: q shard length 8 vs 16" in errors["lengths"], errors
+        assert "not divisible by 2P = 4" in errors["zigzag"] and "layout='contiguous'" in errors["zigzag"], errors
+
+
+def test_a_rank_failing_mid_ring_makes_every_rank_raise():
+    results = _run(3)
+    failing = results[FAULT["failing_rank"]]["fault"]
+    assert failing[:3] == ("raised", "RuntimeError", "injected fault"), failing
+    for r in (0, 2):
+        status, kind, message, seconds = results[r]["fault"]
+        assert (status, kind) == ("raised", "RingAttentionError"), results[r]["fault"]
+        assert f"rank {r} of 3" in message and "a peer raised, died or is slower" in message
+        assert seconds < 4 * FAULT["timeout"], seconds
