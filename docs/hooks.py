@@ -13,6 +13,7 @@ holds a directive, an HTML comment on a line of its own::
     <!-- fp:tile-bounds -->                spec.masks.tile_bounds per kind
     <!-- fp:mask-alignment -->             pictures of spec.masks.dense_mask, both alignments
     <!-- fp:tile-classes -->               a picture of spec.masks.classify_tile over a grid
+    <!-- fp:ring-layouts -->               spec.ring's layouts (P = 4) and each rank's plan per step
     <!-- fp:terms-kernel forward_tile -->  each spec.terms term beside its generated line
     <!-- fp:generated-source fwd -->       a checked-in generated kernel, verbatim
     <!-- fp:generator-help -->             the output of `python -m generator --help`
@@ -421,6 +422,51 @@ def tile_classes() -> str:
 
 
 # ---------------------------------------------------------------------------------
+# Ring attention
+# ---------------------------------------------------------------------------------
+_RANK_COLORS = ("#3f51b5", "#e91e63", "#009688", "#ff9800", "#795548", "#607d8b")
+
+
+def ring_layouts() -> str:
+    """Which rank holds which chunk (spec.ring.LAYOUTS), and each rank's plan per causal step
+    (spec.ring.plan_step), for P = 4."""
+    from spec import ring
+
+    P, c = 4, 36
+    figures = []
+    for name, lay in ring.LAYOUTS.items():
+        owner = {g: r for r in range(P) for g in ring.chunks_of(name, P, r)}
+        n = len(owner)
+        w = n * c + 2
+        parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{c + 16}" role="img" '
+                 f'aria-label="{name} layout, P = {P}">']
+        for g in range(n):
+            parts.append(f'<rect x="{g * c + 1}" y="14" width="{c - 2}" height="{c - 2}" '
+                         f'fill="{_RANK_COLORS[owner[g]]}"/><text x="{g * c + c / 2}" y="{14 + c / 2 + 4}" '
+                         f'font-size="11" fill="white" text-anchor="middle">r{owner[g]}</text>'
+                         f'<text x="{g * c + c / 2}" y="10" font-size="9" fill="#555" text-anchor="middle">{g}</text>')
+        parts.append("</svg>")
+        caption = (f"<code>{name}</code>, P = {P}: {P * lay.slots} chunks of N/{P * lay.slots} positions "
+                   f"(numbered above), coloured by the rank that holds them — {html.escape(lay.doc)}")
+        figures.append(_figure("".join(parts), caption))
+    rows = []
+    for name in ring.LAYOUTS:
+        rows.append(f"| `{name}` | " + " | ".join(
+            " · ".join(_plan_cell(ring.plan_step(name, P, r, (r - s) % P, True, 1)) for r in range(P))
+            for s in range(P)) + " |")
+    table = (f"\n\nEach rank's kernel call per step under a causal mask (ranks 0 … {P - 1}, "
+             "left to right; `rows×cols` in slots):\n\n| layout | " + " | ".join(f"step {s}" for s in range(P))
+             + " |\n|---" + "|---" * P + "|\n" + "\n".join(rows) + "\n")
+    return '<div class="fp-figures" markdown="0">' + "".join(figures) + "</div>\n" + table
+
+
+def _plan_cell(plan) -> str:
+    if plan.kind == "full":
+        return f"{plan.rows[1] - plan.rows[0]}×{plan.cols[1] - plan.cols[0]}"
+    return {"empty": "—", "causal": "causal"}[plan.kind]
+
+
+# ---------------------------------------------------------------------------------
 # Generated kernels
 # ---------------------------------------------------------------------------------
 #: which generated kernel files hold each term group (a glob under generated/)
@@ -542,6 +588,7 @@ DIRECTIVES = {
     "tile-bounds": tile_bounds,
     "mask-alignment": mask_alignment,
     "tile-classes": tile_classes,
+    "ring-layouts": ring_layouts,
     "terms-kernel": terms_kernel,
     "generated-source": generated_source,
     "generator-help": generator_help,

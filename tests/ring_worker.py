@@ -60,9 +60,6 @@ def _bootstrap(rank, world_size, port, pg_timeout, job, payload, results):
     except Exception as e:  # every rank reports; the test decides what was expected
         results.put((rank, _to_bytes(("raised", type(e).__name__, f"{e}\n{traceback.format_exc()}"))))
     finally:
-        fault = payload.get("fault")
-        if fault and rank == fault["failing_rank"]:
-            time.sleep(fault["linger"])  # stay alive: the peers must not wait for this process to exit
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -91,7 +88,7 @@ def spawn(world_size: int, job: str, payload, *, timeout: float = 300, pg_timeou
                 continue
             out[rank] = torch.load(io.BytesIO(value), weights_only=False)
     finally:
-        for p in procs:  # every rank has reported: a rank still alive (a lingering faulty one) is killed
+        for p in procs:  # every rank has reported: one still alive after that is killed
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
@@ -158,28 +155,39 @@ def errors_job(rank, world_size, payload):
 
 
 def fault_job(rank, world_size, payload):
-    """Rank ``failing_rank`` raises inside its kernel call at step ``failing_step``; the ring runs
-    on its own group whose timeout (``payload["timeout"]`` s) bounds every peer's wait."""
+    """Two faults on rank ``failing_rank``, each reported as ``(status, error type, message,
+    seconds)`` per rank:
+
+    * ``raise``: its kernel raises at step 1 (world group): every rank must raise at once;
+    * ``hang``: its kernel hangs ``linger`` s at step 0, then raises (a group with a
+      ``timeout`` s timeout): the others must raise within their timeout, not wait for it.
+    """
     from generator.runtime import ring
 
-    group = dist.new_group(timeout=datetime.timedelta(seconds=payload["timeout"]))
-    calls = {"n": 0}
     attend = ring._attend
-
-    def failing(step, *args, **kwargs):
-        if rank == payload["failing_rank"] and calls["n"] == payload["failing_step"]:
-            raise RuntimeError("injected fault")
-        calls["n"] += 1
-        return attend(step, *args, **kwargs)
-
-    ring._attend = failing
     q = torch.randn(1, 2, 8, 16)
-    start = time.monotonic()
-    try:
-        ring.ring_attention(q, q, q, group=group, causal=False, layout="contiguous", block=(16, 32))
-    except Exception as e:
-        return ("raised", type(e).__name__, str(e), time.monotonic() - start)
-    return ("finished",)
+    out = {}
+    for fault, group in (("raise", None), ("hang", dist.new_group(timeout=datetime.timedelta(
+            seconds=payload["timeout"])))):
+        calls = {"n": 0}
+
+        def failing(step, *args, **kwargs):
+            if rank == payload["failing_rank"] and calls["n"] == {"raise": 1, "hang": 0}[fault]:
+                if fault == "hang":
+                    time.sleep(payload["linger"])
+                raise RuntimeError(f"injected {fault}")
+            calls["n"] += 1
+            return attend(step, *args, **kwargs)
+
+        ring._attend = failing
+        start = time.monotonic()
+        try:
+            ring.ring_attention(q, q, q, group=group, causal=False, layout="contiguous", block=(16, 32))
+            out[fault] = ("finished",)
+        except Exception as e:
+            out[fault] = ("raised", type(e).__name__, str(e), time.monotonic() - start)
+    ring._attend = attend
+    return out
 
 
 JOBS = {"ring": ring_job}

@@ -29,13 +29,19 @@ Layouts (``spec.ring.LAYOUTS``): ``contiguous`` gives rank r the r-th of P equal
 rank has the same causal work. ``ring_shard`` / ``ring_unshard`` cut and reassemble a full
 tensor.
 
-Failures: a rank that raises mid-ring does not leave its peers waiting forever — every wait
-is bounded by the process group's ``timeout`` (``init_process_group(..., timeout=...)``) and
-a peer that dies closes its connections at once; the others raise ``RingAttentionError``
-naming the step, the peer and the cause.
+Failures: a rank whose kernel raises mid-ring keeps the transfer schedule (it skips its
+remaining kernels, still sends and receives), and after the last step one tiny all_gather
+tells every rank who failed: that rank raises its own error, every other rank
+``RingAttentionError`` naming it — no waiting on a timeout. A rank that dies or hangs is
+caught by the bounded waits: every wait ends within the process group's ``timeout``
+(``init_process_group(..., timeout=...)`` or ``new_group(timeout=...)``), a dead peer's
+connections close at once, and the others raise ``RingAttentionError`` naming the step, the
+neighbours and the cause.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.distributed as dist
@@ -124,23 +130,30 @@ class _Ring:
         self.next = dist.get_global_rank(self.group, (self.rank + 1) % self.size)
         self.prev = dist.get_global_rank(self.group, (self.rank - 1) % self.size)
 
-    def post(self, tensors):
+    def post(self, tensors, what: str, step: int):
         """Send ``tensors`` to the next rank and receive their like from the previous one;
         returns ``(requests, received)`` at once (the transfer runs while the caller computes)."""
         received = [torch.empty_like(t) for t in tensors]
         ops = [dist.P2POp(dist.isend, t, self.next, self.group) for t in tensors]
         ops += [dist.P2POp(dist.irecv, t, self.prev, self.group) for t in received]
-        return dist.batch_isend_irecv(ops), received
+        with self._failure(f"could not post {what}", step):
+            return dist.batch_isend_irecv(ops), received
 
     def wait(self, requests, what: str, step: int):
-        try:
+        with self._failure(f"waited in vain for {what}", step):
             for request in requests:
                 request.wait()
+
+    @contextlib.contextmanager
+    def _failure(self, doing: str, step: int):
+        """A transport error as a RingAttentionError naming this rank, the step and its neighbours."""
+        try:
+            yield
         except RuntimeError as e:
             raise RingAttentionError(
-                f"ring_attention: rank {self.rank} of {self.size} waited in vain at step {step} for {what} "
-                f"(from rank {(self.rank - 1) % self.size}, to rank {(self.rank + 1) % self.size}): a peer "
-                f"raised, died or is slower than the process group's timeout. Cause: {e}") from e
+                f"ring_attention: rank {self.rank} of {self.size} {doing} at step {step} (from rank "
+                f"{(self.rank - 1) % self.size}, to rank {(self.rank + 1) % self.size}): a peer raised, died or is "
+                f"slower than the process group's timeout. Cause: {e}") from e
 
 
 def _check_peers(ring: _Ring, q, k, causal, layout, block):
@@ -151,7 +164,8 @@ def _check_peers(ring: _Ring, q, k, causal, layout, block):
             *block]
     mine = torch.tensor(desc, dtype=torch.int64, device=q.device)
     every = [torch.empty_like(mine) for _ in range(ring.size)]
-    dist.all_gather(every, mine, group=ring.group)
+    with ring._failure("could not compare shapes with its peers", 0):
+        dist.all_gather(every, mine, group=ring.group)
     every = [t.tolist() for t in every]
     names = ("batch", "q heads", "kv heads", "q shard length", "k shard length", "head_dim", "dtype", "causal",
              "layout", "block_m", "block_n")
@@ -207,28 +221,92 @@ def _attend_backward(step: _Step, grad_out, grad_lse, q, k, v, out, lse, opts):
                                        step.causal, "top_left", None, opts["scale"], bm, bn)
 
 
+class _Pass:
+    """One pass around the ring (forward or backward) that never breaks the transfer schedule.
+
+    A kernel that raises on this rank does not stop the ring: the rank records the error, skips
+    its remaining kernels and keeps sending and receiving, so no peer waits for a message that
+    never comes. After the last step every rank learns who failed (``agree``: one tiny
+    all_gather) and raises — the failing rank its own error, the others ``RingAttentionError``
+    naming it. A rank that dies or hangs is caught by the bounded waits instead.
+    """
+
+    def __init__(self, ring: _Ring, name: str):
+        self.ring, self.name = ring, name
+        self.error, self.step = None, -1
+
+    def run(self, step: int, fn):
+        if self.error is None:
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - re-raised by agree() after the ring completes
+                self.error, self.step = e, step
+
+    def post(self, tensors, what: str, step: int):
+        try:
+            return self.ring.post(tensors, what, step)
+        except RingAttentionError:
+            self._raise_own()
+            raise
+
+    def wait(self, requests, what: str, step: int):
+        try:
+            self.ring.wait(requests, what, step)
+        except RingAttentionError:
+            self._raise_own()
+            raise
+
+    def _raise_own(self):
+        if self.error is not None:
+            self.error.add_note(f"ring_attention {self.name}: rank {self.ring.rank} of {self.ring.size} raised this "
+                                f"at step {self.step}; its peers raise RingAttentionError")
+            raise self.error
+
+    def agree(self, device):
+        if self.ring.size > 1:
+            mine = torch.tensor([self.step], dtype=torch.int64, device=device)
+            every = [torch.empty_like(mine) for _ in range(self.ring.size)]
+            try:
+                with self.ring._failure("could not learn every rank's status", self.ring.size):
+                    dist.all_gather(every, mine, group=self.ring.group)
+            except RingAttentionError:
+                self._raise_own()
+                raise
+            failed = [(r, int(t)) for r, t in enumerate(every) if int(t) >= 0]
+        else:
+            failed = []
+        self._raise_own()
+        if failed:
+            raise RingAttentionError(
+                f"ring_attention {self.name}: " + ", ".join(f"rank {r} raised at step {st}" for r, st in failed)
+                + f" of {self.ring.size} (see that rank's error for the cause); the result on rank {self.ring.rank} "
+                "is void")
+
+
 def _ring_forward(q, k, v, opts, ring: _Ring):
     size = _chunk_size(q.shape[2] * ring.size, ring.size, opts["layout"], "the sequence")
     B, Hq, n, D = q.shape
     o = torch.zeros((B, Hq, n, D), dtype=torch.float32, device=q.device)  # E: o = 0, lse = -inf
     lse = torch.full((B, Hq, n), float("-inf"), dtype=torch.float32, device=q.device)
     kv = (k.contiguous(), v.contiguous())
+    ring_pass = _Pass(ring, "forward")
     for s in range(ring.size):
         if s + 1 < ring.size:  # the next shard travels while this one is used
-            requests, incoming = ring.post(kv)
+            requests, incoming = ring_pass.post(kv, "the K/V shard", s)
         step = _Step(opts, ring, s, size)
-        try:
-            if not step.empty:  # an empty step is E: nothing to run, nothing to merge
-                o_s, lse_s = _attend(step, q, *kv, opts)
-                r = step.rows
-                o[:, :, r], lse[:, :, r] = _merge(o[:, :, r], lse[:, :, r], o_s.float(), lse_s)
-        except Exception as e:
-            e.add_note(f"ring_attention: rank {ring.rank} failed at step {s} of {ring.size}; its peers will raise "
-                       "RingAttentionError")
-            raise
+
+        def attend_and_merge():
+            if step.empty:  # an empty step is E: nothing to run, nothing to merge
+                return
+            o_s, lse_s = _attend(step, q, *kv, opts)
+            r = step.rows
+            o[:, :, r], lse[:, :, r] = _merge(o[:, :, r], lse[:, :, r], o_s.float(), lse_s)
+
+        ring_pass.run(s, attend_and_merge)
         if s + 1 < ring.size:
-            ring.wait(requests, "the K/V shard", s)
+            ring_pass.wait(requests, "the K/V shard", s)
             kv = tuple(incoming)
+    ring_pass.agree(q.device)
     return o.to(q.dtype), lse
 
 
@@ -237,33 +315,35 @@ def _ring_backward(grad_out, grad_lse, q, k, v, out, lse, opts, ring: _Ring):
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     kv = (k.contiguous(), v.contiguous())
     dkv = None  # (dK, dV) of the shard held now, fp32, travelling with it
+    ring_pass = _Pass(ring, "backward")
     for s in range(ring.size):
         if s + 1 < ring.size:
-            kv_requests, kv_incoming = ring.post(kv)
+            kv_requests, kv_incoming = ring_pass.post(kv, "the K/V shard", s)
         step = _Step(opts, ring, s, size)
         share = [torch.zeros(t.shape, dtype=torch.float32, device=t.device) for t in kv]
-        try:
-            if not step.empty:
-                dq_s, dk_s, dv_s = _attend_backward(step, grad_out, grad_lse, q, *kv, out, lse, opts)
-                dq[:, :, step.rows] += dq_s
-                share[0][:, :, step.cols] += dk_s
-                share[1][:, :, step.cols] += dv_s
-        except Exception as e:
-            e.add_note(f"ring_attention backward: rank {ring.rank} failed at step {s} of {ring.size}; its peers "
-                       "will raise RingAttentionError")
-            raise
+
+        def attend_backward():
+            if step.empty:
+                return
+            dq_s, dk_s, dv_s = _attend_backward(step, grad_out, grad_lse, q, *kv, out, lse, opts)
+            dq[:, :, step.rows] += dq_s
+            share[0][:, :, step.cols] += dk_s
+            share[1][:, :, step.cols] += dv_s
+
+        ring_pass.run(s, attend_backward)
         if dkv is not None:  # the partial sums of this shard's owner's earlier neighbours
-            ring.wait(dkv_requests, "dK/dV", s)
+            ring_pass.wait(dkv_requests, "dK/dV", s)
             share = [a + b for a, b in zip(dkv_incoming, share)]
         dkv = share
         if s + 1 < ring.size:
-            ring.wait(kv_requests, "the K/V shard", s)
+            ring_pass.wait(kv_requests, "the K/V shard", s)
             kv = tuple(kv_incoming)
         if ring.size > 1:  # pass the sums on; after the last step they reach the shard's owner
-            dkv_requests, dkv_incoming = ring.post(dkv)
+            dkv_requests, dkv_incoming = ring_pass.post(dkv, "dK/dV", s)
     if ring.size > 1:
-        ring.wait(dkv_requests, "dK/dV of this rank's shard", ring.size)
+        ring_pass.wait(dkv_requests, "dK/dV of this rank's shard", ring.size)
         dkv = dkv_incoming
+    ring_pass.agree(q.device)
     return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
 
 
