@@ -99,9 +99,10 @@ def spawn(world_size: int, job: str, payload, *, timeout: float = 300, pg_timeou
 # ----------------------------------------------------------------------------------
 # Jobs (run on every rank).
 # ----------------------------------------------------------------------------------
-def _run_case(rank, world_size, case):
+def _run_case(rank, world_size, case, group=None):
     """One case's local shards: out, lse, and the gradients of
-    ``(out·dO).sum() + (lse·dlse).sum()``; the backward runs twice (must be bitwise equal)."""
+    ``(out·dO).sum() + (lse·dlse).sum()``; the backward runs twice (must be bitwise equal).
+    ``rank``, ``world_size``: within ``group`` (default: the world)."""
     from generated import ring_attention, ring_shard
 
     dtype = getattr(torch, case["dtype"])
@@ -114,9 +115,10 @@ def _run_case(rank, world_size, case):
     grads = []
     for _ in range(2):
         qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
-        out, lse = ring_attention(qq, kk, vv, causal=case["causal"], layout=case["layout"], return_lse=True,
-                                  block=tuple(case["block"]))
-        ((out.float() * do.float()).sum() + (lse * dlse).sum()).backward()
+        out, lse = ring_attention(qq, kk, vv, group=group, causal=case["causal"], layout=case["layout"],
+                                  return_lse=True, block=tuple(case["block"]))
+        loss = (out.float() * do.float()).sum()
+        (loss + (lse * dlse).sum() if case.get("lse_grad", True) else loss).backward()
         grads.append((qq.grad, kk.grad, vv.grad))
     deterministic = all(torch.equal(a, b) for a, b in zip(*grads))
     return {"out": out.detach(), "lse": lse.detach(), "dq": grads[0][0], "dk": grads[0][1], "dv": grads[0][2],
@@ -124,9 +126,14 @@ def _run_case(rank, world_size, case):
 
 
 def ring_job(rank, world_size, payload):
-    """The payload's ``cases`` (their local shards), then the ``errors`` checks and last the
-    ``fault`` injection, as asked: one process start serves them all."""
+    """The payload's ``cases`` (their local shards), a ``subgroup`` case, the ``errors`` checks
+    and last the ``fault`` injection, as asked: one process start serves them all."""
     out = {"cases": [_run_case(rank, world_size, case) for case in payload.get("cases", ())]}
+    if payload.get("subgroup"):  # the ring on ranks `members` of the world (group ranks differ from global ones)
+        members = payload["subgroup"]["members"]
+        group = dist.new_group(members)
+        if rank in members:
+            out["subgroup"] = _run_case(members.index(rank), len(members), payload["subgroup"]["case"], group)
     if payload.get("errors"):
         out["errors"] = errors_job(rank, world_size, payload)
     if payload.get("fault"):

@@ -152,16 +152,19 @@ CASES = {
     1: [_case("zigzag", True), _case("contiguous", False)],
     2: [_case(lay, c) for lay in RG.LAYOUTS for c in (True, False)]
        + [_case("zigzag", True, "bfloat16", seed=1), _case("contiguous", True, "float16", seed=2),
-          _case("zigzag", False, hq=2, hkv=2, seed=3)],
+          _case("zigzag", False, hq=2, hkv=2, seed=3, lse_grad=False)],
     3: [_case("zigzag", True, seed=4), _case("contiguous", True, seed=5)],
     4: [_case("zigzag", True, seed=6), _case("contiguous", False, seed=7)],
 }
 FAULT = {"failing_rank": 1, "timeout": 6, "linger": 20}
+#: a ring of world ranks 0 and 2 only: group rank 1 is global rank 2
+SUBGROUP = {"members": [0, 2], "case": _case("zigzag", True, seed=8)}
 
 
 @functools.lru_cache(maxsize=None)
 def _run(P: int):
-    payload = {"cases": CASES[P], "errors": P == 2, "fault": FAULT if P == 3 else None}
+    payload = {"cases": CASES[P], "errors": P == 2, "fault": FAULT if P == 3 else None,
+               "subgroup": SUBGROUP if P == 3 else None}
     results = W.spawn(P, "ring", payload, timeout=600)
     for r, res in results.items():
         assert not (isinstance(res, tuple) and res[0] == "raised"), f"rank {r}: {res[2]}"
@@ -179,15 +182,15 @@ def _expected(case, exact: bool):
         out, lse = reference(q, k, v, causal=case["causal"])
     else:
         out, lse = flash_attention(q, k, v, causal=case["causal"], return_lse=True, block=BLOCK)
-    ((out.to(do.dtype) * do).sum() + (lse.to(dlse.dtype) * dlse).sum()).backward()
+    loss = (out.to(do.dtype) * do).sum()
+    (loss + (lse.to(dlse.dtype) * dlse).sum() if case.get("lse_grad", True) else loss).backward()
     return {"out": out, "lse": lse, "dq": q.grad, "dk": k.grad, "dv": v.grad}
 
 
-def _gathered(results, i, layout):
-    P = len(results)
-    got = {key: ring_unshard([results[r]["cases"][i][key] for r in range(P)], layout=layout)
-           for key in ("out", "dq", "dk", "dv")}
-    got["lse"] = ring_unshard([results[r]["cases"][i]["lse"][..., None] for r in range(P)], layout=layout)[..., 0]
+def _gathered(shards, layout):
+    """The full out, lse, dq, dk, dv from every rank's shards (in group-rank order)."""
+    got = {key: ring_unshard([s[key] for s in shards], layout=layout) for key in ("out", "dq", "dk", "dv")}
+    got["lse"] = ring_unshard([s["lse"][..., None] for s in shards], layout=layout)[..., 0]
     return got
 
 
@@ -206,7 +209,7 @@ def test_ring_matches_flash_attention_and_reference(P):
     results = _run(P)
     for i, case in enumerate(CASES[P]):
         dtype = getattr(torch, case["dtype"])
-        got = _gathered(results, i, case["layout"])
+        got = _gathered([results[r]["cases"][i] for r in range(P)], case["layout"])
         assert got["out"].dtype == dtype and got["lse"].dtype == torch.float32
         assert all(results[r]["cases"][i]["deterministic"] for r in range(P)), f"{case}: backward not bitwise repeatable"
         flash, exact = _expected(case, exact=False), _expected(case, exact=True)
@@ -214,6 +217,16 @@ def test_ring_matches_flash_attention_and_reference(P):
             assert all(torch.equal(got[key], flash[key]) for key in ("out", "lse")), case
         assert not _failures(got, flash, TOL_FLASH[dtype]), (case, "vs flash_attention", _failures(got, flash, TOL_FLASH[dtype]))
         assert not _failures(got, exact, TOL_REF[dtype]), (case, "vs float64", _failures(got, exact, TOL_REF[dtype]))
+
+
+def test_ring_on_a_subgroup():
+    """group=new_group([0, 2]) on a world of 3: the ring's neighbours are global ranks 0 and 2."""
+    results = _run(3)
+    assert "subgroup" not in results[1]
+    case = SUBGROUP["case"]
+    got = _gathered([results[r]["subgroup"] for r in SUBGROUP["members"]], case["layout"])
+    want = _expected(case, exact=False)
+    assert not _failures(got, want, TOL_FLASH[torch.float32]), _failures(got, want, TOL_FLASH[torch.float32])
 
 
 def test_ring_errors_name_the_problem():

@@ -136,16 +136,16 @@ class _Ring:
         received = [torch.empty_like(t) for t in tensors]
         ops = [dist.P2POp(dist.isend, t, self.next, self.group) for t in tensors]
         ops += [dist.P2POp(dist.irecv, t, self.prev, self.group) for t in received]
-        with self._failure(f"could not post {what}", step):
+        with self.transport_errors(f"could not post {what}", step):
             return dist.batch_isend_irecv(ops), received
 
     def wait(self, requests, what: str, step: int):
-        with self._failure(f"waited in vain for {what}", step):
+        with self.transport_errors(f"waited in vain for {what}", step):
             for request in requests:
                 request.wait()
 
     @contextlib.contextmanager
-    def _failure(self, doing: str, step: int):
+    def transport_errors(self, doing: str, step: int):
         """A transport error as a RingAttentionError naming this rank, the step and its neighbours."""
         try:
             yield
@@ -164,7 +164,7 @@ def _check_peers(ring: _Ring, q, k, causal, layout, block):
             *block]
     mine = torch.tensor(desc, dtype=torch.int64, device=q.device)
     every = [torch.empty_like(mine) for _ in range(ring.size)]
-    with ring._failure("could not compare shapes with its peers", 0):
+    with ring.transport_errors("could not compare shapes with its peers", 0):
         dist.all_gather(every, mine, group=ring.group)
     every = [t.tolist() for t in every]
     names = ("batch", "q heads", "kv heads", "q shard length", "k shard length", "head_dim", "dtype", "causal",
@@ -267,7 +267,7 @@ class _Pass:
             mine = torch.tensor([self.step], dtype=torch.int64, device=device)
             every = [torch.empty_like(mine) for _ in range(self.ring.size)]
             try:
-                with self.ring._failure("could not learn every rank's status", self.ring.size):
+                with self.ring.transport_errors("could not learn every rank's status", self.ring.size):
                     dist.all_gather(every, mine, group=self.ring.group)
             except RingAttentionError:
                 self._raise_own()
@@ -353,11 +353,14 @@ class _RingAttention(torch.autograd.Function):
         out, lse = _ring_forward(q, k, v, opts, ring)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.opts, ctx.ring = opts, ring
+        ctx.set_materialize_grads(False)  # an unused lse gives grad_lse None: the kernel skips its load
         return out, lse
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
         q, k, v, out, lse = ctx.saved_tensors
+        if grad_out is None:  # only lse reached the loss
+            grad_out = torch.zeros_like(out)
         dq, dk, dv = _ring_backward(grad_out, grad_lse, q, k, v, out, lse, ctx.opts, ctx.ring)
         return dq, dk, dv, None, None
 
