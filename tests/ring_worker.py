@@ -136,6 +136,7 @@ def ring_job(rank, world_size, payload):
             out["subgroup"] = _run_case(members.index(rank), len(members), payload["subgroup"]["case"], group)
     if payload.get("errors"):
         out["errors"] = errors_job(rank, world_size, payload)
+        out["order"] = order_job(rank, world_size, payload)
     if payload.get("fault"):
         out["fault"] = fault_job(rank, world_size, payload["fault"])
     return out
@@ -159,6 +160,29 @@ def errors_job(rank, world_size, payload):
     except ValueError as e:
         raised["zigzag"] = str(e)
     return raised
+
+
+def order_job(rank, world_size, payload):
+    """The order of transfers and kernels in one forward and backward: ``(event, what)``."""
+    from generator.runtime import ring
+
+    log, saved = [], (ring._Ring.post, ring._Ring.wait, ring._attend, ring._attend_backward)
+
+    def logged(name, fn):
+        def wrapper(*args, **kwargs):
+            what = args[2] if name in ("post", "wait") else ""
+            log.append((name, what))
+            return fn(*args, **kwargs)
+        return wrapper
+
+    ring._Ring.post, ring._Ring.wait = logged("post", saved[0]), logged("wait", saved[1])
+    ring._attend, ring._attend_backward = logged("attend", saved[2]), logged("attend_backward", saved[3])
+    try:
+        q = torch.randn(1, 2, 8, 16, requires_grad=True)
+        ring.ring_attention(q, q, q, layout="contiguous", block=(16, 32)).sum().backward()
+    finally:
+        ring._Ring.post, ring._Ring.wait, ring._attend, ring._attend_backward = saved
+    return log
 
 
 def fault_job(rank, world_size, payload):

@@ -229,6 +229,18 @@ def test_ring_on_a_subgroup():
     assert not _failures(got, want, TOL_FLASH[torch.float32]), _failures(got, want, TOL_FLASH[torch.float32])
 
 
+def test_transfers_are_posted_before_the_kernel_runs():
+    """Overlap, P = 2: each step posts the next K/V transfer, then runs its kernel, then waits;
+    the backward passes a shard's dK/dV on only after adding this rank's share."""
+    kv, dkv = "the K/V shard", "dK/dV"
+    expected = [("post", kv), ("attend", ""), ("wait", kv), ("attend", ""),  # forward
+                ("post", kv), ("attend_backward", ""), ("wait", kv), ("post", dkv),  # backward, step 0
+                ("attend_backward", ""), ("wait", dkv), ("post", dkv),  # step 1
+                ("wait", "dK/dV of this rank's shard")]
+    for r in (0, 1):
+        assert _run(2)[r]["order"] == expected
+
+
 def test_ring_errors_name_the_problem():
     results = _run(2)
     for r in (0, 1):
