@@ -10,9 +10,10 @@ point-to-point sends (``torch.distributed.batch_isend_irecv``)::
             merge (o, lse) <- (o, lse) ⊕ (o_s, lse_s)                        (... overlapped)
             wait for the next shard
 
-The merge is the LSE merge of issue 14 (``generated.merge_state``: printed from the proven
-``lse_merge`` terms); ⊕ is associative and commutative with identity E = (o 0, lse −inf), so
-the order in which shards arrive cannot change the result (claim ``ring_merge_order``), and
+The merge is ``merge_state``'s generated kernel (printed from ``spec.terms.MERGE_STATE``; claim
+``lse_merge``: the LSE merge of two normalised partial results is the state merge ⊕). ⊕ is
+associative and commutative with identity E = (o 0, lse −inf), so the order in which shards
+arrive cannot change the result (claim ``ring_merge_order``), and
 a step whose block pairs are all empty contributes E and is skipped. Which block pairs a step
 runs comes from the kernels' own causal tile classifier applied with one chunk per tile
 (``spec.ring``, claim ``ring_causal_blocks``): every step is one kernel call.
@@ -48,9 +49,10 @@ import torch.distributed as dist
 
 from spec import ring as spec_ring
 
-from generator.runtime import api
+from generator.runtime import api, launch
 from generator.runtime.autograd import flash_attention_backward_op
 from generator.runtime.custom_op import flash_attention_op
+from generator.runtime.merge import merge_state_op
 
 LAYOUTS = tuple(spec_ring.LAYOUTS)
 
@@ -180,14 +182,6 @@ def _check_peers(ring: _Ring, q, k, causal, layout, block):
 # ----------------------------------------------------------------------------------
 # One step: the block pairs of (local queries, one K/V shard), one kernel call.
 # ----------------------------------------------------------------------------------
-def _merge(o_a, lse_a, o_b, lse_b):
-    """(o, lse) ⊕ (o_b, lse_b): MERGE CALL POINT — issue 14's generated ``merge_state``
-    (printed from the proven lse_merge terms) replaces this interim body once it lands."""
-    lse = torch.logaddexp(lse_a, lse_b)
-    safe = torch.where(torch.isneginf(lse), 0.0, lse)
-    return (o_a * torch.exp(lse_a - safe)[..., None] + o_b * torch.exp(lse_b - safe)[..., None]), lse
-
-
 class _Step:
     """The kernel call of one step: query slots ``rows`` against key slots ``cols`` of the
     K/V shard, causal or not (``spec.ring.plan_step``)."""
@@ -208,7 +202,7 @@ def _attend(step: _Step, q, k, v, opts):
     """``(o_s, lse_s)`` of one non-empty step: the generated forward kernel with its lse."""
     bm, bn = opts["block"]
     return flash_attention_op(q[:, :, step.rows], k[:, :, step.cols], v[:, :, step.cols], None, None, step.causal,
-                              "top_left", None, opts["scale"], bm, bn, False)
+                              "top_left", None, opts["scale"], bm, bn, opts["tma"])
 
 
 def _attend_backward(step: _Step, grad_out, grad_lse, q, k, v, out, lse, opts):
@@ -300,7 +294,9 @@ def _ring_forward(q, k, v, opts, ring: _Ring):
                 return
             o_s, lse_s = _attend(step, q, *kv, opts)
             r = step.rows
-            o[:, :, r], lse[:, :, r] = _merge(o[:, :, r], lse[:, :, r], o_s.float(), lse_s)
+            # (o, lse) <- (o, lse) ⊕ (o_s, lse_s): the generated merge_state kernel (spec.terms.MERGE_STATE,
+            # claim lse_merge), in fp32 so P steps of rounding to bf16/fp16 do not pile up
+            o[:, :, r], lse[:, :, r] = merge_state_op(o[:, :, r], lse[:, :, r], o_s.float(), lse_s)
 
         ring_pass.run(s, attend_and_merge)
         if s + 1 < ring.size:
@@ -376,7 +372,9 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, layout="zig
     process group (default: the world); P = its size, 1 allowed (then this equals
     ``flash_attention``). ``layout``: ``"zigzag"`` (default; N must be divisible by 2P;
     balanced causal work) or ``"contiguous"``. ``causal``: top-left over the *global*
-    positions. ``scale`` defaults to 1/sqrt(D); ``block`` picks the generated kernels.
+    positions. ``scale`` defaults to 1/sqrt(D); ``block`` picks the generated kernels (``"auto"``:
+    ``flash_attention``'s choice per GPU); each step's forward uses TMA where ``flash_attention``
+    would (``tma="auto"``).
 
     Returns ``out`` (q's dtype), or ``(out, lse)`` with ``return_lse=True`` (float32
     ``(B, Hq, N/P)``, natural log). Differentiable in q, k, v (and through lse): gradients
@@ -390,10 +388,11 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, layout="zig
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
     ring = _Ring(group)
-    block = api._check_block(block)
+    block = api.auto_block(q.device, q.shape[-1]) if block == "auto" else api._check_block(block)
     if ring.size > 1:
         _check_peers(ring, q, k, causal, layout, block)
     _chunk_size(q.shape[2] * ring.size, ring.size, layout, "the sequence (P x the shard length)")
-    opts = {"causal": causal, "layout": layout, "scale": None if scale is None else float(scale), "block": block}
+    opts = {"causal": causal, "layout": layout, "scale": None if scale is None else float(scale), "block": block,
+            "tma": launch.tma_by_default(q.device)}  # as flash_attention's tma="auto"
     out, lse = _RingAttention.apply(q, k, v, opts, ring)
     return (out, lse) if return_lse else out
