@@ -1,6 +1,6 @@
 """Ring attention: the claims and their mutants, the layouts, and real gloo runs for P = 1..4.
 
-The multi-process runs (``ring_worker.spawn``) each start P processes once and batch every
+The claims' mutants live with every other claim's in tests/test_mutants.py. The multi-process runs (``ring_worker.spawn``) each start P processes once and batch every
 check of that world size: forward and backward on both layouts, causal and not, GQA, three
 dtypes at P = 2, the error paths, and (P = 3) a rank that raises mid-ring. The parent compares
 the unsharded results with ``flash_attention`` on the full tensors and with the float64
@@ -12,15 +12,11 @@ from __future__ import annotations
 import functools
 
 import pytest
-import sympy as sp
 import torch
 
 import ring_worker as W
 from generated import flash_attention, ring_shard, ring_unshard
 from spec import masks as M
-from spec import notation as N
-from spec import proofs_ring as PR
-from spec import recurrences as R
 from spec import ring as RG
 from spec.reference import attention as reference
 
@@ -28,60 +24,12 @@ RING_CLAIMS = ("ring_layout_partition", "ring_causal_blocks", "ring_merge_order"
 
 
 # ----------------------------------------------------------------------------------
-# Claims and mutants.
+# Claims (their mutants: tests/test_mutants.py).
 # ----------------------------------------------------------------------------------
 def test_ring_claims_proved(proved):
     results, _ = proved
     for cid in RING_CLAIMS:
         assert results[cid].proved, results[cid].detail
-
-
-def _zigzag(chunk, owner=None, owner_slot=None):
-    lay = RG.LAYOUTS["zigzag"]
-    return {"zigzag": RG.Layout("zigzag", 2, chunk, lay.owner if owner is None else owner,
-                                lay.owner_slot if owner_slot is None else owner_slot, "mutant")}
-
-
-def test_layout_mutant_is_caught():
-    """A zigzag that gives rank r chunk 2P-2-r leaves chunk 2P-1 to nobody."""
-    mutant = _zigzag(sp.Piecewise((RG.rank, sp.Eq(RG.slot, 0)), (2 * RG.P - 2 - RG.rank, True)))
-    res = PR.prove_ring_layout_partition(mutant)
-    assert not res.proved and "zigzag" in res.detail
-
-
-def test_slot_order_mutant_is_caught():
-    """Slots in decreasing order: the own shard's local causal mask is no longer the global one."""
-    chunk = sp.Piecewise((2 * RG.P - 1 - RG.rank, sp.Eq(RG.slot, 0)), (RG.rank, True))
-    mutant = _zigzag(chunk, owner_slot=sp.Piecewise((1, RG.chunk < RG.P), (0, True)))
-    assert not PR.prove_ring_layout_partition(mutant).proved
-    res = PR.prove_ring_causal_blocks(mutant)
-    assert not res.proved and "own shard" in res.detail
-
-
-def _loop_mutant(symbol, value):
-    loop = dict(RG.CAUSAL_LOOP)
-    loop[symbol] = value(loop)
-    return RG.pair_conditions(loop)
-
-
-@pytest.mark.parametrize("symbol, value, case", [
-    (M.kv_hi, lambda loop: loop[M.kv_hi] - N.B_c, "never skips"),  # drops the last visited tile: the diagonal
-    (M.full_hi, lambda loop: loop[M.kv_hi], "fully attended"),      # every visited tile run without its mask
-])
-def test_classifier_mutants_are_caught(symbol, value, case):
-    res = PR.prove_ring_causal_blocks(conditions=_loop_mutant(symbol, value))
-    assert not res.proved
-    assert any(case in name and "counterexample" in str(r) for name, r in res.cases), res.detail
-
-
-def test_merge_mutant_is_caught():
-    """A merge that forgets to rescale its right operand depends on the arrival order."""
-    def unscaled(a, b):
-        good = R.merge(a, b)
-        return R.State(good.m, good.d - b.d * sp.exp(b.m - R.guard(good.m)) + b.d, good.o)
-
-    res = PR.prove_ring_merge_order(unscaled)
-    assert not res.proved
 
 
 # ----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from generator.runtime import api
+from generator.runtime import api, checks
 
 #: the generated block whose merge kernels serve these ops (rows per program: its B_r)
 MERGE_BLOCK = api.DEFAULT_BLOCK
@@ -114,7 +114,7 @@ def merge_state(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b
     if o_a.shape != o_b.shape or o_a.dtype != o_b.dtype:
         raise ValueError(f"o_a and o_b must share shape and dtype, got {tuple(o_a.shape)} {o_a.dtype} and "
                          f"{tuple(o_b.shape)} {o_b.dtype}")
-    api._check_device({"o_a": o_a, "lse_a": lse_a, "o_b": o_b, "lse_b": lse_b})
+    checks.check_device({"o_a": o_a, "lse_a": lse_a, "o_b": o_b, "lse_b": lse_b})
     if o_a.numel() == 0:
         return torch.empty_like(o_a), torch.empty_like(lse_a)
     return merge_state_op(o_a, lse_a, o_b, lse_b)
@@ -150,7 +150,7 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
     _check_pair("", o, lse, lead=1)
     if o.dim() < 2:
         raise ValueError(f"o must have shape (S, ..., head_dim), got {tuple(o.shape)}")
-    api._check_device({"o": o, "lse": lse})
+    checks.check_device({"o": o, "lse": lse})
     if o.shape[0] == 0:  # no split: the identity
         return o.new_zeros(o.shape[1:]), lse.new_full(lse.shape[1:], float("-inf"))
     if o.requires_grad or lse.requires_grad:

@@ -49,7 +49,7 @@ import torch.distributed as dist
 
 from spec import ring as spec_ring
 
-from generator.runtime import api, launch
+from generator.runtime import api, checks, launch
 from generator.runtime.autograd import flash_attention_backward_op
 from generator.runtime.custom_op import flash_attention_op
 from generator.runtime.merge import merge_state_op
@@ -162,7 +162,7 @@ def _check_peers(ring: _Ring, q, k, causal, layout, block):
     """Every rank must call with the same shapes and options: one small all_gather, so that a
     mismatch raises the same error on every rank instead of a hang or a wrong result."""
     B, Hq, n, D = q.shape
-    desc = [B, Hq, k.shape[1], n, k.shape[2], D, api.DTYPES.index(q.dtype), int(causal), LAYOUTS.index(layout),
+    desc = [B, Hq, k.shape[1], n, k.shape[2], D, checks.DTYPES.index(q.dtype), int(causal), LAYOUTS.index(layout),
             *block]
     mine = torch.tensor(desc, dtype=torch.int64, device=q.device)
     every = [torch.empty_like(mine) for _ in range(ring.size)]
@@ -362,7 +362,7 @@ class _RingAttention(torch.autograd.Function):
 
 
 def ring_attention(q, k, v, *, group=None, causal=False, scale=None, layout="zigzag", return_lse=False,
-                   block=api.DEFAULT_BLOCK):
+                   block=checks.DEFAULT_BLOCK):
     """Attention over a sequence sharded across the ranks of ``group`` (context parallelism).
 
     Each rank passes its shard, SDPA layout: ``q (B, Hq, N/P, D)``, ``k, v (B, Hkv, N/P, D)``
@@ -380,19 +380,20 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, layout="zig
     ``(B, Hq, N/P)``, natural log). Differentiable in q, k, v (and through lse): gradients
     equal the single-device ones to rounding and are deterministic for a fixed P.
     """
-    api.check_inputs(q, k, v, causal=causal, scale=scale, block=block)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        checks.check_tensor(t, name)
+    _, scale, block = checks.check_inputs(q, k, v, causal=causal, scale=scale, block=block, return_lse=return_lse)
     _check_layout(layout)
     if q.shape[2] != k.shape[2]:
         raise ValueError(f"ring_attention needs q and k shards of one length (each rank holds the same positions "
                          f"of q, k and v), got q {tuple(q.shape)} and k {tuple(k.shape)}")
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
     ring = _Ring(group)
-    block = api.auto_block(q.device, q.shape[-1]) if block == "auto" else api._check_block(block)
+    block = api.auto_block(q.device, q.shape[-1]) if block == "auto" else block
     if ring.size > 1:
         _check_peers(ring, q, k, causal, layout, block)
     _chunk_size(q.shape[2] * ring.size, ring.size, layout, "the sequence (P x the shard length)")
-    opts = {"causal": causal, "layout": layout, "scale": None if scale is None else float(scale), "block": block,
+    q, scale = checks.normalise_scale(q, scale)  # s <= 0: the proven rewrite to s' > 0, as flash_attention
+    opts = {"causal": causal, "layout": layout, "scale": scale, "block": block,
             "tma": launch.tma_by_default(q.device)}  # as flash_attention's tma="auto"
     out, lse = _RingAttention.apply(q, k, v, opts, ring)
     return (out, lse) if return_lse else out
