@@ -15,6 +15,7 @@ holds a directive, an HTML comment on a line of its own::
     <!-- fp:tile-classes -->               a picture of spec.masks.classify_tile over a grid
     <!-- fp:packed-tiles -->               a packed batch's block-diagonal mask: dense tiles vs varlen's
     <!-- fp:varlen-terms -->               spec.varlen's segment terms beside their generated lines
+    <!-- fp:ring-layouts -->               spec.ring's layouts (P = 4) and each rank's plan per step
     <!-- fp:terms-kernel forward_tile -->  each spec.terms term beside its generated line
     <!-- fp:generated-source fwd -->       a checked-in generated kernel, verbatim
     <!-- fp:generator-help -->             the output of `python -m generator --help`
@@ -185,10 +186,12 @@ def _proofs() -> dict:
 
 
 def _terms_named(name: str) -> list[tuple[str, object]]:
-    from spec import terms, varlen
+    from spec import paged, terms, varlen
 
-    # a packed batch's segment terms (printed by the varlen block of the attention kernels) too
-    groups = {**terms.GROUPS, "varlen_segment": (*varlen.SEGMENT, varlen.ROWS_PAST_END, varlen.KEYS_PAST_END)}
+    # a packed batch's segment terms (printed by the varlen block of the attention kernels) and
+    # spec.paged, decode's index terms, too
+    groups = {**terms.GROUPS, **paged.GROUPS,
+              "varlen_segment": (*varlen.SEGMENT, varlen.ROWS_PAST_END, varlen.KEYS_PAST_END)}
     return [(group, t) for group, ts in groups.items() for t in ts if t.name == name]
 
 
@@ -205,7 +208,7 @@ def _term_latex(name: str) -> list[str]:
                 label = name.replace("_", r"\_")
                 found.append(rf"\mathrm{{{label}}} &\leftarrow {tex(value)} && \text{{({kind})}}")
     if not found:
-        raise DocsError(f"a claim names the kernel term {name!r}, which is in neither spec.terms.GROUPS nor "
+        raise DocsError(f"a claim names the kernel term {name!r}, which is in neither spec.terms.GROUPS, spec.paged.GROUPS nor "
                         "spec.masks.tile_bounds; fix the claim's terms=(...) in spec/claims.py")
     return found
 
@@ -425,15 +428,62 @@ def tile_classes() -> str:
 
 
 # ---------------------------------------------------------------------------------
+# Ring attention
+# ---------------------------------------------------------------------------------
+_RANK_COLORS = ("#3f51b5", "#e91e63", "#009688", "#ff9800", "#795548", "#607d8b")
+
+
+def ring_layouts() -> str:
+    """Which rank holds which chunk (spec.ring.LAYOUTS), and each rank's plan per causal step
+    (spec.ring.plan_step), for P = 4."""
+    from spec import ring
+
+    P, c = 4, 36
+    figures = []
+    for name, lay in ring.LAYOUTS.items():
+        owner = {g: r for r in range(P) for g in ring.chunks_of(name, P, r)}
+        n = len(owner)
+        w = n * c + 2
+        parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{c + 16}" role="img" '
+                 f'aria-label="{name} layout, P = {P}">']
+        for g in range(n):
+            parts.append(f'<rect x="{g * c + 1}" y="14" width="{c - 2}" height="{c - 2}" '
+                         f'fill="{_RANK_COLORS[owner[g]]}"/><text x="{g * c + c / 2}" y="{14 + c / 2 + 4}" '
+                         f'font-size="11" fill="white" text-anchor="middle">r{owner[g]}</text>'
+                         f'<text x="{g * c + c / 2}" y="10" font-size="9" fill="#555" text-anchor="middle">{g}</text>')
+        parts.append("</svg>")
+        caption = (f"<code>{name}</code>, P = {P}: {P * lay.slots} chunks of N/{P * lay.slots} positions "
+                   f"(numbered above), coloured by the rank that holds them — {html.escape(lay.doc)}")
+        figures.append(_figure("".join(parts), caption))
+    rows = []
+    for name in ring.LAYOUTS:
+        rows.append(f"| `{name}` | " + " | ".join(
+            " · ".join(_plan_cell(ring.plan_step(name, P, r, (r - s) % P, True, 1)) for r in range(P))
+            for s in range(P)) + " |")
+    table = (f"\n\nEach rank's kernel call per step under a causal mask (ranks 0 … {P - 1}, "
+             "left to right; `rows×cols` in slots):\n\n| layout | " + " | ".join(f"step {s}" for s in range(P))
+             + " |\n|---" + "|---" * P + "|\n" + "\n".join(rows) + "\n")
+    return '<div class="fp-figures" markdown="0">' + "".join(figures) + "</div>\n" + table
+
+
+def _plan_cell(plan) -> str:
+    if plan.kind == "full":
+        return f"{plan.rows[1] - plan.rows[0]}×{plan.cols[1] - plan.cols[0]}"
+    return {"empty": "—", "causal": "causal"}[plan.kind]
+
+
+# ---------------------------------------------------------------------------------
 # Generated kernels
 # ---------------------------------------------------------------------------------
 #: which generated kernel files hold each term group (a glob under generated/)
 GROUP_FAMILY = {"qk_scale": "fwd", "qk": "fwd", "forward_tile": "fwd", "forward_epilogue": "fwd",
                 "softmax_normalise": "softmax", "backward_preprocess": "bwd", "backward_tile": "bwd",
-                "backward_tile_t": "bwd", "backward_dkdv_t": "bwd", "backward_dq": "bwd", "backward_scale": "bwd"}
-FAMILY_GLOB = {"fwd": "attention_fwd_*.py", "bwd": "attention_bwd_*.py", "softmax": "softmax_*.py"}
+                "backward_tile_t": "bwd", "backward_dkdv_t": "bwd", "backward_dq": "bwd", "backward_scale": "bwd",
+                "merge_state": "merge"}
+FAMILY_GLOB = {"fwd": "attention_fwd_*.py", "bwd": "attention_bwd_*.py", "softmax": "softmax_*.py",
+               "merge": "merge_state_*.py"}
 #: the file shown for a family: the plain 64x64 variant when it exists, else the first by name
-PREFERRED = {"fwd": "attention_fwd_br64_bc64.py", "bwd": "attention_bwd_br64_bc64.py"}
+PREFERRED = {"fwd": "attention_fwd_br64_bc64.py", "bwd": "attention_bwd_br64_bc64.py", "merge": "merge_state_br64.py"}
 #: term groups shown during this build; on_post_build fails if one of spec.terms.GROUPS is not
 _shown_groups: set[str] = set()
 
@@ -603,6 +653,7 @@ DIRECTIVES = {
     "tile-classes": tile_classes,
     "packed-tiles": packed_tiles,
     "varlen-terms": varlen_terms,
+    "ring-layouts": ring_layouts,
     "terms-kernel": terms_kernel,
     "generated-source": generated_source,
     "generator-help": generator_help,

@@ -17,11 +17,13 @@ from spec import masks
 from spec import notation as n
 from spec import proofs_kernel as K
 from spec import proofs_masks as PM
+from spec import proofs_ring as PRING
 from spec import proofs_softmax as PS
 from spec import proofs_varlen as PV
 from spec import recurrences as R
 from spec import reference, terms
 from spec import varlen as V
+from spec import ring as RING
 
 
 def swap(term_seq, symbol, expr):
@@ -240,13 +242,6 @@ def test_probabilities_shifted_by_the_old_max_are_refuted_by_safety():
     assert_failed(K.prove_safety_bounds(forward_tile=swap(terms.FORWARD_TILE, n.p, stale)))
 
 
-def test_lse_combine_without_log_sum_is_refuted():
-    def combine(o_a, lse_a, o_b, lse_b):
-        lse = sp.Max(lse_a, lse_b)
-        return o_a * sp.exp(lse_a - lse) + o_b * sp.exp(lse_b - lse), lse
-    assert_failed(PS.prove_lse_merge(combine=combine))
-
-
 def test_delta_without_o_is_refuted():
     pre = swap(terms.BACKWARD_PREPROCESS, n.delta, terms.rowsum(n.do))
     assert_failed(K.prove_backward_delta(backward_preprocess=pre))
@@ -379,3 +374,80 @@ def test_window_clamp_claim_catches_a_too_tight_bound():
 
     assert prove_window_clamp().proved
     assert not prove_window_clamp(lambda n_q, n_k: n_k).proved  # bottom_right with N_q < N_k needs more
+
+
+# ---------------------------------------------------------------- decode's KV reads (spec.paged)
+def _paged_failures(**mutant):
+    from spec import proofs_paged as PP
+    r = PP.prove_paged_kv_reads(**mutant)
+    assert_failed(r)
+    return {name for name, res in r.cases if res != 0}
+
+
+def test_split_end_past_cache_seqlens_is_refuted():
+    """split_hi = split_lo + chunk without the min: the last split reads keys >= key_len."""
+    from spec import paged
+    hi = swap(paged.SPLIT_RANGE, paged.split_hi, paged.split_lo + paged.chunk)
+    assert _paged_failures(split_range=hi) == {"no key outside [0, key_len) is read"}
+
+
+def test_splits_rounded_down_are_refuted():
+    """chunk = key_len // num_splits: the keys of the remainder are never read."""
+    from spec import paged
+    short = swap(paged.SPLIT_RANGE, paged.chunk, sp.floor(n.key_len / paged.num_splits))
+    assert "every key 0 <= j < key_len is read (split j // chunk)" in _paged_failures(split_range=short)
+
+
+def test_page_slot_off_by_one_is_refuted():
+    from spec import paged
+    gather = swap(paged.PAGE_GATHER, paged.slot, n.j - paged.page_idx * paged.page_size + 1)
+    assert "0 <= slot < page_size" in _paged_failures(page_gather=gather)
+
+
+# ---------------------------------------------------------------- ring attention (issue 17)
+def _ring_zigzag(chunk, owner=None, owner_slot=None):
+    lay = RING.LAYOUTS["zigzag"]
+    return {"zigzag": RING.Layout("zigzag", 2, chunk, lay.owner if owner is None else owner,
+                                  lay.owner_slot if owner_slot is None else owner_slot, "mutant")}
+
+
+def test_ring_layout_mutant_is_caught():
+    """A zigzag that gives rank r chunk 2P-2-r leaves chunk 2P-1 to nobody."""
+    mutant = _ring_zigzag(sp.Piecewise((RING.rank, sp.Eq(RING.slot, 0)), (2 * RING.P - 2 - RING.rank, True)))
+    res = PRING.prove_ring_layout_partition(mutant)
+    assert not res.proved and "zigzag" in res.detail
+
+
+def test_ring_slot_order_mutant_is_caught():
+    """Slots in decreasing order: the own shard's local causal mask is no longer the global one."""
+    chunk = sp.Piecewise((2 * RING.P - 1 - RING.rank, sp.Eq(RING.slot, 0)), (RING.rank, True))
+    mutant = _ring_zigzag(chunk, owner_slot=sp.Piecewise((1, RING.chunk < RING.P), (0, True)))
+    assert not PRING.prove_ring_layout_partition(mutant).proved
+    res = PRING.prove_ring_causal_blocks(mutant)
+    assert not res.proved and "own shard" in res.detail
+
+
+def _ring_loop_mutant(symbol, value):
+    loop = dict(RING.CAUSAL_LOOP)
+    loop[symbol] = value(loop)
+    return RING.pair_conditions(loop)
+
+
+@pytest.mark.parametrize("symbol, value, case", [
+    (masks.kv_hi, lambda loop: loop[masks.kv_hi] - n.B_c, "never skips"),  # drops the last visited tile: the diagonal
+    (masks.full_hi, lambda loop: loop[masks.kv_hi], "fully attended"),      # every visited tile run without its mask
+])
+def test_ring_classifier_mutants_are_caught(symbol, value, case):
+    res = PRING.prove_ring_causal_blocks(conditions=_ring_loop_mutant(symbol, value))
+    assert not res.proved
+    assert any(case in name and "counterexample" in str(r) for name, r in res.cases), res.detail
+
+
+def test_ring_merge_order_mutant_is_caught():
+    """A merge that forgets to rescale its right operand depends on the arrival order."""
+    def unscaled(a, b):
+        good = R.merge(a, b)
+        return R.State(good.m, good.d - b.d * sp.exp(b.m - R.guard(good.m)) + b.d, good.o)
+
+    res = PRING.prove_ring_merge_order(unscaled)
+    assert not res.proved

@@ -1,0 +1,223 @@
+"""Proofs for ring attention (``spec.ring``): the layouts, the causal block pairs, the merge order.
+
+Two kinds of proof:
+
+* integer statements over a *symbolic* world size ``P``, rank, source rank, chunk slots,
+  chunk size and positions are handed to z3 (linear and non-linear integer arithmetic, with
+  the classifier's ``floor``/``ceiling`` as integer division): PROVED when z3 reports the
+  negation unsatisfiable, FAILED with z3's counterexample otherwise (or when z3 gives up);
+* the merge-order statement is SymPy algebra on the state ``(m, d, o)`` (``spec.recurrences``),
+  reduced to a canonical zero like every other claim, with an induction over symbolic ``P``.
+
+Each ``prove_<claim>`` takes what it checks as arguments (layouts, classifier, merge), so a
+test can feed a mutant and see FAILED.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+import z3
+
+from spec import recurrences as R
+from spec import ring as RG
+from spec.proof_tools import equal_cases, result, state_cases
+from spec.registry import claim
+
+
+# ----------------------------------------------------------------------------------
+# SymPy -> z3 for the integer terms of spec.ring and spec.masks.
+# ----------------------------------------------------------------------------------
+def to_z3(e, env: dict):
+    """z3 term of an integer SymPy expression or condition; ``env`` maps its symbols."""
+    e = sp.sympify(e)
+    if e is sp.true or e is sp.false:
+        return z3.BoolVal(bool(e))
+    if e.is_Integer:
+        return z3.IntVal(int(e))
+    if e.is_Symbol:
+        return env[e]
+    args = [to_z3(a, env) for a in e.args] if not isinstance(e, (sp.floor, sp.ceiling, sp.Piecewise)) else None
+    if isinstance(e, sp.Add):
+        return z3.Sum(args)
+    if isinstance(e, sp.Mul):
+        out = args[0]
+        for a in args[1:]:
+            out = out * a
+        return out
+    if isinstance(e, (sp.Max, sp.Min)):
+        out = args[0]
+        for a in args[1:]:
+            out = z3.If(a > out, a, out) if isinstance(e, sp.Max) else z3.If(a < out, a, out)
+        return out
+    if isinstance(e, (sp.floor, sp.ceiling)):  # of num/den with den > 0: z3's div is floor division there
+        num, den = (to_z3(x, env) for x in sp.fraction(sp.together(e.args[0])))
+        return num / den if isinstance(e, sp.floor) else -((-num) / den)
+    if isinstance(e, sp.Piecewise):
+        (value, cond), rest = e.args[0], e.args[1:]
+        other = to_z3(sp.Piecewise(*rest), env) if rest and rest[0][1] is not sp.true else to_z3(rest[0][0], env)
+        return z3.If(to_z3(cond, env), to_z3(value, env), other)
+    ops = {sp.Eq: lambda a, b: a == b, sp.Ne: lambda a, b: a != b, sp.Lt: lambda a, b: a < b,
+           sp.Le: lambda a, b: a <= b, sp.Gt: lambda a, b: a > b, sp.Ge: lambda a, b: a >= b,
+           sp.And: z3.And, sp.Or: z3.Or, sp.Not: z3.Not}
+    if type(e) in ops:
+        return ops[type(e)](*args)
+    raise TypeError(f"no z3 form for {type(e).__name__}: {e}")
+
+
+def _z3_case(name: str, hypotheses, goal, timeout_ms: int = 30000):
+    """``(name, 0)`` when z3 proves ``hypotheses => goal`` for all integers, else ``(name,
+    residual)``: the counterexample (or z3's 'unknown') as a SymPy symbol naming it."""
+    solver = z3.Solver()
+    solver.set("timeout", timeout_ms)
+    solver.add(*hypotheses, z3.Not(goal))
+    verdict = solver.check()
+    if verdict == z3.unsat:
+        return name, sp.Integer(0)
+    why = str(solver.model()) if verdict == z3.sat else f"z3 {verdict}"
+    return name, sp.Symbol(f"counterexample: {why}")
+
+
+Z3_P, Z3_R, Z3_SRC, Z3_T, Z3_U, Z3_G, Z3_C, Z3_A, Z3_B = z3.Ints("P r src t u g C a b")
+
+
+def _chunk(layout: RG.Layout, r, t):
+    return to_z3(layout.chunk, {RG.P: Z3_P, RG.rank: r, RG.slot: t})
+
+
+def _slot_range(layout: RG.Layout, t):
+    return z3.And(0 <= t, t < layout.slots)
+
+
+def _world():
+    return [Z3_P >= 1, 0 <= Z3_R, Z3_R < Z3_P, 0 <= Z3_SRC, Z3_SRC < Z3_P]
+
+
+# ----------------------------------------------------------------------------------
+# Claims.
+# ----------------------------------------------------------------------------------
+@claim("ring_layout_partition",
+       "for every world size P >= 1 (symbolic, z3) and each layout of spec.ring, the map (rank r, slot t) -> "
+       "chunk is a bijection onto the P·T chunks with the stated inverse (owner, owner_slot), and a rank's "
+       "slots hold increasing chunks: every key and every query lies in exactly one shard, in order",
+       r"\forall P\ge 1:\ (r,t)\mapsto g(r,t)\ \text{is a bijection}\ [0,P)\times[0,T)\to[0,PT),"
+       r"\ g(r,t)<g(r,t+1)", terms=())
+def prove_ring_layout_partition(layouts=None):
+    layouts = RG.LAYOUTS if layouts is None else layouts
+    cases = []
+    for name, lay in layouts.items():
+        g_of = _chunk(lay, Z3_R, Z3_T)
+        env = {RG.P: Z3_P, RG.chunk: Z3_G}
+        owner, owner_slot = to_z3(lay.owner, env), to_z3(lay.owner_slot, env)
+        total = lay.slots * Z3_P
+        slot_ok = _slot_range(lay, Z3_T)
+        cases += [
+            _z3_case(f"{name}: chunk(r, t) in [0, P·T)", _world() + [slot_ok], z3.And(0 <= g_of, g_of < total)),
+            _z3_case(f"{name}: owner(g) holds g", [Z3_P >= 1, 0 <= Z3_G, Z3_G < total],
+                     z3.And(0 <= owner, owner < Z3_P, 0 <= owner_slot, owner_slot < lay.slots,
+                            _chunk(lay, owner, owner_slot) == Z3_G)),
+            _z3_case(f"{name}: owner(chunk(r, t)) = (r, t)", _world() + [slot_ok],
+                     z3.And(z3.substitute(owner, (Z3_G, g_of)) == Z3_R,
+                            z3.substitute(owner_slot, (Z3_G, g_of)) == Z3_T)),
+            _z3_case(f"{name}: slots in increasing order", _world() + [0 <= Z3_T, Z3_T + 1 < lay.slots],
+                     g_of < _chunk(lay, Z3_R, Z3_T + 1)),
+        ]
+    return result("ring_layout_partition", cases, "z3 over symbolic P, r, t, g")
+
+
+def _pair_class_z3(layout: RG.Layout, conditions, tq, tk):
+    """z3 ``(visited, full, attended(a, b), gq, gk)`` of block pair (query slot tq of rank r, key
+    slot tk of rank src), chunk size C, positions i = gq·C + a, j = gk·C + b."""
+    gq, gk = _chunk(layout, Z3_R, tq), _chunk(layout, Z3_SRC, tk)
+    sub = RG.pair_substitution(gq, gk, Z3_C, layout.slots * Z3_P * Z3_C)
+    env = {sym: (value if isinstance(value, z3.ExprRef) else z3.IntVal(value)) for sym, value in sub.items()}
+    visited, full = (to_z3(c, env) for c in conditions)
+    attended = gk * Z3_C + Z3_B <= gq * Z3_C + Z3_A  # top-left causal on the global positions
+    return visited, full, attended, gq, gk
+
+
+@claim("ring_causal_blocks",
+       "for every P >= 1, rank, source rank, slots and chunk size C (symbolic, z3) and both layouts, the causal "
+       "classifier at block granularity (the forward kernel's tile-loop terms with B_r = B_c = C) never skips a "
+       "block pair with an attended (i, j), runs a full pair only when all of it is attended, calls a pair partial "
+       "only on the diagonal (its mask is the chunk's top-left causal mask), the own shard's local top-left causal "
+       "mask is the global one, and every other step's T x T classes match one of spec.ring.step_plans: one "
+       "kernel call per step",
+       r"\mathrm{skip}\Rightarrow\forall (i,j): j>i,\ \ \mathrm{full}\Rightarrow\forall (i,j): j\le i,\ \ "
+       r"\mathrm{partial}\Rightarrow g_q=g_k,\ \ \text{classes}\in\text{plans}", terms=())
+def prove_ring_causal_blocks(layouts=None, conditions=None):
+    layouts = RG.LAYOUTS if layouts is None else layouts
+    conditions = RG.pair_conditions() if conditions is None else conditions
+    cases = []
+    for name, lay in layouts.items():
+        world = _world() + [Z3_C >= 1]
+        pair = _pair_class_z3(lay, conditions, Z3_T, Z3_U)
+        visited, full, attended, gq, gk = pair
+        inside = [_slot_range(lay, Z3_T), _slot_range(lay, Z3_U), 0 <= Z3_A, Z3_A < Z3_C, 0 <= Z3_B, Z3_B < Z3_C]
+        cases += [
+            _z3_case(f"{name}: never skips an attended pair", world + inside, z3.Implies(attended, visited)),
+            _z3_case(f"{name}: full pairs are fully attended", world + inside, z3.Implies(full, attended)),
+            _z3_case(f"{name}: partial pairs are diagonal", world + inside,
+                     z3.Implies(z3.And(visited, z3.Not(full)), gq == gk)),
+        ]
+        # the own shard (src = r): the top-left causal mask on the shard's local positions
+        # (slot·C + offset) is the global causal mask
+        local = Z3_U * Z3_C + Z3_B <= Z3_T * Z3_C + Z3_A
+        cases.append(_z3_case(f"{name}: own shard: local causal mask = global", world + inside + [Z3_SRC == Z3_R],
+                              attended == local))
+        # another rank's shard: the step's class matrix (concrete slots) matches a one-call plan
+        classes = {}
+        for x in range(lay.slots):
+            for y in range(lay.slots):
+                v, f, *_ = _pair_class_z3(lay, conditions, z3.IntVal(x), z3.IntVal(y))
+                classes[x, y] = {RG.EMPTY: z3.Not(v), RG.FULL: z3.And(v, f), RG.PARTIAL: z3.And(v, z3.Not(f))}
+        plans = [z3.And(*[classes[xy][plan.expected(*xy)] for xy in classes]) for plan in RG.step_plans(lay.slots)]
+        cases.append(_z3_case(f"{name}: another shard's step matches a one-call plan", world + [Z3_SRC != Z3_R],
+                              z3.Or(*plans)))
+    return result("ring_causal_blocks", cases, "z3 over symbolic P, r, src, slots, C, positions")
+
+
+@claim("ring_merge_order",
+       "ring attention merges the P steps' states in arrival order with ⊕: for every P >= 0 (induction with "
+       "symbolic sums) α(s_1 ⊕ … ⊕ s_P) = Σ_k α(s_k), an empty step (E) adding 0; swapping two adjacent arrivals "
+       "leaves the state unchanged (each of x, a, b finite or E), so every arrival order gives the same state; "
+       "with ring_layout_partition (each key in one shard), merge_homomorphism and lse_merge, every rank's "
+       "(o, lse) equals single-device attention in exact arithmetic, for any P, layout and arrival order",
+       r"\alpha\Big(\bigoplus_{k=1}^{P} s_{\pi(k)}\Big)=\sum_{k=1}^{P}\alpha(s_k)\ \ \forall P,\ \forall\pi",
+       terms=())
+def prove_ring_merge_order(merge=R.merge):
+    k = sp.Symbol("k", integer=True)
+    Pn = sp.Symbol("P", integer=True, nonnegative=True)
+    A, Bv = sp.IndexedBase("A", positive=True), sp.IndexedBase("B", real=True)  # α of step k: (Σ e^x, Σ e^x v)
+    M, m = sp.symbols("M m", real=True)
+
+    def state_with_alpha(mx, ad, ao):  # a finite state whose α is (ad, ao), max mx
+        return R.State(mx, ad * sp.exp(-mx), ao * sp.exp(-mx))
+
+    def peel(total):
+        f, (kk, lo, hi) = total.function, total.limits[0]
+        return sp.Sum(f, (kk, lo, hi - 1)) + f.subs(kk, hi)
+
+    sum_a, sum_b = sp.Sum(A[k], (k, 1, Pn)), sp.Sum(Bv[k], (k, 1, Pn))
+    folded = state_with_alpha(M, sum_a, sum_b)  # induction hypothesis: α(fold of P steps) = Σ α(s_k)
+    step = state_with_alpha(m, A[Pn + 1], Bv[Pn + 1])
+    goal = (peel(sp.Sum(A[k], (k, 1, Pn + 1))), peel(sp.Sum(Bv[k], (k, 1, Pn + 1))))
+    pairs = [
+        ("base P = 0: α(E) = empty sum", R.alpha_map(merge(R.E, R.E)), (0, 0)),
+        ("step P -> P+1 (a non-empty step)", R.alpha_map(merge(folded, step)), goal),
+        ("step P -> P+1 (an empty step: E)", R.alpha_map(merge(folded, R.E)), (sum_a, sum_b)),
+        ("step from E (every earlier step empty)", R.alpha_map(merge(R.E, step)), (A[Pn + 1], Bv[Pn + 1])),
+    ]
+    pairs += [(f"swap adjacent arrivals [{label}]", merge(merge(x, a), b), merge(merge(x, b), a))
+              for label, (x, a, b) in state_cases("xab")]
+    # instance: zigzag, P = 2, rank 0 (chunks 0, 3) — the steps it runs in both arrival orders
+    chunks = [R.key_state(*sp.symbols(f"x_{g} v_{g}", real=True)) for g in range(4)]
+    single = R.fold(chunks[:1], merge)  # query chunk 0 attends chunk 0 only; chunk 3 attends 0..3
+    own, other = merge(chunks[0], chunks[3]), merge(chunks[1], chunks[2])
+    last_row = R.fold(chunks, merge)
+    pairs += [
+        ("zigzag P=2, rank 0, slot 0: own shard, then rank 1's (E)", R.alpha_map(merge(merge(R.E, chunks[0]), R.E)),
+         R.alpha_map(single)),
+        ("zigzag P=2, rank 0, slot 1: arrival (0, 1)", R.alpha_map(merge(own, other)), R.alpha_map(last_row)),
+        ("zigzag P=2, rank 0, slot 1: arrival (1, 0)", R.alpha_map(merge(other, own)), R.alpha_map(last_row)),
+    ]
+    return result("ring_merge_order", equal_cases(pairs), "induction on P, adjacent swaps, a P=2 instance")
