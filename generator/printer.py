@@ -57,6 +57,7 @@ class TritonPrinter(PythonCodePrinter):
     """Prints spec expressions as Triton; ``rename`` maps symbol names to kernel code."""
 
     printmethod = "_tritoncode"
+    where = "tl.where"  # the select a Piecewise prints as
 
     def __init__(self, rename: dict[str, str] | None = None, typed=("q", "k", "v", "vT", "do"),
                  dot_dtype: str = "DOT_DTYPE", input_precision: str = "INPUT_PRECISION"):
@@ -154,7 +155,7 @@ class TritonPrinter(PythonCodePrinter):
             raise UnsupportedNode(f"Piecewise without a final True branch: {expr}")
         out = self._print(last_value)
         for value, cond in reversed(pieces):
-            out = f"tl.where({self._print(cond)}, {self._print(value)}, {out})"
+            out = f"{self.where}({self._print(cond)}, {self._print(value)}, {out})"
         return out
 
     _print_exp2 = _call("tl.exp2({})")
@@ -223,6 +224,28 @@ class TritonPrinter(PythonCodePrinter):
         return f"{self.parenthesize(x, PRECEDENCE['Atom'], strict=True)}.to({self.dot_dtype})"
 
 
+class TorchPrinter(TritonPrinter):
+    """The same terms as PyTorch tensor code, for a runtime that differentiates them with
+    autograd (``generator.runtime.merge``): ``torch.maximum``, ``torch.where``, ``torch.exp2``,
+    ``torch.log2``; a per-row vector broadcast with ``col`` is ``x[:, None]`` as in Triton. Only
+    elementwise terms: the tile operations (``rowmax``, ``rowsum``, ``dot``, ``trans``) raise."""
+
+    printmethod = "_torchcode"
+    where = "torch.where"
+
+    def _print_Max(self, expr):
+        return self._nested("torch.maximum", expr.args)
+
+    def _print_Min(self, expr):
+        return self._nested("torch.minimum", expr.args)
+
+    _print_exp2 = _call("torch.exp2({})")
+    _print_log2 = _call("torch.log2({})")
+    _print_exp = _call("torch.exp({})")
+    _print_log = _call("torch.log({})")
+    _print_rowmax = _print_rowsum = _print_dot = _print_trans = TritonPrinter._print_Basic
+
+
 # exp2/log2 are sympy.codegen Functions: make sure the dispatcher finds them by name.
 assert exp2.__name__ == "exp2" and log2.__name__ == "log2"
 
@@ -232,9 +255,10 @@ def print_expr(expr, rename: dict[str, str] | None = None, **kw) -> str:
     return TritonPrinter(rename, **kw).doprint(expr)
 
 
-def print_term(term: T.Term, rename: dict[str, str] | None = None, comment: bool = True, **kw) -> str:
-    """``name = expr  # note (claim: id)`` for one kernel term."""
-    printer = TritonPrinter(rename, **kw)
+def print_term(term: T.Term, rename: dict[str, str] | None = None, comment: bool = True,
+               printer_class=None, **kw) -> str:
+    """``name = expr  # note (claim: id)`` for one kernel term (``printer_class``: TritonPrinter)."""
+    printer = (printer_class or TritonPrinter)(rename, **kw)
     line = f"{printer._print(term.symbol)} = {printer.doprint(term.expr)}"
     if comment:
         note = f"{term.note} " if term.note else ""
@@ -242,4 +266,4 @@ def print_term(term: T.Term, rename: dict[str, str] | None = None, comment: bool
     return line
 
 
-__all__ = ["TritonPrinter", "UnsupportedNode", "print_expr", "print_term", "precedence"]
+__all__ = ["TorchPrinter", "TritonPrinter", "UnsupportedNode", "print_expr", "print_term", "precedence"]

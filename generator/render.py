@@ -18,7 +18,7 @@ from spec.fingerprint import spec_hash_prefix
 from spec.masks import (
     BOUNDS_INIT, KEEP_INIT, ROW_BOUNDS_INIT, ROW_TILE_LOOP, TILE_LOOP, bounds_terms, keep_term, row_bounds_terms)
 
-from generator.printer import print_expr, print_term
+from generator.printer import TorchPrinter, print_expr, print_term
 from generator.variants import BlockConfig, Variant
 
 ENV = jinja2.Environment(
@@ -134,7 +134,39 @@ def backward_context(variant: Variant) -> dict:
     }
 
 
-CONTEXTS = {"fwd": forward_context, "softmax": softmax_context, "bwd": backward_context}
+# ----------------------------------------------------------------------------------
+# merge_state / merge_states: MERGE_STATE on two partials, and folded over the splits.
+# ----------------------------------------------------------------------------------
+#: the fold of merge_states (and the split-KV combine): the running result is side a and the
+#: output, the split read this step is side b
+FOLD_NAMES = {"o_a": "o_acc", "lse_a": "lse_acc", "o": "o_acc", "lse": "lse_acc"}
+
+
+def fold_lines(rename=FOLD_NAMES) -> list[str]:
+    """MERGE_STATE with the output written over side a, refusing a term that would read a
+    side-a name after it was overwritten (the printed fold would then differ from the spec's)."""
+    written = set()
+    for t in T.MERGE_STATE:
+        read = {rename.get(s.name, s.name) for s in t.expr.free_symbols}
+        if read & written:
+            raise ValueError(f"MERGE_STATE term {t.name} reads {sorted(read & written)} after the fold "
+                             "overwrote it; keep the o and lse terms last")
+        if t.name in rename:
+            written.add(rename[t.name])
+    return _lines(T.MERGE_STATE, rename)
+
+
+def merge_context(variant: Variant) -> dict:
+    return {
+        "merge": _lines(T.MERGE_STATE),
+        "fold": fold_lines(),
+        "identity_o": print_expr(T.MERGE_IDENTITY[0]),
+        "identity_lse": print_expr(T.MERGE_IDENTITY[1]),
+        "torch_merge": [print_term(t, comment=False, printer_class=TorchPrinter) for t in T.MERGE_STATE],
+    }
+
+
+CONTEXTS = {"fwd": forward_context, "softmax": softmax_context, "bwd": backward_context, "merge": merge_context}
 
 
 def _table(settings: dict) -> str:

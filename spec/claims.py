@@ -28,6 +28,7 @@ from spec.registry import CLAIM_IDS, REGISTRY, Claim, Result, claim, prove_all
 
 # Register the proofs, then put the registry in the fixed report order.
 from spec import proofs_kernel, proofs_masks, proofs_rewrites, proofs_softmax  # noqa: E402,F401,I001
+from spec import proofs_paged  # noqa: E402,F401,I001
 
 __all__ = ["CLAIM_IDS", "REGISTRY", "Claim", "Result", "claim", "prove_all"]
 

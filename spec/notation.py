@@ -65,6 +65,17 @@ qkT = sp.Symbol("qkT", extended_real=True)  # the transposed scores K Qᵀ (mask
 pT = sp.Symbol("pT", nonnegative=True)  # Pᵀ: one column per query row
 dpT, dsT = sp.symbols("dpT dsT", real=True)  # dPᵀ = V dOᵀ and dSᵀ
 
+# --- merging two normalised partial results (split-KV combine, merge_state) ---------
+# A partial result of a set of keys, normalised: o_x = õ/d' (one column), lse_x = m + log d'
+# (natural log; -oo for no key). ``o`` and ``lse`` above name the merged result.
+o_a, o_b = sp.symbols("o_a o_b", real=True)
+lse_a, lse_b = sp.symbols("lse_a lse_b", extended_real=True)
+lse_max = sp.Symbol("lse_max", extended_real=True)  # max(lse_a, lse_b): -oo if both are empty
+lse_max_safe = sp.Symbol("lse_max_safe", real=True)  # lse_max with -oo replaced by 0 (the guard)
+w_a, w_b, w_sum = sp.symbols("w_a w_b w_sum", nonnegative=True)  # e^{lse_x - lse_max}, their sum
+w_sum_safe = sp.Symbol("w_sum_safe", positive=True)  # w_sum with 0 replaced by 1 (the guard)
+s_a, s_b = sp.symbols("s_a s_b", nonnegative=True)  # each side's share e^{lse_x - lse}
+
 # --- index space (masks) -----------------------------------------------------------
 i, j = sp.symbols("i j", integer=True)  # query row, key column (0-based)
 Nq, Nk = sp.symbols("N_Q N_K", integer=True, positive=True)  # sequence lengths

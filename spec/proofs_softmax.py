@@ -150,15 +150,63 @@ def prove_merge_homomorphism(merge=R.merge):
                   "homomorphism, 5 groupings of 4 keys, result as a function of α")
 
 
-@claim("lse_merge",
-       "merging two normalised partial results by their LSEs (split-KV) equals ⊕",
-       r"\mathrm{combine}((o_a/d_a, \mathrm{lse}_a), (o_b/d_b, \mathrm{lse}_b)) = "
-       r"\mathrm{normalise}(a\oplus b)")
-def prove_lse_merge(merge=R.merge, combine=R.lse_combine):
-    def normalised(s):  # a split's (output, lse); a split with no key stores (0, -oo)
-        return (sp.Integer(0), R.NEG_INF) if s == R.E else R.normalise(s)
+def normalised(s: R.State) -> tuple[sp.Expr, sp.Expr]:
+    """A set of keys' partial result ``(o, lse)`` (``R.normalise``); no key at all stores the
+    identity ``(0, -oo)``, what the kernels' epilogue writes for it (``l_safe``, ``lse``)."""
+    return (sp.Integer(0), R.NEG_INF) if s == R.E else R.normalise(s)
 
-    pairs = []
-    for label, (a, b) in state_cases("ab")[:-1]:  # E,E: no key in the row at all
-        pairs.append((label, combine(*normalised(a), *normalised(b)), normalised(merge(a, b))))
-    return result("lse_merge", equal_cases(pairs), "a, b finite or one of them E")
+
+def run_merge(x, y, merge_terms=terms.MERGE_STATE) -> tuple[sp.Expr, sp.Expr]:
+    """The printed merge terms on two partial results ``x = (o_x, lse_x)``, ``y``: ``(o, lse)``."""
+    out = run_terms(merge_terms, {n.o_a: x[0], n.lse_a: x[1], n.o_b: y[0], n.lse_b: y[1]})
+    return out[n.o], out[n.lse]
+
+
+def fold_merge(parts, merge_terms=terms.MERGE_STATE, identity=terms.MERGE_IDENTITY) -> tuple[sp.Expr, sp.Expr]:
+    """The split-KV combine: the printed merge folded over ``parts`` from ``identity`` (0, -oo)."""
+    acc = identity
+    for x in parts:
+        acc = run_merge(acc, x, merge_terms)
+    return acc
+
+
+@claim("lse_merge",
+       "the printed merge of two normalised partial results (o, lse) (spec.terms.MERGE_STATE, "
+       "natural-log lse) equals normalise(a ⊕ b) for states a, b each of ≥1 key or E (a pair of "
+       "empty ones gives (0, -inf), no NaN); (0, -inf) is its identity on both sides and it is "
+       "commutative; hence, by induction on the number of splits S (step: the a ⊕ b case with a "
+       "the state of the splits folded so far) and merge_associative/merge_commutative, folding or "
+       "tree-reducing any S ≥ 0 splits in any order gives normalise of the state of all keys; "
+       "exact arithmetic; S = 3 also unrolled",
+       r"\mathrm{merge}((o_a, \mathrm{lse}_a), (o_b, \mathrm{lse}_b)) = "
+       r"\mathrm{normalise}(a\oplus b),\quad \mathrm{merge}(x, (0, -\infty)) = x")
+def prove_lse_merge(merge=R.merge, merge_terms=terms.MERGE_STATE, identity=terms.MERGE_IDENTITY, unrolled=True):
+    pairs = [(f"merge(n(a), n(b)) = n(a ⊕ b) [{label}]",
+              run_merge(normalised(a), normalised(b), merge_terms), normalised(merge(a, b)))
+             for label, (a, b) in state_cases("ab")]
+    # identity and commutativity on arbitrary partial results (not only those of a state)
+    x = sp.symbols("o_x lse_x", real=True)
+    y = sp.symbols("o_y lse_y", real=True)
+    empty = identity
+    pairs += [("identity: merge(x, (0, -inf)) = x", run_merge(x, empty, merge_terms), x),
+              ("identity: merge((0, -inf), x) = x", run_merge(empty, x, merge_terms), x),
+              ("commutative: merge(x, y) = merge(y, x)", run_merge(x, y, merge_terms),
+               run_merge(y, x, merge_terms))]
+    # every partial result (o, lse), lse finite, is normalise of the state (lse, 1, o): so the
+    # a ⊕ b case covers merging any two partials, and a fold or tree of merges over S splits is
+    # normalise of the same fold or tree of ⊕ (induction on S / on the tree) = normalise of the
+    # state of all keys, in any order (merge_associative, merge_commutative)
+    pairs.append(("every partial x = n(lse_x, 1, o_x)", normalised(R.State(x[1], sp.Integer(1), x[0])), x))
+    # S = 3 splits, unrolled: one fold in a non-sorted order, lse_1 >= lse_2 >= lse_3 (slack
+    # t >= 0); skipped (unrolled=False) only by tests whose mutant fails the cases above
+    if unrolled:
+        L = sp.Symbol("L", real=True)
+        t1, t2 = sp.symbols("t_1 t_2", nonnegative=True)
+        lses = (L, L - t1, L - t1 - t2)
+        parts = list(zip(sp.symbols("o_1:4", real=True), lses))
+        total = sp.Add(*[sp.exp(lse) for lse in lses])
+        whole = (sp.Add(*[sp.exp(lse) * o for o, lse in parts]) / total, sp.log(total))
+        pairs.append(("S = 3, fold in order 3, 1, 2",
+                      fold_merge([parts[2], parts[0], parts[1]], merge_terms, identity), whole))
+    return result("lse_merge", equal_cases(pairs),
+                  "a, b finite or E; identity, commutativity; S = 3 unrolled")

@@ -135,18 +135,6 @@ def normalise(s: State) -> tuple[sp.Expr, sp.Expr]:
     return s.o / s.d, s.m + sp.log(s.d)
 
 
-def lse_combine(o_a, lse_a, o_b, lse_b) -> tuple[sp.Expr, sp.Expr]:
-    """Split-KV combine of two *normalised* partial results by their log-sum-exps.
-
-    ``lse = M + log(e^{lse_a - M} + e^{lse_b - M})`` with ``M = max(lse_a, lse_b)`` (guarded
-    like ``⊕``), and ``o = o_a e^{lse_a - lse} + o_b e^{lse_b - lse}``.
-    """
-    M = sp.Max(lse_a, lse_b)
-    Ms = guard(M)
-    lse = Ms + sp.log(sp.exp(lse_a - Ms) + sp.exp(lse_b - Ms))
-    return o_a * sp.exp(lse_a - lse) + o_b * sp.exp(lse_b - lse), lse
-
-
 # ----------------------------------------------------------------------------------
 # Softmax backward (per row): y = softmax(s), dL/ds = J^T dL/dy
 # ----------------------------------------------------------------------------------

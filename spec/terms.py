@@ -183,6 +183,37 @@ BACKWARD_SCALE = (  # in kernel order: the dK/dV program, then the dQ program
     Term(n.dq, n.dq * n.sm_scale, "backward_grads", "∂S/∂Q = scale · K: one multiply per element"),
 )
 
+# ----------------------------------------------------------------------------------
+# Merging two normalised partial results by their LSEs (split-KV combine, merge_state).
+# ----------------------------------------------------------------------------------
+#: (o_a, lse_a) ⊞ (o_b, lse_b) -> (o, lse): the ⊕ of two states, seen through normalise
+#: (o = õ/d', lse = m + log d', natural log). Per row: the weights, then the output tile
+#: (``col``: one weight per row across the head dim). Guarded like FORWARD_EPILOGUE, so a
+#: pair of empty partials (lse = -inf) merges to o = 0, lse = -inf with no NaN, and an empty
+#: side is the identity (claim lse_merge). The merge_state and split-KV combine kernels print
+#: these lines; the combine folds them over the splits from the identity (0, -inf).
+MERGE_STATE = (
+    Term(n.lse_max, sp.Max(n.lse_a, n.lse_b), "lse_merge", "shift both sides by the larger lse"),
+    Term(n.lse_max_safe, sp.Piecewise((0, is_neg_inf(n.lse_max)), (n.lse_max, True)), "lse_merge",
+         "guard: two empty sides have lse = -inf; shifting by 0 keeps -inf - (-inf) out"),
+    Term(n.w_a, exp2((n.lse_a - n.lse_max_safe) * n.LOG2E), "lse_merge",
+         "e^{lse_a - lse_max} <= 1 in exp2 form; an empty side weighs exactly 0"),
+    Term(n.w_b, exp2((n.lse_b - n.lse_max_safe) * n.LOG2E), "lse_merge", "e^{lse_b - lse_max}"),
+    Term(n.w_sum, n.w_a + n.w_b, "lse_merge", "e^{lse - lse_max}"),
+    Term(n.w_sum_safe, sp.Piecewise((1, sp.Eq(n.w_sum, 0)), (n.w_sum, True)), "lse_merge",
+         "guard: two empty sides must not divide 0 by 0 (nor take log 0)"),
+    Term(n.s_a, n.w_a / n.w_sum_safe, "lse_merge", "side a's share e^{lse_a - lse}"),
+    Term(n.s_b, n.w_b / n.w_sum_safe, "lse_merge", "side b's share e^{lse_b - lse}"),
+    Term(n.o, n.o_a * col(n.s_a) + n.o_b * col(n.s_b), "lse_merge",
+         "o = (d_a o_a + d_b o_b) / (d_a + d_b) in the common scale"),
+    Term(n.lse, sp.Piecewise((n.NEG_INF, sp.Eq(n.w_sum, 0)),
+                             (n.lse_max_safe + log2(n.w_sum_safe) * n.LN2, True)), "lse_merge",
+         "lse = log(e^{lse_a} + e^{lse_b}) in natural log; -inf when both sides are empty"),
+)
+#: the partial result of no key, (o, lse) = (0, -inf): the identity of MERGE_STATE, where a
+#: fold over the splits starts (and what a split with no valid key writes)
+MERGE_IDENTITY = (sp.Integer(0), n.NEG_INF)
+
 #: all named term groups the kernels print, for the printer, the fingerprint and the docs
 #: (BACKWARD_DKDV is not printed: the kernel prints its key-major form, BACKWARD_DKDV_T)
 GROUPS = {
@@ -197,6 +228,7 @@ GROUPS = {
     "backward_dkdv_t": BACKWARD_DKDV_T,
     "backward_dq": BACKWARD_DQ,
     "backward_scale": BACKWARD_SCALE,
+    "merge_state": MERGE_STATE,
 }
 
 

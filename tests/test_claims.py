@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from spec import terms
+from spec import paged, terms
 from spec.claims import CLAIM_IDS, REGISTRY, Result
 
 
@@ -48,6 +48,7 @@ def test_claims_carry_statements_and_latex():
 def test_terms_licensed_by_a_claim_exist():
     names = {t.name for group in terms.GROUPS.values() for t in group}
     names |= {"kv_start", "kv_end", "full_start", "full_end"}  # spec.masks.tile_bounds fields
+    names |= {t.name for group in paged.GROUPS.values() for t in group}  # decode's index terms
     for c in REGISTRY.values():
         assert set(c.terms) <= names, (c.id, c.terms)
     # the forward tile update is licensed by claims of this registry

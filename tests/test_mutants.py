@@ -238,13 +238,6 @@ def test_probabilities_shifted_by_the_old_max_are_refuted_by_safety():
     assert_failed(K.prove_safety_bounds(forward_tile=swap(terms.FORWARD_TILE, n.p, stale)))
 
 
-def test_lse_combine_without_log_sum_is_refuted():
-    def combine(o_a, lse_a, o_b, lse_b):
-        lse = sp.Max(lse_a, lse_b)
-        return o_a * sp.exp(lse_a - lse) + o_b * sp.exp(lse_b - lse), lse
-    assert_failed(PS.prove_lse_merge(combine=combine))
-
-
 def test_delta_without_o_is_refuted():
     pre = swap(terms.BACKWARD_PREPROCESS, n.delta, terms.rowsum(n.do))
     assert_failed(K.prove_backward_delta(backward_preprocess=pre))
@@ -335,3 +328,31 @@ def test_window_clamp_claim_catches_a_too_tight_bound():
 
     assert prove_window_clamp().proved
     assert not prove_window_clamp(lambda n_q, n_k: n_k).proved  # bottom_right with N_q < N_k needs more
+
+
+# ---------------------------------------------------------------- decode's KV reads (spec.paged)
+def _paged_failures(**mutant):
+    from spec import proofs_paged as PP
+    r = PP.prove_paged_kv_reads(**mutant)
+    assert_failed(r)
+    return {name for name, res in r.cases if res != 0}
+
+
+def test_split_end_past_cache_seqlens_is_refuted():
+    """split_hi = split_lo + chunk without the min: the last split reads keys >= key_len."""
+    from spec import paged
+    hi = swap(paged.SPLIT_RANGE, paged.split_hi, paged.split_lo + paged.chunk)
+    assert _paged_failures(split_range=hi) == {"no key outside [0, key_len) is read"}
+
+
+def test_splits_rounded_down_are_refuted():
+    """chunk = key_len // num_splits: the keys of the remainder are never read."""
+    from spec import paged
+    short = swap(paged.SPLIT_RANGE, paged.chunk, sp.floor(n.key_len / paged.num_splits))
+    assert "every key 0 <= j < key_len is read (split j // chunk)" in _paged_failures(split_range=short)
+
+
+def test_page_slot_off_by_one_is_refuted():
+    from spec import paged
+    gather = swap(paged.PAGE_GATHER, paged.slot, n.j - paged.page_idx * paged.page_size + 1)
+    assert "0 <= slot < page_size" in _paged_failures(page_gather=gather)

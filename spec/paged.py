@@ -1,0 +1,51 @@
+"""KV-cache decoding: which keys a split reads, and where a key of a paged cache lives.
+
+``flash_attention_with_kvcache`` runs one program per (KV split, batch, KV head). Batch ``b``
+has ``key_len = cache_seqlens[b]`` valid keys ``0 … key_len − 1``; the rest of the cache is
+never read. The keys are cut into ``num_splits`` contiguous splits of ``chunk`` keys (a whole
+number of key tiles); split ``split`` reads ``[split_lo, split_hi)`` tile by tile, each load
+masked by ``j < split_hi``. In a paged cache ``(num_pages, page_size, Hkv, D)`` key ``j`` of
+batch ``b`` lives in physical page ``block_table[b, page_idx]`` at slot ``slot``.
+
+Every line of that index arithmetic in the decode kernel is a term below (printed by the
+generator); claim ``paged_kv_reads`` (``spec.proofs_paged``) proves that every valid key is read
+exactly once, no key ``>= key_len`` is read, and the gather ``j -> (page_idx, slot)`` is one to
+one with ``slot < page_size`` and ``page_idx < cdiv(key_len, page_size)``.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from spec import notation as n
+from spec.terms import Term
+
+CLAIM = "paged_kv_reads"
+
+num_splits = sp.Symbol("num_splits", integer=True, positive=True)  # KV splits per (batch, KV head)
+split = sp.Symbol("split", integer=True, nonnegative=True)  # this program's split, < num_splits
+chunk = sp.Symbol("chunk", integer=True, nonnegative=True)  # keys per split, a multiple of B_c
+split_lo, split_hi = sp.symbols("split_lo split_hi", integer=True)  # this split's keys [lo, hi)
+page_size = sp.Symbol("PAGE_SIZE", integer=True, positive=True)  # keys per page (a power of two)
+page_idx = sp.Symbol("page_idx", integer=True, nonnegative=True)  # logical page of key j
+slot = sp.Symbol("slot", integer=True, nonnegative=True)  # key j's slot in its page
+
+#: the keys of this program's split (before the tile loop)
+SPLIT_RANGE = (
+    Term(chunk, n.B_c * sp.ceiling(sp.ceiling(n.key_len / num_splits) / n.B_c), CLAIM,
+         "keys per split: cdiv(key_len, num_splits) rounded up to whole key tiles"),
+    Term(split_lo, split * chunk, CLAIM, "this split's first key"),
+    Term(split_hi, sp.Min(split_lo + chunk, n.key_len), CLAIM,
+         "this split's end; never past cache_seqlens[b] (no key >= key_len is read)"),
+)
+
+#: the load mask of a key tile j = start_n + arange(B_c), start_n in range(split_lo, split_hi, B_c)
+KEY_IN_SPLIT = sp.StrictLessThan(n.j, split_hi)
+
+#: key j's page and slot in a paged cache (the page itself: block_table[b, page_idx])
+PAGE_GATHER = (
+    Term(page_idx, sp.floor(n.j / page_size), CLAIM, "logical page of key j"),
+    Term(slot, n.j - page_idx * page_size, CLAIM, "key j's slot inside its page"),
+)
+
+GROUPS = {"split_range": SPLIT_RANGE, "page_gather": PAGE_GATHER}
