@@ -3,6 +3,7 @@
 
     from generated import flash_attention, softmax
     from generated import merge_state, merge_states
+    from generated import flash_attention_with_kvcache
 
 Regenerate a block with its command (below); ``python -m generator --check`` verifies that
 every file still matches the spec and the templates.
@@ -14,12 +15,13 @@ from generator.runtime import api
 flash_attention = api.for_package(api.flash_attention, __name__)
 softmax = api.for_package(api.softmax, __name__)
 from generator.runtime.merge import merge_state, merge_states
+from generator.runtime.decode import flash_attention_with_kvcache
 
 #: (B_r, B_c) -> {kernel kind: module of this package}
 KERNELS = {
-    (16, 32): {'fwd': 'attention_fwd_br16_bc32', 'softmax': 'softmax_br16_bc32', 'bwd': 'attention_bwd_br16_bc32', 'merge': 'merge_state_br16'},
-    (64, 64): {'fwd': 'attention_fwd_br64_bc64', 'softmax': 'softmax_br64_bc64', 'bwd': 'attention_bwd_br64_bc64', 'merge': 'merge_state_br64'},
-    (128, 64): {'fwd': 'attention_fwd_br128_bc64', 'softmax': 'softmax_br128_bc64', 'bwd': 'attention_bwd_br128_bc64', 'merge': 'merge_state_br128'},
+    (16, 32): {'fwd': 'attention_fwd_br16_bc32', 'softmax': 'softmax_br16_bc32', 'bwd': 'attention_bwd_br16_bc32', 'merge': 'merge_state_br16', 'decode': 'attention_decode_br16_bc32'},
+    (64, 64): {'fwd': 'attention_fwd_br64_bc64', 'softmax': 'softmax_br64_bc64', 'bwd': 'attention_bwd_br64_bc64', 'merge': 'merge_state_br64', 'decode': 'attention_decode_br64_bc64'},
+    (128, 64): {'fwd': 'attention_fwd_br128_bc64', 'softmax': 'softmax_br128_bc64', 'bwd': 'attention_bwd_br128_bc64', 'merge': 'merge_state_br128', 'decode': 'attention_decode_br128_bc64'},
 }
 
 #: (B_r, B_c) -> the mask kinds compiled in, and the command that emitted the block
@@ -34,4 +36,4 @@ COMMANDS = {
     (128, 64): "python -m generator --br 128 --bc 64",
 }
 
-__all__ = ["flash_attention", "softmax", "merge_state", "merge_states", "KERNELS", "MASKS", "COMMANDS"]
+__all__ = ["flash_attention", "softmax", "merge_state", "merge_states", "flash_attention_with_kvcache", "KERNELS", "MASKS", "COMMANDS"]

@@ -40,6 +40,7 @@ KINDS: dict[str, KernelKind] = {
     "softmax": KernelKind("softmax", "softmax.py.jinja", "softmax", True),
     "bwd": KernelKind("bwd", "attention_bwd.py.jinja", "attention_bwd", True),
     "merge": KernelKind("merge", "merge_state.py.jinja", "merge_state", False, uses_block_n=False),
+    "decode": KernelKind("decode", "attention_decode.py.jinja", "attention_decode", False),
 }
 
 
