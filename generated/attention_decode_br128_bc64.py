@@ -149,3 +149,20 @@ def forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, *,
         HEAD_DIM=D, BLOCK_D=launch.block_d(D), BLOCK_M=rows, BLOCK_N=BLOCK_N, PAGED=paged,
         PAGE_SIZE=k_cache.shape[1] if paged else 1, IS_CAUSAL=causal, HAS_WINDOW=window is not None,
         **launch.dot_constants(q.dtype), num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+
+
+def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, rows=16, page_size=16) -> dict:
+    """Arguments to compile ``_decode_fwd`` ahead of time without a GPU (``benchmarks.static``):
+    ``{kernel name: dict(fn, signature, constexprs, num_warps, num_stages)}`` for the contiguous
+    and the paged cache (``page_size``), ``rows`` query rows per program (GQA group x N_q)."""
+    torch_dtype, name = launch.tl_dtype_of(dtype)
+    pointers = {"Q": name, "K": name, "V": name, "Out": "fp32", "Lse": "fp32", "CacheSeqlens": "i32",
+                "BlockTable": "i32"}
+    out = {}
+    for label, paged in (("_decode_fwd", False), (f"_decode_fwd[paged{page_size}]", True)):
+        constexprs = {"HEAD_DIM": head_dim, "BLOCK_D": launch.block_d(head_dim), "BLOCK_M": block_m(rows),
+                      "BLOCK_N": BLOCK_N, "PAGED": paged, "PAGE_SIZE": page_size if paged else 1,
+                      "IS_CAUSAL": bool(causal), "HAS_WINDOW": bool(window),
+                      **launch.dot_constants(torch_dtype, interpret=False)}
+        out[label] = launch.aot_args(_decode_fwd, pointers, ("sm_scale",), constexprs, NUM_WARPS, NUM_STAGES)
+    return out

@@ -81,6 +81,12 @@ def _merge_states(O_S, LSE_S, O, LSE, S, R, D, stride_os, stride_or, stride_ls, 
     tl.store(LSE + offs_m, lse_acc, mask=row_ok)
 
 
+def fold_rows(block_d: int) -> int:
+    """Rows per program of ``_merge_states``: at most 4096 fp32 elements of ``o_acc`` (and as
+    many of the split tile) per program, so the fold does not spill at head dim 128 (16..BLOCK_M)."""
+    return max(16, min(BLOCK_M, 4096 // block_d))
+
+
 def merge_state_rows(o_a, lse_a, o_b, lse_b):
     """Two partials as rows: ``o_*`` ``(R, D)`` with unit stride along D, ``lse_*`` float32 ``(R,)``
     contiguous (checked by ``generator.runtime.merge``). Returns ``(o, lse)``, o in o_a's dtype."""
@@ -100,9 +106,11 @@ def merge_states_rows(o_s, lse_s, out=None):
     S, R, D = o_s.shape
     o = out if out is not None else torch.empty((R, D), dtype=o_s.dtype, device=o_s.device)
     lse = torch.empty((R,), dtype=torch.float32, device=o_s.device)
-    _merge_states[(triton.cdiv(R, BLOCK_M),)](o_s, lse_s, o, lse, S, R, D, o_s.stride(0), o_s.stride(1),
-                                              lse_s.stride(0), o.stride(0), BLOCK_M=BLOCK_M,
-                                              BLOCK_D=triton.next_power_of_2(D), num_warps=NUM_WARPS)
+    block_d = triton.next_power_of_2(D)
+    rows = fold_rows(block_d)
+    _merge_states[(triton.cdiv(R, rows),)](o_s, lse_s, o, lse, S, R, D, o_s.stride(0), o_s.stride(1),
+                                           lse_s.stride(0), o.stride(0), BLOCK_M=rows, BLOCK_D=block_d,
+                                           num_warps=NUM_WARPS)
     return o, lse
 
 
@@ -120,3 +128,18 @@ def merge_state_torch(o_a, lse_a, o_b, lse_b):
     o = o_a*s_a[:, None] + o_b*s_b[:, None]
     lse = torch.where(w_sum == 0, float("-inf"), lse_max_safe + torch.log2(w_sum_safe) * 0.6931471805599453)
     return o, lse
+
+
+def aot_compile_args(dtype="fp16", head_dim=64, **mask_flags) -> dict:
+    """Arguments to compile both merge kernels ahead of time (``benchmarks.static``): o in
+    ``dtype``, the S partials of the split-KV combine in fp32. Mask flags do not apply."""
+    from generator.runtime import launch
+
+    _, name = launch.tl_dtype_of(dtype)
+    block_d = triton.next_power_of_2(head_dim)
+    constexprs = {"BLOCK_M": BLOCK_M, "BLOCK_D": block_d}
+    pair = {"O_A": name, "LSE_A": "fp32", "O_B": name, "LSE_B": "fp32", "O": name, "LSE": "fp32"}
+    fold = {"O_S": "fp32", "LSE_S": "fp32", "O": name, "LSE": "fp32"}
+    return {"_merge_state": launch.aot_args(_merge_state, pair, (), constexprs, NUM_WARPS, 1),
+            "_merge_states": launch.aot_args(_merge_states, fold, (), {**constexprs, "BLOCK_M": fold_rows(block_d)},
+                                             NUM_WARPS, 1)}

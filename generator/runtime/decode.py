@@ -19,22 +19,27 @@ from generator.runtime import api, checks
 #: query rows per program)
 DECODE_BLOCK = api.DEFAULT_BLOCK
 MAX_SPLITS = 16
-#: keys a split should at least stream so that its partial result (one fp32 row per query
-#: row, written and read back once) stays small beside its K/V traffic
+#: keys a split streams at least, and at least this many per query row of its program: a split
+#: writes one fp32 partial (o, lse) per row and the merge reads it back, ~8 (D + 1) bytes a row
+#: against ~4 D bytes of K and V (fp16) per key, so 128 keys a row keep partials under ~2 %
 MIN_KEYS_PER_SPLIT = 256
+KEYS_PER_ROW = 128
 
 
-def default_num_splits(programs: int, max_keys: int, num_sms: int) -> int:
+def default_num_splits(programs: int, max_keys: int, num_sms: int, rows: int = 1) -> int:
     """``num_splits=0``: enough splits that ``programs x splits`` fills the GPU's SMs.
 
-    ``programs`` is B x Hkv x row blocks (the grid without splitting), ``max_keys`` the cache's
-    capacity in keys (no device sync to read ``cache_seqlens``). One split when the grid already
-    fills the SMs; else ``ceil(num_sms / programs)`` splits, at most ``MAX_SPLITS`` and at most
-    one per ``MIN_KEYS_PER_SPLIT`` keys (a short cache is not worth splitting).
+    ``programs`` is B x Hkv x row blocks (the grid without splitting), ``rows`` the query rows of
+    one program (GQA group x N_q), ``max_keys`` the cache's capacity in keys (no device sync to
+    read ``cache_seqlens``). One split when the grid already fills the SMs; else
+    ``ceil(num_sms / programs)`` splits, at most ``MAX_SPLITS`` and at most one per
+    ``max(MIN_KEYS_PER_SPLIT, KEYS_PER_ROW x rows)`` keys (a short cache is not worth splitting,
+    and the fp32 partials stay a few percent of the K/V bytes: benchmarks.hbm_decode).
     """
     if programs >= num_sms:
         return 1
-    return max(1, min(MAX_SPLITS, math.ceil(num_sms / programs), max_keys // MIN_KEYS_PER_SPLIT))
+    keys_per_split = max(MIN_KEYS_PER_SPLIT, KEYS_PER_ROW * rows)
+    return max(1, min(MAX_SPLITS, math.ceil(num_sms / programs), max_keys // keys_per_split))
 
 
 def _num_sms(device: torch.device) -> int:
@@ -135,8 +140,9 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_ta
     module = api.module_for("decode", DECODE_BLOCK)
     group = Hq // k_cache.shape[2]
     if num_splits == 0:
-        row_blocks = math.ceil(group * Nq / module.block_m(group * Nq))
-        num_splits = default_num_splits(B * k_cache.shape[2] * row_blocks, capacity, _num_sms(q.device))
+        rows = module.block_m(group * Nq)
+        num_splits = default_num_splits(B * k_cache.shape[2] * math.ceil(group * Nq / rows), capacity,
+                                        _num_sms(q.device), min(rows, group * Nq))
     cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
     sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
