@@ -426,10 +426,13 @@ def tile_classes() -> str:
 #: which generated kernel files hold each term group (a glob under generated/)
 GROUP_FAMILY = {"qk_scale": "fwd", "qk": "fwd", "forward_tile": "fwd", "forward_epilogue": "fwd",
                 "softmax_normalise": "softmax", "backward_preprocess": "bwd", "backward_tile": "bwd",
-                "backward_tile_t": "bwd", "backward_dkdv_t": "bwd", "backward_dq": "bwd", "backward_scale": "bwd"}
-FAMILY_GLOB = {"fwd": "attention_fwd_*.py", "bwd": "attention_bwd_*.py", "softmax": "softmax_*.py"}
+                "backward_tile_t": "bwd", "backward_dkdv_t": "bwd", "backward_dq": "bwd", "backward_scale": "bwd",
+                "merge_state": "merge"}
+FAMILY_GLOB = {"fwd": "attention_fwd_*.py", "bwd": "attention_bwd_*.py", "softmax": "softmax_*.py",
+               "merge": "merge_state_*.py", "decode": "attention_decode_*.py"}
 #: the file shown for a family: the plain 64x64 variant when it exists, else the first by name
-PREFERRED = {"fwd": "attention_fwd_br64_bc64.py", "bwd": "attention_bwd_br64_bc64.py"}
+PREFERRED = {"fwd": "attention_fwd_br64_bc64.py", "bwd": "attention_bwd_br64_bc64.py", "merge": "merge_state_br64.py",
+             "decode": "attention_decode_br64_bc64.py"}
 #: term groups shown during this build; on_post_build fails if one of spec.terms.GROUPS is not
 _shown_groups: set[str] = set()
 
