@@ -183,9 +183,10 @@ def _proofs() -> dict:
 
 
 def _terms_named(name: str) -> list[tuple[str, object]]:
-    from spec import terms
+    from spec import paged, terms
 
-    return [(group, t) for group, ts in terms.GROUPS.items() for t in ts if t.name == name]
+    groups = {**terms.GROUPS, **paged.GROUPS}  # spec.paged: decode's index terms
+    return [(group, t) for group, ts in groups.items() for t in ts if t.name == name]
 
 
 def _term_latex(name: str) -> list[str]:
@@ -201,8 +202,8 @@ def _term_latex(name: str) -> list[str]:
                 label = name.replace("_", r"\_")
                 found.append(rf"\mathrm{{{label}}} &\leftarrow {tex(value)} && \text{{({kind})}}")
     if not found:
-        raise DocsError(f"a claim names the kernel term {name!r}, which is in neither spec.terms.GROUPS nor "
-                        "spec.masks.tile_bounds; fix the claim's terms=(...) in spec/claims.py")
+        raise DocsError(f"a claim names the kernel term {name!r}, which is in none of spec.terms.GROUPS, "
+                        "spec.paged.GROUPS, spec.masks.tile_bounds; fix the claim's terms=(...) in spec/claims.py")
     return found
 
 
