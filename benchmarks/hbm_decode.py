@@ -21,9 +21,9 @@ import argparse
 from dataclasses import dataclass
 
 from benchmarks.common import text_table
-from generator.runtime.decode import default_num_splits
+from generator.runtime.decode import DECODE_BLOCK, default_num_splits
 
-MAX_BLOCK_M = 64  # rows per decode program of the default block (generated attention_decode_br64_bc64)
+MAX_BLOCK_M = DECODE_BLOCK[0]  # most query rows per decode program (the decode kernel's B_r)
 
 FP32 = 4
 INDEX_BYTES = 4  # block_table entries are int32

@@ -151,7 +151,11 @@ def forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, *,
         **launch.dot_constants(q.dtype), num_warps=NUM_WARPS, num_stages=NUM_STAGES)
 
 
-def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, rows=16, page_size=16) -> dict:
+#: query rows per program compiled ahead of time (benchmarks.static): a GQA group of 4 x 4 tokens
+AOT_ROWS = 16
+
+
+def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, rows=AOT_ROWS, page_size=16) -> dict:
     """Arguments to compile ``_decode_fwd`` ahead of time without a GPU (``benchmarks.static``):
     ``{kernel name: dict(fn, signature, constexprs, num_warps, num_stages)}`` for the contiguous
     and the paged cache (``page_size``), ``rows`` query rows per program (GQA group x N_q)."""

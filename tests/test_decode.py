@@ -139,3 +139,34 @@ def test_bad_inputs_name_the_fix():
     with pytest.raises(ValueError, match="multiple of the cache's KV heads"):
         flash_attention_with_kvcache(q.expand(1, 1, 3, D).contiguous(), k.expand(1, 20, 2, D).contiguous(),
                                      v.expand(1, 20, 2, D).contiguous(), lens)
+
+
+def test_the_kernels_print_the_spec_terms():
+    """The decode kernel prints the dense forward's tile and epilogue and spec.paged's index terms;
+    the merge kernel prints MERGE_STATE (pair and fold): no hand-typed second copy."""
+    from pathlib import Path
+
+    from generator import render
+    from generator.printer import print_term
+    from spec import paged, terms
+
+    root = Path(__file__).resolve().parent.parent / "generated"
+    decode_src = (root / "attention_decode_br64_bc64.py").read_text()
+    for t in terms.FORWARD_TILE + terms.FORWARD_EPILOGUE + paged.SPLIT_RANGE:
+        assert print_term(t) in decode_src, t.name
+    for t in paged.PAGE_GATHER:
+        assert print_term(t, {"j": "offs_n"}) in decode_src, t.name
+    merge_src = (root / "merge_state_br64.py").read_text()
+    for t in terms.MERGE_STATE:
+        assert print_term(t) in merge_src and print_term(t, render.FOLD_NAMES) in merge_src, t.name
+
+
+def test_custom_op_fake_and_compile():
+    q, k, v, lens, _, _ = make_problem(6, 1, 1, 2, 1, [30], torch.float32)
+    k, v = k.nan_to_num(), v.nan_to_num()
+
+    def f(q, k, v, lens):
+        return flash_attention_with_kvcache(q, k, v, lens, causal=True, num_splits=2)
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(q, k, v, lens), f(q, k, v, lens))

@@ -10,6 +10,7 @@ combines. Both kernels print their arithmetic from the spec (claims ``lse_merge`
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 
@@ -92,7 +93,9 @@ def _check(q, k_cache, v_cache, cache_seqlens, block_table, num_splits):
             or tuple(cache_seqlens.shape) != (B,):
         raise ValueError(f"cache_seqlens must be an int or an int32 tensor of shape (batch,) = ({B},), got "
                          f"{cache_seqlens!r}")
-    if bool((cache_seqlens < 0).any()) or bool((cache_seqlens > capacity).any()):
+    # a data-dependent check (one device sync): eager only, torch.compile traces without it
+    if not torch.compiler.is_compiling() and (bool((cache_seqlens < 0).any())
+                                              or bool((cache_seqlens > capacity).any())):
         raise ValueError(f"cache_seqlens must lie in [0, {capacity}] (the cache's capacity in keys), got "
                          f"{cache_seqlens.tolist()}")
     if not isinstance(num_splits, int) or isinstance(num_splits, bool) or not 0 <= num_splits <= 64:
@@ -137,17 +140,28 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_ta
     if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
         raise ValueError(f"scale must be a finite number (default 1/sqrt(head_dim)), got {scale!r}")
     B, Nq, Hq, D = q.shape
-    module = api.module_for("decode", DECODE_BLOCK)
-    group = Hq // k_cache.shape[2]
+    rows = Hq // k_cache.shape[2] * Nq  # the query rows of one KV head
     if num_splits == 0:
-        rows = module.block_m(group * Nq)
-        num_splits = default_num_splits(B * k_cache.shape[2] * math.ceil(group * Nq / rows), capacity,
-                                        _num_sms(q.device), min(rows, group * Nq))
-    cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
+        per_program = min(rows, DECODE_BLOCK[0])  # at most B_r rows per program (the kernel's MAX_BLOCK_M)
+        num_splits = default_num_splits(B * k_cache.shape[2] * math.ceil(rows / per_program), capacity,
+                                        _num_sms(q.device), per_program)
     sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
+    out, lse = kvcache_op(q, k_cache, v_cache, cache_seqlens.to(torch.int32).contiguous(), block_table, causal,
+                          None if window is None else list(window), sm_scale, num_splits)
+    return (out, lse) if return_lse else out
+
+
+@torch.library.custom_op("flashproof::flash_attention_with_kvcache", mutates_args=())
+def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+               block_table: Optional[torch.Tensor], causal: bool, window: Optional[list[int]], sm_scale: float,
+               num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The launches on checked inputs (a custom op with a fake, so torch.compile traces through)."""
+    B, Nq, Hq, D = q.shape
+    module = api.module_for("decode", DECODE_BLOCK)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
-    args = dict(sm_scale=sm_scale, num_splits=num_splits, causal=causal, window=window)
+    args = dict(sm_scale=sm_scale, num_splits=num_splits, causal=causal,
+                window=None if window is None else tuple(window))
     if num_splits == 1:  # the split's partial result is the output: written in place, no merge
         module.forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, out[None],
                               lse.transpose(1, 2)[None], **args)
@@ -159,4 +173,10 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_ta
         _, merged_lse = merge.merge_states_rows(o_part.view(num_splits, -1, D), lse_part.view(num_splits, -1),
                                                 out=out.view(-1, D))
         lse.copy_(merged_lse.view(B, Nq, Hq).transpose(1, 2))
-    return (out, lse) if return_lse else out
+    return out, lse
+
+
+@kvcache_op.register_fake
+def _(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale, num_splits):
+    B, Nq, Hq, _ = q.shape
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, Hq, Nq), dtype=torch.float32)
