@@ -432,7 +432,7 @@ GROUP_FAMILY = {"qk_scale": "fwd", "qk": "fwd", "forward_tile": "fwd", "forward_
 FAMILY_GLOB = {"fwd": "attention_fwd_*.py", "bwd": "attention_bwd_*.py", "softmax": "softmax_*.py",
                "merge": "merge_state_*.py", "decode": "attention_decode_*.py"}
 #: the file shown for a family: the plain 64x64 variant when it exists, else the first by name
-PREFERRED = {"fwd": "attention_fwd_br64_bc64.py", "bwd": "attention_bwd_br64_bc64.py", "merge": "merge_state_br64.py",
+PREFERRED = {"fwd": "attention_fwd_br64_bc64.py", "bwd": "attention_bwd_br64_bc64.py", "merge": "merge_state_br64_bc64.py",
              "decode": "attention_decode_br64_bc64.py"}
 #: term groups shown during this build; on_post_build fails if one of spec.terms.GROUPS is not
 _shown_groups: set[str] = set()

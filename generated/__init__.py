@@ -19,9 +19,9 @@ from generator.runtime.decode import flash_attention_with_kvcache
 
 #: (B_r, B_c) -> {kernel kind: module of this package}
 KERNELS = {
-    (16, 32): {'fwd': 'attention_fwd_br16_bc32', 'softmax': 'softmax_br16_bc32', 'bwd': 'attention_bwd_br16_bc32', 'merge': 'merge_state_br16', 'decode': 'attention_decode_br16_bc32'},
-    (64, 64): {'fwd': 'attention_fwd_br64_bc64', 'softmax': 'softmax_br64_bc64', 'bwd': 'attention_bwd_br64_bc64', 'merge': 'merge_state_br64', 'decode': 'attention_decode_br64_bc64'},
-    (128, 64): {'fwd': 'attention_fwd_br128_bc64', 'softmax': 'softmax_br128_bc64', 'bwd': 'attention_bwd_br128_bc64', 'merge': 'merge_state_br128', 'decode': 'attention_decode_br128_bc64'},
+    (16, 32): {'fwd': 'attention_fwd_br16_bc32', 'softmax': 'softmax_br16_bc32', 'bwd': 'attention_bwd_br16_bc32', 'merge': 'merge_state_br16_bc32', 'decode': 'attention_decode_br16_bc32'},
+    (64, 64): {'fwd': 'attention_fwd_br64_bc64', 'softmax': 'softmax_br64_bc64', 'bwd': 'attention_bwd_br64_bc64', 'merge': 'merge_state_br64_bc64', 'decode': 'attention_decode_br64_bc64'},
+    (128, 64): {'fwd': 'attention_fwd_br128_bc64', 'softmax': 'softmax_br128_bc64', 'bwd': 'attention_bwd_br128_bc64', 'merge': 'merge_state_br128_bc64', 'decode': 'attention_decode_br128_bc64'},
 }
 
 #: (B_r, B_c) -> the mask kinds compiled in, and the command that emitted the block

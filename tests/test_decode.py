@@ -156,7 +156,7 @@ def test_the_kernels_print_the_spec_terms():
         assert print_term(t) in decode_src, t.name
     for t in paged.PAGE_GATHER:
         assert print_term(t, {"j": "offs_n"}) in decode_src, t.name
-    merge_src = (root / "merge_state_br64.py").read_text()
+    merge_src = (root / "merge_state_br64_bc64.py").read_text()
     for t in terms.MERGE_STATE:
         assert print_term(t) in merge_src and print_term(t, render.FOLD_NAMES) in merge_src, t.name
 
