@@ -208,8 +208,8 @@ def _term_latex(name: str) -> list[str]:
                 label = name.replace("_", r"\_")
                 found.append(rf"\mathrm{{{label}}} &\leftarrow {tex(value)} && \text{{({kind})}}")
     if not found:
-        raise DocsError(f"a claim names the kernel term {name!r}, which is in neither spec.terms.GROUPS, spec.paged.GROUPS nor "
-                        "spec.masks.tile_bounds; fix the claim's terms=(...) in spec/claims.py")
+        raise DocsError(f"a claim names the kernel term {name!r}, which is in none of spec.terms.GROUPS, "
+                        "spec.paged.GROUPS, spec.masks.tile_bounds; fix the claim's terms=(...) in spec/claims.py")
     return found
 
 
@@ -481,9 +481,10 @@ GROUP_FAMILY = {"qk_scale": "fwd", "qk": "fwd", "forward_tile": "fwd", "forward_
                 "backward_tile_t": "bwd", "backward_dkdv_t": "bwd", "backward_dq": "bwd", "backward_scale": "bwd",
                 "merge_state": "merge"}
 FAMILY_GLOB = {"fwd": "attention_fwd_*.py", "bwd": "attention_bwd_*.py", "softmax": "softmax_*.py",
-               "merge": "merge_state_*.py"}
+               "merge": "merge_state_*.py", "decode": "attention_decode_*.py"}
 #: the file shown for a family: the plain 64x64 variant when it exists, else the first by name
-PREFERRED = {"fwd": "attention_fwd_br64_bc64.py", "bwd": "attention_bwd_br64_bc64.py", "merge": "merge_state_br64.py"}
+PREFERRED = {"fwd": "attention_fwd_br64_bc64.py", "bwd": "attention_bwd_br64_bc64.py", "merge": "merge_state_br64_bc64.py",
+             "decode": "attention_decode_br64_bc64.py"}
 #: term groups shown during this build; on_post_build fails if one of spec.terms.GROUPS is not
 _shown_groups: set[str] = set()
 

@@ -12,6 +12,7 @@ import sympy as sp
 
 from spec import masks as M
 from spec import notation as n
+from spec import paged as P
 from spec import terms as T
 from spec.fingerprint import spec_hash_prefix
 # the tile classifier's kernel terms (claim mask_tiles_sound)
@@ -172,7 +173,33 @@ def merge_context(variant: Variant) -> dict:
     }
 
 
-CONTEXTS = {"fwd": forward_context, "softmax": softmax_context, "bwd": backward_context, "merge": merge_context}
+# ----------------------------------------------------------------------------------
+# KV-cache decoding: the dense forward's tile and epilogue, spec.paged's index terms, the
+# element predicate on rows that are (query head, token) pairs
+# ----------------------------------------------------------------------------------
+#: a decode tile: row r is token tok[r] of a query head; keys across; N_K is cache_seqlens[b]
+DECODE_NAMES = {"i": "tok[:, None]", "j": "offs_n[None, :]", "N_K": "key_len"}
+
+
+def decode_context(variant: Variant) -> dict:
+    fwd = forward_context(variant)
+    shift = T.Term(n.shift, M.ALIGNMENT_SHIFT["bottom_right"], M.CLASSIFIER_CLAIM,
+                   "bottom-right: the last new token sees the last valid key")
+    keeps = {kind: print_term(keep_term(kind), DECODE_NAMES) for kind in ("causal", "window")}
+    return {
+        **{key: fwd[key] for key in ("qk_scale", "qk", "tile", "epilogue", "mask_term")},
+        "split_range": _lines(P.SPLIT_RANGE),
+        "gather": _lines(P.PAGE_GATHER, {"j": "offs_n"}),
+        "key_ok": print_expr(P.KEY_IN_SPLIT, {"j": "offs_n"}),
+        "shift": print_term(shift, {"N_K": "key_len"}),
+        "keep_init": print_term(KEEP_INIT, DECODE_NAMES),
+        "keep_causal": keeps["causal"],
+        "keep_window": keeps["window"],
+    }
+
+
+CONTEXTS = {"fwd": forward_context, "softmax": softmax_context, "bwd": backward_context, "merge": merge_context,
+            "decode": decode_context}
 
 
 def _table(settings: dict) -> str:

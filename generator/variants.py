@@ -29,7 +29,6 @@ class KernelKind:
     template: str  # templates/<template>
     prefix: str  # file name prefix
     uses_masks: bool  # file name carries the mask kinds when not all of them
-    uses_block_n: bool = True  # file name carries B_c (a kernel with no key tile names B_r only)
 
 
 #: every kind a block config emits, in emission order (the backward adds entries here)
@@ -39,7 +38,8 @@ KINDS: dict[str, KernelKind] = {
     # block (keyed by block and mask set) must never write the same file
     "softmax": KernelKind("softmax", "softmax.py.jinja", "softmax", True),
     "bwd": KernelKind("bwd", "attention_bwd.py.jinja", "attention_bwd", True),
-    "merge": KernelKind("merge", "merge_state.py.jinja", "merge_state", False, uses_block_n=False),
+    "merge": KernelKind("merge", "merge_state.py.jinja", "merge_state", True),
+    "decode": KernelKind("decode", "attention_decode.py.jinja", "attention_decode", True),
 }
 
 
@@ -245,8 +245,7 @@ class Variant:
     def module_name(self) -> str:
         c = self.config
         masks = "".join(f"_{m}" for m in c.masks) if self.kind.uses_masks and c.masks != MASKS else ""
-        block = f"_br{c.block_m}_bc{c.block_n}" if self.kind.uses_block_n else f"_br{c.block_m}"
-        return f"{self.kind.prefix}{masks}{block}"
+        return f"{self.kind.prefix}{masks}_br{c.block_m}_bc{c.block_n}"
 
     @property
     def filename(self) -> str:

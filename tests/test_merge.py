@@ -21,19 +21,23 @@ def _failed_cases(result):
     return {name.rsplit("[", 1)[0] for name, res in result.cases if res != 0}
 
 
-# Each mutant below but the last fails a case before the S = 3 unrolling, so it is proved with
-# unrolled=False (a subset of the claim's cases: the full claim fails it too) to save time.
 def test_lse_merge_is_proved_on_the_printed_terms(proved):
     results, _ = proved
     assert results["lse_merge"].proved, results["lse_merge"].detail
     assert PS.prove_lse_merge.__defaults__[1] is terms.MERGE_STATE  # the terms the kernels print
-    assert any(name.startswith("S = 3") for name, _ in results["lse_merge"].cases)
+
+
+def test_three_splits_unrolled_agree_with_the_induction():
+    """The cross-check prove_all skips for time: S = 3 partials folded in order 3, 1, 2."""
+    r = PS.prove_lse_merge(unrolled=True)
+    assert r.proved, r.detail
+    assert any(name.startswith("S = 3") for name, _ in r.cases)
 
 
 def test_lse_without_the_log_sum_is_refuted():
     """merge = normalise(a ⊕ b): an lse that keeps only the larger side is caught."""
     lse = sp.Piecewise((n.NEG_INF, sp.Eq(n.w_sum, 0)), (n.lse_max_safe, True))
-    r = PS.prove_lse_merge(merge_terms=swap(terms.MERGE_STATE, n.lse, lse), unrolled=False)
+    r = PS.prove_lse_merge(merge_terms=swap(terms.MERGE_STATE, n.lse, lse))
     assert_failed(r)
     assert "merge(n(a), n(b)) = n(a ⊕ b) [a,b]" in _failed_cases(r)
 
@@ -41,28 +45,28 @@ def test_lse_without_the_log_sum_is_refuted():
 def test_base2_weights_are_refuted():
     """FlashInfer's base-2 lse fed to natural-log arithmetic: weights exp2(lse) without log2(e)."""
     base2 = exp2(n.lse_a - n.lse_max_safe)
-    r = PS.prove_lse_merge(merge_terms=swap(terms.MERGE_STATE, n.w_a, base2), unrolled=False)
+    r = PS.prove_lse_merge(merge_terms=swap(terms.MERGE_STATE, n.w_a, base2))
     assert_failed(r)
     assert "merge(n(a), n(b)) = n(a ⊕ b) [a,b]" in _failed_cases(r)
 
 
 def test_unguarded_shift_is_refuted_by_the_empty_pair():
     """Empty states: without the lse_max guard two empty sides compute -inf - (-inf) = NaN."""
-    r = PS.prove_lse_merge(merge_terms=swap(terms.MERGE_STATE, n.lse_max_safe, n.lse_max), unrolled=False)
+    r = PS.prove_lse_merge(merge_terms=swap(terms.MERGE_STATE, n.lse_max_safe, n.lse_max))
     assert_failed(r)
     assert _failed_cases(r) == {"merge(n(a), n(b)) = n(a ⊕ b) [E,E]"}
 
 
 def test_finite_sentinel_for_an_empty_split_is_refuted():
     """Identity: an empty split written as lse = -1e4 (a finite 'minus infinity') is not neutral."""
-    r = PS.prove_lse_merge(identity=(sp.Integer(0), sp.Integer(-10000)), unrolled=False)
+    r = PS.prove_lse_merge(identity=(sp.Integer(0), sp.Integer(-10000)))
     assert_failed(r)
     assert "identity: merge(x, (0, -inf)) = x" in _failed_cases(r)
 
 
 def test_one_sided_merge_is_refuted_as_not_commutative():
     """Any order: a merge that weighs only side a's o (a 'running output' bug) is caught."""
-    r = PS.prove_lse_merge(merge_terms=swap(terms.MERGE_STATE, n.o, n.o_a), unrolled=False)
+    r = PS.prove_lse_merge(merge_terms=swap(terms.MERGE_STATE, n.o, n.o_a))
     assert_failed(r)
     assert "commutative: merge(x, y) = merge(y, x)" in _failed_cases(r)
 
@@ -72,7 +76,7 @@ def test_fold_from_a_phantom_key_is_refuted():
     of weight e^0) is caught: the start is not the identity, so the induction over the splits
     (step: the pair case; start: the identity) fails at its base. (No mutant can pass the pair
     and identity cases and fail the S = 3 unrolling: that is the induction.)"""
-    r = PS.prove_lse_merge(identity=(sp.Integer(0), sp.Integer(0)), unrolled=False)
+    r = PS.prove_lse_merge(identity=(sp.Integer(0), sp.Integer(0)))
     assert_failed(r)
     assert "identity: merge((0, -inf), x) = x" in _failed_cases(r)
 

@@ -23,8 +23,10 @@ from benchmarks.common import kernel_modules
 from generator.runtime import api, launch
 
 DEFAULT_BLOCK = "br64_bc64"
-#: every kernel the default block must compile: the forward, the backward's three
-DEFAULT_KERNELS = {"_attn_fwd", "_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq"}
+#: every kernel the default block must compile: the forward, the backward's three, KV-cache decode
+#: (contiguous and paged), the merge of partial results (two, and the split-KV fold)
+DEFAULT_KERNELS = {"_attn_fwd", "_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq",
+                   "_decode_fwd", "_decode_fwd[paged16]", "_merge_state", "_merge_states"}
 FIX = ("find a setting with `python -m benchmarks.static --module {module} --arch {arch} "
        "--head-dim {head_dim} --num-warps 4 8 --num-stages 2 3 4`, then set the defaults in "
        "generator/variants.py (default_num_warps / default_num_stages, default_bwd_* for the "
@@ -129,6 +131,8 @@ def wgmma_rows(row) -> int:
         settings = module.launch_settings(row["arch"], launch.block_d(row["head_dim"]))
         blocks = settings["dkdv" if row["kernel"] == "_attn_bwd_dkdv" else "dq"][0]
         return blocks["BLOCK_N"] if row["kernel"] == "_attn_bwd_dkdv" else blocks["BLOCK_M"]
+    if row["kernel"].startswith("_decode_fwd"):  # the query rows of one KV head (GQA group x N_q)
+        return module.block_m(module.AOT_ROWS)
     return module.BLOCK_M
 
 

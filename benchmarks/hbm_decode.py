@@ -1,0 +1,97 @@
+"""HBM model of KV-cache decoding: the ideal bytes and what the generated kernels move.
+
+**Ideal** (what any decode kernel must move): K and V of the ``cache_seqlens[b]`` valid keys
+once per KV head, the new tokens' q read once and out written once.
+
+**Modelled** (``flash_attention_with_kvcache`` with ``S`` splits, the generated decode and
+merge kernels): each split program reads its KV head's query rows (all ``Hq / Hkv`` heads x
+``N_q`` tokens: q is read ``S`` times) and the K/V tiles of its split once (masked lanes past
+``cache_seqlens[b]`` move nothing; claim ``paged_kv_reads``: every valid key exactly once);
+a paged cache adds one int32 of ``block_table`` per page. With ``S > 1`` every split writes
+a fp32 partial ``(o, lse)`` per query row and the merge kernel reads them all back once
+and writes out (in q's dtype) and lse; with ``S = 1`` the split writes out and lse directly.
+``S`` is ``default_num_splits`` unless given.
+
+    python -m benchmarks.hbm_decode     # the table at 4k ... 128k keys
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from benchmarks.common import text_table
+from generator.runtime.decode import DECODE_BLOCK, default_num_splits
+
+MAX_BLOCK_M = DECODE_BLOCK[0]  # most query rows per decode program (the decode kernel's B_r)
+
+FP32 = 4
+INDEX_BYTES = 4  # block_table entries are int32
+
+
+@dataclass(frozen=True)
+class DecodeShape:
+    batch: int = 1
+    n_q: int = 1
+    heads_q: int = 32
+    heads_kv: int = 8
+    head_dim: int = 128
+    elem: int = 2  # fp16 / bf16
+    page_size: int | None = None  # None: a contiguous cache
+
+
+def ideal_bytes(shape: DecodeShape, keys: int) -> int:
+    """K and V of ``keys`` valid keys once per KV head, plus q read and out written once."""
+    s = shape
+    kv = 2 * keys * s.heads_kv * s.head_dim * s.elem
+    q_out = 2 * s.n_q * s.heads_q * s.head_dim * s.elem
+    return s.batch * (kv + q_out)
+
+
+def model_bytes(shape: DecodeShape, keys: int, splits: int) -> dict[str, int]:
+    """Bytes the kernels request per tensor, for every sequence holding ``keys`` valid keys."""
+    s = shape
+    rows = s.n_q * s.heads_q  # query rows of one sequence (all KV heads)
+    out = {
+        "q": splits * rows * s.head_dim * s.elem,  # each split program reads its KV head's rows
+        "kv": 2 * keys * s.heads_kv * s.head_dim * s.elem,
+        "block_table": (-(-keys // s.page_size) * INDEX_BYTES * s.heads_kv) if s.page_size else 0,
+        "out": rows * s.head_dim * s.elem + rows * FP32,  # out and lse
+        "partials": 2 * splits * rows * (s.head_dim + 1) * FP32 if splits > 1 else 0,  # written + read back
+    }
+    return {k: s.batch * v for k, v in out.items()}
+
+
+def default_splits(shape: DecodeShape, keys: int, num_sms: int) -> int:
+    rows = shape.n_q * shape.heads_q // shape.heads_kv  # query rows of one KV head
+    per_program = min(rows, MAX_BLOCK_M)
+    programs = shape.batch * shape.heads_kv * -(-rows // per_program)
+    return default_num_splits(programs, keys, num_sms, per_program)
+
+
+def table(shape: DecodeShape, lengths=(4096, 16384, 65536, 131072), num_sms: int = 132) -> list[dict]:
+    """One row per cache length: splits, ideal and modelled MB, and their ratio."""
+    rows = []
+    for keys in lengths:
+        splits = default_splits(shape, keys, num_sms)
+        model = sum(model_bytes(shape, keys, splits).values())
+        ideal = ideal_bytes(shape, keys)
+        rows.append({"keys": keys, "splits": splits, "ideal MB": round(ideal / 1e6, 3),
+                     "model MB": round(model / 1e6, 3), "model / ideal": round(model / ideal, 4)})
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.hbm_decode", description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--page-size", type=int, default=None)
+    p.add_argument("--num-sms", type=int, default=132, help="SMs of the GPU the heuristic fills (H100: 132)")
+    args = p.parse_args(argv)
+    shape = DecodeShape(batch=args.batch, page_size=args.page_size)
+    rows = table(shape, num_sms=args.num_sms)
+    print(text_table(list(rows[0]), [list(r.values()) for r in rows]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

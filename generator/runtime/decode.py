@@ -1,0 +1,182 @@
+"""``flash_attention_with_kvcache``: attention of a few new query tokens over a KV cache.
+
+One op per file (Liger-Kernel style): the input checks, the split heuristic and the launcher
+of the generated decode kernel (``generated/attention_decode_br*_bc*.py``), whose splits write
+normalised partial results that ``merge_state``'s fold (``generated/merge_state_br*.py``)
+combines. Both kernels print their arithmetic from the spec (claims ``lse_merge``,
+``paged_kv_reads`` and the dense forward's). Inference only: no autograd.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from generator.runtime import api, checks
+
+#: the generated block whose decode kernel serves this op: B_c keys per tile (and at most B_r
+#: query rows per program)
+DECODE_BLOCK = api.DEFAULT_BLOCK
+MAX_SPLITS = 16
+#: keys a split streams at least, and at least this many per query row of its program: a split
+#: writes one fp32 partial (o, lse) per row and the merge reads it back, ~8 (D + 1) bytes a row
+#: against ~4 D bytes of K and V (fp16) per key, so 128 keys a row keep partials under ~2 %
+MIN_KEYS_PER_SPLIT = 256
+KEYS_PER_ROW = 128
+
+
+def default_num_splits(programs: int, max_keys: int, num_sms: int, rows: int = 1) -> int:
+    """``num_splits=0``: enough splits that ``programs x splits`` fills the GPU's SMs.
+
+    ``programs`` is B x Hkv x row blocks (the grid without splitting), ``rows`` the query rows of
+    one program (GQA group x N_q), ``max_keys`` the cache's capacity in keys (no device sync to
+    read ``cache_seqlens``). One split when the grid already fills the SMs; else
+    ``ceil(num_sms / programs)`` splits, at most ``MAX_SPLITS`` and at most one per
+    ``max(MIN_KEYS_PER_SPLIT, KEYS_PER_ROW x rows)`` keys (a short cache is not worth splitting,
+    and the fp32 partials stay a few percent of the K/V bytes: benchmarks.hbm_decode).
+    """
+    if programs >= num_sms:
+        return 1
+    keys_per_split = max(MIN_KEYS_PER_SPLIT, KEYS_PER_ROW * rows)
+    return max(1, min(MAX_SPLITS, math.ceil(num_sms / programs), max_keys // keys_per_split))
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 1  # the CPU interpreter runs programs one at a time: splitting gains nothing
+
+
+def _check(q, k_cache, v_cache, cache_seqlens, block_table, num_splits):
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have rank 4, got shape {tuple(t.shape)}: q is (batch, N_q, Hq, D), "
+                             "the cache (batch, N_cache, Hkv, D) or, paged, (num_pages, page_size, Hkv, D) "
+                             "(FlashAttention's layouts)")
+    if q.dtype not in api.DTYPES:
+        raise TypeError(f"q has dtype {q.dtype}; supported: float16, bfloat16, float32 (convert with .to())")
+    if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+        raise TypeError(f"q, k_cache, v_cache must share one dtype, got {q.dtype}, {k_cache.dtype}, "
+                        f"{v_cache.dtype}; convert them with .to(q.dtype)")
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
+    B, Nq, Hq, D = q.shape
+    _, n_cache, Hkv, Dk = k_cache.shape
+    if Dk != D:
+        raise ValueError(f"q {tuple(q.shape)} and k_cache {tuple(k_cache.shape)} must agree in head_dim (dim 3)")
+    if min(B, Nq, Hq, D, Hkv) < 1:
+        raise ValueError(f"every dimension of q and of the cache's heads must be >= 1, got q {tuple(q.shape)}, "
+                         f"k_cache {tuple(k_cache.shape)}")
+    if Hq % Hkv:
+        raise ValueError(f"query heads ({Hq}) must be a multiple of the cache's KV heads ({Hkv}) for GQA")
+    if D > 256:
+        raise ValueError(f"head_dim {D} > 256 is not supported; split the heads")
+    if block_table is None:
+        if k_cache.shape[0] != B:
+            raise ValueError(f"a contiguous cache must have q's batch ({B}) in dim 0, got {tuple(k_cache.shape)}; "
+                             "a paged cache (num_pages, page_size, Hkv, D) needs block_table")
+        capacity = n_cache
+    else:
+        if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
+                or block_table.shape[0] != B:
+            raise ValueError(f"block_table must be an int32 tensor (batch={B}, max_pages), got "
+                             f"{getattr(block_table, 'dtype', type(block_table).__name__)} "
+                             f"{tuple(getattr(block_table, 'shape', ()))}; convert with .to(torch.int32)")
+        if n_cache not in (16, 32, 64, 128, 256):
+            raise ValueError(f"page_size (k_cache dim 1) must be a power of two from 16 to 256, got {n_cache}")
+        capacity = block_table.shape[1] * n_cache
+    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype not in (torch.int32, torch.int64) \
+            or tuple(cache_seqlens.shape) != (B,):
+        raise ValueError(f"cache_seqlens must be an int or an int32 tensor of shape (batch,) = ({B},), got "
+                         f"{cache_seqlens!r}")
+    # a data-dependent check (one device sync): eager only, torch.compile traces without it
+    if not torch.compiler.is_compiling() and (bool((cache_seqlens < 0).any())
+                                              or bool((cache_seqlens > capacity).any())):
+        raise ValueError(f"cache_seqlens must lie in [0, {capacity}] (the cache's capacity in keys), got "
+                         f"{cache_seqlens.tolist()}")
+    if not isinstance(num_splits, int) or isinstance(num_splits, bool) or not 0 <= num_splits <= 64:
+        raise ValueError(f"num_splits must be an int in 0..64 (0: the heuristic), got {num_splits!r}")
+    return capacity
+
+
+def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None, causal=False,
+                                 window=None, scale=None, num_splits=0, return_lse=False):
+    """Attention of ``N_q`` new tokens over a KV cache (decode, speculative decoding, chunked prefill).
+
+    FlashAttention's layouts and names: ``q`` ``(B, N_q, Hq, D)``; a contiguous cache ``k_cache``,
+    ``v_cache`` ``(B, N_cache, Hkv, D)``, or a paged cache ``(num_pages, page_size, Hkv, D)`` with
+    ``block_table`` int32 ``(B, max_pages)`` (key ``j`` of batch ``b`` is slot ``j % page_size`` of
+    page ``block_table[b, j // page_size]``; ``page_size`` any power of two from 16 to 256);
+    ``cache_seqlens`` int32 ``(B,)`` or an int: keys ``0 … cache_seqlens[b] − 1`` are attended and
+    the rest of the cache is never read (NaN there does not matter). ``Hq % Hkv == 0`` (GQA/MQA:
+    the query heads of one KV head share each K/V tile read). ``causal`` and ``window=(left,
+    right)`` are bottom-right aligned to ``cache_seqlens[b]``: token ``i`` of ``N_q`` sits at
+    position ``cache_seqlens[b] − N_q + i``. ``scale`` defaults to ``1/sqrt(D)``.
+
+    ``num_splits``: the keys of each sequence are cut into that many splits run by separate
+    programs (Flash-Decoding) whose normalised partial results are merged by ``merge_states``;
+    ``1`` is the unsplit kernel, ``0`` picks ``default_num_splits`` (enough programs to fill
+    the GPU's SMs when ``B x Hkv`` is small). The result depends on ``num_splits`` only by
+    rounding.
+
+    Returns ``out`` ``(B, N_q, Hq, D)`` in q's dtype (zeros for a token with no key), or
+    ``(out, lse)`` with ``return_lse=True``, ``lse`` float32 ``(B, Hq, N_q)``, natural log.
+    Inference only: raises if gradients are requested.
+    """
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+    capacity = _check(q, k_cache, v_cache, cache_seqlens, block_table, num_splits)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k_cache, v_cache)):
+        raise RuntimeError("flash_attention_with_kvcache is inference only and has no backward: call it under "
+                           "torch.no_grad() / torch.inference_mode() or detach q, k_cache, v_cache; for training "
+                           "use flash_attention (differentiable)")
+    checks.check_device({"q": q, "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens,
+                       "block_table": block_table})
+    window = None if window is None else checks.check_window(window)
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+        raise ValueError(f"scale must be a finite number (default 1/sqrt(head_dim)), got {scale!r}")
+    B, Nq, Hq, D = q.shape
+    rows = Hq // k_cache.shape[2] * Nq  # the query rows of one KV head
+    if num_splits == 0:
+        per_program = min(rows, DECODE_BLOCK[0])  # at most B_r rows per program (the kernel's MAX_BLOCK_M)
+        num_splits = default_num_splits(B * k_cache.shape[2] * math.ceil(rows / per_program), capacity,
+                                        _num_sms(q.device), per_program)
+    sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
+    out, lse = kvcache_op(q, k_cache, v_cache, cache_seqlens.to(torch.int32).contiguous(), block_table, causal,
+                          None if window is None else list(window), sm_scale, num_splits)
+    return (out, lse) if return_lse else out
+
+
+@torch.library.custom_op("flashproof::flash_attention_with_kvcache", mutates_args=())
+def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+               block_table: Optional[torch.Tensor], causal: bool, window: Optional[list[int]], sm_scale: float,
+               num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The launches on checked inputs (a custom op with a fake, so torch.compile traces through)."""
+    B, Nq, Hq, D = q.shape
+    module = api.module_for("decode", DECODE_BLOCK)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
+    args = dict(sm_scale=sm_scale, num_splits=num_splits, causal=causal,
+                window=None if window is None else tuple(window))
+    if num_splits == 1:  # the split's partial result is the output: written in place, no merge
+        module.forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, out[None],
+                              lse.transpose(1, 2)[None], **args)
+    else:  # fp32 partials (S, B, N_q, Hq, D), then merge_state's fold over the splits
+        o_part = torch.empty((num_splits, B, Nq, Hq, D), dtype=torch.float32, device=q.device)
+        lse_part = torch.empty((num_splits, B, Nq, Hq), dtype=torch.float32, device=q.device)
+        module.forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, **args)
+        merge = api.module_for("merge", DECODE_BLOCK)
+        _, merged_lse = merge.merge_states_rows(o_part.view(num_splits, -1, D), lse_part.view(num_splits, -1),
+                                                out=out.view(-1, D))
+        lse.copy_(merged_lse.view(B, Nq, Hq).transpose(1, 2))
+    return out, lse
+
+
+@kvcache_op.register_fake
+def _(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale, num_splits):
+    B, Nq, Hq, _ = q.shape
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, Hq, Nq), dtype=torch.float32)

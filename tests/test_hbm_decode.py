@@ -1,0 +1,25 @@
+"""The decode HBM model: the generated kernels move at most 1.05x the ideal bytes at 4k-128k keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.hbm_decode import DecodeShape, ideal_bytes, model_bytes, table
+
+
+@pytest.mark.parametrize("shape", [DecodeShape(), DecodeShape(batch=8), DecodeShape(page_size=16),
+                                   DecodeShape(n_q=4, heads_q=64, heads_kv=8, head_dim=64, elem=2),
+                                   DecodeShape(heads_q=8, heads_kv=8, elem=4)])
+def test_decode_moves_at_most_five_percent_over_ideal(shape):
+    for row in table(shape):
+        assert row["model / ideal"] <= 1.05, row
+        assert row["model / ideal"] >= 1.0, row
+
+
+def test_ideal_is_kv_once_per_kv_head_plus_q_and_out():
+    s = DecodeShape(batch=2, n_q=1, heads_q=4, heads_kv=2, head_dim=8, elem=2)
+    assert ideal_bytes(s, 10) == 2 * (2 * 10 * 2 * 8 * 2 + 2 * 4 * 8 * 2)
+    # a single split writes no partials; more splits pay their fp32 partials and q re-reads
+    assert model_bytes(s, 10, 1)["partials"] == 0
+    assert model_bytes(s, 10, 4)["partials"] == 2 * 2 * 4 * 4 * (8 + 1) * 4
+    assert model_bytes(s, 10, 4)["kv"] == 2 * 2 * 10 * 2 * 8 * 2
