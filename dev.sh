@@ -26,7 +26,8 @@ case "${1:-}" in
     setup
     bash docs/setup_katex.sh
     "$PY" -m playwright --version >/dev/null
-    TRITON_INTERPRET=1 "$PY" -m pytest -q
+    # pytest-xdist: one worker per core (2 on CI)
+    TRITON_INTERPRET=1 "$PY" -m pytest -q -n auto
     ;;
   docs)
     setup
