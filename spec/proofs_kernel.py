@@ -91,7 +91,14 @@ def prove_merge_identity(merge=R.merge, forward_tile=terms.FORWARD_TILE,
     vs = sp.symbols("v_1:3", real=True)
     masked = masked_scores(_keys(2), (0, 1), mask_term)  # a tile with every key masked
     dp = sp.Matrix([sp.symbols("dp_1:3", real=True)])
+    finite = sp.Symbol("m", real=True)
+    guards = [(group, t) for group, seq in (("forward tile", forward_tile), ("softmax normalise", normalise),
+                                            ("backward tile", backward_tile))
+              for t in seq if t.symbol in (n.m_safe, n.lse2_safe)]
     cases = equal_cases([
+        (f"{group}: the guard {t.name} leaves a finite value unchanged",
+         t.expr.xreplace({sym: finite for sym in t.expr.free_symbols}), finite) for group, t in guards
+    ] + [
         ("E ⊕ a = a", merge(R.E, a), a),
         ("a ⊕ E = a", merge(a, R.E), a),
         ("E ⊕ E = E (guarded, no NaN)", merge(R.E, R.E), R.E),

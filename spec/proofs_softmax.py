@@ -63,8 +63,20 @@ def prove_online_softmax_invariant(online=R.online_step, fa1=R.fa1_step, fa2=R.f
          _two_pass_softmax(xs, online), tuple(R.softmax(xs))),
         ("kernel softmax (tile loop + SOFTMAX_NORMALISE) = safe softmax",
          _kernel_softmax(xs, forward_tile, normalise), tuple(R.safe_softmax(xs))),
+        ("kernel tile update, one key, finite state: (m_i, l_i) = one online step",
+         _kernel_step(forward_tile)[:2], online(m_prev, sp.Symbol("d_prev", positive=True), x[i])),
     ])
     return result("online_softmax_invariant", cases, "induction on i with symbolic sums")
+
+
+def _kernel_step(forward_tile):
+    """The kernel's tile update (``FORWARD_TILE``) on one key ``x_i`` (scale 1) from a finite state
+    ``(m_prev, d_prev, õ_prev)``: ``(m, d, õ)`` in natural units."""
+    env = {n.m_i: m_prev * n.LOG2E, n.l_i: sp.Symbol("d_prev", positive=True),
+           n.acc: sp.Matrix([[sp.Symbol("õ_prev", real=True)]]), n.qk: sp.Matrix([[x[i]]]),
+           n.v: sp.Matrix([[v[i]]]), n.qk_scale: n.LOG2E}
+    out = run_terms(forward_tile, env)
+    return out[n.m_i] * n.LN2, out[n.l_i], out[n.acc][0, 0]
 
 
 def _two_pass_softmax(xs, online):
@@ -86,7 +98,7 @@ def _kernel_softmax(xs, forward_tile, normalise):
 @claim("fa2_deferred_normalisation",
        "FA2's õ_N / d'_N equals FA1's o'_N",
        r"\tilde o_N / d'_N = o'_N")
-def prove_fa2_deferred_normalisation(fa1=R.fa1_step, fa2=R.fa2_step):
+def prove_fa2_deferred_normalisation(fa1=R.fa1_step, fa2=R.fa2_step, forward_tile=terms.FORWARD_TILE):
     mp, xi, vi, ot = sp.symbols("m_prev x_i v_i õ_prev", real=True)
     dp = sp.Symbol("d_prev", positive=True)
     # invariant o'_i = õ_i / d'_i: step, base, and two steps unrolled from E
@@ -101,6 +113,9 @@ def prove_fa2_deferred_normalisation(fa1=R.fa1_step, fa2=R.fa2_step):
         ("base: o'_1 = õ_1/d'_1", fa1(R.NEG_INF, 0, 0, xi, vi)[2],
          fa2(R.NEG_INF, 0, 0, xi, vi)[2] / fa2(R.NEG_INF, 0, 0, xi, vi)[1]),
         ("unrolled N=2 from E", s1[2], s2[2] / s2[1]),
+        ("kernel acc update, one key, finite state = the FA2 step õ_i",
+         _kernel_step(forward_tile)[2],
+         fa2(m_prev, sp.Symbol("d_prev", positive=True), sp.Symbol("õ_prev", real=True), x[i], v[i])[2]),
     ])
     return result("fa2_deferred_normalisation", cases, "induction and a 2-step unrolling")
 
