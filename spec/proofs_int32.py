@@ -179,7 +179,7 @@ def _window_clamp_case():
        "inputs in the accepted ranges; the grid covers each query row once, each stage loop covers "
        "its range by whole tiles; clamping a window side to N_Q + N_K keeps the mask",
        r"\forall x\in\mathrm{Assumptions}:\ \mathrm{int32}(e)(x) = e(x)\ \text{for every printed index expression } e",
-       terms=("kv_lo", "kv_hi", "full_lo", "full_hi", "q_lo", "q_hi", "q_full_lo", "q_full_hi"),
+       terms=(),
        scope="symbolic sizes and positions; int32 bit-vectors (z3), exact; window clamp over Z",
        assumptions=("seq_len_int32", "window_nonneg", "window_bounded", "block_sizes", "key_len_range",
                     "alignment_shift"))

@@ -352,7 +352,9 @@ def _keep_cases(kinds, keep_init, keep_term):
        "not only sampled ones",
        r"\mathrm{skip}(T)\Rightarrow\forall (i,j)\in T: \neg\mathrm{attend}(i,j);\quad "
        r"\mathrm{full}(T)\Rightarrow\forall (i,j)\in T: \mathrm{attend}(i,j)",
-       terms=("kv_start", "kv_end", "full_start", "full_end"))
+       terms=("kv_start", "kv_end", "full_start", "full_end"),
+       scope="symbolic positions, lengths and block sizes; mathematical integers Z (int32: int32_index_arithmetic), exact",
+       assumptions=('key_len_range', 'alignment_shift'))
 def prove_mask_tiles_sound(tile_bounds=masks.tile_bounds, bounds=masks.bounds, row_bounds=masks.row_bounds,
                            bounds_init=masks.BOUNDS_INIT, tile_loop=masks.TILE_LOOP,
                            row_tile_loop=masks.ROW_TILE_LOOP, keep_init=masks.KEEP_INIT,

@@ -36,7 +36,8 @@ def _peel(s: sp.Sum) -> sp.Expr:
        "induction step: if d'_{i-1} = Σ_{j<i} e^{x_j−m_{i-1}} then d'_i = Σ_{j≤i} e^{x_j−m_i}; "
        "same for o'_i / õ_i",
        r"d'_{i-1}=\sum_{j<i}e^{x_j-m_{i-1}} \Rightarrow d'_i=\sum_{j\le i}e^{x_j-m_i}"
-       r"\text{ (same for } o'_i,\ \tilde o_i)")
+       r"\text{ (same for } o'_i,\ \tilde o_i)",
+       scope="induction step at a symbolic step i (SymPy Sum); kernel softmax on 3 keys; reals, exact")
 def prove_online_softmax_invariant(online=R.online_step, fa1=R.fa1_step, fa2=R.fa2_step,
                                    forward_tile=terms.FORWARD_TILE,
                                    normalise=terms.SOFTMAX_NORMALISE):
@@ -97,7 +98,8 @@ def _kernel_softmax(xs, forward_tile, normalise):
 
 @claim("fa2_deferred_normalisation",
        "FA2's õ_N / d'_N equals FA1's o'_N",
-       r"\tilde o_N / d'_N = o'_N")
+       r"\tilde o_N / d'_N = o'_N",
+       scope="induction step, symbolic; 2-step unrolling; kernel acc on one key; reals, exact")
 def prove_fa2_deferred_normalisation(fa1=R.fa1_step, fa2=R.fa2_step, forward_tile=terms.FORWARD_TILE):
     mp, xi, vi, ot = sp.symbols("m_prev x_i v_i õ_prev", real=True)
     dp = sp.Symbol("d_prev", positive=True)
@@ -122,7 +124,8 @@ def prove_fa2_deferred_normalisation(fa1=R.fa1_step, fa2=R.fa2_step, forward_til
 
 @claim("merge_associative",
        "(a ⊕ b) ⊕ c = a ⊕ (b ⊕ c) for all finite and −∞ maxima",
-       r"(a\oplus b)\oplus c = a\oplus(b\oplus c)")
+       r"(a\oplus b)\oplus c = a\oplus(b\oplus c)",
+       scope="symbolic states (finite or E); reals, exact")
 def prove_merge_associative(merge=R.merge):
     cases = equal_cases(
         (label, merge(merge(a, b), c), merge(a, merge(b, c)))
@@ -130,7 +133,8 @@ def prove_merge_associative(merge=R.merge):
     return result("merge_associative", cases, "each of a, b, c finite or E")
 
 
-@claim("merge_commutative", "a ⊕ b = b ⊕ a", r"a\oplus b = b\oplus a")
+@claim("merge_commutative", "a ⊕ b = b ⊕ a", r"a\oplus b = b\oplus a",
+       scope="symbolic states (finite or E); reals, exact")
 def prove_merge_commutative(merge=R.merge):
     cases = equal_cases((label, merge(a, b), merge(b, a)) for label, (a, b) in state_cases("ab"))
     return result("merge_commutative", cases, "each of a, b finite or E")
@@ -139,7 +143,8 @@ def prove_merge_commutative(merge=R.merge):
 @claim("merge_homomorphism",
        "α(m,d,o) = (d·eᵐ, o·eᵐ) maps ⊕ to +; hence every tiling, loop order (FA1 KV-outer, "
        "FA2 Q-outer) and split of the keys gives the same result in exact arithmetic",
-       r"\alpha(a\oplus b)=\alpha(a)+\alpha(b),\quad \alpha(m,d,o)=(d e^m, o e^m)")
+       r"\alpha(a\oplus b)=\alpha(a)+\alpha(b),\quad \alpha(m,d,o)=(d e^m, o e^m)",
+       scope="symbolic states; 5 groupings of 4 keys (every tiling: claim every_tiling); reals, exact")
 def prove_merge_homomorphism(merge=R.merge):
     pairs = [(f"α(a⊕b) = α(a)+α(b) [{label}]", R.alpha_map(merge(a, b)),
               tuple(p + q for p, q in zip(R.alpha_map(a), R.alpha_map(b))))
@@ -168,7 +173,8 @@ def prove_merge_homomorphism(merge=R.merge):
 @claim("lse_merge",
        "merging two normalised partial results by their LSEs (split-KV) equals ⊕",
        r"\mathrm{combine}((o_a/d_a, \mathrm{lse}_a), (o_b/d_b, \mathrm{lse}_b)) = "
-       r"\mathrm{normalise}(a\oplus b)")
+       r"\mathrm{normalise}(a\oplus b)",
+       scope="symbolic states (finite or E); reals, exact (reference.lse_combine, split-KV)")
 def prove_lse_merge(merge=R.merge, combine=R.lse_combine):
     def normalised(s):  # a split's (output, lse); a split with no key stores (0, -oo)
         return (sp.Integer(0), R.NEG_INF) if s == R.E else R.normalise(s)

@@ -208,12 +208,15 @@ EMPTY = (n.NEG_INF, sp.Integer(0), sp.Integer(0))
        "— the ⊕-fold of the attended keys (claim merge_homomorphism) — from a finite state or from E; "
        "E with every key masked stays E; every exponent is <= 0 and p_j = e^{s x_j − m}, α = e^{m_old − m}",
        r"\alpha(\mathrm{tile}(s; x_{1..B_c})) = \alpha(s) + \sum_{j=1}^{B_c}\kappa_j\,(e^{s x_j}, e^{s x_j}v_j)",
-       terms=("m_ij", "m_safe", "p", "alpha", "l_ij", "l_i", "acc", "m_i"),
+       terms=("qk", "m_ij", "m_safe", "p", "alpha", "l_ij", "l_i", "acc", "m_i"),
        scope="symbolic B_c, D and mask (SymPy Sum + indicator); reals, exact",
        assumptions=("scale_positive",))
-def prove_tile_update_symbolic(forward_tile=terms.FORWARD_TILE, mask_term=masks.MASK_TERM):
+def prove_tile_update_symbolic(forward_tile=terms.FORWARD_TILE, mask_term=masks.MASK_TERM, qk=terms.QK):
     width = n.B_c
-    cases = []
+    K_, Qrow = sp.IndexedBase("k", real=True), sp.IndexedBase("q", real=True)
+    scores = interpret(qk.expr, {n.q: Qrow[d], n.k: K_[j, d]}, (j, 1, width))
+    cases = [("QK: x_j = Σ_d q_d k_jd (head dim D symbolic)",
+              sum_zero(scores, sp.Sum(Qrow[d] * K_[j, d], (d, 1, D))))]
     for label, state in (("finite state", FINITE), ("first tile (E)", EMPTY)):
         cases += tile_alpha_cases(f"B_c symbolic, {label}", sp.Integer(1), width, forward_tile, state, mask_term)
     # E and a fully masked tile: rowmax = -oo, every score -oo
