@@ -154,6 +154,26 @@ def _grid_and_loop_cases(seq_len_max):
     return cases
 
 
+def _offset_case():
+    """The in-head element offset ``row * stride_n + col * stride_d`` (int32 in the kernels: ``offs_*``
+    and the strides are int32; the batch and head offsets are int64) of every lane a load or store
+    does not mask off (``row < N``, ``col < D``), under assumption ``index_int32``: each product and
+    the sum stay within int32 (z3 over the integers: then the int32 result is the exact one)."""
+    row, col, N, Dm, sn, sd = z3.Ints("row col N D stride_n stride_d")
+    abs_ = lambda x: z3.If(x >= 0, x, -x)  # noqa: E731
+    int32_max = A.limit("index_int32")
+    fits = lambda x: z3.And(x >= -int32_max - 1, x <= int32_max)  # noqa: E731
+    facts = [N >= 1, Dm >= 1, row >= 0, row < N, col >= 0, col < Dm,
+             (N - 1) * abs_(sn) + (Dm - 1) * abs_(sd) <= int32_max,
+             # monotonicity of the product in a non-negative factor (the nonlinear step, as a lemma)
+             abs_(row * sn) <= (N - 1) * abs_(sn), abs_(col * sd) <= (Dm - 1) * abs_(sd)]
+    lemma = [N >= 1, row >= 0, row < N]
+    mono = _holds(lemma, abs_(row * sn) <= (N - 1) * abs_(sn))
+    goal = z3.And(fits(row * sn), fits(col * sd), fits(row * sn + col * sd))
+    return ("pointer offsets: row·stride_n + col·stride_d of an unmasked lane fits int32 (index_int32)",
+            mono if mono != 0 else _holds(facts, goal))
+
+
 def _holds(facts, goal):
     model = counterexample(facts, goal)
     if model is None:
@@ -177,12 +197,13 @@ def _window_clamp_case():
        "mask kind, the rounding to whole tiles with truncating // and cdiv, the element predicates) "
        "equals its mathematical value in int32 — no overflow, no negative operand of // — for all "
        "inputs in the accepted ranges; the grid covers each query row once, each stage loop covers "
-       "its range by whole tiles; clamping a window side to N_Q + N_K keeps the mask",
+       "its range by whole tiles; clamping a window side to N_Q + N_K keeps the mask; the in-head "
+       "pointer offset of every unmasked lane fits int32",
        r"\forall x\in\mathrm{Assumptions}:\ \mathrm{int32}(e)(x) = e(x)\ \text{for every printed index expression } e",
        terms=(),
        scope="symbolic sizes and positions; int32 bit-vectors (z3), exact; window clamp over Z",
        assumptions=("seq_len_int32", "window_nonneg", "window_bounded", "block_sizes", "key_len_range",
-                    "alignment_shift"))
+                    "alignment_shift", "index_int32"))
 def prove_int32_index_arithmetic(seq_len_max=SEQ_LEN_MAX, window_max=None, block_max=BLOCK_MAX,
                                  tile_loop=masks.TILE_LOOP, row_tile_loop=masks.ROW_TILE_LOOP):
     v, facts = machine(seq_len_max, window_max, block_max)
@@ -202,4 +223,5 @@ def prove_int32_index_arithmetic(seq_len_max=SEQ_LEN_MAX, window_max=None, block
     cases.append(("element predicates of a partial tile (every kind)", _overflow(facts, conditions)))
     cases += _grid_and_loop_cases(seq_len_max)
     cases.append(_window_clamp_case())
+    cases.append(_offset_case())
     return result("int32_index_arithmetic", cases, "z3 over 32-bit two's complement")

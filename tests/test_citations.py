@@ -82,26 +82,22 @@ def test_mutating_a_printed_term_fails_its_cited_claim(label, group, index):
 
 # The per-kind narrowing and predicate terms are built by functions of the kind (masks.bounds_terms,
 # row_bounds_terms, keep_term): mutate what they print through the function the claim takes.
-@pytest.mark.parametrize("kind", list(masks.MASK_KINDS))
-@pytest.mark.parametrize("field", ["kv_start", "kv_end", "full_start", "full_end"])
-def test_mutating_a_kind_narrowing_fails_mask_tiles_sound(kind, field):
-    tb = masks.tile_bounds(kind)
-    if getattr(tb, field) is None:
-        pytest.skip(f"{kind} does not narrow {field}")
-    shift = UNSOUND[getattr(masks, field)]
-    bounds = lambda k: replace(tb, **{field: getattr(tb, field) + shift}) if k == kind else masks.tile_bounds(k)  # noqa: E731
-    assert not REGISTRY["mask_tiles_sound"].prove(tile_bounds=bounds).proved
+NARROWINGS = {  # the claim's parameter: (the bounds of a kind, its fields, the range symbol of each field)
+    "tile_bounds": (masks.tile_bounds, ("kv_start", "kv_end", "full_start", "full_end"), masks.KEY_RANGES),
+    "row_bounds": (masks.row_bounds, ("q_start", "q_end", "full_start", "full_end"), masks.ROW_RANGES),
+}
 
 
 @pytest.mark.parametrize("kind", list(masks.MASK_KINDS))
-@pytest.mark.parametrize("field", ["q_start", "q_end", "full_start", "full_end"])
-def test_mutating_a_kind_row_narrowing_fails_mask_tiles_sound(kind, field):
-    rb = masks.row_bounds(kind)
-    if getattr(rb, field) is None:
+@pytest.mark.parametrize("param, index", [(p, i) for p in NARROWINGS for i in range(4)])
+def test_mutating_a_kind_narrowing_fails_mask_tiles_sound(kind, param, index):
+    bounds_of, fields, ranges = NARROWINGS[param]
+    field, original = fields[index], bounds_of(kind)
+    if getattr(original, field) is None:
         pytest.skip(f"{kind} does not narrow {field}")
-    shift = UNSOUND[getattr(masks, "q_" + field if field.startswith("full") else field)]
-    bounds = lambda k: replace(rb, **{field: getattr(rb, field) + shift}) if k == kind else masks.row_bounds(k)  # noqa: E731
-    assert not REGISTRY["mask_tiles_sound"].prove(row_bounds=bounds).proved
+    moved = replace(original, **{field: getattr(original, field) + UNSOUND[ranges[index]]})
+    bounds = lambda k: moved if k == kind else bounds_of(k)  # noqa: E731
+    assert not REGISTRY["mask_tiles_sound"].prove(**{param: bounds}).proved
 
 
 @pytest.mark.parametrize("kind", list(masks.MASK_KINDS))
