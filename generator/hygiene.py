@@ -38,9 +38,9 @@ from pathlib import Path
 
 #: names of integer index / pointer / boolean-mask values: arithmetic on these alone is index math
 INDEX_NAME = re.compile(
-    r"^(offs_\w+|off_\w+|start_\w+|stride_\w+|N_Q|N_K|N|R|H|H_KV|GROUP|BLOCK_\w+|MAP_BLOCK_M|HEAD_DIM|g|i|j|"
-    r"lo|hi|key_len|shift|window_left|window_right|row_ok|in_bounds|q_mask|kv_mask|tile_state|"
-    r"[A-Z][A-Za-z]*(_[a-z]+)?|\w+_ptrs|out_ptrs|tile)$")
+    r"^(offs_\w+|off_\w+|start_\w+|stride_\w+|N_Q|N_K|N|R|H|H_KV|GROUP|(MAP_)?BLOCK_\w+|HEAD_DIM|g|i|j|"
+    r"lo|hi|key_len|shift|window_left|window_right|row_ok|rows|in_bounds|q_mask|kv_mask|tile_state|"
+    r"[A-Z][A-Za-z0-9]*(_[a-z]+)?|\w+_ptrs|out_ptrs|tile)$")
 #: calls that do not compute on values (everything else — tl.exp2, tl.dot, tl.where, tl.math.*, ... —
 #: is arithmetic unless every name it touches is index math); the reviewed allow-list
 ALLOWED_CALLS = {"arange", "program_id", "multiple_of", "zeros", "trans", "reshape", "to", "range", "store"}
