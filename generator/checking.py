@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from spec.error_bound import forward_bound, regime_bound
+from spec.error_bound import REGIME, forward_bound, regime_bound
 
 DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 #: out tolerance per dtype at the test regime (spec.error_bound.REGIME), relative to max|v|
@@ -27,8 +27,9 @@ TOLERANCES = {dtype: regime_bound(name).out for dtype, name in DTYPE_NAMES.items
 LSE_TOLERANCES = {dtype: regime_bound(name).lse_abs for dtype, name in DTYPE_NAMES.items()}
 
 
-def case_tolerances(q, k, v, *, scale=None, block_n=64, ref_lse=None) -> tuple[float, float]:
-    """``(out, lse)`` tolerances of one case from the bound: its sizes and its data."""
+def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None) -> tuple[float, float]:
+    """``(out, lse)`` tolerances of one case from the bound: its sizes and its data (``block_n``
+    None: the largest bound over the block sizes a kernel may use)."""
     D = q.shape[-1]
     s = abs(scale) if scale is not None else 1 / math.sqrt(D)
     group = q.shape[1] // k.shape[1]
@@ -36,8 +37,9 @@ def case_tolerances(q, k, v, *, scale=None, block_n=64, ref_lse=None) -> tuple[f
     scaled_abs = s * (q.double().abs() @ kk.transpose(-1, -2)).max().item() if q.numel() and k.numel() else 0.0
     finite = ref_lse[torch.isfinite(ref_lse)] if ref_lse is not None else torch.zeros(1)
     lse_max = finite.abs().max().item() if finite.numel() else 0.0
-    b = forward_bound(DTYPE_NAMES[v.dtype], k.shape[2], block_n, D, scaled_abs, lse_max)
-    return b.out, b.lse_abs
+    blocks = REGIME["block_ns"] if block_n is None else (block_n,)
+    bounds = [forward_bound(DTYPE_NAMES[v.dtype], k.shape[2], bn, D, scaled_abs, lse_max) for bn in blocks]
+    return max(b.out for b in bounds), max(b.lse_abs for b in bounds)
 
 
 def attention_errors(out, lse, ref_out, ref_lse, v) -> tuple[float, float]:
@@ -57,7 +59,7 @@ def attention_errors(out, lse, ref_out, ref_lse, v) -> tuple[float, float]:
     return out_err, lse_err
 
 
-def attention_failures(out, lse, ref_out, ref_lse, v, *, q=None, k=None, scale=None, block_n=64) -> list[str]:
+def attention_failures(out, lse, ref_out, ref_lse, v, *, q=None, k=None, scale=None, block_n=None) -> list[str]:
     """Human-readable failures (empty when the kernel matches the reference within the bound)."""
     if q is not None and k is not None:
         tol, lse_tol = case_tolerances(q, k, v, scale=scale, block_n=block_n, ref_lse=ref_lse)
