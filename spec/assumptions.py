@@ -56,8 +56,9 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
                "(N - 1)·|stride_N| + (D - 1)·|stride_D|, is <= 2^31 - 1 (int32 pointer arithmetic)",
                "reject", INT32_MAX),
     # --- added by the verification issue (#12): facts the z3 int32 proofs also rely on
-    Assumption("block_sizes", "1 <= B_r, B_c (and the backward's row steps) <= 256, compile-time constants",
-               "generator: the block configs it emits", 256),
+    Assumption("block_sizes", "B_r, B_c and the backward's row / key steps are powers of two, 16 <= B <= 256 "
+               "(compile-time constants: tl.arange needs powers of two)",
+               "generator.variants.ALLOWED_BLOCKS: the only block sizes it emits", (16, 32, 64, 128, 256)),
     Assumption("alignment_shift", "shift = 0 (top_left) or N_k - N_q (bottom_right)",
                "spec.masks.alignment_shift is the only source of shift"),
     Assumption("fp32_scores", "q·k·qk_scale and the running max are finite fp32 numbers (inputs without "

@@ -23,7 +23,7 @@ import z3
 from spec import assumptions as A
 from spec import masks
 from spec.registry import claim
-from spec.proof_tools import ZERO, result
+from spec.proof_tools import ZERO, nonnegative, result
 from spec.z3_int32 import Int32Line, bv, counterexample
 
 NAMES = ("N_Q", "N_K", "shift", "window_left", "window_right", "key_len", "start_m", "start_n",
@@ -37,7 +37,8 @@ def _print(term, rename=None) -> str:
 
 
 SEQ_LEN_MAX = A.limit("seq_len_int32")  # N_q + N_k <= 2**29
-BLOCK_MAX = A.limit("block_sizes")
+BLOCKS = A.limit("block_sizes")  # the tile edges a kernel is compiled with (constexprs)
+BLOCK_MAX = max(BLOCKS)
 
 
 def machine(seq_len_max=SEQ_LEN_MAX, window_max=None, block_max=BLOCK_MAX):
@@ -117,23 +118,27 @@ def _classifier_cases(tag, init, narrowing, loop, ranges, total, v, facts):
         env, conditions = run([text], {**v, **fresh})
         cases.append((f"{tag}: `{text.split('  #')[0]}` keeps int32 and the range invariant",
                       _overflow(assumed, conditions + [("the range invariant", invariant(env))])))
-    _, conditions = run(loop, {**v, **fresh})
-    cases.append((f"{tag}: tile-loop lines (// and cdiv operands >= 0, no overflow)", _overflow(assumed, conditions)))
+    # the rounding to whole tiles divides by the tile edge, a compile-time constant: one case per
+    # edge the generator emits (z3 then divides by a constant, not by a 32-bit unknown)
+    block = "BLOCK_N" if "kv_start" in ranges else "BLOCK_M"
+    for edge in BLOCKS:
+        _, conditions = run(loop, {**v, **fresh, block: bv(edge)})
+        cases.append((f"{tag}: tile-loop lines, {block} = {edge} (// and cdiv operands >= 0, no overflow)",
+                      _overflow(assumed, conditions)))
     return cases
 
 
 def _grid_and_loop_cases(seq_len_max):
     """The launch grid covers each query row once; ``range(lo, hi, B)`` covers ``[lo, hi)``.
 
-    Over ℤ (z3 linear integer arithmetic) for each tile edge B = 1, 2, 4, ..., BLOCK_MAX (a
+    Over ℤ (z3 linear integer arithmetic) for each tile edge B of assumption ``block_sizes`` (a
     constexpr of the kernel), with the int32 fit of the values involved as a goal.
     """
     cases = []
     fits = lambda *xs: z3.And(*[z3.And(x >= -2**31, x <= 2**31 - 1) for x in xs])  # noqa: E731
     N, i, pid, lo, hi, key = z3.Ints("N i pid lo hi key")
     size = [N >= 1, N <= seq_len_max]
-    for e in range(BLOCK_MAX.bit_length()):
-        B = 2**e
+    for B in BLOCKS:
         grid = (N + B - 1) / B  # triton.cdiv(N, B) programs (host Python, exact)
         row = [i >= 0, i < N]
         owner = i / B
@@ -158,20 +163,19 @@ def _offset_case():
     """The in-head element offset ``row * stride_n + col * stride_d`` (int32 in the kernels: ``offs_*``
     and the strides are int32; the batch and head offsets are int64) of every lane a load or store
     does not mask off (``row < N``, ``col < D``), under assumption ``index_int32``: each product and
-    the sum stay within int32 (z3 over the integers: then the int32 result is the exact one)."""
-    row, col, N, Dm, sn, sd = z3.Ints("row col N D stride_n stride_d")
-    abs_ = lambda x: z3.If(x >= 0, x, -x)  # noqa: E731
+    the sum stay within int32 (over the integers: then the int32 result is the exact one).
+
+    The one nonlinear step, ``|row·s| <= (N - 1)·|s|`` for ``0 <= row <= N - 1``, is decided by SymPy on
+    a slack variable; z3 then needs only linear arithmetic over the products and bounds as unknowns."""
+    r, t, s_abs = sp.symbols("row t s_abs", nonnegative=True)  # row = (N - 1) - t
+    mono = nonnegative(sp.expand((r + t) * s_abs - r * s_abs))  # (N-1)|s| - row|s| = t|s| >= 0
+    p1, p2, b1, b2 = z3.Ints("row_stride_n col_stride_d bound_n bound_d")  # the products and their bounds
     int32_max = A.limit("index_int32")
     fits = lambda x: z3.And(x >= -int32_max - 1, x <= int32_max)  # noqa: E731
-    facts = [N >= 1, Dm >= 1, row >= 0, row < N, col >= 0, col < Dm,
-             (N - 1) * abs_(sn) + (Dm - 1) * abs_(sd) <= int32_max,
-             # monotonicity of the product in a non-negative factor (the nonlinear step, as a lemma)
-             abs_(row * sn) <= (N - 1) * abs_(sn), abs_(col * sd) <= (Dm - 1) * abs_(sd)]
-    lemma = [N >= 1, row >= 0, row < N]
-    mono = _holds(lemma, abs_(row * sn) <= (N - 1) * abs_(sn))
-    goal = z3.And(fits(row * sn), fits(col * sd), fits(row * sn + col * sd))
+    facts = [b1 >= 0, b2 >= 0, b1 + b2 <= int32_max,  # (N-1)|s_n| + (D-1)|s_d| <= 2**31 - 1
+             p1 <= b1, -p1 <= b1, p2 <= b2, -p2 <= b2]  # the monotonicity lemma, for each product
     return ("pointer offsets: row·stride_n + col·stride_d of an unmasked lane fits int32 (index_int32)",
-            mono if mono != 0 else _holds(facts, goal))
+            mono if mono != 0 else _holds(facts, z3.And(fits(p1), fits(p2), fits(p1 + p2))))
 
 
 def _holds(facts, goal):
