@@ -19,6 +19,8 @@ The allow-list (reviewed; keep it short):
 
 * loads and stores: ``tl.load(ptr, mask=..., other=<padding value>)`` (the ``other`` literal is
   the value padding reads as), ``tl.store(ptr, x.to(dtype), mask=...)`` with a name or its cast;
+* a padding select ``x = tl.where(<index predicate>, x, <constant>)`` of a loaded tile (a masked
+  load's ``other=`` after the load, as the TMA path does for keys past ``key_len``);
 * casts ``x.to(dtype)``, ``tl.multiple_of``, ``tl.arange``, ``tl.program_id``, ``tl.zeros`` of a
   name no printed line assigns (``dlse`` when the loss ignores lse), ``reshape``;
 * the launch grid's (batch, head) split, ``spec.structure.GRID_LINES`` verbatim (claim gqa_head_map);
@@ -133,6 +135,8 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
                 if triple not in stages:
                     problems.append(f"{where}: stage call with (lo, hi, MASKED) = {triple}, not a row of the "
                                     "proven stage table (spec.structure, claim stages_cover)")
+            if _padding_select(stmt, assigned):
+                continue
             if isinstance(stmt, (ast.Assign, ast.AugAssign)):
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
@@ -145,6 +149,17 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
                 problems.append(f"{where}: float arithmetic `{ast.unparse(bad)}` is not a printed spec term "
                                 "(and not loads, stores, casts or index math)")
     return problems
+
+
+def _padding_select(stmt, assigned) -> bool:
+    """``x = tl.where(<index predicate>, x, <constant>)``: padding of a loaded tile read as a constant
+    (what a masked load's ``other=`` does), e.g. the TMA path's keys past ``key_len``."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    v = stmt.value
+    return (isinstance(v, ast.Call) and _call_name(v) == "where" and len(v.args) == 3
+            and _index_only(v.args[0]) and isinstance(v.args[1], ast.Name) and v.args[1].id == stmt.targets[0].id
+            and isinstance(v.args[2], ast.Constant) and stmt.targets[0].id not in assigned)
 
 
 def _allowed_state_source(value, names, helpers) -> bool:

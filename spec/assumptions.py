@@ -58,11 +58,9 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
     # --- added by the verification issue (#12): facts the z3 int32 proofs also rely on
     Assumption("block_sizes", "B_r, B_c and the backward's row / key steps are powers of two, 16 <= B <= 256 "
                "(compile-time constants: tl.arange needs powers of two)",
-               "generator.variants.ALLOWED_BLOCKS: the only block sizes it emits", (16, 32, 64, 128, 256)),
+               "reject: generator.variants.BlockConfig accepts only ALLOWED_BLOCKS", (16, 32, 64, 128, 256)),
     Assumption("alignment_shift", "shift = 0 (top_left) or N_k - N_q (bottom_right)",
-               "spec.masks.alignment_shift is the only source of shift"),
-    Assumption("fp32_scores", "q·k·qk_scale and the running max are finite fp32 numbers (inputs without "
-               "inf/NaN whose scaled scores stay below 2^127)", "not checked: inf/NaN in q or k give NaN, as in SDPA"),
+               "reject: any other alignment; spec.masks.alignment_shift is the only source of shift"),
 )}
 
 

@@ -8,7 +8,8 @@
   rounding is monotone (IEEE 754 round-to-nearest; an axiom of the model) and ``fl(0) = 0``;
 * contracted into one FMA (``fma(qk, qk_scale, -m_safe)``, what ``enable_fp_fusion`` may emit): the
   exponent is ``<= 2u·|m_safe|`` (u = 2^-24), so ``p <= 2^(2u|m|)`` (``< 1 + 2^-17`` for
-  ``|m| <= 2^4``, ``<= 2`` for ``|m| <= 2^23``) — the stated ulp slack, which the error bound's
+  ``|m| <= 2^4``, ``<= 2`` for ``|m| <= 2^23``; scores are finite fp32 numbers: inf/NaN inputs give
+  NaN, as in SDPA) — the stated ulp slack, which the error bound's
   exponent error already covers; z3's fp32 model shows the slack is needed (an exponent > 0
   exists). The kernels keep the printed line as it is and allow the contraction;
 * a masked score (``-inf``) gives the exponent ``-inf`` (p = 0) whether fused or not, never NaN,
@@ -62,7 +63,7 @@ def _printed_form_cases(forward_tile):
        r"\mathrm{fl}(\mathrm{fl}(x c) - m) \le 0,\quad \mathrm{fma}(x, c, -m) \le 2u|m|,\quad "
        r"x=-\infty \Rightarrow -\infty",
        scope="symbolic scores and scale; reals with a monotone rounding (z3) and IEEE fp32 (z3 FP), rounded",
-       assumptions=("fp32_scores", "scale_positive"))
+       assumptions=("scale_positive",))
 def prove_exponent_rounding(forward_tile=terms.FORWARD_TILE, fused_slack=2 * U, guarded=True):
     cases = _printed_form_cases(forward_tile)
     # (1) unfused: rounding fl is monotone with fl(0) = 0 (IEEE round-to-nearest)

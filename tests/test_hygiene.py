@@ -94,3 +94,10 @@ def test_allow_list_is_short():
     """The reviewed allow-list stays small: a regex of index names and a handful of calls."""
     assert len(hygiene.ALLOWED_CALLS) <= 10 and len(hygiene.LOADS) <= 3
     assert hygiene.INDEX_NAME.pattern.count("|") <= 40
+
+
+def test_padding_select_of_a_term_name_is_caught():
+    """The padding-select allowance is for loaded tiles only: zeroing acc that way is arithmetic."""
+    found = problems(edited("fwd", "    # epilogue: the one division of FA2",
+                            "    acc = tl.where(offs_m[:, None] < N_Q, acc, 0.0)\n    # epilogue: the one division of FA2"))
+    assert any("assigns ['acc']" in p for p in found), found
