@@ -468,7 +468,8 @@ def test_autocast_is_honoured_like_sdpa():
         if DEVICE == "cpu":
             out, lse = flash_attention(q, k, v, return_lse=True)
             assert out.dtype == sdpa.dtype == torch.bfloat16
-            assert attention_failures(out, lse, *reference(q, k, v), v.bfloat16()) == []
+            qb, kb, vb = q.bfloat16(), k.bfloat16(), v.bfloat16()  # what the kernel computed on
+            assert attention_failures(out, lse, *reference(qb, kb, vb), vb, q=qb, k=kb) == []
     assert on_device(flash_attention, q, k, v).dtype == torch.float32  # autocast off again
 
 
