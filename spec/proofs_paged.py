@@ -89,7 +89,9 @@ def _split_of(z: _Z3, split_range, key_in_split, s, j):
        "(one to one); decided by z3 over unbounded integers",
        r"\forall\, 0 \le j < \mathrm{key\_len}:\ \exists!\,(s, t, r)\ \text{reading } j;\quad "
        r"j \mapsto (\lfloor j/P \rfloor,\ j \bmod P)\ \text{one to one}",
-       terms=tuple(t.name for group in P.GROUPS.values() for t in group))
+       terms=tuple(t.name for group in P.GROUPS.values() for t in group),
+       scope="symbolic key_len, num_splits, B_c, page_size, split, tile and lane (z3); unbounded "
+             "integers Z (not int32), exact")
 def prove_paged_kv_reads(split_range=P.SPLIT_RANGE, key_in_split=P.KEY_IN_SPLIT, page_gather=P.PAGE_GATHER):
     z = _Z3()
     L, S, Bc, PS, j = (z(x) for x in (n.key_len, P.num_splits, n.B_c, P.page_size, n.j))
