@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 import sympy as sp
 
-from spec import masks, structure, terms
+from spec import masks, paged, structure, terms, varlen
 from spec import notation as n
 from spec.claims import REGISTRY
 
@@ -48,12 +48,30 @@ def printed_groups():
     groups = dict(terms.GROUPS)
     groups.update({"masks.BOUNDS_INIT": masks.BOUNDS_INIT, "masks.ROW_BOUNDS_INIT": masks.ROW_BOUNDS_INIT,
                    "masks.TILE_LOOP": masks.TILE_LOOP, "masks.ROW_TILE_LOOP": masks.ROW_TILE_LOOP,
-                   "structure.FORWARD_INIT": structure.FORWARD_INIT, "structure.GRAD_INIT": structure.GRAD_INIT})
+                   "structure.FORWARD_INIT": structure.FORWARD_INIT, "structure.GRAD_INIT": structure.GRAD_INIT,
+                   "varlen.SEGMENT": varlen.SEGMENT})
+    groups.update({f"paged.{name}": group for name, group in paged.GROUPS.items()})
     out = [(f"{name}[{k}] {t.name}", group, k) for name, group in groups.items() for k, t in enumerate(group)]
     out += [(f"{name} {t.name}", t, None) for name, t in (
         ("masks.MASK_TERM", masks.MASK_TERM), ("masks.KEEP_INIT", masks.KEEP_INIT),
-        ("structure.GQA_HEAD", structure.GQA_HEAD), ("structure.GQA_GROUP_HEAD", structure.GQA_GROUP_HEAD))]
+        ("structure.GQA_HEAD", structure.GQA_HEAD), ("structure.GQA_GROUP_HEAD", structure.GQA_GROUP_HEAD),
+        ("varlen.ROWS_PAST_END", varlen.ROWS_PAST_END), ("varlen.KEYS_PAST_END", varlen.KEYS_PAST_END))]
     return out
+
+
+#: printed terms whose mutation no claim can catch, and why (out of this test's scope). The ring
+#: claims (spec.ring) cite no printed term: ring attention runs the forward kernel per step, its
+#: layout and merge order are host-side (claims ring_* are checked by tests/test_mutants.py).
+OUT_OF_SCOPE = {
+    # the merge's shift by the larger lse is a numerical stabiliser: in exact arithmetic any finite
+    # shift gives the same (o, lse), so lse_merge (exact) cannot see it; only fp32 range needs it,
+    # and no claim models the merge in fp32 (a gap, reported)
+    "merge_state[0] lse_max": "exact arithmetic cancels the shift",
+    "merge_state[1] lse_max_safe": "exact arithmetic cancels the shift",
+    # a split twice as long still reads every key exactly once (fewer splits do the work): the
+    # claim is about which keys are read, not about the load balance
+    "paged.split_range[0] chunk": "a coarser split is still correct",
+}
 
 
 def prove_with(claim_id: str, group, index, bad):
@@ -73,6 +91,8 @@ def prove_with(claim_id: str, group, index, bad):
 
 @pytest.mark.parametrize("label, group, index", printed_groups(), ids=lambda x: x if isinstance(x, str) else "")
 def test_mutating_a_printed_term_fails_its_cited_claim(label, group, index):
+    if label in OUT_OF_SCOPE:
+        pytest.skip(OUT_OF_SCOPE[label])
     term = group if index is None else group[index]
     bad = mutant(term)
     assert bad.expr != term.expr

@@ -93,7 +93,10 @@ def test_initial_state_edit_is_caught():
 def test_allow_list_is_short():
     """The reviewed allow-list stays small: a regex of index names and a handful of calls."""
     assert len(hygiene.ALLOWED_CALLS) <= 10 and len(hygiene.LOADS) <= 3
-    assert hygiene.INDEX_NAME.pattern.count("|") <= 40
+    # 40 before the varlen / decode / merge kernels were merged; their index names (listed in the
+    # module docstring) brought it to 46
+    assert hygiene.INDEX_NAME.pattern.count("|") <= 46
+    assert len(hygiene.EXCEPTIONS) <= 9  # each one reported as a gap in docs/verification.md
 
 
 def test_padding_select_of_a_term_name_is_caught():
