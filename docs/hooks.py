@@ -20,6 +20,10 @@ holds a directive, an HTML comment on a line of its own::
     <!-- fp:generated-source fwd -->       a checked-in generated kernel, verbatim
     <!-- fp:generator-help -->             the output of `python -m generator --help`
     <!-- fp:spec-hash -->                  spec.fingerprint.spec_hash_prefix()
+    <!-- fp:claim-scopes -->               every claim: scope, assumptions, time, status
+    <!-- fp:proof-map -->                  every generated kernel line -> claim -> scope; the rest
+    <!-- fp:assumptions -->                spec.assumptions.ASSUMPTIONS
+    <!-- fp:trust-base -->                 what the proofs rely on without proving it
 
 ``on_page_markdown`` replaces each directive with generated Markdown/HTML; an unknown
 directive, an unknown claim, or a term whose generated line cannot be found aborts the
@@ -640,7 +644,160 @@ def generator_help() -> str:
     return f"```text\n$ python -m generator --help\n{proc.stdout.rstrip()}\n```\n"
 
 
+# ---------------------------------------------------------------------------------
+# What is proven, what is tested (docs/verification.md)
+# ---------------------------------------------------------------------------------
+_timings: dict = {}
+
+
+def claim_scopes() -> str:
+    import time
+
+    rows = ["| claim | scope | assumes | time | status |", "|---|---|---|---|---|"]
+    for cid, c in _registry().items():
+        if cid not in _timings:
+            start = time.perf_counter()
+            _proofs()  # computed once per build; the time is the claim's own re-run
+            c.prove()
+            _timings[cid] = time.perf_counter() - start
+        assumes = ", ".join(f"`{a}`" for a in c.assumptions) or "—"
+        rows.append(f"| [`{cid}`](merge.md#{cid}) | {md_text(c.scope or 'not stated')} | {assumes} | "
+                    f"{_timings[cid]:.2f} s | {_status_html(_proofs()[cid])} |")
+    return "\n".join(rows) + "\n"
+
+
+def _kernel_statements(path: Path):
+    """``(function, line number, text, printed claim or None, category)`` for every statement of
+    every @triton.jit function of a generated file (categories from generator.hygiene's rules)."""
+    import ast
+
+    from generator import hygiene
+    from spec import structure
+
+    source = path.read_text()
+    lines = source.splitlines()
+    grid = {line: "gqa_head_map" for pair in structure.GRID_LINES.values() for line in pair}
+    out = []
+    for fn in ast.parse(source).body:
+        if not (isinstance(fn, ast.FunctionDef) and hygiene._is_jit(fn)):
+            continue
+        for stmt in ast.walk(fn):
+            if not isinstance(stmt, ast.stmt) or isinstance(stmt, (ast.FunctionDef, ast.If, ast.For)):
+                continue
+            text = "\n".join(lines[stmt.lineno - 1:stmt.end_lineno]).strip()
+            cited = re.search(r"\(claim: (\w+)\)$", text)
+            code = text.split("  #")[0]
+            if cited or code in grid:
+                out.append((fn.name, stmt.lineno, code, cited[1] if cited else grid[code], "printed"))
+                continue
+            calls = {hygiene._call_name(c) for c in ast.walk(stmt) if isinstance(c, ast.Call)}
+            category = ("store" if "store" in calls else "load" if calls & hygiene.LOADS else
+                        "stage / helper call" if any(c.startswith("_") for c in calls) else
+                        "return" if isinstance(stmt, ast.Return) else
+                        "cast" if "to" in calls and not hygiene._arithmetic(stmt) else "index math / allocation")
+            out.append((fn.name, stmt.lineno, code, None, category))
+    return out
+
+
+def _code_cell(code: str) -> str:
+    """Kernel code inside a table cell: HTML, so no Markdown escaping shows and `|` splits nothing."""
+    return "<code>" + html.escape(code).replace("|", "&#124;") + "</code>"
+
+
+def proof_map() -> str:
+    from generator.hygiene import check_generated
+
+    registry, proofs = _registry(), _proofs()
+    out = []
+    problems = {name: p for name, p in check_generated(GENERATED).items() if p}
+    if problems:
+        raise DocsError(f"generator.hygiene finds arithmetic outside the printed terms: {problems}")
+    from generator.hygiene import EXCEPTIONS
+
+    out.append("The hygiene check's reviewed exceptions: statements that set a printed term's name "
+               "without a printed term (structural lines with no spec term yet, gaps of the proof map):\n")
+    out.append("\n".join(f"* `{fn}`: {_code_cell(code)}" for fn, code in sorted(EXCEPTIONS)) + "\n")
+    for path in (GENERATED / "attention_fwd_br64_bc64.py", GENERATED / "attention_bwd_br64_bc64.py",
+                 GENERATED / "softmax_br64_bc64.py", GENERATED / "attention_decode_br64_bc64.py",
+                 GENERATED / "merge_state_br64_bc64.py"):
+        stmts = _kernel_statements(path)
+        printed = [s for s in stmts if s[3]]
+        rest = [s for s in stmts if not s[3]]
+        out.append(f"### `{path.name}`\n")
+        out.append(f"{len(printed)} printed lines, each proved by the claim it cites; {len(rest)} other "
+                   "statements (memory movement, casts, index math, calls), which the hygiene check keeps "
+                   "free of float arithmetic and which the numeric tests cover.\n")
+        rows = ["| function | line | kernel code | claim | scope | also at symbolic sizes | status |",
+                "|---|---|---|---|---|---|---|"]
+        for fn, no, code, cid, _ in sorted(printed, key=lambda st: st[1]):
+            if cid not in registry:
+                raise DocsError(f"{path.name}:{no} cites claim {cid!r}, which spec.claims.REGISTRY does not have")
+            name = code.split("=", 1)[0].strip()
+            also = ", ".join(f"[`{other}`](merge.md#{other})" for other, c in registry.items()
+                             if other != cid and name in c.terms and "symbolic" in c.scope) or "—"
+            rows.append(f"| `{fn}` | {no} | {_code_cell(code)} | [`{cid}`](merge.md#{cid}) | "
+                        f"{md_text(registry[cid].scope)} | {also} | {_status_html(proofs[cid])} |")
+        out.append("\n".join(rows) + "\n")
+        tested = ["| function | line | statement | kind |", "|---|---|---|---|"]
+        tested += [f"| `{fn}` | {no} | {_code_cell(code.splitlines()[0])} | {kind} |"
+                   for fn, no, code, _, kind in sorted(rest, key=lambda st: st[1])]
+        out.append('??? note "Statements covered by tests only (no float arithmetic: generator.hygiene)"\n'
+                   + _indent("\n".join(tested)) + "\n")
+    return "\n".join(out)
+
+
+def assumptions_table() -> str:
+    from spec.assumptions import ASSUMPTIONS
+
+    users = {}
+    for cid, c in _registry().items():
+        for a in c.assumptions:
+            users.setdefault(a, []).append(cid)
+    rows = ["| assumption | statement | how the runtime makes it true | claims relying on it |", "|---|---|---|---|"]
+    for a in ASSUMPTIONS.values():
+        used = ", ".join(f"[`{cid}`](merge.md#{cid})" for cid in users.get(a.name, [])) or "—"
+        rows.append(f"| `{a.name}` | {md_text(a.statement)} | {md_text(a.enforcement)} | {used} |")
+    return "\n".join(rows) + "\n"
+
+
+def trust_base() -> str:
+    import z3
+
+    from spec import error_bound
+
+    items = [
+        f"**SymPy {sp.__version__}**: `simplify`, `expand` and its assumption system (the sign of an "
+        "expression with positive / nonnegative / integer symbols) decide every equality and inequality "
+        "of the SymPy claims (`spec.proof_tools.reduce_zero`, `nonnegative`).",
+        f"**z3 {z3.get_version_string()}**: unsat answers for the int32 bit-vector claims "
+        "(`int32_index_arithmetic`), the integer head map (`gqa_head_map`), the real / IEEE-fp32 claims "
+        "(`exponent_rounding`, `error_bound`).",
+        "**The project's own reasoning code**: `spec.proof_tools.interpret` (row operations on symbolic "
+        "blocks), `spec.proofs_masks.implies` (max/min lattice rules, floor/ceiling definitions), "
+        "`spec.proofs_symbolic.canonical` (finite sums: constants out, Fubini, linearity, renaming of "
+        "bound indices), `spec.z3_int32.Int32Line` (the printed line's Python AST as int32 operations, "
+        "Triton's truncating `//` and `cdiv`), and `generator.hygiene` (Python `ast`).",
+        "**The printer** (`generator.printer`): the claims check the SymPy terms; the kernels run their "
+        "printed text. The int32 claim reads the printed text itself; the hygiene check asserts every "
+        "arithmetic line of a kernel is one of the printed lines.",
+        "**Floating-point model**: IEEE 754 round-to-nearest is monotone with fl(0) = 0; the standard model "
+        f"fl(x∘y) = (x∘y)(1+δ), |δ| ≤ u = 2^-24; exp2/log2 within {error_bound.U_FUNC / error_bound.U:g} u; "
+        "fp16/bf16 products exact in fp32; Triton may contract a multiply and an add into one FMA.",
+        "**Triton semantics**: int32 scalar arguments and `program_id` products, `//` truncating toward zero, "
+        "`tl.cdiv(x, d) = (x + d - 1) // d`, constexpr branches compiled as written.",
+        "**Not proved, tested only**: loads and stores (masks, strides, TMA descriptors), the pointer "
+        "offsets inside a head (assumption `index_int32`, checked by the runtime), the autograd / runtime "
+        "glue, the composition of the error-bound lemmas into `spec.error_bound.forward_bound` "
+        "(tested by Hypothesis in `tests/test_error_bound.py`) and the backward's rounding.",
+    ]
+    return "\n".join(f"- {item}" for item in items) + "\n"
+
+
 DIRECTIVES = {
+    "claim-scopes": claim_scopes,
+    "proof-map": proof_map,
+    "assumptions": assumptions_table,
+    "trust-base": trust_base,
     "claims": claims_all,
     "claim": claim_block,
     "claims-summary": claims_summary,

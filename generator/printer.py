@@ -266,4 +266,15 @@ def print_term(term: T.Term, rename: dict[str, str] | None = None, comment: bool
     return line
 
 
-__all__ = ["TorchPrinter", "TritonPrinter", "UnsupportedNode", "print_expr", "print_term", "precedence"]
+def print_init(term: T.Term, shape: str, comment: bool = True) -> str:
+    """An initial-state term (``spec.structure``) as an fp32 tile of ``shape`` filled with its value:
+    ``m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # note (claim: id)``."""
+    printer = TritonPrinter()
+    line = f"{printer._print(term.symbol)} = tl.full({shape}, {printer.doprint(term.expr)}, dtype=tl.float32)"
+    if comment:
+        note = f"{term.note} " if term.note else ""
+        line += f"  # {note}(claim: {term.claim})"
+    return line
+
+
+__all__ = ["TorchPrinter", "TritonPrinter", "UnsupportedNode", "print_expr", "print_init", "print_term", "precedence"]

@@ -13,6 +13,7 @@ import sympy as sp
 from spec import masks as M
 from spec import notation as n
 from spec import paged as P
+from spec import structure as S
 from spec import terms as T
 from spec.fingerprint import spec_hash_prefix
 # the tile classifier's kernel terms (claim mask_tiles_sound)
@@ -21,7 +22,7 @@ from spec.masks import (
 
 from spec.varlen import KEYS_PAST_END, ROWS_PAST_END, SEGMENT
 
-from generator.printer import TorchPrinter, print_expr, print_term
+from generator.printer import TorchPrinter, print_expr, print_init, print_term
 from generator.variants import BlockConfig, Variant
 
 ENV = jinja2.Environment(
@@ -39,6 +40,16 @@ TILE_NAMES_T = {"i": "offs_m[None, :]", "j": "offs_n[:, None]"}
 
 def _lines(terms, rename=None) -> list[str]:
     return [print_term(t, rename) for t in terms]
+
+
+def _inits(terms, shapes: dict[str, str]) -> list[str]:
+    """The initial-state terms (``spec.structure``) as fp32 tiles of the given shapes."""
+    return [print_init(t, shapes[t.name]) for t in terms if t.name in shapes]
+
+
+def _stages(stages) -> list[dict]:
+    """A loop's stage table (``spec.structure``, claim stages_cover) as the template's call arguments."""
+    return [{"lo": st.lo.name, "hi": st.hi.name, "masked": str(st.masked)} for st in stages]
 
 
 def header(command: str, what: str = "") -> str:
@@ -68,6 +79,9 @@ def forward_context(variant: Variant) -> dict:
         # a packed batch's segment, and a tile past its end (claim varlen_segments_sound)
         "varlen_segment": _lines(SEGMENT),
         "rows_past_end": print_term(ROWS_PAST_END),
+        "init": _inits(S.FORWARD_INIT, {"m_i": "[BLOCK_M]", "l_i": "[BLOCK_M]", "acc": "[BLOCK_M, BLOCK_D]"}),
+        "gqa_head": print_term(S.GQA_HEAD),
+        "stages": _stages(S.KEY_STAGES),
     }
 
 
@@ -85,6 +99,7 @@ def softmax_context(variant: Variant) -> dict:
         # one pass: the row fits one block, so the tile's own p is already e^{x - m_N}
         "neg_inf": print_expr(n.NEG_INF),
         "one_pass": _lines([t for t in T.SOFTMAX_NORMALISE if t.name in ("l_safe", "a")], SOFTMAX_NAMES),
+        "init": _inits(S.FORWARD_INIT, {"m_i": "[BLOCK_M]", "l_i": "[BLOCK_M]"}),
     }
 
 
@@ -113,8 +128,13 @@ def backward_context(variant: Variant) -> dict:
     tile_t = _tile_slots(T.BACKWARD_TILE_T, ["qkT", "pT", "dpT", "dsT"], "BACKWARD_TILE_T")
     return {
         **{key: fwd[key] for key in ("qk_scale", "qk", "bounds_init", "tile_loop", "has_lengths", "dense",
-                                     "mask_term", "dense_mask_term", "varlen_segment", "rows_past_end")},
+                                     "mask_term", "dense_mask_term", "varlen_segment", "rows_past_end",
+                                     "gqa_head", "stages")},
         "keys_past_end": print_term(KEYS_PAST_END),
+        "row_stages": _stages(S.ROW_STAGES),
+        "gqa_group_head": print_term(S.GQA_GROUP_HEAD),
+        "init_dkdv": _inits(S.GRAD_INIT, {"dk": "[BLOCK_N, BLOCK_D]", "dv": "[BLOCK_N, BLOCK_D]"}),
+        "init_dq": _inits(S.GRAD_INIT, {"dq": "[BLOCK_M, BLOCK_D]"}),
         # the mask helper takes i, j broadcast to the tile's layout: the spec's names, unrenamed
         "kinds": [dict(kind, keep=print_term(keep_term(kind["name"])),
                        row_bounds=_lines(row_bounds_terms(kind["name"]))) for kind in fwd["kinds"]],
@@ -187,7 +207,7 @@ def decode_context(variant: Variant) -> dict:
                    "bottom-right: the last new token sees the last valid key")
     keeps = {kind: print_term(keep_term(kind), DECODE_NAMES) for kind in ("causal", "window")}
     return {
-        **{key: fwd[key] for key in ("qk_scale", "qk", "tile", "epilogue", "mask_term")},
+        **{key: fwd[key] for key in ("qk_scale", "qk", "tile", "epilogue", "mask_term", "init")},
         "split_range": _lines(P.SPLIT_RANGE),
         "gather": _lines(P.PAGE_GATHER, {"j": "offs_n"}),
         "key_ok": print_expr(P.KEY_IN_SPLIT, {"j": "offs_n"}),
@@ -211,10 +231,13 @@ def _table(settings: dict) -> str:
     return "{" + "".join(lines) + "\n}"
 
 
-def render_variant(variant: Variant) -> str:
+def render_variant(variant: Variant, source: str | None = None) -> str:
+    """One kernel file; ``source``: render this template text instead of the variant's template
+    (a test's hand-edited copy, for the hygiene check)."""
     c = variant.config
     ctx = CONTEXTS[variant.kind.name](variant)
-    return ENV.get_template(variant.kind.template).render(
+    template = ENV.from_string(source) if source is not None else ENV.get_template(variant.kind.template)
+    return template.render(
         header=header(c.command), command=c.command,
         block_m=c.block_m, block_n=c.block_n, num_warps=c.warps, num_stages=c.stages,
         fwd_settings=_table(c.fwd_settings), bwd_settings=_table(c.bwd_settings), bwd_map_block=c.bwd_map_block,

@@ -1,7 +1,9 @@
 """``python -m spec``: prove every claim and report.
 
-One line per claim, ``PROVED <id>: <statement>`` or ``FAILED <id>: <why>``, then a total.
-Exit status 1 if any claim failed. ``--json`` prints a machine-readable list instead.
+Per claim, ``PROVED <id>: <statement>`` or ``FAILED <id>: <why>``, then an indented line with
+its scope (symbolic or fixed sizes, ℤ / reals / int32 / fp32, exact or rounded), the accepted-range
+assumptions it relies on (``spec.assumptions``) and its time; then a total. Exit status 1 if any
+claim failed. ``--json`` prints a machine-readable list instead.
 """
 
 from __future__ import annotations
@@ -12,6 +14,12 @@ import sys
 import time
 
 from spec.claims import REGISTRY
+
+
+def scope_line(c, seconds: float) -> str:
+    """The indented line under a claim: scope, assumptions, time."""
+    assumes = f"; assumes {', '.join(c.assumptions)}" if c.assumptions else ""
+    return f"    scope: {c.scope or 'not stated'}{assumes}; {seconds:.2f} s"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +35,11 @@ def main(argv: list[str] | None = None) -> int:
 
     claims = [REGISTRY[cid] for cid in (args.only or REGISTRY)]
     start = time.perf_counter()
-    results = [(c, c.prove()) for c in claims]
+    results, seconds = [], {}
+    for c in claims:
+        t0 = time.perf_counter()
+        results.append((c, c.prove()))
+        seconds[c.id] = time.perf_counter() - t0
     elapsed = time.perf_counter() - start
     failed = [c.id for c, r in results if not r.proved]
 
@@ -38,11 +50,15 @@ def main(argv: list[str] | None = None) -> int:
             "statement": c.statement,
             "detail": r.detail,
             "terms": list(c.terms),
+            "scope": c.scope,
+            "assumptions": list(c.assumptions),
+            "seconds": round(seconds[c.id], 3),
             "residuals": [{"case": name, "residual": str(res)} for name, res in r.cases],
         } for c, r in results], indent=2, ensure_ascii=False))
     else:
         for c, r in results:
             print(f"PROVED {c.id}: {c.statement}" if r.proved else f"FAILED {c.id}: {r.detail}")
+            print(scope_line(c, seconds[c.id]))
         print(f"{len(results) - len(failed)}/{len(results)} claims proved, "
               f"{len(failed)} failed ({elapsed:.1f} s)")
     return 1 if failed else 0

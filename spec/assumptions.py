@@ -55,6 +55,12 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
                "inside one (batch, head) slice every element offset of q, k, v, out, mask and grad_out, "
                "(N - 1)·|stride_N| + (D - 1)·|stride_D|, is <= 2^31 - 1 (int32 pointer arithmetic)",
                "reject", INT32_MAX),
+    # --- added by the verification issue (#12): facts the z3 int32 proofs also rely on
+    Assumption("block_sizes", "B_r, B_c and the backward's row / key steps are powers of two, 16 <= B <= 256 "
+               "(compile-time constants: tl.arange needs powers of two)",
+               "reject: generator.variants.BlockConfig accepts only ALLOWED_BLOCKS", (16, 32, 64, 128, 256)),
+    Assumption("alignment_shift", "shift = 0 (top_left) or N_k - N_q (bottom_right)",
+               "reject: any other alignment; spec.masks.alignment_shift is the only source of shift"),
 )}
 
 

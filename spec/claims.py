@@ -17,8 +17,14 @@ The registry itself (``Result``, ``Claim``, ``REGISTRY``, ``claim``, ``prove_all
 ``CLAIM_IDS``) lives in ``spec.registry`` and is re-exported here. The proofs live in
 ``spec.proofs_softmax`` (recurrences and the state algebra),
 ``spec.proofs_kernel`` (the kernel terms of ``spec.terms`` on symbolic blocks),
-``spec.proofs_masks`` (the tile classifier), ``spec.proofs_varlen`` (packed segments) and
-``spec.proofs_ring`` (ring attention); importing this module registers them all.
+``spec.proofs_masks`` (the tile classifier), ``spec.proofs_varlen`` (packed segments),
+``spec.proofs_ring`` (ring attention), ``spec.proofs_paged`` (decode's KV reads),
+``spec.proofs_epilogue`` (the forward epilogue),
+``spec.proofs_structure`` (initial state, GQA head map, loop stages), ``spec.proofs_int32``
+(index arithmetic in int32, with z3) and ``spec.proofs_float`` (fp32 rounding and FMA, the
+error-bound lemmas); and ``spec.proofs_symbolic`` (the
+tile update, every tiling and the backward at symbolic B_c and head dim); importing this module
+registers them all.
 Each ``prove_<id>`` function takes the operator or terms under test as optional
 arguments, so the tests can feed mutants and watch the proof fail.
 """
@@ -30,6 +36,8 @@ from spec.registry import CLAIM_IDS, REGISTRY, Claim, Result, claim, prove_all
 # Register the proofs, then put the registry in the fixed report order.
 from spec import proofs_kernel, proofs_masks, proofs_rewrites, proofs_ring, proofs_softmax, proofs_varlen  # noqa: E402,F401,I001
 from spec import proofs_paged  # noqa: E402,F401,I001
+# ... then the verification claims (issue 12), reported after the fixed ids in this order
+from spec import proofs_symbolic, proofs_epilogue, proofs_structure, proofs_int32, proofs_float  # noqa: E402,F401,I001
 
 __all__ = ["CLAIM_IDS", "REGISTRY", "Claim", "Result", "claim", "prove_all"]
 

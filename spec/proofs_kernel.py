@@ -83,7 +83,8 @@ def _unguarded(term_seq):
        "E = (−∞, 0, 0) is an identity, and in the guarded form the kernels use, E ⊕ E = E "
        "with no NaN (unguarded it is NaN — show that too)",
        r"E\oplus a = a\oplus E = a,\quad E\oplus_{\mathrm{guarded}} E = E,\quad "
-       r"E\oplus_{\mathrm{naive}}E=\mathrm{NaN}")
+       r"E\oplus_{\mathrm{naive}}E=\mathrm{NaN}",
+       scope="symbolic states; kernel guards on fixed tiles (2 keys); reals, exact")
 def prove_merge_identity(merge=R.merge, forward_tile=terms.FORWARD_TILE,
                          epilogue=terms.FORWARD_EPILOGUE, backward_tile=terms.BACKWARD_TILE,
                          normalise=terms.SOFTMAX_NORMALISE, mask_term=masks.MASK_TERM):
@@ -91,7 +92,14 @@ def prove_merge_identity(merge=R.merge, forward_tile=terms.FORWARD_TILE,
     vs = sp.symbols("v_1:3", real=True)
     masked = masked_scores(_keys(2), (0, 1), mask_term)  # a tile with every key masked
     dp = sp.Matrix([sp.symbols("dp_1:3", real=True)])
+    finite = sp.Symbol("m", real=True)
+    guards = [(group, t) for group, seq in (("forward tile", forward_tile), ("softmax normalise", normalise),
+                                            ("backward tile", backward_tile))
+              for t in seq if t.symbol in (n.m_safe, n.lse2_safe)]
     cases = equal_cases([
+        (f"{group}: the guard {t.name} leaves a finite value unchanged",
+         t.expr.xreplace({sym: finite for sym in t.expr.free_symbols}), finite) for group, t in guards
+    ] + [
         ("E ⊕ a = a", merge(R.E, a), a),
         ("a ⊕ E = a", merge(a, R.E), a),
         ("E ⊕ E = E (guarded, no NaN)", merge(R.E, R.E), R.E),
@@ -127,7 +135,8 @@ def prove_merge_identity(merge=R.merge, forward_tile=terms.FORWARD_TILE,
 
 @claim("block_update",
        "the kernel's tile update equals the ⊕-fold of single-key states, for a symbolic block",
-       r"\mathrm{tile}(s; x_{1..B_c}, v_{1..B_c}) = s\oplus(x_1,1,v_1)\oplus\cdots\oplus(x_{B_c},1,v_{B_c})")
+       r"\mathrm{tile}(s; x_{1..B_c}, v_{1..B_c}) = s\oplus(x_1,1,v_1)\oplus\cdots\oplus(x_{B_c},1,v_{B_c})",
+       scope="fixed sizes: B_c = 1..3 keys, one row, one column (symbolic B_c: tile_update_symbolic); reals, exact")
 def prove_block_update(merge=R.merge, forward_tile=terms.FORWARD_TILE, mask_term=masks.MASK_TERM,
                        qk=terms.QK):
     # the scores of the tile: x_j = q . k_j (head dim 2)
@@ -150,7 +159,9 @@ def prove_block_update(merge=R.merge, forward_tile=terms.FORWARD_TILE, mask_term
 
 @claim("exp2_rewrite",
        "the kernel's exp2 expressions with folded log2(e)·scale equal the natural-exp definitions",
-       r"2^{x\cdot \mathrm{scale}\cdot\log_2 e - m\log_2 e} = e^{\mathrm{scale}\cdot x - m}")
+       r"2^{x\cdot \mathrm{scale}\cdot\log_2 e - m\log_2 e} = e^{\mathrm{scale}\cdot x - m}",
+       scope="fixed sizes: 2 keys (per generic entry: tile_update_symbolic); reals, exact",
+       assumptions=('scale_positive',))
 def prove_exp2_rewrite(forward_tile=terms.FORWARD_TILE, epilogue=terms.FORWARD_EPILOGUE,
                        backward_tile=terms.BACKWARD_TILE, qk_scale=terms.QK_SCALE,
                        normalise=terms.SOFTMAX_NORMALISE):
@@ -180,7 +191,9 @@ def prove_exp2_rewrite(forward_tile=terms.FORWARD_TILE, epilogue=terms.FORWARD_E
 
 @claim("safety_bounds",
        "every exponent argument is ≤ 0; 1 ≤ d'_i ≤ i; |o_i| ≤ max_j |v_j| (convex combination)",
-       r"x_j - m_i \le 0,\quad 1\le d'_i\le i,\quad |o_i|\le\max_j|v_j|")
+       r"x_j - m_i \le 0,\quad 1\le d'_i\le i,\quad |o_i|\le\max_j|v_j|",
+       scope="2-3 keys and an induction on i; reals, exact (fp32: exponent_rounding)",
+       assumptions=('scale_positive',))
 def prove_safety_bounds(forward_tile=terms.FORWARD_TILE, epilogue=terms.FORWARD_EPILOGUE,
                         online=R.online_step):
     cases = _exponents_nonpositive(forward_tile) + _denominator_bounds(online)
@@ -249,7 +262,8 @@ def _convex_output(forward_tile, epilogue):
        "Δ_i = rowsum(dO ∘ O) = rowsum(P ∘ dP); the kernel's delta is Δ_i − dlse_i, which is Δ_i "
        "when the loss does not use lse (dlse = 0)",
        r"\Delta_i=\mathrm{rowsum}(dO\circ O)=\mathrm{rowsum}(P\circ dP),\quad "
-       r"\mathrm{delta}_i=\Delta_i-d\mathrm{lse}_i")
+       r"\mathrm{delta}_i=\Delta_i-d\mathrm{lse}_i",
+       scope="fixed sizes: 3 keys, head dim 2 (symbolic: backward_symbolic); reals, exact")
 def prove_backward_delta(backward_preprocess=terms.BACKWARD_PREPROCESS,
                          backward_tile=terms.BACKWARD_TILE):
     env, probs = _backward_block(keys=3, head_dim=2)
@@ -272,7 +286,8 @@ def prove_backward_delta(backward_preprocess=terms.BACKWARD_PREPROCESS,
        "∂L/∂S for L = <dO, O> + dlse·lse",
        r"dS = P\circ(dP-\Delta) = J_{\mathrm{softmax}}^\top dP,\quad "
        r"P\circ(dP-\Delta+d\mathrm{lse}) = \frac{\partial}{\partial S}"
-       r"\big(\langle dO, O\rangle + d\mathrm{lse}\cdot\mathrm{lse}\big)")
+       r"\big(\langle dO, O\rangle + d\mathrm{lse}\cdot\mathrm{lse}\big)",
+       scope="fixed sizes: 3 keys, head dim 2, by sp.diff (symbolic: backward_symbolic); reals, exact")
 def prove_backward_ds(backward_preprocess=terms.BACKWARD_PREPROCESS,
                       backward_tile=terms.BACKWARD_TILE):
     """Two cases on one symbolic row of 3 keys, both from the kernel's own delta term.
@@ -307,7 +322,8 @@ def prove_backward_ds(backward_preprocess=terms.BACKWARD_PREPROCESS,
 
 @claim("backward_grads",
        "dV = Pᵀ dO, dK = scale·dSᵀ Q, dQ = scale·dS K, accumulated tile by tile",
-       r"dV=P^\top dO,\quad dK=s\,dS^\top Q,\quad dQ=s\,dS\,K\quad(S=s\,QK^\top,\ O=PV)")
+       r"dV=P^\top dO,\quad dK=s\,dS^\top Q,\quad dQ=s\,dS\,K\quad(S=s\,QK^\top,\ O=PV)",
+       scope="fixed sizes: 2 x 2 tiles, head dim 2, by sp.diff; reals, exact")
 def prove_backward_grads(backward_dkdv=terms.BACKWARD_DKDV, backward_dq=terms.BACKWARD_DQ,
                          backward_scale=terms.BACKWARD_SCALE):
     """The kernels' accumulation terms equal the gradients, by ``sp.diff``, on a 2 x 2 block.
@@ -348,7 +364,8 @@ def prove_backward_grads(backward_dkdv=terms.BACKWARD_DKDV, backward_dq=terms.BA
        "lse = −∞ gives a zero column of Pᵀ and dSᵀ",
        r"K Q^\top = S^\top,\ \ P^\top = 2^{S^\top \mathrm{qk}_{\mathrm{scale}} - \mathrm{row}(\mathrm{lse}_2)},"
        r"\ \ dP^\top = V\,dO^\top,\ \ dS^\top = P^\top\circ(dP^\top - \mathrm{row}(\Delta)),"
-       r"\ \ dV \mathrel{+}= P^\top dO,\ \ dK \mathrel{+}= dS^\top Q")
+       r"\ \ dV \mathrel{+}= P^\top dO,\ \ dK \mathrel{+}= dS^\top Q",
+       scope="fixed sizes: 2x2 and 2x3 tiles, head dim 2; reals, exact")
 def prove_backward_key_major(backward_tile=terms.BACKWARD_TILE, backward_tile_t=terms.BACKWARD_TILE_T,
                              backward_dkdv=terms.BACKWARD_DKDV, backward_dkdv_t=terms.BACKWARD_DKDV_T,
                              qk=terms.QK, mask_term=masks.MASK_TERM):

@@ -290,12 +290,12 @@ def _sign_cases(tag, ranged, starts):
     return [(f"{tag}: {sym} >= 0", nonnegative(ranged[sym])) for sym in starts]
 
 
-def _row_narrowing_cases(kinds, row_bounds):
+def _row_narrowing_cases(kinds, row_bounds, row_bounds_init=masks.ROW_BOUNDS_INIT):
     """The dK/dV kernel's narrowed query-row ranges are the intersection of the per-kind ranges
     (each sound by ``row_bounds_cases``) and the row range ``[0, N_Q)``: each component of the
     kernel's ``q_start`` is a sound start (and so on), each sound full start is below the
     kernel's ``q_full_start`` (its max), each sound full end above ``q_full_end``."""
-    ranged = _narrowed(masks.ROW_BOUNDS_INIT, lambda k: masks.row_bounds_terms(k, row_bounds), kinds)
+    ranged = _narrowed(row_bounds_init, lambda k: masks.row_bounds_terms(k, row_bounds), kinds)
     per_kind = [row_bounds(kind) for kind in kinds]
     sound = {f: [getattr(rb, f) for rb in per_kind if getattr(rb, f) is not None]
              for f in ("q_start", "q_end", "full_start", "full_end")}
@@ -352,11 +352,13 @@ def _keep_cases(kinds, keep_init, keep_term):
        "not only sampled ones",
        r"\mathrm{skip}(T)\Rightarrow\forall (i,j)\in T: \neg\mathrm{attend}(i,j);\quad "
        r"\mathrm{full}(T)\Rightarrow\forall (i,j)\in T: \mathrm{attend}(i,j)",
-       terms=("kv_start", "kv_end", "full_start", "full_end"))
+       terms=("kv_start", "kv_end", "full_start", "full_end"),
+       scope="symbolic positions, lengths and block sizes; mathematical integers Z (int32: int32_index_arithmetic), exact",
+       assumptions=('key_len_range', 'alignment_shift'))
 def prove_mask_tiles_sound(tile_bounds=masks.tile_bounds, bounds=masks.bounds, row_bounds=masks.row_bounds,
                            bounds_init=masks.BOUNDS_INIT, tile_loop=masks.TILE_LOOP,
                            row_tile_loop=masks.ROW_TILE_LOOP, keep_init=masks.KEEP_INIT,
-                           keep_term=masks.keep_term):
+                           keep_term=masks.keep_term, row_bounds_init=masks.ROW_BOUNDS_INIT):
     cases = _rule_cases()
     every_set = [()] + list(masks.kind_sets())
     for kinds in every_set:
@@ -369,7 +371,7 @@ def prove_mask_tiles_sound(tile_bounds=masks.tile_bounds, bounds=masks.bounds, r
     # the transposed classifier of the dK/dV kernel (query rows for a key tile)
     cases += [(f"row_bounds: {name}", res) for name, res in masks.row_bounds_cases(row_bounds)]
     for kinds in every_set:
-        cases += _row_narrowing_cases(kinds, row_bounds)
+        cases += _row_narrowing_cases(kinds, row_bounds, row_bounds_init)
     # the rounding of both loops to whole tiles
     cases += _tile_loop_cases("key loop", tile_loop, masks.KEY_RANGES, n.B_c)
     cases += _tile_loop_cases("query loop", row_tile_loop, masks.ROW_RANGES, n.B_r)

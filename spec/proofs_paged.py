@@ -89,7 +89,9 @@ def _split_of(z: _Z3, split_range, key_in_split, s, j):
        "(one to one); decided by z3 over unbounded integers",
        r"\forall\, 0 \le j < \mathrm{key\_len}:\ \exists!\,(s, t, r)\ \text{reading } j;\quad "
        r"j \mapsto (\lfloor j/P \rfloor,\ j \bmod P)\ \text{one to one}",
-       terms=tuple(t.name for group in P.GROUPS.values() for t in group))
+       terms=tuple(t.name for group in P.GROUPS.values() for t in group),
+       scope="symbolic key_len, num_splits, B_c, page_size, split, tile and lane (z3); unbounded "
+             "integers Z (not int32), exact")
 def prove_paged_kv_reads(split_range=P.SPLIT_RANGE, key_in_split=P.KEY_IN_SPLIT, page_gather=P.PAGE_GATHER):
     z = _Z3()
     L, S, Bc, PS, j = (z(x) for x in (n.key_len, P.num_splits, n.B_c, P.page_size, n.j))
@@ -111,7 +113,8 @@ def prove_paged_kv_reads(split_range=P.SPLIT_RANGE, key_in_split=P.KEY_IN_SPLIT,
         _decide("a key is read by one (split, tile, lane) only", base + read1 + read2 + [j1 == j2],
                 z3.And(s1 == s2, t1 == t2, r1 == r2)),
     ]
-    # every valid key is read: the witness split j // chunk, and its tile and lane
+    # every valid key is read: the witness split j // chunk, and its tile and lane (t >= 0: the loop
+    # starts at split_lo; without it a split_lo past j passed with a negative tile)
     s_w = sp.Symbol("s_w", integer=True)
     chunk_w, lo_w, hi_w, mask_w = _split_of(z, split_range, key_in_split, s_w, n.j)
     t_w = (j - lo_w) / Bc
@@ -119,7 +122,7 @@ def prove_paged_kv_reads(split_range=P.SPLIT_RANGE, key_in_split=P.KEY_IN_SPLIT,
     sw = z(s_w)
     cases.append(_decide("every key 0 <= j < key_len is read (split j // chunk)",
                          base + [0 <= j, j < L, sw == j / chunk_w],
-                         z3.And(0 <= sw, sw < S, lo_w + t_w * Bc < hi_w, 0 <= r_w, r_w < Bc, mask_w)))
+                         z3.And(0 <= sw, sw < S, t_w >= 0, lo_w + t_w * Bc < hi_w, 0 <= r_w, r_w < Bc, mask_w)))
     # the paged gather
     env = terms.chain(page_gather)
     pidx, sl = z(env[P.page_idx]), z(env[P.slot])

@@ -24,7 +24,8 @@ _t = sp.Symbol("t", positive=True)
        "for every real scale s (s < 0, s = 0, s > 0) the rewrite (q', s') = scale_sign(q, s) has s' > 0 and "
        "s'·(q'·k) = s·(q·k) exactly, as polynomials in q and k (D = 3 symbolic components): the scaled "
        "logits, hence out, lse and every gradient through q' = ±q or 0·q, are unchanged",
-       r"s' > 0,\quad s'\,(q'\cdot k) = s\,(q\cdot k)\ \text{for } s<0,\ s=0,\ s>0")
+       r"s' > 0,\quad s'\,(q'\cdot k) = s\,(q\cdot k)\ \text{for } s<0,\ s=0,\ s>0",
+       scope="symbolic scale sign cases, head dim 3; reals, exact")
 def prove_scale_sign_rewrite(rewrite=rewrites.scale_sign):
     cases = []
     for name, s in (("s < 0", -_t), ("s = 0", sp.Integer(0)), ("s > 0", _t)):
@@ -38,7 +39,8 @@ def prove_scale_sign_rewrite(rewrite=rewrites.scale_sign):
        "for every query 0 <= i < N_q, key 0 <= j < N_k (integers, N_q, N_k >= 1) and alignment, "
        "-b <= j - (i + shift) <= b with b = window_side_bound(N_q, N_k): so clamping a window side to b "
        "attends exactly the same keys (exact integer inequalities)",
-       r"-b \le j-(i+\text{shift}) \le b,\ b = N_q+N_k")
+       r"-b \le j-(i+\text{shift}) \le b,\ b = N_q+N_k",
+       scope="symbolic positions and lengths; mathematical integers Z, exact")
 def prove_window_clamp(bound=rewrites.window_side_bound):
     # slack variables: i = a, N_q = i + 1 + c, j = e, N_k = j + 1 + f, all a, c, e, f >= 0 integers
     a, c, e, f = sp.symbols("a c e f", integer=True, nonnegative=True)

@@ -100,7 +100,9 @@ def _world():
        "chunk is a bijection onto the P·T chunks with the stated inverse (owner, owner_slot), and a rank's "
        "slots hold increasing chunks: every key and every query lies in exactly one shard, in order",
        r"\forall P\ge 1:\ (r,t)\mapsto g(r,t)\ \text{is a bijection}\ [0,P)\times[0,T)\to[0,PT),"
-       r"\ g(r,t)<g(r,t+1)", terms=())
+       r"\ g(r,t)<g(r,t+1)", terms=(),
+       scope="symbolic world size P, rank and chunk (z3), the layouts' fixed slot counts; mathematical "
+             "integers Z (not int32), exact")
 def prove_ring_layout_partition(layouts=None):
     layouts = RG.LAYOUTS if layouts is None else layouts
     cases = []
@@ -143,7 +145,9 @@ def _pair_class_z3(layout: RG.Layout, conditions, tq, tk):
        "mask is the global one, and every other step's T x T classes match one of spec.ring.step_plans: one "
        "kernel call per step",
        r"\mathrm{skip}\Rightarrow\forall (i,j): j>i,\ \ \mathrm{full}\Rightarrow\forall (i,j): j\le i,\ \ "
-       r"\mathrm{partial}\Rightarrow g_q=g_k,\ \ \text{classes}\in\text{plans}", terms=())
+       r"\mathrm{partial}\Rightarrow g_q=g_k,\ \ \text{classes}\in\text{plans}", terms=(),
+       scope="symbolic P, ranks, slots and chunk size C = B_r = B_c (z3); causal top-left only; "
+             "mathematical integers Z (int32: int32_index_arithmetic covers the tile loop), exact")
 def prove_ring_causal_blocks(layouts=None, conditions=None):
     layouts = RG.LAYOUTS if layouts is None else layouts
     conditions = RG.pair_conditions() if conditions is None else conditions
@@ -183,7 +187,8 @@ def prove_ring_causal_blocks(layouts=None, conditions=None):
        "with ring_layout_partition (each key in one shard), merge_homomorphism and lse_merge, every rank's "
        "(o, lse) equals single-device attention in exact arithmetic, for any P, layout and arrival order",
        r"\alpha\Big(\bigoplus_{k=1}^{P} s_{\pi(k)}\Big)=\sum_{k=1}^{P}\alpha(s_k)\ \ \forall P,\ \forall\pi",
-       terms=())
+       terms=(), scope="any P by induction (symbolic sums), adjacent swaps on symbolic states (finite or E); "
+                       "reals, exact (not the fp32 rounding of the merges)")
 def prove_ring_merge_order(merge=R.merge):
     k = sp.Symbol("k", integer=True)
     Pn = sp.Symbol("P", integer=True, nonnegative=True)

@@ -36,7 +36,8 @@ def _peel(s: sp.Sum) -> sp.Expr:
        "induction step: if d'_{i-1} = Σ_{j<i} e^{x_j−m_{i-1}} then d'_i = Σ_{j≤i} e^{x_j−m_i}; "
        "same for o'_i / õ_i",
        r"d'_{i-1}=\sum_{j<i}e^{x_j-m_{i-1}} \Rightarrow d'_i=\sum_{j\le i}e^{x_j-m_i}"
-       r"\text{ (same for } o'_i,\ \tilde o_i)")
+       r"\text{ (same for } o'_i,\ \tilde o_i)",
+       scope="induction step at a symbolic step i (SymPy Sum); kernel softmax on 3 keys; reals, exact")
 def prove_online_softmax_invariant(online=R.online_step, fa1=R.fa1_step, fa2=R.fa2_step,
                                    forward_tile=terms.FORWARD_TILE,
                                    normalise=terms.SOFTMAX_NORMALISE):
@@ -63,8 +64,20 @@ def prove_online_softmax_invariant(online=R.online_step, fa1=R.fa1_step, fa2=R.f
          _two_pass_softmax(xs, online), tuple(R.softmax(xs))),
         ("kernel softmax (tile loop + SOFTMAX_NORMALISE) = safe softmax",
          _kernel_softmax(xs, forward_tile, normalise), tuple(R.safe_softmax(xs))),
+        ("kernel tile update, one key, finite state: (m_i, l_i) = one online step",
+         _kernel_step(forward_tile)[:2], online(m_prev, sp.Symbol("d_prev", positive=True), x[i])),
     ])
     return result("online_softmax_invariant", cases, "induction on i with symbolic sums")
+
+
+def _kernel_step(forward_tile):
+    """The kernel's tile update (``FORWARD_TILE``) on one key ``x_i`` (scale 1) from a finite state
+    ``(m_prev, d_prev, õ_prev)``: ``(m, d, õ)`` in natural units."""
+    env = {n.m_i: m_prev * n.LOG2E, n.l_i: sp.Symbol("d_prev", positive=True),
+           n.acc: sp.Matrix([[sp.Symbol("õ_prev", real=True)]]), n.qk: sp.Matrix([[x[i]]]),
+           n.v: sp.Matrix([[v[i]]]), n.qk_scale: n.LOG2E}
+    out = run_terms(forward_tile, env)
+    return out[n.m_i] * n.LN2, out[n.l_i], out[n.acc][0, 0]
 
 
 def _two_pass_softmax(xs, online):
@@ -85,8 +98,9 @@ def _kernel_softmax(xs, forward_tile, normalise):
 
 @claim("fa2_deferred_normalisation",
        "FA2's õ_N / d'_N equals FA1's o'_N",
-       r"\tilde o_N / d'_N = o'_N")
-def prove_fa2_deferred_normalisation(fa1=R.fa1_step, fa2=R.fa2_step):
+       r"\tilde o_N / d'_N = o'_N",
+       scope="induction step, symbolic; 2-step unrolling; kernel acc on one key; reals, exact")
+def prove_fa2_deferred_normalisation(fa1=R.fa1_step, fa2=R.fa2_step, forward_tile=terms.FORWARD_TILE):
     mp, xi, vi, ot = sp.symbols("m_prev x_i v_i õ_prev", real=True)
     dp = sp.Symbol("d_prev", positive=True)
     # invariant o'_i = õ_i / d'_i: step, base, and two steps unrolled from E
@@ -101,13 +115,17 @@ def prove_fa2_deferred_normalisation(fa1=R.fa1_step, fa2=R.fa2_step):
         ("base: o'_1 = õ_1/d'_1", fa1(R.NEG_INF, 0, 0, xi, vi)[2],
          fa2(R.NEG_INF, 0, 0, xi, vi)[2] / fa2(R.NEG_INF, 0, 0, xi, vi)[1]),
         ("unrolled N=2 from E", s1[2], s2[2] / s2[1]),
+        ("kernel acc update, one key, finite state = the FA2 step õ_i",
+         _kernel_step(forward_tile)[2],
+         fa2(m_prev, sp.Symbol("d_prev", positive=True), sp.Symbol("õ_prev", real=True), x[i], v[i])[2]),
     ])
     return result("fa2_deferred_normalisation", cases, "induction and a 2-step unrolling")
 
 
 @claim("merge_associative",
        "(a ⊕ b) ⊕ c = a ⊕ (b ⊕ c) for all finite and −∞ maxima",
-       r"(a\oplus b)\oplus c = a\oplus(b\oplus c)")
+       r"(a\oplus b)\oplus c = a\oplus(b\oplus c)",
+       scope="symbolic states (finite or E); reals, exact")
 def prove_merge_associative(merge=R.merge):
     cases = equal_cases(
         (label, merge(merge(a, b), c), merge(a, merge(b, c)))
@@ -115,7 +133,8 @@ def prove_merge_associative(merge=R.merge):
     return result("merge_associative", cases, "each of a, b, c finite or E")
 
 
-@claim("merge_commutative", "a ⊕ b = b ⊕ a", r"a\oplus b = b\oplus a")
+@claim("merge_commutative", "a ⊕ b = b ⊕ a", r"a\oplus b = b\oplus a",
+       scope="symbolic states (finite or E); reals, exact")
 def prove_merge_commutative(merge=R.merge):
     cases = equal_cases((label, merge(a, b), merge(b, a)) for label, (a, b) in state_cases("ab"))
     return result("merge_commutative", cases, "each of a, b finite or E")
@@ -124,7 +143,8 @@ def prove_merge_commutative(merge=R.merge):
 @claim("merge_homomorphism",
        "α(m,d,o) = (d·eᵐ, o·eᵐ) maps ⊕ to +; hence every tiling, loop order (FA1 KV-outer, "
        "FA2 Q-outer) and split of the keys gives the same result in exact arithmetic",
-       r"\alpha(a\oplus b)=\alpha(a)+\alpha(b),\quad \alpha(m,d,o)=(d e^m, o e^m)")
+       r"\alpha(a\oplus b)=\alpha(a)+\alpha(b),\quad \alpha(m,d,o)=(d e^m, o e^m)",
+       scope="symbolic states; 5 groupings of 4 keys (every tiling: claim every_tiling); reals, exact")
 def prove_merge_homomorphism(merge=R.merge):
     pairs = [(f"α(a⊕b) = α(a)+α(b) [{label}]", R.alpha_map(merge(a, b)),
               tuple(p + q for p, q in zip(R.alpha_map(a), R.alpha_map(b))))
@@ -179,7 +199,9 @@ def fold_merge(parts, merge_terms=terms.MERGE_STATE, identity=terms.MERGE_IDENTI
        "tree-reducing any S ≥ 0 splits in any order gives normalise of the state of all keys; "
        "exact arithmetic",
        r"\mathrm{merge}((o_a, \mathrm{lse}_a), (o_b, \mathrm{lse}_b)) = "
-       r"\mathrm{normalise}(a\oplus b),\quad \mathrm{merge}(x, (0, -\infty)) = x")
+       r"\mathrm{normalise}(a\oplus b),\quad \mathrm{merge}(x, (0, -\infty)) = x",
+       scope="symbolic states (finite or E) and symbolic partials (o, lse); any number of splits by "
+             "induction (S = 3 unrolled only in tests/test_merge.py); reals, exact")
 def prove_lse_merge(merge=R.merge, merge_terms=terms.MERGE_STATE, identity=terms.MERGE_IDENTITY, unrolled=False):
     pairs = [(f"merge(n(a), n(b)) = n(a ⊕ b) [{label}]",
               run_merge(normalised(a), normalised(b), merge_terms), normalised(merge(a, b)))

@@ -80,7 +80,9 @@ def _loop(init, narrowing, loop, kinds, at=None):
        "segment no longer than max_seqlen",
        r"0\le j<N_K \Rightarrow \mathrm{cu}_k[b]\le \mathrm{cu}_k[b]+j<\mathrm{cu}_k[b+1];\quad "
        r"\mathrm{full}(T)\Rightarrow T\subseteq[0,N_K)",
-       terms=("N_Q", "N_K", "shift"))
+       terms=("N_Q", "N_K", "shift"),
+       scope="symbolic offsets, lengths (0 included) and block sizes (z3/SymPy); mathematical integers Z "
+             "(offsets non-negative int32, pointers int64; not the int32 tile bounds of a segment), exact")
 def prove_varlen_segments_sound(segment=V.SEGMENT, rows_past_end=V.ROWS_PAST_END, keys_past_end=V.KEYS_PAST_END,
                                 bounds_init=masks.BOUNDS_INIT,
                                 row_bounds_init=masks.ROW_BOUNDS_INIT, tile_loop=masks.TILE_LOOP,

@@ -34,6 +34,11 @@ class Claim:
     latex: str  # the statement in LaTeX, for the docs
     prove: Callable[[], Result] = field(compare=False)
     terms: tuple[str, ...] = ()  # kernel term names (spec.terms) this claim licenses
+    #: what the proof covers, in one line: sizes (symbolic or fixed), number domain (Z, reals
+    #: or int32/fp32 machine numbers), exact or rounded arithmetic, and the prover
+    scope: str = ""
+    #: names in spec.assumptions.ASSUMPTIONS the statement relies on (accepted input ranges)
+    assumptions: tuple[str, ...] = ()
 
 
 REGISTRY: dict[str, Claim] = {}
@@ -55,7 +60,8 @@ CLAIM_IDS = (
 )
 
 
-def claim(id: str, statement: str, latex: str, terms: tuple[str, ...] | None = None):
+def claim(id: str, statement: str, latex: str, terms: tuple[str, ...] | None = None, scope: str = "",
+          assumptions: tuple[str, ...] = ()):
     """Decorator: register ``fn() -> Result`` as the proof of claim ``id``.
 
     ``terms`` defaults to the names of the kernel terms (``spec.terms``) whose ``claim``
@@ -64,7 +70,7 @@ def claim(id: str, statement: str, latex: str, terms: tuple[str, ...] | None = N
 
     def register(fn: Callable[[], Result]) -> Callable[[], Result]:
         names = terms if terms is not None else _licensed_terms(id)
-        REGISTRY[id] = Claim(id, statement, latex, fn, names)
+        REGISTRY[id] = Claim(id, statement, latex, fn, names, scope, tuple(assumptions))
         return fn
 
     return register

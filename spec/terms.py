@@ -106,12 +106,12 @@ FORWARD_TILE = (
 
 #: after the last key tile: one division, and the row's log-sum-exp (natural log)
 FORWARD_EPILOGUE = (
-    Term(n.l_safe, sp.Piecewise((1, sp.Eq(n.l_i, 0)), (n.l_i, True)), "merge_identity",
+    Term(n.l_safe, sp.Piecewise((1, sp.Eq(n.l_i, 0)), (n.l_i, True)), "forward_epilogue",
          "guard: a row with no key keeps acc = 0 and must not divide 0 by 0"),
-    Term(n.acc, n.acc / col(n.l_safe), "fa2_deferred_normalisation",
+    Term(n.acc, n.acc / col(n.l_safe), "forward_epilogue",
          "the single normalisation of FA2: o'_N = õ_N / d'_N"),
     Term(n.lse, sp.Piecewise((n.NEG_INF, sp.Eq(n.l_i, 0)), ((n.m_i + log2(n.l_i)) * n.LN2, True)),
-         "lse_merge", "lse = m + log d' in natural log; -inf for a row with no key"),
+         "forward_epilogue", "lse = m + log d' in natural log; -inf for a row with no key"),
 )
 
 #: seed 000's second pass of the 2-pass online softmax: a_i = e^{x_i - m_N} / d'_N, after

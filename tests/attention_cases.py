@@ -131,7 +131,7 @@ def forward_failures(module, *, dtype=torch.float32, B=1, Hq=2, Hkv=1, Nq=70, Nk
     out, lse = on_device(api.attention_forward, module, *args, tma=tma, **kw)
     ref_out, ref_lse = reference(q, k, v, **kw)
     assert out.dtype == dtype and lse.dtype == torch.float32 and lse.shape == (B, Hq, Nq)
-    return attention_failures(out, lse, ref_out, ref_lse, v)
+    return attention_failures(out, lse, ref_out, ref_lse, v, q=q, k=k, scale=scale, block_n=module.BLOCK_N)
 
 
 def replace_term(terms, name, expr):

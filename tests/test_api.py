@@ -41,7 +41,7 @@ def test_matches_reference_through_public_api(block):
     out, lse = on_device(flash_attention, q, k, v, causal=True, alignment="bottom_right", key_lengths=lengths,
                          return_lse=True, block=block)
     ref_out, ref_lse = reference(q, k, v, causal=True, alignment="bottom_right", key_lengths=lengths)
-    assert attention_failures(out, lse, ref_out, ref_lse, v) == []
+    assert attention_failures(out, lse, ref_out, ref_lse, v, q=q, k=k) == []
     assert torch.equal(on_device(flash_attention, q, k, v, causal=True, alignment="bottom_right",
                                  key_lengths=lengths, block=block), out)
 
@@ -94,7 +94,7 @@ def test_mask_kind_not_compiled_in_names_the_command(tmp_path):
     causal_only = manifest.import_file(tmp_path / "fwd.py")
     kw = dict(alignment="top_left", key_lengths=None, mask=None, scale=None)
     out, lse = on_device(api.attention_forward, causal_only, q0, k0, v0, causal=True, window=None, **kw)
-    assert attention_failures(out, lse, *reference(q0, k0, v0, causal=True), v0) == []
+    assert attention_failures(out, lse, *reference(q0, k0, v0, causal=True), v0, q=q0, k=k0) == []
     with pytest.raises(ValueError, match="python -m generator --br 64 --bc 64 --mask causal"):
         on_device(api.attention_forward, causal_only, q0, k0, v0, causal=True, window=(3, 3), **kw)
 

@@ -132,7 +132,7 @@ def test_non_contiguous_inputs():
                          window=None, key_lengths=None, mask=None, scale=None)
     q, k, v = to_cpu((q, k, v))
     ref_out, ref_lse = reference(q, k, v, causal=True)
-    assert attention_failures(out, lse, ref_out, ref_lse, v) == []
+    assert attention_failures(out, lse, ref_out, ref_lse, v, q=q, k=k) == []
 
 
 # ----------------------------------------------------------------------------------

@@ -451,3 +451,119 @@ def test_ring_merge_order_mutant_is_caught():
 
     res = PRING.prove_ring_merge_order(unscaled)
     assert not res.proved
+
+
+# ---------------------------------------------------------------- verification claims (issue 12)
+# The six mutants the issue names, each caught by a claim (the template edits also by the
+# hygiene check, tests/test_hygiene.py):
+#   acc/(2*l_safe)           -> forward_epilogue (and every claim the citation test runs)
+#   acc*1.000004 (template)  -> generator.hygiene (a claim cannot see a template line)
+#   stage 1 MASKED=False     -> stages_cover (and generator.hygiene)
+#   window=(4, 2**31-1)      -> int32_index_arithmetic
+#   unguarded exponent, FMA  -> exponent_rounding
+#   off_h % GROUP            -> gqa_head_map (and generator.hygiene)
+from spec import proofs_epilogue as PE  # noqa: E402
+from spec import proofs_float as PF  # noqa: E402
+from spec import proofs_int32 as PI  # noqa: E402
+from spec import proofs_structure as PST  # noqa: E402
+from spec import proofs_symbolic as PSY  # noqa: E402
+from spec import structure  # noqa: E402
+
+
+def test_epilogue_dividing_by_twice_l_is_refuted():
+    bad = swap(terms.FORWARD_EPILOGUE[1:], n.acc, n.acc / (2 * terms.col(n.l_safe)))
+    r = PE.prove_forward_epilogue(epilogue=terms.FORWARD_EPILOGUE[:1] + bad)
+    assert_failed(r)
+    assert any("finite row: acc" in name for name, res in r.cases if res != 0)
+
+
+def test_lse_without_the_empty_row_guard_is_refuted():
+    naked = swap(terms.FORWARD_EPILOGUE, n.lse, (n.m_i + sp.codegen.cfunctions.log2(n.l_i)) * n.LN2)
+    assert_failed(PE.prove_forward_epilogue(epilogue=naked))
+
+
+def test_stage_one_unmasked_is_refuted():
+    stages = (structure.KEY_STAGES[0]._replace(masked=False),) + structure.KEY_STAGES[1:]
+    r = PST.prove_stages_cover(key_stages=stages)
+    assert_failed(r)
+    assert dict(r.cases)["key loop: unmasked stage 1 is [full_lo, full_hi)"] != 0
+
+
+def test_stages_with_a_gap_are_refuted():
+    gap = (structure.ROW_STAGES[0], structure.ROW_STAGES[2])
+    assert_failed(PST.prove_stages_cover(row_stages=gap))
+
+
+def test_int32_window_overflow_is_refuted():
+    """window=(4, 2**31 - 1) accepted as is (no clamp to N_q + N_k): z3 finds the overflow."""
+    r = PI.prove_int32_index_arithmetic(window_max=2**31 - 1)
+    assert_failed(r)
+    assert any("window_right" in str(res) or "window_left" in str(res) for _, res in r.cases if res != 0)
+
+
+def test_int32_sequence_limit_too_large_is_refuted():
+    assert_failed(PI.prove_int32_index_arithmetic(seq_len_max=2**31 - 1))
+
+
+def test_gqa_head_map_mod_is_refuted():
+    r = PST.prove_gqa_head_map(gqa_head="off_kvh = off_h % GROUP")
+    assert_failed(r)
+
+
+def test_initial_state_not_e_is_refuted():
+    assert_failed(PST.prove_initial_state(forward_init=swap(structure.FORWARD_INIT, n.m_i, sp.Integer(0))))
+
+
+def test_unguarded_exponent_under_fma_is_refuted():
+    """Claiming the exponent <= 0 under FMA (no ulp slack) is false; z3 finds the counterexample."""
+    r = PF.prove_exponent_rounding(fused_slack=0)
+    assert_failed(r)
+    assert dict(r.cases)["fused: fma(x, c, −m_ij) <= slack·|m_ij| for x <= rowmax"] != 0
+
+
+def test_exponent_without_the_guard_is_refuted():
+    """m_ij in place of m_safe: a fully masked row computes -inf - (-inf) = NaN, fused or not."""
+    r = PF.prove_exponent_rounding(guarded=False)
+    assert_failed(r)
+    assert sum(res != 0 for name, res in r.cases if "masked score" in name) == 2
+
+
+def test_exponent_analysis_of_a_different_printed_form_is_refuted():
+    stale = swap(terms.FORWARD_TILE, n.p, exp2(n.qk * n.qk_scale - terms.col(n.m_i)))
+    assert_failed(PF.prove_exponent_rounding(forward_tile=stale))
+
+
+def test_error_bound_lemma_with_a_smaller_bound_is_refuted():
+    import z3
+
+    a, b = z3.Reals("a b")
+    assert_failed(PF.prove_error_bound(weight_bound=a + b))
+
+
+def test_symbolic_tile_without_rescaling_l_is_refuted():
+    r = PSY.prove_tile_update_symbolic(forward_tile=swap(terms.FORWARD_TILE, n.l_i, n.l_i + n.l_ij))
+    assert_failed(r)
+
+
+def test_symbolic_tile_with_a_finite_mask_value_is_refuted():
+    r = PSY.prove_tile_update_symbolic(mask_term=FINITE_MASK)
+    assert_failed(r)
+    assert any("masked key contributes" in name for name, res in r.cases if res != 0)
+
+
+def test_every_tiling_with_a_wrong_acc_update_is_refuted():
+    wrong = n.acc + terms.dot(n.p, n.v)  # acc not rescaled by alpha
+    assert_failed(PSY.prove_every_tiling(forward_tile=swap(terms.FORWARD_TILE, n.acc, wrong)))
+
+
+def test_backward_from_a_wrong_forward_epilogue_is_refuted():
+    """O from the forward's printed epilogue: halving it breaks Δ = rowsum(P ∘ dP)."""
+    bad = swap(terms.FORWARD_EPILOGUE[1:], n.acc, n.acc / (2 * terms.col(n.l_safe)))
+    r = PSY.prove_backward_symbolic(epilogue=terms.FORWARD_EPILOGUE[:1] + bad)
+    assert_failed(r)
+    assert dict(r.cases)["Δ = rowsum(dO ∘ O) = rowsum(P ∘ dP)"] != 0
+
+
+def test_backward_ds_with_the_wrong_sign_is_refuted_at_symbolic_width():
+    wrong = n.p * (n.dp + terms.col(n.delta))
+    assert_failed(PSY.prove_backward_symbolic(backward_tile=swap(terms.BACKWARD_TILE, n.ds, wrong)))

@@ -348,6 +348,14 @@ def _key_len_range():
     assert dispatch.lengths_argument(torch.tensor([-3, 31, 7]), 30).tolist() == [0, 30, 7]
 
 
+def _block_sizes():
+    from generator.variants import BlockConfig  # the generator emits no other tile edge
+
+    with pytest.raises(ValueError, match="--br"):
+        BlockConfig(48, 64)
+    BlockConfig(16, 256)  # just inside
+
+
 ENFORCED = {
     "dtypes": _rejects("supported: float16, bfloat16, float32", q=inputs()[0].double(), k=inputs()[1].double(),
                        v=inputs()[2].double()),
@@ -362,6 +370,8 @@ ENFORCED = {
     "window_bounded": _normalised(window=(2**31, 2**31 - 1)),
     "seq_len_int32": _seq_len_int32,
     "index_int32": _index_int32,
+    "block_sizes": _block_sizes,
+    "alignment_shift": _rejects("alignment must be one of", alignment="middle"),
 }
 
 
@@ -458,7 +468,8 @@ def test_autocast_is_honoured_like_sdpa():
         if DEVICE == "cpu":
             out, lse = flash_attention(q, k, v, return_lse=True)
             assert out.dtype == sdpa.dtype == torch.bfloat16
-            assert attention_failures(out, lse, *reference(q, k, v), v.bfloat16()) == []
+            qb, kb, vb = q.bfloat16(), k.bfloat16(), v.bfloat16()  # what the kernel computed on
+            assert attention_failures(out, lse, *reference(qb, kb, vb), vb, q=qb, k=kb) == []
     assert on_device(flash_attention, q, k, v).dtype == torch.float32  # autocast off again
 
 

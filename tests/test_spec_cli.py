@@ -29,10 +29,21 @@ def test_plain_report_proves_every_claim():
     done = run_cli()
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.strip().splitlines()
-    assert len(lines) == len(claims.REGISTRY) + 1
-    for line, (cid, c) in zip(lines, claims.REGISTRY.items()):
+    assert len(lines) == 2 * len(claims.REGISTRY) + 1
+    for line, scope, (cid, c) in zip(lines[0::2], lines[1::2], claims.REGISTRY.items()):
         assert line == f"PROVED {cid}: {c.statement}"
+        assert scope.startswith(f"    scope: {c.scope}") and scope.endswith(" s"), scope
+        assert c.scope, f"{cid} states no scope"
     assert lines[-1].startswith(f"{len(claims.REGISTRY)}/{len(claims.REGISTRY)} claims proved, 0 failed")
+    seconds = float(lines[-1].rsplit("(", 1)[1].split(" s)")[0])
+    assert seconds < 60, f"python -m spec took {seconds:.1f} s"
+
+
+def test_every_claim_names_known_assumptions():
+    from spec.assumptions import ASSUMPTIONS
+
+    for c in claims.REGISTRY.values():
+        assert set(c.assumptions) <= set(ASSUMPTIONS), (c.id, c.assumptions)
 
 
 def test_json_report(json_run):
@@ -40,7 +51,7 @@ def test_json_report(json_run):
     report = json.loads(json_run.stdout)
     assert [r["id"] for r in report] == list(claims.REGISTRY)
     for r in report:
-        assert set(r) >= {"id", "status", "statement", "detail", "residuals"}
+        assert set(r) >= {"id", "status", "statement", "detail", "residuals", "scope", "assumptions", "seconds"}
         assert r["status"] == "PROVED"
         assert r["residuals"] and all(c["residual"] == "0" for c in r["residuals"])
 
@@ -59,8 +70,9 @@ def test_a_failing_claim_exits_1_and_says_why(monkeypatch, capsys):
     assert cli.main(["--only", "merge_commutative", "--only", "lse_merge"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "FAILED merge_commutative: case 'a,b[1]' leaves residual x"
-    assert out[1].startswith("PROVED lse_merge: ")
-    assert out[2].startswith("1/2 claims proved, 1 failed")
+    assert out[1].startswith("    scope: ")
+    assert out[2].startswith("PROVED lse_merge: ")
+    assert out[4].startswith("1/2 claims proved, 1 failed")
 
 
 def test_json_of_a_failing_claim(monkeypatch, capsys):

@@ -177,7 +177,7 @@ def test_tma_off_is_the_pointer_path(tma_taken):
     _, q, k, v = random_inputs(dtype=torch.float32, B=1, Hq=2, Hkv=1, Nq=20, Nk=30, D=16, seed=1)
     out, lse = on_device(flash_attention, q, k, v, return_lse=True, tma=False)
     assert tma_taken == [False]
-    assert attention_failures(out, lse, *reference(q, k, v), v) == []
+    assert attention_failures(out, lse, *reference(q, k, v), v, q=q, k=k) == []
 
 
 def test_machine_without_tensor_descriptors_raises(monkeypatch):

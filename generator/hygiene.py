@@ -1,0 +1,245 @@
+"""Template hygiene: no float arithmetic reaches a kernel except through a printed spec term.
+
+``check_source(source, printed)`` walks every ``@triton.jit`` function of a generated file
+(Python ``ast``) and reports, as ``"function:line: problem"`` strings:
+
+1. **float arithmetic not printed.** A statement whose text is not one of ``printed`` (the lines
+   the printer emits for some variant, ``printed_lines()``) may not contain arithmetic: a
+   ``BinOp`` or unary minus, a float literal, or a ``tl`` math call (``ARITHMETIC_CALLS``) —
+   unless every name it touches is on the index allow-list (``INDEX_NAME``) or it sits in the
+   allowed places below.
+2. **state assigned only by printed terms.** A name some printed line assigns (``acc``, ``l_i``,
+   ``m_i``, ``p``, ``lse``, ``off_kvh``, ``kv_lo`` ...) may otherwise be assigned only by a load
+   (``tl.load``/``desc.load``/``_tma_tile``, optionally cast with ``.to``), a cast of itself, or a call
+   to another ``@triton.jit`` function of the same file (the stage helpers return the state).
+3. **stage calls from the proven table.** Every call to a ``*_stage`` helper passes ``(lo, hi,
+   MASKED)`` equal to a row of ``spec.structure.KEY_STAGES`` / ``ROW_STAGES`` (claim stages_cover).
+
+The allow-list (reviewed; keep it short):
+
+* loads and stores: ``tl.load(ptr, mask=..., other=<padding value>)`` (the ``other`` literal is
+  the value padding reads as), ``tl.store(ptr, x.to(dtype), mask=...)`` with a name or its cast;
+* a padding select ``x = tl.where(<index predicate>, x, <constant>)`` of a loaded tile (a masked
+  load's ``other=`` after the load, as the TMA path does for keys past ``key_len``);
+* casts ``x.to(dtype)``, ``tl.multiple_of``, ``tl.arange``, ``tl.program_id``, ``tl.zeros`` of a
+  name no printed line assigns (``dlse`` when the loss ignores lse), ``reshape``;
+* the launch grid's (batch, head) split, ``spec.structure.GRID_LINES`` verbatim (claim gqa_head_map);
+* index and pointer math: every name matches ``INDEX_NAME`` (offsets, strides, sizes, block
+  constants, pointers — capitalised names —, loop bounds, masks of booleans).
+
+Index names added when varlen (#13), decode (#14) and ring (#17) were merged: ``lse_row0`` /
+``lse_off_b`` (an lse row's offset), ``seq_start_q/k``, ``n_q``, ``n_k`` (a packed segment's
+start and lengths, from the printed ``spec.varlen.SEGMENT``), decode's ``tok``, ``head``,
+``split``, ``page``, ``page_idx``, ``slot``, ``k_rows``, ``v_rows``, the merge kernels' split
+index ``s``, and pointers spelled in capitals with underscores (``LSE_A``, ``O_S``).
+
+``EXCEPTIONS``: the reviewed per-line list of statements that break rule 2 without being a
+printed term; each is reported as a gap (a structural line with no spec term yet), not allowed
+by pattern. Any other line stays under the strict rules.
+
+``check_generated()`` runs it over every ``.py`` file of ``generated/`` that holds a
+``@triton.jit`` function, so a kernel file another change adds is checked without registering it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import lru_cache
+from pathlib import Path
+
+#: names of integer index / pointer / boolean-mask values: arithmetic on these alone is index math
+INDEX_NAME = re.compile(
+    r"^(offs_\w+|off_\w+|start_\w+|stride_\w+|N_Q|N_K|N|R|H|H_KV|GROUP|(MAP_)?BLOCK_\w+|HEAD_DIM|g|i|j|"
+    r"lo|hi|key_len|shift|window_left|window_right|row_ok|rows|in_bounds|q_mask|kv_mask|tile_state|"
+    r"[A-Z][A-Za-z0-9]*(_[a-z]+)?|[A-Z][A-Z0-9]*(_[A-Z0-9]+)+|\w+_ptrs|out_ptrs|tile|"
+    # merged with varlen / decode / merge (see the module docstring)
+    r"lse_row0|lse_off_b|seq_start_[qk]|n_q|n_k|tok|head|split|page|page_idx|slot|k_rows|v_rows|s)$")
+#: (function, statement) pairs that assign a printed term's name without a printed term: reviewed
+#: gaps, each named in docs/verification.md's hygiene section; nothing else is excepted
+EXCEPTIONS = frozenset({
+    # varlen: the packed segment's lengths rebind the kernel's N_Q / N_K (values from the printed
+    # SEGMENT terms through _varlen_segment; the rebind itself is no term)
+    ("_attn_fwd", "N_Q = n_q"), ("_attn_fwd", "N_K = n_k"),
+    ("_attn_bwd_dkdv", "N_Q = n_q"), ("_attn_bwd_dkdv", "N_K = n_k"),
+    ("_attn_bwd_dq", "N_Q = n_q"), ("_attn_bwd_dq", "N_K = n_k"),
+    # decode: the grid's (batch, K/V head) split of program_id(1) (not spec.structure.GRID_LINES,
+    # which split by query head)
+    ("_decode_fwd", "off_kvh = (off_bh % H_KV).to(tl.int64)"),
+    # merge_states: the fold starts from spec.terms.MERGE_IDENTITY (0, -inf), printed by print_expr
+    # (claim lse_merge proves it the identity) but not as a claim-commented init term
+    ("_merge_states", "o_acc = tl.full([BLOCK_M, BLOCK_D], 0, dtype=tl.float32)"),
+    ("_merge_states", 'lse_acc = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)'),
+})
+#: calls that do not compute on values (everything else — tl.exp2, tl.dot, tl.where, tl.math.*, ... —
+#: is arithmetic unless every name it touches is index math); the reviewed allow-list
+ALLOWED_CALLS = {"arange", "program_id", "multiple_of", "zeros", "trans", "reshape", "to", "range", "store"}
+#: calls that bring values in from memory (their result may be assigned to a term's name)
+LOADS = {"load", "_tma_tile"}
+
+
+def _is_jit(fn: ast.FunctionDef) -> bool:
+    return any(ast.unparse(d) in ("triton.jit", "jit") for d in fn.decorator_list)
+
+
+def _call_name(node: ast.Call) -> str:
+    f = node.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+def _names(node) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _index_only(node) -> bool:
+    return all(INDEX_NAME.match(name) or name == "tl" for name in _names(node))
+
+
+def _arithmetic(node, helpers=frozenset()) -> list[ast.AST]:
+    """Sub-expressions of ``node`` that are float arithmetic outside the allowed places."""
+    found = []
+
+    def visit(x):
+        if isinstance(x, ast.Call):
+            name = _call_name(x)
+            if name in LOADS:  # a load's pointer is index math; its `other=` is the padding value
+                for a in x.args:
+                    visit(a)
+                for kw in x.keywords:
+                    if kw.arg != "other":
+                        visit(kw.value)
+                return
+            if name not in ALLOWED_CALLS and name not in helpers and not _index_only(x):
+                found.append(x)  # tl.exp2(...), tl.dot(...), float("-inf"), ...
+                return
+        if isinstance(x, ast.Constant) and isinstance(x.value, float):
+            found.append(x)
+            return
+        if isinstance(x, (ast.BinOp, ast.UnaryOp)) and not isinstance(x.op, (ast.BitAnd, ast.BitOr, ast.Not,
+                                                                              ast.Invert)):
+            if not _index_only(x):
+                found.append(x)
+                return
+        for child in ast.iter_child_nodes(x):
+            visit(child)
+
+    visit(node)
+    return found
+
+
+def _stage_triple(call: ast.Call, stage_names: set[str]):
+    names = [a.id for a in call.args if isinstance(a, ast.Name) and a.id in stage_names]
+    flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, bool)]
+    if len(names) != 2 or len(flags) != 1:
+        return None
+    return names[0], names[1], flags[0]
+
+
+def check_source(source: str, printed: set[str], assigned: set[str], stages: set[tuple]) -> list[str]:
+    """The hygiene problems of one generated file (empty: clean). ``printed``: every line the
+    printer emits (stripped); ``assigned``: the names printed lines assign; ``stages``: the
+    allowed ``(lo, hi, MASKED)`` triples."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    jit = [fn for fn in tree.body if isinstance(fn, ast.FunctionDef) and _is_jit(fn)]
+    helpers = {fn.name for fn in jit}
+    stage_names = {name for triple in stages for name in triple[:2]}
+    problems = []
+    for fn in jit:
+        for stmt in ast.walk(fn):
+            if not isinstance(stmt, ast.stmt) or isinstance(stmt, (ast.FunctionDef, ast.If, ast.For)):
+                if isinstance(stmt, (ast.If, ast.For)):  # their headers: conditions and ranges
+                    header = stmt.test if isinstance(stmt, ast.If) else stmt.iter
+                    for bad in _arithmetic(header, helpers):
+                        problems.append(f"{fn.name}:{stmt.lineno}: float arithmetic `{ast.unparse(bad)}` "
+                                        "in a condition or loop range")
+                continue
+            text = "\n".join(lines[stmt.lineno - 1:stmt.end_lineno]).strip()
+            where = f"{fn.name}:{stmt.lineno}"
+            if text in printed or (fn.name, text) in EXCEPTIONS:
+                continue
+            for call in (c for c in ast.walk(stmt) if isinstance(c, ast.Call) and _call_name(c).endswith("_stage")):
+                triple = _stage_triple(call, stage_names)
+                if triple not in stages:
+                    problems.append(f"{where}: stage call with (lo, hi, MASKED) = {triple}, not a row of the "
+                                    "proven stage table (spec.structure, claim stages_cover)")
+            if _padding_select(stmt, assigned):
+                continue
+            if isinstance(stmt, (ast.Assign, ast.AugAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+                value = stmt.value
+                if names & assigned and not _allowed_state_source(value, names, helpers):
+                    problems.append(f"{where}: `{text}` assigns {sorted(names & assigned)}, which only a printed "
+                                    "spec term, a load or a @triton.jit helper may assign")
+                    continue
+            for bad in _arithmetic(stmt, helpers):
+                problems.append(f"{where}: float arithmetic `{ast.unparse(bad)}` is not a printed spec term "
+                                "(and not loads, stores, casts or index math)")
+    return problems
+
+
+def _padding_select(stmt, assigned) -> bool:
+    """``x = tl.where(<index predicate>, x, <constant>)``: padding of a loaded tile read as a constant
+    (what a masked load's ``other=`` does), e.g. the TMA path's keys past ``key_len``."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    v = stmt.value
+    return (isinstance(v, ast.Call) and _call_name(v) == "where" and len(v.args) == 3
+            and _index_only(v.args[0]) and isinstance(v.args[1], ast.Name) and v.args[1].id == stmt.targets[0].id
+            and isinstance(v.args[2], ast.Constant) and stmt.targets[0].id not in assigned)
+
+
+def _allowed_state_source(value, names, helpers) -> bool:
+    """A load (optionally cast), a cast of the same name, or a call to a jit helper of this file."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "to":
+        value = value.func.value
+    if isinstance(value, ast.Name):
+        return value.id in names  # x = x.to(DOT_DTYPE)
+    if isinstance(value, ast.Compare):  # `mask_tile = tl.load(...) != 0`: a load of bits
+        return isinstance(value.left, ast.Call) and _call_name(value.left) in LOADS
+    return isinstance(value, ast.Call) and (_call_name(value) in LOADS or _call_name(value) in helpers)
+
+
+@lru_cache(maxsize=None)
+def printed_lines() -> tuple[frozenset[str], frozenset[str], frozenset[tuple]]:
+    """Every line the generator prints for any variant of any block config it knows, the names
+    those lines assign, and the allowed stage triples (``spec.structure``)."""
+    from spec import structure as S
+
+    from generator.render import CONTEXTS
+    from generator.variants import BlockConfig
+
+    lines: set[str] = set()
+
+    def collect(value):
+        if isinstance(value, str):
+            lines.add(value.strip())
+        elif isinstance(value, dict):
+            for v in value.values():
+                collect(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                collect(v)
+
+    config = BlockConfig(64, 64)
+    for variant in config.variants():
+        collect(CONTEXTS[variant.kind.name](variant))
+    printed = {line for line in lines if "(claim: " in line}
+    assigned = {line.split("=", 1)[0].strip() for line in printed}
+    stages = {(st.lo.name, st.hi.name, st.masked) for st in (*S.KEY_STAGES, *S.ROW_STAGES)}
+    grid = {line for pair in S.GRID_LINES.values() for line in pair}  # proven by claim gqa_head_map
+    return frozenset(printed | grid), frozenset(assigned), frozenset(stages)
+
+
+def check_file(path: Path) -> list[str]:
+    printed, assigned, stages = printed_lines()
+    return [f"{path.name}:{p}" for p in check_source(path.read_text(), set(printed), set(assigned), set(stages))]
+
+
+def check_generated(out: Path | None = None) -> dict[str, list[str]]:
+    """``{file name: problems}`` for every ``.py`` file of ``generated/`` with a ``@triton.jit`` function."""
+    from generator.manifest import DEFAULT_OUT
+
+    out = out or DEFAULT_OUT
+    return {p.name: check_file(p) for p in sorted(out.glob("*.py")) if "@triton.jit" in p.read_text()}

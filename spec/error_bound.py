@@ -1,0 +1,89 @@
+"""A forward error bound for the kernels' ``out`` and ``lse`` in the standard model of floating point.
+
+Model (Higham, *Accuracy and Stability of Numerical Algorithms*, §2.2): every fp32 operation
+gives ``fl(x ∘ y) = (x ∘ y)(1 + δ)``, ``|δ| <= u = 2^-24``; ``exp2``/``log2`` have relative error
+at most ``U_FUNC = 4u`` (PTX ``ex2.approx``/``lg2.approx`` are within 2 ulp; numpy's within 1);
+``γ_n = n u / (1 - n u)``. Inputs are given in their dtype (the reference reads the same values);
+the dots accumulate in fp32 (fp16/bf16 products are exact in fp32); ``P`` is rounded to the
+input dtype before ``P V`` (unit roundoff ``u_p``: fp16 ``2^-11``, bf16 ``2^-8``, fp32 0 with
+``input_precision="ieee"``), and ``out`` to the input dtype (``u_out``) when stored.
+
+For one query row with ``N_k`` keys in tiles of ``B_c`` (``T = ceil(N_k/B_c)`` tiles), head dim
+``D``, softmax scale ``s`` and ``A = max_j Σ_d |q_d k_jd|`` (the data), following the softmax / LSE
+analysis of Blanchard, Higham & Higham (IMA J. Numer. Anal. 41, 2021) — errors in the shifted
+exponents perturb each weight by a relative factor, the shift itself cancels — and the
+recursive-summation bound for the ``P V`` accumulation:
+
+* **exponent error** (natural units, every key alike): the score ``q·k_j`` carries ``γ_D·A``; the
+  scaled score ``x·qk_scale`` (with ``qk_scale = fl(s·log2 e)``), the subtraction of the running
+  max (or one FMA, claim ``exponent_rounding``) and each rescale ``alpha`` add ``γ_3`` of a
+  magnitude at most ``s·A`` each (the running maxima telescope): ``E = s·A·(γ_D + 2γ_3) + ...``
+  (``exponent_error``), a relative factor ``exp(E)`` on each weight, and ``(1 + U_FUNC)^(T+1)``
+  from ``exp2`` of ``p`` and of the ``T`` rescales;
+* **numerator** ``acc``: ``u_p`` (P cast), ``γ_{B_c}`` (the tile's dot), ``γ_{2T}`` (``acc·alpha + ...``
+  per tile): ``ρ_num``; **denominator** ``l_i``: ``γ_{B_c}`` (``tl.sum``) and ``γ_{2T}``: ``ρ_den``;
+* **lemma** (claim ``error_bound``): with every computed numerator weight within a factor
+  ``[1-a, 1+a]`` of the true one and the computed denominator within ``[1-b, 1+b]`` of the true
+  one, ``|out^ - out| <= max|v|·(a + b)/(1 - b)``; then the division and the store add ``u + u_out``.
+
+``lse = (m_i + log2 l_i)·ln 2``: the max carries ``E``, ``log l`` carries ``-log(1 - b)`` and the
+last operations ``γ_4·(|lse| + log N_k)``.
+
+The tolerances of ``generator.checking`` are this bound (per case from the data, or at a stated
+test regime), and ``tests/test_error_bound.py`` lets Hypothesis search for inputs beyond it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+U = 2.0**-24  #: fp32 unit roundoff (accumulation dtype of every kernel)
+U_FUNC = 4 * U  #: relative error of exp2 / log2
+#: unit roundoff of the input dtype: P is rounded to it before P·V, out when stored
+UNIT_ROUNDOFF = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}
+U_STORE = {"fp32": U, "fp16": 2.0**-11, "bf16": 2.0**-8}
+
+
+def gamma(n: float) -> float:
+    """``γ_n = n u / (1 - n u)`` (requires ``n u < 1``)."""
+    if n * U >= 1:
+        raise ValueError(f"gamma_{n}: n·u >= 1, the bound is void")
+    return n * U / (1 - n * U)
+
+
+class Bound(NamedTuple):
+    out: float  #: |out - out_exact| <= out · max|v|
+    lse_abs: float  #: |lse - lse_exact| <= lse_abs (natural log), for |lse| <= the lse given
+    exponent: float  #: E, the absolute error of every shifted exponent (natural units)
+
+
+def exponent_error(head_dim: int, n_tiles: int, scaled_abs: float) -> float:
+    """``E``: every exponent's absolute error, from ``s·A`` (``scaled_abs``)."""
+    return scaled_abs * (gamma(head_dim) + 2 * gamma(3)) * (1 + gamma(2)) + (n_tiles + 1) * math.log1p(U_FUNC)
+
+
+def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs: float, lse: float = 0.0) -> Bound:
+    """The bound for one row: ``dtype`` in ``UNIT_ROUNDOFF``, ``scaled_abs = s·max_j Σ_d |q_d k_jd|``."""
+    tiles = max(1, math.ceil(n_k / block_n))
+    E = exponent_error(head_dim, tiles, scaled_abs)
+    rho_w = math.expm1(E)
+    rho_num = (1 + UNIT_ROUNDOFF[dtype]) * (1 + gamma(block_n)) * (1 + gamma(2 * tiles)) - 1
+    rho_den = (1 + gamma(block_n)) * (1 + gamma(2 * tiles)) - 1
+    a = (1 + rho_w) * (1 + rho_num) - 1
+    b = (1 + rho_w) * (1 + rho_den) - 1
+    out = (a + b) / (1 - b) * (1 + U) * (1 + U_STORE[dtype]) + U + U_STORE[dtype]
+    lse_abs = E - math.log1p(-b) + gamma(4) * (abs(lse) + math.log(max(n_k, 1)) + 1)
+    return Bound(out, lse_abs, E)
+
+
+#: the regime the fixed tolerances (``generator.checking.TOLERANCES``) are computed at: the tests'
+#: standard-normal inputs, N_k <= 4096, D <= 128, any B_c in 16..256, s·A <= 24
+REGIME = {"n_k": 4096, "head_dim": 128, "scaled_abs": 24.0, "block_ns": (16, 32, 64, 128, 256)}
+
+
+def regime_bound(dtype: str) -> Bound:
+    """The largest bound over the block sizes of ``REGIME``."""
+    bounds = [forward_bound(dtype, REGIME["n_k"], bn, REGIME["head_dim"], REGIME["scaled_abs"])
+              for bn in REGIME["block_ns"]]
+    return max(bounds, key=lambda b: b.out)
