@@ -430,7 +430,10 @@ def tile_classes() -> str:
 #: which generated kernel files hold each term group (a glob under generated/)
 GROUP_FAMILY = {"qk_scale": "fwd", "qk": "fwd", "forward_tile": "fwd", "forward_epilogue": "fwd",
                 "softmax_normalise": "softmax", "backward_preprocess": "bwd", "backward_tile": "bwd",
-                "backward_tile_t": "bwd", "backward_dkdv_t": "bwd", "backward_dq": "bwd", "backward_scale": "bwd"}
+                "backward_tile_t": "bwd", "backward_dkdv_t": "bwd", "backward_dq": "bwd", "backward_scale": "bwd",
+                # score modifications (docs/softcap.md, alibi.md, sinks.md)
+                "softcap_scalars": "fwd", "softcap": "fwd", "alibi_scalar": "fwd", "alibi": "fwd",
+                "sink_fold": "fwd", "sink_grad": "bwd", "softcap_ds": "bwd", "softcap_ds_t": "bwd"}
 FAMILY_GLOB = {"fwd": "attention_fwd_*.py", "bwd": "attention_bwd_*.py", "softmax": "softmax_*.py"}
 #: the file shown for a family: the plain 64x64 variant when it exists, else the first by name
 PREFERRED = {"fwd": "attention_fwd_br64_bc64.py", "bwd": "attention_bwd_br64_bc64.py"}

@@ -17,8 +17,8 @@ The registry itself (``Result``, ``Claim``, ``REGISTRY``, ``claim``, ``prove_all
 ``CLAIM_IDS``) lives in ``spec.registry`` and is re-exported here. The proofs live in
 ``spec.proofs_softmax`` (recurrences and the state algebra),
 ``spec.proofs_kernel`` (the kernel terms of ``spec.terms`` on symbolic blocks),
-``spec.proofs_masks`` (the tile classifier) and ``spec.proofs_varlen`` (packed segments);
-importing this module registers them all.
+``spec.proofs_masks`` (the tile classifier), ``spec.proofs_varlen`` (packed segments) and
+``spec.proofs_score_mods`` (softcap, ALiBi, sinks); importing this module registers them all.
 Each ``prove_<id>`` function takes the operator or terms under test as optional
 arguments, so the tests can feed mutants and watch the proof fail.
 """
@@ -28,7 +28,7 @@ from __future__ import annotations
 from spec.registry import CLAIM_IDS, REGISTRY, Claim, Result, claim, prove_all
 
 # Register the proofs, then put the registry in the fixed report order.
-from spec import proofs_kernel, proofs_masks, proofs_rewrites, proofs_softmax, proofs_varlen  # noqa: E402,F401,I001
+from spec import proofs_kernel, proofs_masks, proofs_rewrites, proofs_score_mods, proofs_softmax, proofs_varlen  # noqa: E402,F401,I001
 
 __all__ = ["CLAIM_IDS", "REGISTRY", "Claim", "Result", "claim", "prove_all"]
 
