@@ -629,24 +629,26 @@ def backward(do, q, k, v, out, lse, *, sm_scale, grad_lse=None, shift=0, causal=
 
 
 def backward_varlen(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
-                    sm_scale, grad_lse=None, causal=False, window=None):
+                    sm_scale, grad_lse=None, causal=False, window=None, softcap=None, alibi_slopes=None, sinks=None):
     """Launch the three kernels on a packed batch: arguments as ``forward_varlen``'s plus ``do``
     (dL/dout, ``(total_q, Hq, D)``), ``out`` and ``lse`` (fp32 ``(Hq, total_q)``, contiguous) saved
     by it, ``max_seqlen_k`` at least every segment's key count, and optionally ``grad_lse``
-    (dL/dlse, ``(Hq, total_q)``, any strides). Returns ``(dq, dk, dv)`` in the inputs' dtype."""
+    (dL/dlse, ``(Hq, total_q)``, any strides). Returns ``(dq, dk, dv, dsink)``: the gradients in the
+    inputs' dtype, and with ``sinks`` each row's part of dL/dsink (fp32 ``(Hq, total_q)``; ``None``
+    without sinks)."""
     flags, (window_left, window_right, lens_arg, mask_arg, map_arg) = launch.mask_launch(
         __name__, MASKS, COMMAND, q.device, causal=causal, window=window, key_lengths=None, mask=None,
         block_map=None)
     (total_q, H, D), (total_k, H_KV, _) = q.shape, k.shape
-    # the score modifications are not wired into the packed path yet: compiled out (their slot)
     score_flags, (softcap_arg, slopes_arg, slope_strides, sinks_arg) = launch.score_mod_launch(
-        q.device, softcap=None, alibi_slopes=None, sinks=None)
+        q.device, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
     B = cu_seqlens_q.numel() - 1
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     delta = torch.empty((H, total_q), dtype=torch.float32, device=q.device)
     lse2 = torch.empty((H, total_q), dtype=torch.float32, device=q.device)
+    dsink = torch.empty((H, total_q), dtype=torch.float32, device=q.device) if sinks is not None else None
     block_d = launch.block_d(D)
     settings = varlen_settings(launch.settings_arch(q.device), block_d)
     (dkdv_blocks, dkdv_launch), (dq_blocks, dq_launch) = settings["dkdv"], settings["dq"]
@@ -657,10 +659,12 @@ def backward_varlen(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqle
     dlse_strides = (0, *grad_lse.stride()) if grad_lse is not None else (0, 0, 0)
     if total_q:
         _attn_bwd_preprocess[(triton.cdiv(total_q, BLOCK_M), H)](
-            out, do, dlse_arg, delta, lse, lse2, sinks_arg, delta, *launch.packed_strides(out),
-            *launch.packed_strides(do),
+            out, do, dlse_arg, delta, lse, lse2, sinks_arg, dsink if dsink is not None else delta,
+            *launch.packed_strides(out), *launch.packed_strides(do),
             *dlse_strides, H, total_q, HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=BLOCK_M, HAS_DLSE=grad_lse is not None,
-            HAS_SINKS=False, **dkdv_launch)
+            HAS_SINKS=sinks is not None, **dkdv_launch)
+    elif dsink is not None:
+        dsink.zero_()
     if max_seqlen_k:  # else there is no key, so no dK, dV row to write
         _attn_bwd_dkdv[(triton.cdiv(max_seqlen_k, dkdv_blocks["BLOCK_N"]), B * H_KV)](
             q, k, v, do, lse2, delta, dk, dv, lens_arg, mask_arg, map_arg, cu_seqlens_q, cu_seqlens_k, sm_scale,
@@ -676,7 +680,7 @@ def backward_varlen(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqle
             *launch.packed_strides(do), *launch.packed_strides(dq), *mask_arg.stride(), *map_arg.stride(),
             *slope_strides,
             H, H // H_KV, total_q, total_k, 0, window_left, window_right, **constants, **dq_blocks, **dq_launch)
-    return dq, dk, dv
+    return dq, dk, dv, dsink
 
 
 def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, lengths=False, dense=False,

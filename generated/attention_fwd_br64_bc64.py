@@ -379,22 +379,25 @@ def forward(q, k, v, *, sm_scale, shift=0, causal=False, window=None, key_length
     return out, lse
 
 
-def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, *, sm_scale, causal=False, window=None):
+def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, *, sm_scale, causal=False, window=None,
+                   softcap=None, alibi_slopes=None, sinks=None):
     """Launch the kernel on a packed batch. Inputs are checked by ``generator.runtime.varlen`` (use that).
 
     q ``(total_q, Hq, D)``, k/v ``(total_k, Hkv, D)`` (any strides), ``cu_seqlens_q/k`` int32
     ``(B + 1,)``, ``max_seqlen_q`` at least every segment's query count: one program per (query
     tile, segment x head), ``cdiv(max_seqlen_q, BLOCK_M)`` tiles per segment (a tile past a
     shorter segment's end runs an empty loop). Causal and window are bottom-right per segment.
-    The pointer path (no TMA). Returns ``(out, lse)`` with lse float32 ``(Hq, total_q)``.
+    The pointer path (no TMA). ``softcap``, ``alibi_slopes``, ``sinks``: as ``forward``'s.
+    Returns ``(out, lse)`` with lse float32 ``(Hq, total_q)``.
     """
     flags, (window_left, window_right, lens_arg, mask_arg, map_arg) = launch.mask_launch(
         __name__, MASKS, COMMAND, q.device, causal=causal, window=window, key_lengths=None, mask=None,
         block_map=None)
     total_q, H, D = q.shape
-    # the score modifications are not wired into the packed path yet: compiled out (their slot)
+    # the score modifications: ALiBi slopes (Hq,) or (B, Hq), B the segments; the kernel's varlen
+    # block sets the segment's own shift, so the bias is bottom-right per segment
     score_flags, (softcap_arg, slopes_arg, slope_strides, sinks_arg) = launch.score_mod_launch(
-        q.device, softcap=None, alibi_slopes=None, sinks=None)
+        q.device, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
     BLOCK_D = launch.block_d(D)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((H, total_q), dtype=torch.float32, device=q.device)
