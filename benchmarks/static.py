@@ -68,8 +68,13 @@ HEAD_DIMS = (64, 128)
 MASKS = {"none": {}, "causal": {"causal": True},
          # the packed-batch (flash_attention_varlen) kernels: the same templates with IS_VARLEN
          "varlen causal": {"causal": True, "varlen": True}}
+#: the score modifications (issue 15), each alone and all three, unmasked: their rows show what
+#: each costs, and the "none" row is the kernel with every modification compiled out
+SCORE_MODS = {"softcap": {"softcap": True}, "alibi": {"alibi": True}, "sinks": {"sinks": True},
+              "softcap+alibi+sinks": {"softcap": True, "alibi": True, "sinks": True}}
+MASKS.update(SCORE_MODS)
 #: bump when the analysis changes, to invalidate cached rows
-ANALYSIS_VERSION = 7
+ANALYSIS_VERSION = 8
 #: TMA exists from sm_90 on (on sm_80 Triton lowers descriptors back to pointer loads)
 TMA_ARCHS = (90,)
 CACHE = ARTIFACTS / "static-cache"
@@ -97,7 +102,7 @@ class Job:
         return h.hexdigest()[:24]
 
 
-def make_jobs(modules, archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS, masks=tuple(MASKS),
+def make_jobs(modules, archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS, masks=("none", "causal"),
               warps=(None,), stages=(None,), tma=(False,)):
     """Every combination; ``warps``/``stages`` other than ``None`` override the generated
     launch options (to find settings that do not spill). ``tma=(False, True)`` adds the TMA
@@ -193,6 +198,8 @@ def _tool(name: str) -> str:
 _RESOURCE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 _LOCAL_ACCESS = re.compile(r"\b(STL|LDL)((?:\.[A-Z0-9]+)*)\s")
 _SASS_TC = re.compile(r"\b(HMMA|HGMMA)\.")
+#: one SASS instruction: its address comment, then the opcode (cuobjdump -sass)
+_SASS_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+[@!A-Z]", re.MULTILINE)
 _SASS_TMA = re.compile(r"\b(UTMALDG|UTMASTG)\b")
 _WIDTH = {"U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}
 
@@ -223,7 +230,8 @@ def resource_usage(cubin: bytes, dumps: tuple[str, str] | None = None) -> dict:
     tc = _SASS_TC.findall(sass)
     return dict(regs=regs, stack_bytes=stack, static_shared=static_shared, local_bytes=local,
                 spill_store_bytes=spill["STL"], spill_load_bytes=spill["LDL"],
-                sass_hmma=tc.count("HMMA"), sass_hgmma=tc.count("HGMMA"))
+                sass_hmma=tc.count("HMMA"), sass_hgmma=tc.count("HGMMA"),
+                sass_instructions=len(_SASS_INSTRUCTION.findall(sass)))
 
 
 def tma_instructions(sass: str) -> dict:
@@ -436,7 +444,7 @@ def run_jobs(jobs: list[Job], workers: int | None = None, use_cache: bool = True
 # ----------------------------------------------------------------------------------------
 # Reports
 # ----------------------------------------------------------------------------------------
-HEADER = ["module", "kernel", "arch", "dtype", "D", "mask", "warps", "stages", "regs",
+HEADER = ["module", "kernel", "arch", "dtype", "D", "mask", "warps", "stages", "regs", "SASS instr",
           "spill st/ld B", "shared KB (limit)", "dots on TC", "TC instr (SASS)", "TMA ld/st (SASS)",
           "loop instr/elem", "MMA issued/needed", "ok"]
 
@@ -450,12 +458,12 @@ def _cells(row: dict) -> list:
     ident = [row["module"].removeprefix("generated."), row["kernel"], ARCHS[row["arch"]],
              row["dtype"], row["head_dim"], row["mask"] + (" +tma" if row.get("tma") else "")]
     if "error" in row:
-        return ident + ["-"] * 10 + ["ERROR: " + row["error"]]
+        return ident + ["-"] * 11 + ["ERROR: " + row["error"]]
     tc = _mix({"HGMMA": row["sass_hgmma"], "HMMA": row["sass_hmma"]}, "0 HMMA")
     ok = "yes" if all(verdict(row).values()) else "NO: " + ", ".join(
         k for k, v in verdict(row).items() if not v)
     mma = _mix({"wgmma": row["dots_wgmma"], "mma v2": row["dots_on_tensor_cores"] - row["dots_wgmma"]}, "none")
-    return ident + [row["num_warps"], row["num_stages"], row["regs"],
+    return ident + [row["num_warps"], row["num_stages"], row["regs"], row.get("sass_instructions", "-"),
                     f"{row['spill_store_bytes']}/{row['spill_load_bytes']}",
                     f"{row['shared_bytes'] / 1024:.1f} ({row['shared_limit'] // 1024})",
                     f"{row['dots_on_tensor_cores']}/{row['dots']}: {mma}", tc,
@@ -549,7 +557,9 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", type=int, nargs="+", default=list(ARCHS), choices=list(ARCHS))
     ap.add_argument("--dtype", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     ap.add_argument("--head-dim", type=int, nargs="+", default=list(HEAD_DIMS))
-    ap.add_argument("--mask", nargs="+", default=list(MASKS), choices=list(MASKS))
+    ap.add_argument("--mask", nargs="+", default=["none", "causal"], choices=list(MASKS),
+                    help="mask variants and score modifications to compile (default: none causal); the score "
+                         f"modifications' rows: --module br64_bc64 --mask none {' '.join(SCORE_MODS)}")
     ap.add_argument("--num-warps", type=int, nargs="+", default=[None],
                     help="override the generated num_warps (explore settings that do not spill)")
     ap.add_argument("--num-stages", type=int, nargs="+", default=[None],

@@ -13,6 +13,7 @@ SymPy node                  Triton
 ``Piecewise``               nested ``tl.where``
 ``-oo`` / ``oo``            ``float("-inf")`` / ``float("inf")``
 ``exp2``/``log2``/``exp``/``log``  ``tl.exp2`` / ``tl.log2`` / ``tl.exp`` / ``tl.log``
+``Abs`` / ``x**2``          ``tl.abs(x)`` / ``x * x``
 constants (``1/log 2``)     a float literal (``1.4426950408889634``)
 ``Eq``/``Le``/``Lt``        ``==`` / ``<=`` / ``<``
 ``And`` / ``Or``            ``&`` / ``|`` of parenthesised operands
@@ -134,6 +135,9 @@ class TritonPrinter(PythonCodePrinter):
         base, e = expr.args
         if e == -1:
             return f"1 / {self.parenthesize(base, PRECEDENCE['Mul'], strict=True)}"
+        if e == 2:  # a square (softcap's 1 − t²): one multiply, as written
+            b = self.parenthesize(base, PRECEDENCE['Mul'], strict=True)
+            return f"{b} * {b}"
         raise UnsupportedNode(f"no Triton rule for the power {expr}")
 
     def _print_Max(self, expr):
@@ -158,6 +162,7 @@ class TritonPrinter(PythonCodePrinter):
             out = f"{self.where}({self._print(cond)}, {self._print(value)}, {out})"
         return out
 
+    _print_Abs = _call("tl.abs({})")
     _print_exp2 = _call("tl.exp2({})")
     _print_log2 = _call("tl.log2({})")
     _print_exp = _call("tl.exp({})")

@@ -38,6 +38,7 @@ from spec import proofs_kernel, proofs_masks, proofs_rewrites, proofs_ring, proo
 from spec import proofs_paged  # noqa: E402,F401,I001
 # ... then the verification claims (issue 12), reported after the fixed ids in this order
 from spec import proofs_symbolic, proofs_epilogue, proofs_structure, proofs_int32, proofs_float  # noqa: E402,F401,I001
+from spec import proofs_score_mods  # noqa: E402,F401,I001
 
 __all__ = ["CLAIM_IDS", "REGISTRY", "Claim", "Result", "claim", "prove_all"]
 

@@ -98,3 +98,15 @@ GLOSSARY = {
     "lse": ("m_N + log d'_N", "log-sum-exp of a row, natural log"),
     "dlse": ("∂L/∂lse_i", "gradient of the returned lse; 0 when the loss does not use it"),
 }
+
+# --- score modifications (issue 15): softcap, ALiBi, attention sinks ------------------
+softcap = sp.Symbol("softcap", positive=True)  # the cap c of s = c·tanh(scale·x / c)
+softcap_in = sp.Symbol("softcap_in", real=True)  # 2·log2(e)·scale / c, once per launch
+softcap_out = sp.Symbol("softcap_out", real=True)  # c / scale, once per launch
+t = sp.Symbol("t", real=True)  # tanh(scale·x / c), a tile of them (kept for the backward's 1 − t²)
+slope = sp.Symbol("slope", nonnegative=True)  # the ALiBi slope of this (batch, query head)
+alibi_coef = sp.Symbol("alibi_coef", real=True)  # slope / scale: the bias in raw-score units
+sink = sp.Symbol("sink", real=True)  # the learnable sink logit of this query head (natural log)
+sink2 = sp.Symbol("sink2", real=True)  # the sink in log2 units
+dsink = sp.Symbol("dsink", real=True)  # this query row's part of dL/dsink
+tT = sp.Symbol("tT", real=True)  # t of the key-major (transposed) tile of the dK/dV kernel

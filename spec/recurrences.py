@@ -143,3 +143,27 @@ def softmax_vjp(ss: Sequence[sp.Expr], dy: Sequence[sp.Expr]) -> list[sp.Expr]:
     (smooth, unlike the ``Max`` inside ``safe_softmax``; the two are equal)."""
     y = softmax(ss)
     return [sp.Add(*[dy[kk] * sp.diff(y[kk], s) for kk in range(len(ss))]) for s in ss]
+
+
+# ----------------------------------------------------------------------------------
+# Score modifications (issue 15): the definitions the kernels' terms are proved against
+# ----------------------------------------------------------------------------------
+def softcap_score(y: sp.Expr, c: sp.Expr) -> sp.Expr:
+    """The capped natural-log score ``c·tanh(y / c)`` of a scaled score ``y = scale·x``."""
+    return c * sp.tanh(y / c)
+
+
+def alibi_bias(slope: sp.Expr, i: sp.Expr, j: sp.Expr, shift: sp.Expr) -> sp.Expr:
+    """ALiBi's bias ``−slope·|i + shift − j|`` (shift: the alignment's, ``spec.masks``)."""
+    return -slope * sp.Abs(i + shift - j)
+
+
+def sink_state(sink: sp.Expr) -> State:
+    """The sink as a state: one extra key of logit ``sink`` (not scaled) and value 0."""
+    return State(sink, sp.Integer(1), sp.Integer(0))
+
+
+def combine_with_sink(splits: Sequence[State], sink: sp.Expr) -> State:
+    """Split-KV's combine: the splits' states merged by ``⊕``, then the sink's state merged
+    by ``⊕`` exactly once, whatever the number of splits (claim sink_once)."""
+    return merge(fold(splits), sink_state(sink))

@@ -212,7 +212,7 @@ def _normalise(m, d, o):
 # Direct form
 # ----------------------------------------------------------------------------------
 def attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None,
-              mask=None, scale=None):
+              mask=None, scale=None, softcap=None, alibi_slopes=None, sinks=None):
     """Attention from the safe-softmax definition, in float64. Returns ``(out, lse)``.
 
     ``causal``: query ``i`` sees key ``j <= i + shift`` with ``shift = 0`` for
@@ -220,15 +220,53 @@ def attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_l
     keys with ``-left <= j - (i + shift) <= right`` (intersected with causal when both are
     given). ``key_lengths`` (B,): keys ``j >= key_lengths[b]`` are padding. ``mask``: bool,
     broadcastable to (B, Hq, Nq, Nk), True = attend. ``scale``: default ``1/sqrt(D)``.
+
+    Score modifications (FlashAttention / FA4 semantics, ``_modified_scores``): ``softcap``
+    (> 0): ``s = softcap·tanh(scale·q·k / softcap)``, after scaling and before masking;
+    ``alibi_slopes`` ``(Hq,)`` or ``(B, Hq)``: ``s −= slope·|i + shift − j|``; ``sinks``
+    ``(Hq,)``: one extra natural-log logit per row with value 0, ``out_i = Σ_j e^{s_ij} v_j /
+    (e^{sink} + Σ_j e^{s_ij})``, ``lse_i = log(e^{sink} + Σ_j e^{s_ij})`` (a row with no key:
+    out 0, lse = sink). Torch ``sinks`` keep their autograd graph.
     """
     prob = _prepare(q, k, v, causal, alignment, window, key_lengths, mask, scale)
-    s = prob.scale * prob.q @ prob.k.transpose(-1, -2)
+    s = _modified_scores(prob, prob.scale * prob.q @ prob.k.transpose(-1, -2), alignment, softcap, alibi_slopes)
     if prob.attend is not None:
         s = s.masked_fill(~prob.attend, MASKED_LOGIT)
     m = s.amax(-1, keepdim=True)  # pass 1: the row max (-inf for a row with no key)
+    if sinks is not None:
+        sink = _check_sinks(sinks, prob.q.shape[1])[None, :, None, None]
+        m = torch.maximum(m, sink)  # finite: the sink is one more key of every row
+        p = torch.exp(s - m)
+        d = p.sum(-1, keepdim=True) + torch.exp(sink - m)  # the sink's e^{sink - m}, value 0
+        return _finish(prob, p @ prob.v / d, (m + torch.log(d)).squeeze(-1))
     p = torch.exp(s - _guard(m))  # pass 2: e^{x_j - m}, every exponent <= 0
     out, lse = _normalise(m, p.sum(-1, keepdim=True), p @ prob.v)  # pass 3: the map
     return _finish(prob, out, lse)
+
+
+def _modified_scores(prob: _Problem, s: torch.Tensor, alignment, softcap, alibi_slopes) -> torch.Tensor:
+    """The scaled scores ``s = scale·q·k`` with the softcap, then the ALiBi bias, applied."""
+    if softcap is not None:
+        if not isinstance(softcap, numbers.Real) or isinstance(softcap, bool) or not 0 < softcap < math.inf:
+            raise ValueError(f"softcap must be a finite number > 0 (or None), got {softcap!r}")
+        s = softcap * torch.tanh(s / softcap)
+    if alibi_slopes is not None:
+        B, Hq, Nq, Nk = s.shape
+        slopes = _as_tensor(alibi_slopes, "alibi_slopes").to(torch.float64)
+        if tuple(slopes.shape) not in ((Hq,), (B, Hq)):
+            raise ValueError(f"alibi_slopes must have shape (Hq,) = ({Hq},) or (B, Hq) = ({B}, {Hq}), "
+                             f"got {tuple(slopes.shape)}")
+        shift = masks.alignment_shift(alignment, Nq, Nk)
+        distance = (torch.arange(Nq)[:, None] + shift - torch.arange(Nk)[None, :]).abs().to(torch.float64)
+        s = s - slopes.expand(B, Hq)[:, :, None, None] * distance
+    return s
+
+
+def _check_sinks(sinks, Hq: int) -> torch.Tensor:
+    sinks = _as_tensor(sinks, "sinks")
+    if tuple(sinks.shape) != (Hq,):
+        raise ValueError(f"sinks must have shape (Hq,) = ({Hq},), one logit per query head, got {tuple(sinks.shape)}")
+    return sinks.to(torch.float64)
 
 
 # ----------------------------------------------------------------------------------

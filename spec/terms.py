@@ -243,3 +243,79 @@ def chain(terms) -> dict[sp.Symbol, sp.Expr]:
     for t in terms:
         env[t.symbol] = t.expr.xreplace(env)
     return env
+
+
+# ----------------------------------------------------------------------------------
+# Score modifications (issue 15): softcap, ALiBi, attention sinks. FlashAttention / FA4
+# semantics: the natural-log score of (i, j) is
+#     s_ij = c·tanh(scale·x_ij / c) − slope·|i + shift − j|        (x_ij = q_i · k_j)
+# with the softcap applied after scaling and before masking, the bias after the cap, and
+# the sink an extra natural-log logit per row (not scaled) with value 0.
+#
+# The kernels keep the raw-score variable ``qk`` and the later terms ``qk · qk_scale``
+# unchanged: a modification rewrites ``qk`` in raw-score units (divided by the scale), so
+# ``qk · qk_scale = s · log2(e)`` (claim score_mod_invariant). With a modification off, its
+# constexpr compiles the lines out and the kernel is the unmodified one, line for line.
+# Each group is a list of printed lines, so any template (the forward, the backward, and
+# any later kernel: varlen, decode) prints them through the one jinja include
+# ``score_mod.jinja``.
+# ----------------------------------------------------------------------------------
+#: once per launch: the constants of the cap, folded with the scale and log2(e)
+SOFTCAP_SCALARS = (
+    Term(n.softcap_in, 2 * n.LOG2E * n.sm_scale / n.softcap, "score_mod_invariant",
+         "2·log2(e)·scale / c: tanh(y) = 1 − 2 / (2^{2 y log2 e} + 1), y = scale·x / c"),
+    Term(n.softcap_out, n.softcap / n.sm_scale, "score_mod_invariant",
+         "c / scale: the capped score back in raw-score units (qk·qk_scale = s·log2 e)"),
+)
+#: per tile, after QK and before the mask: the cap (t is kept for the backward's 1 − t²)
+SOFTCAP = (
+    Term(n.t, 1 - 2 / (exp2(n.qk * n.softcap_in) + 1), "score_mod_bounds",
+         "t = tanh(scale·x / c) by exp2; in [−1, 1], no NaN for any x (2^{+inf} gives 1)"),
+    Term(n.qk, n.t * n.softcap_out, "score_mod_invariant",
+         "s = c·t, applied after scaling and before masking"),
+)
+#: once per (batch, query head): the ALiBi slope in raw-score units
+ALIBI_SCALAR = Term(n.alibi_coef, n.slope / n.sm_scale, "score_mod_invariant",
+                    "slope / scale: the bias enters qk, which the kernel multiplies by the scale")
+#: per tile, after the cap and before the mask: the bias −slope·|i + shift − j|
+ALIBI = (
+    Term(n.qk, n.qk - n.alibi_coef * sp.Abs(n.i + n.shift - n.j), "score_mod_invariant",
+         "s −= slope·|i + shift − j|: shift = N_k − N_q bottom-right, 0 top-left"),
+)
+#: the epilogue of an unsplit kernel, before FORWARD_EPILOGUE: the sink as the state
+#: (sink, 1, 0) merged by ⊕ exactly once per row (claim sink_once). m_ij is finite (the sink
+#: is), so no guard: a row with no key gets l_i = 1, acc = 0, lse = sink.
+SINK_FOLD = (
+    Term(n.sink2, n.sink * n.LOG2E, "sink_once", "the sink logit in log2 units (not scaled)"),
+    Term(n.m_ij, sp.Max(n.m_i, n.sink2), "sink_once", "max over the row's keys and the sink"),
+    Term(n.alpha, exp2(n.m_i - n.m_ij), "sink_once", "rescale the row's state to the new max"),
+    Term(n.l_i, n.l_i * n.alpha + exp2(n.sink2 - n.m_ij), "sink_once",
+         "d' gains e^{sink − m}: the sink is one more key ..."),
+    Term(n.acc, n.acc * col(n.alpha), "sink_once", "... whose value is 0: õ is only rescaled"),
+    Term(n.m_i, n.m_ij, "sink_once", "carry the new max"),
+)
+#: the backward's preprocess: this row's part of dL/dsink = −Σ_i e^{sink − lse_i}·delta_i
+#: (delta = Δ − dlse); the runtime sums the rows of each head
+SINK_GRAD = (
+    Term(n.dsink, -sp.exp(n.sink - n.lse) * n.delta, "sink_grad",
+         "∂L/∂sink of this row: P_sink·(0 − delta), P_sink = e^{sink − lse}"),
+)
+#: the backward, after dS: the chain rule through the cap, ∂s/∂(scale·x) = 1 − t²
+SOFTCAP_DS = (
+    Term(n.ds, n.ds * (1 - n.t * n.t), "softcap_grad", "dS through the cap: ∂(c·tanh(y))/∂y = 1 − t²"),
+)
+#: the same in the dK/dV kernel's key-major tile (t of the transposed scores: tT)
+SOFTCAP_DS_T = (
+    Term(n.dsT, n.dsT * (1 - n.tT * n.tT), "softcap_grad", "dSᵀ through the cap: 1 − tT², entrywise"),
+)
+
+GROUPS.update({
+    "softcap_scalars": SOFTCAP_SCALARS,
+    "softcap": SOFTCAP,
+    "alibi_scalar": (ALIBI_SCALAR,),
+    "alibi": ALIBI,
+    "sink_fold": SINK_FOLD,
+    "sink_grad": SINK_GRAD,
+    "softcap_ds": SOFTCAP_DS,
+    "softcap_ds_t": SOFTCAP_DS_T,
+})

@@ -18,7 +18,9 @@ from spec import notation as n
 from spec import proofs_kernel as K
 from spec import proofs_masks as PM
 from spec import proofs_ring as PRING
+from spec import proofs_score_mods as PSM
 from spec import proofs_softmax as PS
+from spec.proofs_softmax import fold_merge
 from spec import proofs_varlen as PV
 from spec import recurrences as R
 from spec import reference, terms
@@ -357,6 +359,62 @@ def test_every_claim_has_a_mutant_here():
     source = inspect.getsource(sys.modules[__name__])
     for cid in REGISTRY:
         assert f"prove_{cid}" in source, f"no mutant feeds prove_{cid}"
+
+
+# ---------------------------------------------------------------- score modifications (issue 15)
+SOFTCAP_DROPPED = swap(terms.SOFTCAP, n.qk, n.qk)
+ALIBI_SIGN = swap(terms.ALIBI, n.qk, n.qk + n.alibi_coef * sp.Abs(n.i + n.shift - n.j))
+ALIBI_NO_SHIFT = swap(terms.ALIBI, n.qk, n.qk - n.alibi_coef * sp.Abs(n.i - n.j))
+SINK_GRAD_SIGN = swap(terms.SINK_GRAD, n.dsink, sp.exp(n.sink - n.lse) * n.delta)
+SOFTCAP_DS_DROPPED = swap(terms.SOFTCAP_DS, n.ds, n.ds)
+
+
+def sink_per_split(splits, sink):
+    """The mutant combine: every split merges the sink's state (a sink per split)."""
+    return R.fold([R.merge(s, R.sink_state(sink)) for s in splits])
+
+
+@pytest.mark.parametrize("mutant", ["softcap_dropped", "alibi_sign", "alibi_no_shift", "mask_before_mod"])
+def test_score_mod_invariant_catches(mutant):
+    kw = {"softcap_dropped": dict(softcap_terms=SOFTCAP_DROPPED), "alibi_sign": dict(alibi_terms=ALIBI_SIGN),
+          "alibi_no_shift": dict(alibi_terms=ALIBI_NO_SHIFT), "mask_before_mod": dict(mod_before_mask=False)}[mutant]
+    assert_failed(PSM.prove_score_mod_invariant(**kw))
+
+
+@pytest.mark.parametrize("mutant", ["t_unbounded", "bias_positive", "sink_fold_unguarded_max"])
+def test_score_mod_bounds_catches(mutant):
+    kw = {"t_unbounded": dict(softcap_terms=swap(terms.SOFTCAP, n.t, 1 - 2 / (exp2(n.qk * n.softcap_in) - 1))),
+          "bias_positive": dict(alibi_terms=ALIBI_SIGN),
+          # the sink fold shifted by the old max only: e^{sink - m} > 1 when the sink is larger
+          "sink_fold_unguarded_max": dict(sink_fold=swap(terms.SINK_FOLD, n.m_ij, n.m_i))}[mutant]
+    assert_failed(PSM.prove_score_mod_bounds(**kw))
+
+
+def test_sink_once_catches_a_sink_per_tile_and_per_split():
+    assert_failed(PSM.prove_sink_once(forward_tile=terms.FORWARD_TILE + terms.SINK_FOLD, sink_fold=()))
+    assert_failed(PSM.prove_sink_once(combine=sink_per_split))
+    assert_failed(PSM.prove_sink_once(sink_fold=()))  # no sink at all
+
+
+def test_sink_once_catches_a_sink_per_split_in_the_printed_merge():
+    """The MERGE_STATE cases alone: the sink's partial (0, sink) merged after every split, or never."""
+    def per_split(partials, sink, merge_terms):
+        return fold_merge([x for p in partials for x in (p, (sp.Integer(0), sink))], merge_terms)
+
+    def never(partials, sink, merge_terms):
+        return fold_merge(list(partials), merge_terms)
+
+    for mutant in (per_split, never):
+        res = PSM.prove_sink_once(merge_partials=mutant)
+        assert_failed(res)
+        failing = [label for label, residual in res.cases if residual != 0]
+        assert failing and all("MERGE_STATE" in label for label in failing), failing
+
+
+def test_gradient_claims_catch():
+    assert_failed(PSM.prove_softcap_grad(softcap_ds=SOFTCAP_DS_DROPPED))
+    assert_failed(PSM.prove_softcap_grad(softcap_terms=SOFTCAP_DROPPED))
+    assert_failed(PSM.prove_sink_grad(sink_grad=SINK_GRAD_SIGN))
 
 
 # ---------------------------------------------------------------- the host rewrites (issue 11)

@@ -42,6 +42,8 @@ x, y, z = sp.symbols("x y z", extended_real=True)  # may be -oo, like m_i
     (T.dot(n.q, T.trans(n.k)), "tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION)"),
     (sp.floor(n.start_n / n.B_c), "(start_n // BLOCK_N)"),
     (sp.ceiling(n.start_n / n.B_c), "tl.cdiv(start_n, BLOCK_N)"),
+    (sp.Abs(n.i - n.j), "tl.abs(i - j)"),  # ALiBi's distance
+    (1 - n.t * n.t, "1 - t * t"),  # softcap's 1 − t²: a square is one multiply
 ])
 def test_rules(expr, code):
     assert print_expr(expr) == code
@@ -52,7 +54,7 @@ def test_rename_maps_mask_indices():
     assert code == "offs_n[None, :] <= offs_m[:, None] + shift"
 
 
-@pytest.mark.parametrize("expr", [sp.sin(x), x ** 2, sp.sqrt(x), sp.Function("mystery")(x), sp.Abs(x),
+@pytest.mark.parametrize("expr", [sp.sin(x), x ** 3, sp.sqrt(x), sp.Function("mystery")(x), sp.sign(x),
                                   sp.Piecewise((x, x > 0)), sp.Matrix([[x]])])
 def test_unsupported_nodes_raise(expr):
     with pytest.raises(UnsupportedNode):

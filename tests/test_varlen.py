@@ -57,7 +57,7 @@ def reference_grads(q, k, v, do, cu_q, cu_k, **kw):
 def test_signature_is_exactly_the_issues():
     assert str(inspect.signature(flash_attention_varlen)) == (
         "(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False, "
-        "window=None, scale=None, return_lse=False, block=(64, 64))")
+        "window=None, scale=None, return_lse=False, block=(64, 64), softcap=None, alibi_slopes=None, sinks=None)")
 
 
 # ----------------------------------------------------------------------------------
@@ -270,3 +270,47 @@ def test_strided_views_need_no_copy():
     (want_out, want_lse), want_grads = varlen_grads(q, k, v, do, cu_q, cu_k, block=(16, 32), causal=True)
     assert torch.equal(to_cpu(out.detach()), want_out) and torch.equal(to_cpu(lse.detach()), want_lse)
     assert torch.equal(to_cpu(qkv.grad), torch.stack(want_grads, dim=1))
+
+
+# ----------------------------------------------------------------------------------
+# Score modifications (issue 15) per segment: softcap, ALiBi (bottom-right per segment), sinks
+# ----------------------------------------------------------------------------------
+def test_score_mods_match_the_per_segment_reference():
+    """Softcap, (B, Hq) ALiBi slopes and learnable sinks on a packed causal batch against the
+    float64 dense reference run segment by segment (bottom-right), forward and gradients of q,
+    k, v and the sinks (one sink per head, summed over every segment's rows); an empty segment included."""
+    lengths_q, lengths_k = [3, 0, 5], [4, 2, 7]
+    q, k, v, do, cu_q, cu_k = packed(lengths_q, lengths_k, Hq=2, Hkv=1, D=16, seed=3)
+    slopes = torch.tensor([[0.5, 0.25], [0.125, 1.0], [0.3, 0.7]])
+    sinks = torch.tensor([0.4, -1.5])
+    kw = dict(causal=True, softcap=2.0)
+    # kernels
+    qd, kd, vd, sd = (to_device(t).clone().requires_grad_() for t in (q, k, v, sinks))
+    out, lse = flash_attention_varlen(qd, kd, vd, *to_device((cu_q, cu_k)), return_lse=True, block=(16, 32),
+                                      alibi_slopes=to_device(slopes), sinks=sd, **kw)
+    out.backward(to_device(do))
+    (out, lse), grads = to_cpu((out.detach(), lse.detach())), to_cpu((qd.grad, kd.grad, vd.grad, sd.grad))
+    # the reference, one dense problem per segment
+    qr, kr, vr, sr = (t.double().requires_grad_() for t in (q, k, v, sinks))
+    outs, lses = [], []
+    for b in range(len(lengths_q)):
+        rows, keys = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        o_b, l_b = attention(*(t[idx].transpose(0, 1)[None] for t, idx in ((qr, rows), (kr, keys), (vr, keys))),
+                             alignment="bottom_right", alibi_slopes=slopes[b:b + 1].double(), sinks=sr, **kw)
+        outs.append(o_b[0].transpose(0, 1))
+        lses.append(l_b[0])
+    want_out, want_lse = torch.cat(outs), torch.cat(lses, dim=1)
+    want = torch.autograd.grad(want_out, (qr, kr, vr, sr), do.double())
+    assert attention_failures(out, lse, want_out.detach(), want_lse.detach(), v) == []
+    assert grad_failures(grads[:3], want[:3], q.dtype) == []
+    torch.testing.assert_close(grads[3].double(), want[3], rtol=1e-4, atol=1e-4)
+
+
+def test_score_mod_arguments_are_checked():
+    q, k, v, _, cu_q, cu_k = packed([2, 3], [2, 3])
+    with pytest.raises(ValueError, match=r"alibi_slopes must have shape \(2,\) or \(2, 2\)"):
+        flash_attention_varlen(q, k, v, cu_q, cu_k, alibi_slopes=torch.ones(3))
+    with pytest.raises(ValueError, match="softcap must be a finite number > 0"):
+        flash_attention_varlen(q, k, v, cu_q, cu_k, softcap=-1.0)
+    with pytest.raises(TypeError, match="sinks must be float32"):
+        flash_attention_varlen(q, k, v, cu_q, cu_k, sinks=torch.zeros(2, dtype=torch.float64))

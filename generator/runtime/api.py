@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
+import numbers
 
 import torch
 
@@ -81,7 +83,34 @@ def _unsupported_autograd_modes(where: str, *tensors) -> None:
             "autograd cannot run inside functorch's grad transforms; use torch.autograd.grad (vmap works)")
 
 
-def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma):
+def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None):
+    """The checks of the score modifications (issue 15), with FlashAttention's names: ``softcap``
+    a finite number > 0, ``alibi_slopes`` float32 ``(Hq,)`` or ``(B, Hq)``, ``sinks`` float32
+    ``(Hq,)``, on q's device. Returns ``softcap`` as a float (or None)."""
+    B, Hq = q.shape[:2]
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real) or not 0 < softcap < math.inf:
+            raise ValueError(f"softcap must be a finite number > 0 (Gemma 2 uses 50.0 for attention), got "
+                             f"{softcap!r}; pass softcap=None for no cap")
+        softcap = float(softcap)
+    for name, t, shapes in (("alibi_slopes", alibi_slopes, ((Hq,), (B, Hq))), ("sinks", sinks, ((Hq,),))):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32 (FlashAttention's convention), got {t.dtype}; "
+                            f"pass {name}.float()")
+        if tuple(t.shape) not in shapes:
+            want = " or ".join(str(sh) for sh in shapes)
+            raise ValueError(f"{name} must have shape {want} (Hq = {Hq} query heads, B = {B}), got {tuple(t.shape)}")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move it with .to(q.device)")
+    return softcap
+
+
+def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,
+               softcap=None, alibi_slopes=None, sinks=None):
     for name, t in (("q", q), ("k", k), ("v", v)):
         checks.check_tensor(t, name)
     _unsupported_autograd_modes("flash_attention", q, k, v)
@@ -89,13 +118,17 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
     window, scale, block = check_inputs(q, k, v, causal=causal, alignment=alignment, window=window,
                                         key_lengths=key_lengths, mask=mask, scale=scale, block=block, tma=tma,
                                         return_lse=return_lse)
+    softcap = check_score_mods(q, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
     B, Hq, Nq, _ = q.shape
     if q.numel() == 0 or k.shape[2] == 0:
-        # nothing to attend (B, N_q or N_k is 0): rows with no key are zeros with lse -inf, like key_lengths 0;
-        # the `0 *` keeps the result attached to q, k, v so backward gives (empty or zero) gradients
+        # nothing to attend (B, N_q or N_k is 0): rows with no key are zeros with lse -inf, like key_lengths 0
+        # (lse = sink with sinks); the `0 *` keeps the result attached to q, k, v so backward gives (empty or
+        # zero) gradients
         attached = (q.sum() + k.sum() + v.sum()) * 0
         out = q.new_zeros(q.shape) + attached
         lse = torch.full((B, Hq, Nq), float("-inf"), dtype=torch.float32, device=q.device)
+        if sinks is not None:
+            lse = sinks[None, :, None].expand(B, Hq, Nq) + attached.float()
         return (out, lse) if return_lse else out
     q, scale = checks.normalise_scale(q, scale)  # s <= 0: the proven rewrite to s' > 0 (scale_sign_rewrite)
     if block == "auto":
@@ -103,13 +136,14 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
     if tma == "auto":
         tma = launch.tma_by_default(q.device)
     out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment, window, scale, block[0], block[1],
-                                  tma, package)
+                                  tma, package, softcap, alibi_slopes, sinks)
     return (out, lse) if return_lse else out
 
 
 @_named_keywords
 def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
-                    scale=None, return_lse=False, block="auto", tma="auto"):
+                    scale=None, return_lse=False, block="auto", tma="auto", softcap=None, alibi_slopes=None,
+                    sinks=None):
     """Softmax attention through the generated FlashAttention-2 kernels.
 
     Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k, v (B, Hkv, N_k, D)``
@@ -136,9 +170,19 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     triton without tensor descriptors); with ``True`` or ``"auto"``, inputs whose layout TMA
     cannot read (strides not multiples of 16 bytes, a misaligned view) run the pointer path
     with a ``TmaFallbackWarning`` naming the tensor and the rule. The backward is unchanged.
+
+    Score modifications (FlashAttention / FA4 names and semantics, all combinable with each
+    other, every mask, GQA and the backward): ``softcap`` (float > 0): the score is
+    ``softcap·tanh(scale·q·k / softcap)``, after scaling, before masking. ``alibi_slopes``
+    (float32 ``(Hq,)`` or ``(B, Hq)``): bias ``−slope·|i + shift − j|`` (shift = N_k − N_q for
+    ``alignment="bottom_right"``, FlashAttention's bias; 0 for top_left); no gradient.
+    ``sinks`` (float32 ``(Hq,)``, learnable: gets a gradient when it requires one): one extra
+    natural-log logit per head and row, not scaled, with value 0 (gpt-oss): ``lse_i =
+    log(e^{sink} + Σ_j e^{s_ij})``; a row with no key gives out 0 and lse = sink.
     """
     return _attention(DEFAULT_PACKAGE, q, k, v, causal=causal, alignment=alignment, window=window,
-                      key_lengths=key_lengths, mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma)
+                      key_lengths=key_lengths, mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma,
+                      softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
 
 
 def _softmax(package, x, dim, *, block):

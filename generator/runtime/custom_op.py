@@ -31,14 +31,17 @@ def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
                        key_lengths: Optional[torch.Tensor], causal: bool, alignment: str,
                        window: Optional[list[int]], scale: Optional[float], block_m: int,
                        block_n: int, tma: bool = False,
-                       package: str = dispatch.DEFAULT_PACKAGE) -> tuple[torch.Tensor, torch.Tensor]:
+                       package: str = dispatch.DEFAULT_PACKAGE, softcap: Optional[float] = None,
+                       alibi_slopes: Optional[torch.Tensor] = None,
+                       sinks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     module = dispatch.module_for("fwd", (block_m, block_n), package, q.device)
     return dispatch.attention_forward(module, q, k, v, causal=causal, alignment=alignment,
                                       window=None if window is None else tuple(window), key_lengths=key_lengths,
-                                      mask=mask, scale=scale, tma=tma)
+                                      mask=mask, scale=scale, tma=tma, softcap=softcap, alibi_slopes=alibi_slopes,
+                                      sinks=sinks)
 
 
 @flash_attention_op.register_fake
 def _(q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, tma=False,
-      package=dispatch.DEFAULT_PACKAGE):
+      package=dispatch.DEFAULT_PACKAGE, softcap=None, alibi_slopes=None, sinks=None):
     return outputs_like(q)

@@ -104,7 +104,8 @@ def _check(q, k_cache, v_cache, cache_seqlens, block_table, num_splits):
 
 
 def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None, causal=False,
-                                 window=None, scale=None, num_splits=0, return_lse=False):
+                                 window=None, scale=None, num_splits=0, return_lse=False, softcap=None,
+                                 alibi_slopes=None, sinks=None):
     """Attention of ``N_q`` new tokens over a KV cache (decode, speculative decoding, chunked prefill).
 
     FlashAttention's layouts and names: ``q`` ``(B, N_q, Hq, D)``; a contiguous cache ``k_cache``,
@@ -126,7 +127,20 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_ta
     Returns ``out`` ``(B, N_q, Hq, D)`` in q's dtype (zeros for a token with no key), or
     ``(out, lse)`` with ``return_lse=True``, ``lse`` float32 ``(B, Hq, N_q)``, natural log.
     Inference only: raises if gradients are requested.
+
+    ``softcap``, ``alibi_slopes``, ``sinks`` (issue 15) are not supported by the decode kernel
+    yet: passing one raises ``NotImplementedError`` (use ``flash_attention`` on the cache's
+    valid keys, which supports all three).
     """
+    given = [name for name, value in (("softcap", softcap), ("alibi_slopes", alibi_slopes), ("sinks", sinks))
+             if value is not None]
+    if given:
+        raise NotImplementedError(
+            f"flash_attention_with_kvcache does not support {', '.join(given)} yet: the decode kernel "
+            f"prints no score modifications (the sink would be merged once after the split merge by "
+            f"MERGE_STATE, claim sink_once, but that kernel change is not done); use flash_attention "
+            f"with k, v = the cache's first cache_seqlens keys (B, H, N, D), which supports softcap, "
+            f"alibi_slopes and sinks")
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     capacity = _check(q, k_cache, v_cache, cache_seqlens, block_table, num_splits)

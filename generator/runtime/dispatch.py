@@ -88,18 +88,23 @@ def mask_arguments(module, q, k, *, alignment, mask, scale) -> dict:
     return {"sm_scale": sm_scale, "shift": alignment_shift(alignment, Nq, Nk), "mask": dense, "block_map": tiles}
 
 
-def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, tma=False):
+def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, tma=False,
+                      softcap=None, alibi_slopes=None, sinks=None):
     """Run a generated forward ``module`` on checked inputs: returns ``(out, lse)``.
-    ``tma``: the opt-in Hopper TMA path (``generator.runtime.launch.tma_operands`` has its rules)."""
-    return module.forward(q, k, v, causal=causal, window=window, tma=tma,
+    ``tma``: the opt-in Hopper TMA path (``generator.runtime.launch.tma_operands`` has its rules);
+    ``softcap``, ``alibi_slopes``, ``sinks``: the score modifications (``launch.score_mod_launch``)."""
+    return module.forward(q, k, v, causal=causal, window=window, tma=tma, softcap=softcap,
+                          alibi_slopes=alibi_slopes, sinks=sinks,
                           key_lengths=lengths_argument(key_lengths, k.shape[2]),
                           **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale))
 
 
 def attention_backward(module, grad_out, grad_lse, q, k, v, out, lse, *, causal, alignment, window, key_lengths,
-                       mask, scale):
-    """Run a generated backward ``module`` on checked inputs: returns ``(dq, dk, dv)``."""
+                       mask, scale, softcap=None, alibi_slopes=None, sinks=None):
+    """Run a generated backward ``module`` on checked inputs: returns ``(dq, dk, dv, dsink_rows)``
+    (``dsink_rows``: each row's part of dL/dsink, ``None`` without sinks)."""
     check_index_width(grad_out=grad_out)  # the one input the forward's checks did not see
     return module.backward(grad_out, q, k, v, out, lse, grad_lse=grad_lse, causal=causal, window=window,
+                           softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
                            key_lengths=lengths_argument(key_lengths, k.shape[2]),
                            **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale))

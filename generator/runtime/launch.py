@@ -176,6 +176,32 @@ def packed_strides(t: torch.Tensor) -> tuple[int, int, int, int]:
     return 0, t.stride(1), t.stride(0), t.stride(2)
 
 
+# ----------------------------------------------------------------------------------
+# Score modifications (issue 15): softcap, ALiBi slopes, attention sinks.
+# ----------------------------------------------------------------------------------
+#: the score-modification tensors of an attention kernel's signature and their element type
+SCORE_MOD_POINTERS = {"Slopes": "fp32", "Sinks": "fp32"}
+
+
+def score_mod_constexprs(softcap: bool, alibi: bool, sinks: bool) -> dict:
+    """The score-modification flags (constexprs: a modification not in use compiles out)."""
+    return {"HAS_SOFTCAP": bool(softcap), "HAS_ALIBI": bool(alibi), "HAS_SINKS": bool(sinks)}
+
+
+def score_mod_launch(device: torch.device, *, softcap, alibi_slopes, sinks) -> tuple[dict, tuple]:
+    """``(constexprs, runtime arguments)`` of an attention kernel's launch for its score
+    modifications (checked inputs: ``generator.runtime.api``). The runtime arguments are
+    ``(softcap, slopes, (slope batch stride, slope head stride), sinks)``: the cap as a float
+    (0.0, never read, when off), ALiBi slopes ``(Hq,)`` (batch stride 0) or ``(B, Hq)``, and
+    one-element placeholders for the tensors not in use (their flags compile the reads out)."""
+    placeholder = torch.empty((1,), dtype=torch.float32, device=device)
+    slopes = alibi_slopes if alibi_slopes is not None else placeholder
+    slope_strides = (0, slopes.stride(0)) if slopes.dim() == 1 else tuple(slopes.stride())
+    flags = score_mod_constexprs(softcap is not None, alibi_slopes is not None, sinks is not None)
+    return flags, (0.0 if softcap is None else float(softcap), slopes, slope_strides,
+                   sinks if sinks is not None else placeholder)
+
+
 def tl_dtype_of(dtype: str) -> tuple[torch.dtype, str]:
     """``"fp16"``/``"bf16"``/``"fp32"`` (or torch names) -> (torch dtype, signature name)."""
     if dtype not in DTYPE_NAMES:

@@ -15,9 +15,10 @@ runs inside a compiled graph.
 
 Score modifiers (softcap, ALiBi, sinks: issue 15) reach varlen the way they reach the dense
 path: a keyword of ``flash_attention_varlen`` and an argument of both ops, passed on to
-``forward_varlen`` / ``backward_varlen``, whose kernels are the dense ones (``IS_VARLEN`` only
-changes the block that maps a program to its segment), so the printed score terms apply per
-segment unchanged. The hook: ``_kernel_options`` below is the one place to add them.
+``forward_varlen`` / ``backward_varlen`` by ``_kernel_options``, whose kernels are the dense ones
+(``IS_VARLEN`` only changes the block that maps a program to its segment: ALiBi's shift is the
+segment's own ``n_k - n_q``, its ``(B, Hq)`` slopes index the segment), so the printed score
+terms apply per segment unchanged.
 """
 
 from __future__ import annotations
@@ -77,9 +78,9 @@ def _check_max_seqlen(name, value):
 
 
 def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
-                 window=None, scale=None, block=api.DEFAULT_BLOCK):
-    """The checks that read no tensor's values; returns ``(window, max_seqlen_q, max_seqlen_k)``
-    normalised (``COMPUTE`` for an omitted hint)."""
+                 window=None, scale=None, block=api.DEFAULT_BLOCK, softcap=None, alibi_slopes=None, sinks=None):
+    """The checks that read no tensor's values; returns ``(window, max_seqlen_q, max_seqlen_k,
+    softcap)`` normalised (``COMPUTE`` for an omitted hint, ``softcap`` a float or None)."""
     _check_packed(q, k, v)
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         _check_cu_seqlens(name, cu)
@@ -92,7 +93,10 @@ def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seq
     checks.check_scale(scale)
     checks.check_block(block, auto=True)
     hints = (_check_max_seqlen("max_seqlen_q", max_seqlen_q), _check_max_seqlen("max_seqlen_k", max_seqlen_k))
-    return (None if window is None else checks.check_window(window)), *hints
+    # the dense checks, on a (B, Hq) stand-in of no element: B segments, Hq query heads
+    softcap = api.check_score_mods(q.new_empty((cu_seqlens_q.numel() - 1, q.shape[1], 0)), softcap=softcap,
+                                   alibi_slopes=alibi_slopes, sinks=sinks)
+    return (None if window is None else checks.check_window(window)), *hints, softcap
 
 
 def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> tuple[int, int]:
@@ -110,11 +114,11 @@ def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     return out[0], out[1]
 
 
-def _kernel_options(q, causal, window, scale) -> dict:
-    """The keywords ``forward_varlen`` and ``backward_varlen`` both take, from the ops' arguments
-    (the hook for score modifiers: add them here and to both ops' signatures)."""
+def _kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks) -> dict:
+    """The keywords ``forward_varlen`` and ``backward_varlen`` both take, from the ops' arguments."""
     return {"sm_scale": checks.sm_scale_of(scale, q.shape[-1]), "causal": causal,
-            "window": None if window is None else tuple(window)}
+            "window": None if window is None else tuple(window), "softcap": softcap,
+            "alibi_slopes": alibi_slopes, "sinks": sinks}
 
 
 # ----------------------------------------------------------------------------------
@@ -124,15 +128,18 @@ def _kernel_options(q, causal, window, scale) -> dict:
 def flash_attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                               cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
                               window: Optional[list[int]], scale: Optional[float], block_m: int,
-                              block_n: int) -> tuple[torch.Tensor, torch.Tensor]:
+                              block_n: int, softcap: Optional[float] = None,
+                              alibi_slopes: Optional[torch.Tensor] = None,
+                              sinks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     module = api.module_for("fwd", (block_m, block_n))
     max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     return module.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
-                                 **_kernel_options(q, causal, window, scale))
+                                 **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks))
 
 
 @flash_attention_varlen_op.register_fake
-def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n):
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n,
+      softcap=None, alibi_slopes=None, sinks=None):
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
 
@@ -142,39 +149,49 @@ def flash_attention_varlen_backward_op(
         grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
         v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
         cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool, window: Optional[list[int]],
-        scale: Optional[float], block_m: int, block_n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        scale: Optional[float], block_m: int, block_n: int, softcap: Optional[float] = None,
+        alibi_slopes: Optional[torch.Tensor] = None, sinks: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv, dsinks)``; ``dsinks`` is ``(Hq,)`` fp32, empty ``(0,)`` without sinks."""
     module = api.module_for("bwd", (block_m, block_n))
     max_q, max_k = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    return module.backward_varlen(grad_out, q, k, v, out, lse.contiguous(), cu_seqlens_q, cu_seqlens_k, max_q,
-                                  max_k, grad_lse=grad_lse, **_kernel_options(q, causal, window, scale))
+    dq, dk, dv, dsink_rows = module.backward_varlen(
+        grad_out, q, k, v, out, lse.contiguous(), cu_seqlens_q, cu_seqlens_k, max_q, max_k, grad_lse=grad_lse,
+        **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks))
+    # dL/dsink of a head: the sum over its packed rows (all segments) of the kernel's per-row parts
+    dsinks = dsink_rows.sum(1) if dsink_rows is not None else q.new_empty((0,), dtype=torch.float32)
+    return dq, dk, dv, dsinks
 
 
 @flash_attention_varlen_backward_op.register_fake
 def _(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-      window, scale, block_m, block_n):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+      window, scale, block_m, block_n, softcap=None, alibi_slopes=None, sinks=None):
+    dsinks = q.new_empty((0,) if sinks is None else (q.shape[1],), dtype=torch.float32)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v, cu_seqlens_q, cu_seqlens_k, *options = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-    ctx.options = options  # max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n
+    *options, alibi_slopes, sinks = options
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks)
+    ctx.options = options  # max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n, softcap
 
 
 def _backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
-    dq, dk, dv = flash_attention_varlen_backward_op(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q,
-                                                    cu_seqlens_k, *ctx.options)
-    # gradients for (q, k, v); the offsets and the options are not differentiable
-    return dq, dk, dv, *([None] * (2 + len(ctx.options)))
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks = ctx.saved_tensors
+    dq, dk, dv, dsinks = flash_attention_varlen_backward_op(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q,
+                                                            cu_seqlens_k, *ctx.options, alibi_slopes, sinks)
+    # gradients for (q, k, v) and the sinks; the offsets, the options and alibi_slopes are not differentiable
+    return dq, dk, dv, *([None] * (3 + len(ctx.options))), dsinks if sinks is not None else None
 
 
 torch.library.register_autograd("flashproof::flash_attention_varlen", _backward, setup_context=_setup_context)
 
 
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
-                           causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK):
+                           causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
+                           softcap=None, alibi_slopes=None, sinks=None):
     """Attention over a packed batch of variable-length sequences (FlashAttention's
     ``flash_attn_varlen_func`` layout and conventions), through the generated kernels.
 
@@ -192,10 +209,13 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     ``(Hq, total_q)``, natural log). Segments may be empty; a query row with no key gives output
     0, lse -inf and zero gradients. Differentiable in q, k, v; deterministic (no atomics).
     ``block``: a generated ``(B_r, B_c)``, or ``"auto"`` (``flash_attention``'s choice per GPU and
-    head dim); the varlen kernels move their tiles by pointers (no TMA path).
+    head dim); the varlen kernels move their tiles by pointers (no TMA path). ``softcap``,
+    ``alibi_slopes`` (float32 ``(Hq,)`` or ``(B, Hq)``, B the segments; the bias is bottom-right
+    per segment) and ``sinks`` (float32 ``(Hq,)``, differentiable): as ``flash_attention``'s.
     """
-    window, max_q, max_k = check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                        causal=causal, window=window, scale=scale, block=block)
+    window, max_q, max_k, softcap = check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                 causal=causal, window=window, scale=scale, block=block,
+                                                 softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
     if block == "auto":
         block = api.auto_block(q.device, q.shape[-1])
     checks.check_seq_lens(q.shape[0], k.shape[0])
@@ -204,5 +224,5 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     q, scale = checks.normalise_scale(q, checks.check_scale(scale))
     window = checks.normalise_window(window, q.shape[0], k.shape[0])
     out, lse = flash_attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window,
-                                         scale, int(block[0]), int(block[1]))
+                                         scale, int(block[0]), int(block[1]), softcap, alibi_slopes, sinks)
     return (out, lse) if return_lse else out
