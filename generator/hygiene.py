@@ -70,6 +70,11 @@ EXCEPTIONS = frozenset({
     # (claim lse_merge proves it the identity) but not as a claim-commented init term
     ("_merge_states", "o_acc = tl.full([BLOCK_M, BLOCK_D], 0, dtype=tl.float32)"),
     ("_merge_states", 'lse_acc = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)'),
+    # score modifications (issue 15): the values a modification that is switched off leaves in place
+    # (its constexpr compiles every use out, so no kernel computes with them); the switched-on values
+    # are the printed SOFTCAP_SCALARS / ALIBI_SCALAR / SOFTCAP terms
+    ("_score_mod_scalars", "softcap_in = 0.0"), ("_score_mod_scalars", "softcap_out = 0.0"),
+    ("_score_mod_scalars", "alibi_coef = 0.0"), ("_score_mod", "t = qk"),
 })
 #: calls that do not compute on values (everything else — tl.exp2, tl.dot, tl.where, tl.math.*, ... —
 #: is arithmetic unless every name it touches is index math); the reviewed allow-list
