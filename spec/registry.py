@@ -52,6 +52,7 @@ CLAIM_IDS = (
     "backward_delta",
     "backward_ds",
     "mask_tiles_sound",
+    "mask_mod_sound",
 )
 
 
