@@ -14,6 +14,7 @@ examples:
   python -m generator --br 128 --bc 64         # another block size (kept beside the others)
   python -m generator --br 64 --bc 64 --mask causal lengths
   python -m generator --br 64 --bc 64 --num-warps 8 --num-stages 2
+  python -m generator --br 64 --bc 64 --mask-mod mymasks:prefix_2d   # a user mask_mod (spec.masks.mask_mod)
   python -m generator --br 64 --bc 64 --out /tmp/kernels
   python -m generator --check                  # exit 1 if generated/ is stale or edited
 
@@ -55,6 +56,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--num-stages", type=int, choices=ALLOWED_STAGES, default=None,
                    help="software-pipeline stages of the streamed tiles, forward and backward (default: "
                         "forward 3 for B_c <= 64, else 2; backward dK/dV 2, dQ 3)")
+    p.add_argument("--mask-mod", nargs="+", default=[], metavar="MODULE:NAME",
+                   help="user mask_mods (functions decorated with spec.masks.mask_mod) to emit forward and "
+                        "backward kernels for, beside the built-ins prefix_lm, chunked, sink_window, document")
     p.add_argument("--out", type=Path, default=None, help="output directory (default: generated/)")
     p.add_argument("--check", action="store_true",
                    help="re-render every MANIFEST.json entry in memory; exit 1 listing stale or edited "
@@ -77,7 +81,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"generated files in {out} match the spec and the templates")
         return 0
 
-    config = BlockConfig(args.br, args.bc, args.num_warps, args.num_stages, tuple(args.mask))
+    config = BlockConfig(args.br, args.bc, args.num_warps, args.num_stages, tuple(args.mask), tuple(args.mask_mod))
+    from spec.mask_mod import NotInClass, resolve
+    for ref in config.mask_mods:  # importable, and in the class (the error names the offending atom)
+        try:
+            resolve(ref)
+        except (ImportError, ValueError, NotInClass) as e:
+            print(f"--mask-mod {ref}: {e}", file=sys.stderr)
+            return 2
 
     from spec.claims import prove_all  # kernels are printed from proven terms only
     failed = [r for r in prove_all() if not r.proved]

@@ -412,6 +412,75 @@ class MaskMod:
         """The element predicate of a partial tile."""
         return Term(keep_mm, self.kernel_form(self.predicate), CLAIM, f"mask_mod {self.name}")
 
+    # --- run-time parameters -----------------------------------------------------------
+    def pack(self, mask_args, batch: int, nq: int, nk: int, device=None):
+        """The int32 ``(batch, L)`` tensor of parameters the kernels read as ``MM_row`` (the layout
+        of ``kernel_form``), from ``mask_args`` = ``{name: int | (B,) tensor | (B, N) tensor}``.
+        Every problem raises ``ValueError`` / ``TypeError`` naming the parameter and the fix."""
+        import torch
+
+        given = dict(mask_args or {})
+        missing = [p for p in self.params if p not in given]
+        extra = [p for p in given if p not in self.params]
+        if missing or extra:
+            raise ValueError(f"mask_mod {self.name} takes mask_args {list(self.params)}; "
+                             + (f"missing {missing}" if missing else f"unknown {extra}"))
+        cols = []
+        for p in self.params:
+            v = given[p]
+            if isinstance(v, bool) or not isinstance(v, (int, torch.Tensor)):
+                raise TypeError(f"mask_args[{p!r}] must be an int or an integer tensor, got {type(v).__name__}")
+            if isinstance(v, int):
+                v = torch.tensor(v)
+            if v.dtype.is_floating_point or v.dtype == torch.bool or v.is_complex():
+                raise TypeError(f"mask_args[{p!r}] must hold integers, got {v.dtype}")
+            v = v.to(device) if device is not None else v
+            if p in self.tensors:
+                length = nq if self.tensors[p] == "i" else nk
+                which = "N_q (read at query rows)" if self.tensors[p] == "i" else "N_k (read at keys)"
+                if v.dim() == 1:
+                    v = v.expand(batch, -1)
+                if tuple(v.shape) != (batch, length):
+                    raise ValueError(f"mask_args[{p!r}] must have shape (batch, {which}) = ({batch}, {length}), "
+                                     f"got {tuple(v.shape)}")
+                if length > 1 and bool((v[:, 1:] < v[:, :-1]).any()):
+                    raise ValueError(f"mask_args[{p!r}] must be non-decreasing along the sequence (sorted "
+                                     f"per-position ids, e.g. packed documents in order): the tile classifier "
+                                     f"reads its per-tile min and max at the tile's ends")
+            else:
+                if v.dim() == 0:
+                    v = v.expand(batch)
+                if tuple(v.shape) != (batch,):
+                    raise ValueError(f"mask_args[{p!r}] must be an int or have shape (batch,) = ({batch},), "
+                                     f"got {tuple(v.shape)}")
+                if p in self.positive and bool((v < 1).any()):
+                    raise ValueError(f"mask_args[{p!r}] must be >= 1 (mask_mod {self.name} divides or scales "
+                                     f"by it), got {v.tolist()}")
+                v = v[:, None]
+            if v.numel() and (int(v.min()) < -2**31 or int(v.max()) >= 2**31):
+                raise ValueError(f"mask_args[{p!r}] must fit in int32")
+            cols.append((p, v.to(torch.int32)))
+        order = list(self.scalars) + [p for p in self.params if p in self.tensors]  # the slots' order
+        cols = dict(cols)
+        return torch.cat([cols[p] for p in order], 1).contiguous() if order else \
+            torch.zeros((batch, 1), dtype=torch.int32, device=device)
+
+    def values(self, packed, b: int, nq: int, nk: int) -> dict:
+        """Batch entry ``b``'s parameters back from ``pack``'s tensor: ``{name: int or 1-d array}``."""
+        row = packed[b].cpu().numpy()
+        out = {}
+        for p, slot in self._slots().items():
+            at = int(slot.subs({n.Nq: nq, n.Nk: nk}))
+            if p in self.tensors:
+                out[p] = row[at:at + (nq if self.tensors[p] == "i" else nk)]
+            else:
+                out[p] = int(row[at])
+        return out
+
+    def dense_batch(self, packed, nq: int, nk: int, shift: int) -> np.ndarray:
+        """Boolean ``(B, nq, nk)``: the predicate of every batch entry of ``pack``'s tensor."""
+        return np.stack([self.dense(nq, nk, shift, self.values(packed, b, nq, nk)) for b in range(packed.shape[0])])
+
     # --- numbers -----------------------------------------------------------------------
     def _numeric(self, expr, args: tuple):
         bases = [sp.IndexedBase(t, integer=True) for t in self.tensors]
@@ -471,6 +540,10 @@ def analyse(predicate, name: str = "mask_mod", params=(), module: str = "__main_
     return MaskMod(name, module, tuple(params), predicate, tree, dict(an.tensors), frozenset(an.positive), doc)
 
 
+#: every mask_mod defined so far, by name (the runtime finds a kernel's mask_mod by it)
+REGISTRY: dict[str, "MaskMod"] = {}
+
+
 def mask_mod(fn):
     """Decorator: a function of SymPy symbols (``i``, ``j``, optionally ``shift``, ``N_Q``, ``N_K``,
     then named integer parameters) returning a predicate of the class becomes a ``MaskMod``.
@@ -481,7 +554,9 @@ def mask_mod(fn):
     args = list(inspect.signature(fn).parameters)
     params = [a for a in args if a not in INDEX_ARGS]
     symbols = {a: INDEX_ARGS[a] if a in INDEX_ARGS else Param(a) for a in args}
-    return analyse(fn(**symbols), fn.__name__, params, fn.__module__, inspect.getdoc(fn) or "")
+    mm = analyse(fn(**symbols), fn.__name__, params, fn.__module__, inspect.getdoc(fn) or "")
+    REGISTRY[mm.name] = mm
+    return mm
 
 
 def resolve(ref: str) -> MaskMod:

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from spec.mask_mod import REGISTRY as MASK_MODS, MaskMod
 from spec.masks import ALIGNMENTS, alignment_shift
 
 from generator.runtime import launch
@@ -40,9 +41,12 @@ def _check_block(block) -> tuple[int, int]:
         raise ValueError(f"block must be a pair (B_r, B_c) of ints such as (64, 64), got {block!r}") from None
 
 
-def module_for(kind: str, block) -> object:
-    """The generated module of kernel ``kind`` for ``block = (B_r, B_c)``; ValueError if absent."""
+def module_for(kind: str, block, mask_mod: str | None = None) -> object:
+    """The generated module of kernel ``kind`` for ``block = (B_r, B_c)`` (with the mask_mod of
+    that name compiled in, when given); ValueError naming the command to run if absent."""
     block = _check_block(block)
+    if mask_mod is not None:
+        return _mask_mod_module(kind, block, MASK_MODS[mask_mod])
     kernels = _index().KERNELS
     if block not in kernels or kind not in kernels[block]:
         have = ", ".join(str(b) for b in sorted(kernels)) or "none"
@@ -50,6 +54,20 @@ def module_for(kind: str, block) -> object:
             f"block {block} has no generated {kind} kernel (generated blocks: {have}); emit it with "
             f"`python -m generator --br {block[0]} --bc {block[1]}`")
     return importlib.import_module(f"generated.{kernels[block][kind]}")
+
+
+def _mask_mod_module(kind: str, block: tuple[int, int], mm: MaskMod) -> object:
+    index = _index()
+    command = index.COMMANDS.get(block, f"python -m generator --br {block[0]} --bc {block[1]}")
+    emit = f"`{command} --mask-mod {mm.ref}`"
+    name = index.MASK_MODS.get(block, {}).get(mm.name, {}).get(kind)
+    if name is None:
+        raise ValueError(f"mask_mod {mm.name!r} has no generated {kind} kernel for block {block}; emit it with {emit}")
+    module = importlib.import_module(f"generated.{name}")
+    if module.MASK_MOD_PREDICATE != str(mm.predicate):
+        raise ValueError(f"generated/{name}.py was emitted for mask_mod {mm.name!r} = {module.MASK_MOD_PREDICATE}, "
+                         f"but {mm.ref} is now {mm.predicate}; regenerate with {emit}")
+    return module
 
 
 # ----------------------------------------------------------------------------------
@@ -186,11 +204,19 @@ def mask_arguments(module, q, k, *, alignment, mask, scale) -> dict:
     return {"sm_scale": sm_scale, "shift": alignment_shift(alignment, Nq, Nk), "mask": dense, "block_map": tiles}
 
 
-def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, tma=False):
+def mask_mod_arguments(mask_args) -> dict:
+    """``mask_mod_args`` for a module with a mask_mod compiled in (the packed int32 parameters)."""
+    return {} if mask_args is None else {"mask_mod_args": mask_args}
+
+
+def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, tma=False,
+                      mask_args=None):
     """Run a generated forward ``module`` on checked inputs: returns ``(out, lse)``.
-    ``tma``: the opt-in Hopper TMA path (``generator.runtime.launch.tma_operands`` has its rules)."""
+    ``tma``: the opt-in Hopper TMA path (``generator.runtime.launch.tma_operands`` has its rules);
+    ``mask_args``: a mask_mod's packed parameters (``MaskMod.pack``)."""
     return module.forward(q, k, v, causal=causal, window=window, key_lengths=key_lengths, tma=tma,
-                          **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale))
+                          **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale),
+                          **mask_mod_arguments(mask_args))
 
 
 def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
@@ -215,8 +241,21 @@ def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, ke
     return None if window is None else _check_window(window)
 
 
+def check_mask_mod(mask_mod, mask_args, q, k) -> torch.Tensor | None:
+    """``mask_args`` packed for the kernels (``MaskMod.pack``: every problem named), or None."""
+    if mask_mod is None:
+        if mask_args is not None:
+            raise ValueError("mask_args given without mask_mod; pass mask_mod=prefix_lm (or another "
+                             "spec.masks.mask_mod) with them")
+        return None
+    if not isinstance(mask_mod, MaskMod):
+        raise TypeError(f"mask_mod must be a spec.masks.mask_mod (e.g. spec.masks.prefix_lm, or a function "
+                        f"decorated with @mask_mod), got {type(mask_mod).__name__}")
+    return mask_mod.pack(mask_args, q.shape[0], q.shape[2], k.shape[2], device=q.device)
+
+
 def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
-                    scale=None, return_lse=False, block=DEFAULT_BLOCK, tma=False):
+                    scale=None, return_lse=False, block=DEFAULT_BLOCK, tma=False, mask_mod=None, mask_args=None):
     """Softmax attention through the generated FlashAttention-2 kernels.
 
     Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k, v (B, Hkv, N_k, D)``
@@ -232,6 +271,10 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     Inputs: fp16, bf16 or fp32 (one dtype), D in 1..256, any strides (no copies are made),
     CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``.
 
+    ``mask_mod`` (``spec.masks.prefix_lm``, ``chunked``, ``sink_window``, ``document`` or your own
+    ``@mask_mod``) with its parameters ``mask_args`` (``{name: int | (B,) | (B, N) tensor}``) is
+    AND-ed with every other mask; its tiles are classified at their corners (claim mask_mod_sound).
+
     ``tma=True`` (off by default: no GPU has measured it yet) moves Q, K, V and O of the
     forward by Hopper's TMA. It raises ``ValueError`` on a machine without TMA (a GPU older
     than sm_90, a triton without tensor descriptors); inputs whose layout TMA cannot read
@@ -240,9 +283,11 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     """
     window = check_inputs(q, k, v, causal=causal, alignment=alignment, window=window, key_lengths=key_lengths,
                           mask=mask, scale=scale, block=block, tma=tma)
+    packed = check_mask_mod(mask_mod, mask_args, q, k)
     out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment,
                                   None if window is None else list(window),
-                                  None if scale is None else float(scale), int(block[0]), int(block[1]), tma)
+                                  None if scale is None else float(scale), int(block[0]), int(block[1]), tma,
+                                  None if mask_mod is None else mask_mod.name, packed)
     return (out, lse) if return_lse else out
 
 

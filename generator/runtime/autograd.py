@@ -26,31 +26,36 @@ def flash_attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch
                                 k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                                 mask: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor], causal: bool,
                                 alignment: str, window: Optional[list[int]], scale: Optional[float],
-                                block_m: int, block_n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    module = api.module_for("bwd", (block_m, block_n))
+                                block_m: int, block_n: int, mask_mod: Optional[str] = None,
+                                mask_args: Optional[torch.Tensor] = None
+                                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    module = api.module_for("bwd", (block_m, block_n), mask_mod)
     return module.backward(grad_out, q, k, v, out, lse.contiguous(), grad_lse=grad_lse, causal=causal,
                            window=None if window is None else tuple(window), key_lengths=key_lengths,
-                           **api.mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale))
+                           **api.mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale),
+                           **api.mask_mod_arguments(mask_args))
 
 
 @flash_attention_backward_op.register_fake
-def _(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, causal, alignment, window, scale, block_m, block_n):
+def _(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, causal, alignment, window, scale, block_m, block_n,
+      mask_mod=None, mask_args=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def setup_context(ctx, inputs, output):
     # tma only chooses how the forward moves its tiles: the backward does not need it
-    q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, _tma = inputs
+    q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, _tma, mask_mod, mask_args = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, mask, key_lengths)
-    ctx.options = (causal, alignment, window, scale, block_m, block_n)
+    ctx.save_for_backward(q, k, v, out, lse, mask, key_lengths, mask_args)
+    ctx.options = (causal, alignment, window, scale, block_m, block_n, mask_mod)
 
 
 def backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, mask, key_lengths = ctx.saved_tensors
-    dq, dk, dv = flash_attention_backward_op(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, *ctx.options)
-    # gradients for (q, k, v); mask, key_lengths and the options (tma last) are not differentiable
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+    q, k, v, out, lse, mask, key_lengths, mask_args = ctx.saved_tensors
+    dq, dk, dv = flash_attention_backward_op(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, *ctx.options,
+                                             mask_args)
+    # gradients for (q, k, v); mask, key_lengths, the options (tma, mask_mod) and mask_args are not differentiable
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
 
 
 torch.library.register_autograd("flashproof::flash_attention", backward, setup_context=setup_context)

@@ -22,15 +22,17 @@ from generator.runtime import api
 def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
                        key_lengths: Optional[torch.Tensor], causal: bool, alignment: str,
                        window: Optional[list[int]], scale: Optional[float], block_m: int,
-                       block_n: int, tma: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    module = api.module_for("fwd", (block_m, block_n))
+                       block_n: int, tma: bool = False, mask_mod: Optional[str] = None,
+                       mask_args: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    module = api.module_for("fwd", (block_m, block_n), mask_mod)
     return api.attention_forward(module, q, k, v, causal=causal, alignment=alignment,
                                  window=None if window is None else tuple(window), key_lengths=key_lengths,
-                                 mask=mask, scale=scale, tma=tma)
+                                 mask=mask, scale=scale, tma=tma, mask_args=mask_args)
 
 
 @flash_attention_op.register_fake
-def _(q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, tma=False):
+def _(q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, tma=False, mask_mod=None,
+      mask_args=None):
     B, Hq, Nq, _ = q.shape
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, Hq, Nq), dtype=torch.float32)
 
