@@ -485,7 +485,7 @@ class MaskMod:
     def _numeric(self, expr, args: tuple):
         bases = [sp.IndexedBase(t, integer=True) for t in self.tensors]
         plain = {Param(p): sp.Symbol(p, integer=True) for p in self.scalars}  # no __getitem__ for lambdify
-        syms = [n.i, n.j, n.shift, n.Nq, n.Nk] + list(plain.values()) + bases
+        syms = [n.i, n.j, n.shift, n.Nq, n.Nk, n.start_m, n.start_n, n.B_r, n.B_c] + list(plain.values()) + bases
         f = _lambdify(tuple(syms), sp.sympify(expr).xreplace(plain))
         return f(*args)
 
@@ -493,7 +493,8 @@ class MaskMod:
         """Boolean ``(nq, nk)`` of the predicate for one batch entry's ``values``
         (``{param: int or 1-d array}``), True = attend."""
         ii, jj = np.meshgrid(np.arange(nq), np.arange(nk), indexing="ij")
-        args = (ii, jj, shift, nq, nk, *[int(values[p]) for p in self.scalars],
+        grid = lambda x: np.full((nq, nk), int(x))  # noqa: E731  (scalars as arrays: And/Or broadcast)
+        args = (ii, jj, grid(shift), grid(nq), grid(nk), 0, 0, 1, 1, *[grid(values[p]) for p in self.scalars],
                 *[np.asarray(values[t]) for t in self.tensors])
         out = self._numeric(self.predicate, args)
         return np.broadcast_to(np.asarray(out, dtype=bool), (nq, nk)).copy()
@@ -503,10 +504,9 @@ class MaskMod:
         """'skip' / 'full' / 'partial' of one tile from the corner classifier, with tensor reads
         clamped as in the kernels. ``variants``: ``classifier``'s mutant hooks (tests)."""
         every, none = self.classifier(**variants)
-        env = {n.start_m: start_m_, n.start_n: start_n_, n.B_r: br, n.B_c: bc}
-        args = (0, 0, shift, nq, nk, *[int(values[p]) for p in self.scalars],
+        args = (0, 0, shift, nq, nk, start_m_, start_n_, br, bc, *[int(values[p]) for p in self.scalars],
                 *[_clamped(np.asarray(values[t])) for t in self.tensors])
-        a, x = (bool(self._numeric(sp.sympify(c).xreplace(env), args)) for c in (every, none))
+        a, x = (bool(self._numeric(sp.sympify(c), args)) for c in (every, none))
         return "skip" if x else ("full" if a else "partial")
 
 
