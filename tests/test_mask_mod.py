@@ -241,7 +241,7 @@ def test_builtin_kernels_forward_and_backward_match_the_reference(block, case):
     tol = TOL[dtype]
     torch.testing.assert_close(out.double(), want, atol=tol, rtol=tol)
     for name, a, b in zip("qkv", got, ref):
-        torch.testing.assert_close(a.double(), b, atol=4 * tol, rtol=4 * tol, msg=lambda m: f"d{name}: {m}")
+        torch.testing.assert_close(a.double(), b.double(), atol=4 * tol, rtol=4 * tol, msg=lambda m: f"d{name}: {m}")
 
 
 def test_mask_mod_is_anded_with_the_other_masks_bottom_right():
