@@ -11,7 +11,7 @@ from spec.claims import CLAIM_IDS, REGISTRY, Result
 
 def test_registry_holds_the_fixed_ids_in_order():
     assert tuple(REGISTRY)[:len(CLAIM_IDS)] == CLAIM_IDS
-    assert len(CLAIM_IDS) == 13
+    assert len(CLAIM_IDS) == 14
 
 
 @pytest.mark.parametrize("claim_id", list(REGISTRY))  # the fixed ids, then backward_grads, backward_key_major
