@@ -416,9 +416,13 @@ class MaskMod:
     def pack(self, mask_args, batch: int, nq: int, nk: int, device=None):
         """The int32 ``(batch, L)`` tensor of parameters the kernels read as ``MM_row`` (the layout
         of ``kernel_form``), from ``mask_args`` = ``{name: int | (B,) tensor | (B, N) tensor}``.
-        Every problem raises ``ValueError`` / ``TypeError`` naming the parameter and the fix."""
+        Every problem raises ``ValueError`` / ``TypeError`` naming the parameter and the fix. The
+        checks of the values (ids sorted, positive divisors, int32 range) read the tensors on the
+        host: under ``torch.compile`` they are skipped (a graph cannot sync); call once eagerly
+        to run them."""
         import torch
 
+        values_checked = not torch.compiler.is_compiling()
         given = dict(mask_args or {})
         missing = [p for p in self.params if p not in given]
         extra = [p for p in given if p not in self.params]
@@ -443,7 +447,7 @@ class MaskMod:
                 if tuple(v.shape) != (batch, length):
                     raise ValueError(f"mask_args[{p!r}] must have shape (batch, {which}) = ({batch}, {length}), "
                                      f"got {tuple(v.shape)}")
-                if length > 1 and bool((v[:, 1:] < v[:, :-1]).any()):
+                if values_checked and length > 1 and bool((v[:, 1:] < v[:, :-1]).any()):
                     raise ValueError(f"mask_args[{p!r}] must be non-decreasing along the sequence (sorted "
                                      f"per-position ids, e.g. packed documents in order): the tile classifier "
                                      f"reads its per-tile min and max at the tile's ends")
@@ -453,11 +457,11 @@ class MaskMod:
                 if tuple(v.shape) != (batch,):
                     raise ValueError(f"mask_args[{p!r}] must be an int or have shape (batch,) = ({batch},), "
                                      f"got {tuple(v.shape)}")
-                if p in self.positive and bool((v < 1).any()):
+                if values_checked and p in self.positive and bool((v < 1).any()):
                     raise ValueError(f"mask_args[{p!r}] must be >= 1 (mask_mod {self.name} divides or scales "
                                      f"by it), got {v.tolist()}")
                 v = v[:, None]
-            if v.numel() and (int(v.min()) < -2**31 or int(v.max()) >= 2**31):
+            if values_checked and v.numel() and (int(v.min()) < -2**31 or int(v.max()) >= 2**31):
                 raise ValueError(f"mask_args[{p!r}] must fit in int32")
             cols.append((p, v.to(torch.int32)))
         order = list(self.scalars) + [p for p in self.params if p in self.tensors]  # the slots' order

@@ -330,3 +330,31 @@ def test_generator_emits_a_user_mask_mod(tmp_path, monkeypatch):
         "from spec.masks import mask_mod\n\n@mask_mod\ndef square(i, j):\n    return i * j < 4\n")
     assert cli.main(["--br", "16", "--bc", "32", "--mask-mod", "bad_masks:square", "--out", str(out)]) == 2
     sys.modules.pop("user_masks", None)
+
+
+def test_mask_mod_under_torch_compile():
+    """fullgraph: the parameters are packed in the graph (the value checks need a host sync and
+    run eagerly only); the op and its backward trace through their fake implementations."""
+    q = torch.randn(2, 2, 40, 16, requires_grad=True)
+    k, v = (torch.randn(2, 1, 40, 16) for _ in range(2))
+
+    def f(q, k, v, docs):
+        out = flash_attention(q, k, v, causal=True, mask_mod=document, mask_args={"doc_q": docs, "doc_k": docs},
+                              block=(16, 32))
+        return out.sum()
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(on_device(compiled, q, k, v, DOCS), on_device(f, q, k, v, DOCS))
+
+
+def test_mask_mod_kernels_compile_for_sm80_and_sm90_without_spills():
+    """Ahead of time (no GPU), the worst case: document ids (two tensor reads per tile corner), head dim
+    128, causal, the default block; every kernel compiles, on tensor cores, with no spill."""
+    from benchmarks import static
+
+    module = "generated.attention_{}_maskmod_document_br64_bc64"
+    jobs = [static.Job(module.format(kind), arch, "bf16", 128, "causal") for kind in ("fwd", "bwd") for arch in (80, 90)]
+    rows = static.run_jobs(jobs)
+    assert len(rows) == 8 and not [r for r in rows if "error" in r], rows
+    assert all(r["no_spill"] and r["tensor_cores"] for r in rows), [
+        (r["kernel"], r["arch"], r["spill_store_bytes"]) for r in rows if not (r["no_spill"] and r["tensor_cores"])]
