@@ -10,14 +10,18 @@ the structure each builds and the ratio::
 
     python -m benchmarks.mask_mod                 # N = 1k ... 8k
     python -m benchmarks.mask_mod --max-n 32768   # up to 32k (create_block_mask: minutes, GBs)
+    python -m benchmarks.mask_mod --write         # also write docs/performance/mask_mod.md
 """
 
 from __future__ import annotations
 
 import argparse
+import platform
 import time
 
 import torch
+
+from benchmarks.common import DOCS_PERF, write_text
 
 from spec.masks import chunked, document, prefix_lm, sink_window
 
@@ -76,16 +80,36 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def markdown_page(rows: list[dict], command: str) -> str:
+    return f"""# mask_mod: per-call mask structure
+
+Written by `{command}` ({platform.machine()} CPU, {torch.get_num_threads()} threads, torch
+{torch.__version__}; best of 3 runs, one above N = 8192). flashproof's column is everything a call
+does for the mask before the kernels run: `MaskMod.pack` turns `mask_args` into one int32 row per
+batch entry (with the sortedness check of document ids). The tile classifier itself was derived
+once, symbolically, when the kernel was generated, and costs O(1) per tile inside the kernel
+(claim `mask_mod_sound`). FlexAttention's `create_block_mask` (CPU, block {BLOCK}) evaluates the
+mask on every (query, key) pair. Bytes: the structure each keeps (flashproof's parameter row;
+the BlockMask's block counts and indices). The ratio is create_block_mask's time over flashproof's.
+
+{table(rows)}
+"""
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--max-n", type=int, default=8192, help="largest N (powers of two from 1024; default 8192)")
     p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--write", action="store_true", help="write docs/performance/mask_mod.md")
     args = p.parse_args(argv)
     rows, n = [], 1024
     while n <= args.max_n:
         rows += measure(n, args.batch)
         n *= 2
     print(table(rows))
+    if args.write:
+        command = "python -m benchmarks.mask_mod --write" + (f" --max-n {args.max_n}" if args.max_n != 8192 else "")
+        print(write_text(DOCS_PERF / "mask_mod.md", markdown_page(rows, command)))
     return 0
 
 

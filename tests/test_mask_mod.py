@@ -358,3 +358,16 @@ def test_mask_mod_kernels_compile_for_sm80_and_sm90_without_spills():
     assert len(rows) == 8 and not [r for r in rows if "error" in r], rows
     assert all(r["no_spill"] and r["tensor_cores"] for r in rows), [
         (r["kernel"], r["arch"], r["spill_store_bytes"]) for r in rows if not (r["no_spill"] and r["tensor_cores"])]
+
+
+def test_mask_structure_benchmark_runs_small():
+    """benchmarks/mask_mod.py at a tiny N (no timing meaning): both sides build their structure for
+    every built-in; flashproof keeps one int32 row (4 bytes per scalar, 4 per id per tensor)."""
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    from benchmarks import mask_mod as bench
+
+    rows = bench.measure(256, repeat=1)
+    assert [r["mask"] for r in rows] == ["prefix_lm", "chunked", "sink_window", "document"]
+    assert [r["flashproof_bytes"] for r in rows] == [4, 4, 8, 2 * 256 * 4]
+    assert all(r["flex_bytes"] > 0 and r["flex_evaluations"] == 256 * 256 for r in rows)
+    assert "| `document` | 256 |" in bench.table(rows)
