@@ -13,6 +13,7 @@ from spec import masks as M
 from spec import notation as n
 from spec import terms as T
 from spec.fingerprint import spec_hash_prefix
+from spec.mask_mod import resolve
 # the tile classifier's kernel terms (claim mask_tiles_sound)
 from spec.masks import (
     BOUNDS_INIT, KEEP_INIT, ROW_BOUNDS_INIT, ROW_TILE_LOOP, TILE_LOOP, bounds_terms, keep_term, row_bounds_terms)
@@ -46,8 +47,6 @@ def mask_mod_context(variant: Variant) -> dict | None:
     classifier and the element predicate (spec.mask_mod; claim mask_mod_sound)."""
     if variant.mask_mod is None:
         return None
-    from spec.mask_mod import resolve
-
     mm = resolve(variant.mask_mod)
     return {"name": mm.name, "predicate": repr(str(mm.predicate)), "params": repr(mm.params),
             "state": _lines(mm.kernel_terms()), "keep": print_term(mm.keep_term()),

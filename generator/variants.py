@@ -166,6 +166,11 @@ class BlockConfig:
             raise ValueError(f"--mask-mod takes module:name (e.g. mymasks:prefix_2d), got {bad}")
         builtin = set(builtin_mask_mods())
         object.__setattr__(self, "mask_mods", tuple(sorted({r for r in self.mask_mods if r not in builtin})))
+        names = [ref.partition(":")[2] for ref in self.all_mask_mods()]
+        clash = sorted({x for x in names if names.count(x) > 1})
+        if clash:
+            raise ValueError(f"--mask-mod: more than one mask_mod named {clash} (their files would collide); "
+                             "rename one")
 
     def all_mask_mods(self) -> tuple[str, ...]:
         """The built-ins of spec.mask_mod, then the user's (``--mask-mod``)."""

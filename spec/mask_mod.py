@@ -360,9 +360,6 @@ class MaskMod:
     def scalars(self) -> tuple[str, ...]:
         return tuple(p for p in self.params if p not in self.tensors)
 
-    def __call__(self, **params):  # the predicate with numbers / tensors bound (docs, tests)
-        return self.predicate.subs({Param(k): v for k, v in params.items() if k not in self.tensors})
-
     # --- kernel form ---------------------------------------------------------------
     def _slots(self) -> dict:
         """Offset of each parameter in ``MM_row`` (scalars first, then the tensors)."""
