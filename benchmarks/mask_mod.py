@@ -91,6 +91,10 @@ once, symbolically, when the kernel was generated, and costs O(1) per tile insid
 (claim `mask_mod_sound`). FlexAttention's `create_block_mask` (CPU, block {BLOCK}) evaluates the
 mask on every (query, key) pair. Bytes: the structure each keeps (flashproof's parameter row;
 the BlockMask's block counts and indices). The ratio is create_block_mask's time over flashproof's.
+Not in flashproof's column: inside the kernel each program classifies every key tile of its loop
+range (the range the other masks leave) with O(1) scalar work, skipping the empty ones without
+loading K or V, so a call pays O((N/B_r)(N/B_c)) such evaluations spread over the programs, where
+FlexAttention's kernel walks the stored indices of the non-empty blocks only.
 
 {table(rows)}
 """
