@@ -94,6 +94,9 @@ class Param(sp.Symbol):
     def __getitem__(self, index):
         return sp.IndexedBase(self.name, integer=True)[index]
 
+    def __iter__(self):  # not a sequence: without this, Python iterates p[0], p[1], ... forever
+        raise TypeError(f"mask_mod parameter {self.name} is not iterable")
+
 
 # ----------------------------------------------------------------------------------
 # Directions: +1 non-decreasing, -1 non-increasing, 0 constant (per index i, j)
