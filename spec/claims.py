@@ -17,8 +17,9 @@ The registry itself (``Result``, ``Claim``, ``REGISTRY``, ``claim``, ``prove_all
 ``CLAIM_IDS``) lives in ``spec.registry`` and is re-exported here. The proofs live in
 ``spec.proofs_softmax`` (recurrences and the state algebra),
 ``spec.proofs_kernel`` (the kernel terms of ``spec.terms`` on symbolic blocks),
-``spec.proofs_masks`` (the tile classifier), ``spec.proofs_varlen`` (packed segments) and
-``spec.proofs_ring`` (ring attention); importing this module registers them all.
+``spec.proofs_masks`` (the tile classifier), ``spec.proofs_mask_mod`` (the mask_mod class),
+``spec.proofs_varlen`` (packed segments) and ``spec.proofs_ring`` (ring attention); importing
+this module registers them all.
 Each ``prove_<id>`` function takes the operator or terms under test as optional
 arguments, so the tests can feed mutants and watch the proof fail.
 """
@@ -30,6 +31,7 @@ from spec.registry import CLAIM_IDS, REGISTRY, Claim, Result, claim, prove_all
 # Register the proofs, then put the registry in the fixed report order.
 from spec import proofs_kernel, proofs_masks, proofs_rewrites, proofs_ring, proofs_softmax, proofs_varlen  # noqa: E402,F401,I001
 from spec import proofs_paged  # noqa: E402,F401,I001
+from spec import proofs_mask_mod  # noqa: E402,F401,I001
 
 __all__ = ["CLAIM_IDS", "REGISTRY", "Claim", "Result", "claim", "prove_all"]
 

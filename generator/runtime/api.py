@@ -81,7 +81,8 @@ def _unsupported_autograd_modes(where: str, *tensors) -> None:
             "autograd cannot run inside functorch's grad transforms; use torch.autograd.grad (vmap works)")
 
 
-def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma):
+def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,
+               mask_mod=None, mask_args=None):
     for name, t in (("q", q), ("k", k), ("v", v)):
         checks.check_tensor(t, name)
     _unsupported_autograd_modes("flash_attention", q, k, v)
@@ -89,6 +90,7 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
     window, scale, block = check_inputs(q, k, v, causal=causal, alignment=alignment, window=window,
                                         key_lengths=key_lengths, mask=mask, scale=scale, block=block, tma=tma,
                                         return_lse=return_lse)
+    packed = checks.check_mask_mod(mask_mod, mask_args, q, k)
     B, Hq, Nq, _ = q.shape
     if q.numel() == 0 or k.shape[2] == 0:
         # nothing to attend (B, N_q or N_k is 0): rows with no key are zeros with lse -inf, like key_lengths 0;
@@ -103,13 +105,13 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
     if tma == "auto":
         tma = launch.tma_by_default(q.device)
     out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment, window, scale, block[0], block[1],
-                                  tma, package)
+                                  tma, package, None if mask_mod is None else mask_mod.name, packed)
     return (out, lse) if return_lse else out
 
 
 @_named_keywords
 def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
-                    scale=None, return_lse=False, block="auto", tma="auto"):
+                    scale=None, return_lse=False, block="auto", tma="auto", mask_mod=None, mask_args=None):
     """Softmax attention through the generated FlashAttention-2 kernels.
 
     Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k, v (B, Hkv, N_k, D)``
@@ -136,9 +138,14 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     triton without tensor descriptors); with ``True`` or ``"auto"``, inputs whose layout TMA
     cannot read (strides not multiples of 16 bytes, a misaligned view) run the pointer path
     with a ``TmaFallbackWarning`` naming the tensor and the rule. The backward is unchanged.
+
+    ``mask_mod`` (``spec.masks.prefix_lm``, ``chunked``, ``sink_window``, ``document`` or your own
+    ``@mask_mod``) with its parameters ``mask_args`` (``{name: int | (B,) | (B, N) tensor}``) is
+    AND-ed with every other mask; its tiles are classified at their corners (claim mask_mod_sound).
     """
     return _attention(DEFAULT_PACKAGE, q, k, v, causal=causal, alignment=alignment, window=window,
-                      key_lengths=key_lengths, mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma)
+                      key_lengths=key_lengths, mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma,
+                      mask_mod=mask_mod, mask_args=mask_args)
 
 
 def _softmax(package, x, dim, *, block):

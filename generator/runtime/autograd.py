@@ -36,36 +36,40 @@ def flash_attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch
                                 mask: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor], causal: bool,
                                 alignment: str, window: Optional[list[int]], scale: Optional[float],
                                 block_m: int, block_n: int, package: str = dispatch.DEFAULT_PACKAGE,
+                                mask_mod: Optional[str] = None, mask_args: Optional[torch.Tensor] = None,
                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    module = dispatch.module_for("bwd", (block_m, block_n), package, q.device)
+    module = dispatch.module_for("bwd", (block_m, block_n), package, q.device, mask_mod)
     return dispatch.attention_backward(module, grad_out, grad_lse, q, k, v, out, lse.contiguous(), causal=causal,
                                        alignment=alignment, window=None if window is None else tuple(window),
-                                       key_lengths=key_lengths, mask=mask, scale=scale)
+                                       key_lengths=key_lengths, mask=mask, scale=scale, mask_args=mask_args)
 
 
 @flash_attention_backward_op.register_fake
 def _(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, causal, alignment, window, scale, block_m, block_n,
-      package=dispatch.DEFAULT_PACKAGE):
+      package=dispatch.DEFAULT_PACKAGE, mask_mod=None, mask_args=None):
     # the generated backward allocates dq, dk, dv contiguous (torch.empty(shape)): so does the fake
     return _contiguous_like(q), _contiguous_like(k), _contiguous_like(v)
 
 
 def setup_context(ctx, inputs, output):
     # tma only chooses how the forward moves its tiles: the backward does not need it
-    q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, _tma, package = inputs
+    q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, _tma, package, mask_mod, \
+        mask_args = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, mask, key_lengths)
-    ctx.options = (causal, alignment, window, scale, block_m, block_n, package)
+    ctx.save_for_backward(q, k, v, out, lse, mask, key_lengths, mask_args)
+    ctx.options = (causal, alignment, window, scale, block_m, block_n, package, mask_mod)
 
 
 def backward(ctx, grad_out, grad_lse):
     if torch.is_grad_enabled() and not torch.compiler.is_compiling():
         raise RuntimeError("flash_attention does not support double backward (create_graph=True, "
                            "torch.autograd.grad of a gradient): its backward kernels are not differentiable")
-    q, k, v, out, lse, mask, key_lengths = ctx.saved_tensors
-    dq, dk, dv = flash_attention_backward_op(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, *ctx.options)
-    # gradients for (q, k, v); mask, key_lengths and the options (tma, package last) are not differentiable
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+    q, k, v, out, lse, mask, key_lengths, mask_args = ctx.saved_tensors
+    dq, dk, dv = flash_attention_backward_op(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, *ctx.options,
+                                             mask_args)
+    # gradients for (q, k, v); mask, key_lengths, the options (tma, package, mask_mod) and mask_args are not
+    # differentiable
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None, None
 
 
 torch.library.register_autograd("flashproof::flash_attention", backward, setup_context=setup_context)
