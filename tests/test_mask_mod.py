@@ -289,7 +289,7 @@ def test_un_emitted_mask_mod_raises_the_command_to_run():
     q = torch.randn(1, 1, 16, 16)
     with pytest.raises(ValueError, match=r"python -m generator --br 64 --bc 64 --mask-mod "
                                          r"test_mask_mod:diagonal_band"):
-        flash_attention(q, q, q, mask_mod=diagonal_band, mask_args={"width": 3})
+        flash_attention(q, q, q, mask_mod=diagonal_band, mask_args={"width": 3}, block=(64, 64))
 
 
 @pytest.mark.parametrize("args, match", [
