@@ -158,9 +158,7 @@ def test_wrong_direction_rules_are_refuted(rule, mutant):
     assert not r.proved, rule
 
 
-def test_atom_rule_with_the_wrong_extreme_is_refuted():
-    r = PMM.prove_mask_mod_sound(rule=lambda lo, hi: (sp.Ge(hi, 0), sp.Lt(lo, 0)))
-    assert not r.proved and "atom" in r.detail
+# the atom-rule mutant (the wrong extreme) lives in tests/test_mutants.py, beside every claim's mutant
 
 
 # ----------------------------------------------------------------------------------

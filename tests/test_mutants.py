@@ -16,6 +16,7 @@ from sympy.codegen.cfunctions import exp2
 from spec import masks
 from spec import notation as n
 from spec import proofs_kernel as K
+from spec import proofs_mask_mod as PMM
 from spec import proofs_masks as PM
 from spec import proofs_ring as PRING
 from spec import proofs_softmax as PS
@@ -451,3 +452,10 @@ def test_ring_merge_order_mutant_is_caught():
 
     res = PRING.prove_ring_merge_order(unscaled)
     assert not res.proved
+
+
+def test_mask_mod_atom_rule_with_the_wrong_extreme_is_refuted():
+    """mask_mod_sound: an atom classified from the wrong extreme of its tile (the least value
+    where the greatest decides) is caught by the proof (more mutants: tests/test_mask_mod.py)."""
+    r = PMM.prove_mask_mod_sound(rule=lambda lo, hi: (sp.Ge(hi, 0), sp.Lt(lo, 0)))
+    assert not r.proved and "atom" in r.detail
