@@ -38,7 +38,8 @@ def flash_attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch
                                 block_m: int, block_n: int, package: str = dispatch.DEFAULT_PACKAGE,
                                 mask_mod: Optional[str] = None, mask_args: Optional[torch.Tensor] = None,
                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    module = dispatch.module_for("bwd", (block_m, block_n), package, q.device, mask_mod)
+    module = (dispatch.module_for("bwd", (block_m, block_n), package, q.device) if mask_mod is None else
+              dispatch.mask_mod_module_for("bwd", (block_m, block_n), package, q.device, mask_mod))
     return dispatch.attention_backward(module, grad_out, grad_lse, q, k, v, out, lse.contiguous(), causal=causal,
                                        alignment=alignment, window=None if window is None else tuple(window),
                                        key_lengths=key_lengths, mask=mask, scale=scale, mask_args=mask_args)

@@ -34,7 +34,8 @@ def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
                        block_n: int, tma: bool = False,
                        package: str = dispatch.DEFAULT_PACKAGE, mask_mod: Optional[str] = None,
                        mask_args: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    module = dispatch.module_for("fwd", (block_m, block_n), package, q.device, mask_mod)
+    module = (dispatch.module_for("fwd", (block_m, block_n), package, q.device) if mask_mod is None else
+              dispatch.mask_mod_module_for("fwd", (block_m, block_n), package, q.device, mask_mod))
     return dispatch.attention_forward(module, q, k, v, causal=causal, alignment=alignment,
                                       window=None if window is None else tuple(window), key_lengths=key_lengths,
                                       mask=mask, scale=scale, tma=tma, mask_args=mask_args)

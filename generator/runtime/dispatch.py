@@ -27,23 +27,27 @@ DEFAULT_PACKAGE = "generated"
 EMPTY, PARTIAL, FULL = 0, 1, 2
 
 
-def module_for(kind: str, block, package: str = DEFAULT_PACKAGE, device: torch.device | None = None,
-               mask_mod: str | None = None) -> object:
-    """The generated module of kernel ``kind`` for ``block = (B_r, B_c)`` in ``package`` (with the
-    mask_mod of that name compiled in, when given); ValueError naming the command to run if absent.
+def module_for(kind: str, block, package: str = DEFAULT_PACKAGE, device: torch.device | None = None) -> object:
+    """The generated module of kernel ``kind`` for ``block = (B_r, B_c)`` in ``package``; ValueError if absent.
     ``device``: the tensors' device; RuntimeError if they are CPU tensors but the module's kernels were
     compiled for a GPU (TRITON_INTERPRET=1 set after the module was imported)."""
     block = check_block(block)
-    if mask_mod is not None:
-        module = _mask_mod_module(kind, block, MASK_MODS[mask_mod], package)
-    else:
-        kernels = importlib.import_module(package).KERNELS
-        if block not in kernels or kind not in kernels[block]:
-            have = ", ".join(str(b) for b in sorted(kernels)) or "none"
-            raise ValueError(
-                f"block {block} has no generated {kind} kernel in {package} (generated blocks: {have}); emit it "
-                f"with `python -m generator --br {block[0]} --bc {block[1]}`")
-        module = importlib.import_module(f"{package}.{kernels[block][kind]}")
+    kernels = importlib.import_module(package).KERNELS
+    if block not in kernels or kind not in kernels[block]:
+        have = ", ".join(str(b) for b in sorted(kernels)) or "none"
+        raise ValueError(
+            f"block {block} has no generated {kind} kernel in {package} (generated blocks: {have}); emit it with "
+            f"`python -m generator --br {block[0]} --bc {block[1]}`")
+    return _usable_on(importlib.import_module(f"{package}.{kernels[block][kind]}"), device)
+
+
+def mask_mod_module_for(kind: str, block, package: str, device: torch.device | None, mask_mod: str) -> object:
+    """``module_for`` of the file with the mask_mod named ``mask_mod`` compiled in (``MASK_MODS`` of
+    the package's index); ValueError naming the command that emits (or regenerates) it."""
+    return _usable_on(_mask_mod_module(kind, check_block(block), MASK_MODS[mask_mod], package), device)
+
+
+def _usable_on(module, device: torch.device | None) -> object:
     if device is not None and device.type == "cpu" and launch.compiled_for_gpu(module):
         raise RuntimeError(
             f"TRITON_INTERPRET=1 was set after {module.__name__} was imported, so its kernels were compiled for a "
