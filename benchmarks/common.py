@@ -25,18 +25,20 @@ def manifest() -> dict:
     return json.loads(path.read_text())
 
 
-def kernel_modules() -> list[str]:
+def kernel_modules(mask_mods: bool = False) -> list[str]:
     """Dotted names of the generated modules that expose ``aot_compile_args`` (fwd, bwd, ...).
 
     Discovery is generic: every file MANIFEST.json lists, in every block config, that
     defines ``aot_compile_args``. Kernels the generator adds later (the backward kernels)
-    are picked up without touching this package.
+    are picked up without touching this package. The mask_mod variants (the same kernels with
+    a mask_mod's O(1) classifier and predicate compiled in) only with ``mask_mods=True``.
     """
     names = set()
     for config in manifest().get("configs", {}).values():
         for filename in config.get("files", {}):
             path = GENERATED / filename
-            if path.suffix == ".py" and path.exists() and "def aot_compile_args" in path.read_text():
+            text = path.read_text() if path.suffix == ".py" and path.exists() else ""
+            if "def aot_compile_args" in text and (mask_mods or "\nMASK_MOD = " not in text):
                 names.add(f"generated.{path.stem}")
     if not names:
         raise RuntimeError(f"no generated module defines aot_compile_args; run {REGENERATE}")

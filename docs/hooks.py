@@ -16,6 +16,8 @@ holds a directive, an HTML comment on a line of its own::
     <!-- fp:packed-tiles -->               a packed batch's block-diagonal mask: dense tiles vs varlen's
     <!-- fp:varlen-terms -->               spec.varlen's segment terms beside their generated lines
     <!-- fp:ring-layouts -->               spec.ring's layouts (P = 4) and each rank's plan per step
+    <!-- fp:mask-mod-builtins -->          the built-in mask_mods: predicate, atoms, corner classifier
+    <!-- fp:mask-mod-tiles -->             each built-in's tiles classified at their corners (pictures)
     <!-- fp:terms-kernel forward_tile -->  each spec.terms term beside its generated line
     <!-- fp:generated-source fwd -->       a checked-in generated kernel, verbatim
     <!-- fp:generator-help -->             the output of `python -m generator --help`
@@ -796,6 +798,57 @@ def trust_base() -> str:
     return "\n".join(f"- {item}" for item in items) + "\n"
 
 
+def mask_mod_builtins() -> str:
+    """The built-in mask_mods of spec.mask_mod: predicate, normal-form atoms with their directions,
+    and the corner classifier (all / none) SymPy derives for a tile."""
+    from spec import mask_mod as MM
+
+    def atoms(tree):
+        if isinstance(tree, MM.Atom):
+            return [tree]
+        op, arg = tree
+        return [] if op == "const" else atoms(arg) if op == "not" else [a for x in arg for a in atoms(x)]
+
+    arrows = {1: "↑", -1: "↓", 0: "–"}
+    out = []
+    for mm in MM.BUILTINS:
+        every, none = mm.classifier()
+        rows = "\n".join(f"| ${tex(a.e)} \\ge 0$ | {arrows[a.di]} | {arrows[a.dj]} |" for a in atoms(mm.tree))
+        out.append(f"### `{mm.name}`\n\n{md_text(mm.doc)}\n\n"
+                   + math_block(rf"P(i, j) \iff {tex(mm.predicate)}")
+                   + "\n| atom | in $i$ | in $j$ |\n|---|---|---|\n" + rows + "\n\nTrue on the whole tile:\n"
+                   + math_block(tex(every)) + "\nFalse on the whole tile:\n" + math_block(tex(none)))
+    return "\n".join(out)
+
+
+def mask_mod_tiles() -> str:
+    """Every tile of each built-in classified by its corners (MaskMod.classify), over its dense mask."""
+    import numpy as np
+
+    from spec import mask_mod as MM
+
+    docs = np.repeat([0, 1, 2, 3], [5, 9, 3, 7])
+    examples = [(MM.prefix_lm, {"prefix": 6}, "prefix = 6"), (MM.chunked, {"chunk": 8}, "chunk = 8"),
+                (MM.sink_window, {"sinks": 2, "left": 5}, "sinks = 2, left = 5"),
+                (MM.document, {"doc_q": docs, "doc_k": docs}, "documents of 5, 9, 3, 7 tokens")]
+    nq = nk = 24
+    br = bc = 4
+    figures = []
+    for mm, values, label in examples:
+        dense = mm.dense(nq, nk, 0, values)
+        tiles, counts = [], {"skip": 0, "full": 0, "partial": 0}
+        for r0 in range(0, nq, br):
+            for c0 in range(0, nk, bc):
+                cls = mm.classify(r0, c0, br, bc, nq, nk, 0, values)
+                tiles.append((r0, c0, br, bc, cls))
+                counts[cls] += 1
+        caption = (f"<code>{mm.name}</code>, {label}, N = {nq}, B_r = B_c = {br}: "
+                   + ", ".join(f'<span style="background:{_COLORS[k]}">&nbsp;{k}&nbsp;</span> {v}'
+                               for k, v in counts.items()))
+        figures.append(_figure(_svg_mask(dense, mm.name, tiles), caption))
+    return '<div class="fp-figures" markdown="0">' + "".join(figures) + "</div>\n"
+
+
 DIRECTIVES = {
     "claim-scopes": claim_scopes,
     "proof-map": proof_map,
@@ -815,6 +868,8 @@ DIRECTIVES = {
     "packed-tiles": packed_tiles,
     "varlen-terms": varlen_terms,
     "ring-layouts": ring_layouts,
+    "mask-mod-builtins": mask_mod_builtins,
+    "mask-mod-tiles": mask_mod_tiles,
     "terms-kernel": terms_kernel,
     "generated-source": generated_source,
     "generator-help": generator_help,

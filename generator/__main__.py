@@ -14,6 +14,7 @@ examples:
   python -m generator --br 128 --bc 64         # another block size (kept beside the others)
   python -m generator --br 64 --bc 64 --mask causal,lengths   # or --mask causal --mask lengths
   python -m generator --br 64 --bc 64 --num-warps 8 --num-stages 2
+  python -m generator --br 64 --bc 64 --mask-mod mymasks:prefix_2d   # a user mask_mod (spec.masks.mask_mod)
   python -m generator --br 64 --bc 64 --out /tmp/kernels
   python -m generator --check                  # exit 1 if generated/ is stale or edited
 
@@ -66,6 +67,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--num-stages", type=int, choices=ALLOWED_STAGES, default=None,
                    help="software-pipeline stages of the streamed tiles, forward and backward (default: "
                         "forward 3 for B_c <= 64, else 2; backward dK/dV 2, dQ 3)")
+    p.add_argument("--mask-mod", nargs="+", default=[], metavar="MODULE:NAME",
+                   help="user mask_mods (functions decorated with spec.masks.mask_mod) to emit forward and "
+                        "backward kernels for, beside the built-ins prefix_lm, chunked, sink_window, document")
     p.add_argument("--out", type=Path, default=None, help="output directory (default: generated/)")
     p.add_argument("--check", action="store_true",
                    help="re-render every MANIFEST.json entry in memory; exit 1 listing stale or edited "
@@ -97,7 +101,14 @@ def _run(args, out, manifest) -> int:
         return 0
 
     masks = [kind for group in args.mask for kind in group] if args.mask else list(MASKS)
-    config = BlockConfig(args.br, args.bc, args.num_warps, args.num_stages, tuple(masks))
+    config = BlockConfig(args.br, args.bc, args.num_warps, args.num_stages, tuple(masks), tuple(args.mask_mod))
+    from spec.mask_mod import NotInClass, resolve
+    for ref in config.mask_mods:  # importable, and in the class (the error names the offending atom)
+        try:
+            resolve(ref)
+        except (ImportError, ValueError, NotInClass) as e:
+            print(f"--mask-mod {ref}: {e}", file=sys.stderr)
+            return 2
     manifest.load(out)  # a corrupt manifest or an --out that is a file: exit 2 before the proofs run
 
     from spec.claims import prove_all  # kernels are printed from proven terms only

@@ -23,6 +23,9 @@ constants (``1/log 2``)     a float literal (``1.4426950408889634``)
 ``dot(a, b)``               ``tl.dot(a, b, input_precision=INPUT_PRECISION)``
 ``trans`` / ``col``         ``tl.trans(x)`` / ``x[:, None]``
 ``row``                     ``x[None, :]`` (a per-column vector of a key-major tile)
+``Indexed`` ``p[x]``        ``tl.load(p + x)`` (a mask_mod parameter read)
+``floor_div(a, c)``         ``a // c``, corrected to floor for ``c >= 1`` whichever
+                            way ``//`` rounds (spec.mask_mod)
 ==========================  ===============================================
 
 ``dot`` casts an operand to the tile dtype ``DOT_DTYPE`` unless it is one of ``typed``
@@ -38,6 +41,7 @@ from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.pycode import PythonCodePrinter
 
 from spec import terms as T
+from spec.mask_mod import floor_div
 
 
 class UnsupportedNode(TypeError):
@@ -177,6 +181,17 @@ class TritonPrinter(PythonCodePrinter):
         num, den = sp.fraction(sp.together(expr.args[0]))
         return f"tl.cdiv({self._print(num)}, {self._print(den)})"
 
+    def _print_Indexed(self, expr):
+        (index,) = expr.indices
+        return f"tl.load({self._print(expr.base.label)} + {self.parenthesize(index, PRECEDENCE['Add'])})"
+
+    def _print_floor_div(self, expr):
+        a, c = (self.parenthesize(x, PRECEDENCE["Mul"], strict=True) for x in expr.args)
+        q = f"{a} // {c}"
+        # floor whether // truncates (compiled Triton) or floors (the interpreter): one step down
+        # exactly when the quotient overshoots
+        return f"tl.where(({q}) * {c} > {a}, {q} - 1, {q})"
+
     # --- predicates --------------------------------------------------------------
     def _relation(self, expr, op):
         return f"{self._print(expr.lhs)} {op} {self._print(expr.rhs)}"
@@ -252,7 +267,7 @@ class TorchPrinter(TritonPrinter):
 
 
 # exp2/log2 are sympy.codegen Functions: make sure the dispatcher finds them by name.
-assert exp2.__name__ == "exp2" and log2.__name__ == "log2"
+assert exp2.__name__ == "exp2" and log2.__name__ == "log2" and floor_div.__name__ == "floor_div"
 
 
 def print_expr(expr, rename: dict[str, str] | None = None, **kw) -> str:

@@ -16,6 +16,7 @@ from spec import paged as P
 from spec import structure as S
 from spec import terms as T
 from spec.fingerprint import spec_hash_prefix
+from spec.mask_mod import resolve
 # the tile classifier's kernel terms (claim mask_tiles_sound)
 from spec.masks import (
     BOUNDS_INIT, KEEP_INIT, ROW_BOUNDS_INIT, ROW_TILE_LOOP, TILE_LOOP, bounds_terms, keep_term, row_bounds_terms)
@@ -78,6 +79,17 @@ def score_mod_context() -> dict:
     }}
 
 
+def mask_mod_context(variant: Variant) -> dict | None:
+    """The printed slots of a file that compiles in a mask_mod (None: it does not): the corner
+    classifier and the element predicate (spec.mask_mod; claim mask_mod_sound)."""
+    if variant.mask_mod is None:
+        return None
+    mm = resolve(variant.mask_mod)
+    return {"name": mm.name, "predicate": repr(str(mm.predicate)), "params": repr(mm.params),
+            "state": _lines(mm.kernel_terms()), "keep": print_term(mm.keep_term()),
+            "mask_term": print_term(M.MASK_TERM, {"keep": "keep_mm"})}
+
+
 def forward_context(variant: Variant) -> dict:
     c = variant.config
     kinds = [
@@ -107,6 +119,7 @@ def forward_context(variant: Variant) -> dict:
         "index": TILE_NAMES,
         "score_index": SCORE_NAMES,
         **score_mod_context(),
+        "mask_mod": mask_mod_context(variant),
     }
 
 
@@ -154,7 +167,7 @@ def backward_context(variant: Variant) -> dict:
     return {
         **{key: fwd[key] for key in ("qk_scale", "qk", "bounds_init", "tile_loop", "has_lengths", "dense",
                                      "mask_term", "dense_mask_term", "varlen_segment", "rows_past_end",
-                                     "gqa_head", "stages", "score_mod")},
+                                     "gqa_head", "stages", "score_mod", "mask_mod")},
         "keys_past_end": print_term(KEYS_PAST_END),
         "row_stages": _stages(S.ROW_STAGES),
         "gqa_group_head": print_term(S.GQA_GROUP_HEAD),
@@ -262,7 +275,7 @@ def render_variant(variant: Variant, source: str | None = None) -> str:
     """One kernel file; ``source``: render this template text instead of the variant's template
     (a test's hand-edited copy, for the hygiene check)."""
     c = variant.config
-    ctx = CONTEXTS[variant.kind.name](variant)
+    ctx = {"mask_mod": None, **CONTEXTS[variant.kind.name](variant)}
     template = ENV.from_string(source) if source is not None else ENV.get_template(variant.kind.template)
     return template.render(
         header=header(c.command), command=c.command,
@@ -279,6 +292,15 @@ def render_config(config: BlockConfig) -> dict[str, str]:
 INDEX_COMMAND = "python -m generator"
 
 
+def _mask_mod_modules(config: BlockConfig) -> dict:
+    """``{mask_mod name: {kernel kind: module}}`` of one block config."""
+    out = {}
+    for v in config.variants():
+        if v.mask_mod is not None:
+            out.setdefault(v.mask_mod.partition(":")[2], {})[v.kind.name] = v.module_name
+    return out
+
+
 def render_index(configs: list[BlockConfig]) -> str:
     """``generated/__init__.py``: the blocks on disk and the public entry points."""
     # one entry per block: where several mask sets of a block are on disk, the one with the most kinds
@@ -287,8 +309,8 @@ def render_index(configs: list[BlockConfig]) -> str:
     for c in sorted(configs, key=lambda c: (len(c.masks), c.key)):
         served[(c.block_m, c.block_n)] = c
     blocks = [
-        {"block": block, "modules": {v.kind.name: v.module_name for v in c.variants()},
-         "masks": list(c.masks), "command": c.command}
+        {"block": block, "modules": {v.kind.name: v.module_name for v in c.variants() if v.mask_mod is None},
+         "mask_mods": _mask_mod_modules(c), "masks": list(c.masks), "command": c.command}
         for block, c in sorted(served.items())
     ]
     return ENV.get_template("index.py.jinja").render(

@@ -29,15 +29,16 @@ class KernelKind:
     template: str  # templates/<template>
     prefix: str  # file name prefix
     uses_masks: bool  # file name carries the mask kinds when not all of them
+    takes_mask_mod: bool = False  # emitted once more per mask_mod of the config (attention kernels)
 
 
 #: every kind a block config emits, in emission order (the backward adds entries here)
 KINDS: dict[str, KernelKind] = {
-    "fwd": KernelKind("fwd", "attention_fwd.py.jinja", "attention_fwd", True),
+    "fwd": KernelKind("fwd", "attention_fwd.py.jinja", "attention_fwd", True, True),
     # softmax ignores masks, but its file is named by the config's mask set too: two configs of one
     # block (keyed by block and mask set) must never write the same file
     "softmax": KernelKind("softmax", "softmax.py.jinja", "softmax", True),
-    "bwd": KernelKind("bwd", "attention_bwd.py.jinja", "attention_bwd", True),
+    "bwd": KernelKind("bwd", "attention_bwd.py.jinja", "attention_bwd", True, True),
     "merge": KernelKind("merge", "merge_state.py.jinja", "merge_state", True),
     "decode": KernelKind("decode", "attention_decode.py.jinja", "attention_decode", True),
 }
@@ -141,6 +142,13 @@ def bwd_map_block(settings: dict, block_n: int) -> tuple[int, int]:
     return rows, keys
 
 
+def builtin_mask_mods() -> tuple[str, ...]:
+    """``module:name`` of spec.mask_mod's built-ins, emitted for every block config."""
+    from spec.mask_mod import BUILTINS  # here, not at import: `python -m generator --help` stays instant
+
+    return tuple(m.ref for m in BUILTINS)
+
+
 @dataclass(frozen=True)
 class BlockConfig:
     """The parameters of one ``python -m generator`` invocation; validates itself."""
@@ -150,6 +158,8 @@ class BlockConfig:
     num_warps: int | None = None  # None: default_num_warps
     num_stages: int | None = None  # None: default_num_stages
     masks: tuple[str, ...] = MASKS
+    #: user mask_mods (``module:name``, ``--mask-mod``) emitted beside the built-ins of spec.mask_mod
+    mask_mods: tuple[str, ...] = ()
 
     def __post_init__(self):
         _check("--br (B_r, block_m)", self.block_m, ALLOWED_BLOCKS)
@@ -163,6 +173,20 @@ class BlockConfig:
             raise ValueError(f"--mask takes one or more of {', '.join(MASKS)} (got {list(self.masks)})")
         # canonical order, no repeats: the same config always names the same files
         object.__setattr__(self, "masks", tuple(m for m in MASKS if m in self.masks))
+        bad = [ref for ref in self.mask_mods if ref.count(":") != 1 or not all(ref.split(":"))]
+        if bad:
+            raise ValueError(f"--mask-mod takes module:name (e.g. mymasks:prefix_2d), got {bad}")
+        builtin = set(builtin_mask_mods())
+        object.__setattr__(self, "mask_mods", tuple(sorted({r for r in self.mask_mods if r not in builtin})))
+        names = [ref.partition(":")[2] for ref in self.all_mask_mods()]
+        clash = sorted({x for x in names if names.count(x) > 1})
+        if clash:
+            raise ValueError(f"--mask-mod: more than one mask_mod named {clash} (their files would collide); "
+                             "rename one")
+
+    def all_mask_mods(self) -> tuple[str, ...]:
+        """The built-ins of spec.mask_mod, then the user's (``--mask-mod``)."""
+        return builtin_mask_mods() + self.mask_mods
 
     def _given_or(self, given: int | None, default) -> int:
         """``--num-warps`` / ``--num-stages`` when given (forward and backward alike), else the
@@ -214,16 +238,20 @@ class BlockConfig:
             cmd += f" --num-warps {self.num_warps}"
         if self.num_stages is not None:
             cmd += f" --num-stages {self.num_stages}"
+        if self.mask_mods:
+            cmd += " --mask-mod " + " ".join(self.mask_mods)
         return cmd
 
     def variants(self) -> list["Variant"]:
-        return [Variant(kind, self) for kind in KINDS.values()]
+        plain = [Variant(kind, self) for kind in KINDS.values()]
+        return plain + [Variant(kind, self, ref) for ref in self.all_mask_mods()
+                        for kind in KINDS.values() if kind.takes_mask_mod]
 
     def to_json(self) -> dict:
         """The manifest entry: the CLI options as given (``None``: default) and, under
         ``launch``, the settings each kernel file was emitted with after the defaults applied."""
         return {"block": [self.block_m, self.block_n], "num_warps": self.num_warps,
-                "num_stages": self.num_stages, "masks": list(self.masks),
+                "num_stages": self.num_stages, "masks": list(self.masks), "mask_mods": list(self.mask_mods),
                 "launch": {"fwd": {f"sm_{arch}": {str(dim): entry for dim, entry in per_dim.items()}
                                    for arch, per_dim in self.fwd_settings.items()},
                            "bwd": {f"sm_{arch}": {str(dim): entry for dim, entry in per_dim.items()}
@@ -231,7 +259,8 @@ class BlockConfig:
 
     @classmethod
     def from_json(cls, d: dict) -> "BlockConfig":
-        return cls(d["block"][0], d["block"][1], d["num_warps"], d["num_stages"], tuple(d["masks"]))
+        return cls(d["block"][0], d["block"][1], d["num_warps"], d["num_stages"], tuple(d["masks"]),
+                   tuple(d.get("mask_mods", ())))
 
 
 @dataclass(frozen=True)
@@ -240,12 +269,14 @@ class Variant:
 
     kind: KernelKind
     config: BlockConfig = field(default_factory=BlockConfig)
+    mask_mod: str | None = None  # ``module:name`` of the mask_mod compiled in, if any
 
     @property
     def module_name(self) -> str:
         c = self.config
         masks = "".join(f"_{m}" for m in c.masks) if self.kind.uses_masks and c.masks != MASKS else ""
-        return f"{self.kind.prefix}{masks}_br{c.block_m}_bc{c.block_n}"
+        mm = f"_maskmod_{self.mask_mod.partition(':')[2]}" if self.mask_mod else ""
+        return f"{self.kind.prefix}{masks}{mm}_br{c.block_m}_bc{c.block_n}"
 
     @property
     def filename(self) -> str:

@@ -17,7 +17,8 @@ The registry itself (``Result``, ``Claim``, ``REGISTRY``, ``claim``, ``prove_all
 ``CLAIM_IDS``) lives in ``spec.registry`` and is re-exported here. The proofs live in
 ``spec.proofs_softmax`` (recurrences and the state algebra),
 ``spec.proofs_kernel`` (the kernel terms of ``spec.terms`` on symbolic blocks),
-``spec.proofs_masks`` (the tile classifier), ``spec.proofs_varlen`` (packed segments),
+``spec.proofs_masks`` (the tile classifier), ``spec.proofs_mask_mod`` (the mask_mod class),
+``spec.proofs_varlen`` (packed segments),
 ``spec.proofs_ring`` (ring attention), ``spec.proofs_paged`` (decode's KV reads),
 ``spec.proofs_epilogue`` (the forward epilogue),
 ``spec.proofs_structure`` (initial state, GQA head map, loop stages), ``spec.proofs_int32``
@@ -39,6 +40,7 @@ from spec import proofs_paged  # noqa: E402,F401,I001
 # ... then the verification claims (issue 12), reported after the fixed ids in this order
 from spec import proofs_symbolic, proofs_epilogue, proofs_structure, proofs_int32, proofs_float  # noqa: E402,F401,I001
 from spec import proofs_score_mods  # noqa: E402,F401,I001
+from spec import proofs_mask_mod  # noqa: E402,F401,I001
 
 __all__ = ["CLAIM_IDS", "REGISTRY", "Claim", "Result", "claim", "prove_all"]
 

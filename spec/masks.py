@@ -108,8 +108,7 @@ MASK_TERM = Term(n.qk, sp.Piecewise((n.qk, keep), (n.NEG_INF, True)), "block_upd
 # ----------------------------------------------------------------------------------
 # Tile classifier: loop bounds for one query tile, per kind (the kernel intersects them).
 # ----------------------------------------------------------------------------------
-FIRST_ROW = n.start_m
-LAST_ROW = n.start_m + n.B_r - 1
+from spec.mask_mod import FIRST_ROW, LAST_ROW  # noqa: E402  (the tile's corners, one definition)
 
 
 @dataclass(frozen=True)
@@ -201,8 +200,7 @@ def dense_mask(kinds, nq: int, nk: int, **params) -> np.ndarray:
 # inverting them: hi(i) >= key  <=>  i >= (first row reaching key), lo(i) <= key  <=>
 # i < (one past the last row starting by key).
 # ----------------------------------------------------------------------------------
-FIRST_KEY = n.start_n
-LAST_KEY = n.start_n + n.B_c - 1
+from spec.mask_mod import FIRST_KEY, LAST_KEY  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -413,3 +411,11 @@ KEEP_INIT = Term(keep, predicate(()), CLASSIFIER_CLAIM, "keys past N_K are paddi
 
 def keep_term(kind: str) -> Term:
     return Term(keep, sp.And(keep, MASK_KINDS[kind].predicate()), CLASSIFIER_CLAIM, MASK_KINDS[kind].doc)
+
+
+# ----------------------------------------------------------------------------------
+# User-defined masks: predicates of the monotone class, classified at the tile's corners
+# (spec.mask_mod, claim mask_mod_sound). The public names live here, beside the kinds.
+# ----------------------------------------------------------------------------------
+from spec.mask_mod import (  # noqa: E402,F401
+    BUILTINS as MASK_MOD_BUILTINS, MaskMod, NotInClass, chunked, document, mask_mod, prefix_lm, sink_window)

@@ -139,7 +139,7 @@ def _structured(kinds: tuple[str, ...], nq: int, nk: int, params: tuple) -> np.n
     return masks.dense_mask(kinds, nq, nk, **dict(params))
 
 
-def _prepare(q, k, v, causal, alignment, window, key_lengths, mask, scale) -> _Problem:
+def _prepare(q, k, v, causal, alignment, window, key_lengths, mask, scale, mask_mod=None, mask_args=None) -> _Problem:
     numpy_out = isinstance(q, np.ndarray)
     q, k, v = _as_tensor(q, "q"), _as_tensor(k, "k"), _as_tensor(v, "v")
     _check_qkv(q, k, v)
@@ -166,6 +166,10 @@ def _prepare(q, k, v, causal, alignment, window, key_lengths, mask, scale) -> _P
         params.append(p)
 
     attend = user_mask
+    if mask_mod is not None:  # the user's predicate on every (i, j), AND-ed like any other mask
+        packed = mask_mod.pack(mask_args, B, Nq, Nk)
+        predicate = torch.from_numpy(mask_mod.dense_batch(packed, Nq, Nk, shift))[:, None]
+        attend = predicate if attend is None else attend & predicate
     if kinds:
         structured = torch.from_numpy(np.stack([
             _structured(kinds, Nq, Nk, tuple((key, val) for key, val in p.items()
@@ -212,7 +216,7 @@ def _normalise(m, d, o):
 # Direct form
 # ----------------------------------------------------------------------------------
 def attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None,
-              mask=None, scale=None, softcap=None, alibi_slopes=None, sinks=None):
+              mask=None, scale=None, softcap=None, alibi_slopes=None, sinks=None, mask_mod=None, mask_args=None):
     """Attention from the safe-softmax definition, in float64. Returns ``(out, lse)``.
 
     ``causal``: query ``i`` sees key ``j <= i + shift`` with ``shift = 0`` for
@@ -227,8 +231,9 @@ def attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_l
     ``(Hq,)``: one extra natural-log logit per row with value 0, ``out_i = Σ_j e^{s_ij} v_j /
     (e^{sink} + Σ_j e^{s_ij})``, ``lse_i = log(e^{sink} + Σ_j e^{s_ij})`` (a row with no key:
     out 0, lse = sink). Torch ``sinks`` keep their autograd graph.
+    ``mask_mod`` (``spec.masks.mask_mod``) with ``mask_args``: its predicate, evaluated on every entry.
     """
-    prob = _prepare(q, k, v, causal, alignment, window, key_lengths, mask, scale)
+    prob = _prepare(q, k, v, causal, alignment, window, key_lengths, mask, scale, mask_mod, mask_args)
     s = _modified_scores(prob, prob.scale * prob.q @ prob.k.transpose(-1, -2), alignment, softcap, alibi_slopes)
     if prob.attend is not None:
         s = s.masked_fill(~prob.attend, MASKED_LOGIT)

@@ -31,7 +31,8 @@ def qkv(B=1, Hq=2, Hkv=1, Nq=20, Nk=30, D=16, dtype=torch.float32, seed=0):
 def test_signature_is_exactly_the_documented_one():
     assert str(inspect.signature(flash_attention)) == (
         "(q, k, v, *, causal=False, alignment='top_left', window=None, key_lengths=None, mask=None, "
-        "scale=None, return_lse=False, block='auto', tma='auto', softcap=None, alibi_slopes=None, sinks=None)")
+        "scale=None, return_lse=False, block='auto', tma='auto', softcap=None, alibi_slopes=None, sinks=None, "
+        "mask_mod=None, mask_args=None)")
 
 
 @pytest.mark.parametrize("block", sorted(generated.KERNELS), ids=str)

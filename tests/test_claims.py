@@ -12,6 +12,8 @@ from spec.claims import CLAIM_IDS, REGISTRY, Result
 def test_registry_holds_the_fixed_ids_in_order():
     assert tuple(REGISTRY)[:len(CLAIM_IDS)] == CLAIM_IDS
     assert len(CLAIM_IDS) == 13
+    # claims added since (varlen, ring, decode, mask_mod, ...) register after the fixed ids
+    assert "mask_mod_sound" in REGISTRY and "mask_mod_sound" not in CLAIM_IDS
 
 
 @pytest.mark.parametrize("claim_id", list(REGISTRY))  # the fixed ids, then backward_grads, backward_key_major

@@ -16,6 +16,7 @@ from sympy.codegen.cfunctions import exp2
 from spec import masks
 from spec import notation as n
 from spec import proofs_kernel as K
+from spec import proofs_mask_mod as PMM
 from spec import proofs_masks as PM
 from spec import proofs_ring as PRING
 from spec import proofs_score_mods as PSM
@@ -625,3 +626,10 @@ def test_backward_from_a_wrong_forward_epilogue_is_refuted():
 def test_backward_ds_with_the_wrong_sign_is_refuted_at_symbolic_width():
     wrong = n.p * (n.dp + terms.col(n.delta))
     assert_failed(PSY.prove_backward_symbolic(backward_tile=swap(terms.BACKWARD_TILE, n.ds, wrong)))
+
+
+def test_mask_mod_atom_rule_with_the_wrong_extreme_is_refuted():
+    """mask_mod_sound: an atom classified from the wrong extreme of its tile (the least value
+    where the greatest decides) is caught by the proof (more mutants: tests/test_mask_mod.py)."""
+    r = PMM.prove_mask_mod_sound(rule=lambda lo, hi: (sp.Ge(hi, 0), sp.Lt(lo, 0)))
+    assert not r.proved and "atom" in r.detail

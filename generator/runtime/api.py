@@ -83,7 +83,8 @@ def _unsupported_autograd_modes(where: str, *tensors) -> None:
             "autograd cannot run inside functorch's grad transforms; use torch.autograd.grad (vmap works)")
 
 
-def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None):
+def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None,
+               mask_mod=None, mask_args=None):
     """The checks of the score modifications (issue 15), with FlashAttention's names: ``softcap``
     a finite number > 0, ``alibi_slopes`` float32 ``(Hq,)`` or ``(B, Hq)``, ``sinks`` float32
     ``(Hq,)``, on q's device. Returns ``softcap`` as a float (or None)."""
@@ -110,7 +111,8 @@ def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None):
 
 
 def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,
-               softcap=None, alibi_slopes=None, sinks=None):
+               softcap=None, alibi_slopes=None, sinks=None,
+               mask_mod=None, mask_args=None):
     for name, t in (("q", q), ("k", k), ("v", v)):
         checks.check_tensor(t, name)
     _unsupported_autograd_modes("flash_attention", q, k, v)
@@ -119,6 +121,7 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
                                         key_lengths=key_lengths, mask=mask, scale=scale, block=block, tma=tma,
                                         return_lse=return_lse)
     softcap = check_score_mods(q, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
+    packed = checks.check_mask_mod(mask_mod, mask_args, q, k)
     B, Hq, Nq, _ = q.shape
     if q.numel() == 0 or k.shape[2] == 0:
         # nothing to attend (B, N_q or N_k is 0): rows with no key are zeros with lse -inf, like key_lengths 0
@@ -136,14 +139,15 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
     if tma == "auto":
         tma = launch.tma_by_default(q.device)
     out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment, window, scale, block[0], block[1],
-                                  tma, package, softcap, alibi_slopes, sinks)
+                                  tma, package, softcap, alibi_slopes, sinks,
+                                  None if mask_mod is None else mask_mod.name, packed)
     return (out, lse) if return_lse else out
 
 
 @_named_keywords
 def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
                     scale=None, return_lse=False, block="auto", tma="auto", softcap=None, alibi_slopes=None,
-                    sinks=None):
+                    sinks=None, mask_mod=None, mask_args=None):
     """Softmax attention through the generated FlashAttention-2 kernels.
 
     Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k, v (B, Hkv, N_k, D)``
@@ -179,10 +183,15 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     ``sinks`` (float32 ``(Hq,)``, learnable: gets a gradient when it requires one): one extra
     natural-log logit per head and row, not scaled, with value 0 (gpt-oss): ``lse_i =
     log(e^{sink} + Σ_j e^{s_ij})``; a row with no key gives out 0 and lse = sink.
+
+    ``mask_mod`` (``spec.masks.prefix_lm``, ``chunked``, ``sink_window``, ``document`` or your own
+    ``@mask_mod``) with its parameters ``mask_args`` (``{name: int | (B,) | (B, N) tensor}``) is
+    AND-ed with every other mask; its tiles are classified at their corners (claim mask_mod_sound).
     """
     return _attention(DEFAULT_PACKAGE, q, k, v, causal=causal, alignment=alignment, window=window,
                       key_lengths=key_lengths, mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma,
-                      softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
+                      softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
+                      mask_mod=mask_mod, mask_args=mask_args)
 
 
 def _softmax(package, x, dim, *, block):

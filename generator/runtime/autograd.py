@@ -38,13 +38,15 @@ def flash_attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch
                                 block_m: int, block_n: int, package: str = dispatch.DEFAULT_PACKAGE,
                                 softcap: Optional[float] = None, alibi_slopes: Optional[torch.Tensor] = None,
                                 sinks: Optional[torch.Tensor] = None,
+                                mask_mod: Optional[str] = None, mask_args: Optional[torch.Tensor] = None,
                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv, dsinks)``; ``dsinks`` is ``(Hq,)`` fp32, empty ``(0,)`` without sinks."""
-    module = dispatch.module_for("bwd", (block_m, block_n), package, q.device)
+    module = (dispatch.module_for("bwd", (block_m, block_n), package, q.device) if mask_mod is None else
+              dispatch.mask_mod_module_for("bwd", (block_m, block_n), package, q.device, mask_mod))
     dq, dk, dv, dsink_rows = dispatch.attention_backward(
         module, grad_out, grad_lse, q, k, v, out, lse.contiguous(), causal=causal, alignment=alignment,
         window=None if window is None else tuple(window), key_lengths=key_lengths, mask=mask, scale=scale,
-        softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
+        softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, mask_args=mask_args)
     # dL/dsink of a head: the sum over its batch entries and rows of the kernel's per-row parts
     dsinks = dsink_rows.sum((0, 2)) if dsink_rows is not None else q.new_empty((0,), dtype=torch.float32)
     return dq, dk, dv, dsinks
@@ -52,7 +54,7 @@ def flash_attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch
 
 @flash_attention_backward_op.register_fake
 def _(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, causal, alignment, window, scale, block_m, block_n,
-      package=dispatch.DEFAULT_PACKAGE, softcap=None, alibi_slopes=None, sinks=None):
+      package=dispatch.DEFAULT_PACKAGE, softcap=None, alibi_slopes=None, sinks=None, mask_mod=None, mask_args=None):
     # the generated backward allocates dq, dk, dv contiguous (torch.empty(shape)): so does the fake
     dsinks = q.new_empty((0,) if sinks is None else (q.shape[1],), dtype=torch.float32)
     return _contiguous_like(q), _contiguous_like(k), _contiguous_like(v), dsinks
@@ -61,23 +63,24 @@ def _(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, causal, alignmen
 def setup_context(ctx, inputs, output):
     # tma only chooses how the forward moves its tiles: the backward does not need it
     (q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, _tma, package, softcap,
-     alibi_slopes, sinks) = inputs
+     alibi_slopes, sinks, mask_mod, mask_args) = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, mask, key_lengths, alibi_slopes, sinks)
+    ctx.save_for_backward(q, k, v, out, lse, mask, key_lengths, alibi_slopes, sinks, mask_args)
     ctx.options = (causal, alignment, window, scale, block_m, block_n, package, softcap)
+    ctx.mask_mod = mask_mod
 
 
 def backward(ctx, grad_out, grad_lse):
     if torch.is_grad_enabled() and not torch.compiler.is_compiling():
         raise RuntimeError("flash_attention does not support double backward (create_graph=True, "
                            "torch.autograd.grad of a gradient): its backward kernels are not differentiable")
-    q, k, v, out, lse, mask, key_lengths, alibi_slopes, sinks = ctx.saved_tensors
+    q, k, v, out, lse, mask, key_lengths, alibi_slopes, sinks, mask_args = ctx.saved_tensors
     dq, dk, dv, dsinks = flash_attention_backward_op(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths,
-                                                     *ctx.options, alibi_slopes, sinks)
+                                                     *ctx.options, alibi_slopes, sinks, ctx.mask_mod, mask_args)
     # gradients for (q, k, v) and the sinks; mask, key_lengths, the options (tma, package),
-    # softcap and alibi_slopes are not differentiable
+    # softcap, alibi_slopes, mask_mod and mask_args are not differentiable
     return (dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None, None,
-            dsinks if sinks is not None else None)
+            dsinks if sinks is not None else None, None, None)
 
 
 torch.library.register_autograd("flashproof::flash_attention", backward, setup_context=setup_context)

@@ -18,6 +18,7 @@ import torch
 
 from spec.assumptions import ASSUMPTIONS, limit
 from spec import rewrites
+from spec.mask_mod import MaskMod
 from spec.masks import ALIGNMENTS
 
 from generator.runtime import launch
@@ -271,3 +272,16 @@ def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, ke
     block = check_block(block, auto=True)  # whether it is generated: checked by the op (no imports while tracing)
     window = None if window is None else normalise_window(check_window(window), Nq, Nk)
     return window, scale, block
+
+
+def check_mask_mod(mask_mod, mask_args, q, k) -> torch.Tensor | None:
+    """``mask_args`` packed for the kernels (``MaskMod.pack``: every problem named), or None."""
+    if mask_mod is None:
+        if mask_args is not None:
+            raise ValueError("mask_args given without mask_mod; pass mask_mod=prefix_lm (or another "
+                             "spec.masks.mask_mod) with them")
+        return None
+    if not isinstance(mask_mod, MaskMod):
+        raise TypeError(f"mask_mod must be a spec.masks.mask_mod (e.g. spec.masks.prefix_lm, or a function "
+                        f"decorated with @mask_mod), got {type(mask_mod).__name__}")
+    return mask_mod.pack(mask_args, q.shape[0], q.shape[2], k.shape[2], device=q.device)

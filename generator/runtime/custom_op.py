@@ -4,7 +4,8 @@ The op takes checked inputs (``generator.runtime.api.flash_attention`` checks th
 ``generator.runtime.checks``) and returns ``(out, lse)``. Its fake implementation gives
 torch.compile the output shapes *and strides* of the real one (both contiguous, whatever
 q's layout) without running a kernel, so ``torch.compile(fullgraph=True)`` traces through it.
-``package`` names the generated package whose kernels run (``generated``, or an ``--out`` one).
+``package`` names the generated package whose kernels run (``generated``, or an ``--out`` one);
+``mask_mod`` the name of a ``spec.mask_mod`` compiled in, ``mask_args`` its packed parameters.
 
 Import order, no cycles: ``checks`` <- ``dispatch`` <- ``custom_op`` <- ``autograd`` <- ``api``.
 The backward registers itself on this op in ``generator.runtime.autograd``.
@@ -33,15 +34,17 @@ def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
                        block_n: int, tma: bool = False,
                        package: str = dispatch.DEFAULT_PACKAGE, softcap: Optional[float] = None,
                        alibi_slopes: Optional[torch.Tensor] = None,
-                       sinks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    module = dispatch.module_for("fwd", (block_m, block_n), package, q.device)
+                       sinks: Optional[torch.Tensor] = None, mask_mod: Optional[str] = None,
+                       mask_args: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    module = (dispatch.module_for("fwd", (block_m, block_n), package, q.device) if mask_mod is None else
+              dispatch.mask_mod_module_for("fwd", (block_m, block_n), package, q.device, mask_mod))
     return dispatch.attention_forward(module, q, k, v, causal=causal, alignment=alignment,
                                       window=None if window is None else tuple(window), key_lengths=key_lengths,
                                       mask=mask, scale=scale, tma=tma, softcap=softcap, alibi_slopes=alibi_slopes,
-                                      sinks=sinks)
+                                      sinks=sinks, mask_args=mask_args)
 
 
 @flash_attention_op.register_fake
 def _(q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, tma=False,
-      package=dispatch.DEFAULT_PACKAGE, softcap=None, alibi_slopes=None, sinks=None):
+      package=dispatch.DEFAULT_PACKAGE, softcap=None, alibi_slopes=None, sinks=None, mask_mod=None, mask_args=None):
     return outputs_like(q)

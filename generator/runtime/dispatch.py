@@ -14,6 +14,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from spec.mask_mod import REGISTRY as MASK_MODS, MaskMod
 from spec.masks import alignment_shift
 
 from generator.runtime import launch
@@ -37,12 +38,38 @@ def module_for(kind: str, block, package: str = DEFAULT_PACKAGE, device: torch.d
         raise ValueError(
             f"block {block} has no generated {kind} kernel in {package} (generated blocks: {have}); emit it with "
             f"`python -m generator --br {block[0]} --bc {block[1]}`")
-    module = importlib.import_module(f"{package}.{kernels[block][kind]}")
+    return _usable_on(importlib.import_module(f"{package}.{kernels[block][kind]}"), device)
+
+
+def mask_mod_module_for(kind: str, block, package: str, device: torch.device | None, mask_mod: str) -> object:
+    """``module_for`` of the file with the mask_mod named ``mask_mod`` compiled in (``MASK_MODS`` of
+    the package's index); ValueError naming the command that emits (or regenerates) it."""
+    return _usable_on(_mask_mod_module(kind, check_block(block), MASK_MODS[mask_mod], package), device)
+
+
+def _usable_on(module, device: torch.device | None) -> object:
     if device is not None and device.type == "cpu" and launch.compiled_for_gpu(module):
         raise RuntimeError(
             f"TRITON_INTERPRET=1 was set after {module.__name__} was imported, so its kernels were compiled for a "
             "GPU and cannot run CPU tensors: set TRITON_INTERPRET=1 in the environment before Python starts "
             "(or before the first call), or pass CUDA tensors")
+    return module
+
+
+def _mask_mod_module(kind: str, block: tuple[int, int], mm: MaskMod, package: str) -> object:
+    """The module of ``kind`` with mask_mod ``mm`` compiled in; ValueError naming the command that
+    emits it when absent, or that regenerates it when its predicate is not ``mm``'s any more."""
+    index = importlib.import_module(package)
+    command = index.COMMANDS.get(block, f"python -m generator --br {block[0]} --bc {block[1]}")
+    emit = f"`{command} --mask-mod {mm.ref}`"
+    name = index.MASK_MODS.get(block, {}).get(mm.name, {}).get(kind)
+    if name is None:
+        raise ValueError(f"mask_mod {mm.name!r} has no generated {kind} kernel for block {block} in {package}; "
+                         f"emit it with {emit}")
+    module = importlib.import_module(f"{package}.{name}")
+    if module.MASK_MOD_PREDICATE != str(mm.predicate):
+        raise ValueError(f"{package}/{name}.py was emitted for mask_mod {mm.name!r} = {module.MASK_MOD_PREDICATE}, "
+                         f"but {mm.ref} is now {mm.predicate}; regenerate with {emit}")
     return module
 
 
@@ -88,23 +115,31 @@ def mask_arguments(module, q, k, *, alignment, mask, scale) -> dict:
     return {"sm_scale": sm_scale, "shift": alignment_shift(alignment, Nq, Nk), "mask": dense, "block_map": tiles}
 
 
+def mask_mod_arguments(mask_args) -> dict:
+    """``mask_mod_args`` for a module with a mask_mod compiled in (the packed int32 parameters)."""
+    return {} if mask_args is None else {"mask_mod_args": mask_args}
+
+
 def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, tma=False,
-                      softcap=None, alibi_slopes=None, sinks=None):
+                      softcap=None, alibi_slopes=None, sinks=None, mask_args=None):
     """Run a generated forward ``module`` on checked inputs: returns ``(out, lse)``.
     ``tma``: the opt-in Hopper TMA path (``generator.runtime.launch.tma_operands`` has its rules);
-    ``softcap``, ``alibi_slopes``, ``sinks``: the score modifications (``launch.score_mod_launch``)."""
+    ``softcap``, ``alibi_slopes``, ``sinks``: the score modifications (``launch.score_mod_launch``);
+    ``mask_args``: a mask_mod's packed parameters (``MaskMod.pack``)."""
     return module.forward(q, k, v, causal=causal, window=window, tma=tma, softcap=softcap,
                           alibi_slopes=alibi_slopes, sinks=sinks,
                           key_lengths=lengths_argument(key_lengths, k.shape[2]),
-                          **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale))
+                          **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale),
+                          **mask_mod_arguments(mask_args))
 
 
 def attention_backward(module, grad_out, grad_lse, q, k, v, out, lse, *, causal, alignment, window, key_lengths,
-                       mask, scale, softcap=None, alibi_slopes=None, sinks=None):
+                       mask, scale, softcap=None, alibi_slopes=None, sinks=None, mask_args=None):
     """Run a generated backward ``module`` on checked inputs: returns ``(dq, dk, dv, dsink_rows)``
     (``dsink_rows``: each row's part of dL/dsink, ``None`` without sinks)."""
     check_index_width(grad_out=grad_out)  # the one input the forward's checks did not see
     return module.backward(grad_out, q, k, v, out, lse, grad_lse=grad_lse, causal=causal, window=window,
                            softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
                            key_lengths=lengths_argument(key_lengths, k.shape[2]),
-                           **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale))
+                           **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale),
+                           **mask_mod_arguments(mask_args))

@@ -1,0 +1,605 @@
+"""``mask_mod``: user-defined masks as SymPy predicates, and their tile classifier.
+
+A *mask_mod* is a predicate ``attend(i, j)`` over the query row ``i``, the key ``j``, the
+alignment ``shift`` (the aligned row is ``i + shift``), ``N_Q``, ``N_K`` and named integer
+parameters: scalars (an int or one per batch entry, ``(B,)``) and per-position index
+tensors (``(B, N_Q)`` read at a row, ``(B, N_K)`` read at a key, non-decreasing). Users
+write it with the ``mask_mod`` decorator on a function of SymPy symbols::
+
+    @mask_mod
+    def prefix_lm(i, j, shift, prefix):
+        return (j < prefix) | (j <= i + shift)
+
+The class (checked when the decorator runs; anything else is refused with ``NotInClass``
+naming the offending atom, never accepted silently):
+
+* the predicate is a Boolean tree (``&``, ``|``, ``~``) of *atoms*: integer comparisons
+  ``a <= b``, ``a < b``, ``a >= b``, ``a > b``, ``a == b``, ``a != b``;
+* each atom is rewritten as ``e >= 0`` (``a < b`` as ``b - a - 1 >= 0``; ``a == b`` as
+  ``a - b >= 0 & b - a >= 0``) with ``e`` an integer expression *monotone in i and in j
+  separately*, by the direction rules ``DIRECTION_RULES``: sums, constant (or positive
+  parameter) multiples, ``floor(x / c)`` for a positive ``c``, ``max``/``min`` of like
+  directions, and reads ``t[x]`` of a non-decreasing per-position tensor at a monotone
+  index. ``chunk * ((i + shift) // chunk)`` and the document-id equality
+  ``doc_q[i] == doc_k[j]`` are in the class; ``i * j`` or ``(i - j) ** 2`` are not.
+
+The tile classifier (claim ``mask_mod_sound``, spec.proofs_mask_mod): on a tile of rows
+``[start_m, start_m + B_r)`` and keys ``[start_n, start_n + B_c)``, an atom monotone in
+both indices takes its minimum and its maximum at corners of the tile, picked by its
+directions (``corner``). Three-valued per atom: *true on the whole tile* when the minimum
+is ``>= 0``, *false on the whole tile* when the maximum is ``< 0``, else mixed
+(``ATOM_RULE``); a Boolean tree combines the pair ``(all, none)`` by Kleene's rules
+(``KLEENE``). A tile is skipped when ``none``, run without the predicate when ``all``,
+partial otherwise: O(1) work per tile, no N² evaluation. For the document-id atom the
+corners are the per-tile min and max of the sorted ids (one read each, O(N/B_c) per call).
+
+Kernel form (``MaskMod.kernel_terms``): parameters live in one int32 row per batch entry,
+``MM_row`` (scalars first, then each tensor); a tensor read clamps its index into the
+tensor (padding rows and keys of a ragged last tile read an end value; the clamp is
+monotone, so the class and the proof are unchanged), and ``floor(a / c)`` is printed as an
+exact floor division (``floor_div``). Both kernels' classifiers (a query tile's key tiles,
+and the dK/dV kernel's key tile's query tiles) are the same corner terms: a tile is a tile.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from dataclasses import dataclass, field
+
+import numpy as np
+import sympy as sp
+
+from spec import notation as n
+from spec.terms import Term
+
+#: the claim that proves the classifier sound for the whole class (spec.proofs_mask_mod)
+CLAIM = "mask_mod_sound"
+
+# ----------------------------------------------------------------------------------
+# The tile's corners: its extreme rows and keys
+# ----------------------------------------------------------------------------------
+FIRST_ROW = n.start_m
+LAST_ROW = n.start_m + n.B_r - 1
+FIRST_KEY = n.start_n
+LAST_KEY = n.start_n + n.B_c - 1
+ROWS = (FIRST_ROW, LAST_ROW)
+KEYS = (FIRST_KEY, LAST_KEY)
+
+#: reserved argument names of a mask_mod function, and the symbols they receive
+INDEX_ARGS = {"i": n.i, "j": n.j, "shift": n.shift, "N_Q": n.Nq, "N_K": n.Nk}
+
+
+class NotInClass(ValueError):
+    """A mask_mod predicate outside the class: the message names the offending atom."""
+
+
+class floor_div(sp.Function):
+    """``floor(a / c)`` for integers ``a`` and ``c >= 1``, as the kernels compute it (exactly,
+    whatever the sign of ``a``; printed by ``generator.printer``)."""
+
+    is_integer = True
+
+
+# ----------------------------------------------------------------------------------
+# Parameters
+# ----------------------------------------------------------------------------------
+class Param(sp.Symbol):
+    """A named integer parameter of a mask_mod; ``p[x]`` reads it as a per-position tensor."""
+
+    def __new__(cls, name):
+        return super().__new__(cls, name, integer=True)
+
+    def __getitem__(self, index):
+        return sp.IndexedBase(self.name, integer=True)[index]
+
+    def __iter__(self):  # not a sequence: without this, Python iterates p[0], p[1], ... forever
+        raise TypeError(f"mask_mod parameter {self.name} is not iterable")
+
+
+# ----------------------------------------------------------------------------------
+# Directions: +1 non-decreasing, -1 non-increasing, 0 constant (per index i, j)
+# ----------------------------------------------------------------------------------
+def _same(dirs):
+    """The common direction of ``dirs`` ignoring constants (0 if all constant); None if mixed."""
+    moving = {d for d in dirs if d != 0}
+    if len(moving) > 1:
+        return None
+    return moving.pop() if moving else 0
+
+
+def _sign_of_constant(c, positive_params) -> int | None:
+    """+1 / -1 for a constant factor (numbers, or positive parameters: ``positive_params``
+    collects them as run-time conditions); None when undecided."""
+    if c.is_number:
+        return 1 if c > 0 else (-1 if c < 0 else 0)
+    sign = 1
+    for f in sp.Mul.make_args(c):
+        base, e = f.as_base_exp()
+        if f.is_number:
+            sign *= 1 if f > 0 else -1
+        elif isinstance(base, Param) and e.is_integer:
+            positive_params.add(base.name)
+        elif base == n.Nq or base == n.Nk:
+            continue
+        else:
+            return None
+    return sign
+
+
+def rule_add(child_dirs):
+    """``a + b``: the common direction of the summands."""
+    return _same(child_dirs)
+
+
+def rule_scale(sign, child_dir):
+    """``c * x`` with a constant ``c`` of sign ``sign``: ``x``'s direction times the sign."""
+    return sign * child_dir
+
+
+def rule_floor(child_dir):
+    """``floor(x / c)`` with ``c >= 1``: ``x``'s direction (floor is non-decreasing)."""
+    return child_dir
+
+
+def rule_extremum(child_dirs):
+    """``max(a, b)``, ``min(a, b)``: the common direction."""
+    return _same(child_dirs)
+
+
+def rule_read(index_dir):
+    """``t[x]`` for a non-decreasing tensor ``t``: ``x``'s direction."""
+    return index_dir
+
+
+#: the rules the analysis applies, by node; claim mask_mod_sound proves each (a test feeds mutants)
+DIRECTION_RULES = {"add": rule_add, "scale": rule_scale, "floor": rule_floor, "extremum": rule_extremum,
+                   "read": rule_read}
+
+
+@dataclass
+class _Analysis:
+    """What the analysis of one predicate collects besides the directions."""
+
+    positive: set = field(default_factory=set)  # parameters that must be >= 1 at run time
+    tensors: dict = field(default_factory=dict)  # tensor name -> "i" (per query) or "j" (per key)
+
+
+def direction(expr, var, an: _Analysis, rules=DIRECTION_RULES) -> int | None:
+    """The direction of ``expr`` in ``var`` (n.i or n.j), or None when no rule applies."""
+    if var not in expr.free_symbols and not expr.has(sp.Indexed):
+        return 0
+    if expr == var:
+        return 1
+    if isinstance(expr, (sp.Symbol, sp.Number)):
+        return 0
+    if isinstance(expr, sp.Add):
+        dirs = [direction(a, var, an, rules) for a in expr.args]
+        return None if None in dirs else rules["add"](dirs)
+    if isinstance(expr, sp.Mul):
+        const = [a for a in expr.args if var not in a.free_symbols and not a.has(sp.Indexed)]
+        moving = [a for a in expr.args if a not in const]
+        if len(moving) != 1:
+            return None
+        sign = _sign_of_constant(sp.Mul(*const), an.positive)
+        d = direction(moving[0], var, an, rules)
+        return None if sign is None or d is None else rules["scale"](sign, d)
+    if isinstance(expr, (sp.floor, floor_div)):
+        num, den = (sp.fraction(sp.together(expr.args[0])) if isinstance(expr, sp.floor) else expr.args)
+        if var in den.free_symbols or den.has(sp.Indexed) or _sign_of_constant(den, an.positive) != 1:
+            return None
+        d = direction(num, var, an, rules)
+        return None if d is None else rules["floor"](d)
+    if isinstance(expr, (sp.Max, sp.Min)):
+        dirs = [direction(a, var, an, rules) for a in expr.args]
+        return None if None in dirs else rules["extremum"](dirs)
+    if isinstance(expr, sp.Indexed):
+        (index,) = expr.indices
+        axis = ("i" if n.i in index.free_symbols else "j" if n.j in index.free_symbols else None)
+        if axis is None or (n.i in index.free_symbols and n.j in index.free_symbols) or index.has(sp.Indexed):
+            return None
+        name = str(expr.base)
+        if an.tensors.setdefault(name, axis) != axis:
+            return None  # one tensor read both at rows and at keys: which length is it?
+        d = direction(index, var, an, rules)
+        return None if d is None else rules["read"](d)
+    return None
+
+
+# ----------------------------------------------------------------------------------
+# Normal form: a tree of atoms e >= 0
+# ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Atom:
+    """``e >= 0`` with ``e`` monotone: ``di``, ``dj`` its directions in i and j."""
+
+    e: sp.Expr
+    di: int
+    dj: int
+    source: str  # the user's atom it comes from (for messages and docs)
+
+
+def _relation(rel) -> list[sp.Expr]:
+    """The ``e >= 0`` conjuncts of one integer comparison."""
+    a, b = rel.lhs, rel.rhs
+    if isinstance(rel, sp.GreaterThan):
+        return [a - b]
+    if isinstance(rel, sp.StrictGreaterThan):
+        return [a - b - 1]
+    if isinstance(rel, sp.LessThan):
+        return [b - a]
+    if isinstance(rel, sp.StrictLessThan):
+        return [b - a - 1]
+    if isinstance(rel, sp.Equality):
+        return [a - b, b - a]
+    raise NotInClass(f"atom {rel} is not a comparison <=, <, >=, >, ==, != of integers")
+
+
+def _integer_valued(e) -> bool:
+    """Built from integer symbols and numbers by +, *, floor, max, min and tensor reads."""
+    if isinstance(e, (sp.floor, floor_div, sp.Indexed)):
+        return True
+    if isinstance(e, (sp.Symbol, sp.Number)):
+        return e.is_integer is True
+    if isinstance(e, (sp.Add, sp.Mul, sp.Max, sp.Min)):
+        return all(_integer_valued(a) for a in e.args)
+    if isinstance(e, sp.Pow):
+        return _integer_valued(e.base) and e.exp.is_Integer and e.exp >= 0
+    return False
+
+
+def normal_form(pred, an: _Analysis, rules=DIRECTION_RULES):
+    """``pred`` as a tree ``("and"|"or", [...])``, ``("not", x)``, ``("const", bool)``, ``Atom``;
+    raises ``NotInClass`` naming the first atom outside the class."""
+    if pred is sp.true or pred is sp.false:
+        return ("const", bool(pred))
+    if isinstance(pred, sp.And):
+        return ("and", [normal_form(a, an, rules) for a in pred.args])
+    if isinstance(pred, sp.Or):
+        return ("or", [normal_form(a, an, rules) for a in pred.args])
+    if isinstance(pred, sp.Not):
+        return ("not", normal_form(pred.args[0], an, rules))
+    if isinstance(pred, sp.Unequality):
+        return ("not", normal_form(sp.Eq(pred.lhs, pred.rhs, evaluate=False), an, rules))
+    if not isinstance(pred, sp.core.relational.Relational):
+        raise NotInClass(f"{pred} is not a Boolean combination (&, |, ~) of integer comparisons")
+    atoms = []
+    for e in _relation(pred):
+        e = sp.expand(e)
+        if not _integer_valued(e):
+            raise NotInClass(f"atom {pred}: {e} is not integer-valued (use // for division)")
+        di, dj = direction(e, n.i, an, rules), direction(e, n.j, an, rules)
+        if di is None or dj is None:
+            which = " and ".join(v for v, d in (("i", di), ("j", dj)) if d is None)
+            raise NotInClass(
+                f"atom {pred} is outside the mask_mod class: {e} is not monotone in {which} by the rules "
+                f"(sums, positive multiples, // by a positive parameter, max/min, reads of sorted tensors); "
+                f"rewrite it as a Boolean combination of monotone comparisons")
+        atoms.append(Atom(e, di, dj, str(pred)))
+    return atoms[0] if len(atoms) == 1 else ("and", atoms)
+
+
+# ----------------------------------------------------------------------------------
+# The three-valued corner classifier
+# ----------------------------------------------------------------------------------
+def corner(d: int, want: str, ends) -> sp.Expr:
+    """The end of ``ends`` (first, last) where an atom of direction ``d`` is smallest
+    (``want="min"``) or largest (``"max"``): non-decreasing -> min at the first index."""
+    first, last = ends
+    low_first = d >= 0
+    return first if (want == "min") == low_first else last
+
+
+def atom_rule(e_min, e_max):
+    """``(all, none)`` of one atom ``e >= 0`` from its extremes on the tile."""
+    return sp.Ge(e_min, 0), sp.Lt(e_max, 0)
+
+
+def _and(states):
+    return sp.And(*[a for a, _ in states]), sp.Or(*[x for _, x in states])
+
+
+def _or(states):
+    return sp.Or(*[a for a, _ in states]), sp.And(*[x for _, x in states])
+
+
+def _not(state):
+    a, x = state
+    return x, a
+
+
+#: Kleene's strong three-valued logic on (all, none) pairs: all = true on the whole tile,
+#: none = false on the whole tile (both False: mixed)
+KLEENE = {"and": _and, "or": _or, "not": _not}
+
+
+def classify_tree(tree, extreme, kleene=KLEENE, rule=atom_rule):
+    """``(all, none)`` of a normal-form tree; ``extreme(atom, "min"|"max")`` gives an atom's
+    value at its min / max corner."""
+    if isinstance(tree, Atom):
+        return rule(extreme(tree, "min"), extreme(tree, "max"))
+    op, arg = tree
+    if op == "const":
+        return (sp.true, sp.false) if arg else (sp.false, sp.true)
+    if op == "not":
+        return kleene["not"](classify_tree(arg, extreme, kleene, rule))
+    return kleene[op]([classify_tree(a, extreme, kleene, rule) for a in arg])
+
+
+def corner_value(atom: Atom, want: str, rows=ROWS, keys=KEYS, corner=corner) -> sp.Expr:
+    """The atom's ``e`` at its min / max corner of the tile."""
+    return atom.e.xreplace({n.i: corner(atom.di, want, rows), n.j: corner(atom.dj, want, keys)})
+
+
+# ----------------------------------------------------------------------------------
+# MaskMod
+# ----------------------------------------------------------------------------------
+EMPTY, PARTIAL, FULL = 0, 1, 2
+
+mm_all, mm_none, mm_state, keep_mm = sp.symbols("mm_all mm_none mm_state keep_mm")
+#: the one int32 row of parameters of this batch entry (kernel pointer)
+MM_ROW = sp.IndexedBase("MM_row", integer=True)
+
+
+@dataclass(frozen=True, eq=False)
+class MaskMod:
+    """A predicate of the class, analysed: see the module docstring."""
+
+    name: str
+    module: str  # where it is defined (the generator imports ``module:name``)
+    params: tuple[str, ...]  # in the function's argument order
+    predicate: sp.Basic
+    tree: object = field(repr=False)
+    tensors: dict = field(repr=False)  # tensor param -> "i" / "j"
+    positive: frozenset = field(repr=False)  # params that must be >= 1
+    doc: str = ""
+
+    @property
+    def ref(self) -> str:
+        return f"{self.module}:{self.name}"
+
+    @property
+    def scalars(self) -> tuple[str, ...]:
+        return tuple(p for p in self.params if p not in self.tensors)
+
+    # --- kernel form ---------------------------------------------------------------
+    def _slots(self) -> dict:
+        """Offset of each parameter in ``MM_row`` (scalars first, then the tensors)."""
+        offsets, at = {}, sp.Integer(0)
+        for p in self.scalars:
+            offsets[p] = at
+            at += 1
+        for p in self.params:
+            if p in self.tensors:
+                offsets[p] = at
+                at = at + (n.Nq if self.tensors[p] == "i" else n.Nk)
+        return offsets
+
+    def kernel_form(self, expr):
+        """``expr`` with parameters read from ``MM_row`` (tensor indices clamped into the
+        tensor) and ``floor(a / c)`` as ``floor_div(a, c)``: what the kernels evaluate."""
+        slots = self._slots()
+
+        def read(ix):
+            name, (index,) = str(ix.base), ix.indices
+            length = n.Nq if self.tensors[name] == "i" else n.Nk
+            return MM_ROW[slots[name] + sp.Min(sp.Max(index, 0), length - 1)]
+
+        def floors(f):
+            num, den = sp.fraction(sp.together(f.args[0]))
+            return floor_div(num, den)
+
+        expr = expr.replace(lambda x: isinstance(x, sp.Indexed), read)
+        expr = expr.replace(lambda x: isinstance(x, sp.floor), floors)
+        return expr.xreplace({Param(p): MM_ROW[slots[p]] for p in self.scalars})
+
+    def classifier(self, rows=ROWS, keys=KEYS, corner=corner, kleene=KLEENE, rule=atom_rule):
+        """``(all, none)`` for the tile, in the user's symbols (proofs, docs, numbers)."""
+        return classify_tree(self.tree, lambda a, w: corner_value(a, w, rows, keys, corner), kleene, rule)
+
+    def kernel_terms(self) -> tuple[Term, ...]:
+        """The per-tile classifier as kernel terms: ``mm_all``, ``mm_none``, ``mm_state``."""
+        every, none = self.classifier()
+        return (
+            Term(mm_all, self.kernel_form(every), CLAIM, "the predicate holds on the whole tile"),
+            Term(mm_none, self.kernel_form(none), CLAIM, "the predicate fails on the whole tile"),
+            Term(mm_state, sp.Piecewise((EMPTY, mm_none), (FULL, mm_all), (PARTIAL, True)), CLAIM,
+                 "0 skip, 2 full (no predicate), 1 partial"),
+        )
+
+    def keep_term(self) -> Term:
+        """The element predicate of a partial tile."""
+        return Term(keep_mm, self.kernel_form(self.predicate), CLAIM, f"mask_mod {self.name}")
+
+    # --- run-time parameters -----------------------------------------------------------
+    def pack(self, mask_args, batch: int, nq: int, nk: int, device=None):
+        """The int32 ``(batch, L)`` tensor of parameters the kernels read as ``MM_row`` (the layout
+        of ``kernel_form``), from ``mask_args`` = ``{name: int | (B,) tensor | (B, N) tensor}``.
+        Every problem raises ``ValueError`` / ``TypeError`` naming the parameter and the fix. The
+        checks of the values (ids sorted, positive divisors, int32 range) read the tensors on the
+        host: under ``torch.compile`` they are skipped (a graph cannot sync); call once eagerly
+        to run them."""
+        import torch
+
+        values_checked = not torch.compiler.is_compiling()
+        given = dict(mask_args or {})
+        missing = [p for p in self.params if p not in given]
+        extra = [p for p in given if p not in self.params]
+        if missing or extra:
+            raise ValueError(f"mask_mod {self.name} takes mask_args {list(self.params)}; "
+                             + (f"missing {missing}" if missing else f"unknown {extra}"))
+        cols = []
+        for p in self.params:
+            v = given[p]
+            if isinstance(v, bool) or not isinstance(v, (int, torch.Tensor)):
+                raise TypeError(f"mask_args[{p!r}] must be an int or an integer tensor, got {type(v).__name__}")
+            if isinstance(v, int):
+                v = torch.tensor(v)
+            if v.dtype.is_floating_point or v.dtype == torch.bool or v.is_complex():
+                raise TypeError(f"mask_args[{p!r}] must hold integers, got {v.dtype}")
+            v = v.to(device) if device is not None else v
+            if p in self.tensors:
+                length = nq if self.tensors[p] == "i" else nk
+                which = "N_q (read at query rows)" if self.tensors[p] == "i" else "N_k (read at keys)"
+                if v.dim() == 1:
+                    v = v.expand(batch, -1)
+                if tuple(v.shape) != (batch, length):
+                    raise ValueError(f"mask_args[{p!r}] must have shape (batch, {which}) = ({batch}, {length}), "
+                                     f"got {tuple(v.shape)}")
+                if values_checked and length > 1 and bool((v[:, 1:] < v[:, :-1]).any()):
+                    raise ValueError(f"mask_args[{p!r}] must be non-decreasing along the sequence (sorted "
+                                     f"per-position ids, e.g. packed documents in order): the tile classifier "
+                                     f"reads its per-tile min and max at the tile's ends")
+            else:
+                if v.dim() == 0:
+                    v = v.expand(batch)
+                if tuple(v.shape) != (batch,):
+                    raise ValueError(f"mask_args[{p!r}] must be an int or have shape (batch,) = ({batch},), "
+                                     f"got {tuple(v.shape)}")
+                if values_checked and p in self.positive and bool((v < 1).any()):
+                    raise ValueError(f"mask_args[{p!r}] must be >= 1 (mask_mod {self.name} divides or scales "
+                                     f"by it), got {v.tolist()}")
+                v = v[:, None]
+            if values_checked and v.numel() and (int(v.min()) < -2**31 or int(v.max()) >= 2**31):
+                raise ValueError(f"mask_args[{p!r}] must fit in int32")
+            cols.append((p, v.to(torch.int32)))
+        order = list(self.scalars) + [p for p in self.params if p in self.tensors]  # the slots' order
+        cols = dict(cols)
+        return torch.cat([cols[p] for p in order], 1).contiguous() if order else \
+            torch.zeros((batch, 1), dtype=torch.int32, device=device)
+
+    def values(self, packed, b: int, nq: int, nk: int) -> dict:
+        """Batch entry ``b``'s parameters back from ``pack``'s tensor: ``{name: int or 1-d array}``."""
+        row = packed[b].cpu().numpy()
+        out = {}
+        for p, slot in self._slots().items():
+            at = int(slot.subs({n.Nq: nq, n.Nk: nk}))
+            if p in self.tensors:
+                out[p] = row[at:at + (nq if self.tensors[p] == "i" else nk)]
+            else:
+                out[p] = int(row[at])
+        return out
+
+    def dense_batch(self, packed, nq: int, nk: int, shift: int) -> np.ndarray:
+        """Boolean ``(B, nq, nk)``: the predicate of every batch entry of ``pack``'s tensor."""
+        return np.stack([self.dense(nq, nk, shift, self.values(packed, b, nq, nk)) for b in range(packed.shape[0])])
+
+    # --- numbers -----------------------------------------------------------------------
+    def _numeric(self, expr, args: tuple):
+        bases = [sp.IndexedBase(t, integer=True) for t in self.tensors]
+        plain = {Param(p): sp.Symbol(p, integer=True) for p in self.scalars}  # no __getitem__ for lambdify
+        syms = [n.i, n.j, n.shift, n.Nq, n.Nk, n.start_m, n.start_n, n.B_r, n.B_c] + list(plain.values()) + bases
+        f = _lambdify(tuple(syms), sp.sympify(expr).xreplace(plain))
+        return f(*args)
+
+    def dense(self, nq: int, nk: int, shift: int, values: dict) -> np.ndarray:
+        """Boolean ``(nq, nk)`` of the predicate for one batch entry's ``values``
+        (``{param: int or 1-d array}``), True = attend."""
+        ii, jj = np.meshgrid(np.arange(nq), np.arange(nk), indexing="ij")
+        grid = lambda x: np.full((nq, nk), int(x))  # noqa: E731  (scalars as arrays: And/Or broadcast)
+        args = (ii, jj, grid(shift), grid(nq), grid(nk), 0, 0, 1, 1, *[grid(values[p]) for p in self.scalars],
+                *[np.asarray(values[t]) for t in self.tensors])
+        out = self._numeric(self.predicate, args)
+        return np.broadcast_to(np.asarray(out, dtype=bool), (nq, nk)).copy()
+
+    def classify(self, start_m_: int, start_n_: int, br: int, bc: int, nq: int, nk: int, shift: int,
+                 values: dict, **variants) -> str:
+        """'skip' / 'full' / 'partial' of one tile from the corner classifier, with tensor reads
+        clamped as in the kernels. ``variants``: ``classifier``'s mutant hooks (tests)."""
+        every, none = self.classifier(**variants)
+        args = (0, 0, shift, nq, nk, start_m_, start_n_, br, bc, *[int(values[p]) for p in self.scalars],
+                *[_clamped(np.asarray(values[t])) for t in self.tensors])
+        a, x = (bool(self._numeric(sp.sympify(c), args)) for c in (every, none))
+        return "skip" if x else ("full" if a else "partial")
+
+
+class _clamped(np.ndarray):
+    """A 1-d array read with its index clamped into range (the kernels' tensor reads)."""
+
+    def __new__(cls, a):
+        return np.asarray(a).view(cls)
+
+    def __getitem__(self, k):
+        return np.asarray(self)[min(max(int(k), 0), len(self) - 1)]
+
+
+@functools.lru_cache(maxsize=None)
+def _lambdify(syms, expr):
+    return sp.lambdify(syms, expr, modules=[{"floor": np.floor}, "numpy"])
+
+
+def analyse(predicate, name: str = "mask_mod", params=(), module: str = "__main__", doc: str = "") -> MaskMod:
+    """Check ``predicate`` is in the class and build its ``MaskMod`` (``NotInClass`` if not)."""
+    predicate = sp.sympify(predicate)
+    if not isinstance(predicate, sp.logic.boolalg.Boolean):
+        raise NotInClass(f"mask_mod {name} returned {predicate!r}, not a predicate (a comparison or a "
+                         "Boolean combination of comparisons)")
+    an = _Analysis()
+    tree = normal_form(predicate, an)
+    unknown = sorted(str(s) for s in predicate.free_symbols
+                     if s not in INDEX_ARGS.values() and str(s) not in params and not isinstance(s, sp.Indexed))
+    if unknown:
+        raise NotInClass(f"mask_mod {name} uses undeclared symbol(s) {unknown}: make them arguments")
+    return MaskMod(name, module, tuple(params), predicate, tree, dict(an.tensors), frozenset(an.positive), doc)
+
+
+#: every mask_mod defined so far, by name (the runtime finds a kernel's mask_mod by it)
+REGISTRY: dict[str, "MaskMod"] = {}
+
+
+def mask_mod(fn):
+    """Decorator: a function of SymPy symbols (``i``, ``j``, optionally ``shift``, ``N_Q``, ``N_K``,
+    then named integer parameters) returning a predicate of the class becomes a ``MaskMod``.
+
+    Emit its kernels with ``python -m generator --br 64 --bc 64 --mask-mod module:name``, then
+    ``flash_attention(q, k, v, mask_mod=fn, mask_args={...})``.
+    """
+    args = list(inspect.signature(fn).parameters)
+    params = [a for a in args if a not in INDEX_ARGS]
+    symbols = {a: INDEX_ARGS[a] if a in INDEX_ARGS else Param(a) for a in args}
+    mm = analyse(fn(**symbols), fn.__name__, params, fn.__module__, inspect.getdoc(fn) or "")
+    REGISTRY[mm.name] = mm
+    return mm
+
+
+def resolve(ref: str) -> MaskMod:
+    """``"module:name"`` -> the MaskMod defined there."""
+    module, _, name = ref.partition(":")
+    if not module or not name:
+        raise ValueError(f"--mask-mod takes module:name (e.g. spec.masks:prefix_lm), got {ref!r}")
+    obj = getattr(importlib.import_module(module), name, None)
+    if not isinstance(obj, MaskMod):
+        raise ValueError(f"{ref} is not a mask_mod (define it with the @mask_mod decorator of spec.masks)")
+    return obj
+
+
+# ----------------------------------------------------------------------------------
+# Built-ins (i' = i + shift)
+# ----------------------------------------------------------------------------------
+@mask_mod
+def prefix_lm(i, j, shift, prefix):
+    """Prefix-LM: every query sees the prefix ``j < prefix`` (bidirectional), causal after it."""
+    return (j < prefix) | (j <= i + shift)
+
+
+@mask_mod
+def chunked(i, j, shift, chunk):
+    """Chunked local attention (Llama 4): a query sees its own chunk only; combine with causal=True."""
+    return sp.Eq((i + shift) // chunk, j // chunk)
+
+
+@mask_mod
+def sink_window(i, j, shift, sinks, left):
+    """StreamingLLM: the first ``sinks`` keys plus a causal window of ``left`` keys back."""
+    return (j < sinks) | ((i + shift - left <= j) & (j <= i + shift))
+
+
+@mask_mod
+def document(i, j, doc_q, doc_k):
+    """Packed documents: a query sees the keys of its own document (ids non-decreasing);
+    combine with causal=True for causal packing."""
+    return sp.Eq(doc_q[i], doc_k[j])
+
+
+BUILTINS = (prefix_lm, chunked, sink_window, document)
