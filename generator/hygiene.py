@@ -31,7 +31,11 @@ Index names added when varlen (#13), decode (#14) and ring (#17) were merged: ``
 ``lse_off_b`` (an lse row's offset), ``seq_start_q/k``, ``n_q``, ``n_k`` (a packed segment's
 start and lengths, from the printed ``spec.varlen.SEGMENT``), decode's ``tok``, ``head``,
 ``split``, ``page``, ``page_idx``, ``slot``, ``k_rows``, ``v_rows``, the merge kernels' split
-index ``s``, and pointers spelled in capitals with underscores (``LSE_A``, ``O_S``).
+index ``s``, and pointers spelled in capitals with underscores (``LSE_A``, ``O_S``). With mask_mod
+(#16): ``mm_state``, the integer tile class (0 skip / 1 partial / 2 full) the printed corner
+classifier assigns (``spec.mask_mod``, claim mask_mod_sound); the stage loop AND-s it into
+``tile_state`` with ``tl.where(mm_state == 0, 0, tile_state)`` (Kleene's AND on the skip state),
+integer tile logic like ``tile_state`` itself.
 
 ``EXCEPTIONS``: the reviewed per-line list of statements that break rule 2 without being a
 printed term; each is reported as a gap (a structural line with no spec term yet), not allowed
@@ -54,7 +58,9 @@ INDEX_NAME = re.compile(
     r"lo|hi|key_len|shift|window_left|window_right|row_ok|rows|in_bounds|q_mask|kv_mask|tile_state|"
     r"[A-Z][A-Za-z0-9]*(_[a-z]+)?|[A-Z][A-Z0-9]*(_[A-Z0-9]+)+|\w+_ptrs|out_ptrs|tile|"
     # merged with varlen / decode / merge (see the module docstring)
-    r"lse_row0|lse_off_b|seq_start_[qk]|n_q|n_k|tok|head|split|page|page_idx|slot|k_rows|v_rows|s)$")
+    r"lse_row0|lse_off_b|seq_start_[qk]|n_q|n_k|tok|head|split|page|page_idx|slot|k_rows|v_rows|s|"
+    # merged with mask_mod (#16): the mask_mod's integer tile class (0 skip / 1 partial / 2 full)
+    r"mm_state)$")
 #: (function, statement) pairs that assign a printed term's name without a printed term: reviewed
 #: gaps, each named in docs/verification.md's hygiene section; nothing else is excepted
 EXCEPTIONS = frozenset({
