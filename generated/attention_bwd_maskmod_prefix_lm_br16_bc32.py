@@ -583,31 +583,39 @@ def _attn_bwd_dq(Q, K, V, DO, Lse2, Delta, DQ, KeyLens, Mask, BlockMap, CuSeqlen
              dq.to(DQ.dtype.element_ty), mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM))
 
 
-def launch_settings(arch: int, head_dim: int) -> dict:
+def launch_settings(arch: int, head_dim: int, *, softcap: bool = False) -> dict:
     """``SETTINGS`` for ``arch`` (80 or 90, ``launch.settings_arch``) and ``head_dim``, as the
     keyword arguments of each kernel: ``{"dkdv": {...}, "dq": {...}}`` (block constexprs, then
-    ``num_warps`` and ``num_stages``)."""
+    ``num_warps`` and ``num_stages``). ``softcap``: the kernels with the softcap compiled in, whose
+    dK/dV kernel keeps the tile of ``t = tanh(·)`` live across the dPᵀ product: on sm_90 above head
+    dim 64 the second pipeline stage then spills (24 B at head dim 128, 255 registers,
+    ``python -m benchmarks.static --mask softcap``), one stage does not (247 registers, and fewer
+    loop instructions: 0.826 against 0.893 per tile element), so it runs one stage there."""
     s = launch.pick_settings(SETTINGS, arch, head_dim)
     dkdv, dq = s["dkdv"], s["dq"]
-    return {
+    settings = {
         "dkdv": ({"BLOCK_N": dkdv["block_n"], "BLOCK_M": dkdv["block_m"]},
                  {"num_warps": dkdv["num_warps"], "num_stages": dkdv["num_stages"]}),
         "dq": ({"BLOCK_M": dq["block_m"], "BLOCK_N": dq["block_n"]},
                {"num_warps": dq["num_warps"], "num_stages": dq["num_stages"]}),
     }
+    return _one_dkdv_stage(settings) if softcap and arch >= 90 and head_dim > 64 else settings
 
 
-def varlen_settings(arch: int, head_dim: int) -> dict:
+def _one_dkdv_stage(settings: dict) -> dict:
+    """``settings`` with the dK/dV kernel on one pipeline stage (its register-tight variants)."""
+    blocks, options = settings["dkdv"]
+    return dict(settings, dkdv=(blocks, dict(options, num_stages=1)))
+
+
+def varlen_settings(arch: int, head_dim: int, *, softcap: bool = False) -> dict:
     """``launch_settings`` for the packed-batch (``IS_VARLEN``) kernels. Their dK/dV kernel keeps
     the segment's ``N_Q``, ``N_K`` and ``shift`` in registers (the dense one reads them as launch
     parameters): on sm_90 above head dim 64 the dense setting's second pipeline stage then spills
     (36 B at head dim 128, ``python -m benchmarks.static --mask "varlen causal"``), one stage does
     not (0.7% more instructions per tile element), so it runs one stage there."""
-    settings = launch_settings(arch, head_dim)
-    if arch >= 90 and head_dim > 64:
-        blocks, options = settings["dkdv"]
-        settings["dkdv"] = (blocks, dict(options, num_stages=1))
-    return settings
+    settings = launch_settings(arch, head_dim, softcap=softcap)
+    return _one_dkdv_stage(settings) if arch >= 90 and head_dim > 64 else settings
 
 
 def backward(do, q, k, v, out, lse, *, sm_scale, grad_lse=None, shift=0, causal=False, window=None,
@@ -633,7 +641,7 @@ def backward(do, q, k, v, out, lse, *, sm_scale, grad_lse=None, shift=0, causal=
     delta = torch.empty((B, H, N_Q), dtype=torch.float32, device=q.device)
     lse2 = torch.empty((B, H, N_Q), dtype=torch.float32, device=q.device)
     block_d = launch.block_d(D)
-    settings = launch_settings(launch.settings_arch(q.device), block_d)
+    settings = launch_settings(launch.settings_arch(q.device), block_d, softcap=softcap is not None)
     (dkdv_blocks, dkdv_launch), (dq_blocks, dq_launch) = settings["dkdv"], settings["dq"]
     constants = dict(HEAD_DIM=D, BLOCK_D=block_d, MAP_BLOCK_M=MAP_BLOCK[0], MAP_BLOCK_N=MAP_BLOCK[1], **flags, **score_flags,
                      **launch.dot_constants(q.dtype), MaskModArgs=mask_mod_args,
@@ -673,7 +681,7 @@ def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, l
     modifications compiled in."""
     torch_dtype, name = launch.tl_dtype_of(dtype)
     block_d = launch.block_d(head_dim)
-    settings = (varlen_settings if varlen else launch_settings)(arch, block_d)
+    settings = (varlen_settings if varlen else launch_settings)(arch, block_d, softcap=softcap)
     (dkdv_blocks, dkdv_launch), (dq_blocks, dq_launch) = settings["dkdv"], settings["dq"]
     score_flags = launch.score_mod_constexprs(softcap, alibi, sinks)
     main = {"HEAD_DIM": head_dim, "BLOCK_D": block_d, "MAP_BLOCK_M": MAP_BLOCK[0], "MAP_BLOCK_N": MAP_BLOCK[1],
