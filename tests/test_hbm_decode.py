@@ -23,3 +23,24 @@ def test_ideal_is_kv_once_per_kv_head_plus_q_and_out():
     assert model_bytes(s, 10, 1)["partials"] == 0
     assert model_bytes(s, 10, 4)["partials"] == 2 * 2 * 4 * 4 * (8 + 1) * 4
     assert model_bytes(s, 10, 4)["kv"] == 2 * 2 * 10 * 2 * 8 * 2
+
+
+def test_decode_rows_of_the_hbm_page_are_the_model():
+    """The page's decode rows (benchmarks.hbm.decode_rows): the K/V term is the ideal's exactly (every
+    valid key once per KV head, whatever the splits), the rest (q re-read per split, the fp32
+    partials the combine reads back, the block table) stays within 5 % of the ideal, and a model
+    that re-read the whole cache in every split would not."""
+    from benchmarks import hbm
+    from benchmarks.hbm_decode import default_splits
+
+    rows = hbm.decode_rows()
+    assert len(rows) == len(hbm.DECODE_SHAPES) * len(hbm.DECODE_KEYS)
+    for row, (kwargs, keys) in zip(rows, [(k, n) for k in hbm.DECODE_SHAPES.values() for n in hbm.DECODE_KEYS]):
+        shape = DecodeShape(**kwargs)
+        splits = default_splits(shape, keys, 132)
+        model = model_bytes(shape, keys, splits)
+        kv_ideal = 2 * shape.batch * keys * shape.heads_kv * shape.head_dim * shape.elem
+        assert model["kv"] == kv_ideal and row[2] == splits
+        assert 1.0 <= float(row[-1]) <= 1.05, row
+        if splits > 1:  # the mutant: K/V read once per split instead of each key once
+            assert (sum(model.values()) + (splits - 1) * kv_ideal) / ideal_bytes(shape, keys) > 1.05
