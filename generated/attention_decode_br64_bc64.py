@@ -168,5 +168,11 @@ def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, r
                       "BLOCK_N": BLOCK_N, "PAGED": paged, "PAGE_SIZE": page_size if paged else 1,
                       "IS_CAUSAL": bool(causal), "HAS_WINDOW": bool(window),
                       **launch.dot_constants(torch_dtype, interpret=False)}
-        out[label] = launch.aot_args(_decode_fwd, pointers, ("sm_scale",), constexprs, NUM_WARPS, NUM_STAGES)
+        # one step of the key loop: BLOCK_M query rows x BLOCK_N keys, two products (Q Kᵀ and P V)
+        out[label] = launch.aot_args(_decode_fwd, pointers, ("sm_scale",), constexprs, NUM_WARPS, NUM_STAGES,
+                                     loop=(block_m(rows), BLOCK_N, 2))
+        # the integers of such a launch, for the binder's rule (benchmarks.static): ``rows`` as a GQA
+        # group of 4 x rows / 4 tokens (neither 1 nor divisible by 16), and a 4096-token cache's
+        # block table of 4096 / page_size pages per sequence
+        out[label]["typical_ints"] = {"GROUP": 4, "N_Q": max(1, rows // 4), "stride_bt_b": 4096 // page_size}
     return out

@@ -141,5 +141,14 @@ def aot_compile_args(dtype="fp16", head_dim=64, **mask_flags) -> dict:
     constexprs = {"BLOCK_M": rows_per_program(block_d), "BLOCK_D": block_d}
     pair = {"O_A": name, "LSE_A": "fp32", "O_B": name, "LSE_B": "fp32", "O": name, "LSE": "fp32"}
     fold = {"O_S": "fp32", "LSE_S": "fp32", "O": name, "LSE": "fp32"}
-    return {"_merge_state": launch.aot_args(_merge_state, pair, (), constexprs, NUM_WARPS, 1),
-            "_merge_states": launch.aot_args(_merge_states, fold, (), constexprs, NUM_WARPS, 1)}
+    out = {"_merge_state": launch.aot_args(_merge_state, pair, (), constexprs, NUM_WARPS, 1),
+           "_merge_states": launch.aot_args(_merge_states, fold, (), constexprs, NUM_WARPS, 1)}
+    # the integers of a typical launch, for the binder's rule (benchmarks.static): R = 65536 rows of
+    # contiguous (R, D) tiles (each stride a row of D elements), S = 4 splits of (S, R, D) partials;
+    # the strides are row strides, not a tensor's stride run ending in a unit stride
+    rows, splits = 65536, 4
+    out["_merge_state"]["typical_ints"] = {"R": rows, "D": head_dim, "stride_oa": head_dim, "stride_ob": head_dim,
+                                           "stride_o": head_dim}
+    out["_merge_states"]["typical_ints"] = {"S": splits, "R": rows, "D": head_dim, "stride_os": rows * head_dim,
+                                            "stride_or": head_dim, "stride_ls": rows, "stride_o": head_dim}
+    return out
