@@ -73,8 +73,14 @@ MASKS = {"none": {}, "causal": {"causal": True},
 SCORE_MODS = {"softcap": {"softcap": True}, "alibi": {"alibi": True}, "sinks": {"sinks": True},
               "softcap+alibi+sinks": {"softcap": True, "alibi": True, "sinks": True}}
 MASKS.update(SCORE_MODS)
+#: the constexprs of the score modifications: a row whose job ``deletes`` them is compiled from the
+#: module's source with every ``if HAS_...:`` block of them deleted (``delete_constexpr_branches``)
+SCORE_MOD_CONSTEXPRS = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_SINKS")
+#: the last commit before the score modifications (issue 15) reached the generated kernels (main at
+#: the merge of #15): its forward and backward are the kernels the modifications were added to
+PRE_SCORE_MOD_COMMIT = "13600a64c49c0421c1da3c44086ca0e8076b9c6a"
 #: bump when the analysis changes, to invalidate cached rows
-ANALYSIS_VERSION = 8
+ANALYSIS_VERSION = 9
 #: TMA exists from sm_90 on (on sm_80 Triton lowers descriptors back to pointer loads)
 TMA_ARCHS = (90,)
 CACHE = ARTIFACTS / "static-cache"
@@ -92,9 +98,14 @@ class Job:
     num_warps: int | None = None  # None: the module's own (generated) choice
     num_stages: int | None = None
     tma: bool = False  # the module's TMA variant (aot_compile_args(..., tma=True))
+    #: constexprs whose ``if NAME:`` blocks are deleted from the module's source before compiling
+    #: (``delete_constexpr_branches``): the kernel as if those lines had never been written
+    deletes: tuple[str, ...] = ()
+    #: compile the module's source as of this git commit instead of the working tree's
+    commit: str = ""
 
     def cache_key(self, triton_version: str) -> str:
-        h = hashlib.sha256((ROOT / (self.module.replace(".", "/") + ".py")).read_bytes())
+        h = hashlib.sha256(module_source(self.module, self.commit).encode())
         # the launch helpers build the signature and constexprs the module returns
         for helper in sorted((ROOT / "generator" / "runtime").glob("*.py")):
             h.update(helper.read_bytes())
@@ -111,6 +122,58 @@ def make_jobs(modules, archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS, m
     return [Job(m, a, d, h, k, w, s, t) for m in modules for a in archs for d in dtypes
             for h in head_dims for k in masks for w in warps for s in stages for t in tma
             if not t or a in TMA_ARCHS]
+
+
+def default_block(arch: int, head_dim: int) -> str:
+    """``"br128_bc64"``: the block config ``flash_attention(block="auto")`` runs on ``arch`` at
+    ``head_dim`` (``generator.runtime.api.AUTO_BLOCKS``)."""
+    from generator.runtime import api, launch
+
+    br, bc = launch.pick_settings(api.AUTO_BLOCKS, arch, launch.block_d(head_dim))
+    return f"br{br}_bc{bc}"
+
+
+def page_jobs(archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS) -> list[Job]:
+    """The jobs of the default page (``python -m benchmarks.static --markdown``):
+
+    * every generated block config's forward (pointer kernel, and on sm_90 its TMA variant) and
+      backward, unmasked and causal;
+    * at the default block of each arch and head dim (``default_block``) only, to keep the compile
+      work bounded: the packed-batch kernels (``varlen causal``, pointer path), the KV-cache decode
+      kernel (contiguous and paged, unmasked and causal) and the merge kernels of the split-KV
+      combine, each score modification alone and all three (``SCORE_MODS``), and the mask_mod
+      kernels (``generated/attention_{fwd,bwd}_maskmod_<name>_*``, no other mask);
+    * the ``none`` kernels with every score modification's ``if`` blocks deleted from the source
+      (``deletes``), and as they were before the modifications existed (``PRE_SCORE_MOD_COMMIT``,
+      where git has it), to show that a modification off costs nothing.
+    """
+    modules = kernel_modules()
+    dense = [m for m in modules if ".attention_fwd" in m or ".attention_bwd" in m]
+    jobs = make_jobs(dense, archs, dtypes, head_dims)
+    jobs += make_jobs([m for m in dense if supports_tma(m)], archs, dtypes, head_dims, tma=(True,))
+    mask_mods = [m for m in kernel_modules(mask_mods=True) if "_maskmod_" in m]
+    for arch in archs:
+        for head_dim in head_dims:
+            block = default_block(arch, head_dim)
+            at = dict(archs=(arch,), dtypes=dtypes, head_dims=(head_dim,))
+            fwd = [m for m in dense if m.endswith(block) and ".attention_fwd" in m]
+            bwd = [m for m in dense if m.endswith(block) and ".attention_bwd" in m]
+            jobs += make_jobs(fwd + bwd, masks=("varlen causal",), **at)
+            jobs += make_jobs([m for m in modules if m.endswith(block) and ".attention_decode" in m],
+                              masks=("none", "causal"), **at)
+            jobs += make_jobs([m for m in modules if m.endswith(block) and ".merge_state" in m], **at,
+                              masks=("none",))
+            for tma in (False, True):
+                if tma and arch not in TMA_ARCHS:
+                    continue
+                jobs += make_jobs(fwd if tma else fwd + bwd, masks=tuple(SCORE_MODS), tma=(tma,), **at)
+                jobs += [Job(m, arch, d, head_dim, "none", tma=tma, deletes=SCORE_MOD_CONSTEXPRS)
+                         for m in (fwd if tma else fwd + bwd) for d in dtypes]
+                jobs += [Job(m, arch, d, head_dim, "none", tma=tma, commit=PRE_SCORE_MOD_COMMIT)
+                         for m in (fwd if tma else fwd + bwd) for d in dtypes if has_source(m, PRE_SCORE_MOD_COMMIT)]
+                jobs += make_jobs([m for m in mask_mods if m.endswith(block)
+                                   and (not tma or ".attention_fwd" in m)], masks=("none",), tma=(tma,), **at)
+    return list(dict.fromkeys(jobs))  # the same default block at both head dims: once
 
 
 def supports_tma(module: str) -> bool:
@@ -157,15 +220,20 @@ def launch_specialisation(spec: dict) -> tuple[dict, dict, dict]:
     allocations are), and in each run of ``stride_<tensor>*`` parameters (declared outer to
     inner, as in the Triton tutorial) the last is the unit stride and the others are
     multiples of 16 (head dim 64 or 128); the other integers take the binder's rule at their
-    ``TYPICAL_INTS`` value (GROUP = 1 a constant, N_Q, N_K, H, shift, window divisible by 16).
+    ``TYPICAL_INTS`` value (GROUP = 1 a constant, N_Q, N_K, H, shift, window divisible by 16),
+    or at the value the module's ``typical_ints`` gives it.
     """
     signature, constexprs = dict(spec["signature"]), dict(spec["constexprs"])
     if "attrs" in spec:
         return signature, constexprs, dict(spec["attrs"])
     names = spec["fn"].arg_names
     attrs = {}
+    # a module may name its own launch's integers (``typical_ints``: decode's GQA group, the merge
+    # kernels' row strides); those take the binder's rule at that value, not the stride-run model
+    own = spec.get("typical_ints", {})
+    typical = {**TYPICAL_INTS, **own}
     strides = [(i, name) for i, name in enumerate(names)
-               if name.startswith("stride_") and signature.get(name) == "i32"]
+               if name.startswith("stride_") and signature.get(name) == "i32" and name not in own]
     for pos, (i, name) in enumerate(strides):
         following = strides[pos + 1] if pos + 1 < len(strides) else None
         innermost = (following is None or following[0] != i + 1
@@ -177,10 +245,10 @@ def launch_specialisation(spec: dict) -> tuple[dict, dict, dict]:
     for i, name in enumerate(names):
         if signature.get(name, "").startswith("*"):
             attrs[(i,)] = [["tt.divisibility", 16]]
-        elif signature.get(name) == "i32" and name in TYPICAL_INTS:
-            if TYPICAL_INTS[name] == 1:
+        elif signature.get(name) == "i32" and name in typical:
+            if typical[name] == 1:
                 signature[name], constexprs[name] = "constexpr", 1
-            elif TYPICAL_INTS[name] % 16 == 0:
+            elif typical[name] % 16 == 0:
                 attrs[(i,)] = [["tt.divisibility", 16]]
     return signature, constexprs, attrs
 
@@ -306,6 +374,74 @@ def steady_loop(sass: str, num_warps: int, loop: dict | None) -> dict:
                 mma_issued_per_needed=mma_macs(body, num_warps) / loop["macs"])
 
 
+def sass_digest(sass: str) -> str:
+    """A hash of the SASS instruction stream (every instruction's text, in order, without its
+    address): two kernels with the same digest compiled to the same machine code."""
+    return hashlib.sha256("\n".join(text for _, text in _SASS_INSTR.findall(sass)).encode()).hexdigest()[:16]
+
+
+def delete_constexpr_branches(source: str, names) -> str:
+    """``source`` (a module) with every ``if NAME:`` statement on one of the constexprs ``names`` in
+    its ``@triton.jit`` functions replaced by its ``else`` branch (by nothing when it has none):
+    the kernel as if those lines had never been written. Comments are lost (``ast.unparse``)."""
+    import ast
+
+    names = set(names)
+
+    class Delete(ast.NodeTransformer):
+        def visit_If(self, node):
+            self.generic_visit(node)
+            if isinstance(node.test, ast.Name) and node.test.id in names:
+                return node.orelse or None
+            return node
+
+        def generic_visit(self, node):
+            super().generic_visit(node)
+            if isinstance(getattr(node, "body", None), list) and not node.body:  # a block left empty
+                node.body = [ast.Pass()]
+            return node
+
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list):
+            Delete().visit(node)
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+def module_source(name: str, commit: str = "") -> str:
+    """The source of the generated module ``name``: the working tree's, or as of git ``commit``."""
+    path = name.replace(".", "/") + ".py"
+    if not commit:
+        return (ROOT / path).read_text()
+    return subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def has_source(name: str, commit: str) -> bool:
+    """Whether git can give ``name``'s source as of ``commit`` (a shallow clone may lack it)."""
+    path = name.replace(".", "/") + ".py"
+    return subprocess.run(["git", "cat-file", "-e", f"{commit}:{path}"], cwd=ROOT, capture_output=True).returncode == 0
+
+
+def _module_variant(job: Job, tmp: Path):
+    """The generated module of ``job`` compiled from its source as of ``job.commit`` and/or with
+    ``job.deletes``' branches deleted (``delete_constexpr_branches``), imported from a file under
+    ``tmp`` (Triton reads a kernel's source from its file)."""
+    import importlib.util
+
+    source = module_source(job.module, job.commit)
+    if job.deletes:
+        source = delete_constexpr_branches(source, job.deletes)
+    name = f"{job.module}_{job.commit[:7] or 'deleted'}"
+    path = tmp / (name.rsplit(".", 1)[1] + ".py")
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 _DOT_LINE = re.compile(r"=\s*(tt\.dot|ttng\.warp_group_dot)\s.*->\s*tensor<[^>]*?,\s*(#[\w.]+)")
 _MMA_ALIAS = re.compile(r"^(#[\w.]+)\s*=\s*#ttg\.nvidia_mma<\{versionMajor\s*=\s*(\d+)", re.M)
 
@@ -331,6 +467,7 @@ def analyse(compiled, arch: int, loop: dict | None = None) -> dict:
     row.update(resource_usage(asm["cubin"], dumps))
     row.update(tma_instructions(dumps[1]))
     row.update(steady_loop(dumps[1], md.num_warps, loop))
+    row["sass_digest"] = sass_digest(dumps[1])
     row.update(dot_lowering(asm["ttir"], asm["ttgir"]))
     row["ptx_mma_sync"] = len(re.findall(r"\bmma\.sync\.", asm["ptx"]))
     row["ptx_wgmma"] = len(re.findall(r"\bwgmma\.mma_async\.", asm["ptx"]))
@@ -365,7 +502,8 @@ def compile_job(job: Job) -> list[dict]:
 
     base = asdict(job)
     try:
-        module = importlib.import_module(job.module)
+        module = (_module_variant(job, Path(tempfile.mkdtemp())) if job.deletes or job.commit
+                  else importlib.import_module(job.module))
         specs = kernel_specs(module, job.dtype, job.head_dim, {**MASKS[job.mask], **({"tma": True} if job.tma else {})},
                              job.arch)
     except Exception as exc:  # noqa: BLE001 - reported per row
@@ -454,9 +592,23 @@ def _mix(counts: dict, empty: str) -> str:
     return " + ".join(f"{n} {name}" for name, n in counts.items() if n) or empty
 
 
+def _mask_label(row: dict) -> str:
+    """The mask column: the mask or score modification, the mask_mod of a mask_mod module, ``+tma``
+    for a TMA variant, and how a comparison row's source differs."""
+    label = row["mask"]
+    if "_maskmod_" in row["module"]:
+        label = "mask_mod " + row["module"].split("_maskmod_")[1].rsplit("_br", 1)[0]
+    label += " +tma" if row.get("tma") else ""
+    if row.get("deletes"):
+        label += ", HAS_* ifs deleted"
+    if row.get("commit"):
+        label += f" @{row['commit'][:7]}"
+    return label
+
+
 def _cells(row: dict) -> list:
     ident = [row["module"].removeprefix("generated."), row["kernel"], ARCHS[row["arch"]],
-             row["dtype"], row["head_dim"], row["mask"] + (" +tma" if row.get("tma") else "")]
+             row["dtype"], row["head_dim"], _mask_label(row)]
     if "error" in row:
         return ident + ["-"] * 11 + ["ERROR: " + row["error"]]
     tc = _mix({"HGMMA": row["sass_hgmma"], "HMMA": row["sass_hmma"]}, "0 HMMA")
@@ -472,10 +624,114 @@ def _cells(row: dict) -> list:
 
 def _loop_cells(row: dict) -> list[str]:
     """The steady-state loop's warp-instructions per element and MMA issued/needed (``steady_loop``);
-    ``-`` for a kernel without a main loop (the preprocess)."""
+    ``n/a`` for a kernel without a loop that issues tensor-core instructions (the backward's
+    preprocess, the merge kernels)."""
     if row.get("instr_per_element") is None:
-        return ["-", "-"]
+        return ["n/a", "n/a"]
     return [f"{row['instr_per_element']:.3f} ({row['loop_instructions']})", f"{row['mma_issued_per_needed']:.2f}"]
+
+
+#: the page's sections: (title, which rows, what they are)
+FAMILIES = (
+    ("Every block config: forward and backward, unmasked and causal",
+     lambda r: r["mask"] in ("none", "causal") and "_maskmod_" not in r["module"]
+     and (".attention_fwd" in r["module"] or ".attention_bwd" in r["module"]),
+     "The forward (pointer kernel, and on sm_90 its TMA variant `+tma`, the default there) and the "
+     "backward's three kernels of every generated block config."),
+    ("Packed sequences (varlen)", lambda r: "varlen" in r["mask"],
+     "The same kernels with `IS_VARLEN`, as `flash_attention_varlen` launches them on a packed batch "
+     "([packed sequences](../packed.md)): the pointer path (varlen has no TMA path), causal."),
+    ("KV-cache decode and the split-KV combine", lambda r: ".attention_decode" in r["module"] or ".merge_state" in r["module"],
+     "`_decode_fwd` (contiguous and paged cache, `flash_attention_with_kvcache`), compiled for 16 query rows per "
+     "program (a GQA group of 4 x 4 tokens: `AOT_ROWS`, with GROUP = 4 and N_Q = 4 left to the binder) and its "
+     "64-key step; `_merge_states` (the combine of the S split partials) and `_merge_state` (two states), which "
+     "have no tensor-core loop: their loop columns read n/a."),
+    ("Score modifications", lambda r: r["mask"] in SCORE_MODS,
+     "Each modification alone and all three (issue 15), unmasked, at the default block: the `none` rows of the "
+     "first table are the same kernels with every modification compiled out."),
+    ("mask_mod kernels", lambda r: "_maskmod_" in r["module"],
+     "The forward (and its `+tma` variant on sm_90) and backward generated for each mask_mod "
+     "(`generated/attention_{fwd,bwd}_maskmod_<name>_*.py`) at the default block, with no other mask."),
+)
+
+
+def off_cost_rows(rows: list[dict]) -> list[dict]:
+    """For every kernel compiled with the score modifications off (mask ``none``) beside the same
+    kernel with their ``if`` blocks deleted (``deletes``): both SASS instruction counts, whether the
+    SASS is identical (``sass_digest``), the count of the kernel before the modifications existed
+    (``PRE_SCORE_MOD_COMMIT``; ``None`` where not compiled) and the count with each modification on."""
+    def key(r):
+        return (r["module"], r["kernel"], r["arch"], r["dtype"], r["head_dim"], bool(r.get("tma")))
+
+    ok = [r for r in rows if "error" not in r]
+    deleted = {key(r): r for r in ok if r.get("deletes")}
+    before = {key(r): r for r in ok if r.get("commit")}
+    on = {(key(r), r["mask"]): r["sass_instructions"] for r in ok if r["mask"] in SCORE_MODS}
+    out = []
+    for r in ok:
+        if r["mask"] != "none" or r.get("deletes") or r.get("commit") or key(r) not in deleted:
+            continue
+        d, b = deleted[key(r)], before.get(key(r))
+        out.append(dict(module=r["module"], kernel=r["kernel"], arch=r["arch"], dtype=r["dtype"],
+                        head_dim=r["head_dim"], tma=bool(r.get("tma")), off=r["sass_instructions"],
+                        deleted=d["sass_instructions"], same_sass=r["sass_digest"] == d["sass_digest"],
+                        before=b["sass_instructions"] if b else None,
+                        on={m: on.get((key(r), m)) for m in SCORE_MODS}))
+    return out
+
+
+OFF_HEADER = ["kernel", "arch", "dtype", "D", "path", "off", "HAS_* ifs deleted", "same SASS",
+              "before (13600a6)", *SCORE_MODS]
+
+
+def _off_cells(c: dict) -> list:
+    before = "-" if c["before"] is None else f"{c['before']}" + (" (=)" if c["before"] == c["off"] else "")
+    return [c["kernel"], ARCHS[c["arch"]], c["dtype"], c["head_dim"], "TMA" if c["tma"] else "pointer", c["off"],
+            c["deleted"], "yes" if c["same_sass"] else "**NO**", before,
+            *("-" if c["on"][m] is None else f"{c['on'][m]} (+{c['on'][m] - c['off']})" for m in SCORE_MODS)]
+
+
+def _sections(rows: list[dict]) -> str:
+    parts = []
+    for title, member, text in FAMILIES:
+        chosen = [r for r in rows if member(r) and not r.get("deletes") and not r.get("commit")]
+        if chosen:
+            parts.append(f"### {title}\n\n{text}\n\n{markdown_table(HEADER, [_cells(r) for r in chosen])}")
+    return "\n\n".join(parts)
+
+
+def _off_section(rows: list[dict]) -> str:
+    cost = off_cost_rows(rows)
+    if not cost:
+        return ""
+    same = sum(c["same_sass"] for c in cost)
+    compared = [c for c in cost if c["before"] is not None]
+    equal = sum(c["before"] == c["off"] for c in compared)
+    return f"""## A score modification off costs nothing
+
+Each score modification (softcap, ALiBi, sinks) is a `tl.constexpr` (`HAS_SOFTCAP`, `HAS_ALIBI`,
+`HAS_SINKS`) guarding its lines in the templates (`if HAS_SOFTCAP:` ...). What is compared, per
+kernel of the default block (SASS instructions of the whole kernel, `cuobjdump -sass`):
+
+- **off**: the generated kernel with every modification off (the `none` row above);
+- **HAS_* ifs deleted**: the same module compiled from its source with every `if HAS_SOFTCAP:`,
+  `if HAS_ALIBI:`, `if HAS_SINKS:` block deleted (`delete_constexpr_branches`): the kernel as if
+  the modifications' lines had never been written (their unused parameters stay). **same SASS**:
+  the two instruction streams are identical, instruction for instruction (`sass_digest`), so no
+  line of a modification survives when it is off: nothing leaks out of its constexpr guard;
+- **before (13600a6)**: the kernel as generated before the modifications existed (commit
+  `{PRE_SCORE_MOD_COMMIT[:7]}`, `PRE_SCORE_MOD_COMMIT`, compiled from `git show`; `(=)` when its
+  count is the same; its parameter list is shorter, so its SASS differs in constant-bank offsets
+  only where the counts agree) — a figure for this page, not a test: later changes to the
+  templates move it;
+- **softcap ... softcap+alibi+sinks**: the count with the modification on, and what it adds.
+
+{same} of {len(cost)} kernels compile to the same SASS with the modifications off as with their lines
+deleted; {equal} of {len(compared)} have the instruction count of the kernel before the
+modifications existed. `tests/test_static.py` asserts the first (sm_90, fp16, head dim 128).
+
+{markdown_table(OFF_HEADER, [_off_cells(c) for c in cost])}
+"""
 
 
 def markdown_page(rows: list[dict], command: str) -> str:
@@ -513,10 +769,11 @@ How each column is obtained (see `benchmarks/static.py`):
   loop, located in the SASS by its backward branch (the shortest innermost loop with tensor-core
   instructions; its instruction count in parentheses): `instructions x num_warps / (rows x
   keys)` of one loop step (forward: B_r x B_c; dK/dV: its key tile x row step; dQ: its row tile x
-  key step). Lower is better. **MMA issued/needed**: the multiply-adds its `HGMMA` (per
-  warpgroup) and `HMMA` (per warp) instructions issue over all warps, per multiply-add the
-  step's products need (2 in the forward, 4 in dK/dV, 3 in dQ, each rows x keys x head dim):
-  1.00 when no warp recomputes another's product.
+  key step; decode: its query rows x 64 keys). Lower is better. **MMA issued/needed**: the
+  multiply-adds its `HGMMA` (per warpgroup) and `HMMA` (per warp) instructions issue over all
+  warps, per multiply-add the step's products need (2 in the forward and in decode, 4 in dK/dV,
+  3 in dQ, each rows x keys x head dim): 1.00 when no warp recomputes another's product. `n/a`
+  for a kernel with no tensor-core loop (the backward's preprocess, the merge kernels).
 - **TMA ld/st**: the `UTMALDG` / `UTMASTG` instructions (TMA bulk tensor loads / stores) in
   SASS. Rows whose mask reads `+tma` are the forward's TMA variant (the default on sm_90)
   ([Hopper: TMA](hopper.md)), compiled for sm_90 only; the pointer kernels have none.
@@ -538,13 +795,27 @@ every default kernel to no spill and MMA issued/needed <= 1.05.
 
 Regenerate with `{command}`.
 
-{markdown_table(HEADER, [_cells(r) for r in rows])}
+## What is compiled
+
+Both architectures (sm_80, sm_90), fp16 and bf16, head dims 64 and 128. Every generated block
+config (16×32, 64×64, 128×64) for the forward and the backward, unmasked and causal. The newer
+families only at the default block of each architecture and head dim (`block="auto"`:
+`generator.runtime.api.AUTO_BLOCKS`, 128×64 today), each kernel at the launch settings its
+runtime uses there (`SETTINGS`; the softcap's and varlen's dK/dV kernel on one stage on sm_90
+above head dim 64): packed sequences (varlen, causal), KV-cache decode (contiguous and paged,
+unmasked and causal) and the split-KV combine, each score modification and all three (unmasked),
+and the four mask_mod kernels. {len(rows)} kernels in all (`page_jobs` in `benchmarks/static.py`).
+
+## The kernels
+
+{_sections(rows)}
 
 {"All rows are ok." if not bad else f"**{len(bad)} row(s) are not ok** (see the last column)."}
 A row that is not ok is a finding for that config's `--num-warps` / `--num-stages` (or the
 defaults in `generator/variants.py`, whose docstrings say why each was chosen), explored with
 `python -m benchmarks.static --module <name> --num-warps 4 8 --num-stages 2 3`.
-"""
+
+{_off_section(rows)}"""
 
 
 def main(argv=None) -> int:
@@ -557,9 +828,10 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", type=int, nargs="+", default=list(ARCHS), choices=list(ARCHS))
     ap.add_argument("--dtype", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     ap.add_argument("--head-dim", type=int, nargs="+", default=list(HEAD_DIMS))
-    ap.add_argument("--mask", nargs="+", default=["none", "causal"], choices=list(MASKS),
-                    help="mask variants and score modifications to compile (default: none causal); the score "
-                         f"modifications' rows: --module br64_bc64 --mask none {' '.join(SCORE_MODS)}")
+    ap.add_argument("--mask", nargs="+", default=None, choices=list(MASKS),
+                    help="mask variants and score modifications to compile (default with --module, --num-warps "
+                         "or --num-stages: none causal; with none of them: the page's families, page_jobs); the "
+                         f"score modifications' rows: --module br128_bc64 --mask none {' '.join(SCORE_MODS)}")
     ap.add_argument("--num-warps", type=int, nargs="+", default=[None],
                     help="override the generated num_warps (explore settings that do not spill)")
     ap.add_argument("--num-stages", type=int, nargs="+", default=[None],
@@ -574,7 +846,14 @@ def main(argv=None) -> int:
                     help="write the docs page (default path: docs/performance/static.md)")
     args = ap.parse_args(argv)
 
-    modules = [m for m in kernel_modules() if not args.module or any(s in m for s in args.module)]
+    if args.mask is None and not args.module and args.num_warps == [None] and args.num_stages == [None]:
+        jobs = [j for j in page_jobs(tuple(args.arch), tuple(args.dtype), tuple(args.head_dim))
+                if args.tma == "both" or j.tma == (args.tma == "on")]
+        return _report(args, jobs)
+    args.mask = args.mask or ["none", "causal"]
+    # the mask_mod modules only when a --module names them ("maskmod", "maskmod_document", ...)
+    wants_mask_mods = any("maskmod" in s for s in args.module or ())
+    modules = [m for m in kernel_modules(mask_mods=wants_mask_mods) if not args.module or any(s in m for s in args.module)]
     if not modules:
         ap.error(f"no generated module matches {args.module}")
     jobs = []
@@ -586,6 +865,11 @@ def main(argv=None) -> int:
                           args.num_warps, args.num_stages, tma=(True,))
     if not jobs:
         ap.error(f"nothing to compile: no TMA variant for arch {args.arch} among {modules}")
+    return _report(args, jobs)
+
+
+def _report(args, jobs: list[Job]) -> int:
+    """Compile ``jobs``, print their table, write the JSON and the page if asked."""
     rows = run_jobs(jobs, args.workers, use_cache=not args.no_cache)
     print(text_table(HEADER, [_cells(r) for r in rows]))
     if args.json:
