@@ -247,6 +247,18 @@ def test_launch_specialisation_follows_the_binder_at_typical_values():
     assert constexprs == {"GROUP": 1} and signature["GROUP"] == "constexpr"
     divisible = {Fn.arg_names[i] for (i,), a in attrs.items() if a == [["tt.divisibility", 16]]}
     assert divisible == {"Q", "N_Q", "shift"}  # "other" is not a known launch integer: left alone
+    # a module's own typical_ints win over the stride-run model: the merge kernels' row strides
+    # stride_oa, stride_ob would read as one tensor's run ending in a unit stride
+
+    class Merge:
+        arg_names = ["O_A", "R", "stride_oa", "stride_ob", "GROUP"]
+
+    sig = {"O_A": "*fp16", "R": "i32", "stride_oa": "i32", "stride_ob": "i32", "GROUP": "i32"}
+    assert static.launch_specialisation(dict(fn=Merge, signature=sig, constexprs={}))[1] == {"stride_ob": 1, "GROUP": 1}
+    signature, constexprs, attrs = static.launch_specialisation(dict(
+        fn=Merge, signature=sig, constexprs={}, typical_ints={"R": 64, "stride_oa": 128, "stride_ob": 128, "GROUP": 4}))
+    assert constexprs == {} and signature["stride_ob"] == signature["GROUP"] == "i32"
+    assert {Merge.arg_names[i] for (i,), a in attrs.items()} == {"O_A", "R", "stride_oa", "stride_ob"}
 
 
 # ---- the steady-state loop: located in SASS by its backward branch ---------------------------
