@@ -685,7 +685,8 @@ OFF_HEADER = ["kernel", "arch", "dtype", "D", "path", "off", "HAS_* ifs deleted"
 
 
 def _off_cells(c: dict) -> list:
-    before = "-" if c["before"] is None else f"{c['before']}" + (" (=)" if c["before"] == c["off"] else "")
+    before = "-" if c["before"] is None else f"{c['before']}" + (
+        " (=)" if c["before"] == c["off"] else f" (off: {c['off'] - c['before']:+d})")
     return [c["kernel"], ARCHS[c["arch"]], c["dtype"], c["head_dim"], "TMA" if c["tma"] else "pointer", c["off"],
             c["deleted"], "yes" if c["same_sass"] else "**NO**", before,
             *("-" if c["on"][m] is None else f"{c['on'][m]} (+{c['on'][m] - c['off']})" for m in SCORE_MODS)]
@@ -721,9 +722,9 @@ kernel of the default block (SASS instructions of the whole kernel, `cuobjdump -
   line of a modification survives when it is off: nothing leaks out of its constexpr guard;
 - **before (13600a6)**: the kernel as generated before the modifications existed (commit
   `{PRE_SCORE_MOD_COMMIT[:7]}`, `PRE_SCORE_MOD_COMMIT`, compiled from `git show`; `(=)` when its
-  count is the same; its parameter list is shorter, so its SASS differs in constant-bank offsets
-  only where the counts agree) — a figure for this page, not a test: later changes to the
-  templates move it;
+  count is the same, else how many more the kernel with the modifications off has; its parameter
+  list is shorter, so its SASS differs in constant-bank offsets even where the counts agree) — a
+  figure for this page, not a test: later changes to the templates move it;
 - **softcap ... softcap+alibi+sinks**: the count with the modification on, and what it adds.
 
 {same} of {len(cost)} kernels compile to the same SASS with the modifications off as with their lines
