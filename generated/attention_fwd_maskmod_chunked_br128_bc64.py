@@ -50,7 +50,7 @@ SETTINGS = {
         256: {'num_warps': 8, 'num_stages': 3},
     },
     90: {
-        64: {'num_warps': 4, 'num_stages': 3},
+        64: {'num_warps': 8, 'num_stages': 3},
         256: {'num_warps': 8, 'num_stages': 3},
     },
 }

@@ -280,7 +280,8 @@ def render_variant(variant: Variant, source: str | None = None) -> str:
     return template.render(
         header=header(c.command), command=c.command,
         block_m=c.block_m, block_n=c.block_n, num_warps=c.warps, num_stages=c.stages,
-        fwd_settings=_table(c.fwd_settings), bwd_settings=_table(c.bwd_settings), bwd_map_block=c.bwd_map_block,
+        fwd_settings=_table(c.fwd_settings if variant.mask_mod is None else c.fwd_settings_mask_mod),
+        bwd_settings=_table(c.bwd_settings), bwd_map_block=c.bwd_map_block,
         masks=list(c.masks), **ctx)
 
 

@@ -85,6 +85,20 @@ FWD_SM90: dict = {
 }
 
 
+def mask_mod_fwd_settings(block_m: int, block_n: int) -> dict:
+    """The forward's settings with a mask_mod compiled in: default_fwd_settings, except that on
+    sm_90 a 4-warp entry of a 128-row block (one warpgroup on 128 rows) takes 8 warps. The per-tile corner classifier and the element predicate
+    read the mask's parameters (document ids: two per-position reads per corner) and keep them
+    live beside the 4-warp TMA forward's 189 registers: at 128x64, head dim 64, the document
+    mask_mod's TMA forward spilled 36/24 B on 4 warps and is spill-free on 8 (128 registers,
+    0.497 warp-instructions per element; `python -m benchmarks.static --module maskmod_document
+    --num-warps 8`). One rule for every mask_mod, user-defined ones included."""
+    table = default_fwd_settings(block_m, block_n)
+    if block_m >= 128:
+        table[90] = {dim: {**e, "num_warps": max(e["num_warps"], 8)} for dim, e in table[90].items()}
+    return table
+
+
 # The backward's launch settings, per (architecture, head dim) and kernel. Each choice below keeps
 # every kernel of the emitted configs spill-free on sm_80 and sm_90 at head dims 64 and 128,
 # fp16/bf16, unmasked and causal, with every dot on tensor cores, as compiled by
@@ -205,9 +219,17 @@ class BlockConfig:
     def fwd_settings(self) -> dict:
         """The forward's launch settings (default_fwd_settings), ``--num-warps`` / ``--num-stages``
         applied to every entry when given."""
+        return self._fwd_settings(default_fwd_settings(self.block_m, self.block_n))
+
+    @property
+    def fwd_settings_mask_mod(self) -> dict:
+        """The launch settings of the forward with a mask_mod compiled in (mask_mod_fwd_settings),
+        ``--num-warps`` / ``--num-stages`` applied as for the plain forward."""
+        return self._fwd_settings(mask_mod_fwd_settings(self.block_m, self.block_n))
+
+    def _fwd_settings(self, table: dict) -> dict:
         given = {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages)) if v is not None}
-        return {arch: {dim: {**e, **given} for dim, e in per_dim.items()}
-                for arch, per_dim in default_fwd_settings(self.block_m, self.block_n).items()}
+        return {arch: {dim: {**e, **given} for dim, e in per_dim.items()} for arch, per_dim in table.items()}
 
     @property
     def bwd_settings(self) -> dict:
