@@ -273,12 +273,14 @@ def prove_sink_once(forward_tile=terms.FORWARD_TILE, sink_fold=terms.SINK_FOLD,
        "s_j = c·tanh(scale·x_j/c) − slope·|i + shift − j| (ALiBi alone: dS·scale, the bias has no "
        "gradient): the printed factor (1 − t²)·scale equals ∂s/∂x exactly (tanh as exp), and for any "
        "per-entry logit s_j = S(x_j) the kernel's dS = P ∘ (dP − delta) from the saved lse times S'(x_j) "
-       "is ∂L/∂x_j of L = <dO, O> + dlse·lse, by sp.diff on a row of 2 keys",
+       "is ∂L/∂x_j of L = <dO, O> + dlse·lse, by sp.diff on a row of 2 keys; the dK/dV kernel's key-major "
+       "factor (1 − tT²) on dSᵀ is the same factor entrywise",
        r"\frac{\partial L}{\partial x_j} = dS_j\,\frac{\partial s_j}{\partial x_j},\quad "
        r"\frac{\partial s_j}{\partial x_j} = \mathrm{scale}\,(1-t_j^2),\ t_j=\tanh(\mathrm{scale}\,x_j/c)",
        scope="fixed sizes: a row of 2 keys; reals, exact (tanh written with exp)")
 def prove_softcap_grad(softcap_ds=terms.SOFTCAP_DS, softcap_terms=terms.SOFTCAP, alibi_terms=terms.ALIBI,
-                       backward_tile=terms.BACKWARD_TILE, backward_preprocess=terms.BACKWARD_PREPROCESS):
+                       backward_tile=terms.BACKWARD_TILE, backward_preprocess=terms.BACKWARD_PREPROCESS,
+                       softcap_ds_t=terms.SOFTCAP_DS_T):
     x, = _keys(1)
     j, = _key_positions(1)
     pairs = []
@@ -292,6 +294,9 @@ def prove_softcap_grad(softcap_ds=terms.SOFTCAP_DS, softcap_terms=terms.SOFTCAP,
                       _tanh_as_exp(sp.diff(definition(x, j, cap, bias), x))))
         pairs.append((f"{label}: printed factor·scale = ∂(printed qk·qk_scale·ln 2)/∂x", factor * s,
                       sp.diff(qk * QK_SCALE * n.LN2, x)))
+        if cap:  # the dK/dV kernel's key-major copy (dSᵀ, tT) applies the same factor to each entry
+            factor_t = run_terms(softcap_ds_t, {n.dsT: 1, n.tT: t})[n.dsT]
+            pairs.append((f"{label}: key-major factor (SOFTCAP_DS_T) = row-major factor", factor_t, factor))
     # the chain rule through any per-entry logit S(x_j), with the kernel's own dS
     keys, dim = 2, 1
     xs = _keys(keys)

@@ -287,7 +287,9 @@ ALIBI = (
 #: is), so no guard: a row with no key gets l_i = 1, acc = 0, lse = sink.
 SINK_FOLD = (
     Term(n.sink2, n.sink * n.LOG2E, "sink_once", "the sink logit in log2 units (not scaled)"),
-    Term(n.m_ij, sp.Max(n.m_i, n.sink2), "sink_once", "max over the row's keys and the sink"),
+    # the max is a stabiliser (exact arithmetic cancels any finite m_ij): what it must guarantee is
+    # that no exponent of the fold is > 0, which claim score_mod_bounds proves
+    Term(n.m_ij, sp.Max(n.m_i, n.sink2), "score_mod_bounds", "max over the row's keys and the sink"),
     Term(n.alpha, exp2(n.m_i - n.m_ij), "sink_once", "rescale the row's state to the new max"),
     Term(n.l_i, n.l_i * n.alpha + exp2(n.sink2 - n.m_ij), "sink_once",
          "d' gains e^{sink − m}: the sink is one more key ..."),
