@@ -158,3 +158,16 @@ def test_the_kernels_print_the_score_mod_terms():
     after_loop = merge_src[merge_src.index("if HAS_SINKS:"):]
     assert all(print_term(t) in after_loop for t in terms.SINK_PARTIAL)
     assert all(line in after_loop for line in fold)
+
+
+def test_custom_op_with_score_mods_compiles():
+    """torch.compile traces the op with the score modifications (the custom op's fake)."""
+    q, k, v, lens, _, _ = make_problem(11, 1, 1, 2, 1, [30], torch.float32)
+    k, v = k.nan_to_num(), v.nan_to_num()
+    kw = score_mods("all", 1, 2, 11)
+
+    def f(q, k, v, lens):
+        return flash_attention_with_kvcache(q, k, v, lens, causal=True, num_splits=2, **kw)
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(q, k, v, lens), f(q, k, v, lens))
