@@ -137,8 +137,8 @@ def _decode_fwd(Q, K, V, Out, Lse, CacheSeqlens, BlockTable, sm_scale, softcap, 
         v = v.to(DOT_DTYPE)
         qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION)  # x = q . k_j for the whole tile, accumulated in fp32 (claim: block_update)
         # softcap, then ALiBi, before the mask (compiled out when off); row i is the new token
-        qk, _ = _score_mod(qk, tok.to(tl.float32)[:, None], offs_n.to(tl.float32)[None, :], shift, softcap_in, softcap_out, alibi_coef,
-                           HAS_SOFTCAP, HAS_ALIBI)
+        qk, _ = _score_mod(qk, tok.to(tl.float32)[:, None], offs_n.to(tl.float32)[None, :], shift,
+                           softcap_in, softcap_out, alibi_coef, HAS_SOFTCAP, HAS_ALIBI)
         # the element predicate (spec.masks): valid keys, then causal / window
         keep = (0 <= offs_n[None, :]) & (offs_n[None, :] <= key_len - 1)  # keys past N_K are padding of the last tile (claim: mask_tiles_sound)
         if IS_CAUSAL:
