@@ -488,7 +488,9 @@ GROUP_FAMILY = {"qk_scale": "fwd", "qk": "fwd", "forward_tile": "fwd", "forward_
                 "merge_state": "merge",
                 # score modifications (docs/softcap.md, alibi.md, sinks.md)
                 "softcap_scalars": "fwd", "softcap": "fwd", "alibi_scalar": "fwd", "alibi": "fwd",
-                "sink_fold": "fwd", "sink_grad": "bwd", "softcap_ds": "bwd", "softcap_ds_t": "bwd"}
+                "sink_fold": "fwd", "sink_grad": "bwd", "softcap_ds": "bwd", "softcap_ds_t": "bwd",
+                # split-KV decode's sink, after the combine's fold (docs/decoding.md)
+                "sink_partial": "merge"}
 FAMILY_GLOB = {"fwd": "attention_fwd_*.py", "bwd": "attention_bwd_*.py", "softmax": "softmax_*.py",
                "merge": "merge_state_*.py", "decode": "attention_decode_*.py"}
 #: the file shown for a family: the plain 64x64 variant when it exists, else the first by name

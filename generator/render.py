@@ -229,6 +229,8 @@ def merge_context(variant: Variant) -> dict:
         "fold": fold_lines(),
         "identity_o": print_expr(T.MERGE_IDENTITY[0]),
         "identity_lse": print_expr(T.MERGE_IDENTITY[1]),
+        # split-KV decode's sink, merged once after the fold (claim sink_once_combine)
+        "sink_partial": _lines(T.SINK_PARTIAL),
         "torch_merge": [print_term(t, comment=False, printer_class=TorchPrinter) for t in T.MERGE_STATE],
     }
 
@@ -239,6 +241,8 @@ def merge_context(variant: Variant) -> dict:
 # ----------------------------------------------------------------------------------
 #: a decode tile: row r is token tok[r] of a query head; keys across; N_K is cache_seqlens[b]
 DECODE_NAMES = {"i": "tok[:, None]", "j": "offs_n[None, :]", "N_K": "key_len"}
+#: ... and the score modifications' positions on it, in fp32 like the forward's SCORE_NAMES
+DECODE_SCORE_NAMES = {"i": "tok.to(tl.float32)[:, None]", "j": "offs_n.to(tl.float32)[None, :]"}
 
 
 def decode_context(variant: Variant) -> dict:
@@ -247,7 +251,8 @@ def decode_context(variant: Variant) -> dict:
                    "bottom-right: the last new token sees the last valid key")
     keeps = {kind: print_term(keep_term(kind), DECODE_NAMES) for kind in ("causal", "window")}
     return {
-        **{key: fwd[key] for key in ("qk_scale", "qk", "tile", "epilogue", "mask_term", "init")},
+        **{key: fwd[key] for key in ("qk_scale", "qk", "tile", "epilogue", "mask_term", "init", "score_mod")},
+        "score_index": DECODE_SCORE_NAMES,
         "split_range": _lines(P.SPLIT_RANGE),
         "gather": _lines(P.PAGE_GATHER, {"j": "offs_n"}),
         "key_ok": print_expr(P.KEY_IN_SPLIT, {"j": "offs_n"}),

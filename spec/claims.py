@@ -41,6 +41,7 @@ from spec import proofs_paged  # noqa: E402,F401,I001
 from spec import proofs_symbolic, proofs_epilogue, proofs_structure, proofs_int32, proofs_float  # noqa: E402,F401,I001
 from spec import proofs_score_mods  # noqa: E402,F401,I001
 from spec import proofs_mask_mod  # noqa: E402,F401,I001
+from spec import proofs_sink_combine  # noqa: E402,F401,I001
 
 __all__ = ["CLAIM_IDS", "REGISTRY", "Claim", "Result", "claim", "prove_all"]
 

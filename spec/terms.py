@@ -296,6 +296,13 @@ SINK_FOLD = (
     Term(n.acc, n.acc * col(n.alpha), "sink_once", "... whose value is 0: õ is only rescaled"),
     Term(n.m_i, n.m_ij, "sink_once", "carry the new max"),
 )
+#: split-KV's combine (decode): after MERGE_STATE's fold over the splits, the sink's normalised
+#: partial result is side b of MERGE_STATE once more, exactly once per row (claim
+#: sink_once_combine). A sink is one key of logit sink and value 0: its partial is (0, sink).
+SINK_PARTIAL = (
+    Term(n.lse_b, n.sink, "sink_once_combine", "the sink's partial: lse = sink (natural log, not scaled) ..."),
+    Term(n.o_b, sp.Integer(0), "sink_once_combine", "... and o = 0 (the sink's value is 0)"),
+)
 #: the backward's preprocess: this row's part of dL/dsink = −Σ_i e^{sink − lse_i}·delta_i
 #: (delta = Δ − dlse); the runtime sums the rows of each head
 SINK_GRAD = (
@@ -317,6 +324,7 @@ GROUPS.update({
     "alibi_scalar": (ALIBI_SCALAR,),
     "alibi": ALIBI,
     "sink_fold": SINK_FOLD,
+    "sink_partial": SINK_PARTIAL,
     "sink_grad": SINK_GRAD,
     "softcap_ds": SOFTCAP_DS,
     "softcap_ds_t": SOFTCAP_DS_T,

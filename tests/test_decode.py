@@ -170,11 +170,3 @@ def test_custom_op_fake_and_compile():
 
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     assert torch.equal(compiled(q, k, v, lens), f(q, k, v, lens))
-
-
-@pytest.mark.parametrize("kw", [dict(softcap=30.0), dict(alibi_slopes=torch.ones(2)), dict(sinks=torch.zeros(2))])
-def test_score_mods_are_cleanly_unsupported(kw):
-    """Issue 15's score modifications are not in the decode kernel yet: a clear error, not a silent ignore."""
-    q, kc, vc = torch.randn(1, 1, 2, 16), torch.randn(1, 8, 1, 16), torch.randn(1, 8, 1, 16)
-    with pytest.raises(NotImplementedError, match=f"does not support {next(iter(kw))} yet"):
-        flash_attention_with_kvcache(q, kc, vc, 8, **kw)

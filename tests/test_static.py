@@ -385,10 +385,12 @@ def test_varlen_kernels_compile_clean():
 
 # ---- the score modifications (issue 15), at the defaults ------------------------------------
 #: which kernels each modification prints lines into (generator/templates/*: the sink has no line
-#: in the backward's loops, the softcap and ALiBi none in its preprocess)
-SCORE_MOD_KERNELS = {"softcap": {"_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq"},
-                     "alibi": {"_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq"},
-                     "sinks": {"_attn_fwd", "_attn_bwd_preprocess"}}
+#: in the backward's loops, the softcap and ALiBi none in its preprocess; KV-cache decode prints
+#: all three, the sink in its unsplit epilogue, and the split combine _merge_states the sink)
+DECODE_KERNELS = {"_decode_fwd", "_decode_fwd[paged16]"}
+SCORE_MOD_KERNELS = {"softcap": {"_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", *DECODE_KERNELS},
+                     "alibi": {"_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", *DECODE_KERNELS},
+                     "sinks": {"_attn_fwd", "_attn_bwd_preprocess", *DECODE_KERNELS, "_merge_states"}}
 
 
 @pytest.fixture(scope="module")

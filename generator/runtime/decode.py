@@ -4,7 +4,8 @@ One op per file (Liger-Kernel style): the input checks, the split heuristic and 
 of the generated decode kernel (``generated/attention_decode_br*_bc*.py``), whose splits write
 normalised partial results that ``merge_state``'s fold (``generated/merge_state_br*.py``)
 combines. Both kernels print their arithmetic from the spec (claims ``lse_merge``,
-``paged_kv_reads`` and the dense forward's). Inference only: no autograd.
+``paged_kv_reads`` and the dense forward's; the score modifications' ``score_mod_invariant``,
+``sink_once`` unsplit and ``sink_once_combine`` split). Inference only: no autograd.
 """
 
 from __future__ import annotations
@@ -128,28 +129,27 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_ta
     ``(out, lse)`` with ``return_lse=True``, ``lse`` float32 ``(B, Hq, N_q)``, natural log.
     Inference only: raises if gradients are requested.
 
-    ``softcap``, ``alibi_slopes``, ``sinks`` (issue 15) are not supported by the decode kernel
-    yet: passing one raises ``NotImplementedError`` (use ``flash_attention`` on the cache's
-    valid keys, which supports all three).
+    Score modifications, as ``flash_attention``'s (FlashAttention's conventions): ``softcap``
+    (float > 0) gives ``softcap·tanh(scale·q·k / softcap)``, after scaling and before masking;
+    ``alibi_slopes`` (float32 ``(Hq,)`` or ``(B, Hq)``) adds ``−slope·|i + shift − j|`` with
+    token ``i`` at position ``i + shift``, ``shift = cache_seqlens[b] − N_q`` (bottom-right:
+    FlashAttention's bias); ``sinks`` (float32 ``(Hq,)``, natural log, not scaled) is one extra
+    logit per head and row, ``lse = log(e^{sink} + Σ_j e^{s_j})``; a row with no key gives out 0
+    and lse = sink. The sink is merged exactly once per row whatever ``num_splits``: in the
+    unsplit kernel's epilogue, or after the splits' merge (claims ``sink_once``,
+    ``sink_once_combine``).
     """
-    given = [name for name, value in (("softcap", softcap), ("alibi_slopes", alibi_slopes), ("sinks", sinks))
-             if value is not None]
-    if given:
-        raise NotImplementedError(
-            f"flash_attention_with_kvcache does not support {', '.join(given)} yet: the decode kernel "
-            f"prints no score modifications (the sink would be merged once after the split merge by "
-            f"MERGE_STATE, claim sink_once, but that kernel change is not done); use flash_attention "
-            f"with k, v = the cache's first cache_seqlens keys (B, H, N, D), which supports softcap, "
-            f"alibi_slopes and sinks")
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     capacity = _check(q, k_cache, v_cache, cache_seqlens, block_table, num_splits)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k_cache, v_cache)):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k_cache, v_cache, sinks)):
         raise RuntimeError("flash_attention_with_kvcache is inference only and has no backward: call it under "
-                           "torch.no_grad() / torch.inference_mode() or detach q, k_cache, v_cache; for training "
-                           "use flash_attention (differentiable)")
+                           "torch.no_grad() / torch.inference_mode() or detach q, k_cache, v_cache (and sinks); "
+                           "for training use flash_attention (differentiable)")
     checks.check_device({"q": q, "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens,
                        "block_table": block_table})
+    # the same checks as flash_attention's (q as (B, Hq, N_q, D): a view, no copy)
+    softcap = api.check_score_mods(q.transpose(1, 2), softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
     window = None if window is None else checks.check_window(window)
     if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
         raise ValueError(f"scale must be a finite number (default 1/sqrt(head_dim)), got {scale!r}")
@@ -161,36 +161,41 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_ta
                                         _num_sms(q.device), per_program)
     sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
     out, lse = kvcache_op(q, k_cache, v_cache, cache_seqlens.to(torch.int32).contiguous(), block_table, causal,
-                          None if window is None else list(window), sm_scale, num_splits)
+                          None if window is None else list(window), sm_scale, num_splits, softcap,
+                          alibi_slopes, None if sinks is None else sinks.contiguous())
     return (out, lse) if return_lse else out
 
 
 @torch.library.custom_op("flashproof::flash_attention_with_kvcache", mutates_args=())
 def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
                block_table: Optional[torch.Tensor], causal: bool, window: Optional[list[int]], sm_scale: float,
-               num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+               num_splits: int, softcap: Optional[float] = None, alibi_slopes: Optional[torch.Tensor] = None,
+               sinks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The launches on checked inputs (a custom op with a fake, so torch.compile traces through)."""
     B, Nq, Hq, D = q.shape
     module = api.module_for("decode", DECODE_BLOCK)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
     args = dict(sm_scale=sm_scale, num_splits=num_splits, causal=causal,
-                window=None if window is None else tuple(window))
+                window=None if window is None else tuple(window), softcap=softcap, alibi_slopes=alibi_slopes)
+    # the sink is merged exactly once per row: by the unsplit kernel's epilogue, or after the merge
     if num_splits == 1:  # the split's partial result is the output: written in place, no merge
         module.forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, out[None],
-                              lse.transpose(1, 2)[None], **args)
+                              lse.transpose(1, 2)[None], sinks=sinks, **args)
     else:  # fp32 partials (S, B, N_q, Hq, D), then merge_state's fold over the splits
         o_part = torch.empty((num_splits, B, Nq, Hq, D), dtype=torch.float32, device=q.device)
         lse_part = torch.empty((num_splits, B, Nq, Hq), dtype=torch.float32, device=q.device)
         module.forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, **args)
         merge = api.module_for("merge", DECODE_BLOCK)
+        # rows ordered (B, N_q, Hq): row r's query head is r % Hq, its sink sinks[r % Hq]
         _, merged_lse = merge.merge_states_rows(o_part.view(num_splits, -1, D), lse_part.view(num_splits, -1),
-                                                out=out.view(-1, D))
+                                                out=out.view(-1, D), sinks=sinks)
         lse.copy_(merged_lse.view(B, Nq, Hq).transpose(1, 2))
     return out, lse
 
 
 @kvcache_op.register_fake
-def _(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale, num_splits):
+def _(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale, num_splits, softcap=None,
+      alibi_slopes=None, sinks=None):
     B, Nq, Hq, _ = q.shape
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, Hq, Nq), dtype=torch.float32)
