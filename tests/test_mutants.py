@@ -22,7 +22,6 @@ from spec import proofs_ring as PRING
 from spec import proofs_score_mods as PSM
 from spec import proofs_sink_combine as PSC
 from spec import proofs_softmax as PS
-from spec.proofs_softmax import fold_merge
 from spec import proofs_varlen as PV
 from spec import recurrences as R
 from spec import reference, terms
@@ -396,49 +395,6 @@ def test_sink_once_catches_a_sink_per_tile_and_per_split():
     assert_failed(PSM.prove_sink_once(forward_tile=terms.FORWARD_TILE + terms.SINK_FOLD, sink_fold=()))
     assert_failed(PSM.prove_sink_once(combine=sink_per_split))
     assert_failed(PSM.prove_sink_once(sink_fold=()))  # no sink at all
-
-
-def test_sink_once_catches_a_sink_per_split_in_the_printed_merge():
-    """The MERGE_STATE cases alone: the sink's partial (0, sink) merged after every split, or never."""
-    def per_split(partials, sink, merge_terms):
-        return fold_merge([x for p in partials for x in (p, (sp.Integer(0), sink))], merge_terms)
-
-    def never(partials, sink, merge_terms):
-        return fold_merge(list(partials), merge_terms)
-
-    for mutant in (per_split, never):
-        res = PSM.prove_sink_once(merge_partials=mutant)
-        assert_failed(res)
-        failing = [label for label, residual in res.cases if residual != 0]
-        assert failing and all("MERGE_STATE" in label for label in failing), failing
-
-
-# ------------------------------------------- the split-KV decode combine (sink_once_combine)
-def _step_with_sink(acc, partial, sink, merge_terms, sink_terms):
-    """The mutant combine step: every split merges the sink's partial after its own (once per split)."""
-    return PSC.combine_finish(PSC.combine_step(acc, partial, sink, merge_terms, sink_terms), sink, merge_terms,
-                              sink_terms)
-
-
-def _finish_without_sink(acc, sink, merge_terms, sink_terms):
-    return acc
-
-
-@pytest.mark.parametrize("mutant", ["sink_per_split", "sink_per_split_and_once", "sink_never",
-                                    "sink_partial_value_1", "sink_partial_scaled"])
-def test_sink_once_combine_catches(mutant):
-    """The induction's step sees the sink merged per split (with or without the final merge), the
-    finish sees it missing, and a wrong SINK_PARTIAL (value 1, or the sink in log2 units) fails too."""
-    kw = {"sink_per_split": dict(step=_step_with_sink, finish=_finish_without_sink),
-          "sink_per_split_and_once": dict(step=_step_with_sink),
-          "sink_never": dict(finish=_finish_without_sink),
-          "sink_partial_value_1": dict(sink_terms=swap(terms.SINK_PARTIAL, n.o_b, sp.Integer(1))),
-          "sink_partial_scaled": dict(sink_terms=swap(terms.SINK_PARTIAL, n.lse_b, n.sink * n.LOG2E))}[mutant]
-    res = PSC.prove_sink_once_combine(**kw)
-    assert_failed(res)
-    failing = [label for label, residual in res.cases if residual != 0]
-    if mutant.startswith("sink_per_split"):  # caught by the induction step itself, not only the end-to-end check
-        assert any(label.startswith("step:") for label in failing), failing
 
 
 def test_gradient_claims_catch():
