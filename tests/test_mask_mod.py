@@ -346,16 +346,28 @@ def test_mask_mod_under_torch_compile():
 
 
 def test_mask_mod_kernels_compile_for_sm80_and_sm90_without_spills():
-    """Ahead of time (no GPU), the worst case: document ids (two tensor reads per tile corner), head dim
-    128, causal, the default block; every kernel compiles, on tensor cores, with no spill."""
+    """Ahead of time (no GPU), the worst case: document ids (two tensor reads per tile corner), causal,
+    at the block ``block="auto"`` runs (``static.default_block``), head dims 64 and 128, forward (and
+    its TMA path on sm_90, the default there) and backward: every kernel compiles, on tensor cores,
+    with no spill and no redundant MMA. (The 4-warp TMA forward spilled 36/24 B at head dim 64:
+    ``generator.variants.mask_mod_fwd_settings``.)"""
     from benchmarks import static
 
-    module = "generated.attention_{}_maskmod_document_br64_bc64"
-    jobs = [static.Job(module.format(kind), arch, "bf16", 128, "causal") for kind in ("fwd", "bwd") for arch in (80, 90)]
+    jobs = []
+    for arch in (80, 90):
+        for hd in (64, 128):
+            module = f"generated.attention_{{}}_maskmod_document_{static.default_block(arch, hd)}"
+            jobs += [static.Job(module.format(kind), arch, "bf16", hd, "causal") for kind in ("fwd", "bwd")]
+            if arch in static.TMA_ARCHS:
+                jobs.append(static.Job(module.format("fwd"), arch, "bf16", hd, "causal", tma=True))
     rows = static.run_jobs(jobs)
-    assert len(rows) == 8 and not [r for r in rows if "error" in r], rows
-    assert all(r["no_spill"] and r["tensor_cores"] for r in rows), [
-        (r["kernel"], r["arch"], r["spill_store_bytes"]) for r in rows if not (r["no_spill"] and r["tensor_cores"])]
+    assert len(rows) >= len(jobs) and not [r for r in rows if "error" in r], rows
+    bad = [(r["kernel"], r["arch"], r["head_dim"], r.get("tma"), r["spill_store_bytes"]) for r in rows
+           if not (r["no_spill"] and r["tensor_cores"])]
+    assert not bad, bad
+    for r in rows:
+        issued = r.get("mma_issued_per_needed")
+        assert issued is None or issued <= 1.05, (r["kernel"], r["arch"], issued)
 
 
 def test_mask_structure_benchmark_runs_small():
