@@ -527,3 +527,27 @@ def test_decode_has_loop_columns_and_merge_has_none(rows):
         (_name(r), r.get("mma_issued_per_needed")) for r in decode]
     assert all(r.get("instr_per_element") is None for r in merge)
     assert static._loop_cells(merge[0]) == ["n/a", "n/a"]
+
+
+def test_the_cache_key_covers_what_a_compile_reads():
+    """A cached row is keyed by the module's source (less its provenance line), ``KEY_SOURCES`` and
+    the job: sound only while the kernel modules import nothing else of the project (a module that
+    imported, say, generator.runtime.api would compile differently without changing its key)."""
+    import ast
+
+    from benchmarks.common import ROOT
+
+    project = ("generator", "spec", "benchmarks")
+    for name in kernel_modules():
+        tree = ast.parse((ROOT / (name.replace(".", "/") + ".py")).read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        imported |= {f"{node.module}.{a.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                     for a in node.names}
+        ours = {m for m in imported if m.split(".")[0] in project and m != "generator.runtime"}
+        assert ours <= {"generator.runtime.launch"}, (name, ours)
+    launch_imports = {node.module for node in ast.walk(ast.parse((ROOT / "generator/runtime/launch.py").read_text()))
+                      if isinstance(node, ast.ImportFrom) and node.module.split(".")[0] in project}
+    assert launch_imports <= {"spec.assumptions"}, launch_imports
+    job = static.Job(kernel_modules()[0], 90, "fp16", 64, "none")
+    # the provenance line does not enter the key; the job does
+    assert job.cache_key("3.6.0") != static.Job(job.module, 80, "fp16", 64, "none").cache_key("3.6.0")
