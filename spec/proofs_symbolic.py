@@ -104,6 +104,16 @@ def _rename(sm, depth):
     return sp.Sum(f, *[(names[v], lo, hi) for v, lo, hi in limits])
 
 
+def _rename_outermost(expr, depth):
+    """Rename the bound indices of the outermost sums (top-down: each renames its own nested sums
+    one level deeper, so an inner sum's index is never captured by an outer one's new name)."""
+    if isinstance(expr, sp.Sum):
+        return _rename(expr, depth)
+    if not expr.args or isinstance(expr, (sp.Symbol, sp.Indexed)):
+        return expr
+    return expr.func(*[_rename_outermost(x, depth) for x in expr.args])
+
+
 def _flatten(expr):
     """Products with one summed factor moved inside it; nested sums as one multi-index sum."""
     def into(e):
@@ -134,7 +144,7 @@ def canonical(expr, depth=0):
     sums flattened (Fubini for finite sums), indices renamed by range, sums with equal ranges
     added into one (linearity)."""
     expr = _flatten(pull_out(sp.expand(expr, power_exp=True)))
-    expr = expr.replace(lambda e: isinstance(e, sp.Sum), lambda sm: _rename(sm, depth))
+    expr = _rename_outermost(expr, depth)
     grouped, rest = {}, []
     for t in sp.Add.make_args(sp.expand(expr)):
         if isinstance(t, sp.Sum):

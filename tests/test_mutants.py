@@ -15,6 +15,7 @@ from sympy.codegen.cfunctions import exp2
 
 from spec import masks
 from spec import notation as n
+from spec import proofs_backward as PB
 from spec import proofs_kernel as K
 from spec import proofs_mask_mod as PMM
 from spec import proofs_masks as PM
@@ -266,11 +267,11 @@ def test_ds_with_the_wrong_sign_is_refuted():
 
 def test_dk_from_p_instead_of_ds_is_refuted():
     wrong = n.dk + terms.dot(terms.trans(n.p), n.q)
-    assert_failed(K.prove_backward_grads(backward_dkdv=swap(terms.BACKWARD_DKDV, n.dk, wrong)))
+    assert_failed(PB.prove_backward_grads(backward_dkdv=swap(terms.BACKWARD_DKDV, n.dk, wrong)))
 
 
 def test_dq_without_the_scale_is_refuted():
-    assert_failed(K.prove_backward_grads(backward_scale=swap(terms.BACKWARD_SCALE, n.dq, n.dq)))
+    assert_failed(PB.prove_backward_grads(backward_scale=swap(terms.BACKWARD_SCALE, n.dq, n.dq)))
 
 
 # ---------------------------------------------------------------- the key-major dK/dV tile
@@ -289,24 +290,29 @@ KEY_MAJOR_MUTANTS = {  # name: (the argument of prove_backward_key_major, symbol
 
 @pytest.mark.parametrize("mutant", list(KEY_MAJOR_MUTANTS))
 def test_key_major_mutant_is_refuted(mutant):
-    """Each mutant fails by value on the square 2 x 2 tile; one that transposes or broadcasts along
-    the wrong axis also cannot form the 2 queries x 3 keys tile (a failed case naming the shapes)."""
+    """Each mutant fails at symbolic B_r, B_c, D: one that transposes or broadcasts along the wrong
+    axis as an axis failure (the symbolic shape error), the others by value."""
     group, symbol, expr, wrong_axis = KEY_MAJOR_MUTANTS[mutant]
     seq = {"backward_tile_t": terms.BACKWARD_TILE_T, "backward_dkdv_t": terms.BACKWARD_DKDV_T}[group]
-    r = K.prove_backward_key_major(**{group: swap(seq, symbol, expr)})
+    r = PB.prove_backward_key_major(**{group: swap(seq, symbol, expr)})
     assert_failed(r)
     failed = [name for name, res in r.cases if res != 0]
-    assert any(name.startswith("2 queries x 2 keys") for name in failed), failed
-    shape_failures = [name for name, res in r.cases if "2 queries x 3 keys" in name and "shape" in str(res)]
-    assert bool(shape_failures) == wrong_axis, failed
+    assert any(name.endswith(": axes") for name in failed) == wrong_axis, failed
+
+
+def test_backward_grads_with_an_untransposed_p_is_an_axis_failure():
+    """dV += P dO (no trans): the product sums keys against query rows, whatever the sizes."""
+    r = PB.prove_backward_grads(backward_dkdv=swap(terms.BACKWARD_DKDV, n.dv, n.dv + terms.dot(n.p, n.do)))
+    assert_failed(r)
+    assert any(name.endswith(": axes") for name, res in r.cases if res != 0)
 
 
 def test_key_major_tile_without_the_guard_is_refuted():
     """lse2_safe -> lse2: a query row with no key gives NaN columns instead of zero ones."""
-    r = K.prove_backward_key_major(backward_tile=swap(terms.BACKWARD_TILE, n.lse2_safe, n.lse2))
+    r = PB.prove_backward_key_major(backward_tile=swap(terms.BACKWARD_TILE, n.lse2_safe, n.lse2))
     assert_failed(r)
-    assert all(res == 0 for name, res in r.cases if "finite lse" in name)  # only the no-key case breaks
-    assert any(res.has(sp.nan) for name, res in r.cases if "pT column 0 = 0" in name)
+    assert all(res == 0 for name, res in r.cases if "lse = −∞" not in name)  # only the no-key case breaks
+    assert any(res.has(sp.nan) for name, res in r.cases if "pT entry = 0" in name)
 
 
 # ---------------------------------------------------------------- packed (varlen) segments
