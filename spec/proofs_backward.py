@@ -28,7 +28,7 @@ import sympy as sp
 from spec import masks, terms
 from spec import notation as n
 from spec.proof_tools import ZERO, result
-from spec.proofs_symbolic import sum_zero
+from spec.proofs_symbolic import gradient, sum_zero
 from spec.registry import claim
 
 s = n.sm_scale
@@ -121,18 +121,6 @@ def attempt(name, thunk):
         return thunk()
     except AxisError as err:
         return [(f"{name}: axes", sp.Symbol(f"axis error: {err}"))]
-
-
-def gradient(loss, wrt, entry, ranges):
-    """``∂loss/∂wrt[entry]`` for a generic entry inside ``ranges`` (``{index: (lo, length)}``):
-    each index ``x`` becomes ``lo + t_x`` and the length ``t_x + 1 + r_x`` (``t, r >= 0``)."""
-    subs, back = {}, {}
-    for k, (x, (lo, length)) in enumerate(ranges.items()):
-        t, r = (sp.Symbol(f"{name}_{k}", integer=True, nonnegative=True) for name in ("t", "r"))
-        subs[x], subs[length] = lo + t, t + 1 + r
-        back[t], back[r] = x - lo, length - 1 - (x - lo)
-    g = sp.diff(loss, wrt[entry]).xreplace(subs).doit()
-    return sp.simplify(g).xreplace(back)
 
 
 @claim("backward_grads",

@@ -258,7 +258,8 @@ def _convex_output(forward_tile, epilogue):
        "when the loss does not use lse (dlse = 0)",
        r"\Delta_i=\mathrm{rowsum}(dO\circ O)=\mathrm{rowsum}(P\circ dP),\quad "
        r"\mathrm{delta}_i=\Delta_i-d\mathrm{lse}_i",
-       scope="fixed sizes: 3 keys, head dim 2 (symbolic: backward_symbolic); reals, exact")
+       scope="fixed sizes: 3 keys, head dim 2, O and lse from the definition (at symbolic B_c, D with O and "
+             "lse from the printed forward epilogue: backward_symbolic); reals, exact")
 def prove_backward_delta(backward_preprocess=terms.BACKWARD_PREPROCESS,
                          backward_tile=terms.BACKWARD_TILE):
     env, probs = _backward_block(keys=3, head_dim=2)
@@ -282,7 +283,8 @@ def prove_backward_delta(backward_preprocess=terms.BACKWARD_PREPROCESS,
        r"dS = P\circ(dP-\Delta) = J_{\mathrm{softmax}}^\top dP,\quad "
        r"P\circ(dP-\Delta+d\mathrm{lse}) = \frac{\partial}{\partial S}"
        r"\big(\langle dO, O\rangle + d\mathrm{lse}\cdot\mathrm{lse}\big)",
-       scope="fixed sizes: 3 keys, head dim 2, by sp.diff (symbolic: backward_symbolic); reals, exact")
+       scope="fixed sizes: 3 keys, head dim 2, by sp.diff, O and lse from the definition (at symbolic B_c, D "
+             "with O and lse from the printed forward epilogue, dlse = g included: backward_symbolic); reals, exact")
 def prove_backward_ds(backward_preprocess=terms.BACKWARD_PREPROCESS,
                       backward_tile=terms.BACKWARD_TILE):
     """Two cases on one symbolic row of 3 keys, both from the kernel's own delta term.

@@ -629,6 +629,26 @@ def test_backward_from_a_wrong_forward_epilogue_is_refuted():
     assert dict(r.cases)["Δ = rowsum(dO ∘ O) = rowsum(P ∘ dP)"] != 0
 
 
+def test_lse_gradient_with_the_wrong_sign_is_refuted_at_symbolic_width():
+    """delta = rowsum(dO∘O) + dlse: only the dlse = g cases of backward_symbolic break."""
+    pre = swap(terms.BACKWARD_PREPROCESS, n.delta, terms.rowsum(n.do * n.o) + n.dlse)
+    r = PSY.prove_backward_symbolic(backward_preprocess=pre)
+    assert_failed(r)
+    assert {name for name, res in r.cases if res != 0} == {
+        "dlse = g: delta = rowsum(P ∘ dP) − g", "dlse = g: dS_j = ∂(<dO, O> + g·lse)/∂y_j (y = s·x)"}
+
+
+def test_canonical_sums_do_not_capture_indices():
+    """The canonical form of finite sums renames bound indices without capture: a nested sum inside
+    exp keeps its own index, and a free j multiplied into a sum over a bound j stays free."""
+    i_, d_, j_ = sp.symbols("i d j", integer=True)
+    N, Dm = sp.symbols("N D", integer=True, positive=True)
+    A, x = sp.IndexedBase("A"), sp.IndexedBase("x")
+    assert PSY.sum_zero(sp.Sum(sp.exp(sp.Sum(A[i_, d_], (d_, 1, Dm))), (i_, 1, N)),
+                        sp.Sum(sp.exp(sp.Sum(A[d_, i_], (d_, 1, Dm))), (i_, 1, N))) != 0
+    assert PSY.sum_zero(x[j_] * sp.Sum(x[j_], (j_, 1, N)), sp.Sum(x[j_] ** 2, (j_, 1, N))) != 0
+
+
 def test_backward_ds_with_the_wrong_sign_is_refuted_at_symbolic_width():
     wrong = n.p * (n.dp + terms.col(n.delta))
     assert_failed(PSY.prove_backward_symbolic(backward_tile=swap(terms.BACKWARD_TILE, n.ds, wrong)))
