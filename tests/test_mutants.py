@@ -605,6 +605,36 @@ def test_error_bound_lemma_with_a_smaller_bound_is_refuted():
     assert_failed(PF.prove_error_bound(weight_bound=a + b))
 
 
+def _out_bound_without_the_product_of_the_last_roundings(rho_w, rho_num, rho_den, u, u_out):
+    """The formula before the proof: (a+b)/(1−b)·(1+u)(1+u_out) + u + u_out misses u·u_out·max|v|."""
+    from spec.error_bound import weight_factor
+
+    a, b = weight_factor(rho_w, rho_num), weight_factor(rho_w, rho_den)
+    return (a + b) / (1 - b) * (1 + u) * (1 + u_out) + u + u_out
+
+
+def test_forward_error_bound_with_a_too_small_out_bound_is_refuted():
+    r = PF.prove_forward_error_bound(out_bound=_out_bound_without_the_product_of_the_last_roundings)
+    assert_failed(r)
+    assert [name for name, res in r.cases if res != 0] == [
+        "out_bound(ρ_w, ρ_num, ρ_den, u, u_out) >= K·last + last − 1 with K = (a+b)/(1−b)"]
+
+
+def test_forward_error_bound_with_a_too_small_exponent_error_is_refuted():
+    """The exponent factor before the proof, (γ_D + 2γ_3)(1 + γ_2): below γ_D(1+γ_2) + γ_2 + 2u·B/(c A)."""
+    r = PF.prove_forward_error_bound(exponent_factor=lambda g_d, g_2, u: (g_d + 2 * g_2) * (1 + g_2))
+    assert_failed(r)
+    assert [name for name, res in r.cases if res != 0] == ["F + 2u·B <= c·A·score_factor(γ_D, γ_2, u)"]
+
+
+def test_forward_error_bound_counts_the_roundings_of_the_printed_update():
+    """acc = (acc·alpha)·alpha' + P V: three roundings of the carried acc per tile, not TILE_ROUNDINGS = 2."""
+    extra = n.acc * terms.col(n.alpha) * n.m_i + terms.dot(n.p, n.v)
+    r = PF.prove_forward_error_bound(forward_tile=swap(terms.FORWARD_TILE, n.acc, extra))
+    assert_failed(r)
+    assert "3 roundings" in str(dict(r.cases)["the carried acc is rounded <= TILE_ROUNDINGS = 2 times per tile"])
+
+
 def test_symbolic_tile_without_rescaling_l_is_refuted():
     r = PSY.prove_tile_update_symbolic(forward_tile=swap(terms.FORWARD_TILE, n.l_i, n.l_i + n.l_ij))
     assert_failed(r)
