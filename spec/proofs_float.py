@@ -113,8 +113,9 @@ def prove_exponent_rounding(forward_tile=terms.FORWARD_TILE, fused_slack=2 * U, 
        "output by at most max|v|·(a+b)/(1−b); an absolute exponent error E is a relative weight error "
        "of at most e^E − 1",
        r"|\hat o - o|\le \max|v|\,\frac{a+b}{1-b},\quad (1+\gamma_a)(1+\gamma_b)\le 1+\gamma_{a+b}",
-       scope="symbolic a, b, u, n (reals, z3 nonlinear arithmetic); the weight lemma for 3 keys; "
-             "exact statements about the rounded model",
+       scope="symbolic a, b, u, n (reals, z3 nonlinear arithmetic); the weight lemma for 3 keys (for any "
+             "number of keys: forward_error_bound's generic key and finite-sum lemma); exact statements about "
+             "the rounded model",
        assumptions=())
 def prove_error_bound(weight_bound=None):
     cases = []
