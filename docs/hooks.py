@@ -778,24 +778,28 @@ def trust_base() -> str:
         "of the SymPy claims (`spec.proof_tools.reduce_zero`, `nonnegative`).",
         f"**z3 {z3.get_version_string()}**: unsat answers for the int32 bit-vector claims "
         "(`int32_index_arithmetic`), the integer head map (`gqa_head_map`), the real / IEEE-fp32 claims "
-        "(`exponent_rounding`, `error_bound`).",
+        "(`exponent_rounding`, `error_bound`, `forward_error_bound`).",
         "**The project's own reasoning code**: `spec.proof_tools.interpret` (row operations on symbolic "
         "blocks), `spec.proofs_masks.implies` (max/min lattice rules, floor/ceiling definitions), "
-        "`spec.proofs_symbolic.canonical` (finite sums: constants out, Fubini, linearity, renaming of "
-        "bound indices), `spec.z3_int32.Int32Line` (the printed line's Python AST as int32 operations, "
+        "`spec.proofs_symbolic.canonical` (finite sums: constants out, Fubini, linearity, capture-avoiding "
+        "renaming of bound indices), `spec.proofs_backward.Interpreter` (a tile's generic entry with its "
+        "axes), `spec.z3_int32.Int32Line` (the printed line's Python AST as int32 operations, "
         "Triton's truncating `//` and `cdiv`), and `generator.hygiene` (Python `ast`).",
         "**The printer** (`generator.printer`): the claims check the SymPy terms; the kernels run their "
         "printed text. The int32 claim reads the printed text itself; the hygiene check asserts every "
         "arithmetic line of a kernel is one of the printed lines.",
         "**Floating-point model**: IEEE 754 round-to-nearest is monotone with fl(0) = 0; the standard model "
         f"fl(x∘y) = (x∘y)(1+δ), |δ| ≤ u = 2^-24; exp2/log2 within {error_bound.U_FUNC / error_bound.U:g} u; "
-        "fp16/bf16 products exact in fp32; Triton may contract a multiply and an add into one FMA.",
+        "fp16/bf16 products exact in fp32; Triton may contract a multiply and an add into one FMA; no underflow "
+        "or overflow inside the error bound; the inner-product lemma |fl(a·b) − a·b| ≤ γ_n Σ|a_i b_i| "
+        "(any summation order) for the dots and row sums of `forward_error_bound`.",
         "**Triton semantics**: int32 scalar arguments and `program_id` products, `//` truncating toward zero, "
         "`tl.cdiv(x, d) = (x + d - 1) // d`, constexpr branches compiled as written.",
         "**Not proved, tested only**: loads and stores (masks, strides, TMA descriptors), the pointer "
         "offsets inside a head (assumption `index_int32`, checked by the runtime), the autograd / runtime "
-        "glue, the composition of the error-bound lemmas into `spec.error_bound.forward_bound` "
-        "(tested by Hypothesis in `tests/test_error_bound.py`) and the backward's rounding.",
+        "glue, the lse part of `spec.error_bound.forward_bound` (derived, tested by Hypothesis in "
+        "`tests/test_error_bound.py`; its out part is claim `forward_error_bound`) and the backward's "
+        "rounding (no bound).",
     ]
     return "\n".join(f"- {item}" for item in items) + "\n"
 

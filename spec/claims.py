@@ -17,6 +17,7 @@ The registry itself (``Result``, ``Claim``, ``REGISTRY``, ``claim``, ``prove_all
 ``CLAIM_IDS``) lives in ``spec.registry`` and is re-exported here. The proofs live in
 ``spec.proofs_softmax`` (recurrences and the state algebra),
 ``spec.proofs_kernel`` (the kernel terms of ``spec.terms`` on symbolic blocks),
+``spec.proofs_backward`` (the backward's gradient accumulation and key-major tile at symbolic sizes),
 ``spec.proofs_masks`` (the tile classifier), ``spec.proofs_mask_mod`` (the mask_mod class),
 ``spec.proofs_varlen`` (packed segments),
 ``spec.proofs_ring`` (ring attention), ``spec.proofs_paged`` (decode's KV reads),
@@ -38,7 +39,7 @@ from spec.registry import CLAIM_IDS, REGISTRY, Claim, Result, claim, prove_all
 from spec import proofs_kernel, proofs_masks, proofs_rewrites, proofs_ring, proofs_softmax, proofs_varlen  # noqa: E402,F401,I001
 from spec import proofs_paged  # noqa: E402,F401,I001
 # ... then the verification claims (issue 12), reported after the fixed ids in this order
-from spec import proofs_symbolic, proofs_epilogue, proofs_structure, proofs_int32, proofs_float  # noqa: E402,F401,I001
+from spec import proofs_backward, proofs_symbolic, proofs_epilogue, proofs_structure, proofs_int32, proofs_float  # noqa: E402,F401,I001
 from spec import proofs_score_mods  # noqa: E402,F401,I001
 from spec import proofs_mask_mod  # noqa: E402,F401,I001
 from spec import proofs_sink_combine  # noqa: E402,F401,I001

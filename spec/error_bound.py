@@ -14,12 +14,13 @@ analysis of Blanchard, Higham & Higham (IMA J. Numer. Anal. 41, 2021) — errors
 exponents perturb each weight by a relative factor, the shift itself cancels — and the
 recursive-summation bound for the ``P V`` accumulation:
 
-* **exponent error** (natural units, every key alike): the score ``q·k_j`` carries ``γ_D·A``; the
-  scaled score ``x·qk_scale`` (with ``qk_scale = fl(s·log2 e)``), the subtraction of the running
-  max (or one FMA, claim ``exponent_rounding``) and each rescale ``alpha`` add ``γ_3`` of a
-  magnitude at most ``s·A`` each (the running maxima telescope): ``E = s·A·(γ_D + 2γ_3) + ...``
-  (``exponent_error``), a relative factor ``exp(E)`` on each weight, and ``(1 + U_FUNC)^(T+1)``
-  from ``exp2`` of ``p`` and of the ``T`` rescales;
+* **exponent error** (natural units, every key alike, relative to the final computed max, which
+  cancels): the score ``q·k_j`` carries ``γ_D·A``; the scaled score ``x·qk_scale`` (with
+  ``qk_scale = fl(s·log2 e)``) ``γ_2`` more; the subtraction of the running max (or one FMA, claim
+  ``exponent_rounding``) and each rescale ``alpha``'s exponent ``m_old − m_new`` add ``u`` times
+  their magnitudes, which telescope to ``u·(m_T − t^_j) <= 2u·max|t^|``: ``E = s·A·score_factor +
+  (T+1)·(−log(1 − U_FUNC))`` (``exponent_error``), the last term from ``exp2`` of ``p`` and the rescales
+  (a factor ``1 + δ``, ``|δ| <= U_FUNC``, lies in ``[1 − U_FUNC, 1/(1 − U_FUNC)]``);
 * **numerator** ``acc``: ``u_p`` (P cast), ``γ_{B_c}`` (the tile's dot), ``γ_{2T}`` (``acc·alpha + ...``
   per tile): ``ρ_num``; **denominator** ``l_i``: ``γ_{B_c}`` (``tl.sum``) and ``γ_{2T}``: ``ρ_den``;
 * **lemma** (claim ``error_bound``): with every computed numerator weight within a factor
@@ -28,6 +29,12 @@ recursive-summation bound for the ``P V`` accumulation:
 
 ``lse = (m_i + log2 l_i)·ln 2``: the max carries ``E``, ``log l`` carries ``-log(1 - b)`` and the
 last operations ``γ_4·(|lse| + log N_k)``.
+
+Claim ``forward_error_bound`` proves this composition (``score_factor``, ``carried_factor``,
+``out_bound``) on symbolic reals, for any ``N_k``, ``B_c``, ``T``, ``D``; its hypotheses are the
+inner-product lemma (``|fl(a·b) − a·b| <= γ_n Σ|a_i b_i|``, any order), the ``exp2`` accuracy
+``U_FUNC`` and no underflow or overflow. Not proved: the ``lse`` bound (derived above, tested) and
+any backward bound (the backward's tolerances are tested, not derived).
 
 The tolerances of ``generator.checking`` are this bound (per case from the data, or at a stated
 test regime), and ``tests/test_error_bound.py`` lets Hypothesis search for inputs beyond it.
@@ -58,9 +65,46 @@ class Bound(NamedTuple):
     exponent: float  #: E, the absolute error of every shifted exponent (natural units)
 
 
+def score_factor(g_d, g_2, u):
+    """The exponent error of every key relative to ``s·A``: the score's dot (``γ_D``), its scaling by the
+    rounded ``qk_scale`` (``γ_2``), and ``u·(m_T − t^_j) <= 2u·max|t^|`` from the subtraction of the max and
+    the rescales' exponents (they telescope). Plain arithmetic: proved on z3 reals (claim
+    ``forward_error_bound``)."""
+    return (1 + g_d) * (1 + g_2) * (1 + 2 * u) - 1
+
+
 def exponent_error(head_dim: int, n_tiles: int, scaled_abs: float) -> float:
-    """``E``: every exponent's absolute error, from ``s·A`` (``scaled_abs``)."""
-    return scaled_abs * (gamma(head_dim) + 2 * gamma(3)) * (1 + gamma(2)) + (n_tiles + 1) * math.log1p(U_FUNC)
+    """``E``: every exponent's absolute error (natural units), from ``s·A`` (``scaled_abs``), plus the
+    relative error of the at most ``T + 1`` exp2 factors of a weight (``p`` and the rescales)."""
+    return scaled_abs * score_factor(gamma(head_dim), gamma(2), U) - (n_tiles + 1) * math.log1p(-U_FUNC)
+
+
+def weight_factor(rho_w, rho):
+    """A weight's relative error bound from its exponent factor (``1 ± rho_w``) and rounding (``1 ± rho``)."""
+    return (1 + rho_w) * (1 + rho) - 1
+
+
+#: roundings the carried ``acc`` and ``l_i`` go through per key tile (``x·alpha``, then ``+``): claim
+#: ``forward_error_bound`` counts them in the printed ``FORWARD_TILE`` and fails if there are more
+TILE_ROUNDINGS = 2
+
+
+def carried_factor(tile_local, n_tiles, u_n=None):
+    """The relative factor bound of a key's weight in ``acc`` (or ``l_i``) after ``n_tiles`` tiles:
+    ``(1 + tile_local)(1 + γ_{TILE_ROUNDINGS·T}) − 1`` (``tile_local``: the cast of P and the dot of the
+    key's own tile); ``u_n`` is ``γ`` for numbers, given for symbolic reals."""
+    g = gamma(TILE_ROUNDINGS * n_tiles) if u_n is None else u_n(TILE_ROUNDINGS * n_tiles)
+    return weight_factor(tile_local, g)
+
+
+def out_bound(rho_w, rho_num, rho_den, u_div, u_store):
+    """``|out^ − out| / max|v|`` from the weight errors: every key's exponent factor within ``1 ± rho_w``,
+    numerator factor within ``1 ± rho_num``, denominator factor within ``1 ± rho_den``; then the division
+    (``u_div``) and the store (``u_store``). Plain arithmetic: floats here, z3 reals in claim
+    ``forward_error_bound``, which proves it (requires ``b < 1``)."""
+    a, b = weight_factor(rho_w, rho_num), weight_factor(rho_w, rho_den)
+    last = (1 + u_div) * (1 + u_store)
+    return (a + b) / (1 - b) * last + (last - 1)
 
 
 def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs: float, lse: float = 0.0) -> Bound:
@@ -68,12 +112,10 @@ def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs:
     tiles = max(1, math.ceil(n_k / block_n))
     E = exponent_error(head_dim, tiles, scaled_abs)
     rho_w = math.expm1(E)
-    rho_num = (1 + UNIT_ROUNDOFF[dtype]) * (1 + gamma(block_n)) * (1 + gamma(2 * tiles)) - 1
-    rho_den = (1 + gamma(block_n)) * (1 + gamma(2 * tiles)) - 1
-    a = (1 + rho_w) * (1 + rho_num) - 1
-    b = (1 + rho_w) * (1 + rho_den) - 1
-    out = (a + b) / (1 - b) * (1 + U) * (1 + U_STORE[dtype]) + U + U_STORE[dtype]
-    lse_abs = E - math.log1p(-b) + gamma(4) * (abs(lse) + math.log(max(n_k, 1)) + 1)
+    rho_num = carried_factor(weight_factor(UNIT_ROUNDOFF[dtype], gamma(block_n)), tiles)
+    rho_den = carried_factor(gamma(block_n), tiles)
+    out = out_bound(rho_w, rho_num, rho_den, U, U_STORE[dtype])
+    lse_abs = E - math.log1p(-weight_factor(rho_w, rho_den)) + gamma(4) * (abs(lse) + math.log(max(n_k, 1)) + 1)
     return Bound(out, lse_abs, E)
 
 

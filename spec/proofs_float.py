@@ -15,7 +15,10 @@
 * a masked score (``-inf``) gives the exponent ``-inf`` (p = 0) whether fused or not, never NaN,
   with the guard ``m_safe``; without it, a fully masked row gives NaN.
 
-Claim ``error_bound`` proves the lemmas ``spec.error_bound`` composes into the forward bound.
+Claim ``error_bound`` proves the lemmas ``spec.error_bound`` composes into the forward bound, and
+claim ``forward_error_bound`` proves the composition itself (the functions ``forward_bound`` evaluates,
+on symbolic reals) from the standard model: every key's exponent error, the roundings of the carried
+``acc`` and ``l_i`` counted in the printed tile update, and the ratio, division and store.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from __future__ import annotations
 import sympy as sp
 import z3
 
+from spec import error_bound, terms
 from spec import notation as n
-from spec import terms
 from spec.proof_tools import ZERO, result
 from spec.registry import claim
 
@@ -110,8 +113,9 @@ def prove_exponent_rounding(forward_tile=terms.FORWARD_TILE, fused_slack=2 * U, 
        "output by at most max|v|·(a+b)/(1−b); an absolute exponent error E is a relative weight error "
        "of at most e^E − 1",
        r"|\hat o - o|\le \max|v|\,\frac{a+b}{1-b},\quad (1+\gamma_a)(1+\gamma_b)\le 1+\gamma_{a+b}",
-       scope="symbolic a, b, u, n (reals, z3 nonlinear arithmetic); the weight lemma for 3 keys; "
-             "exact statements about the rounded model",
+       scope="symbolic a, b, u, n (reals, z3 nonlinear arithmetic); the weight lemma for 3 keys (for any "
+             "number of keys: forward_error_bound's generic key and finite-sum lemma); exact statements about "
+             "the rounded model",
        assumptions=())
 def prove_error_bound(weight_bound=None):
     cases = []
@@ -144,3 +148,161 @@ def prove_error_bound(weight_bound=None):
     cases.append(("E' >= −E: 1 − e^{E'} <= e^E − 1",
                   ZERO if sp.expand(lower - (sp.exp(E / 2) - sp.exp(-E / 2)) ** 2) == 0 else lower))
     return result("error_bound", cases, "z3 nonlinear real arithmetic and SymPy")
+
+
+def _roundings(expr, carried):
+    """How many roundings the value ``carried`` goes through in ``expr``: each Add/Mul on its path to
+    the root rounds once per extra operand (a binary operation per rounding, as compiled); a
+    broadcast does not round; any other function of it counts one (conservative). None: absent."""
+    if expr == carried:
+        return 0
+    below = [r for r in (_roundings(x, carried) for x in expr.args) if r is not None]
+    if not below:
+        return None
+    if isinstance(expr, (sp.Add, sp.Mul)):
+        return max(below) + len(expr.args) - 1
+    return max(below) + (0 if isinstance(expr, (terms.col, terms.row)) else 1)
+
+
+@claim("forward_error_bound",
+       "in the standard model (every fp32 operation fl(x∘y) = (x∘y)(1+δ), |δ| <= u; exp2 within U_FUNC; "
+       "P cast to the input dtype, |δ_p| <= u_p; the stored out, u_out; hypotheses: the inner-product lemma "
+       "|fl(a·b) − a·b| <= γ_n Σ|a_i b_i| for the tile's dot, rowsum and q·k (any summation order), no "
+       "underflow or overflow), one query row, any N_k, B_c, head dim D and number of tiles T: (i) every key's "
+       "computed exponent — its rounded score, p's subtraction of the running max (product and subtraction "
+       "rounded separately), its later rescales' exponents (they telescope, induction on tiles) and its at "
+       "most T + 1 exp2 factors — is within E = exponent_error = s·A·score_factor(γ_D, γ_2, u) + "
+       "(T+1)·(−log(1 − U_FUNC)) of s·x_j − m_T (A = max_j Σ_d |q_d k_jd|); (ii) the printed acc and l_i "
+       "updates round the carried weight TILE_ROUNDINGS = 2 times per later tile (counted in the printed "
+       "terms; induction on T: within γ_{2T}); (iii) for one generic key lifted by the finite-sum lemma "
+       "|S| <= C, |t| <= c ⇒ |S + t| <= C + c, the ratio, the division and the store give "
+       "|out^ − out| <= max|v|·out_bound(e^E − 1, ρ_num, ρ_den, u, u_out) — the formula "
+       "spec.error_bound.forward_bound evaluates; the lse bound and the backward are not proved",
+       r"|\hat o - o| \le \max|v|\left(\frac{a+b}{1-b}(1+u)(1+u_{out}) + (1+u)(1+u_{out}) - 1\right),\ "
+       r"a = (1+\rho_w)(1+\rho_{num}) - 1,\ b = (1+\rho_w)(1+\rho_{den}) - 1,\ \rho_w = e^E - 1",
+       terms=(),
+       scope="symbolic u, u_p, u_out, U_FUNC, γ_D, B_c, T, N_k (z3 nonlinear reals; one generic key + "
+             "finite-sum lemma, induction on tiles); rounded: standard model, no underflow/overflow, the "
+             "inner-product lemma as a hypothesis, p's exponent unfused (FMA: exponent_rounding bounds its "
+             "sign only); out only: the lse bound is derived and tested, the backward has no bound",
+       assumptions=("scale_positive",))
+def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=terms.FORWARD_TILE,
+                              tile_roundings=error_bound.TILE_ROUNDINGS, exponent_factor=error_bound.score_factor):
+    chained = {t.symbol: t.expr for t in forward_tile}
+    cases = []
+    # (1) the printed form the count is about: new keys enter through one dot / rowsum, then one add
+    for name, sym, want in (("acc", n.acc, n.acc * terms.col(n.alpha) + terms.dot(n.p, n.v)),
+                            ("l_ij", n.l_ij, terms.rowsum(n.p)), ("l_i", n.l_i, n.l_i * n.alpha + n.l_ij)):
+        cases.append((f"printed {name} has the analysed form", ZERO if chained.get(sym) == want
+                      else sp.Tuple(chained.get(sym))))
+    for name, sym in (("acc", n.acc), ("l_i", n.l_i)):
+        count = _roundings(chained[sym], sym)
+        cases.append((f"the carried {name} is rounded <= TILE_ROUNDINGS = {tile_roundings} times per tile",
+                      ZERO if count is not None and count <= tile_roundings else sp.Symbol(f"{count} roundings")))
+    u, k, T = z3.Reals("u k T")
+    g = lambda m: m * u / (1 - m * u)  # noqa: E731  γ_m on symbolic reals
+    R = tile_roundings
+    # (2) induction on the tiles: a key's carried factor (1 + θ), |θ| <= γ_{R t}, after R more roundings
+    th = z3.Real("theta")
+    ds = z3.Reals(" ".join(f"delta_{r}" for r in range(R)))
+    model = [u > 0, k >= 0, (k + R) * u < 1, th <= g(k), th >= -g(k)] + [z3.And(x <= u, x >= -u) for x in ds]
+    f = (1 + th) * _product([1 + x for x in ds])
+    cases.append((f"step: |θ| <= γ_k, {R} roundings => |(1+θ)Π(1+δ) − 1| <= γ_(k+{R})",
+                  _verdict(model, z3.And(f - 1 <= g(k + R), 1 - f <= g(k + R)))))
+    cases.append(("a key entering at tile t: one rounding (the add), |δ| <= u <= γ_(R t), t >= 1",
+                  _verdict([u > 0, T >= 1, R * T * u < 1], u <= g(R * T))))
+    # (3) products of factors: x in 1 ± α, y in 1 ± β => xy in 1 ± weight_factor(α, β) (cast × dot,
+    # tile-local × carried, exponent × rounding)
+    al, be, x, y = z3.Reals("alpha beta x y")
+    wf = error_bound.weight_factor(al, be)
+    cases.append(("x in 1±α, y in 1±β => |xy − 1| <= weight_factor(α, β)",
+                  _verdict([al >= 0, be >= 0, x >= 1 - al, x <= 1 + al, y >= 1 - be, y <= 1 + be],
+                           z3.And(x * y - 1 <= wf, 1 - x * y <= wf))))
+    tl = z3.Real("tile_local")
+    cf = error_bound.carried_factor(tl, T, u_n=g)
+    cases.append(("carried_factor(ρ, T) = weight_factor(ρ, γ_(R T))",
+                  _verdict([T >= 1, u > 0, R * T * u < 1, tl >= 0], cf == error_bound.weight_factor(tl, g(R * T)))))
+    # (4) one generic key, then the finite-sum lemma: the sums' errors are bounded by the sums of bounds
+    w, v, M, a, b, fk = z3.Reals("w v M a b f")
+    key = [w >= 0, M >= 0, v <= M, v >= -M, a >= 0, b >= 0]
+    cases += [
+        ("generic key: f in 1±a => |w f v − w v| <= a·M·w",
+         _verdict(key + [fk >= 1 - a, fk <= 1 + a], z3.And(w * fk * v - w * v <= a * M * w,
+                                                               w * v - w * fk * v <= a * M * w))),
+        ("generic key: |w v| <= M·w", _verdict(key, z3.And(w * v <= M * w, -(w * v) <= M * w))),
+        ("generic key: f in 1±b => |w f − w| <= b·w",
+         _verdict(key + [fk >= 1 - b, fk <= 1 + b], z3.And(w * fk - w <= b * w, w - w * fk <= b * w))),
+    ]
+    S, C, t, c = z3.Reals("S C t c")
+    cases.append(("finite sums (induction on N_k, base 0): |S| <= C, |t| <= c => |S + t| <= C + c",
+                  _verdict([S <= C, -S <= C, t <= c, -t <= c], z3.And(S + t <= C + c, -(S + t) <= C + c))))
+    # (5) the ratio of the rounded sums (divided by W = Σ w_j > 0: n = N/W, n^ = N^/W, l^ = L^/W),
+    # the division and the store: out_bound, in three steps
+    rw, rn, rd, uo, nn, nh, lh, e, x, ell, K = z3.Reals("rho_w rho_num rho_den u_out n nh lh e x ell K")
+    a_, b_ = error_bound.weight_factor(rw, rn), error_bound.weight_factor(rw, rd)
+    signs = [rw >= 0, rn >= 0, rd >= 0, M >= 0, b_ < 1]
+    cases.append(("|n| <= M, |n^ − n| <= a·M, |l^ − 1| <= b => |n^ − n·l^| <= (a+b)·M",
+                  _verdict(signs + [nn <= M, -nn <= M, nh - nn <= a_ * M, nn - nh <= a_ * M,
+                                    lh - 1 <= b_, 1 - lh <= b_],
+                           z3.And(nh - nn * lh <= (a_ + b_) * M, nn * lh - nh <= (a_ + b_) * M))))
+    cases.append(("|e| <= (a+b)·M, l^ >= 1 − b > 0 => |e/l^| <= M·(a+b)/(1−b)   (n^/l^ − n = e/l^)",
+                  _verdict(signs + [e <= (a_ + b_) * M, -e <= (a_ + b_) * M, lh >= 1 - b_],
+                           z3.And(e / lh <= M * (a_ + b_) / (1 - b_), -e / lh <= M * (a_ + b_) / (1 - b_)))))
+    last = 1 + error_bound.weight_factor(u, uo)  # (1 + δ)(1 + δ_out) in [2 − last, last] by (3)
+    cases.append(("|x − n| <= M·K, |n| <= M, ℓ = (1+δ)(1+δ_out) => |x·ℓ − n| <= M·(K·last + last − 1)",
+                  _verdict([M >= 0, K >= 0, u > 0, uo >= 0, nn <= M, -nn <= M, x - nn <= M * K, nn - x <= M * K,
+                            ell <= last, ell >= 2 - last],
+                           z3.And(x * ell - nn <= M * (K * last + last - 1), nn - x * ell <= M * (K * last + last - 1)))))
+    cases.append(("out_bound(ρ_w, ρ_num, ρ_den, u, u_out) >= K·last + last − 1 with K = (a+b)/(1−b)",
+                  _verdict(signs + [u > 0, uo >= 0],
+                           out_bound(rw, rn, rd, u, uo) >= (a_ + b_) / (1 - b_) * last + last - 1)))
+    cases += _exponent_cases(exponent_factor)
+    return result("forward_error_bound", cases, "z3 nonlinear real arithmetic; generic key + finite-sum lemma")
+
+
+def _exponent_cases(exponent_factor):
+    """E: a key's computed exponent (log2 units, p's and its rescales' summed) against the exact
+    ``y_j − m_T`` relative to the final computed max ``m_T`` (the shift cancels in out)."""
+    u, A, c, gD, x, xh, ell, th, m0, mT, S, d, B, F = z3.Reals("u A c g_D x xh ell th m0 mT S delta B F")
+    g2 = 2 * u / (1 - 2 * u)
+    base = [u > 0, u < z3.RealVal("0.01"), A >= 0, c > 0, gD >= 0]
+    score = base + [x <= A, -x <= A, xh - x <= gD * A, x - xh <= gD * A, ell <= 1 + g2, ell >= 1 - g2]
+    cases = [
+        ("(1+δ)(1+δ') in 1 ± γ_2: weight_factor(u, u) <= γ_2", _verdict(base, error_bound.weight_factor(u, u) <= g2)),
+        ("score: |x^ − x| <= γ_D·A, |x| <= A => |x^·c·ℓ − x·c| <= c·A·((1+γ_D)(1+γ_2) − 1)",
+         _verdict(score, z3.And(xh * c * ell - x * c <= c * A * ((1 + gD) * (1 + g2) - 1),
+                                x * c - xh * c * ell <= c * A * ((1 + gD) * (1 + g2) - 1)))),
+        ("score: |x^·c·ℓ| <= c·A·(1+γ_D)(1+γ_2) =: B",
+         _verdict(score, z3.And(xh * c * ell <= c * A * (1 + gD) * (1 + g2), -xh * c * ell <= c * A * (1 + gD) * (1 + g2)))),
+    ]
+    m1, m2 = z3.Reals("m_t m_t1")
+    cases.append(("rescales (induction on tiles, base 0): |S| <= u(m_t − m0), m_t1 >= m_t, |δ| <= u => "
+                  "|S + δ·(m_t − m_t1)| <= u(m_t1 − m0)",
+                  _verdict([u > 0, m1 >= m0, m2 >= m1, S <= u * (m1 - m0), -S <= u * (m1 - m0), d <= u, -d <= u],
+                           z3.And(S + d * (m1 - m2) <= u * (m2 - m0), -(S + d * (m1 - m2)) <= u * (m2 - m0)))))
+    y = z3.Real("y")  # the exact scaled score x·c
+    ce = (th - m0) * (1 + d) + (m0 - mT) + S  # p's rounded exponent, then the rescales' (telescoped)
+    cases.append(("exponent: |t^ − y| <= F, t^ <= m0 <= m_T, |t^|, |m_T| <= B => |ce − (y − m_T)| <= F + 2u·B",
+                  _verdict([u > 0, d <= u, -d <= u, th <= m0, m0 <= mT, th >= -B, mT <= B, F >= 0,
+                            th - y <= F, y - th <= F, S <= u * (mT - m0), -S <= u * (mT - m0)],
+                           z3.And(ce - (y - mT) <= F + 2 * u * B, (y - mT) - ce <= F + 2 * u * B))))
+    total = c * A * ((1 + gD) * (1 + g2) - 1) + 2 * u * c * A * (1 + gD) * (1 + g2)
+    cases.append(("F + 2u·B <= c·A·score_factor(γ_D, γ_2, u)",
+                  _verdict(base, total <= c * A * exponent_factor(gD, g2, u))))
+    cases.append(("c·ln 2 = s: log2 units times ln 2 are natural units (printed qk_scale)",
+                  ZERO if sp.simplify(terms.QK_SCALE.expr * n.LN2 - n.sm_scale) == 0 else terms.QK_SCALE.expr))
+    P_, q_, w_, r_ = z3.Reals("P q w r")  # (1 + U_FUNC)^n, 1 + U_FUNC, a product so far, one exp2 factor
+    cases.append(("exp2 factors (induction): w in [1/P, P], r in [1/q, q] => w·r in [1/(P q), P q]",
+                  _verdict([P_ >= 1, q_ >= 1, w_ >= 1 / P_, w_ <= P_, r_ >= 1 / q_, r_ <= q_],
+                           z3.And(w_ * r_ >= 1 / (P_ * q_), w_ * r_ <= P_ * q_))))
+    uf = z3.Real("U_f")
+    cases.append(("one exp2 factor: |δ| <= U_FUNC => 1 + δ in [1/q, q], q = 1/(1 − U_FUNC) = e^(−log(1 − U_FUNC))",
+                  _verdict([uf > 0, uf < 1, d <= uf, -d <= uf], z3.And(1 + d >= 1 - uf, 1 + d <= 1 / (1 - uf)))))
+    return cases
+
+
+def _product(xs):
+    out = xs[0]
+    for x in xs[1:]:
+        out = out * x
+    return out

@@ -50,11 +50,6 @@ def kernel_tile(state: R.State, xs, vs, tile=terms.FORWARD_TILE, qk_scale=terms.
     return R.State(out[n.m_i] * n.LN2, out[n.l_i], scalar(out[n.acc]))
 
 
-def _tile(name: str, rows: int, cols: int) -> sp.Matrix:
-    """A tile of real symbols ``name_11 ... name_{rows cols}``."""
-    return sp.Matrix(rows, cols, lambda a, b: sp.Symbol(f"{name}_{a + 1}{b + 1}", real=True))
-
-
 def _inner(A, B) -> sp.Expr:
     """``<A, B> = Σ A ∘ B`` over all entries."""
     return sp.Add(*[a * b for a, b in zip(A, B)])
@@ -263,7 +258,8 @@ def _convex_output(forward_tile, epilogue):
        "when the loss does not use lse (dlse = 0)",
        r"\Delta_i=\mathrm{rowsum}(dO\circ O)=\mathrm{rowsum}(P\circ dP),\quad "
        r"\mathrm{delta}_i=\Delta_i-d\mathrm{lse}_i",
-       scope="fixed sizes: 3 keys, head dim 2 (symbolic: backward_symbolic); reals, exact")
+       scope="fixed sizes: 3 keys, head dim 2, O and lse from the definition (at symbolic B_c, D with O and "
+             "lse from the printed forward epilogue: backward_symbolic); reals, exact")
 def prove_backward_delta(backward_preprocess=terms.BACKWARD_PREPROCESS,
                          backward_tile=terms.BACKWARD_TILE):
     env, probs = _backward_block(keys=3, head_dim=2)
@@ -287,7 +283,8 @@ def prove_backward_delta(backward_preprocess=terms.BACKWARD_PREPROCESS,
        r"dS = P\circ(dP-\Delta) = J_{\mathrm{softmax}}^\top dP,\quad "
        r"P\circ(dP-\Delta+d\mathrm{lse}) = \frac{\partial}{\partial S}"
        r"\big(\langle dO, O\rangle + d\mathrm{lse}\cdot\mathrm{lse}\big)",
-       scope="fixed sizes: 3 keys, head dim 2, by sp.diff (symbolic: backward_symbolic); reals, exact")
+       scope="fixed sizes: 3 keys, head dim 2, by sp.diff, O and lse from the definition (at symbolic B_c, D "
+             "with O and lse from the printed forward epilogue, dlse = g included: backward_symbolic); reals, exact")
 def prove_backward_ds(backward_preprocess=terms.BACKWARD_PREPROCESS,
                       backward_tile=terms.BACKWARD_TILE):
     """Two cases on one symbolic row of 3 keys, both from the kernel's own delta term.
@@ -318,128 +315,6 @@ def prove_backward_ds(backward_preprocess=terms.BACKWARD_PREPROCESS,
          tuple(sp.diff(loss, yj).subs(at_logits) for yj in y)),
     ]
     return result("backward_ds", equal_cases(pairs), "3 keys, head dim 2, gradients by sp.diff")
-
-
-@claim("backward_grads",
-       "dV = Pᵀ dO, dK = scale·dSᵀ Q, dQ = scale·dS K, accumulated tile by tile",
-       r"dV=P^\top dO,\quad dK=s\,dS^\top Q,\quad dQ=s\,dS\,K\quad(S=s\,QK^\top,\ O=PV)",
-       scope="fixed sizes: 2 x 2 tiles, head dim 2, by sp.diff; reals, exact")
-def prove_backward_grads(backward_dkdv=terms.BACKWARD_DKDV, backward_dq=terms.BACKWARD_DQ,
-                         backward_scale=terms.BACKWARD_SCALE):
-    """The kernels' accumulation terms equal the gradients, by ``sp.diff``, on a 2 x 2 block.
-
-    With ``dS = ∂L/∂S`` (claim ``backward_ds``) and ``dO = ∂L/∂O``, the chain rule through
-    ``S = s·Q Kᵀ`` and ``O = P V`` gives ``∂L/∂Q = ∂<dS, S>/∂Q`` etc. The dK/dV program
-    accumulates over query tiles (here one row each), the dQ program over key tiles (one
-    key each); the scale is applied once after the loop. Sums of per-tile products equal
-    the whole product, so this holds for every tiling.
-    """
-    rows, keys, dim = 2, 2, 2
-    Q, K, V, dO = _tile("q", rows, dim), _tile("k", keys, dim), _tile("v", keys, dim), _tile("dO", rows, dim)
-    P, dS = _tile("P", rows, keys), _tile("dS", rows, keys)  # free: the claim is about the chain rule
-    S = s * Q * K.T
-    grad = lambda loss, X: sp.Matrix(X.rows, X.cols, lambda a, b: sp.diff(loss, X[a, b]))
-
-    dk, dv = sp.zeros(keys, dim), sp.zeros(keys, dim)
-    for r in range(rows):  # the dK/dV program's loop over query tiles
-        out = run_terms(backward_dkdv, {n.dk: dk, n.dv: dv, n.p: P[r, :], n.ds: dS[r, :],
-                                        n.q: Q[r, :], n.do: dO[r, :]})
-        dk, dv = out[n.dk], out[n.dv]
-    dq = sp.zeros(rows, dim)
-    for c in range(keys):  # the dQ program's loop over key tiles
-        dq = run_terms(backward_dq, {n.dq: dq, n.ds: dS[:, c], n.k: K[c, :]})[n.dq]
-    scaled = run_terms(backward_scale, {n.dq: dq, n.dk: dk})
-    pairs = [
-        ("dV = ∂<dO, PV>/∂V", tuple(dv), tuple(grad(_inner(dO, P * V), V))),
-        ("dK = ∂<dS, s·QKᵀ>/∂K", tuple(scaled[n.dk]), tuple(grad(_inner(dS, S), K))),
-        ("dQ = ∂<dS, s·QKᵀ>/∂Q", tuple(scaled[n.dq]), tuple(grad(_inner(dS, S), Q))),
-    ]
-    return result("backward_grads", equal_cases(pairs), "2 query tiles x 2 key tiles, head dim 2, by sp.diff")
-
-
-@claim("backward_key_major",
-       "the dK/dV kernel's key-major tile is the transpose of the row-major one — K Qᵀ = Sᵀ, Pᵀ, "
-       "dPᵀ = V dOᵀ, dSᵀ with the per-query LSE and Δ broadcast along the columns (row) — and its "
-       "dK, dV updates equal the row-major ones of claim backward_grads; a query row with "
-       "lse = −∞ gives a zero column of Pᵀ and dSᵀ",
-       r"K Q^\top = S^\top,\ \ P^\top = 2^{S^\top \mathrm{qk}_{\mathrm{scale}} - \mathrm{row}(\mathrm{lse}_2)},"
-       r"\ \ dP^\top = V\,dO^\top,\ \ dS^\top = P^\top\circ(dP^\top - \mathrm{row}(\Delta)),"
-       r"\ \ dV \mathrel{+}= P^\top dO,\ \ dK \mathrel{+}= dS^\top Q",
-       scope="fixed sizes: 2x2 and 2x3 tiles, head dim 2; reals, exact")
-def prove_backward_key_major(backward_tile=terms.BACKWARD_TILE, backward_tile_t=terms.BACKWARD_TILE_T,
-                             backward_dkdv=terms.BACKWARD_DKDV, backward_dkdv_t=terms.BACKWARD_DKDV_T,
-                             qk=terms.QK, mask_term=masks.MASK_TERM):
-    """Both layouts, interpreted on the same symbolic tile of query rows and keys.
-
-    Row-major (the dQ kernel, and claim ``backward_grads``'s statement of dK, dV): ``qk = Q Kᵀ``,
-    then ``BACKWARD_TILE`` and ``BACKWARD_DKDV``. Key-major (the dK/dV kernel): ``BACKWARD_TILE_T``
-    and ``BACKWARD_DKDV_T``, from the same Q, K, V, dO tiles, LSE and Δ. Both
-    mask the same (query, key) pairs with the printed ``MASK_TERM`` (the key-major tile with the
-    transposed predicate, as the kernel evaluates it with ``i``, ``j`` broadcast the other way).
-    Tiles: 2 x 2 (a vector broadcast along the wrong axis still forms a tile, with the wrong
-    values) and 2 queries x 3 keys (it cannot form one: a failed case naming the shapes).
-    Cases: every query row has a key (finite lse, a causal-like mask, a padding key), and query
-    row 0 fully masked with lse = −∞ (the guard ``lse2_safe``).
-    """
-    cases = []
-    for rows, keys in ((2, 2), (2, 3)):
-        for no_key in (False, True):
-            label = f"{rows} queries x {keys} keys, " + ("query 0 has no key (lse = -oo)" if no_key
-                                                          else "finite lse")
-            try:
-                cases += _key_major_cases(label, rows, keys, no_key, backward_tile, backward_tile_t,
-                                          backward_dkdv, backward_dkdv_t, qk, mask_term)
-            except ValueError as err:  # sympy's ShapeError included: the terms form no tile
-                cases.append((f"{label}: the terms form tiles", sp.Symbol(f"tile shapes: {err}")))
-    return result("backward_key_major", cases, "2x2 and 2x3 symbolic tiles, head dim 2, masked keys, lse = -oo")
-
-
-def _key_major_cases(label, rows, keys, no_key, backward_tile, backward_tile_t, backward_dkdv,
-                     backward_dkdv_t, qk, mask_term):
-    """``(case, residual)`` pairs comparing the key-major terms with the transposed row-major ones."""
-    dim = 2
-    Q, K, V, dO = _tile("q", rows, dim), _tile("k", keys, dim), _tile("v", keys, dim), _tile("dO", rows, dim)
-    dk0, dv0 = _tile("dk", keys, dim), _tile("dv", keys, dim)  # the accumulators before this tile
-    delta = sp.Matrix(rows, 1, lambda a, _: sp.Symbol(f"Delta_{a + 1}", real=True))
-    lse = sp.Matrix(rows, 1, lambda a, _: sp.Symbol(f"L_{a + 1}", real=True))
-    # query r attends key c when c <= r (the last key is padding); no_key: query 0 attends none
-    attends = lambda r, c: c <= r and not (no_key and r == 0)
-    if no_key:
-        lse[0] = n.NEG_INF
-    mask = lambda scores, query_key: sp.Matrix(*scores.shape, lambda a, b: interpret(
-        mask_term.expr, {n.qk: scores[a, b], masks.keep: sp.true if attends(*query_key(a, b)) else sp.false}))
-    env = {n.q: Q, n.k: K, n.v: V, n.vT: V.T, n.do: dO, n.lse: lse, n.delta: delta,
-           n.qk_scale: terms.QK_SCALE.expr}
-
-    scores_t = [t for t in backward_tile_t if t.symbol == n.qkT]
-    row_state = [t for t in backward_tile if t.symbol in (n.lse2, n.lse2_safe)]
-    qk_rm, qk_km = interpret(qk.expr, env), run_terms(scores_t, env)[n.qkT]
-    rm = run_terms(backward_tile, {**env, n.qk: mask(qk_rm, lambda a, b: (a, b))})
-    km = run_terms(row_state + [t for t in backward_tile_t if t.symbol != n.qkT],
-                   {**env, n.qkT: mask(qk_km, lambda a, b: (b, a))})
-    rm_grads = run_terms(backward_dkdv, {**env, n.dk: dk0, n.dv: dv0, n.p: rm[n.p], n.ds: rm[n.ds]})
-    km_grads = run_terms(backward_dkdv_t, {**env, n.dk: dk0, n.dv: dv0, n.pT: km[n.pT], n.dsT: km[n.dsT]})
-
-    cases = []
-    for name, key_major, row_major in (
-        ("K Qᵀ = (Q Kᵀ)ᵀ", qk_km, qk_rm.T), ("pT = trans(p)", km[n.pT], rm[n.p].T),
-        ("dpT = trans(dp)", km[n.dpT], rm[n.dp].T), ("dsT = trans(ds)", km[n.dsT], rm[n.ds].T),
-        ("dV update = row-major dV update", km_grads[n.dv], rm_grads[n.dv]),
-        ("dK update = row-major dK update", km_grads[n.dk], rm_grads[n.dk]),
-    ):
-        cases += _tile_cases(f"{label}: {name}", key_major, row_major)
-    if no_key:  # the guard: the query row with no key contributes nothing to dK, dV
-        zero = sp.zeros(keys, 1)
-        cases += _tile_cases(f"{label}: pT column 0 = 0", km[n.pT][:, 0], zero)
-        cases += _tile_cases(f"{label}: dsT column 0 = 0", km[n.dsT][:, 0], zero)
-    return cases
-
-
-def _tile_cases(name: str, got, want) -> list:
-    """Entry-by-entry residuals of two tiles, or one failed case when their shapes differ."""
-    if got.shape != want.shape:
-        return [(f"{name}: shape", sp.Symbol(f"shape {got.shape} != {want.shape}"))]
-    return equal_cases([(name, tuple(got), tuple(want))])
 
 
 def _backward_block(keys: int, head_dim: int):

@@ -104,6 +104,24 @@ def _rename(sm, depth):
     return sp.Sum(f, *[(names[v], lo, hi) for v, lo, hi in limits])
 
 
+def _avoid(sm, names):
+    """``sm`` with its bound indices that are in ``names`` renamed fresh (capture-avoiding)."""
+    fresh = {v: sp.Dummy(v.name, integer=True) for v, _, _ in sm.limits if v in names}
+    if not fresh:
+        return sm
+    return sp.Sum(sm.function.xreplace(fresh), *[(fresh.get(v, v), lo, hi) for v, lo, hi in sm.limits])
+
+
+def _rename_outermost(expr, depth):
+    """Rename the bound indices of the outermost sums (top-down: each renames its own nested sums
+    one level deeper, so an inner sum's index is never captured by an outer one's new name)."""
+    if isinstance(expr, sp.Sum):
+        return _rename(expr, depth)
+    if not expr.args or isinstance(expr, (sp.Symbol, sp.Indexed)):
+        return expr
+    return expr.func(*[_rename_outermost(x, depth) for x in expr.args])
+
+
 def _flatten(expr):
     """Products with one summed factor moved inside it; nested sums as one multi-index sum."""
     def into(e):
@@ -111,13 +129,15 @@ def _flatten(expr):
         if len(sums) != 1:
             return e
         rest = sp.Mul(*[x for x in sp.Mul.make_args(e) if x is not sums[0]])
-        return sp.Sum(sp.expand(rest * sums[0].function), *sums[0].limits)
+        sm = _avoid(sums[0], rest.free_symbols)  # a free j of rest is not the sum's bound j
+        return sp.Sum(sp.expand(rest * sm.function), *sm.limits)
 
     def nest(sm):
         out = 0
         for t in sp.Add.make_args(sp.expand(sm.function)):
             t = into(t)
             if isinstance(t, sp.Sum):
+                t = _avoid(t, {v for v, _, _ in sm.limits})  # an inner index shadowing the outer one
                 out += sp.Sum(t.function, *(list(t.limits) + list(sm.limits)))
             else:
                 out += sp.Sum(t, *sm.limits)
@@ -134,7 +154,7 @@ def canonical(expr, depth=0):
     sums flattened (Fubini for finite sums), indices renamed by range, sums with equal ranges
     added into one (linearity)."""
     expr = _flatten(pull_out(sp.expand(expr, power_exp=True)))
-    expr = expr.replace(lambda e: isinstance(e, sp.Sum), lambda sm: _rename(sm, depth))
+    expr = _rename_outermost(expr, depth)
     grouped, rest = {}, []
     for t in sp.Add.make_args(sp.expand(expr)):
         if isinstance(t, sp.Sum):
@@ -151,6 +171,18 @@ def sum_zero(lhs, rhs):
     if diff != 0 and not diff.has(sp.Sum):
         diff = sp.simplify(diff)
     return ZERO if diff == 0 else diff
+
+
+def gradient(loss, wrt, entry, ranges):
+    """``∂loss/∂wrt[entry]`` for a generic entry inside ``ranges`` (``{index: (lo, length)}``):
+    each index ``x`` becomes ``lo + t_x`` and the length ``t_x + 1 + r_x`` (``t, r >= 0``)."""
+    subs, back = {}, {}
+    for k, (x, (lo, length)) in enumerate(ranges.items()):
+        t, r = (sp.Symbol(f"{name}_{k}", integer=True, nonnegative=True) for name in ("t", "r"))
+        subs[x], subs[length] = lo + t, t + 1 + r
+        back[t], back[r] = x - lo, length - 1 - (x - lo)
+    g = sp.diff(loss, wrt[entry]).xreplace(subs).doit()
+    return g.xreplace(back)
 
 
 def forward_env(m_i, l_i, acc_d):
@@ -272,11 +304,15 @@ def prove_every_tiling(forward_tile=terms.FORWARD_TILE, forward_init=structure.F
 @claim("backward_symbolic",
        "for a symbolic number of keys B_c and head dim D, with O and lse taken from the forward's printed "
        "tile update and epilogue: the backward's recomputed P is softmax(s x), Δ = rowsum(dO ∘ O) = "
-       "rowsum(P ∘ dP), and dS = P ∘ (dP − Δ) is the softmax Jacobian (diag P − P Pᵀ) applied to dP",
+       "rowsum(P ∘ dP), dS = P ∘ (dP − Δ) is the softmax Jacobian (diag P − P Pᵀ) applied to dP, "
+       "dP = ∂<dO, O>/∂P, and with a free dlse = g the kernel's delta = Δ − g makes dS = "
+       "∂(<dO, O> + g·lse)/∂(s x) (sp.diff of the sums)",
        r"P_j = \frac{e^{s x_j}}{\sum_k e^{s x_k}},\ \Delta = \sum_d dO_d O_d = \sum_j P_j dP_j,\ "
-       r"dS_j = \sum_k (\delta_{jk}P_j - P_jP_k)\,dP_k",
+       r"dS_j = \sum_k (\delta_{jk}P_j - P_jP_k)\,dP_k,\ "
+       r"P_j(dP_j - \Delta + g) = \frac{\partial(\langle dO, O\rangle + g\,\mathrm{lse})}{\partial y_j}",
        terms=(),
-       scope="symbolic B_c and D, one query row; reals, exact",
+       scope="symbolic B_c and D, one query row (rows are independent); O and lse from the printed forward "
+             "(one tile from E: every_tiling gives any tiling); reals, exact",
        assumptions=("scale_positive",))
 def prove_backward_symbolic(forward_tile=terms.FORWARD_TILE, epilogue=terms.FORWARD_EPILOGUE,
                             backward_tile=terms.BACKWARD_TILE, backward_preprocess=terms.BACKWARD_PREPROCESS):
@@ -304,7 +340,23 @@ def prove_backward_symbolic(forward_tile=terms.FORWARD_TILE, epilogue=terms.FORW
     jj = sp.Symbol("j_0", integer=True, positive=True)  # a key of the row: 1 <= j_0 <= B_c = j_0 + r
     row = {n.B_c: jj + r}
     P0, Pk, dPk = P.xreplace({j: jj}).xreplace(row), Pk.xreplace(row), dPk.xreplace(row)
-    jac = sp.Sum((sp.KroneckerDelta(jj, k) * P0 - P0 * Pk) * dPk, (k, 1, jj + r))
-    jac = sp.simplify(sp.expand(jac))  # the Kronecker delta picks k = j_0 (1 <= j_0 <= j_0 + r)
+    # the Kronecker delta picks k = j_0 (1 <= j_0 <= j_0 + r)
+    jac = sp.Sum(sp.KroneckerDelta(jj, k) * P0 * dPk, (k, 1, jj + r)).doit() - P0 * sp.Sum(Pk * dPk, (k, 1, jj + r))
     cases.append(("dS_j = Σ_k (δ_jk P_j − P_j P_k) dP_k", sum_zero(ds.xreplace({j: jj}).xreplace(row), jac)))
+    # the whole gradient, by sp.diff at symbolic B_c: dP = ∂<dO, O>/∂P for O = Σ_k P_k v_k, and with a
+    # free dlse = g, dS_j = ∂(<dO, O> + g·lse)/∂y_j at the logits y = s·x (O = softmax(y) V, lse = log Σ e^y)
+    Pf, Y, g = sp.IndexedBase("P", real=True), sp.IndexedBase("y", real=True), sp.Symbol("g", real=True)
+    e_ = sp.Symbol("e", integer=True)
+    keyset = {j: (1, n.B_c)}
+    out_of_p = sp.Sum(DO[e_] * sp.Sum(Pf[k] * V[k, e_], (k, 1, n.B_c)), (e_, 1, D))
+    cases.append(("dP_j = ∂<dO, O>/∂P_j (O = Σ_k P_k v_k)", sum_zero(dP, gradient(out_of_p, Pf, j, keyset))))
+    z_ = sp.Symbol("z", integer=True)  # each sum its own index: SymPy's simplify may merge products of sums
+    Z = sp.Sum(sp.exp(Y[z_]), (z_, 1, n.B_c))
+    loss = sp.Sum(DO[e_] * sp.Sum(sp.exp(Y[k]) * V[k, e_], (k, 1, n.B_c)), (e_, 1, D)) / Z + g * sp.log(Z)
+    delta_g = run(backward_preprocess, {**env, n.dlse: g}, (d, 1, D))[n.delta]
+    cases.append(("dlse = g: delta = rowsum(P ∘ dP) − g", sum_zero(delta_g, rowsum_p_dp - g)))
+    ds_g = finite(run(backward_tile, {**env, n.delta: delta_g}, keys)[n.ds])
+    want = gradient(loss, Y, j, keyset).replace(lambda e: isinstance(e, sp.Indexed) and e.base == Y,
+                                                 lambda e: s * X[e.indices[0]])
+    cases.append(("dlse = g: dS_j = ∂(<dO, O> + g·lse)/∂y_j (y = s·x)", sum_zero(ds_g, want)))
     return result("backward_symbolic", cases, "generic key j, Sum over [1, B_c] and [1, D]")

@@ -15,6 +15,7 @@ from sympy.codegen.cfunctions import exp2
 
 from spec import masks
 from spec import notation as n
+from spec import proofs_backward as PB
 from spec import proofs_kernel as K
 from spec import proofs_mask_mod as PMM
 from spec import proofs_masks as PM
@@ -266,11 +267,11 @@ def test_ds_with_the_wrong_sign_is_refuted():
 
 def test_dk_from_p_instead_of_ds_is_refuted():
     wrong = n.dk + terms.dot(terms.trans(n.p), n.q)
-    assert_failed(K.prove_backward_grads(backward_dkdv=swap(terms.BACKWARD_DKDV, n.dk, wrong)))
+    assert_failed(PB.prove_backward_grads(backward_dkdv=swap(terms.BACKWARD_DKDV, n.dk, wrong)))
 
 
 def test_dq_without_the_scale_is_refuted():
-    assert_failed(K.prove_backward_grads(backward_scale=swap(terms.BACKWARD_SCALE, n.dq, n.dq)))
+    assert_failed(PB.prove_backward_grads(backward_scale=swap(terms.BACKWARD_SCALE, n.dq, n.dq)))
 
 
 # ---------------------------------------------------------------- the key-major dK/dV tile
@@ -289,24 +290,29 @@ KEY_MAJOR_MUTANTS = {  # name: (the argument of prove_backward_key_major, symbol
 
 @pytest.mark.parametrize("mutant", list(KEY_MAJOR_MUTANTS))
 def test_key_major_mutant_is_refuted(mutant):
-    """Each mutant fails by value on the square 2 x 2 tile; one that transposes or broadcasts along
-    the wrong axis also cannot form the 2 queries x 3 keys tile (a failed case naming the shapes)."""
+    """Each mutant fails at symbolic B_r, B_c, D: one that transposes or broadcasts along the wrong
+    axis as an axis failure (the symbolic shape error), the others by value."""
     group, symbol, expr, wrong_axis = KEY_MAJOR_MUTANTS[mutant]
     seq = {"backward_tile_t": terms.BACKWARD_TILE_T, "backward_dkdv_t": terms.BACKWARD_DKDV_T}[group]
-    r = K.prove_backward_key_major(**{group: swap(seq, symbol, expr)})
+    r = PB.prove_backward_key_major(**{group: swap(seq, symbol, expr)})
     assert_failed(r)
     failed = [name for name, res in r.cases if res != 0]
-    assert any(name.startswith("2 queries x 2 keys") for name in failed), failed
-    shape_failures = [name for name, res in r.cases if "2 queries x 3 keys" in name and "shape" in str(res)]
-    assert bool(shape_failures) == wrong_axis, failed
+    assert any(name.endswith(": axes") for name in failed) == wrong_axis, failed
+
+
+def test_backward_grads_with_an_untransposed_p_is_an_axis_failure():
+    """dV += P dO (no trans): the product sums keys against query rows, whatever the sizes."""
+    r = PB.prove_backward_grads(backward_dkdv=swap(terms.BACKWARD_DKDV, n.dv, n.dv + terms.dot(n.p, n.do)))
+    assert_failed(r)
+    assert any(name.endswith(": axes") for name, res in r.cases if res != 0)
 
 
 def test_key_major_tile_without_the_guard_is_refuted():
     """lse2_safe -> lse2: a query row with no key gives NaN columns instead of zero ones."""
-    r = K.prove_backward_key_major(backward_tile=swap(terms.BACKWARD_TILE, n.lse2_safe, n.lse2))
+    r = PB.prove_backward_key_major(backward_tile=swap(terms.BACKWARD_TILE, n.lse2_safe, n.lse2))
     assert_failed(r)
-    assert all(res == 0 for name, res in r.cases if "finite lse" in name)  # only the no-key case breaks
-    assert any(res.has(sp.nan) for name, res in r.cases if "pT column 0 = 0" in name)
+    assert all(res == 0 for name, res in r.cases if "lse = −∞" not in name)  # only the no-key case breaks
+    assert any(res.has(sp.nan) for name, res in r.cases if "pT entry = 0" in name)
 
 
 # ---------------------------------------------------------------- packed (varlen) segments
@@ -584,6 +590,36 @@ def test_error_bound_lemma_with_a_smaller_bound_is_refuted():
     assert_failed(PF.prove_error_bound(weight_bound=a + b))
 
 
+def _out_bound_without_the_product_of_the_last_roundings(rho_w, rho_num, rho_den, u, u_out):
+    """The formula before the proof: (a+b)/(1−b)·(1+u)(1+u_out) + u + u_out misses u·u_out·max|v|."""
+    from spec.error_bound import weight_factor
+
+    a, b = weight_factor(rho_w, rho_num), weight_factor(rho_w, rho_den)
+    return (a + b) / (1 - b) * (1 + u) * (1 + u_out) + u + u_out
+
+
+def test_forward_error_bound_with_a_too_small_out_bound_is_refuted():
+    r = PF.prove_forward_error_bound(out_bound=_out_bound_without_the_product_of_the_last_roundings)
+    assert_failed(r)
+    assert [name for name, res in r.cases if res != 0] == [
+        "out_bound(ρ_w, ρ_num, ρ_den, u, u_out) >= K·last + last − 1 with K = (a+b)/(1−b)"]
+
+
+def test_forward_error_bound_with_a_too_small_exponent_error_is_refuted():
+    """The exponent factor before the proof, (γ_D + 2γ_3)(1 + γ_2): below γ_D(1+γ_2) + γ_2 + 2u·B/(c A)."""
+    r = PF.prove_forward_error_bound(exponent_factor=lambda g_d, g_2, u: (g_d + 2 * g_2) * (1 + g_2))
+    assert_failed(r)
+    assert [name for name, res in r.cases if res != 0] == ["F + 2u·B <= c·A·score_factor(γ_D, γ_2, u)"]
+
+
+def test_forward_error_bound_counts_the_roundings_of_the_printed_update():
+    """acc = (acc·alpha)·alpha' + P V: three roundings of the carried acc per tile, not TILE_ROUNDINGS = 2."""
+    extra = n.acc * terms.col(n.alpha) * n.m_i + terms.dot(n.p, n.v)
+    r = PF.prove_forward_error_bound(forward_tile=swap(terms.FORWARD_TILE, n.acc, extra))
+    assert_failed(r)
+    assert "3 roundings" in str(dict(r.cases)["the carried acc is rounded <= TILE_ROUNDINGS = 2 times per tile"])
+
+
 def test_symbolic_tile_without_rescaling_l_is_refuted():
     r = PSY.prove_tile_update_symbolic(forward_tile=swap(terms.FORWARD_TILE, n.l_i, n.l_i + n.l_ij))
     assert_failed(r)
@@ -606,6 +642,26 @@ def test_backward_from_a_wrong_forward_epilogue_is_refuted():
     r = PSY.prove_backward_symbolic(epilogue=terms.FORWARD_EPILOGUE[:1] + bad)
     assert_failed(r)
     assert dict(r.cases)["Δ = rowsum(dO ∘ O) = rowsum(P ∘ dP)"] != 0
+
+
+def test_lse_gradient_with_the_wrong_sign_is_refuted_at_symbolic_width():
+    """delta = rowsum(dO∘O) + dlse: only the dlse = g cases of backward_symbolic break."""
+    pre = swap(terms.BACKWARD_PREPROCESS, n.delta, terms.rowsum(n.do * n.o) + n.dlse)
+    r = PSY.prove_backward_symbolic(backward_preprocess=pre)
+    assert_failed(r)
+    assert {name for name, res in r.cases if res != 0} == {
+        "dlse = g: delta = rowsum(P ∘ dP) − g", "dlse = g: dS_j = ∂(<dO, O> + g·lse)/∂y_j (y = s·x)"}
+
+
+def test_canonical_sums_do_not_capture_indices():
+    """The canonical form of finite sums renames bound indices without capture: a nested sum inside
+    exp keeps its own index, and a free j multiplied into a sum over a bound j stays free."""
+    i_, d_, j_ = sp.symbols("i d j", integer=True)
+    N, Dm = sp.symbols("N D", integer=True, positive=True)
+    A, x = sp.IndexedBase("A"), sp.IndexedBase("x")
+    assert PSY.sum_zero(sp.Sum(sp.exp(sp.Sum(A[i_, d_], (d_, 1, Dm))), (i_, 1, N)),
+                        sp.Sum(sp.exp(sp.Sum(A[d_, i_], (d_, 1, Dm))), (i_, 1, N))) != 0
+    assert PSY.sum_zero(x[j_] * sp.Sum(x[j_], (j_, 1, N)), sp.Sum(x[j_] ** 2, (j_, 1, N))) != 0
 
 
 def test_backward_ds_with_the_wrong_sign_is_refuted_at_symbolic_width():
