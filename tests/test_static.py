@@ -530,7 +530,7 @@ def test_decode_has_loop_columns_and_merge_has_none(rows):
 
 
 def test_the_cache_key_covers_what_a_compile_reads():
-    """A cached row is keyed by the module's source (less its provenance line), ``KEY_SOURCES`` and
+    """A cached row is keyed by the module's code (less its comments), ``KEY_SOURCES`` and
     the job: sound only while the kernel modules import nothing else of the project (a module that
     imported, say, generator.runtime.api would compile differently without changing its key)."""
     import ast
@@ -549,5 +549,5 @@ def test_the_cache_key_covers_what_a_compile_reads():
                       if isinstance(node, ast.ImportFrom) and node.module.split(".")[0] in project}
     assert launch_imports <= {"spec.assumptions"}, launch_imports
     job = static.Job(kernel_modules()[0], 90, "fp16", 64, "none")
-    # the provenance line does not enter the key; the job does
+    # the job enters the key
     assert job.cache_key("3.6.0") != static.Job(job.module, 80, "fp16", 64, "none").cache_key("3.6.0")
