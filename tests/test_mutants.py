@@ -403,6 +403,34 @@ def test_sink_once_catches_a_sink_per_tile_and_per_split():
     assert_failed(PSM.prove_sink_once(sink_fold=()))  # no sink at all
 
 
+# ------------------------------------------- the split-KV decode combine (sink_once_combine)
+def _step_with_sink(acc, partial, sink, merge_terms, sink_terms):
+    """The mutant combine step: every split merges the sink's partial after its own (once per split)."""
+    return PSC.combine_finish(PSC.combine_step(acc, partial, sink, merge_terms, sink_terms), sink, merge_terms,
+                              sink_terms)
+
+
+def _finish_without_sink(acc, sink, merge_terms, sink_terms):
+    return acc
+
+
+@pytest.mark.parametrize("mutant", ["sink_per_split", "sink_per_split_and_once", "sink_never",
+                                    "sink_partial_value_1", "sink_partial_scaled"])
+def test_sink_once_combine_catches(mutant):
+    """The induction's step sees the sink merged per split (with or without the final merge), the
+    finish sees it missing, and a wrong SINK_PARTIAL (value 1, or the sink in log2 units) fails too."""
+    kw = {"sink_per_split": dict(step=_step_with_sink, finish=_finish_without_sink),
+          "sink_per_split_and_once": dict(step=_step_with_sink),
+          "sink_never": dict(finish=_finish_without_sink),
+          "sink_partial_value_1": dict(sink_terms=swap(terms.SINK_PARTIAL, n.o_b, sp.Integer(1))),
+          "sink_partial_scaled": dict(sink_terms=swap(terms.SINK_PARTIAL, n.lse_b, n.sink * n.LOG2E))}[mutant]
+    res = PSC.prove_sink_once_combine(**kw)
+    assert_failed(res)
+    failing = [label for label, residual in res.cases if residual != 0]
+    if mutant.startswith("sink_per_split"):  # caught by the induction step itself, not only the end-to-end check
+        assert any(label.startswith("step:") for label in failing), failing
+
+
 def test_gradient_claims_catch():
     assert_failed(PSM.prove_softcap_grad(softcap_ds=SOFTCAP_DS_DROPPED))
     assert_failed(PSM.prove_softcap_grad(softcap_terms=SOFTCAP_DROPPED))
