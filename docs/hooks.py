@@ -789,7 +789,8 @@ def trust_base() -> str:
         "printed text. The int32 claim reads the printed text itself; the hygiene check asserts every "
         "arithmetic line of a kernel is one of the printed lines.",
         "**Floating-point model**: IEEE 754 round-to-nearest is monotone with fl(0) = 0; the standard model "
-        f"fl(x∘y) = (x∘y)(1+δ), |δ| ≤ u = 2^-24; exp2/log2 within {error_bound.U_FUNC / error_bound.U:g} u; "
+        f"fl(x∘y) = (x∘y)(1+δ), |δ| ≤ u = 2^-24; exp2 within {error_bound.U_FUNC / error_bound.U:g} u (relative), "
+        f"log2 within {error_bound.U_FUNC / error_bound.U:g} u·(1 + |log2 x|); ln monotone with ln(xy) = ln x + ln y; "
         "fp16/bf16 products exact in fp32; Triton may contract a multiply and an add into one FMA; no underflow "
         "or overflow inside the error bound; the inner-product lemma |fl(a·b) − a·b| ≤ γ_n Σ|a_i b_i| "
         "(any summation order) for the dots and row sums of `forward_error_bound`.",
@@ -797,9 +798,8 @@ def trust_base() -> str:
         "`tl.cdiv(x, d) = (x + d - 1) // d`, constexpr branches compiled as written.",
         "**Not proved, tested only**: loads and stores (masks, strides, TMA descriptors), the pointer "
         "offsets inside a head (assumption `index_int32`, checked by the runtime), the autograd / runtime "
-        "glue, the lse part of `spec.error_bound.forward_bound` (derived, tested by Hypothesis in "
-        "`tests/test_error_bound.py`; its out part is claim `forward_error_bound`) and the backward's "
-        "rounding (no bound).",
+        "glue, and the backward's rounding (no bound; the forward's out and lse bounds are claim "
+        "`forward_error_bound`, and Hypothesis searches beyond them in `tests/test_error_bound.py`).",
     ]
     return "\n".join(f"- {item}" for item in items) + "\n"
 

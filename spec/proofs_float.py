@@ -18,13 +18,16 @@
 Claim ``error_bound`` proves the lemmas ``spec.error_bound`` composes into the forward bound, and
 claim ``forward_error_bound`` proves the composition itself (the functions ``forward_bound`` evaluates,
 on symbolic reals) from the standard model: every key's exponent error, the roundings of the carried
-``acc`` and ``l_i`` counted in the printed tile update, and the ratio, division and store.
+``acc`` and ``l_i`` counted in the printed tile update, and the ratio, division and store for ``out``;
+for ``lse``, the same ``l_i`` through the printed epilogue's log2, the add of ``m_i`` and the multiply by
+``ln 2`` (the computed max cancels exactly).
 """
 
 from __future__ import annotations
 
 import sympy as sp
 import z3
+from sympy.codegen.cfunctions import log2
 
 from spec import error_bound, terms
 from spec import notation as n
@@ -165,7 +168,8 @@ def _roundings(expr, carried):
 
 
 @claim("forward_error_bound",
-       "in the standard model (every fp32 operation fl(x∘y) = (x∘y)(1+δ), |δ| <= u; exp2 within U_FUNC; "
+       "in the standard model (every fp32 operation fl(x∘y) = (x∘y)(1+δ), |δ| <= u; exp2 within U_FUNC "
+       "(relative), log2 within U_FUNC·(1 + |log2 x|); ln monotone with ln(xy) = ln x + ln y; "
        "P cast to the input dtype, |δ_p| <= u_p; the stored out, u_out; hypotheses: the inner-product lemma "
        "|fl(a·b) − a·b| <= γ_n Σ|a_i b_i| for the tile's dot, rowsum and q·k (any summation order), no "
        "underflow or overflow), one query row, any N_k, B_c, head dim D and number of tiles T: (i) every key's "
@@ -177,17 +181,28 @@ def _roundings(expr, carried):
        "terms; induction on T: within γ_{2T}); (iii) for one generic key lifted by the finite-sum lemma "
        "|S| <= C, |t| <= c ⇒ |S + t| <= C + c, the ratio, the division and the store give "
        "|out^ − out| <= max|v|·out_bound(e^E − 1, ρ_num, ρ_den, u, u_out) — the formula "
-       "spec.error_bound.forward_bound evaluates; the lse bound and the backward are not proved",
+       "spec.error_bound.forward_bound evaluates; (iv) for a row with a key, the printed lse = (m_i + "
+       "log2 l_i)·ln 2 (its form checked, LSE_ROUNDINGS = 3 roundings after log2 counted: the add, ln 2 in "
+       "fp32, the multiply): the computed max m_T cancels exactly (lse = m ln 2 + ln L for any real m), "
+       "l_i = L(1 + θ) with |θ| <= b from (iii), every computed exponent <= 0 and the key that set m_T at 0 "
+       "(monotone rounding) give e^{−E} <= L <= N_k e^E, so |lse^ − lse| <= lse_bound(E, −log(1 − b), "
+       "log N_k, |lse|) = d + γ_3(|lse| + d), d = −log(1 − b) + U_FUNC·(1 + log N_k + E − log(1 − b)) — the "
+       "formula forward_bound evaluates; the backward has no bound",
        r"|\hat o - o| \le \max|v|\left(\frac{a+b}{1-b}(1+u)(1+u_{out}) + (1+u)(1+u_{out}) - 1\right),\ "
-       r"a = (1+\rho_w)(1+\rho_{num}) - 1,\ b = (1+\rho_w)(1+\rho_{den}) - 1,\ \rho_w = e^E - 1",
+       r"a = (1+\rho_w)(1+\rho_{num}) - 1,\ b = (1+\rho_w)(1+\rho_{den}) - 1,\ \rho_w = e^E - 1;\ "
+       r"|\widehat{lse} - lse| \le d + \gamma_3(|lse| + d),\ d = \lambda + U_f(1 + \log N_k + E + \lambda),\ "
+       r"\lambda = -\log(1-b)",
        terms=(),
        scope="symbolic u, u_p, u_out, U_FUNC, γ_D, B_c, T, N_k (z3 nonlinear reals; one generic key + "
              "finite-sum lemma, induction on tiles); rounded: standard model, no underflow/overflow, the "
              "inner-product lemma as a hypothesis, p's exponent unfused (FMA: exponent_rounding bounds its "
-             "sign only); out only: the lse bound is derived and tested, the backward has no bound",
+             "sign only; log2 and ln axioms above); out and lse (rows with a key; the empty row's −∞: "
+             "forward_epilogue); the backward has no bound",
        assumptions=("scale_positive",))
 def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=terms.FORWARD_TILE,
-                              tile_roundings=error_bound.TILE_ROUNDINGS, exponent_factor=error_bound.score_factor):
+                              tile_roundings=error_bound.TILE_ROUNDINGS, exponent_factor=error_bound.score_factor,
+                              lse_bound=error_bound.lse_bound, forward_epilogue=terms.FORWARD_EPILOGUE,
+                              lse_roundings=error_bound.LSE_ROUNDINGS):
     chained = {t.symbol: t.expr for t in forward_tile}
     cases = []
     # (1) the printed form the count is about: new keys enter through one dot / rowsum, then one add
@@ -257,6 +272,7 @@ def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=term
                   _verdict(signs + [u > 0, uo >= 0],
                            out_bound(rw, rn, rd, u, uo) >= (a_ + b_) / (1 - b_) * last + last - 1)))
     cases += _exponent_cases(exponent_factor)
+    cases += _lse_cases(lse_bound, forward_epilogue, lse_roundings)
     return result("forward_error_bound", cases, "z3 nonlinear real arithmetic; generic key + finite-sum lemma")
 
 
@@ -298,6 +314,95 @@ def _exponent_cases(exponent_factor):
     uf = z3.Real("U_f")
     cases.append(("one exp2 factor: |δ| <= U_FUNC => 1 + δ in [1/q, q], q = 1/(1 − U_FUNC) = e^(−log(1 − U_FUNC))",
                   _verdict([uf > 0, uf < 1, d <= uf, -d <= uf], z3.And(1 + d >= 1 - uf, 1 + d <= 1 / (1 - uf)))))
+    return cases
+
+
+def _rounded_constants(expr):
+    """The irrational constants in ``expr`` (each is rounded to fp32 once where the kernel uses it)."""
+    return sum(1 for x in sp.preorder_traversal(expr) if x.is_number and not x.is_Rational)
+
+
+def _lse_cases(lse_bound, forward_epilogue, lse_roundings):
+    """The printed ``lse = (m_i + log2 l_i)·ln 2`` for a row with a key (``l_i > 0``), natural units:
+    ``lse = m ln 2 + ln L`` exactly for the computed ``m = m_T`` (it cancels), ``l_i = L(1 + θ)`` with
+    ``|θ| <= b`` (the generic key and finite-sum lemma above), then log2 and the last roundings."""
+    printed = {t.symbol: t.expr for t in forward_epilogue}.get(n.lse)
+    finite = (n.m_i + log2(n.l_i)) * n.LN2
+    want = sp.Piecewise((n.NEG_INF, sp.Eq(n.l_i, 0)), (finite, True))
+    cases = [("printed lse has the analysed form", ZERO if printed == want else sp.Tuple(printed))]
+    branch = printed.args[-1].expr if isinstance(printed, sp.Piecewise) else printed
+    count = _roundings(branch, log2(n.l_i)) if branch is not None else None
+    count = None if count is None else count + _rounded_constants(branch)
+    cases.append((f"after log2, the printed lse rounds <= LSE_ROUNDINGS = {lse_roundings} times (operations "
+                  "and fp32 constants)",
+                  ZERO if count is not None and count <= lse_roundings else sp.Symbol(f"{count} roundings")))
+    # (1) exact: for any real m, Σ_j e^{y_j} = e^{m ln 2} L, so lse = m ln 2 + ln L = ln 2·(m + log2 L)
+    m, Lp = sp.Symbol("m", real=True), sp.Symbol("L", positive=True)
+    j, N = sp.symbols("j N_k", integer=True, nonnegative=True)
+    y = sp.Function("y", real=True)
+    residuals = (sp.exp(n.LN2 * m) * sp.Sum(sp.exp(y(j) - n.LN2 * m), (j, 0, N - 1)) - sp.Sum(sp.exp(y(j)), (j, 0, N - 1)),
+                 sp.expand_log(sp.log(sp.exp(n.LN2 * m) * Lp)) - n.LN2 * (m + sp.expand_func(log2(Lp))))
+    residuals = [sp.simplify(r) for r in residuals]
+    cases.append(("exact: Σ e^{y_j} = e^{m ln 2}·L (L = Σ e^{y_j − m ln 2}), ln(e^{m ln 2}·L) = ln 2·(m + log2 L): "
+                  "the computed max m_T cancels", ZERO if all(r == 0 for r in residuals) else sp.Tuple(*residuals)))
+    # (2) the denominator: l^ = L(1 + θ), |θ| <= b < 1 (generic key, finite sums) => l^/L in [e^{-λ}, e^{λ}]
+    b, th = z3.Reals("b theta")
+    cases.append(("|θ| <= b < 1 => 1 − b <= 1 + θ <= 1/(1 − b): l^/L within [e^{−λ}, e^{λ}], λ = −log(1 − b)",
+                  _verdict([b >= 0, b < 1, th <= b, th >= -b], z3.And(1 + th >= 1 - b, (1 + th) * (1 - b) <= 1))))
+    # (3) the magnitude of L: every computed exponent <= 0, the key that set m_T has exponent 0 (monotone
+    # rounding; p's exponent is exponent_rounding's unfused case), so e^{-E} <= L <= N_k e^E
+    fl = z3.Function("fl", z3.RealSort(), z3.RealSort())
+    a_, b_ = z3.Reals("a b")
+    monotone = [z3.ForAll([a_, b_], z3.Implies(a_ <= b_, fl(a_) <= fl(b_))), fl(0) == 0]
+    x, X, c, mi = z3.Reals("x X c m_i")
+    m_new = z3.If(mi > fl(c * X), mi, fl(c * X))
+    cases.append(("computed exponents (log2 units) <= 0: p's fl(fl(x·c) − m_ij) and a rescale's fl(m_i − m_ij)",
+                  _verdict(monotone + [c > 0, x <= X], z3.And(fl(fl(x * c) - m_new) <= 0, fl(mi - m_new) <= 0))))
+    cases.append(("the key that sets the max (x = rowmax, m_ij = fl(c·x) >= m_i) has exponent fl(fl(x·c) − m_ij) = 0, "
+                  "its later rescales fl(m_T − m_T) = 0",
+                  _verdict(monotone + [c > 0, mi <= fl(c * X)], z3.And(fl(fl(X * c) - m_new) == 0,
+                                                                        fl(m_new - m_new) == 0))))
+    ce, ce0, e, e0, F, E, l2 = z3.Reals("ce ce0 e e0 F E ln2")
+    near = lambda got, exact: [got * l2 - exact <= F, exact - got * l2 <= F]  # noqa: E731  (i), without exp2's part
+    cases.append(("exact exponents: |ce·ln 2 − e| <= F <= E (claim (i)), ce <= 0, ce_0 = 0 => e <= E, e_0 >= −E",
+                  _verdict([l2 > 0, F >= 0, F <= E, ce <= 0, ce0 == 0] + near(ce, e) + near(ce0, e0),
+                           z3.And(e <= E, e0 >= -E))))
+    S, w, W, W0, k = z3.Reals("S w W W0 k")
+    cases.append(("L's finite sum (induction on N_k, base one key w_0 >= W_0): S <= k·W, S >= W_0, 0 <= w <= W => "
+                  "W_0 <= S + w <= (k+1)·W; so e^{−E} <= L <= N_k·e^E",
+                  _verdict([k >= 1, S <= k * W, S >= W0, w >= 0, w <= W], z3.And(S + w <= (k + 1) * W, S + w >= W0))))
+    # (4) logarithms (ln monotone, ln(xy) = ln x + ln y)
+    bs, Ns, Es = sp.Symbol("b", positive=True), sp.Symbol("N_k", positive=True), sp.Symbol("E", nonnegative=True)
+    logs = [sp.expand_log(sp.log(1 / (1 - bs)), force=True) + sp.log(1 - bs),
+            sp.expand_log(sp.log(Ns * sp.exp(Es))) - (sp.log(Ns) + Es), sp.expand_log(sp.log(sp.exp(-Es))) + Es]
+    lr, lL, ll, lam, lnN = z3.Reals("ln_r ln_L ln_l lambda ln_N")
+    logs = [sp.simplify(r) for r in logs]
+    composed = _verdict([lam >= 0, E >= 0, lnN >= 0, lr <= lam, lr >= -lam, lL >= -E, lL <= lnN + E, ll == lL + lr],
+                        z3.And(ll - lL <= lam, lL - ll <= lam, ll <= lnN + E + lam, -ll <= lnN + E + lam))
+    cases.append(("logs: ln(1/(1−b)) = λ, ln(N_k e^E) = log N_k + E; ln l^ = ln L + ln(l^/L) => |ln l^ − ln L| <= λ, "
+                  "|ln l^| <= log N_k + E + λ", composed if all(r == 0 for r in logs) else sp.Tuple(*logs)))
+    # (5) the printed operations: log2 within U_FUNC·(1 + |log2 x|), then LSE_ROUNDINGS roundings
+    u, uf, lse, m_, e1, X_, Y, eta, d_, g_ = z3.Reals("u U_f lse m e1 X Y eta d g")
+    R = lse_roundings
+    gR = R * u / (1 - R * u)
+    ab = lambda t: z3.If(t >= 0, t, -t)  # noqa: E731
+    d = lam + uf * (1 + lnN + E + lam)
+    cases.append(("log2: lse = ln 2·m + ln L, X = ln 2·(m + log2 l^ + ε), |ln 2·ε| = |e1| <= U_FUNC·(ln 2 + |ln l^|), "
+                  "ln 2 < 1 => |X − lse| <= d = λ + U_FUNC·(1 + log N_k + E + λ)",
+                  _verdict([l2 > 0, l2 < 1, uf >= 0, lam >= 0, E >= 0, lnN >= 0, ll - lL <= lam, lL - ll <= lam,
+                            ab(ll) <= lnN + E + lam, ab(e1) <= uf * (l2 + ab(ll)), lse == l2 * m_ + lL],
+                           ab(l2 * m_ + ll + e1 - lse) <= d)))
+    ds = z3.Reals(" ".join(f"delta_{r}" for r in range(R)))
+    f = _product([1 + x for x in ds])
+    cases.append((f"{R} roundings (the add, fp32 ln 2, the multiply): |Π(1+δ) − 1| <= γ_{R}",
+                  _verdict([u > 0, R * u < 1] + [z3.And(x <= u, x >= -u) for x in ds], ab(f - 1) <= gR)))
+    cases.append(("|X − Y| <= d, |η| <= g => |X(1+η) − Y| <= d + g·(|Y| + d)",
+                  _verdict([d_ >= 0, g_ >= 0, ab(X_ - Y) <= d_, ab(eta) <= g_],
+                           ab(X_ * (1 + eta) - Y) <= d_ + g_ * (ab(Y) + d_))))
+    la = z3.Real("lse_abs")
+    cases.append((f"lse_bound(E, λ, log N_k, |lse|, u, U_FUNC) >= d + γ_{R}·(|lse| + d)",
+                  _verdict([u > 0, R * u < 1, uf >= 0, lam >= 0, E >= 0, lnN >= 0, la >= 0],
+                           lse_bound(E, lam, lnN, la, u, uf) >= d + gR * (la + d))))
     return cases
 
 

@@ -648,6 +648,31 @@ def test_forward_error_bound_counts_the_roundings_of_the_printed_update():
     assert "3 roundings" in str(dict(r.cases)["the carried acc is rounded <= TILE_ROUNDINGS = 2 times per tile"])
 
 
+def _lse_bound_without_the_log2_error(exponent, log_den, log_n, lse_abs, u, u_func):
+    """The lse bound without log2's own error U_FUNC·(1 + log N_k + E + λ): only the denominator's λ and
+    the last roundings."""
+    g = 3 * u / (1 - 3 * u)
+    return log_den + g * (lse_abs + log_den)
+
+
+def test_forward_error_bound_with_a_too_small_lse_bound_is_refuted():
+    r = PF.prove_forward_error_bound(lse_bound=_lse_bound_without_the_log2_error)
+    assert_failed(r)
+    assert [name for name, res in r.cases if res != 0] == [
+        "lse_bound(E, λ, log N_k, |lse|, u, U_FUNC) >= d + γ_3·(|lse| + d)"]
+
+
+def test_forward_error_bound_counts_the_roundings_of_the_printed_lse():
+    """lse = (m_i + log2 l_i)·ln 2·alpha: a fourth rounding after log2, not LSE_ROUNDINGS = 3."""
+    from sympy.codegen.cfunctions import log2
+
+    extra = sp.Piecewise((n.NEG_INF, sp.Eq(n.l_i, 0)), ((n.m_i + log2(n.l_i)) * n.LN2 * n.alpha, True))
+    r = PF.prove_forward_error_bound(forward_epilogue=swap(terms.FORWARD_EPILOGUE, n.lse, extra))
+    assert_failed(r)
+    assert "4 roundings" in str(dict(r.cases)[
+        "after log2, the printed lse rounds <= LSE_ROUNDINGS = 3 times (operations and fp32 constants)"])
+
+
 def test_symbolic_tile_without_rescaling_l_is_refuted():
     r = PSY.prove_tile_update_symbolic(forward_tile=swap(terms.FORWARD_TILE, n.l_i, n.l_i + n.l_ij))
     assert_failed(r)
