@@ -151,9 +151,10 @@ REGIME = {"n_k": 4096, "head_dim": 128, "scaled_abs": 24.0, "block_ns": (16, 32,
 
 
 def regime_bound(dtype: str) -> Bound:
-    """The largest bound over the block sizes of ``REGIME`` (each field's maximum). Its ``lse_abs`` is taken at ``|lse| = 1``: the
-    tests measure the lse error relative to ``max(1, |lse|)``, and ``lse_bound`` is ``α + β|lse|``
-    (``α, β >= 0``), so ``lse_bound(|lse|) / max(1, |lse|) <= lse_bound(1)`` for every ``|lse|``."""
+    """The largest bound over the block sizes of ``REGIME`` (each field's maximum). Its ``lse_abs`` is
+    taken at ``|lse| = 1``: the tests measure the lse error relative to ``max(1, |lse|)``, and
+    ``lse_bound`` is ``α + β|lse|`` (``α, β >= 0``), so ``lse_bound(|lse|) / max(1, |lse|) <=
+    lse_bound(1)`` for every ``|lse|``."""
     bounds = [forward_bound(dtype, REGIME["n_k"], bn, REGIME["head_dim"], REGIME["scaled_abs"], lse=1.0)
               for bn in REGIME["block_ns"]]
     return Bound(*(max(field) for field in zip(*bounds)))
