@@ -128,7 +128,7 @@ def test_sink_is_counted_once_whatever_num_splits():
 
 
 def test_score_mod_inputs_are_checked():
-    """The same checks as flash_attention's (api.check_score_mods), and no gradient through sinks."""
+    """The same checks as flash_attention's (checks.check_score_mods), and no gradient through sinks."""
     q, k, v, lens, _, _ = make_problem(10, 1, 1, 2, 1, [20], torch.float32)
     with pytest.raises(ValueError, match="softcap must be a finite number > 0"):
         flash_attention_with_kvcache(q, k, v, lens, softcap=-1.0)

@@ -105,3 +105,11 @@ def test_padding_select_of_a_term_name_is_caught():
     found = problems(edited("fwd", "    # epilogue: the one division of FA2",
                             "    acc = tl.where(offs_m[:, None] < N_Q, acc, 0.0)\n    # epilogue: the one division of FA2"))
     assert any("assigns ['acc']" in p for p in found), found
+
+
+def test_readme_states_the_number_of_reviewed_exceptions():
+    """The README's sentence on hygiene names how many lines are excepted: it must follow the list."""
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert f"a reviewed list of {len(hygiene.EXCEPTIONS)} structural lines" in readme

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
-import numbers
 
 import torch
 
@@ -83,33 +81,6 @@ def _unsupported_autograd_modes(where: str, *tensors) -> None:
             "autograd cannot run inside functorch's grad transforms; use torch.autograd.grad (vmap works)")
 
 
-def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None,
-               mask_mod=None, mask_args=None):
-    """The checks of the score modifications (issue 15), with FlashAttention's names: ``softcap``
-    a finite number > 0, ``alibi_slopes`` float32 ``(Hq,)`` or ``(B, Hq)``, ``sinks`` float32
-    ``(Hq,)``, on q's device. Returns ``softcap`` as a float (or None)."""
-    B, Hq = q.shape[:2]
-    if softcap is not None:
-        if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real) or not 0 < softcap < math.inf:
-            raise ValueError(f"softcap must be a finite number > 0 (Gemma 2 uses 50.0 for attention), got "
-                             f"{softcap!r}; pass softcap=None for no cap")
-        softcap = float(softcap)
-    for name, t, shapes in (("alibi_slopes", alibi_slopes, ((Hq,), (B, Hq))), ("sinks", sinks, ((Hq,),))):
-        if t is None:
-            continue
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != torch.float32:
-            raise TypeError(f"{name} must be float32 (FlashAttention's convention), got {t.dtype}; "
-                            f"pass {name}.float()")
-        if tuple(t.shape) not in shapes:
-            want = " or ".join(str(sh) for sh in shapes)
-            raise ValueError(f"{name} must have shape {want} (Hq = {Hq} query heads, B = {B}), got {tuple(t.shape)}")
-        if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move it with .to(q.device)")
-    return softcap
-
-
 def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,
                softcap=None, alibi_slopes=None, sinks=None,
                mask_mod=None, mask_args=None):
@@ -120,7 +91,7 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
     window, scale, block = check_inputs(q, k, v, causal=causal, alignment=alignment, window=window,
                                         key_lengths=key_lengths, mask=mask, scale=scale, block=block, tma=tma,
                                         return_lse=return_lse)
-    softcap = check_score_mods(q, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
+    softcap = checks.check_score_mods(q, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
     packed = checks.check_mask_mod(mask_mod, mask_args, q, k)
     B, Hq, Nq, _ = q.shape
     if q.numel() == 0 or k.shape[2] == 0:

@@ -285,3 +285,29 @@ def check_mask_mod(mask_mod, mask_args, q, k) -> torch.Tensor | None:
         raise TypeError(f"mask_mod must be a spec.masks.mask_mod (e.g. spec.masks.prefix_lm, or a function "
                         f"decorated with @mask_mod), got {type(mask_mod).__name__}")
     return mask_mod.pack(mask_args, q.shape[0], q.shape[2], k.shape[2], device=q.device)
+
+
+def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None):
+    """The checks of the score modifications (issue 15), with FlashAttention's names: ``softcap``
+    a finite number > 0, ``alibi_slopes`` float32 ``(Hq,)`` or ``(B, Hq)``, ``sinks`` float32
+    ``(Hq,)``, on q's device. Returns ``softcap`` as a float (or None)."""
+    B, Hq = q.shape[:2]
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real) or not 0 < softcap < math.inf:
+            raise ValueError(f"softcap must be a finite number > 0 (Gemma 2 uses 50.0 for attention), got "
+                             f"{softcap!r}; pass softcap=None for no cap")
+        softcap = float(softcap)
+    for name, t, shapes in (("alibi_slopes", alibi_slopes, ((Hq,), (B, Hq))), ("sinks", sinks, ((Hq,),))):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32 (FlashAttention's convention), got {t.dtype}; "
+                            f"pass {name}.float()")
+        if tuple(t.shape) not in shapes:
+            want = " or ".join(str(sh) for sh in shapes)
+            raise ValueError(f"{name} must have shape {want} (Hq = {Hq} query heads, B = {B}), got {tuple(t.shape)}")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move it with .to(q.device)")
+    return softcap

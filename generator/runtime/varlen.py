@@ -94,7 +94,7 @@ def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seq
     checks.check_block(block, auto=True)
     hints = (_check_max_seqlen("max_seqlen_q", max_seqlen_q), _check_max_seqlen("max_seqlen_k", max_seqlen_k))
     # the dense checks, on a (B, Hq) stand-in of no element: B segments, Hq query heads
-    softcap = api.check_score_mods(q.new_empty((cu_seqlens_q.numel() - 1, q.shape[1], 0)), softcap=softcap,
+    softcap = checks.check_score_mods(q.new_empty((cu_seqlens_q.numel() - 1, q.shape[1], 0)), softcap=softcap,
                                    alibi_slopes=alibi_slopes, sinks=sinks)
     return (None if window is None else checks.check_window(window)), *hints, softcap
 
