@@ -106,15 +106,17 @@ def result(claim_id: str, cases: Iterable[tuple[str, sp.Basic]], how: str) -> Re
     return Result(claim_id, False, f"case '{name}' leaves residual {sp.sstr(r)}{more}", cases)
 
 
-def equal_cases(pairs: Iterable[tuple[str, sp.Basic, sp.Basic]]) -> list[tuple[str, sp.Basic]]:
-    """``(name, lhs, rhs)`` -> ``(name, reduce_zero(lhs - rhs))``; tuples compared piecewise."""
+def equal_cases(pairs: Iterable[tuple[str, sp.Basic, sp.Basic]], residual=None) -> list[tuple[str, sp.Basic]]:
+    """``(name, lhs, rhs)`` -> ``(name, residual(lhs, rhs))``; tuples compared piecewise.
+    ``residual``: ``difference`` (``reduce_zero(lhs - rhs)``) unless a proof passes its own."""
+    residual = residual or difference
     out = []
     for name, lhs, rhs in pairs:
         if isinstance(lhs, (tuple, list)):
             for k, (a, b) in enumerate(zip(lhs, rhs, strict=True)):
-                out.append((f"{name}[{k}]", difference(a, b)))
+                out.append((f"{name}[{k}]", residual(a, b)))
         else:
-            out.append((name, difference(lhs, rhs)))
+            out.append((name, residual(lhs, rhs)))
     return out
 
 

@@ -33,7 +33,7 @@ import sympy as sp
 
 from spec import notation as n
 from spec import terms
-from spec.proof_tools import difference, natural_exp, result, run_terms
+from spec.proof_tools import difference, equal_cases, natural_exp, result, run_terms
 from spec.proofs_score_mods import _definition_with_sink, unsplit_kernel
 from spec.proofs_softmax import run_merge
 from spec.registry import claim
@@ -80,16 +80,10 @@ def _counterexample(lhs, rhs):
     return None
 
 
-def _equal_cases(pairs):
-    """``equal_cases`` with the counterexample check first (``(name, residual)`` per component)."""
-    out = []
-    for name, lhs, rhs in pairs:
-        sides = zip(lhs, rhs, strict=True) if isinstance(lhs, (tuple, list)) else [(lhs, rhs)]
-        for k, (a, b) in enumerate(sides):
-            label = f"{name}[{k}]" if isinstance(lhs, (tuple, list)) else name
-            witness = _counterexample(a, b)
-            out.append((label, witness if witness is not None else difference(a, b)))
-    return out
+def _residual(lhs, rhs):
+    """The counterexample at the point if there is one, else ``difference``'s exact residual."""
+    witness = _counterexample(lhs, rhs)
+    return witness if witness is not None else difference(lhs, rhs)
 
 
 @claim("sink_once_combine",
@@ -137,7 +131,7 @@ def prove_sink_once_combine(step=combine_step, finish=combine_finish, merge_term
                       finish((O, lse_acc), sink_k, merge_terms, sink_terms), (O * sp.exp(lse_acc) / D, sp.log(D))))
     pairs.append(("finish: no split saw a key: out 0, lse = sink", finish(empty, sink, merge_terms, sink_terms),
                   (0, sink)))
-    cases = _equal_cases(pairs)
+    cases = equal_cases(pairs, _residual)
     if any(residual != 0 for _, residual in cases):  # the induction fails: FAILED, without the cross-check
         return result("sink_once_combine", cases, "induction on S: base, 5 step cases, 3 finish cases")
     # cross-check: 2 splits of one key each (partial (v_k, s·x_k)) = the definition with the sink
@@ -146,9 +140,9 @@ def prove_sink_once_combine(step=combine_step, finish=combine_finish, merge_term
     s = n.sm_scale
     x1 = x2 + t / s  # the first key's score is the larger (the other order is the step's)
     got = combine([(v1, s * x1), (v2, s * x2)], sink, step, finish, merge_terms, sink_terms, identity)
-    cases += _equal_cases([("2 splits of 1 key = the definition with the sink", got,
-                             _definition_with_sink([(s * x1, v1), (s * x2, v2)], sink)),
-                            ("2 splits of 1 key = the unsplit kernel with SINK_FOLD", got,
-                             unsplit_kernel([[(x1, v1), (x2, v2)]]))])
+    cases += equal_cases([("2 splits of 1 key = the definition with the sink", got,
+                           _definition_with_sink([(s * x1, v1), (s * x2, v2)], sink)),
+                          ("2 splits of 1 key = the unsplit kernel with SINK_FOLD", got,
+                           unsplit_kernel([[(x1, v1), (x2, v2)]]))], _residual)
     return result("sink_once_combine", cases,
                   "induction on S: base, 5 step cases, 3 finish cases; 2-split cross-check")
