@@ -49,6 +49,13 @@ __all__ = ["CLAIM_IDS", "REGISTRY", "Claim", "Result", "claim", "prove_all"]
 _missing = [cid for cid in CLAIM_IDS if cid not in REGISTRY]
 if _missing:
     raise ImportError(f"claims without a proof: {_missing}")
-_ordered = [REGISTRY[cid] for cid in CLAIM_IDS] + [c for c in REGISTRY.values() if c.id not in CLAIM_IDS]
+#: the proof modules in report order: the newer claims (not in CLAIM_IDS) report in this module
+#: order, then in definition order, whichever module another import (a test's) loaded first
+_MODULES = [m.__name__ for m in (proofs_kernel, proofs_masks, proofs_rewrites, proofs_ring, proofs_softmax,
+                                 proofs_varlen, proofs_paged, proofs_symbolic, proofs_backward, proofs_epilogue,
+                                 proofs_structure, proofs_int32, proofs_float, proofs_score_mods, proofs_mask_mod,
+                                 proofs_sink_combine)]
+_newer = sorted((c for c in REGISTRY.values() if c.id not in CLAIM_IDS), key=lambda c: _MODULES.index(c.prove.__module__))
+_ordered = [REGISTRY[cid] for cid in CLAIM_IDS] + _newer
 REGISTRY.clear()  # in place: anyone holding a reference sees the ordered registry
 REGISTRY.update((c.id, c) for c in _ordered)

@@ -82,3 +82,16 @@ def test_undecided_sign_is_not_proved():
     assert nonnegative(x) != 0  # could be negative: not decided
     assert nonnegative(x**2) == 0
     assert nonnegative(-sp.oo) != 0 and nonnegative(sp.oo) == 0
+
+
+def test_report_order_does_not_depend_on_which_proof_module_was_imported_first():
+    """The newer claims report in spec.claims' module order: a test that imports a proof module
+    before spec.claims (as test_mutants does) must not reorder the registry (python -m spec's JSON
+    is compared to it)."""
+    import subprocess
+    import sys
+
+    code = "{}from spec.claims import REGISTRY; print(list(REGISTRY))"
+    plain, early = (subprocess.run([sys.executable, "-c", code.format(pre)], capture_output=True, text=True,
+                                   check=True).stdout for pre in ("", "import spec.proofs_sink_combine, spec.proofs_mask_mod; "))
+    assert plain == early

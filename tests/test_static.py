@@ -392,6 +392,9 @@ SCORE_MOD_KERNELS = {"softcap": {"_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", 
                      "alibi": {"_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", *DECODE_KERNELS},
                      "sinks": {"_attn_fwd", "_attn_bwd_preprocess", *DECODE_KERNELS, "_merge_states"}}
 
+#: kernels with no tensor-core loop (no MMA to count): the backward's preprocess and the merges
+NO_DOT = {"_attn_bwd_preprocess", "_merge_state", "_merge_states"}
+
 
 @pytest.fixture(scope="module")
 def score_mod_rows():
@@ -424,9 +427,6 @@ def test_each_score_mod_is_spill_free_at_the_defaults(score_mod_rows):
     assert not bad, "\n".join(bad)
     assert {r["mask"] for r in score_mod_rows} == {"none", *static.SCORE_MODS}
 
-
-#: kernels with no tensor-core loop (no MMA to count): the backward's preprocess and the merges
-NO_DOT = {"_attn_bwd_preprocess", "_merge_state", "_merge_states"}
 
 
 def test_a_score_mod_costs_nothing_where_it_prints_nothing(score_mod_rows):
