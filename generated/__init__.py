@@ -25,6 +25,7 @@ KERNELS = {
     (16, 32): {'fwd': 'attention_fwd_br16_bc32', 'softmax': 'softmax_br16_bc32', 'bwd': 'attention_bwd_br16_bc32', 'merge': 'merge_state_br16_bc32', 'decode': 'attention_decode_br16_bc32'},
     (64, 64): {'fwd': 'attention_fwd_br64_bc64', 'softmax': 'softmax_br64_bc64', 'bwd': 'attention_bwd_br64_bc64', 'merge': 'merge_state_br64_bc64', 'decode': 'attention_decode_br64_bc64'},
     (128, 64): {'fwd': 'attention_fwd_br128_bc64', 'softmax': 'softmax_br128_bc64', 'bwd': 'attention_bwd_br128_bc64', 'merge': 'merge_state_br128_bc64', 'decode': 'attention_decode_br128_bc64'},
+    (128, 128): {'fwd': 'attention_fwd_br128_bc128', 'softmax': 'softmax_br128_bc128', 'bwd': 'attention_bwd_br128_bc128', 'merge': 'merge_state_br128_bc128', 'decode': 'attention_decode_br128_bc128'},
 }
 
 #: (B_r, B_c) -> the mask kinds compiled in, and the command that emitted the block
@@ -32,17 +33,20 @@ MASKS = {
     (16, 32): ['causal', 'window', 'lengths', 'dense'],
     (64, 64): ['causal', 'window', 'lengths', 'dense'],
     (128, 64): ['causal', 'window', 'lengths', 'dense'],
+    (128, 128): ['causal', 'window', 'lengths', 'dense'],
 }
 #: (B_r, B_c) -> {mask_mod name: {kernel kind: module}} (spec.mask_mod; `--mask-mod module:name`)
 MASK_MODS = {
     (16, 32): {'prefix_lm': {'fwd': 'attention_fwd_maskmod_prefix_lm_br16_bc32', 'bwd': 'attention_bwd_maskmod_prefix_lm_br16_bc32'}, 'chunked': {'fwd': 'attention_fwd_maskmod_chunked_br16_bc32', 'bwd': 'attention_bwd_maskmod_chunked_br16_bc32'}, 'sink_window': {'fwd': 'attention_fwd_maskmod_sink_window_br16_bc32', 'bwd': 'attention_bwd_maskmod_sink_window_br16_bc32'}, 'document': {'fwd': 'attention_fwd_maskmod_document_br16_bc32', 'bwd': 'attention_bwd_maskmod_document_br16_bc32'}},
     (64, 64): {'prefix_lm': {'fwd': 'attention_fwd_maskmod_prefix_lm_br64_bc64', 'bwd': 'attention_bwd_maskmod_prefix_lm_br64_bc64'}, 'chunked': {'fwd': 'attention_fwd_maskmod_chunked_br64_bc64', 'bwd': 'attention_bwd_maskmod_chunked_br64_bc64'}, 'sink_window': {'fwd': 'attention_fwd_maskmod_sink_window_br64_bc64', 'bwd': 'attention_bwd_maskmod_sink_window_br64_bc64'}, 'document': {'fwd': 'attention_fwd_maskmod_document_br64_bc64', 'bwd': 'attention_bwd_maskmod_document_br64_bc64'}},
     (128, 64): {'prefix_lm': {'fwd': 'attention_fwd_maskmod_prefix_lm_br128_bc64', 'bwd': 'attention_bwd_maskmod_prefix_lm_br128_bc64'}, 'chunked': {'fwd': 'attention_fwd_maskmod_chunked_br128_bc64', 'bwd': 'attention_bwd_maskmod_chunked_br128_bc64'}, 'sink_window': {'fwd': 'attention_fwd_maskmod_sink_window_br128_bc64', 'bwd': 'attention_bwd_maskmod_sink_window_br128_bc64'}, 'document': {'fwd': 'attention_fwd_maskmod_document_br128_bc64', 'bwd': 'attention_bwd_maskmod_document_br128_bc64'}},
+    (128, 128): {'prefix_lm': {'fwd': 'attention_fwd_maskmod_prefix_lm_br128_bc128', 'bwd': 'attention_bwd_maskmod_prefix_lm_br128_bc128'}, 'chunked': {'fwd': 'attention_fwd_maskmod_chunked_br128_bc128', 'bwd': 'attention_bwd_maskmod_chunked_br128_bc128'}, 'sink_window': {'fwd': 'attention_fwd_maskmod_sink_window_br128_bc128', 'bwd': 'attention_bwd_maskmod_sink_window_br128_bc128'}, 'document': {'fwd': 'attention_fwd_maskmod_document_br128_bc128', 'bwd': 'attention_bwd_maskmod_document_br128_bc128'}},
 }
 COMMANDS = {
     (16, 32): "python -m generator --br 16 --bc 32",
     (64, 64): "python -m generator --br 64 --bc 64",
     (128, 64): "python -m generator --br 128 --bc 64",
+    (128, 128): "python -m generator --br 128 --bc 128",
 }
 
 __all__ = ["flash_attention", "flash_attention_varlen", "flash_attention_with_kvcache", "softmax", "merge_state",

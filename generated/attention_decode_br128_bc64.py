@@ -34,8 +34,18 @@ from generator.runtime import launch
 BLOCK_N = 64
 #: most query rows (GROUP x N_q) per program: more rows take more programs on the grid's axis 2
 MAX_BLOCK_M = 128
-NUM_WARPS = 8
-NUM_STAGES = 3
+#: launch settings per (architecture, largest padded head dim), chosen by the generator from the
+#: static report (generator.variants.default_decode_settings, whose docstring says why);
+#: `--num-warps` / `--num-stages` set all of them
+SETTINGS = {
+    80: {
+        256: {'num_warps': 8, 'num_stages': 3},
+    },
+    90: {
+        64: {'num_warps': 8, 'num_stages': 2},
+        256: {'num_warps': 8, 'num_stages': 3},
+    },
+}
 
 @triton.jit
 def _score_mod_scalars(sm_scale, softcap, Slopes, off_b, off_h, stride_sb, stride_sh,
@@ -215,7 +225,8 @@ def forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, *,
         table.stride(0), *slope_strides, H_KV, group, N_Q, num_splits, window_left, window_right,
         HEAD_DIM=D, BLOCK_D=launch.block_d(D), BLOCK_M=rows, BLOCK_N=BLOCK_N, PAGED=paged,
         PAGE_SIZE=k_cache.shape[1] if paged else 1, IS_CAUSAL=causal, HAS_WINDOW=window is not None,
-        **launch.dot_constants(q.dtype), **score_flags, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        **launch.dot_constants(q.dtype), **score_flags,
+        **launch.pick_settings(SETTINGS, launch.settings_arch(q.device), launch.block_d(D)))
 
 
 #: query rows per program compiled ahead of time (benchmarks.static): a GQA group of 4 x 4 tokens
@@ -223,14 +234,16 @@ AOT_ROWS = 16
 
 
 def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, rows=AOT_ROWS, page_size=16,
-                     softcap=False, alibi=False, sinks=False) -> dict:
+                     softcap=False, alibi=False, sinks=False, arch=90) -> dict:
     """Arguments to compile ``_decode_fwd`` ahead of time without a GPU (``benchmarks.static``):
     ``{kernel name: dict(fn, signature, constexprs, num_warps, num_stages)}`` for the contiguous
     and the paged cache (``page_size``), ``rows`` query rows per program (GQA group x N_q).
-    ``softcap``, ``alibi``, ``sinks``: the score modifications compiled in."""
+    ``softcap``, ``alibi``, ``sinks``: the score modifications compiled in. ``arch``: whose launch
+    settings (``SETTINGS``) to compile with."""
     torch_dtype, name = launch.tl_dtype_of(dtype)
     pointers = {"Q": name, "K": name, "V": name, "Out": "fp32", "Lse": "fp32", "CacheSeqlens": "i32",
                 "BlockTable": "i32", "Slopes": "fp32", "Sinks": "fp32"}
+    settings = launch.pick_settings(SETTINGS, arch, launch.block_d(head_dim))
     out = {}
     for label, paged in (("_decode_fwd", False), (f"_decode_fwd[paged{page_size}]", True)):
         constexprs = {"HEAD_DIM": head_dim, "BLOCK_D": launch.block_d(head_dim), "BLOCK_M": block_m(rows),
@@ -239,8 +252,8 @@ def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, r
                       **launch.dot_constants(torch_dtype, interpret=False),
                       **launch.score_mod_constexprs(softcap, alibi, sinks)}
         # one step of the key loop: BLOCK_M query rows x BLOCK_N keys, two products (Q Kᵀ and P V)
-        out[label] = launch.aot_args(_decode_fwd, pointers, ("sm_scale", "softcap"), constexprs, NUM_WARPS,
-                                     NUM_STAGES, loop=(block_m(rows), BLOCK_N, 2))
+        out[label] = launch.aot_args(_decode_fwd, pointers, ("sm_scale", "softcap"), constexprs,
+                                     settings["num_warps"], settings["num_stages"], loop=(block_m(rows), BLOCK_N, 2))
         # the integers of such a launch, for the binder's rule (benchmarks.static): ``rows`` as a GQA
         # group of 4 x rows / 4 tokens (neither 1 nor divisible by 16), and a 4096-token cache's
         # block table of 4096 / page_size pages per sequence

@@ -287,6 +287,7 @@ def render_variant(variant: Variant, source: str | None = None) -> str:
         block_m=c.block_m, block_n=c.block_n, num_warps=c.warps, num_stages=c.stages,
         fwd_settings=_table(c.fwd_settings if variant.mask_mod is None else c.fwd_settings_mask_mod),
         bwd_settings=_table(c.bwd_settings), bwd_map_block=c.bwd_map_block,
+        decode_settings=_table(c.decode_settings),
         masks=list(c.masks), **ctx)
 
 

@@ -64,24 +64,50 @@ def default_num_stages(block_m: int, block_n: int) -> int:
 def default_fwd_settings(block_m: int, block_n: int) -> dict:
     """``{arch: {largest padded head dim: {"num_warps", "num_stages"}}}`` of the forward.
 
-    sm_80: default_num_warps / default_num_stages, the tutorial's pointer-path choices; the
-    pointer path takes them on every GPU (``launch.memory_path_arch``: on sm_90 it is the
-    fallback). sm_90: FWD_SM90 below where it lists the block, chosen from the static report's
-    loop columns on the TMA path (the sm_90 default); else the sm_80 choice."""
+    sm_80: FWD_SM80 where it lists the block, else default_num_warps / default_num_stages, the
+    tutorial's pointer-path choices; the pointer path takes them on every GPU
+    (``launch.memory_path_arch``: on sm_90 it is the fallback). sm_90: FWD_SM90 where it lists the
+    block, chosen from the static report's loop columns on the TMA path (the sm_90 default); else
+    the sm_80 choice."""
     base = {"num_warps": default_num_warps(block_m, block_n), "num_stages": default_num_stages(block_m, block_n)}
-    sm90 = FWD_SM90.get((block_m, block_n), {256: base})
-    return {80: {256: base}, 90: sm90}
+    sm80 = FWD_SM80.get((block_m, block_n), {256: base})
+    sm90 = FWD_SM90.get((block_m, block_n), sm80)
+    return {80: sm80, 90: sm90}
 
 
 #: sm_90 forward settings per block and largest padded head dim (default_fwd_settings). Static
 #: report, TMA path, fp16 unmasked, warp-instructions per tile element of the full-tile loop:
-#: 128x64 at head dim 64 on 4 warps (one warpgroup on 128 rows, tutorial 06's shape) 0.256 at
-#: 189 regs (8 warps: 0.305); at head dim 128 4 warps spill (8 B), so 8 warps (0.350). A 128x128
-#: block would reach 0.250 at head dim 128 on the TMA path (8 warps, 204 regs), but its pointer
-#: path, which every config must also compile spill-free, spills on sm_80 and sm_90 at every
-#: setting tried (8 warps 1-2 stages: 12-184 B; 16 warps: 18 KB), so it is not emitted.
+#:
+#: * 128x64 at head dim 64 on 4 warps (one warpgroup on 128 rows, tutorial 06's shape): 0.256 at
+#:   189 regs (8 warps: 0.305). At head dim 128 4 warps spill (80-108 B), 8 warps 0.350: each
+#:   step rescales the 128 x 128 accumulator for only 128 x 64 scores (D / B_c = 2 multiplies per
+#:   score), and 8 warps pay the per-step bookkeeping on half the elements each.
+#: * 128x128 at head dim 128 on 8 warps (one m64 row slab per warpgroup, 128 keys per step, FA3's
+#:   forward tile): **0.251** at 190 regs, 3 stages (2 stages: 0.250, 195 regs); every score
+#:   modification alone and all three spill-free (alibi 255 regs, no spill). 4 warps spill
+#:   (448-488 B). At head dim 64: 8 warps 0.229 (164 regs), 4 warps 0.213 (246 regs).
+#: * 64x128 would reach 0.250 too (4 warps, 251 regs), but each program reads every K/V tile for
+#:   64 rows only: half the reuse of a 128-row tile, twice the L2 -> shared traffic per FLOP,
+#:   which is what bounds an H100 forward (about 180 FLOP per L2 byte needed; 64 rows at head dim
+#:   128 give 64). Not emitted.
+#:
+#: ``api.AUTO_BLOCKS`` runs 128x64 at head dim 64 and 128x128 above on the sm_90 TMA path.
 FWD_SM90: dict = {
     (128, 64): {64: {"num_warps": 4, "num_stages": 3}, 256: {"num_warps": 8, "num_stages": 3}},
+    (128, 128): {256: {"num_warps": 8, "num_stages": 3}},
+}
+
+#: sm_80 (and pointer-path) forward settings where the tutorial's default_num_warps /
+#: default_num_stages do not fit. 128x128 on the pointer path, static report (sm_80 | sm_90
+#: compile of the same settings): head dim 64 on 8 warps, 3 stages: no spill, 0.308 | 0.235
+#: (2 stages spill 24 B on sm_80). At head dim 128 it spills at every setting tried (8 warps,
+#: 3 stages: 96 | 56 B; 2 stages 184 | 72 B; 4 warps 37 KB | 820 B): the row offsets of the
+#: pointer path stay live across the loop beside a 128 x 128 accumulator. That path is never a
+#: default (``api.AUTO_BLOCKS`` gives it 128x64); ``benchmarks.static.POINTER_SPILLS`` holds it to
+#: the bytes it spills (tests/test_static.py), and an explicit ``block=(128, 128)`` there is
+#: correct, only slower.
+FWD_SM80: dict = {
+    (128, 128): {256: {"num_warps": 8, "num_stages": 3}},
 }
 
 
@@ -154,6 +180,17 @@ def bwd_map_block(settings: dict, block_n: int) -> tuple[int, int]:
     rows = max(max(e["dkdv"]["block_m"], e["dq"]["block_m"]) for e in entries)
     keys = max(max(e["dkdv"]["block_n"], e["dq"]["block_n"]) for e in entries)
     return rows, keys
+
+
+def default_decode_settings(block_m: int, block_n: int) -> dict:
+    """``{arch: {largest padded head dim: {"num_warps", "num_stages"}}}`` of KV-cache decode: the
+    block's default_num_warps / default_num_stages, except on sm_90 at head dim 64, where 3 stages
+    spill 4 B with ALiBi in the contiguous-cache kernel of the 64x64 block (the one
+    ``flash_attention_with_kvcache`` launches: ``runtime.decode.DECODE_BLOCK``; 80 registers) and 2
+    stages do not (1.109 warp-instructions per element against 1.098; `python -m benchmarks.static
+    --module attention_decode_br64_bc64 --arch 90 --head-dim 64 --mask alibi --num-stages 2 3 4`)."""
+    base = {"num_warps": default_num_warps(block_m, block_n), "num_stages": default_num_stages(block_m, block_n)}
+    return {80: {256: base}, 90: {64: {**base, "num_stages": min(base["num_stages"], 2)}, 256: base}}
 
 
 def builtin_mask_mods() -> tuple[str, ...]:
@@ -232,6 +269,12 @@ class BlockConfig:
         return {arch: {dim: {**e, **given} for dim, e in per_dim.items()} for arch, per_dim in table.items()}
 
     @property
+    def decode_settings(self) -> dict:
+        """KV-cache decode's launch settings (default_decode_settings), ``--num-warps`` /
+        ``--num-stages`` applied to every entry when given."""
+        return self._fwd_settings(default_decode_settings(self.block_m, self.block_n))
+
+    @property
     def bwd_settings(self) -> dict:
         """The backward's launch settings (default_bwd_settings), with ``--num-warps`` /
         ``--num-stages`` applied to every kernel when given."""
@@ -277,7 +320,9 @@ class BlockConfig:
                 "launch": {"fwd": {f"sm_{arch}": {str(dim): entry for dim, entry in per_dim.items()}
                                    for arch, per_dim in self.fwd_settings.items()},
                            "bwd": {f"sm_{arch}": {str(dim): entry for dim, entry in per_dim.items()}
-                                   for arch, per_dim in self.bwd_settings.items()}}}
+                                   for arch, per_dim in self.bwd_settings.items()},
+                           "decode": {f"sm_{arch}": {str(dim): entry for dim, entry in per_dim.items()}
+                                      for arch, per_dim in self.decode_settings.items()}}}
 
     @classmethod
     def from_json(cls, d: dict) -> "BlockConfig":

@@ -17,6 +17,7 @@ proof from an ahead-of-time sm_90 compile that it really moves tiles by TMA.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -96,11 +97,52 @@ def test_tma_forward_matches_reference(case, tma_taken):
 
 
 @needs_tma
-@pytest.mark.parametrize("block", [(16, 32), (128, 64)], ids=lambda b: f"{b[0]}x{b[1]}")
+@pytest.mark.parametrize("block", [(16, 32), (128, 64), (128, 128)], ids=lambda b: f"{b[0]}x{b[1]}")
 def test_tma_other_blocks(block, tma_taken):
     assert forward_failures(forward_module(block), tma=True, Nq=150, Nk=90, causal=True, key_lengths=[77],
                             mask="random") == []
     assert tma_taken == [True]
+
+
+@needs_tma
+def test_tma_128x128_at_head_dim_128(tma_taken):
+    """The sm_90 default at head dim above 64 (``api.AUTO_BLOCKS``): 128x128 by TMA, bf16, ragged
+    lengths over two key tiles, causal bottom-right, GQA."""
+    assert forward_failures(forward_module((128, 128)), tma=True, dtype=torch.bfloat16, D=128, Hq=4, Hkv=2,
+                            Nq=150, Nk=200, causal=True, alignment="bottom_right") == []
+    assert tma_taken == [True]
+
+
+def test_auto_block_follows_the_memory_path(monkeypatch):
+    """``block="auto"`` picks by the path the launch will take (``launch.takes_tma_path``): on an sm_90
+    GPU with TMA 128x128 above head dim 64 and 128x64 at 64; on the pointer path (sm_80, tma=False,
+    a layout TMA cannot read) 128x64 at every head dim, never the block whose pointer kernel spills
+    at head dim 128 (``benchmarks.static.POINTER_SPILLS``)."""
+    from generator.runtime import api
+
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "a GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert api.auto_block(cuda, 128, tma=True) == (128, 128) and api.auto_block(cuda, 96, tma=True) == (128, 128)
+    assert api.auto_block(cuda, 64, tma=True) == (128, 64) and api.auto_block(cuda, 128, tma=False) == (128, 64)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert api.auto_block(cuda, 128, tma=True) == (128, 64)  # sm_80 has no TMA path: its settings are the pointer's
+
+
+@pytest.mark.skipif(not launch.interpreting(), reason="CPU tensors take descriptors under the interpreter only")
+def test_takes_tma_path_predicts_tma_operands():
+    """What ``takes_tma_path`` predicts (silently, for ``block="auto"``) is what ``tma_operands``
+    decides at launch."""
+    q = _t((1, 2, 70, 128))
+    strided = q.transpose(-1, -2).contiguous().transpose(-1, -2)  # head dim not contiguous: no descriptor
+    for tensors, want in (({"q": q, "k": q, "v": q}, True), ({"q": q, "k": strided, "v": q}, False)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the prediction is silent
+            assert launch.takes_tma_path(True, tensors, 128) is want
+        assert launch.takes_tma_path(False, tensors, 128) is False
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TmaFallbackWarning)
+            assert launch.tma_operands(True, {n: (t, 128) for n, t in tensors.items()}, 128)[1] is want
 
 
 def test_strided_layout_is_what_it_claims():

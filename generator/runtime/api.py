@@ -27,18 +27,28 @@ from generator.runtime.dispatch import attention_forward, module_for  # noqa: F4
 from generator.runtime import launch
 from generator.runtime.softmax_op import softmax_op
 
-#: ``block="auto"``: the block per (architecture, largest padded head dim), chosen from the static
-#: report (``python -m benchmarks.static``: spill-free, fewest loop instructions per tile element
-#: on the arch's default memory path: sm_90 TMA 128x64 0.256 / 0.350 at head dim 64 / 128 against
-#: 64x64's 0.300 / 0.350; sm_80 128x64 0.356 / 0.521 against 0.370 / 0.715) and the H100 record
-#: (docs/performance/gpu.md: 128x64 the fastest block at most shapes); ``launch.pick_settings``
-#: reads it. Every block listed is generated (tests/test_static.py compiles them).
-AUTO_BLOCKS = {80: {256: (128, 64)}, 90: {256: (128, 64)}}
+#: ``block="auto"``: the block per memory path and largest padded head dim, chosen from the static
+#: report (``python -m benchmarks.static``: spill-free, fewest loop instructions per tile element,
+#: at least 128 rows so that each K/V tile read serves 128 query rows) and the H100 record
+#: (docs/performance/gpu.md: 128x64 the fastest block at most shapes). Keyed like the launch
+#: settings (``launch.memory_path_arch``): 90 is the sm_90 TMA path, 80 the pointer path on any GPU
+#: (sm_80's memory path, sm_90's fallback for a layout TMA cannot read).
+#:
+#: * sm_90 TMA: 128x64 at head dim 64 (0.256 warp-instructions per tile element, tutorial 06's
+#:   shape), 128x128 above (0.251 against 128x64's 0.350: generator.variants.FWD_SM90).
+#: * pointer path: 128x64 (sm_80 0.356 / 0.521 against 64x64's 0.370 / 0.715); 128x128 spills
+#:   there at head dim 128 (generator.variants.FWD_SM80).
+#:
+#: ``launch.pick_settings`` reads it. Every block listed is generated (tests/test_static.py
+#: compiles them).
+AUTO_BLOCKS = {80: {256: (128, 64)}, 90: {64: (128, 64), 256: (128, 128)}}
 
 
-def auto_block(device: torch.device, head_dim: int) -> tuple[int, int]:
-    """The block ``block="auto"`` runs on ``device`` at ``head_dim`` (``AUTO_BLOCKS``)."""
-    return launch.pick_settings(AUTO_BLOCKS, launch.settings_arch(device), launch.block_d(head_dim))
+def auto_block(device: torch.device, head_dim: int, tma: bool = False) -> tuple[int, int]:
+    """The block ``block="auto"`` runs on ``device`` at ``head_dim`` (``AUTO_BLOCKS``), on the TMA
+    path when ``tma`` (``launch.takes_tma_path``), else on the pointer path."""
+    arch = launch.memory_path_arch(launch.settings_arch(device), tma)
+    return launch.pick_settings(AUTO_BLOCKS, arch, launch.block_d(head_dim))
 
 
 def _named_keywords(fn):
@@ -105,10 +115,11 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
             lse = sinks[None, :, None].expand(B, Hq, Nq) + attached.float()
         return (out, lse) if return_lse else out
     q, scale = checks.normalise_scale(q, scale)  # s <= 0: the proven rewrite to s' > 0 (scale_sign_rewrite)
-    if block == "auto":
-        block = auto_block(q.device, q.shape[-1])
     if tma == "auto":
         tma = launch.tma_by_default(q.device)
+    if block == "auto":
+        block = auto_block(q.device, q.shape[-1],
+                           launch.takes_tma_path(tma, {"q": q, "k": k, "v": v}, launch.block_d(q.shape[-1])))
     out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment, window, scale, block[0], block[1],
                                   tma, package, softcap, alibi_slopes, sinks,
                                   None if mask_mod is None else mask_mod.name, packed)
@@ -131,7 +142,8 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     Returns ``out`` (q's dtype, zeros on rows with no key), or ``(out, lse)`` with
     ``return_lse=True`` (lse float32 (B, Hq, N_q), natural log, -inf on rows with no key).
     ``block=(B_r, B_c)`` picks the generated kernels (see ``generated.KERNELS``); ``"auto"`` (the
-    default) the block ``AUTO_BLOCKS`` lists for the GPU's architecture and the head dim.
+    default) the block ``AUTO_BLOCKS`` lists for the memory path and the head dim: 128x64, and
+    128x128 above head dim 64 on the sm_90 TMA path (explicit blocks are honoured on either path).
     Inputs: fp16, bf16 or fp32 (one dtype), D in 1..256, any strides (no copies are made),
     CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``. Any finite ``scale`` (a scale
     <= 0 is rewritten to a positive one, claim ``scale_sign_rewrite``); keys at index >=

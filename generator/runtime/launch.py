@@ -262,14 +262,15 @@ def tma_by_default(device: torch.device) -> bool:
     return device.type == "cuda" and tma_unsupported(device) is None
 
 
-def tma_layout_problem(name: str, t: torch.Tensor, rows: int, block_d: int) -> str | None:
+def tma_layout_problem(name: str, t: torch.Tensor, rows: int, block_d: int, *, check_address: bool = True) -> str | None:
     """Why ``t`` (``(B, H, N, D)``) cannot take a TMA descriptor with block ``[1, 1, rows, block_d]``
     (None when it can). The rules of ``cuTensorMapEncodeTiled`` as Triton's ``TensorDescriptor``
     uses it: the innermost dimension contiguous, every other stride a multiple of 16 bytes (and
     below 2^40 bytes), the base address 16-byte aligned, each box dimension <= 256 elements
     with an innermost extent of >= 16 bytes, sizes that fit Triton's int32 descriptor shape.
     A zero stride (a broadcast made with ``expand``) is refused too: it is not a layout the
-    TMA unit is documented for, and no GPU has checked it here.
+    TMA unit is documented for, and no GPU has checked it here. ``check_address=False`` skips the
+    base-address rule (a traced tensor under ``torch.compile`` has no address yet).
     """
     elem = t.element_size()
     if t.stride(-1) != 1:
@@ -283,7 +284,7 @@ def tma_layout_problem(name: str, t: torch.Tensor, rows: int, block_d: int) -> s
             return (f"{name}'s stride along dimension {dim} is {stride * elem} bytes; TMA needs every stride but "
                     f"the last to be a multiple of 16 bytes (below 2^40): for a contiguous tensor, a head dim "
                     f"that is a multiple of {16 // math.gcd(16, elem)} elements")
-    if t.data_ptr() % 16:
+    if check_address and t.data_ptr() % 16:
         return (f"{name} starts at an address that is not 16-byte aligned (a view at an odd offset); "
                 f"pass {name}.clone()")
     if any(size >= 2**31 for size in t.shape):
@@ -320,6 +321,20 @@ def tma_operands(wanted: bool, operands: dict[str, tuple[torch.Tensor, int]], bl
     TensorDescriptor = _tensor_descriptor_class()
     return [TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, block_d])
             for t, rows in operands.values()], True
+
+
+def takes_tma_path(wanted: bool, tensors: dict[str, torch.Tensor], block_d: int) -> bool:
+    """Whether a forward launch with ``tma=wanted`` on ``tensors`` (``name: (B, H, N, D) tensor``)
+    will take the TMA path (``tma_operands`` decides it at launch, with its error and warning;
+    this only predicts it, silently, so that ``block="auto"`` can pick the block of that path).
+    Checked at 128 rows, the largest block ``api.AUTO_BLOCKS`` lists. Under ``torch.compile``
+    the base addresses are not known while tracing and are taken as 16-byte aligned: a misaligned
+    one still falls back at launch, with the warning."""
+    if not wanted or tma_unsupported(next(iter(tensors.values())).device) is not None:
+        return False
+    check_address = not torch.compiler.is_compiling()
+    return all(tma_layout_problem(name, t, 128, block_d, check_address=check_address) is None
+               for name, t in tensors.items())
 
 
 def tma_signature(dtype_name: str, rows: int, block_d: int) -> str:

@@ -389,12 +389,15 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, layout="zig
         raise ValueError(f"ring_attention needs q and k shards of one length (each rank holds the same positions "
                          f"of q, k and v), got q {tuple(q.shape)} and k {tuple(k.shape)}")
     ring = _Ring(group)
-    block = api.auto_block(q.device, q.shape[-1]) if block == "auto" else block
+    tma = launch.tma_by_default(q.device)  # as flash_attention's tma="auto"
+    if block == "auto":
+        block = api.auto_block(q.device, q.shape[-1],
+                               launch.takes_tma_path(tma, {"q": q, "k": k, "v": v}, launch.block_d(q.shape[-1])))
     if ring.size > 1:
         _check_peers(ring, q, k, causal, layout, block)
     _chunk_size(q.shape[2] * ring.size, ring.size, layout, "the sequence (P x the shard length)")
     q, scale = checks.normalise_scale(q, scale)  # s <= 0: the proven rewrite to s' > 0, as flash_attention
     opts = {"causal": causal, "layout": layout, "scale": scale, "block": block,
-            "tma": launch.tma_by_default(q.device)}  # as flash_attention's tma="auto"
+            "tma": tma}
     out, lse = _RingAttention.apply(q, k, v, opts, ring)
     return (out, lse) if return_lse else out
