@@ -18,18 +18,13 @@ def test_registry_holds_the_fixed_ids_in_order():
 
 @pytest.mark.parametrize("claim_id", list(REGISTRY))  # the fixed ids, then backward_grads, backward_key_major
 def test_claim_is_proved(proved, claim_id):
-    results, _ = proved
+    results = proved
     r = results[claim_id]
     assert r.proved, f"{claim_id}: {r.detail}"
     assert r.status == "PROVED"
     assert r.cases, "a proof must record its cases"
     # PROVED means every residual is the integer 0, structurally
     assert all(res == 0 and isinstance(res, sp.Integer) for _, res in r.cases), r.cases
-
-
-def test_prove_all_is_fast_enough(proved):
-    _, seconds = proved
-    assert seconds < 60, f"prove_all took {seconds:.1f} s; the generator runs it before emitting"
 
 
 def test_key_major_claim_licenses_the_dkdv_kernel_terms():

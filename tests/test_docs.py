@@ -76,7 +76,7 @@ def test_site_is_self_contained(site):
 def test_merge_page_shows_every_claim_with_its_status(site, proved):
     from spec import claims
 
-    results, _seconds = proved  # the session's one prove_all() run (conftest)
+    results = proved  # the session's one prove_all() run (conftest)
     merge = (site / "merge/index.html").read_text()
     assert claims.REGISTRY, "spec.claims.REGISTRY is empty"
     for cid, c in claims.REGISTRY.items():

@@ -22,7 +22,7 @@ def _failed_cases(result):
 
 
 def test_lse_merge_is_proved_on_the_printed_terms(proved):
-    results, _ = proved
+    results = proved
     assert results["lse_merge"].proved, results["lse_merge"].detail
     assert PS.prove_lse_merge.__defaults__[1] is terms.MERGE_STATE  # the terms the kernels print
 

@@ -27,7 +27,7 @@ RING_CLAIMS = ("ring_layout_partition", "ring_causal_blocks", "ring_merge_order"
 # Claims (their mutants: tests/test_mutants.py).
 # ----------------------------------------------------------------------------------
 def test_ring_claims_proved(proved):
-    results, _ = proved
+    results = proved
     for cid in RING_CLAIMS:
         assert results[cid].proved, results[cid].detail
 
