@@ -212,7 +212,35 @@ def page_jobs(archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS) -> list[Jo
                 jobs += make_jobs([m for m in mask_mods if (m.endswith(block) and ".attention_fwd" in m)
                                    or (not tma and m.endswith(bwd_block) and ".attention_bwd" in m)],
                                   masks=("none",), tma=(tma,), **at)
+    if tuple(head_dims) == HEAD_DIMS:  # the whole page: the defaults above head dim 128 too
+        jobs += wide_jobs(archs)
     return list(dict.fromkeys(jobs))  # the same default block at both head dims: once
+
+
+#: the padded head dim the page and the tests compile "above head dim 128" at (BLOCK_D 256)
+WIDE_HEAD_DIM = 256
+
+
+def wide_jobs(archs=tuple(ARCHS)) -> list[Job]:
+    """The kernels the defaults run above head dim 128 (compiled at ``WIDE_HEAD_DIM``), fp16, per
+    arch: the forward of each memory path's default block (on sm_90 the TMA one and the pointer
+    fallback's), the backward's three of the default forward's block, decode and the combine of the
+    runtime's blocks; unmasked, causal, every score modification at once, and varlen (pointer path)
+    where the kernel has it."""
+    served, modules, jobs = runtime_blocks(), kernel_modules(), []
+    at = dict(dtypes=("fp16",), head_dims=(WIDE_HEAD_DIM,))
+    for arch in archs:
+        for tma in ((False, True) if arch in TMA_ARCHS else (False,)):
+            block = default_block(arch, WIDE_HEAD_DIM, tma)
+            fwd = [m for m in modules if m.endswith(block) and ".attention_fwd" in m]
+            masks = ("none", "causal", "softcap+alibi+sinks") + (() if tma else ("varlen causal",))
+            jobs += make_jobs(fwd, archs=(arch,), masks=masks, tma=(tma,), **at)
+        bwd = [m for m in modules if m.endswith(backward_block(arch, WIDE_HEAD_DIM)) and ".attention_bwd" in m]
+        jobs += make_jobs(bwd, archs=(arch,), masks=("none", "causal", "varlen causal", "softcap+alibi+sinks"), **at)
+        decode = [m for m in modules if (m.endswith(served["decode"]) and ".attention_decode" in m)
+                  or (m.endswith(served["merge"]) and ".merge_state" in m)]
+        jobs += make_jobs(decode, archs=(arch,), masks=("none", "softcap+alibi+sinks"), **at)
+    return jobs
 
 
 def supports_tma(module: str) -> bool:
@@ -731,10 +759,21 @@ def _off_cells(c: dict) -> list:
             *("-" if c["on"][m] is None else f"{c['on'][m]} (+{c['on'][m] - c['off']})" for m in SCORE_MODS)]
 
 
+#: the rows above head dim 128, in a section of their own (the families above are at 64 and 128)
+WIDE_FAMILY = ("Above head dim 128: the defaults",
+               lambda r: r["head_dim"] > 128,
+               "The kernels the defaults run at head dims 129-256 (BLOCK_D 256; `wide_jobs`), which take "
+               "their own launch settings and, on the pointer path, their own block (64×64; "
+               "`generator.variants`), fp16: the 128×64 forward's 3 stages and the 128-row dQ tile do not "
+               "fit shared memory there.")
+
+
 def _sections(rows: list[dict]) -> str:
     parts = []
-    for title, member, text in FAMILIES:
-        chosen = [r for r in rows if member(r) and not r.get("deletes") and not r.get("commit")]
+    for title, member, text in (*FAMILIES, WIDE_FAMILY):
+        wide = member is WIDE_FAMILY[1]
+        chosen = [r for r in rows if member(r) and not r.get("deletes") and not r.get("commit")
+                  and (wide or r["head_dim"] <= 128)]
         if chosen:
             parts.append(f"### {title}\n\n{text}\n\n{markdown_table(HEADER, [_cells(r) for r in chosen])}")
     return "\n\n".join(parts)
@@ -808,7 +847,8 @@ def default_rows_sm90(rows: list[dict]) -> list[dict]:
     forward of ``default_block(90, D, tma=True)`` and the dK/dV and dQ kernels of
     ``backward_block(90, D)``, each dtype and head dim, in the order of ``TUTORIAL_SM90``."""
     def runs(r):
-        if r["arch"] != 90 or r["mask"] != "none" or r.get("deletes") or r.get("commit") or "error" in r:
+        if r["arch"] != 90 or r["mask"] != "none" or r.get("deletes") or r.get("commit") or "error" in r \
+                or (r["kernel"], r["head_dim"]) not in TUTORIAL_SM90:
             return False
         if r["kernel"] == "_attn_fwd":
             return bool(r.get("tma")) and ".attention_fwd_br" in r["module"] \
@@ -936,7 +976,8 @@ settings its runtime uses there (`SETTINGS`; the softcap's and varlen's dK/dV ke
 sm_90 above head dim 64): packed sequences (varlen, causal), each score modification and all
 three (unmasked), and the four mask_mod kernels; KV-cache decode (contiguous and paged, unmasked
 and causal) and the split-KV combine at the block the runtime launches them from
-({runtime_blocks()["decode"]}, `DECODE_BLOCK`). {len(rows)} kernels in all (`page_jobs` in `benchmarks/static.py`).
+({runtime_blocks()["decode"]}, `DECODE_BLOCK`). Above head dim 128, at D = {WIDE_HEAD_DIM}, every
+kernel the defaults run (`wide_jobs`). {len(rows)} kernels in all (`page_jobs` in `benchmarks/static.py`).
 
 ## The kernels
 

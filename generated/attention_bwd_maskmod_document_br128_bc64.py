@@ -67,11 +67,13 @@ BLOCK_N = 64
 SETTINGS = {
     80: {
         64: {'dkdv': {'block_n': 128, 'block_m': 32, 'num_warps': 8, 'num_stages': 2}, 'dq': {'block_m': 128, 'block_n': 64, 'num_warps': 8, 'num_stages': 2}},
-        256: {'dkdv': {'block_n': 128, 'block_m': 16, 'num_warps': 8, 'num_stages': 2}, 'dq': {'block_m': 64, 'block_n': 64, 'num_warps': 8, 'num_stages': 3}},
+        128: {'dkdv': {'block_n': 128, 'block_m': 16, 'num_warps': 8, 'num_stages': 2}, 'dq': {'block_m': 64, 'block_n': 64, 'num_warps': 8, 'num_stages': 3}},
+        256: {'dkdv': {'block_n': 16, 'block_m': 32, 'num_warps': 4, 'num_stages': 2}, 'dq': {'block_m': 32, 'block_n': 32, 'num_warps': 4, 'num_stages': 2}},
     },
     90: {
         64: {'dkdv': {'block_n': 128, 'block_m': 64, 'num_warps': 8, 'num_stages': 2}, 'dq': {'block_m': 128, 'block_n': 64, 'num_warps': 8, 'num_stages': 3}},
-        256: {'dkdv': {'block_n': 128, 'block_m': 32, 'num_warps': 8, 'num_stages': 2}, 'dq': {'block_m': 128, 'block_n': 64, 'num_warps': 8, 'num_stages': 3}},
+        128: {'dkdv': {'block_n': 128, 'block_m': 32, 'num_warps': 8, 'num_stages': 2}, 'dq': {'block_m': 128, 'block_n': 64, 'num_warps': 8, 'num_stages': 3}},
+        256: {'dkdv': {'block_n': 16, 'block_m': 32, 'num_warps': 4, 'num_stages': 2}, 'dq': {'block_m': 32, 'block_n': 32, 'num_warps': 4, 'num_stages': 2}},
     },
 }
 #: the tiles of the dense block map both kernels read (``MAP_BLOCK``: a multiple of every row

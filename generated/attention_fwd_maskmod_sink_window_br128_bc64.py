@@ -51,12 +51,23 @@ SETTINGS = {
     },
     90: {
         64: {'num_warps': 8, 'num_stages': 3},
-        256: {'num_warps': 8, 'num_stages': 3},
+        128: {'num_warps': 8, 'num_stages': 3},
+        256: {'num_warps': 8, 'num_stages': 2},
     },
 }
 #: mask kinds this file was generated with (`--mask`), and the command that emitted it
 MASKS = ['causal', 'window', 'lengths', 'dense']
 COMMAND = "python -m generator --br 128 --bc 64"
+
+
+def launch_settings(arch: int, block_d: int, *, tma: bool = False, varlen: bool = False) -> dict:
+    """``SETTINGS`` of a launch on ``arch`` (``launch.settings_arch``) at ``block_d``: the arch's
+    own on the TMA path, sm_80's on the pointer path (``launch.memory_path_arch``). ``varlen``: the
+    packed-batch kernel (pointer path), on one pipeline stage above head dim 128, where it keeps
+    its segment's bounds in registers beside a 256-wide accumulator and the second stage spills
+    (28 B at 64x64 on sm_90: ``python -m benchmarks.static --head-dim 256 --mask "varlen causal"``)."""
+    settings = launch.pick_settings(SETTINGS, launch.memory_path_arch(arch, tma), block_d)
+    return dict(settings, num_stages=1) if varlen and block_d > 128 else settings
 #: the mask_mod compiled into this file (spec.mask_mod; claim mask_mod_sound), its predicate and
 #: its parameters' order in the int32 row MM_row of each batch entry (scalars, then tensors)
 MASK_MOD = "sink_window"
@@ -395,8 +406,7 @@ def forward(q, k, v, *, sm_scale, shift=0, causal=False, window=None, key_length
     (q_arg, k_arg, v_arg, out_arg), use_tma = launch.tma_operands(
         tma, {"q": (q, BLOCK_M), "k": (k, BLOCK_N), "v": (v, BLOCK_N), "out": (out, BLOCK_M)}, BLOCK_D)
     lse = torch.empty((B, H, N_Q), dtype=torch.float32, device=q.device)
-    settings = launch.pick_settings(SETTINGS, launch.memory_path_arch(launch.settings_arch(q.device), use_tma),
-                                    BLOCK_D)
+    settings = launch_settings(launch.settings_arch(q.device), BLOCK_D, tma=use_tma)
     grid = (triton.cdiv(N_Q, BLOCK_M), B * H)
     _attn_fwd[grid](
         q_arg, k_arg, v_arg, out_arg, lse, lens_arg, mask_arg, map_arg, lens_arg, lens_arg, sm_scale, softcap_arg,
@@ -436,6 +446,6 @@ def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, l
     rows = {"Q": BLOCK_M, "K": BLOCK_N, "V": BLOCK_N, "Out": BLOCK_M}
     descriptors = {p: launch.tma_signature(name, r, block_d) for p, r in rows.items()} if tma else None
     # one step of the key loop: a BLOCK_M x BLOCK_N tile, two products (Q Kᵀ and P V)
-    settings = launch.pick_settings(SETTINGS, launch.memory_path_arch(arch, tma), block_d)
+    settings = launch_settings(arch, block_d, tma=tma, varlen=varlen)
     return launch.aot_args(_attn_fwd, pointers, ("sm_scale", "softcap"), constexprs, settings["num_warps"],
                            settings["num_stages"], descriptors, loop=(BLOCK_M, BLOCK_N, 2))

@@ -91,9 +91,14 @@ def default_fwd_settings(block_m: int, block_n: int) -> dict:
 #:   which is what bounds an H100 forward (about 180 FLOP per L2 byte needed; 64 rows at head dim
 #:   128 give 64). Not emitted.
 #:
-#: ``api.AUTO_BLOCKS`` runs 128x64 at head dim 64 and 128x128 above on the sm_90 TMA path.
+#: ``api.AUTO_BLOCKS`` runs 128x64 at head dim 64, 128x128 at 65-128 and 128x64 above on the sm_90
+#: TMA path.
+#:
+#: Head dims above 128 (BLOCK_D 256): 128x64 on 8 warps, 2 stages, 0.451 at 244 regs, 193 KB of
+#: shared memory (3 stages need 264 KB, over sm_90's 227 KB: the launch would fail).
 FWD_SM90: dict = {
-    (128, 64): {64: {"num_warps": 4, "num_stages": 3}, 256: {"num_warps": 8, "num_stages": 3}},
+    (128, 64): {64: {"num_warps": 4, "num_stages": 3}, 128: {"num_warps": 8, "num_stages": 3},
+                256: {"num_warps": 8, "num_stages": 2}},
     (128, 128): {256: {"num_warps": 8, "num_stages": 3}},
 }
 
@@ -106,8 +111,18 @@ FWD_SM90: dict = {
 #: default (``api.AUTO_BLOCKS`` gives it 128x64); ``benchmarks.static.POINTER_SPILLS`` holds it to
 #: the bytes it spills (tests/test_static.py), and an explicit ``block=(128, 128)`` there is
 #: correct, only slower.
+#:
+#: Head dims above 128 (BLOCK_D 256) on the pointer path: 128x64 spills on sm_80 at every setting
+#: (4 warps: 40 KB; 8 warps 1-2 stages: 224-416 B) and its 3 stages need 213 KB of sm_80's
+#: 163 KB, so the pointer path's default there is 64x64 (``api.AUTO_BLOCKS``) on 8 warps, 2 stages:
+#: no spill, unmasked or causal, on sm_80 (1.40 warp-instructions per element, 104 KB) nor on
+#: sm_90's fallback (1.05; MMA issued/needed 1.5 there: 64 rows on two warpgroups); the packed
+#: (varlen) kernel runs one stage there (the template's ``launch_settings``: 2 stages spill 28 B on
+#: sm_90). One stage spills 4 B unmasked on sm_90, 4 warps 12-252 B, and 3 stages need 172 KB of
+#: sm_80's 163.
 FWD_SM80: dict = {
     (128, 128): {256: {"num_warps": 8, "num_stages": 3}},
+    (64, 64): {128: {"num_warps": 4, "num_stages": 3}, 256: {"num_warps": 8, "num_stages": 2}},
 }
 
 
@@ -158,6 +173,16 @@ def default_bwd_settings(block_m: int, block_n: int) -> dict:
     4 warps on 128 rows spill. sm_80: 128 rows, 2 stages at head dim 64 (0.328, 186 regs); at
     head dim 128 128 rows spill (32 B), so 64 rows, 3 stages (0.654, 167 regs).
 
+    Head dims above 128 (BLOCK_D 256), both archs: the dK/dV accumulators alone (2 x keys x 256
+    fp32) leave no room for 64 or 128 keys, and the dQ tile of 128 rows needs 320 KB of shared
+    memory (sm_90: 227 KB; the launch would fail). dK/dV on **16 keys x 32 rows, 4 warps, 2 stages**:
+    no spill, MMA issued/needed 1.00 (2.273 / 2.453 warp-instructions per element on sm_80 / sm_90,
+    206 / 175 regs); 64 keys spill (80 B-3 KB) or, on 8 warps, recompute (1.5-2.5); 32 keys on 4
+    warps spill at 32 rows and recompute (1.5) at 16. dQ on **32 rows x 32 keys, 4 warps, 2 stages**:
+    no spill unmasked, causal or packed (varlen), 1.00 (1.28-1.35 per element, 162-184 regs); 64
+    rows x 32 keys cost less (1.043 / 0.750) but spill 8 / 28 B in the packed kernel, as 64 x 16
+    does on sm_80 (and recomputes there: 1.67).
+
     The 16x32 test config keeps its small tiles (32 keys, 16 rows, 4 warps: no wgmma below M = 64)."""
     if block_n < 64:
         small = {"dkdv": {"block_n": block_n, "block_m": 16, "num_warps": 4, "num_stages": 2},
@@ -168,8 +193,10 @@ def default_bwd_settings(block_m: int, block_n: int) -> dict:
         return {"dkdv": {"block_n": 128, "block_m": dkdv_rows, "num_warps": 8, "num_stages": 2},
                 "dq": {"block_m": dq_rows, "block_n": 64, "num_warps": 8, "num_stages": dq_stages}}
 
-    return {80: {64: entry(32, 128, 2), 256: entry(16, 64, 3)},
-            90: {64: entry(64, 128, 3), 256: entry(32, 128, 3)}}
+    wide = {"dkdv": {"block_n": 16, "block_m": 32, "num_warps": 4, "num_stages": 2},
+            "dq": {"block_m": 32, "block_n": 32, "num_warps": 4, "num_stages": 2}}
+    return {80: {64: entry(32, 128, 2), 128: entry(16, 64, 3), 256: wide},
+            90: {64: entry(64, 128, 3), 128: entry(32, 128, 3), 256: wide}}
 
 
 def bwd_map_block(settings: dict, block_n: int) -> tuple[int, int]:

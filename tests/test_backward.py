@@ -114,6 +114,19 @@ def test_every_block(block, arch, monkeypatch):
                          window=(60, 20)) == []
 
 
+@pytest.mark.parametrize("arch", launch.SETTINGS_ARCHS, ids=lambda a: f"sm_{a}")
+def test_head_dims_above_128_take_their_own_tiles(arch, monkeypatch):
+    """Above head dim 128 (BLOCK_D 256) the backward runs its own tiles (generator.variants.
+    default_bwd_settings: dK/dV 16 keys x 32 rows, dQ 32 x 32) after the forward of
+    ``block="auto"`` (64x64 on the pointer path): a ragged head dim, several tiles each way,
+    causal bottom-right with a window, GQA, fp16, against float64 autograd."""
+    monkeypatch.setattr(launch, "settings_arch", lambda device: arch)
+    module = api.module_for("bwd", api.auto_block(torch.device("cpu"), 200))
+    assert module.launch_settings(arch, 256)["dkdv"][0] == {"BLOCK_N": 16, "BLOCK_M": 32}
+    assert case_failures("auto", dtype=torch.float16, Hq=4, Hkv=2, Nq=100, Nk=75, D=200, causal=True,
+                         alignment="bottom_right", window=(50, 10)) == []
+
+
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda b: f"{b[0]}x{b[1]}")
 def test_backward_tiles_lie_inside_the_block_map_tiles(block):
     """Every row tile (dK/dV step, dQ program) and key tile (dK/dV program, dQ step) of every

@@ -27,6 +27,8 @@ DEFAULT_BLOCK = "br64_bc64"
 #: (contiguous and paged), the merge of partial results (two, and the split-KV fold)
 DEFAULT_KERNELS = {"_attn_fwd", "_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq",
                    "_decode_fwd", "_decode_fwd[paged16]", "_merge_state", "_merge_states"}
+#: kernels with no tensor-core loop (no MMA to count): the backward's preprocess and the merges
+NO_DOT = {"_attn_bwd_preprocess", "_merge_state", "_merge_states"}
 FIX = ("find a setting with `python -m benchmarks.static --module {module} --arch {arch} "
        "--head-dim {head_dim} --num-warps 4 8 --num-stages 2 3 4`, then set the defaults in "
        "generator/variants.py (default_num_warps / default_num_stages, default_bwd_* for the "
@@ -366,6 +368,27 @@ def test_sm90_defaults_reach_the_tutorials_cost_per_element(auto_rows):
     assert not bad, "\n".join(bad)
 
 
+@pytest.fixture(scope="module")
+def wide_rows():
+    return static.run_jobs(static.wide_jobs())
+
+
+def test_head_dims_above_128_fit_at_the_defaults(wide_rows):
+    """Above head dim 128 every default kernel compiles, fits the architecture's shared memory (the
+    128x64 forward's 3 stages and the 128-row dQ tile did not: a GPU launch failed with Triton's
+    OutOfResources), does not spill, runs its dots on tensor cores, and issues no redundant MMA, but
+    sm_90's pointer fallback forward (64x64 on two warpgroups: 1.5, generator.variants.FWD_SM80)."""
+    errors = [f"{_name(r)}: {r['error']}" for r in wide_rows if "error" in r]
+    assert not errors, "\n".join(errors)
+    bad = [f"{_name(r)}: {static.verdict(r)}, {r['regs']} regs, {r['shared_bytes']} B shared, MMA issued/needed "
+           f"{r.get('mma_issued_per_needed')}" for r in wide_rows if not all(static.verdict(r).values())
+           or (r["kernel"] not in NO_DOT and not (r["kernel"] == "_attn_fwd" and r["arch"] == 90 and not r.get("tma"))
+               and not (r.get("mma_issued_per_needed") or 99) <= 1.05)]
+    assert not bad, "\n".join(bad)
+    kernels = {(r["kernel"], r["arch"]) for r in wide_rows}
+    assert {("_attn_fwd", a) for a in launch.SETTINGS_ARCHS} | {("_attn_bwd_dkdv", 90), ("_decode_fwd", 80)} <= kernels
+
+
 def test_varlen_kernels_compile_clean():
     """The packed-batch kernels (IS_VARLEN, as flash_attention_varlen launches them) of the default
     block: forward and the three backward kernels, sm_80 and sm_90, head dims 64 and 128, causal:
@@ -390,8 +413,6 @@ SCORE_MOD_KERNELS = {"softcap": {"_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", 
                      "alibi": {"_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", *DECODE_KERNELS},
                      "sinks": {"_attn_fwd", "_attn_bwd_preprocess", *DECODE_KERNELS, "_merge_states"}}
 
-#: kernels with no tensor-core loop (no MMA to count): the backward's preprocess and the merges
-NO_DOT = {"_attn_bwd_preprocess", "_merge_state", "_merge_states"}
 
 
 @pytest.fixture(scope="module")

@@ -105,19 +105,20 @@ def test_tma_other_blocks(block, tma_taken):
 
 
 @needs_tma
-def test_tma_128x128_at_head_dim_128(tma_taken):
-    """The sm_90 default at head dim above 64 (``api.AUTO_BLOCKS``): 128x128 by TMA, bf16, ragged
-    lengths over two key tiles, causal bottom-right, GQA."""
-    assert forward_failures(forward_module((128, 128)), tma=True, dtype=torch.bfloat16, D=128, Hq=4, Hkv=2,
+@pytest.mark.parametrize("block, D", [((128, 128), 128), ((128, 64), 200)], ids=("128x128_hd128", "128x64_hd200"))
+def test_tma_sm90_defaults_above_head_dim_64(block, D, tma_taken):
+    """The sm_90 TMA defaults above head dim 64 (``api.AUTO_BLOCKS``): 128x128 up to 128, 128x64
+    above (a [1, 1, 128, 256] box), bf16, ragged lengths over two key tiles, causal bottom-right, GQA."""
+    assert forward_failures(forward_module(block), tma=True, dtype=torch.bfloat16, D=D, Hq=4, Hkv=2,
                             Nq=150, Nk=200, causal=True, alignment="bottom_right") == []
     assert tma_taken == [True]
 
 
 def test_auto_block_follows_the_memory_path(monkeypatch):
     """``block="auto"`` picks by the path the launch will take (``launch.takes_tma_path``): on an sm_90
-    GPU with TMA 128x128 above head dim 64 and 128x64 at 64; on the pointer path (sm_80, tma=False,
-    a layout TMA cannot read) 128x64 at every head dim, never the block whose pointer kernel spills
-    at head dim 128 (``benchmarks.static.POINTER_SPILLS``)."""
+    GPU with TMA 128x64 at head dim 64, 128x128 at 65-128, 128x64 above; on the pointer path (sm_80,
+    tma=False, a layout TMA cannot read) 128x64 up to 128 and 64x64 above, never the block whose
+    pointer kernel spills at head dim 128 (``benchmarks.static.POINTER_SPILLS``)."""
     from generator.runtime import api
 
     cuda = torch.device("cuda")
@@ -125,6 +126,8 @@ def test_auto_block_follows_the_memory_path(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     assert api.auto_block(cuda, 128, tma=True) == (128, 128) and api.auto_block(cuda, 96, tma=True) == (128, 128)
     assert api.auto_block(cuda, 64, tma=True) == (128, 64) and api.auto_block(cuda, 128, tma=False) == (128, 64)
+    # above head dim 128 (BLOCK_D 256) neither 128x128 nor, on the pointer path, 128x64 fits
+    assert api.auto_block(cuda, 256, tma=True) == (128, 64) and api.auto_block(cuda, 160, tma=False) == (64, 64)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     assert api.auto_block(cuda, 128, tma=True) == (128, 64)  # sm_80 has no TMA path: its settings are the pointer's
 

@@ -99,6 +99,15 @@ def test_gradients_match_float64_autograd(case):
     assert grad_failures(got, reference_grads(q, k, v, do, cu_q, cu_k, **kw), q.dtype) == [], (block, shape, kw)
 
 
+def test_head_dims_above_128():
+    """A packed causal batch at head dim 200 (BLOCK_D 256: the forward's one-stage packed settings,
+    the backward's 16-key dK/dV and 32-row dQ tiles), forward and gradients, fp16."""
+    q, k, v, do, cu_q, cu_k = packed([37, 0, 70], [50, 9, 70], Hq=4, Hkv=2, D=200, dtype=torch.float16, seed=3)
+    (out, lse), got = varlen_grads(q, k, v, do, cu_q, cu_k, causal=True)
+    assert attention_failures(out, lse, *varlen_attention(q, k, v, cu_q, cu_k, causal=True), v) == []
+    assert grad_failures(got, reference_grads(q, k, v, do, cu_q, cu_k, causal=True), q.dtype) == []
+
+
 def test_reference_is_the_block_diagonal_dense_mask():
     """The varlen reference equals the dense reference over the whole packed batch with the
     block-diagonal mask of spec.varlen.packed_mask (rows with no key: 0 and -inf in both)."""

@@ -35,13 +35,15 @@ from generator.runtime.softmax_op import softmax_op
 #: (sm_80's memory path, sm_90's fallback for a layout TMA cannot read).
 #:
 #: * sm_90 TMA: 128x64 at head dim 64 (0.256 warp-instructions per tile element, tutorial 06's
-#:   shape), 128x128 above (0.251 against 128x64's 0.350: generator.variants.FWD_SM90).
-#: * pointer path: 128x64 (sm_80 0.356 / 0.521 against 64x64's 0.370 / 0.715); 128x128 spills
-#:   there at head dim 128 (generator.variants.FWD_SM80).
+#:   shape), 128x128 up to 128 (0.251 against 128x64's 0.350: generator.variants.FWD_SM90), 128x64
+#:   above (128x128 does not fit shared memory at BLOCK_D 256).
+#: * pointer path: 128x64 up to head dim 128 (sm_80 0.356 / 0.521 against 64x64's 0.370 / 0.715;
+#:   128x128 spills there at head dim 128: generator.variants.FWD_SM80), 64x64 above (128x64
+#:   spills and overflows sm_80's shared memory at BLOCK_D 256).
 #:
 #: ``launch.pick_settings`` reads it. Every block listed is generated (tests/test_static.py
 #: compiles them).
-AUTO_BLOCKS = {80: {256: (128, 64)}, 90: {64: (128, 64), 256: (128, 128)}}
+AUTO_BLOCKS = {80: {128: (128, 64), 256: (64, 64)}, 90: {64: (128, 64), 128: (128, 128), 256: (128, 64)}}
 
 
 def auto_block(device: torch.device, head_dim: int, tma: bool = False) -> tuple[int, int]:
@@ -142,8 +144,10 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     Returns ``out`` (q's dtype, zeros on rows with no key), or ``(out, lse)`` with
     ``return_lse=True`` (lse float32 (B, Hq, N_q), natural log, -inf on rows with no key).
     ``block=(B_r, B_c)`` picks the generated kernels (see ``generated.KERNELS``); ``"auto"`` (the
-    default) the block ``AUTO_BLOCKS`` lists for the memory path and the head dim: 128x64, and
-    128x128 above head dim 64 on the sm_90 TMA path (explicit blocks are honoured on either path).
+    default) the block ``AUTO_BLOCKS`` lists for the memory path and the head dim (128x64; on the
+    sm_90 TMA path 128x128 for head dims 65-128; on the pointer path 64x64 above 128); explicit
+    blocks are honoured on either path (above head dim 128 a large one may not fit shared memory,
+    which Triton reports as OutOfResources).
     Inputs: fp16, bf16 or fp32 (one dtype), D in 1..256, any strides (no copies are made),
     CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``. Any finite ``scale`` (a scale
     <= 0 is rewritten to a positive one, claim ``scale_sign_rewrite``); keys at index >=
