@@ -226,8 +226,10 @@ def wide_jobs(archs=tuple(ARCHS)) -> list[Job]:
     arch: the forward of each memory path's default block (on sm_90 the TMA one and the pointer
     fallback's), the backward's three of the default forward's block, decode and the combine of the
     runtime's blocks; unmasked, causal, every score modification at once, and varlen (pointer path)
-    where the kernel has it."""
+    where the kernel has it; and the document mask_mod's forward and backward (two id reads per tile
+    corner: the mask_mod kernels' worst case)."""
     served, modules, jobs = runtime_blocks(), kernel_modules(), []
+    document = [m for m in kernel_modules(mask_mods=True) if "_maskmod_document_" in m]
     at = dict(dtypes=("fp16",), head_dims=(WIDE_HEAD_DIM,))
     for arch in archs:
         for tma in ((False, True) if arch in TMA_ARCHS else (False,)):
@@ -235,8 +237,13 @@ def wide_jobs(archs=tuple(ARCHS)) -> list[Job]:
             fwd = [m for m in modules if m.endswith(block) and ".attention_fwd" in m]
             masks = ("none", "causal", "softcap+alibi+sinks") + (() if tma else ("varlen causal",))
             jobs += make_jobs(fwd, archs=(arch,), masks=masks, tma=(tma,), **at)
-        bwd = [m for m in modules if m.endswith(backward_block(arch, WIDE_HEAD_DIM)) and ".attention_bwd" in m]
+            jobs += make_jobs([m for m in document if m.endswith(block) and ".attention_fwd" in m], archs=(arch,),
+                              masks=("none",), tma=(tma,), **at)
+        bwd_block = backward_block(arch, WIDE_HEAD_DIM)
+        bwd = [m for m in modules if m.endswith(bwd_block) and ".attention_bwd" in m]
         jobs += make_jobs(bwd, archs=(arch,), masks=("none", "causal", "varlen causal", "softcap+alibi+sinks"), **at)
+        jobs += make_jobs([m for m in document if m.endswith(bwd_block) and ".attention_bwd" in m], archs=(arch,),
+                          masks=("none",), **at)
         decode = [m for m in modules if (m.endswith(served["decode"]) and ".attention_decode" in m)
                   or (m.endswith(served["merge"]) and ".merge_state" in m)]
         jobs += make_jobs(decode, archs=(arch,), masks=("none", "softcap+alibi+sinks"), **at)
