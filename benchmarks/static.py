@@ -212,8 +212,8 @@ def page_jobs(archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS) -> list[Jo
                 jobs += make_jobs([m for m in mask_mods if (m.endswith(block) and ".attention_fwd" in m)
                                    or (not tma and m.endswith(bwd_block) and ".attention_bwd" in m)],
                                   masks=("none",), tma=(tma,), **at)
-    if tuple(head_dims) == HEAD_DIMS:  # the whole page: the defaults above head dim 128 too
-        jobs += wide_jobs(archs)
+    if tuple(head_dims) == HEAD_DIMS:  # the whole page: the defaults above head dim 128 and on fp32 too
+        jobs += wide_jobs(archs) + fp32_jobs(archs)
     return list(dict.fromkeys(jobs))  # the same default block at both head dims: once
 
 
@@ -248,6 +248,24 @@ def wide_jobs(archs=tuple(ARCHS)) -> list[Job]:
                   or (m.endswith(served["merge"]) and ".merge_state" in m)]
         jobs += make_jobs(decode, archs=(arch,), masks=("none", "softcap+alibi+sinks"), **at)
     return jobs
+
+
+def fp32_jobs(archs=tuple(ARCHS)) -> list[Job]:
+    """The kernels the defaults run on float32 inputs on a GPU (``api.FP32_BLOCK``; decode at the
+    runtime's block), at head dims 64, 128 and ``WIDE_HEAD_DIM``: the forward (pointer, and TMA on
+    sm_90), the backward's three and decode, unmasked, causal and (pointer path) varlen. Their dots
+    are IEEE fp32 on the CUDA cores: what must hold is that each fits shared memory (a launch
+    that does not fails), not the tensor-core columns."""
+    from generator.runtime import api
+
+    block, served = f"br{api.FP32_BLOCK[0]}_bc{api.FP32_BLOCK[1]}", runtime_blocks()
+    modules = kernel_modules()
+    fwd = [m for m in modules if m.endswith(block) and ".attention_fwd" in m]
+    bwd = [m for m in modules if m.endswith(block) and ".attention_bwd" in m]
+    decode = [m for m in modules if m.endswith(served["decode"]) and ".attention_decode" in m]
+    at = dict(archs=archs, dtypes=("fp32",), head_dims=(*HEAD_DIMS, WIDE_HEAD_DIM))
+    return (make_jobs(fwd + bwd, masks=("none", "causal", "varlen causal"), **at)
+            + make_jobs(fwd, masks=("none", "causal"), tma=(True,), **at) + make_jobs(decode, masks=("none",), **at))
 
 
 def supports_tma(module: str) -> bool:
@@ -775,12 +793,22 @@ WIDE_FAMILY = ("Above head dim 128: the defaults",
                "fit shared memory there.")
 
 
+#: the float32 rows, in a section of their own
+FP32_FAMILY = ("float32 inputs on a GPU",
+               lambda r: r["dtype"] == "fp32",
+               "The kernels the defaults run on float32 inputs (`fp32_jobs`: `api.FP32_BLOCK`, 16×32; decode at "
+               "its runtime block), head dims 64, 128 and 256. Their dots are IEEE fp32 on the CUDA cores "
+               "(`launch.dot_constants`), so the tensor-core columns do not apply: the `ok` that matters here is "
+               "`fits_shared` (a launch that does not fit fails). fp32 is the exact path, not the fast one.")
+
+
 def _sections(rows: list[dict]) -> str:
     parts = []
-    for title, member, text in (*FAMILIES, WIDE_FAMILY):
-        wide = member is WIDE_FAMILY[1]
+    for title, member, text in (*FAMILIES, WIDE_FAMILY, FP32_FAMILY):
+        special = member in (WIDE_FAMILY[1], FP32_FAMILY[1])
         chosen = [r for r in rows if member(r) and not r.get("deletes") and not r.get("commit")
-                  and (wide or r["head_dim"] <= 128)]
+                  and (special or (r["head_dim"] <= 128 and r["dtype"] != "fp32"))
+                  and (member is FP32_FAMILY[1] or r["dtype"] != "fp32")]
         if chosen:
             parts.append(f"### {title}\n\n{text}\n\n{markdown_table(HEADER, [_cells(r) for r in chosen])}")
     return "\n\n".join(parts)
@@ -893,6 +921,14 @@ MMA issued/needed at most 1.05, no spill — what `tests/test_static.py` asserts
 
 
 def _verdict_line(rows: list[dict]) -> str:
+    fp32 = [r for r in rows if r["dtype"] == "fp32"]
+    fits = sum("error" not in r and verdict(r)["fits_shared"] for r in fp32)
+    fp32_line = (f" Of the {len(fp32)} float32 rows, {fits} fit shared memory (their ok column reports the "
+                 "CUDA-core dots and the spills of IEEE fp32 tiles: expected there).") if fp32 else ""
+    return _tensor_core_verdict([r for r in rows if r["dtype"] != "fp32"]) + fp32_line
+
+
+def _tensor_core_verdict(rows: list[dict]) -> str:
     bad = [r for r in rows if "error" in r or not all(verdict(r).values())]
     if not bad:
         return "All rows are ok."
@@ -984,7 +1020,7 @@ sm_90 above head dim 64): packed sequences (varlen, causal), each score modifica
 three (unmasked), and the four mask_mod kernels; KV-cache decode (contiguous and paged, unmasked
 and causal) and the split-KV combine at the block the runtime launches them from
 ({runtime_blocks()["decode"]}, `DECODE_BLOCK`). Above head dim 128, at D = {WIDE_HEAD_DIM}, every
-kernel the defaults run (`wide_jobs`). {len(rows)} kernels in all (`page_jobs` in `benchmarks/static.py`).
+kernel the defaults run (`wide_jobs`), and the defaults on float32 inputs (`fp32_jobs`). {len(rows)} kernels in all (`page_jobs` in `benchmarks/static.py`).
 
 ## The kernels
 

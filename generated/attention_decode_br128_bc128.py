@@ -47,6 +47,16 @@ SETTINGS = {
     },
 }
 
+
+def launch_settings(arch: int, block_d: int, dtype: torch.dtype) -> dict:
+    """``SETTINGS`` for ``arch`` at ``block_d``; a float32 cache (4-byte tiles) at BLOCK_D 256 on at
+    most 2 stages: 3 need 276 KB of shared memory (sm_80 has 163 KB, sm_90 227 KB; the launch would
+    fail), 2 need 148 KB."""
+    settings = launch.pick_settings(SETTINGS, arch, block_d)
+    if dtype == torch.float32 and block_d > 128:
+        return dict(settings, num_stages=min(settings["num_stages"], 2))
+    return settings
+
 @triton.jit
 def _score_mod_scalars(sm_scale, softcap, Slopes, off_b, off_h, stride_sb, stride_sh,
                        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr):
@@ -226,7 +236,7 @@ def forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, *,
         HEAD_DIM=D, BLOCK_D=launch.block_d(D), BLOCK_M=rows, BLOCK_N=BLOCK_N, PAGED=paged,
         PAGE_SIZE=k_cache.shape[1] if paged else 1, IS_CAUSAL=causal, HAS_WINDOW=window is not None,
         **launch.dot_constants(q.dtype), **score_flags,
-        **launch.pick_settings(SETTINGS, launch.settings_arch(q.device), launch.block_d(D)))
+        **launch_settings(launch.settings_arch(q.device), launch.block_d(D), k_cache.dtype))
 
 
 #: query rows per program compiled ahead of time (benchmarks.static): a GQA group of 4 x 4 tokens
@@ -243,7 +253,7 @@ def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, r
     torch_dtype, name = launch.tl_dtype_of(dtype)
     pointers = {"Q": name, "K": name, "V": name, "Out": "fp32", "Lse": "fp32", "CacheSeqlens": "i32",
                 "BlockTable": "i32", "Slopes": "fp32", "Sinks": "fp32"}
-    settings = launch.pick_settings(SETTINGS, arch, launch.block_d(head_dim))
+    settings = launch_settings(arch, launch.block_d(head_dim), torch_dtype)
     out = {}
     for label, paged in (("_decode_fwd", False), (f"_decode_fwd[paged{page_size}]", True)):
         constexprs = {"HEAD_DIM": head_dim, "BLOCK_D": launch.block_d(head_dim), "BLOCK_M": block_m(rows),

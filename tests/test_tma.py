@@ -130,6 +130,9 @@ def test_auto_block_follows_the_memory_path(monkeypatch):
     assert api.auto_block(cuda, 256, tma=True) == (128, 64) and api.auto_block(cuda, 160, tma=False) == (64, 64)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     assert api.auto_block(cuda, 128, tma=True) == (128, 64)  # sm_80 has no TMA path: its settings are the pointer's
+    # float32 on a GPU: IEEE dots on the CUDA cores, the block that fits shared memory at every head dim
+    assert api.auto_block(cuda, 256, tma=True, dtype=torch.float32) == api.FP32_BLOCK == (16, 32)
+    assert api.auto_block(torch.device("cpu"), 64, dtype=torch.float32) == (128, 64)  # the interpreter: as sm_80
 
 
 @pytest.mark.skipif(not launch.interpreting(), reason="CPU tensors take descriptors under the interpreter only")

@@ -46,9 +46,22 @@ from generator.runtime.softmax_op import softmax_op
 AUTO_BLOCKS = {80: {128: (128, 64), 256: (64, 64)}, 90: {64: (128, 64), 128: (128, 128), 256: (128, 64)}}
 
 
-def auto_block(device: torch.device, head_dim: int, tma: bool = False) -> tuple[int, int]:
+#: ``block="auto"`` for float32 inputs on a GPU. Their dots run in IEEE fp32 on the CUDA cores
+#: (``launch.dot_constants``: tf32 would break the fp32 tolerance), which holds both operands of
+#: every product in registers and doubles every tile's bytes: at AUTO_BLOCKS' blocks they spill
+#: kilobytes and from head dim 128 overflow shared memory (the launch fails). 16x32 fits shared
+#: memory at every head dim on sm_80 and sm_90 (``tests/test_static.py``). FlashAttention and
+#: SDPA's flash backend take no fp32 at all; here fp32 is the exact path, not the fast one.
+FP32_BLOCK = (16, 32)
+
+
+def auto_block(device: torch.device, head_dim: int, tma: bool = False,
+               dtype: torch.dtype = torch.float16) -> tuple[int, int]:
     """The block ``block="auto"`` runs on ``device`` at ``head_dim`` (``AUTO_BLOCKS``), on the TMA
-    path when ``tma`` (``launch.takes_tma_path``), else on the pointer path."""
+    path when ``tma`` (``launch.takes_tma_path``), else on the pointer path; ``FP32_BLOCK`` for
+    float32 inputs on a GPU."""
+    if dtype == torch.float32 and device.type == "cuda":
+        return FP32_BLOCK
     arch = launch.memory_path_arch(launch.settings_arch(device), tma)
     return launch.pick_settings(AUTO_BLOCKS, arch, launch.block_d(head_dim))
 
@@ -121,7 +134,7 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
         tma = launch.tma_by_default(q.device)
     if block == "auto":
         block = auto_block(q.device, q.shape[-1],
-                           launch.takes_tma_path(tma, {"q": q, "k": k, "v": v}, launch.block_d(q.shape[-1])))
+                           launch.takes_tma_path(tma, {"q": q, "k": k, "v": v}, launch.block_d(q.shape[-1])), q.dtype)
     out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment, window, scale, block[0], block[1],
                                   tma, package, softcap, alibi_slopes, sinks,
                                   None if mask_mod is None else mask_mod.name, packed)
@@ -147,7 +160,8 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     default) the block ``AUTO_BLOCKS`` lists for the memory path and the head dim (128x64; on the
     sm_90 TMA path 128x128 for head dims 65-128; on the pointer path 64x64 above 128); explicit
     blocks are honoured on either path (above head dim 128 a large one may not fit shared memory,
-    which Triton reports as OutOfResources).
+    which Triton reports as OutOfResources). float32 inputs on a GPU run 16x32 (``FP32_BLOCK``:
+    exact IEEE dots on the CUDA cores, slow; cast to fp16/bf16 for speed).
     Inputs: fp16, bf16 or fp32 (one dtype), D in 1..256, any strides (no copies are made),
     CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``. Any finite ``scale`` (a scale
     <= 0 is rewritten to a positive one, claim ``scale_sign_rewrite``); keys at index >=

@@ -217,7 +217,7 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
                                                  causal=causal, window=window, scale=scale, block=block,
                                                  softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
     if block == "auto":
-        block = api.auto_block(q.device, q.shape[-1], tma=False)  # the packed kernels move tiles by pointers
+        block = api.auto_block(q.device, q.shape[-1], tma=False, dtype=q.dtype)  # the packed kernels: pointers
     checks.check_seq_lens(q.shape[0], k.shape[0])
     # the proven host rewrites of flash_attention: a scale <= 0 becomes a positive one (scale_sign_rewrite);
     # window sides clamp to total_q + total_k, at least every segment's n_q + n_k (window_clamp)
