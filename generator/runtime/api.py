@@ -66,6 +66,14 @@ def auto_block(device: torch.device, head_dim: int, tma: bool = False,
     return launch.pick_settings(AUTO_BLOCKS, arch, launch.block_d(head_dim))
 
 
+def dense_auto_block(q, k, v, tma: bool) -> tuple[int, int]:
+    """``auto_block`` for a dense launch on ``q, k, v`` asked for ``tma``: on the path it will take
+    (``launch.takes_tma_path``: a layout TMA cannot read falls back) and for q's dtype."""
+    head_dim = q.shape[-1]
+    on_tma = launch.takes_tma_path(tma, {"q": q, "k": k, "v": v}, launch.block_d(head_dim))
+    return auto_block(q.device, head_dim, on_tma, q.dtype)
+
+
 def _named_keywords(fn):
     """Reject keywords ``fn`` does not take with a TypeError, naming the flashproof spelling of
     SDPA / FlashAttention ones (``is_causal`` -> ``causal=True``)."""
@@ -133,8 +141,7 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
     if tma == "auto":
         tma = launch.tma_by_default(q.device)
     if block == "auto":
-        block = auto_block(q.device, q.shape[-1],
-                           launch.takes_tma_path(tma, {"q": q, "k": k, "v": v}, launch.block_d(q.shape[-1])), q.dtype)
+        block = dense_auto_block(q, k, v, tma)
     out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment, window, scale, block[0], block[1],
                                   tma, package, softcap, alibi_slopes, sinks,
                                   None if mask_mod is None else mask_mod.name, packed)

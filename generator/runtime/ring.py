@@ -391,9 +391,7 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, layout="zig
     ring = _Ring(group)
     tma = launch.tma_by_default(q.device)  # as flash_attention's tma="auto"
     if block == "auto":
-        block = api.auto_block(q.device, q.shape[-1],
-                               launch.takes_tma_path(tma, {"q": q, "k": k, "v": v}, launch.block_d(q.shape[-1])),
-                               q.dtype)
+        block = api.dense_auto_block(q, k, v, tma)
     if ring.size > 1:
         _check_peers(ring, q, k, causal, layout, block)
     _chunk_size(q.shape[2] * ring.size, ring.size, layout, "the sequence (P x the shard length)")
