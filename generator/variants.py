@@ -283,30 +283,35 @@ class BlockConfig:
     def fwd_settings(self) -> dict:
         """The forward's launch settings (default_fwd_settings), ``--num-warps`` / ``--num-stages``
         applied to every entry when given."""
-        return self._fwd_settings(default_fwd_settings(self.block_m, self.block_n))
+        return self._with_given(default_fwd_settings(self.block_m, self.block_n))
 
     @property
     def fwd_settings_mask_mod(self) -> dict:
         """The launch settings of the forward with a mask_mod compiled in (mask_mod_fwd_settings),
         ``--num-warps`` / ``--num-stages`` applied as for the plain forward."""
-        return self._fwd_settings(mask_mod_fwd_settings(self.block_m, self.block_n))
+        return self._with_given(mask_mod_fwd_settings(self.block_m, self.block_n))
 
-    def _fwd_settings(self, table: dict) -> dict:
-        given = {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages)) if v is not None}
-        return {arch: {dim: {**e, **given} for dim, e in per_dim.items()} for arch, per_dim in table.items()}
+    @property
+    def _given(self) -> dict:
+        """``--num-warps`` / ``--num-stages`` as given (the entries that override every default)."""
+        return {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages)) if v is not None}
+
+    def _with_given(self, table: dict) -> dict:
+        """``table`` (``{arch: {head dim: settings}}``) with ``_given`` applied to every entry."""
+        return {arch: {dim: {**e, **self._given} for dim, e in per_dim.items()} for arch, per_dim in table.items()}
 
     @property
     def decode_settings(self) -> dict:
         """KV-cache decode's launch settings (default_decode_settings), ``--num-warps`` /
         ``--num-stages`` applied to every entry when given."""
-        return self._fwd_settings(default_decode_settings(self.block_m, self.block_n))
+        return self._with_given(default_decode_settings(self.block_m, self.block_n))
 
     @property
     def bwd_settings(self) -> dict:
         """The backward's launch settings (default_bwd_settings), with ``--num-warps`` /
         ``--num-stages`` applied to every kernel when given."""
-        given = {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages)) if v is not None}
-        return {arch: {dim: {kernel: {**e, **given} for kernel, e in entry.items()} for dim, entry in per_dim.items()}
+        return {arch: {dim: {kernel: {**e, **self._given} for kernel, e in entry.items()}
+                       for dim, entry in per_dim.items()}
                 for arch, per_dim in default_bwd_settings(self.block_m, self.block_n).items()}
 
     @property
@@ -344,12 +349,10 @@ class BlockConfig:
         ``launch``, the settings each kernel file was emitted with after the defaults applied."""
         return {"block": [self.block_m, self.block_n], "num_warps": self.num_warps,
                 "num_stages": self.num_stages, "masks": list(self.masks), "mask_mods": list(self.mask_mods),
-                "launch": {"fwd": {f"sm_{arch}": {str(dim): entry for dim, entry in per_dim.items()}
-                                   for arch, per_dim in self.fwd_settings.items()},
-                           "bwd": {f"sm_{arch}": {str(dim): entry for dim, entry in per_dim.items()}
-                                   for arch, per_dim in self.bwd_settings.items()},
-                           "decode": {f"sm_{arch}": {str(dim): entry for dim, entry in per_dim.items()}
-                                      for arch, per_dim in self.decode_settings.items()}}}
+                "launch": {kind: {f"sm_{arch}": {str(dim): entry for dim, entry in per_dim.items()}
+                                  for arch, per_dim in table.items()}
+                           for kind, table in (("fwd", self.fwd_settings), ("bwd", self.bwd_settings),
+                                               ("decode", self.decode_settings))}}
 
     @classmethod
     def from_json(cls, d: dict) -> "BlockConfig":
