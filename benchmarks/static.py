@@ -132,14 +132,25 @@ def make_jobs(modules, archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS, m
             if not t or a in TMA_ARCHS]
 
 
+def block_name(block: tuple[int, int]) -> str:
+    """``(128, 64)`` -> ``"br128_bc64"``: how a block config ends its module names."""
+    return f"br{block[0]}_bc{block[1]}"
+
+
+def of_block(modules, block: str, kind: str) -> list[str]:
+    """The ``modules`` of block config ``block`` (``"br128_bc64"``) and kernel kind ``kind``
+    (``"attention_fwd"``, ``"attention_bwd"``, ``"attention_decode"``, ``"merge_state"``)."""
+    return [m for m in modules if m.endswith(block) and f".{kind}" in m]
+
+
 def default_block(arch: int, head_dim: int, tma: bool = False) -> str:
     """``"br128_bc64"``: the block config ``flash_attention(block="auto")`` runs on ``arch`` at
     ``head_dim``, on the TMA path when ``tma`` (sm_90), else on the pointer path
     (``generator.runtime.api.AUTO_BLOCKS``, keyed by ``launch.memory_path_arch``)."""
     from generator.runtime import api, launch
 
-    br, bc = launch.pick_settings(api.AUTO_BLOCKS, launch.memory_path_arch(arch, tma), launch.block_d(head_dim))
-    return f"br{br}_bc{bc}"
+    arch = launch.memory_path_arch(arch, tma)
+    return block_name(launch.pick_settings(api.AUTO_BLOCKS, arch, launch.block_d(head_dim)))
 
 
 def backward_block(arch: int, head_dim: int) -> str:
@@ -161,7 +172,7 @@ def runtime_blocks() -> dict[str, str]:
     from generator.runtime.decode import DECODE_BLOCK
     from generator.runtime.merge import MERGE_BLOCK
 
-    return {kind: f"br{b[0]}_bc{b[1]}" for kind, b in (("decode", DECODE_BLOCK), ("merge", MERGE_BLOCK))}
+    return {"decode": block_name(DECODE_BLOCK), "merge": block_name(MERGE_BLOCK)}
 
 
 def page_jobs(archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS) -> list[Job]:
@@ -190,17 +201,15 @@ def page_jobs(archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS) -> list[Jo
     for arch in archs:
         for head_dim in head_dims:
             at = dict(archs=(arch,), dtypes=dtypes, head_dims=(head_dim,))
-            jobs += make_jobs([m for m in modules if m.endswith(served["decode"]) and ".attention_decode" in m],
-                              masks=("none", "causal"), **at)
-            jobs += make_jobs([m for m in modules if m.endswith(served["merge"]) and ".merge_state" in m], **at,
-                              masks=("none",))
+            jobs += make_jobs(of_block(modules, served["decode"], "attention_decode"), masks=("none", "causal"), **at)
+            jobs += make_jobs(of_block(modules, served["merge"], "merge_state"), masks=("none",), **at)
             bwd_block = backward_block(arch, head_dim)
-            bwd = [m for m in dense if m.endswith(bwd_block) and ".attention_bwd" in m]
+            bwd = of_block(dense, bwd_block, "attention_bwd")
             for tma in (False, True):
                 if tma and arch not in TMA_ARCHS:
                     continue
                 block = default_block(arch, head_dim, tma)
-                fwd = [m for m in dense if m.endswith(block) and ".attention_fwd" in m]
+                fwd = of_block(dense, block, "attention_fwd")
                 if not tma:  # varlen has no TMA path
                     jobs += make_jobs(fwd + bwd, masks=("varlen causal",), **at)
                 kernels = fwd if tma else fwd + bwd
@@ -209,8 +218,8 @@ def page_jobs(archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS) -> list[Jo
                          for m in kernels for d in dtypes]
                 jobs += [Job(m, arch, d, head_dim, "none", tma=tma, commit=PRE_SCORE_MOD_COMMIT)
                          for m in kernels for d in dtypes if has_source(m, PRE_SCORE_MOD_COMMIT)]
-                jobs += make_jobs([m for m in mask_mods if (m.endswith(block) and ".attention_fwd" in m)
-                                   or (not tma and m.endswith(bwd_block) and ".attention_bwd" in m)],
+                jobs += make_jobs(of_block(mask_mods, block, "attention_fwd")
+                                  + ([] if tma else of_block(mask_mods, bwd_block, "attention_bwd")),
                                   masks=("none",), tma=(tma,), **at)
     if tuple(head_dims) == HEAD_DIMS:  # the whole page: the defaults above head dim 128 and on fp32 too
         jobs += wide_jobs(archs) + fp32_jobs(archs)
@@ -234,18 +243,16 @@ def wide_jobs(archs=tuple(ARCHS)) -> list[Job]:
     for arch in archs:
         for tma in ((False, True) if arch in TMA_ARCHS else (False,)):
             block = default_block(arch, WIDE_HEAD_DIM, tma)
-            fwd = [m for m in modules if m.endswith(block) and ".attention_fwd" in m]
             masks = ("none", "causal", "softcap+alibi+sinks") + (() if tma else ("varlen causal",))
-            jobs += make_jobs(fwd, archs=(arch,), masks=masks, tma=(tma,), **at)
-            jobs += make_jobs([m for m in document if m.endswith(block) and ".attention_fwd" in m], archs=(arch,),
-                              masks=("none",), tma=(tma,), **at)
+            jobs += make_jobs(of_block(modules, block, "attention_fwd"), archs=(arch,), masks=masks, tma=(tma,), **at)
+            jobs += make_jobs(of_block(document, block, "attention_fwd"), archs=(arch,), masks=("none",), tma=(tma,),
+                              **at)
         bwd_block = backward_block(arch, WIDE_HEAD_DIM)
-        bwd = [m for m in modules if m.endswith(bwd_block) and ".attention_bwd" in m]
-        jobs += make_jobs(bwd, archs=(arch,), masks=("none", "causal", "varlen causal", "softcap+alibi+sinks"), **at)
-        jobs += make_jobs([m for m in document if m.endswith(bwd_block) and ".attention_bwd" in m], archs=(arch,),
-                          masks=("none",), **at)
-        decode = [m for m in modules if (m.endswith(served["decode"]) and ".attention_decode" in m)
-                  or (m.endswith(served["merge"]) and ".merge_state" in m)]
+        jobs += make_jobs(of_block(modules, bwd_block, "attention_bwd"), archs=(arch,),
+                          masks=("none", "causal", "varlen causal", "softcap+alibi+sinks"), **at)
+        jobs += make_jobs(of_block(document, bwd_block, "attention_bwd"), archs=(arch,), masks=("none",), **at)
+        decode = (of_block(modules, served["decode"], "attention_decode")
+                  + of_block(modules, served["merge"], "merge_state"))
         jobs += make_jobs(decode, archs=(arch,), masks=("none", "softcap+alibi+sinks"), **at)
     return jobs
 
@@ -258,11 +265,9 @@ def fp32_jobs(archs=tuple(ARCHS)) -> list[Job]:
     that does not fails), not the tensor-core columns."""
     from generator.runtime import api
 
-    block, served = f"br{api.FP32_BLOCK[0]}_bc{api.FP32_BLOCK[1]}", runtime_blocks()
-    modules = kernel_modules()
-    fwd = [m for m in modules if m.endswith(block) and ".attention_fwd" in m]
-    bwd = [m for m in modules if m.endswith(block) and ".attention_bwd" in m]
-    decode = [m for m in modules if m.endswith(served["decode"]) and ".attention_decode" in m]
+    block, modules = block_name(api.FP32_BLOCK), kernel_modules()
+    fwd, bwd = of_block(modules, block, "attention_fwd"), of_block(modules, block, "attention_bwd")
+    decode = of_block(modules, runtime_blocks()["decode"], "attention_decode")
     at = dict(archs=archs, dtypes=("fp32",), head_dims=(*HEAD_DIMS, WIDE_HEAD_DIM))
     return (make_jobs(fwd + bwd, masks=("none", "causal", "varlen causal"), **at)
             + make_jobs(fwd, masks=("none", "causal"), tma=(True,), **at) + make_jobs(decode, masks=("none",), **at))

@@ -330,11 +330,11 @@ def auto_rows():
             paths = (False, True) if arch in static.TMA_ARCHS else (False,)
             for tma in paths:
                 block = static.default_block(arch, head_dim, tma)
-                fwd = [m for m in kernel_modules() if m.endswith(block) and ".attention_fwd" in m]
+                fwd = static.of_block(kernel_modules(), block, "attention_fwd")
                 assert fwd, f"AUTO_BLOCKS lists {block}, which is not generated: python -m generator --br .. --bc .."
                 jobs += static.make_jobs(fwd, archs=(arch,), head_dims=(head_dim,), tma=(tma,))
             bwd_block = static.backward_block(arch, head_dim)
-            jobs += static.make_jobs([m for m in kernel_modules() if m.endswith(bwd_block) and ".attention_bwd" in m],
+            jobs += static.make_jobs(static.of_block(kernel_modules(), bwd_block, "attention_bwd"),
                                      archs=(arch,), head_dims=(head_dim,))
     # varlen has no TMA path (flash_attention_varlen launches the pointer path): no TMA varlen row is a default
     jobs = [j for j in jobs if not (j.tma and "varlen" in j.mask)]
@@ -446,10 +446,11 @@ def score_mod_rows():
         for head_dim in (64, 128):
             tma = arch in static.TMA_ARCHS
             fwd_block, bwd_block = static.default_block(arch, head_dim, tma), static.backward_block(arch, head_dim)
-            modules = [m for m in kernel_modules() if "maskmod" not in m and (
-                (".attention_fwd" in m and m.endswith(fwd_block)) or (".attention_bwd" in m and m.endswith(bwd_block))
-                or (".attention_decode" in m and m.endswith(served["decode"]))
-                or (".merge_state" in m and m.endswith(served["merge"])))]
+            every = kernel_modules()  # no mask_mod module: those are not the score-mod kernels' defaults
+            modules = (static.of_block(every, fwd_block, "attention_fwd")
+                       + static.of_block(every, bwd_block, "attention_bwd")
+                       + static.of_block(every, served["decode"], "attention_decode")
+                       + static.of_block(every, served["merge"], "merge_state"))
             for module in modules:
                 jobs += static.make_jobs([module], archs=(arch,), dtypes=("fp16",), head_dims=(head_dim,),
                                          masks=("none", *static.SCORE_MODS), tma=(tma and ".attention_fwd" in module,))
@@ -494,8 +495,8 @@ def test_score_mods_off_compile_to_the_kernel_without_their_lines(score_mod_rows
     and the backward's three) compiles to the same SASS, instruction for instruction, as its module
     with every ``if HAS_SOFTCAP / HAS_ALIBI / HAS_SINKS:`` block deleted from the source: no line of a
     modification survives its constexpr (what the static page's off-cost table shows for all)."""
-    modules = [m for m in kernel_modules() if (".attention_fwd" in m and m.endswith(static.default_block(90, 128, True)))
-               or (".attention_bwd" in m and m.endswith(static.backward_block(90, 128)))]
+    modules = (static.of_block(kernel_modules(), static.default_block(90, 128, True), "attention_fwd")
+               + static.of_block(kernel_modules(), static.backward_block(90, 128), "attention_bwd"))
     jobs = [static.Job(m, 90, "fp16", 128, "none", tma=".attention_fwd" in m, deletes=static.SCORE_MOD_CONSTEXPRS)
             for m in modules]
     rows = score_mod_rows + static.run_jobs(jobs)
@@ -562,7 +563,7 @@ def test_the_page_covers_every_kernel_family():
 
         def runs_by_default(j):
             if j.dtype == "fp32":  # float32 on a GPU: one block for the forward and the backward
-                return j.module.endswith(f"br{api.FP32_BLOCK[0]}_bc{api.FP32_BLOCK[1]}")
+                return j.module.endswith(static.block_name(api.FP32_BLOCK))
             if ".attention_bwd" in j.module:
                 return j.module.endswith(static.backward_block(arch, j.head_dim))
             return j.module.endswith(static.default_block(arch, j.head_dim, j.tma))
