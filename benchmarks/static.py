@@ -791,7 +791,7 @@ def _off_cells(c: dict) -> list:
 
 #: the rows above head dim 128, in a section of their own (the families above are at 64 and 128)
 WIDE_FAMILY = ("Above head dim 128: the defaults",
-               lambda r: r["head_dim"] > 128,
+               lambda r: r["head_dim"] > 128 and r["dtype"] != "fp32",
                "The kernels the defaults run at head dims 129-256 (BLOCK_D 256; `wide_jobs`), which take "
                "their own launch settings and, on the pointer path, their own block (64×64; "
                "`generator.variants`), fp16: the 128×64 forward's 3 stages and the 128-row dQ tile do not "
@@ -808,12 +808,14 @@ FP32_FAMILY = ("float32 inputs on a GPU",
 
 
 def _sections(rows: list[dict]) -> str:
+    """One table per family: FAMILIES over the fp16/bf16 rows at head dims 64 and 128, then
+    WIDE_FAMILY (fp16/bf16 above 128) and FP32_FAMILY (every float32 row)."""
+    shown = [r for r in rows if not r.get("deletes") and not r.get("commit")]
+    usual = [r for r in shown if r["head_dim"] <= 128 and r["dtype"] != "fp32"]
     parts = []
-    for title, member, text in (*FAMILIES, WIDE_FAMILY, FP32_FAMILY):
-        special = member in (WIDE_FAMILY[1], FP32_FAMILY[1])
-        chosen = [r for r in rows if member(r) and not r.get("deletes") and not r.get("commit")
-                  and (special or (r["head_dim"] <= 128 and r["dtype"] != "fp32"))
-                  and (member is FP32_FAMILY[1] or r["dtype"] != "fp32")]
+    for (title, member, text), pool in [*((family, usual) for family in FAMILIES),
+                                        (WIDE_FAMILY, shown), (FP32_FAMILY, shown)]:
+        chosen = [r for r in pool if member(r)]
         if chosen:
             parts.append(f"### {title}\n\n{text}\n\n{markdown_table(HEADER, [_cells(r) for r in chosen])}")
     return "\n\n".join(parts)
