@@ -518,8 +518,8 @@ def _rename(family: str) -> dict | None:
 
 def _find_term_lines(terms, path: Path, rename: dict | None) -> list[tuple[int, str]]:
     """The generated line of each term, in order: the first line after the previous term's that
-    is exactly what ``generator.printer.print_term`` prints for the term today."""
-    from generator.printer import print_term
+    is exactly what ``spec.printer.print_term`` prints for the term today."""
+    from spec.printer import print_term
 
     lines = path.read_text().splitlines()
     pos, found = 0, []
@@ -775,17 +775,17 @@ def trust_base() -> str:
     items = [
         f"**SymPy {sp.__version__}**: `simplify`, `expand` and its assumption system (the sign of an "
         "expression with positive / nonnegative / integer symbols) decide every equality and inequality "
-        "of the SymPy claims (`spec.proof_tools.reduce_zero`, `nonnegative`).",
+        "of the SymPy claims (`spec.proofs.tools.reduce_zero`, `nonnegative`).",
         f"**z3 {z3.get_version_string()}**: unsat answers for the int32 bit-vector claims "
         "(`int32_index_arithmetic`), the integer head map (`gqa_head_map`), the real / IEEE-fp32 claims "
         "(`exponent_rounding`, `error_bound`, `forward_error_bound`).",
-        "**The project's own reasoning code**: `spec.proof_tools.interpret` (row operations on symbolic "
-        "blocks), `spec.proofs_masks.implies` (max/min lattice rules, floor/ceiling definitions), "
-        "`spec.proofs_symbolic.canonical` (finite sums: constants out, Fubini, linearity, capture-avoiding "
-        "renaming of bound indices), `spec.proofs_backward.Interpreter` (a tile's generic entry with its "
-        "axes), `spec.z3_int32.Int32Line` (the printed line's Python AST as int32 operations, "
+        "**The project's own reasoning code**: `spec.proofs.tools.interpret` (row operations on symbolic "
+        "blocks), `spec.proofs.masks.implies` (max/min lattice rules, floor/ceiling definitions), "
+        "`spec.proofs.symbolic.canonical` (finite sums: constants out, Fubini, linearity, capture-avoiding "
+        "renaming of bound indices), `spec.proofs.backward.Interpreter` (a tile's generic entry with its "
+        "axes), `spec.proofs.z3_int32.Int32Line` (the printed line's Python AST as int32 operations, "
         "Triton's truncating `//` and `cdiv`), and `generator.hygiene` (Python `ast`).",
-        "**The printer** (`generator.printer`): the claims check the SymPy terms; the kernels run their "
+        "**The printer** (`spec.printer`): the claims check the SymPy terms; the kernels run their "
         "printed text. The int32 claim reads the printed text itself; the hygiene check asserts every "
         "arithmetic line of a kernel is one of the printed lines.",
         "**Floating-point model**: IEEE 754 round-to-nearest is monotone with fl(0) = 0; the standard model "

@@ -17,6 +17,7 @@ examples:
   python -m generator --br 64 --bc 64 --mask-mod mymasks:prefix_2d   # a user mask_mod (spec.masks.mask_mod)
   python -m generator --br 64 --bc 64 --out /tmp/kernels
   python -m generator --check                  # exit 1 if generated/ is stale or edited
+  python -m generator --regenerate             # after a spec or template change: re-emit every config on disk
 
 Before emitting, every claim of spec.claims is proved; a FAILED claim stops the generator
 (exit 1) and nothing is written. A config is keyed by its block and mask set: emitting one
@@ -74,6 +75,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true",
                    help="re-render every MANIFEST.json entry in memory; exit 1 listing stale or edited "
                         "files (does not run the proofs, writes nothing)")
+    p.add_argument("--regenerate", action="store_true",
+                   help="re-emit every config MANIFEST.json lists, each with the block, masks, settings "
+                        "and mask_mods it was emitted with (the proofs run once)")
     return p
 
 
@@ -100,16 +104,24 @@ def _run(args, out, manifest) -> int:
         print(f"generated files in {out} match the spec and the templates")
         return 0
 
-    masks = [kind for group in args.mask for kind in group] if args.mask else list(MASKS)
-    config = BlockConfig(args.br, args.bc, args.num_warps, args.num_stages, tuple(masks), tuple(args.mask_mod))
+    if args.regenerate:
+        configs = manifest.configs_of(manifest.load(out))  # a corrupt manifest: exit 2 before the proofs run
+        if not configs:
+            print(f"python -m generator: error: {out} lists no config to regenerate; emit one with "
+                  "`python -m generator --br 64 --bc 64`", file=sys.stderr)
+            return 2
+    else:
+        masks = [kind for group in args.mask for kind in group] if args.mask else list(MASKS)
+        configs = [BlockConfig(args.br, args.bc, args.num_warps, args.num_stages, tuple(masks),
+                               tuple(args.mask_mod))]
+        manifest.load(out)  # a corrupt manifest or an --out that is a file: exit 2 before the proofs run
     from spec.mask_mod import NotInClass, resolve
-    for ref in config.mask_mods:  # importable, and in the class (the error names the offending atom)
+    for ref in {ref for config in configs for ref in config.mask_mods}:  # importable, in the class
         try:
             resolve(ref)
         except (ImportError, ValueError, NotInClass) as e:
             print(f"--mask-mod {ref}: {e}", file=sys.stderr)
             return 2
-    manifest.load(out)  # a corrupt manifest or an --out that is a file: exit 2 before the proofs run
 
     from spec.claims import prove_all  # kernels are printed from proven terms only
     failed = [r for r in prove_all() if not r.proved]
@@ -120,8 +132,9 @@ def _run(args, out, manifest) -> int:
               "(run `python -m spec` for the residuals)", file=sys.stderr)
         return 1
 
-    written = manifest.emit(config, out)
-    print(f"{config.command}: wrote {', '.join(written)} to {out}")
+    for config in configs:
+        written = manifest.emit(config, out)
+        print(f"{config.command}: wrote {', '.join(written)} to {out}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """Fill the Jinja2 templates with printed spec terms.
 
 The templates hold control flow and memory movement only. Every arithmetic line they emit is
-a ``spec`` term (``spec.terms``, ``spec.masks``) printed by ``generator.printer``; this module
+a ``spec`` term (``spec.terms``, ``spec.masks``) printed by ``spec.printer``; this module
 decides which terms go into which slot, and under which kernel names.
 """
 
@@ -23,7 +23,7 @@ from spec.masks import (
 
 from spec.varlen import KEYS_PAST_END, ROWS_PAST_END, SEGMENT
 
-from generator.printer import TorchPrinter, print_expr, print_init, print_term
+from spec.printer import TorchPrinter, print_expr, print_init, print_term
 from generator.variants import BlockConfig, Variant
 
 ENV = jinja2.Environment(

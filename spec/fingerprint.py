@@ -13,10 +13,11 @@ SPEC_DIR = Path(__file__).resolve().parent
 
 
 def spec_hash() -> str:
-    """sha256 over the source of every module of the spec package, in name order."""
+    """sha256 over the source of every module of the spec package and its ``proofs`` subpackage,
+    in path order."""
     h = hashlib.sha256()
-    for path in sorted(SPEC_DIR.glob("*.py")):
-        h.update(path.name.encode() + b"\0")
+    for path in sorted(SPEC_DIR.rglob("*.py")):
+        h.update(path.relative_to(SPEC_DIR).as_posix().encode() + b"\0")
         h.update(path.read_bytes().replace(b"\r\n", b"\n") + b"\0")
     return h.hexdigest()
 

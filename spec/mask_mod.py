@@ -23,7 +23,7 @@ naming the offending atom, never accepted silently):
   index. ``chunk * ((i + shift) // chunk)`` and the document-id equality
   ``doc_q[i] == doc_k[j]`` are in the class; ``i * j`` or ``(i - j) ** 2`` are not.
 
-The tile classifier (claim ``mask_mod_sound``, spec.proofs_mask_mod): on a tile of rows
+The tile classifier (claim ``mask_mod_sound``, spec.proofs.mask_mod): on a tile of rows
 ``[start_m, start_m + B_r)`` and keys ``[start_n, start_n + B_c)``, an atom monotone in
 both indices takes its minimum and its maximum at corners of the tile, picked by its
 directions (``corner``). Three-valued per atom: *true on the whole tile* when the minimum
@@ -54,7 +54,7 @@ import sympy as sp
 from spec import notation as n
 from spec.terms import Term
 
-#: the claim that proves the classifier sound for the whole class (spec.proofs_mask_mod)
+#: the claim that proves the classifier sound for the whole class (spec.proofs.mask_mod)
 CLAIM = "mask_mod_sound"
 
 # ----------------------------------------------------------------------------------
@@ -77,7 +77,7 @@ class NotInClass(ValueError):
 
 class floor_div(sp.Function):
     """``floor(a / c)`` for integers ``a`` and ``c >= 1``, as the kernels compute it (exactly,
-    whatever the sign of ``a``; printed by ``generator.printer``)."""
+    whatever the sign of ``a``; printed by ``spec.printer``)."""
 
     is_integer = True
 

@@ -324,7 +324,7 @@ def row_bounds_cases(bounds_of=row_bounds):
 # ----------------------------------------------------------------------------------
 # The classifier as kernel terms: running ranges, narrowing per kind, rounding to tiles.
 # Every line of a kernel's tile-loop arithmetic is one of these terms (printed by the
-# generator); claim ``mask_tiles_sound`` proves them (spec.proofs_masks).
+# generator); claim ``mask_tiles_sound`` proves them (spec.proofs.masks).
 # ----------------------------------------------------------------------------------
 CLASSIFIER_CLAIM = "mask_tiles_sound"
 

@@ -8,7 +8,7 @@ masked by ``j < split_hi``. In a paged cache ``(num_pages, page_size, Hkv, D)`` 
 batch ``b`` lives in physical page ``block_table[b, page_idx]`` at slot ``slot``.
 
 Every line of that index arithmetic in the decode kernel is a term below (printed by the
-generator); claim ``paged_kv_reads`` (``spec.proofs_paged``) proves that every valid key is read
+generator); claim ``paged_kv_reads`` (``spec.proofs.paged``) proves that every valid key is read
 exactly once, no key ``>= key_len`` is read, and the gather ``j -> (page_idx, slot)`` is one to
 one with ``slot < page_size`` and ``page_idx < cdiv(key_len, page_size)``.
 """

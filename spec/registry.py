@@ -1,7 +1,7 @@
 """The claim registry: ``Result``, ``Claim``, ``REGISTRY``, ``@claim``, ``prove_all``.
 
 Kept apart from ``spec.claims`` so that a proof module can be imported on its own (a
-test feeding mutants imports ``spec.proofs_kernel`` directly) without an import cycle;
+test feeding mutants imports ``spec.proofs.kernel`` directly) without an import cycle;
 ``spec.claims`` re-exports everything here and imports every proof module.
 """
 

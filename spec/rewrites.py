@@ -1,7 +1,7 @@
 """Host-side input rewrites that bring an input inside ``spec.assumptions`` without changing the result.
 
 Each function is written once and used twice: on SymPy symbols by its claim
-(``spec.proofs_rewrites``), and on torch tensors / Python numbers by the runtime
+(``spec.proofs.rewrites``), and on torch tensors / Python numbers by the runtime
 (``generator.runtime.checks``). Plain Python on purpose: ``-q``, ``q * 0`` and ``min`` mean
 the same on a symbol, a float and a tensor (where autograd sees them, so ``dq`` comes back
 through the rewrite with its sign).

@@ -19,7 +19,7 @@ pairs exactly the *diagonal* pair, whose mask is the top-left causal mask of the
 
 Every step is one kernel call (``plan_step``): the rank's own shard (step 0) runs the top-left
 causal kernel over the whole shard; another rank's shard runs the rectangle of its full pairs
-(``step_plans``), or nothing. Claim ``ring_causal_blocks`` (``spec.proofs_ring``) proves, for
+(``step_plans``), or nothing. Claim ``ring_causal_blocks`` (``spec.proofs.ring``) proves, for
 symbolic ``P``, rank, source rank, slots, chunk size and positions, that the classifier never
 skips an attended pair, that full pairs are fully attended, that partial pairs are diagonal,
 that the own shard's local causal mask is the global one, and that every other step's classes

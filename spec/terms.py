@@ -2,7 +2,7 @@
 
 Each *kernel term* is an assignment ``name = expr``: ``expr`` may use the names assigned
 before it, the notation's symbols, and the row operations below. The generator prints
-these assignments into the Triton templates (``generator.printer``); the claims in
+these assignments into the Triton templates (``spec.printer``); the claims in
 ``spec.claims`` prove them against the seeds' definitions by substituting the chain of
 assignments and interpreting the row operations on symbolic blocks. Nothing here knows
 about Triton.

@@ -10,7 +10,7 @@ and bottom-right alignment (FlashAttention's convention: the last query sees the
 The kernels map each program to one segment (its batch index ``b``) and print the three
 assignments of ``SEGMENT`` below; everything after them (the tile classifier, the tile loop,
 the online softmax) is the dense kernel's. Claim ``varlen_segments_sound``
-(``spec.proofs_varlen``) proves that no row or key of another segment is ever addressed.
+(``spec.proofs.varlen``) proves that no row or key of another segment is ever addressed.
 ``segments`` checks a pair of offset vectors and lists the slices, for the float64 reference
 and the runtime alike.
 """

@@ -54,7 +54,7 @@ def test_terms_licensed_by_a_claim_exist():
 
 
 def test_a_failed_result_reports_its_residual():
-    from spec.proof_tools import result
+    from spec.proofs.tools import result
 
     r = result("merge_commutative", [("ok", sp.Integer(0)), ("bad", sp.Symbol("x"))], "how")
     assert isinstance(r, Result) and not r.proved and r.status == "FAILED"
@@ -62,7 +62,7 @@ def test_a_failed_result_reports_its_residual():
 
 
 def test_nan_never_counts_as_zero():
-    from spec.proof_tools import difference, reduce_zero
+    from spec.proofs.tools import difference, reduce_zero
 
     assert reduce_zero(sp.nan) != 0
     assert difference(sp.nan, sp.nan) != 0
@@ -71,7 +71,7 @@ def test_nan_never_counts_as_zero():
 
 
 def test_undecided_sign_is_not_proved():
-    from spec.proof_tools import nonnegative
+    from spec.proofs.tools import nonnegative
 
     x = sp.Symbol("x", real=True)
     assert nonnegative(x) != 0  # could be negative: not decided
@@ -88,5 +88,5 @@ def test_report_order_does_not_depend_on_which_proof_module_was_imported_first()
 
     code = "{}from spec.claims import REGISTRY; print(list(REGISTRY))"
     plain, early = (subprocess.run([sys.executable, "-c", code.format(pre)], capture_output=True, text=True,
-                                   check=True).stdout for pre in ("", "import spec.proofs_sink_combine, spec.proofs_mask_mod; "))
+                                   check=True).stdout for pre in ("", "import spec.proofs.sink_combine, spec.proofs.mask_mod; "))
     assert plain == early

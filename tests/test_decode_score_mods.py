@@ -146,7 +146,7 @@ def test_the_kernels_print_the_score_mod_terms():
     from pathlib import Path
 
     from generator import render
-    from generator.printer import print_term
+    from spec.printer import print_term
     from spec import terms
 
     root = Path(__file__).resolve().parent.parent / "generated"

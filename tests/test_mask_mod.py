@@ -28,7 +28,7 @@ from generated import flash_attention
 from spec import mask_mod as MM
 from spec import masks
 from spec import notation as n
-from spec import proofs_mask_mod as PMM
+from spec.proofs import mask_mod as PMM
 from spec.masks import NotInClass, chunked, document, mask_mod, prefix_lm, sink_window
 from spec.reference import attention as reference
 

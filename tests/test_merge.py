@@ -9,7 +9,7 @@ import torch
 from sympy.codegen.cfunctions import exp2
 
 from spec import notation as n
-from spec import proofs_softmax as PS
+from spec.proofs import softmax as PS
 from spec import terms
 from test_mutants import assert_failed, swap
 

@@ -15,15 +15,15 @@ from sympy.codegen.cfunctions import exp2
 
 from spec import masks
 from spec import notation as n
-from spec import proofs_backward as PB
-from spec import proofs_kernel as K
-from spec import proofs_mask_mod as PMM
-from spec import proofs_masks as PM
-from spec import proofs_ring as PRING
-from spec import proofs_score_mods as PSM
-from spec import proofs_sink_combine as PSC
-from spec import proofs_softmax as PS
-from spec import proofs_varlen as PV
+from spec.proofs import backward as PB
+from spec.proofs import kernel as K
+from spec.proofs import mask_mod as PMM
+from spec.proofs import masks as PM
+from spec.proofs import ring as PRING
+from spec.proofs import score_mods as PSM
+from spec.proofs import sink_combine as PSC
+from spec.proofs import softmax as PS
+from spec.proofs import varlen as PV
 from spec import recurrences as R
 from spec import reference, terms
 from spec import varlen as V
@@ -440,7 +440,7 @@ def test_gradient_claims_catch():
 # ---------------------------------------------------------------- the host rewrites (issue 11)
 @pytest.mark.parametrize("mutant", ["abs_without_flip", "keep_sign"])
 def test_scale_rewrite_claim_catches_mutants(mutant):
-    from spec.proofs_rewrites import prove_scale_sign_rewrite  # q' = q with s' = |s|: the logits change sign
+    from spec.proofs.rewrites import prove_scale_sign_rewrite  # q' = q with s' = |s|: the logits change sign
 
     rewrite = {"abs_without_flip": lambda q, s: (q, abs(s)) if s != 0 else (q * 0, 1),
                "keep_sign": lambda q, s: (q, s)}[mutant]
@@ -448,7 +448,7 @@ def test_scale_rewrite_claim_catches_mutants(mutant):
 
 
 def test_window_clamp_claim_catches_a_too_tight_bound():
-    from spec.proofs_rewrites import prove_window_clamp
+    from spec.proofs.rewrites import prove_window_clamp
 
     assert prove_window_clamp().proved
     assert not prove_window_clamp(lambda n_q, n_k: n_k).proved  # bottom_right with N_q < N_k needs more
@@ -456,7 +456,7 @@ def test_window_clamp_claim_catches_a_too_tight_bound():
 
 # ---------------------------------------------------------------- decode's KV reads (spec.paged)
 def _paged_failures(**mutant):
-    from spec import proofs_paged as PP
+    from spec.proofs import paged as PP
     r = PP.prove_paged_kv_reads(**mutant)
     assert_failed(r)
     return {name for name, res in r.cases if res != 0}
@@ -540,11 +540,11 @@ def test_ring_merge_order_mutant_is_caught():
 #   window=(4, 2**31-1)      -> int32_index_arithmetic
 #   unguarded exponent, FMA  -> exponent_rounding
 #   off_h % GROUP            -> gqa_head_map (and generator.hygiene)
-from spec import proofs_epilogue as PE  # noqa: E402
-from spec import proofs_float as PF  # noqa: E402
-from spec import proofs_int32 as PI  # noqa: E402
-from spec import proofs_structure as PST  # noqa: E402
-from spec import proofs_symbolic as PSY  # noqa: E402
+from spec.proofs import epilogue as PE  # noqa: E402
+from spec.proofs import float as PF  # noqa: E402
+from spec.proofs import int32 as PI  # noqa: E402
+from spec.proofs import structure as PST  # noqa: E402
+from spec.proofs import symbolic as PSY  # noqa: E402
 from spec import structure  # noqa: E402
 
 

@@ -38,3 +38,35 @@ def test_pyproject_names_the_distribution_flashproof():
     assert project["name"] == "flashproof"
     packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     assert {"spec", "generator"} <= set(packages)
+
+
+def _imported_top_levels(path: Path) -> set[str]:
+    """The top-level packages ``path`` imports, at module level or inside functions."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_spec_imports_nothing_above_it():
+    """The layers run one way, spec -> generator -> generated: no file of ``spec/`` (the proofs
+    included) imports ``generator``, ``generated``, ``benchmarks`` or ``triton``."""
+    upward = {"generator", "generated", "benchmarks", "triton"}
+    offenders = {str(p.relative_to(ROOT)): sorted(_imported_top_levels(p) & upward)
+                 for p in sorted((ROOT / "spec").rglob("*.py")) if _imported_top_levels(p) & upward}
+    assert not offenders, f"spec/ imports upward: {offenders}"
+
+
+def test_every_package_directory_is_packaged():
+    """Every directory of spec/ and generator/ holding Python modules is a listed package (a
+    missing one installs without its modules: ``pip install .`` then fails to import)."""
+    packages = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    for top in ("spec", "generator"):
+        for init in (ROOT / top).rglob("__init__.py"):
+            name = ".".join(init.parent.relative_to(ROOT).parts)
+            assert name in packages, f"{name} is not in pyproject's packages"

@@ -7,7 +7,7 @@ import sympy as sp
 from sympy.codegen.cfunctions import exp2, log2
 
 from generator import render
-from generator.printer import UnsupportedNode, print_expr, print_term
+from spec.printer import UnsupportedNode, print_expr, print_term
 from generator.variants import BlockConfig
 from spec import masks as M
 from spec import notation as n

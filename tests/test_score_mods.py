@@ -1,6 +1,6 @@
 """Score modifications (issue 15): softcap, ALiBi and attention sinks, forward and backward.
 
-* The claims (``spec.proofs_score_mods``) fail on each of the issue's mutants (softcap dropped,
+* The claims (``spec.proofs.score_mods``) fail on each of the issue's mutants (softcap dropped,
   ALiBi sign or alignment wrong, the modification after the mask, the sink added per tile or per
   split, the softcap or sink gradient wrong): tests/test_mutants.py; the split-KV combine on numbers.
 * The kernels (under ``TRITON_INTERPRET=1``, tiny sizes) against the float64 reference

@@ -46,7 +46,7 @@ from spec import masks
 from spec import notation as n
 from spec import terms
 from spec.registry import claim
-from spec.proof_tools import ZERO, nonnegative, result
+from spec.proofs.tools import ZERO, nonnegative, result
 
 # A row of the tile and the tile height: i = start_m + a with 0 <= a <= B_r - 1.
 a_row, c_row = sp.symbols("a c", integer=True, nonnegative=True)

@@ -14,7 +14,7 @@ axis is an *axis* failure, whatever the sizes — the symbolic counterpart of a 
 Both claims hold for symbolic ``B_r``, ``B_c``, ``D`` and tile starts; masked entries and rows
 with no key enter through the printed ``MASK_TERM`` with an opaque predicate ``κ_ij`` and an
 opaque saved lse ``L_i`` (which may be −∞), so one generic entry covers every mask.
-Finite sums are compared in the canonical form of ``spec.proofs_symbolic`` (bound indices
+Finite sums are compared in the canonical form of ``spec.proofs.symbolic`` (bound indices
 renamed by range, linearity, Fubini); a gradient is ``sp.diff`` of a ``Sum`` of ``Indexed``
 entries, its Kronecker deltas resolved for an entry inside the summed range.
 """
@@ -27,8 +27,8 @@ import sympy as sp
 
 from spec import masks, terms
 from spec import notation as n
-from spec.proof_tools import ZERO, result
-from spec.proofs_symbolic import gradient, sum_zero
+from spec.proofs.tools import ZERO, result
+from spec.proofs.symbolic import gradient, sum_zero
 from spec.registry import claim
 
 s = n.sm_scale

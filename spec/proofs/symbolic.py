@@ -23,7 +23,7 @@ import sympy as sp
 
 from spec import notation as n
 from spec import masks, structure, terms
-from spec.proof_tools import ZERO, equal_cases, natural_exp, nonnegative, push_factors, result
+from spec.proofs.tools import ZERO, equal_cases, natural_exp, nonnegative, push_factors, result
 from spec.registry import claim
 
 s = n.sm_scale

@@ -31,7 +31,7 @@ from sympy.codegen.cfunctions import log2
 
 from spec import error_bound, terms
 from spec import notation as n
-from spec.proof_tools import ZERO, result
+from spec.proofs.tools import ZERO, result
 from spec.registry import claim
 
 U = sp.Rational(1, 2**24)

@@ -33,9 +33,9 @@ import sympy as sp
 
 from spec import notation as n
 from spec import terms
-from spec.proof_tools import difference, equal_cases, natural_exp, result, run_terms
-from spec.proofs_score_mods import _definition_with_sink, unsplit_kernel
-from spec.proofs_softmax import run_merge
+from spec.proofs.tools import difference, equal_cases, natural_exp, result, run_terms
+from spec.proofs.score_mods import _definition_with_sink, unsplit_kernel
+from spec.proofs.softmax import run_merge
 from spec.registry import claim
 
 

@@ -33,8 +33,8 @@ from spec import masks
 from spec import notation as n
 from spec import terms
 from spec import varlen as V
-from spec.proof_tools import difference, nonnegative, result
-from spec.proofs_masks import implies
+from spec.proofs.tools import difference, nonnegative, result
+from spec.proofs.masks import implies
 from spec.registry import claim
 
 #: slack variables: the segment lengths, a row/key index's distance to the segment's ends,

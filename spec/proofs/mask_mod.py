@@ -38,8 +38,8 @@ import sympy as sp
 
 from spec import mask_mod as MM
 from spec import notation as n
-from spec.proof_tools import ZERO, nonnegative, result
-from spec.proofs_masks import implies
+from spec.proofs.tools import ZERO, nonnegative, result
+from spec.proofs.masks import implies
 from spec.registry import claim
 
 DIRS = (-1, 0, 1)

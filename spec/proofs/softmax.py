@@ -12,7 +12,7 @@ from spec import notation as n
 from spec import recurrences as R
 from spec import terms
 from spec.registry import claim
-from spec.proof_tools import equal_cases, finite_state, result, run_terms, state_cases
+from spec.proofs.tools import equal_cases, finite_state, result, run_terms, state_cases
 
 # One query row: logits x[j], values v[j] (one output column), the step index i.
 x = sp.IndexedBase("x", real=True)

@@ -14,7 +14,7 @@ import sympy as sp
 from spec import notation as n
 from spec import recurrences as R
 from spec import terms
-from spec.proof_tools import equal_cases, finite_state, result, run_terms
+from spec.proofs.tools import equal_cases, finite_state, result, run_terms
 from spec.registry import claim
 
 s = n.sm_scale

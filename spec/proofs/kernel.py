@@ -20,7 +20,7 @@ from spec import notation as n
 from spec import recurrences as R
 from spec import terms
 from spec.registry import claim
-from spec.proof_tools import (
+from spec.proofs.tools import (
     ZERO,
     equal_cases,
     finite_state,

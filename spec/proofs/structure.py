@@ -7,9 +7,10 @@ import z3
 
 from spec import recurrences as R
 from spec import structure as S
-from spec.proof_tools import ZERO, equal_cases, result
+from spec.proofs.tools import ZERO, equal_cases, result
+from spec.printer import print_term  # the generator's own printing of the term
 from spec.registry import claim
-from spec.z3_int32 import Int32Line
+from spec.proofs.z3_int32 import Int32Line
 
 
 @claim("initial_state",
@@ -29,8 +30,6 @@ def _head_value(term, env, bits):
     """The value of a printed head-map line: a ``Term`` as the generator prints it, or a line of
     kernel text (a test's hand edit such as ``off_kvh = off_h % GROUP``)."""
     if not isinstance(term, str):
-        from generator.printer import print_term  # the generator's own printing of the term
-
         term = print_term(term, comment=False)
     return Int32Line(term, env, bits).value
 

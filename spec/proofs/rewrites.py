@@ -11,7 +11,7 @@ import sympy as sp
 from spec import notation as n
 from spec import rewrites
 from spec.masks import ALIGNMENT_SHIFT
-from spec.proof_tools import difference, nonnegative, result
+from spec.proofs.tools import difference, nonnegative, result
 from spec.registry import claim
 
 D = 3  # head_dim of the symbolic q and k (the identity is per component: any D behaves alike)

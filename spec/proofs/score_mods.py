@@ -20,9 +20,9 @@ from spec import masks
 from spec import notation as n
 from spec import recurrences as R
 from spec import terms
-from spec.proof_tools import equal_cases, finite_state, interpret, nonnegative, result, run_terms, scalar
-from spec.proofs_kernel import forward_env, kernel_tile, masked_scores
-from spec.proofs_softmax import fold_merge
+from spec.proofs.tools import equal_cases, finite_state, interpret, nonnegative, result, run_terms, scalar
+from spec.proofs.kernel import forward_env, kernel_tile, masked_scores
+from spec.proofs.softmax import fold_merge
 from spec.registry import claim
 
 s = n.sm_scale  # natural-log scores are s·x before any modification

@@ -20,7 +20,7 @@ import z3
 
 from spec import recurrences as R
 from spec import ring as RG
-from spec.proof_tools import equal_cases, result, state_cases
+from spec.proofs.tools import equal_cases, result, state_cases
 from spec.registry import claim
 
 

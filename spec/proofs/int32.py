@@ -1,9 +1,9 @@
-"""The kernels' index and tile arithmetic in int32, proved with z3 (``spec.z3_int32``).
+"""The kernels' index and tile arithmetic in int32, proved with z3 (``spec.proofs.z3_int32``).
 
 ``mask_tiles_sound`` proves the classifier and the tile loops over the mathematical integers.
 The kernel computes them in int32: scalar arguments (``N_Q``, ``N_K``, ``shift``, the window),
 ``tl.program_id(0) * BLOCK_M`` and ``key_len`` are int32, and so is every expression built from
-them. This claim takes the *printed* lines (``generator.printer`` output of the very terms the
+them. This claim takes the *printed* lines (``spec.printer`` output of the very terms the
 templates receive), evaluates them in 32-bit two's complement operation by operation, and asks
 z3 for inputs inside the accepted ranges (``spec.assumptions``) where some operation overflows
 or a truncating ``//`` meets a negative operand. None exists (unsat): every value equals its
@@ -22,17 +22,16 @@ import z3
 
 from spec import assumptions as A
 from spec import masks
+from spec.printer import print_term  # the printer the generator uses: the claims read what it prints
 from spec.registry import claim
-from spec.proof_tools import ZERO, nonnegative, result
-from spec.z3_int32 import Int32Line, bv, counterexample
+from spec.proofs.tools import ZERO, nonnegative, result
+from spec.proofs.z3_int32 import Int32Line, bv, counterexample
 
 NAMES = ("N_Q", "N_K", "shift", "window_left", "window_right", "key_len", "start_m", "start_n",
          "BLOCK_M", "BLOCK_N", "i", "j")
 
 
 def _print(term, rename=None) -> str:
-    from generator.printer import print_term  # the printer the generator uses (no import cycle at load)
-
     return print_term(term, rename, comment=False)
 
 

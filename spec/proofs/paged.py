@@ -18,7 +18,7 @@ from spec import notation as n
 from spec import paged as P
 from spec import terms
 from spec.registry import claim
-from spec.proof_tools import result
+from spec.proofs.tools import result
 
 
 class _Z3:

@@ -1,4 +1,8 @@
-"""Print the spec's SymPy kernel terms as Triton.
+"""Print the spec's SymPy kernel terms as Triton source text.
+
+It lives in ``spec`` because both layers need it: the generator prints every kernel line with
+it, and the claims about printed lines (``spec.proofs.int32``, ``spec.proofs.structure``) read
+exactly what it prints. It produces text only and imports no Triton.
 
 ``TritonPrinter`` is a SymPy ``PythonCodePrinter`` that knows the handful of nodes the
 kernel terms use (``spec.terms``, ``spec.masks``) and nothing else: every node it does not
