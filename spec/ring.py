@@ -85,6 +85,41 @@ def chunks_of(layout: str, world_size: int, rank_: int) -> tuple[int, ...]:
 CAUSAL_LOOP = T.chain(M.BOUNDS_INIT + tuple(M.bounds_terms("causal")) + M.TILE_LOOP)
 
 
+def sequence_length(layout: str, world_size, size):
+    """The positions of the whole sequence: ``P·T`` chunks of ``size`` (numbers or symbols)."""
+    return world_size * LAYOUTS[layout].slots * size
+
+
+def chunk_index(layout: str, world_size, rank_, slot_):
+    """Global chunk of slot ``slot_`` of rank ``rank_`` (numbers: ``chunks_of``)."""
+    return chunks_of(layout, world_size, rank_)[slot_]
+
+
+def step_pair(layout: str, world_size, rank_, src, x, y, size, chunk_of=chunk_index) -> dict:
+    """The classifier's inputs for block pair (query slot ``x`` of ``rank_``, key slot ``y`` of the
+    K/V shard of ``src``) of a step: the one function ``plan_step`` classifies with and claim
+    ``ring_causal_blocks`` quantifies over (``chunk_of``: how a slot's chunk is computed, numbers
+    here, z3 terms in the proof)."""
+    return pair_substitution(chunk_of(layout, world_size, rank_, x), chunk_of(layout, world_size, src, y), size,
+                             sequence_length(layout, world_size, size))
+
+
+def next_rank(rank_, world_size):
+    """The rank this one sends its K/V shard to at every step."""
+    return (rank_ + 1) % world_size
+
+
+def previous_rank(rank_, world_size):
+    """The rank this one receives a K/V shard from at every step."""
+    return (rank_ - 1) % world_size
+
+
+def source_rank(rank_, step, world_size):
+    """Whose K/V shard ``rank_`` holds at ``step``: its own at step 0, then, received from
+    ``previous_rank`` once a step, the shard of ``rank_ − step`` (claim ``ring_schedule``)."""
+    return (rank_ - step) % world_size
+
+
 def pair_substitution(q_chunk, k_chunk, size, total) -> dict:
     """The classifier's inputs for the block pair (query chunk, key chunk) of ``size``
     positions in a sequence of ``total`` (top-left causal: ``shift = 0``), and the key tile's
@@ -112,11 +147,17 @@ def _pair_class_fn():
     return sp.lambdify(args, visited, "math"), sp.lambdify(args, full, "math"), args
 
 
-def classify_pair(q_chunk: int, k_chunk: int, size: int, total: int) -> str:
-    """'empty' / 'full' / 'partial' of one causal block pair (numbers), from ``pair_conditions``."""
+def classify(substitution: dict) -> str:
+    """'empty' / 'full' / 'partial' of one causal block pair (numbers: ``step_pair``'s output),
+    from ``pair_conditions``."""
     visited, full, args = _pair_class_fn()
-    values = [pair_substitution(q_chunk, k_chunk, size, total)[a] for a in args]
+    values = [substitution[a] for a in args]
     return EMPTY if not visited(*values) else FULL if full(*values) else PARTIAL
+
+
+def classify_pair(q_chunk: int, k_chunk: int, size: int, total: int) -> str:
+    """``classify`` of the pair (query chunk, key chunk) of ``size`` positions in a sequence of ``total``."""
+    return classify(pair_substitution(q_chunk, k_chunk, size, total))
 
 
 # ----------------------------------------------------------------------------------
@@ -158,9 +199,8 @@ def plan_step(layout: str, world_size: int, rank_: int, src: int, causal: bool, 
         return StepPlan("full", (0, slots), (0, slots))
     if src == rank_:
         return StepPlan("causal", (0, slots), (0, slots))
-    qs, ks = chunks_of(layout, world_size, rank_), chunks_of(layout, world_size, src)
-    total = world_size * slots * size
-    classes = {(x, y): classify_pair(qs[x], ks[y], size, total) for x in range(slots) for y in range(slots)}
+    classes = {(x, y): classify(step_pair(layout, world_size, rank_, src, x, y, size))
+               for x in range(slots) for y in range(slots)}
     for plan in step_plans(slots):
         if all(classes[x, y] == plan.expected(x, y) for x, y in classes):
             return plan

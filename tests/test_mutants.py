@@ -521,6 +521,39 @@ def test_ring_classifier_mutants_are_caught(symbol, value, case):
     assert any(case in name and "counterexample" in str(r) for name, r in res.cases), res.detail
 
 
+def test_ring_source_rank_plus_step_is_caught():
+    """Issue 24 (c): the source rank (rank + step) % P names the wrong shard from P = 3 on (at P = 2
+    it coincides with the shard received): claim ring_schedule FAILS on it."""
+    res = PRING.prove_ring_schedule(source_rank=lambda r, s, P: (r + s) % P)
+    assert not res.proved
+    assert dict(res.cases)["step s + 1: the shard the previous rank held at step s"] != 0
+
+
+def test_ring_peers_that_do_not_meet_are_caught():
+    res = PRING.prove_ring_schedule(next_rank=lambda r, P: (r + 2) % P)
+    assert not res.proved and "meets" in res.detail
+
+
+def test_ring_plan_with_the_wrong_sequence_length_is_caught():
+    """Issue 24 (g): the step plan's sequence length P·C (not P·T·C) for zigzag drops attended pairs:
+    claim ring_causal_blocks reads spec.ring.step_pair, the function plan_step classifies with."""
+    def step_pair(layout, world_size, rank_, src, x, y, size, chunk_of=RING.chunk_index):
+        return RING.pair_substitution(chunk_of(layout, world_size, rank_, x), chunk_of(layout, world_size, src, y),
+                                      size, world_size * size)
+
+    res = PRING.prove_ring_causal_blocks(step_pair=step_pair)
+    assert not res.proved
+    assert dict(res.cases)["zigzag: never skips an attended pair"] != 0
+
+
+def test_ring_plan_step_classifies_with_step_pair(monkeypatch):
+    """plan_step reads spec.ring.sequence_length through step_pair (what the claim proves), not a
+    private copy: the mutant length changes its plans (drops the attended key chunk 2P-1-src)."""
+    good = RING.plan_step.__wrapped__("zigzag", 3, 0, 1, True, 4)
+    monkeypatch.setattr(RING, "sequence_length", lambda layout, world_size, size: world_size * size)
+    assert RING.plan_step.__wrapped__("zigzag", 3, 0, 1, True, 4) != good
+
+
 def test_ring_merge_order_mutant_is_caught():
     """A merge that forgets to rescale its right operand depends on the arrival order."""
     def unscaled(a, b):

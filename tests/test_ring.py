@@ -20,7 +20,7 @@ from spec import masks as M
 from spec import ring as RG
 from spec.reference import attention as reference
 
-RING_CLAIMS = ("ring_layout_partition", "ring_causal_blocks", "ring_merge_order")
+RING_CLAIMS = ("ring_layout_partition", "ring_causal_blocks", "ring_schedule", "ring_merge_order")
 
 
 # ----------------------------------------------------------------------------------

@@ -129,8 +129,10 @@ class _Ring:
         self.rank = dist.get_rank(self.group)
         if self.rank < 0:
             raise ValueError("ring_attention: this process is not a member of `group`")
-        self.next = dist.get_global_rank(self.group, (self.rank + 1) % self.size)
-        self.prev = dist.get_global_rank(self.group, (self.rank - 1) % self.size)
+        # the peers of spec.ring (claim ring_schedule: each send meets a receive, and the shard held at
+        # step s is spec.ring.source_rank's)
+        self.next = dist.get_global_rank(self.group, spec_ring.next_rank(self.rank, self.size))
+        self.prev = dist.get_global_rank(self.group, spec_ring.previous_rank(self.rank, self.size))
 
     def post(self, tensors, what: str, step: int):
         """Send ``tensors`` to the next rank and receive their like from the previous one;
@@ -187,7 +189,7 @@ class _Step:
     K/V shard, causal or not (``spec.ring.plan_step``)."""
 
     def __init__(self, opts, ring: _Ring, step: int, size: int):
-        self.src = (ring.rank - step) % ring.size
+        self.src = spec_ring.source_rank(ring.rank, step, ring.size)  # claim ring_schedule
         self.plan = spec_ring.plan_step(opts["layout"], ring.size, ring.rank, self.src, opts["causal"], size)
         self.rows = slice(self.plan.rows[0] * size, self.plan.rows[1] * size)
         self.cols = slice(self.plan.cols[0] * size, self.plan.cols[1] * size)

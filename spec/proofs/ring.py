@@ -126,15 +126,20 @@ def prove_ring_layout_partition(layouts=None):
     return result("ring_layout_partition", cases, "z3 over symbolic P, r, t, g")
 
 
-def _pair_class_z3(layout: RG.Layout, conditions, tq, tk):
+def _pair_class_z3(layout: RG.Layout, conditions, tq, tk, step_pair=None):
     """z3 ``(visited, full, attended(a, b), gq, gk)`` of block pair (query slot tq of rank r, key
-    slot tk of rank src), chunk size C, positions i = gq·C + a, j = gk·C + b."""
+    slot tk of rank src), chunk size C, positions i = gq·C + a, j = gk·C + b; the classifier's
+    inputs are ``spec.ring.step_pair``'s (what ``plan_step`` classifies with), on z3 terms."""
+    step_pair = RG.step_pair if step_pair is None else step_pair
     gq, gk = _chunk(layout, Z3_R, tq), _chunk(layout, Z3_SRC, tk)
-    sub = RG.pair_substitution(gq, gk, Z3_C, layout.slots * Z3_P * Z3_C)
+    sub = step_pair(layout.name, Z3_P, Z3_R, Z3_SRC, tq, tk, Z3_C,
+                    chunk_of=lambda _name, _world, r, t: _chunk(layout, r, t))  # z3 terms, world size Z3_P
     env = {sym: (value if isinstance(value, z3.ExprRef) else z3.IntVal(value)) for sym, value in sub.items()}
     visited, full = (to_z3(c, env) for c in conditions)
     attended = gk * Z3_C + Z3_B <= gq * Z3_C + Z3_A  # top-left causal on the global positions
-    return visited, full, attended, gq, gk
+    # the sequence the pair lives in: both chunks' positions lie inside it
+    total = layout.slots * Z3_P * Z3_C
+    return visited, full, attended, gq, gk, total
 
 
 @claim("ring_causal_blocks",
@@ -143,19 +148,20 @@ def _pair_class_z3(layout: RG.Layout, conditions, tq, tk):
        "block pair with an attended (i, j), runs a full pair only when all of it is attended, calls a pair partial "
        "only on the diagonal (its mask is the chunk's top-left causal mask), the own shard's local top-left causal "
        "mask is the global one, and every other step's T x T classes match one of spec.ring.step_plans: one "
-       "kernel call per step",
+       "kernel call per step; the classifier's inputs are spec.ring.step_pair's, the function plan_step "
+       "classifies with (its sequence length P·T·C included), evaluated on z3 terms",
        r"\mathrm{skip}\Rightarrow\forall (i,j): j>i,\ \ \mathrm{full}\Rightarrow\forall (i,j): j\le i,\ \ "
        r"\mathrm{partial}\Rightarrow g_q=g_k,\ \ \text{classes}\in\text{plans}", terms=(),
        scope="symbolic P, ranks, slots and chunk size C = B_r = B_c (z3); causal top-left only; "
              "mathematical integers Z (int32: int32_index_arithmetic covers the tile loop), exact")
-def prove_ring_causal_blocks(layouts=None, conditions=None):
+def prove_ring_causal_blocks(layouts=None, conditions=None, step_pair=None):
     layouts = RG.LAYOUTS if layouts is None else layouts
     conditions = RG.pair_conditions() if conditions is None else conditions
     cases = []
     for name, lay in layouts.items():
         world = _world() + [Z3_C >= 1]
-        pair = _pair_class_z3(lay, conditions, Z3_T, Z3_U)
-        visited, full, attended, gq, gk = pair
+        pair = _pair_class_z3(lay, conditions, Z3_T, Z3_U, step_pair)
+        visited, full, attended, gq, gk, _ = pair
         inside = [_slot_range(lay, Z3_T), _slot_range(lay, Z3_U), 0 <= Z3_A, Z3_A < Z3_C, 0 <= Z3_B, Z3_B < Z3_C]
         cases += [
             _z3_case(f"{name}: never skips an attended pair", world + inside, z3.Implies(attended, visited)),
@@ -172,12 +178,38 @@ def prove_ring_causal_blocks(layouts=None, conditions=None):
         classes = {}
         for x in range(lay.slots):
             for y in range(lay.slots):
-                v, f, *_ = _pair_class_z3(lay, conditions, z3.IntVal(x), z3.IntVal(y))
+                v, f, *_ = _pair_class_z3(lay, conditions, z3.IntVal(x), z3.IntVal(y), step_pair)
                 classes[x, y] = {RG.EMPTY: z3.Not(v), RG.FULL: z3.And(v, f), RG.PARTIAL: z3.And(v, z3.Not(f))}
         plans = [z3.And(*[classes[xy][plan.expected(*xy)] for xy in classes]) for plan in RG.step_plans(lay.slots)]
         cases.append(_z3_case(f"{name}: another shard's step matches a one-call plan", world + [Z3_SRC != Z3_R],
                               z3.Or(*plans)))
     return result("ring_causal_blocks", cases, "z3 over symbolic P, r, src, slots, C, positions")
+
+
+@claim("ring_schedule",
+       "the K/V shard a rank holds at each step of the ring is the one plan_step is asked about: for every "
+       "P >= 1, rank 0 <= r < P and step 0 <= s < P - 1 (symbolic, z3; the ring runs steps 0 … P − 1), "
+       "spec.ring.source_rank(r, 0, P) = r, source_rank(r, s + 1, P) = source_rank(previous_rank(r, P), s, P) (the shard received at step s + 1 "
+       "is the one the previous rank held at step s) and previous_rank(next_rank(r)) = r (each send meets its "
+       "receive); the runtime takes its peers and each step's source from these functions",
+       r"\mathrm{src}(r,0)=r,\quad \mathrm{src}(r,s+1)=\mathrm{src}(\mathrm{prev}(r),s)", terms=(),
+       scope="symbolic P, rank and step (z3, integer mod); mathematical integers Z, exact")
+def prove_ring_schedule(source_rank=None, previous_rank=None, next_rank=None):
+    source_rank = RG.source_rank if source_rank is None else source_rank
+    previous_rank = RG.previous_rank if previous_rank is None else previous_rank
+    next_rank = RG.next_rank if next_rank is None else next_rank
+    s = z3.Int("s")
+    world = [Z3_P >= 1, 0 <= Z3_R, Z3_R < Z3_P]
+    prev = previous_rank(Z3_R, Z3_P)
+    cases = [
+        _z3_case("step 0: a rank holds its own shard", world, source_rank(Z3_R, 0, Z3_P) == Z3_R),
+        _z3_case("previous_rank(r) is a rank", world, z3.And(0 <= prev, prev < Z3_P)),
+        _z3_case("step s + 1: the shard the previous rank held at step s", world + [s >= 0, s + 1 < Z3_P],
+                 source_rank(Z3_R, s + 1, Z3_P) == source_rank(prev, s, Z3_P)),
+        _z3_case("a send to next_rank meets that rank's receive from previous_rank", world,
+                 previous_rank(next_rank(Z3_R, Z3_P), Z3_P) == Z3_R),
+    ]
+    return result("ring_schedule", cases, "z3 over symbolic P, r, s")
 
 
 @claim("ring_merge_order",
