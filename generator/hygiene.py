@@ -14,6 +14,12 @@
    to another ``@triton.jit`` function of the same file (the stage helpers return the state).
 3. **stage calls from the proven table.** Every call to a ``*_stage`` helper passes ``(lo, hi,
    MASKED)`` equal to a row of ``spec.structure.KEY_STAGES`` / ``ROW_STAGES`` (claim stages_cover).
+4. **pointer arithmetic printed** (issue 24). In a function not on ``POINTER_GAPS``, the pointer of
+   every ``tl.load`` / ``tl.store`` is a pointer parameter alone or ``pointer + offset`` with
+   ``offset`` a name a printed address term assigns (``spec.addresses``, claims
+   ``decode_addresses`` / ``varlen_addresses``), and no other statement computes on a pointer
+   (a pointer is a parameter some load or store of the function reads through). Integer arithmetic
+   on pointers that is not printed is refused, as unprinted float arithmetic is.
 
 The allow-list (reviewed; keep it short):
 
@@ -59,19 +65,19 @@ INDEX_NAME = re.compile(
     r"[A-Z][A-Za-z0-9]*(_[a-z]+)?|[A-Z][A-Z0-9]*(_[A-Z0-9]+)+|\w+_ptrs|out_ptrs|tile|"
     # merged with varlen / decode / merge (see the module docstring)
     r"lse_row0|lse_off_b|seq_start_[qk]|n_q|n_k|tok|head|split|page|page_idx|slot|k_rows|v_rows|s|"
+    # the printed address terms (issue 24, spec.addresses)
+    r"q_off|k_off|v_off|o_off|lse_off|bt_off|cs_off|"
     # merged with mask_mod (#16): the mask_mod's integer tile class (0 skip / 1 partial / 2 full)
     r"mm_state)$")
 #: (function, statement) pairs that assign a printed term's name without a printed term: reviewed
 #: gaps, each named in docs/verification.md's hygiene section; nothing else is excepted
 EXCEPTIONS = frozenset({
+    # (decode's grid split is spec.structure.GRID_LINES since issue 24; its offsets are printed)
     # varlen: the packed segment's lengths rebind the kernel's N_Q / N_K (values from the printed
     # SEGMENT terms through _varlen_segment; the rebind itself is no term)
     ("_attn_fwd", "N_Q = n_q"), ("_attn_fwd", "N_K = n_k"),
     ("_attn_bwd_dkdv", "N_Q = n_q"), ("_attn_bwd_dkdv", "N_K = n_k"),
     ("_attn_bwd_dq", "N_Q = n_q"), ("_attn_bwd_dq", "N_K = n_k"),
-    # decode: the grid's (batch, K/V head) split of program_id(1) (not spec.structure.GRID_LINES,
-    # which split by query head)
-    ("_decode_fwd", "off_kvh = (off_bh % H_KV).to(tl.int64)"),
     # merge_states: the fold starts from spec.terms.MERGE_IDENTITY (0, -inf), printed by print_expr
     # (claim lse_merge proves it the identity) but not as a claim-commented init term
     ("_merge_states", "o_acc = tl.full([BLOCK_M, BLOCK_D], 0, dtype=tl.float32)"),
@@ -82,6 +88,25 @@ EXCEPTIONS = frozenset({
     ("_score_mod_scalars", "softcap_in = 0.0"), ("_score_mod_scalars", "softcap_out = 0.0"),
     ("_score_mod_scalars", "alibi_coef = 0.0"), ("_score_mod", "t = qk"),
 })
+#: jit functions whose pointer and offset lines are not yet printed address terms (rule 4 skips them):
+#: the reviewed gaps of issue 24, each listed on docs/verification.md ("what remains outside the proofs")
+POINTER_GAPS = {
+    "_attn_fwd": "dense forward: Q/K/V/O/lse, key_lengths, mask and block-map pointers (the varlen segment "
+                 "offsets are printed)",
+    "_attn_fwd_tile": "dense forward tile: K/V tile pointers", "_attn_fwd_stage": "forward stage: pointer advance",
+    "_attn_bwd_preprocess": "backward preprocess: O/dO/dlse/Δ/lse2/sinks rows",
+    "_attn_bwd_dkdv": "dK/dV kernel: Q/K/V/dO/dK/dV/lse2/Δ pointers (varlen segment offsets printed)",
+    "_attn_bwd_dq": "dQ kernel: Q/K/V/dO/dQ/lse2/Δ pointers (varlen segment offsets printed)",
+    "_attn_bwd_dkdv_stage": "dK/dV stage: Q/dO tile pointers", "_attn_bwd_dq_stage": "dQ stage: K/V tile pointers",
+    "_attn_bwd_rows": "backward rows: lse2/Δ loads", "_attn_bwd_mask": "backward dense mask tile",
+    "_mask_mod_keep": "mask_mod parameter rows", "_mask_mod_state": "mask_mod parameter rows",
+    "_merge_state": "merge_state: o/lse rows", "_merge_states": "merge_states: split partial rows",
+    "_score_mod": "score modifications (no pointer)", "_score_mod_scalars": "ALiBi slope row",
+    "_softmax_one_pass": "softmax rows", "_softmax_two_pass": "softmax rows", "_softmax_update": "softmax rows",
+    "_tma_tile": "TMA descriptor coordinates",
+}
+#: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
+ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses")
 #: calls that do not compute on values (everything else — tl.exp2, tl.dot, tl.where, tl.math.*, ... —
 #: is arithmetic unless every name it touches is index math); the reviewed allow-list
 ALLOWED_CALLS = {"arange", "program_id", "multiple_of", "zeros", "trans", "reshape", "to", "range", "store"}
@@ -146,6 +171,49 @@ def _stage_triple(call: ast.Call, stage_names: set[str]):
     return names[0], names[1], flags[0]
 
 
+def _pointers(fn: ast.FunctionDef) -> set[str]:
+    """The parameters some load or store of ``fn`` reads through (the root name of its pointer)."""
+    params = {a.arg for a in fn.args.args}
+    out = set()
+    for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call) and _call_name(c) in ("load", "store")):
+        if call.args:
+            root = call.args[0]
+            while isinstance(root, ast.BinOp):
+                root = root.left
+            if isinstance(root, ast.Name) and root.id in params:
+                out.add(root.id)
+    return out
+
+
+def _pointer_problems(fn: ast.FunctionDef, lines, printed: set[str], addresses: set[str]) -> list[str]:
+    """Rule 4 for one function: loads and stores through ``pointer`` or ``pointer + <printed offset>``,
+    no other arithmetic on a pointer outside printed lines."""
+    pointers = _pointers(fn)
+    problems = []
+    for stmt in (x for x in ast.walk(fn) if isinstance(x, ast.stmt)
+                 and not isinstance(x, (ast.If, ast.For, ast.While, ast.FunctionDef))):
+        text = "\n".join(lines[stmt.lineno - 1:stmt.end_lineno]).strip()
+        if text in printed:  # a printed term (a cu_seqlens load, a segment's pointer move): proven
+            continue
+        allowed = set()
+        for call in (c for c in ast.walk(stmt) if isinstance(c, ast.Call) and _call_name(c) in ("load", "store")):
+            ptr = call.args[0] if call.args else None
+            ok = isinstance(ptr, ast.Name) and ptr.id in pointers or (
+                isinstance(ptr, ast.BinOp) and isinstance(ptr.op, ast.Add) and isinstance(ptr.left, ast.Name)
+                and ptr.left.id in pointers and isinstance(ptr.right, ast.Name) and ptr.right.id in addresses)
+            if ptr is not None:
+                allowed.add(id(ptr))
+            if not ok:
+                problems.append(f"{fn.name}:{call.lineno}: pointer `{ast.unparse(ptr)}` of a {_call_name(call)} is "
+                                "not `pointer + offset` with a printed address term (spec.addresses)")
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.BinOp, ast.AugAssign)) and id(node) not in allowed and _names(node) & pointers:
+                problems.append(f"{fn.name}:{stmt.lineno}: `{ast.unparse(node)}` computes on a pointer without a "
+                                "printed address term (spec.addresses)")
+                break
+    return problems
+
+
 def check_source(source: str, printed: set[str], assigned: set[str], stages: set[tuple]) -> list[str]:
     """The hygiene problems of one generated file (empty: clean). ``printed``: every line the
     printer emits (stripped); ``assigned``: the names printed lines assign; ``stages``: the
@@ -156,7 +224,11 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
     helpers = {fn.name for fn in jit}
     stage_names = {name for triple in stages for name in triple[:2]}
     problems = []
+    addresses = {line.split("=", 1)[0].strip() for line in printed
+                 if any(f"(claim: {c})" in line for c in ADDRESS_CLAIMS)}
     for fn in jit:
+        if fn.name not in POINTER_GAPS:
+            problems += _pointer_problems(fn, lines, printed, addresses)
         for stmt in ast.walk(fn):
             if not isinstance(stmt, ast.stmt) or isinstance(stmt, (ast.FunctionDef, ast.If, ast.For)):
                 if isinstance(stmt, (ast.If, ast.For)):  # their headers: conditions and ranges

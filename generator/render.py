@@ -12,6 +12,7 @@ import sympy as sp
 
 from spec import masks as M
 from spec import notation as n
+from spec import addresses as AD
 from spec import paged as P
 from spec import structure as S
 from spec import terms as T
@@ -112,6 +113,9 @@ def forward_context(variant: Variant) -> dict:
         "dense_mask_term": print_term(M.MASK_TERM, {"keep": "mask_tile"}),
         # a packed batch's segment, and a tile past its end (claim varlen_segments_sound)
         "varlen_segment": _lines(SEGMENT),
+        # its offsets from cu_seqlens and the pointers moved to its first row (claim varlen_addresses)
+        "segment_loads": _lines(AD.SEGMENT_LOADS),
+        "segment_pointers": _lines(AD.SEGMENT_POINTERS["fwd"]),
         "rows_past_end": print_term(ROWS_PAST_END),
         "init": _inits(S.FORWARD_INIT, {"m_i": "[BLOCK_M]", "l_i": "[BLOCK_M]", "acc": "[BLOCK_M, BLOCK_D]"}),
         "gqa_head": print_term(S.GQA_HEAD),
@@ -166,9 +170,12 @@ def backward_context(variant: Variant) -> dict:
     tile_t = _tile_slots(T.BACKWARD_TILE_T, ["qkT", "pT", "dpT", "dsT"], "BACKWARD_TILE_T")
     return {
         **{key: fwd[key] for key in ("qk_scale", "qk", "bounds_init", "tile_loop", "has_lengths", "dense",
-                                     "mask_term", "dense_mask_term", "varlen_segment", "rows_past_end",
+                                     "mask_term", "dense_mask_term", "varlen_segment", "segment_loads",
+                                     "rows_past_end",
                                      "gqa_head", "stages", "score_mod", "mask_mod")},
         "keys_past_end": print_term(KEYS_PAST_END),
+        "segment_pointers_dkdv": _lines(AD.SEGMENT_POINTERS["dkdv"]),
+        "segment_pointers_dq": _lines(AD.SEGMENT_POINTERS["dq"]),
         "row_stages": _stages(S.ROW_STAGES),
         "gqa_group_head": print_term(S.GQA_GROUP_HEAD),
         "init_dkdv": _inits(S.GRAD_INIT, {"dk": "[BLOCK_N, BLOCK_D]", "dv": "[BLOCK_N, BLOCK_D]"}),
@@ -260,6 +267,8 @@ def decode_context(variant: Variant) -> dict:
         "keep_init": print_term(KEEP_INIT, DECODE_NAMES),
         "keep_causal": keeps["causal"],
         "keep_window": keeps["window"],
+        # every load and store offset (claim decode_addresses)
+        "addresses": {name: _lines(group) for name, group in AD.DECODE_GROUPS.items()},
     }
 
 

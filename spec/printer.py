@@ -22,6 +22,7 @@ constants (``1/log 2``)     a float literal (``1.4426950408889634``)
 ``Eq``/``Le``/``Lt``        ``==`` / ``<=`` / ``<``
 ``And`` / ``Or``            ``&`` / ``|`` of parenthesised operands
 ``floor(a/b)``              ``a // b``  (operands are non-negative in kernels)
+``Mod(a, b)``               ``a % b``  (index terms: non-negative operands)
 ``ceiling(a/b)``            ``tl.cdiv(a, b)``
 ``rowmax``/``rowsum``       ``tl.max(x, 1)`` / ``tl.sum(x, 1)``
 ``dot(a, b)``               ``tl.dot(a, b, input_precision=INPUT_PRECISION)``
@@ -184,6 +185,10 @@ class TritonPrinter(PythonCodePrinter):
     def _print_ceiling(self, expr):
         num, den = sp.fraction(sp.together(expr.args[0]))
         return f"tl.cdiv({self._print(num)}, {self._print(den)})"
+
+    def _print_Mod(self, expr):
+        a, c = (self.parenthesize(x, PRECEDENCE["Mul"], strict=True) for x in expr.args)
+        return f"{a} % {c}"  # index terms only: non-negative operands, where % agrees everywhere
 
     def _print_Indexed(self, expr):
         (index,) = expr.indices

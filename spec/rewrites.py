@@ -32,4 +32,13 @@ def window_clamp(window, n_q, n_k):
     """``(min(left, b), min(right, b))`` with ``b = window_side_bound(N_q, N_k)``: the same keys
     are attended, and the kernels' int32 tile bounds cannot overflow (assumption ``window_bounded``)."""
     bound = window_side_bound(n_q, n_k)
-    return min(window[0], bound), min(window[1], bound)
+    return _min(window[0], bound), _min(window[1], bound)
+
+
+def _min(a, b):
+    """``min`` on numbers, ``Min`` on SymPy integers (the claim evaluates the call sites symbolically)."""
+    import sympy as sp
+
+    if isinstance(a, sp.Basic) or isinstance(b, sp.Basic):
+        return sp.Min(a, b)
+    return min(a, b)

@@ -95,6 +95,25 @@ def test_paged_equals_contiguous(page_size):
     assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("layout", ["rows of a wider table", "every other column", "transposed"])
+def test_strided_block_tables_are_honoured(layout):
+    """Issue 24: the block table is read through both strides the launch passes
+    (spec.launch.decode_launch, claim decode_addresses), whatever its layout; the old kernel assumed
+    a column stride of 1 and read pages of the neighbouring column."""
+    lens = [70, 33]
+    q, k, v, lens_t, (kp, vp), table = make_problem(2, 2, 2, 2, 1, lens, torch.float32, 16, capacity=80)
+    junk = torch.full_like(table, kp.shape[0] - 1)  # a spare page, all NaN: reading it shows
+    if layout == "rows of a wider table":
+        strided = torch.cat([table, junk], 1)[:, :table.shape[1]]
+    elif layout == "every other column":
+        strided = torch.stack([table, junk], -1).flatten(1)[:, ::2]
+    else:
+        strided = table.t().contiguous().t()
+    assert torch.equal(strided, table)
+    got, lse = flash_attention_with_kvcache(q, kp, vp, lens_t, block_table=strided, num_splits=2, return_lse=True)
+    check(got, lse, q, k, v, lens, causal=False, window=None, dtype=torch.float32)
+
+
 def test_num_splits_changes_only_rounding():
     """Splits 1..16 agree within a bound of fp32 rounding (the merge is exact in real arithmetic)."""
     lens = [300, 190]

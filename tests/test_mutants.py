@@ -760,3 +760,104 @@ def test_mask_mod_atom_rule_with_the_wrong_extreme_is_refuted():
     where the greatest decides) is caught by the proof (more mutants: tests/test_mask_mod.py)."""
     r = PMM.prove_mask_mod_sound(rule=lambda lo, hi: (sp.Ge(hi, 0), sp.Lt(lo, 0)))
     assert not r.proved and "atom" in r.detail
+
+
+# ---------------------------------------------------------------- issue 24: addresses and the launch line
+# The audit's edits, each applied where it now lives (a spec term or the spec.launch function the
+# runtime calls) and refuted by the claim that reads it; typed into a template instead, the same
+# edits fail generator.hygiene (tests/test_hygiene.py::test_unprinted_pointer_arithmetic_is_caught).
+from spec import addresses as AD  # noqa: E402
+from spec import launch as LA  # noqa: E402
+from spec import rewrites as RW  # noqa: E402
+from spec.proofs import addresses as PAD  # noqa: E402
+from spec.proofs import rewrites as PRW  # noqa: E402
+
+
+def _failing(result):
+    assert_failed(result)
+    return [name for name, res in result.cases if res != 0]
+
+
+def test_block_table_row_stride_from_its_shape_is_refuted():
+    """(a) paged decode passes block_table.shape[-1] as the table's row stride."""
+    def launch(q, k, v, out, lse, cache_seqlens, block_table, block_m):
+        grid, ints, constexprs = LA.decode_launch(q, k, v, out, lse, cache_seqlens, block_table, block_m)
+        if block_table is not None:
+            ints = dict(ints, stride_bt_b=block_table.shape[-1])
+        return grid, ints, constexprs
+
+    failing = _failing(PAD.prove_decode_addresses(launch=launch))
+    assert "paged: block_table offset is block_table[b, j // PAGE_SIZE]" in failing, failing
+
+
+def test_block_table_without_its_column_stride_is_refuted():
+    """The kernel's old block-table address, off_b·stride_bt_b + page_idx (column stride 1)."""
+    bt = swap(AD.DECODE_GROUPS["bt_offset"], AD.bt_off, AD.off_b * AD.S_["stride_bt_b"] + AD.P.page_idx)
+    failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, bt_offset=bt)))
+    assert "paged: block_table offset is block_table[b, j // PAGE_SIZE]" in failing, failing
+
+
+def test_decode_key_offset_with_the_query_head_is_refuted():
+    kv = swap(AD.KV_OFFSETS, AD.k_off, AD.head * AD.S_["stride_kh"] + terms.col(AD.k_rows)
+              + terms.row(AD.offs_d) * AD.S_["stride_kd"])
+    assert "contiguous: k offset is k_cache[b, j, kvh, d]" in _failing(
+        PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, kv_offsets=kv)))
+
+
+def test_decode_rows_that_swap_token_and_head_are_refuted():
+    rows = swap(AD.DECODE_ROWS, AD.tok, sp.floor(AD.offs_m / AD.N_Q))
+    failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, rows=rows)))
+    assert any("row g·N_q + t" in name for name in failing), failing
+
+
+def test_merged_lse_in_the_wrong_layout_is_refuted():
+    """(f) decode's merged lse viewed as (B, Hq, N_q) instead of (B, N_q, Hq) transposed."""
+    failing = _failing(PAD.prove_decode_addresses(merged_lse=lambda m, B, Nq, Hq: m.view(B, Hq, Nq)))
+    assert failing == ["merge: lse[b, h, t] is merged row r"], failing
+
+
+def test_varlen_keys_offset_by_the_query_start_are_refuted():
+    """(d) the varlen K pointer moved by the query segment's start."""
+    pointers = dict(AD.SEGMENT_POINTERS)
+    pointers["fwd"] = swap(pointers["fwd"], sp.Symbol("K"),
+                           sp.Symbol("K") + n_varlen_start_q() * sp.Symbol("stride_kn", integer=True))
+    failing = _failing(PAD.prove_varlen_addresses(pointers=pointers))
+    assert failing == ["fwd: K reaches k[cu_seqlens_k[b] + i, h, d]"], failing
+
+
+def n_varlen_start_q():
+    return V.seq_start_q
+
+
+def test_cu_seqlens_end_read_minus_one_is_refuted():
+    """(e) cu_seqlens_q's end read one entry early (and, as the audit typed it, minus one)."""
+    for end in (AD.CuSeqlensQ[AD.off_b], AD.CuSeqlensQ[AD.off_b + 1] - 1):
+        loads = swap(AD.SEGMENT_LOADS, V.seq_end_q, end)
+        assert "seq_end_q is cu_seqlens_q[off_b + 1]" in _failing(PAD.prove_varlen_addresses(loads=loads))
+
+
+def test_cu_seqlens_passed_strided_are_refuted():
+    """The offset vectors passed as the caller gave them (any stride) to kernels that read entry b at b."""
+    failing = _failing(PAD.prove_varlen_addresses(cu_seqlens=lambda cu_q, cu_k: (cu_q, cu_k)))
+    assert "seq_start_q is cu_seqlens_q[off_b]" in failing
+
+
+def test_varlen_grid_rounded_down_is_refuted():
+    """The grid's ceiling, read from spec.launch.varlen_grid (the launcher's), not a private copy."""
+    failing = _failing(PAD.prove_varlen_addresses(grid=lambda m, b, cu, h: (m // b, (cu.shape[0] - 1) * h)))
+    assert any("cover a segment" in name for name in failing), failing
+
+
+def test_window_clamped_to_n_q_twice_is_refuted():
+    """(b) normalise_window(..., N_q, N_q) instead of (N_q, N_k), at each call site."""
+    for site, (fn, tensors, problem) in PRW._window_sites().items():
+        sites = PRW._window_sites()
+        if site == "dense":
+            bad = lambda w, q, k: RW.window_clamp(w, q.shape[2], q.shape[2])  # noqa: E731
+        elif site == "varlen":
+            bad = lambda w, q, k: RW.window_clamp(w, q.shape[0], q.shape[0])  # noqa: E731
+        else:
+            bad = lambda w, q, capacity: RW.window_clamp(w, q.shape[1], q.shape[1])  # noqa: E731
+        sites[site] = (bad, tensors, problem)
+        failing = _failing(PRW.prove_window_clamp(sites=sites))
+        assert all(name.startswith(f"{site} call site") for name in failing) and failing, (site, failing)

@@ -281,6 +281,19 @@ def test_strided_views_need_no_copy():
     assert torch.equal(to_cpu(qkv.grad), torch.stack(want_grads, dim=1))
 
 
+def test_strided_cu_seqlens_are_read_as_their_values():
+    """Issue 24: offset vectors that are strided views (every other entry of a longer vector) give the
+    contiguous vectors' result bitwise: the launch passes them as the kernels read them
+    (spec.launch.varlen_cu_seqlens, claim varlen_addresses); the old kernels read entry b at offset b."""
+    q, k, v, do, cu_q, cu_k = packed([5, 11, 0, 7], [9, 3, 4, 12], Hq=2, Hkv=1, seed=5)
+    strided_q, strided_k = (torch.stack([cu, cu * 0], -1).flatten()[::2] for cu in (cu_q, cu_k))
+    assert not strided_q.is_contiguous() and torch.equal(strided_q, cu_q)
+    (got_out, got_lse), got_grads = varlen_grads(q, k, v, do, strided_q, strided_k, block=(16, 32), causal=True)
+    (want_out, want_lse), want_grads = varlen_grads(q, k, v, do, cu_q, cu_k, block=(16, 32), causal=True)
+    assert torch.equal(got_out, want_out) and torch.equal(got_lse, want_lse)
+    assert all(torch.equal(a, b) for a, b in zip(got_grads, want_grads))
+
+
 # ----------------------------------------------------------------------------------
 # Score modifications (issue 15) per segment: softcap, ALiBi (bottom-right per segment), sinks
 # ----------------------------------------------------------------------------------

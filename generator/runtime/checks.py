@@ -17,6 +17,7 @@ import operator
 import torch
 
 from spec.assumptions import ASSUMPTIONS, limit
+from spec import launch as spec_launch
 from spec import rewrites
 from spec.mask_mod import MaskMod
 from spec.masks import ALIGNMENTS
@@ -216,10 +217,12 @@ def check_window(window):
     return left, right
 
 
-def normalise_window(window, n_q: int, n_k: int):
-    """Each side clamped to ``N_q + N_k`` (``spec.rewrites.window_clamp``, claim ``window_clamp``:
-    the same keys are attended, and the kernels' int32 bounds cannot overflow) [window_bounded]."""
-    return None if window is None else list(rewrites.window_clamp(window, n_q, n_k))
+def normalise_window(window, site, *tensors):
+    """Each side clamped to ``N_q + N_k`` read off the tensors by ``site`` (one of
+    ``spec.launch.dense_window``, ``varlen_window``, ``decode_window``: claim ``window_clamp`` proves
+    the same keys are attended at each site, and the kernels' int32 bounds cannot overflow)
+    [window_bounded]."""
+    return None if window is None else list(site(window, *tensors))
 
 
 def check_scale(scale):
@@ -270,7 +273,7 @@ def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, ke
     check_index_width(q=q, k=k, v=v, mask=mask, out=tuple(q.shape))
     scale = check_scale(scale)
     block = check_block(block, auto=True)  # whether it is generated: checked by the op (no imports while tracing)
-    window = None if window is None else normalise_window(check_window(window), Nq, Nk)
+    window = None if window is None else normalise_window(check_window(window), spec_launch.dense_window, q, k)
     return window, scale, block
 
 

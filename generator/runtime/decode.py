@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 
 from generator.runtime import api, checks
+from spec import launch as spec_launch
 
 #: the generated block whose decode kernel serves this op: B_c keys per tile (and at most B_r
 #: query rows per program)
@@ -150,7 +151,9 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_ta
                        "block_table": block_table})
     # the same checks as flash_attention's (q as (B, Hq, N_q, D): a view, no copy)
     softcap = checks.check_score_mods(q.transpose(1, 2), softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
-    window = None if window is None else checks.check_window(window)
+    # each side clamped to N_q + capacity (claim window_clamp, at this call site: spec.launch.decode_window)
+    window = None if window is None else checks.normalise_window(checks.check_window(window), spec_launch.decode_window,
+                                                                 q, capacity)
     if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
         raise ValueError(f"scale must be a finite number (default 1/sqrt(head_dim)), got {scale!r}")
     B, Nq, Hq, D = q.shape
@@ -188,9 +191,10 @@ def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ca
         module.forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, **args)
         merge = api.module_for("merge", DECODE_BLOCK)
         # rows ordered (B, N_q, Hq): row r's query head is r % Hq, its sink sinks[r % Hq]
-        _, merged_lse = merge.merge_states_rows(o_part.view(num_splits, -1, D), lse_part.view(num_splits, -1),
-                                                out=out.view(-1, D), sinks=sinks)
-        lse.copy_(merged_lse.view(B, Nq, Hq).transpose(1, 2))
+        # the rows and the layouts back: spec.launch's views (claim decode_addresses)
+        o_rows, lse_rows = spec_launch.decode_partial_rows(o_part, lse_part)
+        _, merged_lse = merge.merge_states_rows(o_rows, lse_rows, out=spec_launch.decode_merged_out(out), sinks=sinks)
+        lse.copy_(spec_launch.decode_merged_lse(merged_lse, B, Nq, Hq))
     return out, lse
 
 

@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from spec import launch as spec_launch
 from spec.assumptions import limit
 
 #: torch dtype -> (Triton dtype, its name in a Triton signature)
@@ -169,11 +170,9 @@ def mask_launch(module: str, masks: list[str], command: str, device: torch.devic
 VARLEN_POINTERS = {"CuSeqlensQ": "i32", "CuSeqlensK": "i32"}
 
 
-def packed_strides(t: torch.Tensor) -> tuple[int, int, int, int]:
-    """``(batch, head, row, dim)`` strides of a packed ``(total, H, D)`` tensor, as the attention
-    kernels take them: batch stride 0, since an ``IS_VARLEN`` program offsets its pointers by its
-    segment's first row (``cu_seqlens[b]``) instead."""
-    return 0, t.stride(1), t.stride(0), t.stride(2)
+#: ``(batch, head, row, dim)`` strides of a packed ``(total, H, D)`` tensor (batch stride 0): the one
+#: home is ``spec.launch.packed_strides``, whose output claim ``varlen_addresses`` quantifies over
+packed_strides = spec_launch.packed_strides
 
 
 # ----------------------------------------------------------------------------------

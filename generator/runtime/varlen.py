@@ -28,6 +28,7 @@ from typing import Optional
 
 import torch
 
+from spec import launch as spec_launch
 from spec import varlen as spec_varlen
 
 from generator.runtime import api, checks
@@ -222,7 +223,7 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     # the proven host rewrites of flash_attention: a scale <= 0 becomes a positive one (scale_sign_rewrite);
     # window sides clamp to total_q + total_k, at least every segment's n_q + n_k (window_clamp)
     q, scale = checks.normalise_scale(q, checks.check_scale(scale))
-    window = checks.normalise_window(window, q.shape[0], k.shape[0])
+    window = checks.normalise_window(window, spec_launch.varlen_window, q, k)
     out, lse = flash_attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window,
                                          scale, int(block[0]), int(block[1]), softcap, alibi_slopes, sinks)
     return (out, lse) if return_lse else out

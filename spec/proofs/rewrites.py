@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import sympy as sp
 
+import z3
+
+from spec import addresses as A
+from spec import launch as L
 from spec import notation as n
 from spec import rewrites
+from spec.proofs.addresses import _Z3A
+from spec.proofs.paged import _decide
 from spec.masks import ALIGNMENT_SHIFT
 from spec.proofs.tools import difference, nonnegative, result
 from spec.registry import claim
@@ -35,13 +41,33 @@ def prove_scale_sign_rewrite(rewrite=rewrites.scale_sign):
     return result("scale_sign_rewrite", cases, "per sign of s, polynomial identity")
 
 
+def _window_sites():
+    """Each call site of the clamp (``spec.launch``): its function, the symbolic tensors it reads the
+    lengths off, and the kernel problem's lengths (n_q, n_k) in terms of those tensors (z3 bounds)."""
+    q4, k4 = A.symbolic("q", ("B", "N_q", "Hq", "D")), A.symbolic("k", ("B", "Hkv", "N_k", "D"))
+    qd = A.symbolic("q", ("B", "Hq", "N_q", "D"))
+    qp, kp = A.symbolic("q", ("total_q", "Hq", "D")), A.symbolic("k", ("total_k", "Hkv", "D"))
+    capacity = sp.Symbol("capacity", integer=True, nonnegative=True)
+    return {
+        # flash_attention: the problem is the tensors' own lengths
+        "dense": (L.dense_window, (qd, k4), lambda z, nq, nk: [nq == z(qd.shape[2]), nk == z(k4.shape[2])]),
+        # varlen: a segment has at most the packed totals' rows
+        "varlen": (L.varlen_window, (qp, kp), lambda z, nq, nk: [nq <= z(qp.shape[0]), nk <= z(kp.shape[0])]),
+        # decode: N_q new tokens, key_len = cache_seqlens[b] <= the capacity
+        "decode": (L.decode_window, (q4, capacity), lambda z, nq, nk: [nq == z(q4.shape[1]), nk <= z(capacity)]),
+    }
+
+
 @claim("window_clamp",
        "for every query 0 <= i < N_q, key 0 <= j < N_k (integers, N_q, N_k >= 1) and alignment, "
        "-b <= j - (i + shift) <= b with b = window_side_bound(N_q, N_k): so clamping a window side to b "
-       "attends exactly the same keys (exact integer inequalities)",
+       "attends exactly the same keys (exact integer inequalities); and at each call site of spec.launch "
+       "(dense_window, varlen_window, decode_window: the functions the runtime calls, N_q and N_k read off the "
+       "symbolic tensors it passes) the clamped window keeps exactly the keys the given one keeps, for every "
+       "row, key and alignment of the kernel's problem (z3)",
        r"-b \le j-(i+\text{shift}) \le b,\ b = N_q+N_k",
-       scope="symbolic positions and lengths; mathematical integers Z, exact")
-def prove_window_clamp(bound=rewrites.window_side_bound):
+       scope="symbolic positions, lengths, shapes and window sides; mathematical integers Z, exact")
+def prove_window_clamp(bound=rewrites.window_side_bound, sites=None):
     # slack variables: i = a, N_q = i + 1 + c, j = e, N_k = j + 1 + f, all a, c, e, f >= 0 integers
     a, c, e, f = sp.symbols("a c e f", integer=True, nonnegative=True)
     env = {n.Nq: a + 1 + c, n.Nk: e + 1 + f}
@@ -52,4 +78,19 @@ def prove_window_clamp(bound=rewrites.window_side_bound):
         rel = j - (i + sp.sympify(shift).subs(env))
         cases.append((f"{alignment}: j - (i + shift) >= -b", nonnegative(sp.expand(rel + b))))
         cases.append((f"{alignment}: j - (i + shift) <= b", nonnegative(sp.expand(b - rel))))
-    return result("window_clamp", cases, "slack variables, sign decided by SymPy")
+    # the call sites: what the runtime passes keeps the same keys
+    sites = _window_sites() if sites is None else sites
+    for name, (site, tensors, problem) in sites.items():
+        z = _Z3A()
+        left, right = (sp.Symbol(x, integer=True, nonnegative=True) for x in ("left", "right"))
+        l2, r2 = (z(x) for x in site((left, right), *tensors))
+        zl, zr = z(left), z(right)
+        nq, nk, i, j = z3.Ints("n_q n_k i j")
+        hyp = [zl >= 0, zr >= 0, 0 <= i, i < nq, 0 <= j, j < nk] + problem(z, nq, nk)
+        hyp += [z(s) >= 1 for t in tensors for s in getattr(t, "shape", ()) if isinstance(s, sp.Symbol)]
+        for alignment, shift in (("top_left", 0), ("bottom_right", nk - nq)):
+            rel = j - (i + shift)
+            kept = z3.And(-zl <= rel, rel <= zr)
+            cases.append(_decide(f"{name} call site, {alignment}: the clamped window keeps the same keys", hyp,
+                                 kept == z3.And(-l2 <= rel, rel <= r2)))
+    return result("window_clamp", cases, "slack variables, sign decided by SymPy; call sites by z3")
