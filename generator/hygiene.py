@@ -66,7 +66,7 @@ INDEX_NAME = re.compile(
     # merged with varlen / decode / merge (see the module docstring)
     r"lse_row0|lse_off_b|seq_start_[qk]|n_q|n_k|tok|head|split|page|page_idx|slot|k_rows|v_rows|s|"
     # the printed address terms (issue 24, spec.addresses)
-    r"q_off|k_off|v_off|o_off|lse_off|bt_off|cs_off|"
+    r"q_off|k_off|v_off|o_off|lse_off|bt_off|cs_off|sink_off|"
     # merged with mask_mod (#16): the mask_mod's integer tile class (0 skip / 1 partial / 2 full)
     r"mm_state)$")
 #: (function, statement) pairs that assign a printed term's name without a printed term: reviewed
@@ -224,8 +224,9 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
     helpers = {fn.name for fn in jit}
     stage_names = {name for triple in stages for name in triple[:2]}
     problems = []
-    addresses = {line.split("=", 1)[0].strip() for line in printed
-                 if any(f"(claim: {c})" in line for c in ADDRESS_CLAIMS)}
+    addresses = {name for name in (line.split("=", 1)[0].strip() for line in printed
+                                   if any(f"(claim: {c})" in line for c in ADDRESS_CLAIMS))
+                 if name.endswith("_off")}  # the offsets of spec.addresses (OFFSET_SUFFIX), not its indices
     for fn in jit:
         if fn.name not in POINTER_GAPS:
             problems += _pointer_problems(fn, lines, printed, addresses)

@@ -130,11 +130,14 @@ off_b, off_kvh, offs_m, offs_d, offs_n = (_int(s, nonnegative=True) for s in
 tok, head, page, k_rows, v_rows = (_int(s) for s in ("tok", "head", "page", "k_rows", "v_rows"))
 q_off, k_off, v_off, o_off, lse_off, bt_off = (_int(s) for s in
                                                ("q_off", "k_off", "v_off", "o_off", "lse_off", "bt_off"))
+#: a printed address term's name ends so (generator.hygiene: a pointer moves by such a name only)
+OFFSET_SUFFIX = "_off"
 GROUP, N_Q, H_KV = (_int(s, positive=True) for s in ("GROUP", "N_Q", "H_KV"))
 DECODE_STRIDES = {name: _int(name) for name in (
     "stride_qb", "stride_qn", "stride_qh", "stride_qd", "stride_kb", "stride_kn", "stride_kh", "stride_kd",
     "stride_vb", "stride_vn", "stride_vh", "stride_vd", "stride_os", "stride_ob", "stride_on", "stride_oh",
-    "stride_od", "stride_ls", "stride_lb", "stride_ln", "stride_lh", "stride_bt_b", "stride_bt_p", "stride_cs")}
+    "stride_od", "stride_ls", "stride_lb", "stride_ln", "stride_lh", "stride_bt_b", "stride_bt_p", "stride_cs",
+    "stride_sink")}
 S_ = DECODE_STRIDES
 
 #: row offs_m of a program is query head off_kvh·GROUP + offs_m // N_Q, new token offs_m % N_Q
@@ -172,7 +175,10 @@ OUT_OFFSETS = (
     Term(lse_off, P.split * S_["stride_ls"] + off_b * S_["stride_lb"] + tok * S_["stride_ln"]
          + head * S_["stride_lh"], CLAIM_DECODE, "lse[split, b, tok, head]"),
 )
-DECODE_GROUPS = {"rows": DECODE_ROWS, "key_len": (KEY_LEN,), "q_offset": (Q_OFFSET,), "bt_offset": (BT_OFFSET,),
+#: the row's sink (HAS_SINKS, unsplit): sinks[head]
+sink_off = _int("sink_off")
+SINK_OFFSET = Term(sink_off, head * S_["stride_sink"], CLAIM_DECODE, "sinks[head]")
+DECODE_GROUPS = {"rows": DECODE_ROWS, "sink_offset": (SINK_OFFSET,), "key_len": (KEY_LEN,), "q_offset": (Q_OFFSET,), "bt_offset": (BT_OFFSET,),
                  "paged_rows": PAGED_ROWS, "contiguous_rows": CONTIGUOUS_ROWS, "kv_offsets": KV_OFFSETS,
                  "out_offsets": OUT_OFFSETS}
 

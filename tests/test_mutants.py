@@ -861,3 +861,9 @@ def test_window_clamped_to_n_q_twice_is_refuted():
         sites[site] = (bad, tensors, problem)
         failing = _failing(PRW.prove_window_clamp(sites=sites))
         assert all(name.startswith(f"{site} call site") for name in failing) and failing, (site, failing)
+
+
+def test_varlen_segments_grid_rounded_down_is_refuted():
+    """varlen_segments_sound's grid case reads spec.launch.varlen_grid (the launchers'), not a copy."""
+    failing = _failing(PV.prove_varlen_segments_sound(grid=lambda m, b, cu, h: (sp.floor(m / b), 0)))
+    assert failing == ["grid cdiv(max_seqlen, B)·B covers a segment of n <= max_seqlen rows"], failing

@@ -65,7 +65,8 @@ def _decode_tensors(paged: bool):
     lse = A.symbolic("lse", ("S", "B", "N_q", "Hq"))
     cs = A.symbolic("cache_seqlens", ("B",))
     bt = A.symbolic("block_table", ("B", "MP")) if paged else None
-    return q, k, v, out, lse, cs, bt
+    sinks = A.symbolic("sinks", ("Hq",))
+    return q, k, v, out, lse, cs, bt, sinks
 
 
 @claim(A.CLAIM_DECODE,
@@ -76,7 +77,7 @@ def _decode_tensors(paged: bool):
        "_decode_fwd (spec.addresses: q, cache_seqlens, block_table, k/v rows, out, lse) is the offset of the "
        "element the reference reads — q[b, tok, head, d], cache_seqlens[b], block_table[b, j // PAGE_SIZE], "
        "k_cache[block_table[b, j // PAGE_SIZE], j % PAGE_SIZE, kvh, d] (paged) or k_cache[b, j, kvh, d], "
-       "out/lse[split, b, tok, head] — and that element lies inside the tensor's shape for every program of "
+       "out/lse[split, b, tok, head], sinks[head] — and that element lies inside the tensor's shape for every program of "
        "the grid and every lane its mask lets through (given Hq = GROUP·Hkv, 0 <= cache_seqlens[b] <= "
        "capacity and, paged, block_table entries in [0, num_pages)); the rows (GROUP heads x N_q tokens) "
        "map one to one onto the (head, token) pairs of the KV head; and the merge's row views "
@@ -98,8 +99,8 @@ def prove_decode_addresses(launch=None, groups=None, partial_rows=None, merged_o
     block_m = sp.Symbol("BLOCK_M", integer=True, positive=True)
     for paged in (True, False):
         tag = "paged" if paged else "contiguous"
-        q, k, v, out, lse, cs, bt = _decode_tensors(paged)
-        grid, ints, constexprs = launch(q, k, v, out, lse, cs, bt, block_m)
+        q, k, v, out, lse, cs, bt, sinks = _decode_tensors(paged)
+        grid, ints, constexprs = launch(q, k, v, out, lse, cs, bt, block_m, sinks)
         launched = {sym: ints[sym.name] for sym in (*A.DECODE_STRIDES.values(), A.GROUP, A.N_Q, A.H_KV)}
         launched[P.page_size] = constexprs["PAGE_SIZE"]
         B, N_q, Hq, D = q.shape
@@ -141,6 +142,9 @@ def prove_decode_addresses(launch=None, groups=None, partial_rows=None, merged_o
             value = sp.expand(value.xreplace(launched))
             cases.append((f"{tag}: {side} offset is {side}_cache[{'block_table[b, j // PS], j % PS' if paged else 'b, j'}"
                           f", kvh, d]", difference(value, sp.expand(tensor.offset_of(index(None))))))
+        (sink_term,) = groups["sink_offset"]
+        cases.append((f"{tag}: sink offset is sinks[head]",
+                      difference(at(sink_term), sp.expand(sinks.offset_of((head,))))))
         o_term, l_term = (t for t in groups["out_offsets"])
         cases.append((f"{tag}: out offset is out[split, b, tok, head, d]",
                       difference(at(o_term), sp.expand(out.offset_of((P.split, A.off_b, tok, head, d))))))

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import sympy as sp
 
+from spec import addresses as A
+from spec import launch as L
 from spec import masks
 from spec import notation as n
 from spec import terms
@@ -76,8 +78,8 @@ def _loop(init, narrowing, loop, kinds, at=None):
        "block sizes (mathematical integers: the int32 offsets are non-negative, so their differences cannot "
        "overflow, and the kernels scale them to pointers in int64): lengths >= 0, segments disjoint, full tiles "
        "(no load mask) below N_K (N_Q in dK/dV) for every kind set, the reference's bottom-right alignment, no tile visited by a segment without keys or "
-       "queries nor by a tile past its segment's end, and a grid of cdiv(max_seqlen, B) tiles covering every "
-       "segment no longer than max_seqlen",
+       "queries nor by a tile past its segment's end, and the launch grid (spec.launch.varlen_grid, the one the "
+       "launchers use) of cdiv(max_seqlen, B) tiles covering every segment no longer than max_seqlen",
        r"0\le j<N_K \Rightarrow \mathrm{cu}_k[b]\le \mathrm{cu}_k[b]+j<\mathrm{cu}_k[b+1];\quad "
        r"\mathrm{full}(T)\Rightarrow T\subseteq[0,N_K)",
        terms=("N_Q", "N_K", "shift"),
@@ -86,7 +88,8 @@ def _loop(init, narrowing, loop, kinds, at=None):
 def prove_varlen_segments_sound(segment=V.SEGMENT, rows_past_end=V.ROWS_PAST_END, keys_past_end=V.KEYS_PAST_END,
                                 bounds_init=masks.BOUNDS_INIT,
                                 row_bounds_init=masks.ROW_BOUNDS_INIT, tile_loop=masks.TILE_LOOP,
-                                row_tile_loop=masks.ROW_TILE_LOOP):
+                                row_tile_loop=masks.ROW_TILE_LOOP, grid=None):
+    grid = L.varlen_grid if grid is None else grid
     seg = terms.chain(segment)
     nq, nk = seg[n.Nq], seg[n.Nk]
     # (a) addresses of rows and keys
@@ -116,10 +119,12 @@ def prove_varlen_segments_sound(segment=V.SEGMENT, rows_past_end=V.ROWS_PAST_END
                       implies([], no_rows[masks.q_lo] - no_rows[masks.q_hi])))
     # (e) the grid: cdiv(max_seqlen, B) tiles of B rows cover n <= max_seqlen rows
     #     (B·ceiling(M/B) = M + r with r >= 0, the definition of the ceiling)
+    #     the grid is spec.launch.varlen_grid's, the launchers' (claim varlen_addresses proves its
+    #     axis 1 too); its tiles: ceiling(M/B), by the definition of the ceiling (M + r)/B, r >= 0
     length, block = sp.symbols("n B", integer=True, positive=True)
     max_seqlen = length + excess
-    covered = (block * sp.ceiling(max_seqlen / block)).xreplace(
-        {sp.ceiling(max_seqlen / block): (max_seqlen + r) / block})
+    tiles = grid(max_seqlen, block, A.symbolic("cu_seqlens", ("B1",)), 1)[0]
+    covered = (block * tiles).xreplace({sp.ceiling(max_seqlen / block): (max_seqlen + r) / block})
     cases.append(("grid cdiv(max_seqlen, B)·B covers a segment of n <= max_seqlen rows",
                   nonnegative(sp.expand(covered - length))))
     return result(V.CLAIM, cases,
