@@ -21,11 +21,11 @@ from spec import rewrites
 from spec.mask_mod import MaskMod
 from spec.masks import ALIGNMENTS
 
-from generator.runtime import launch
+from generator.runtime import config, contract, launch
 
 DTYPES = tuple(getattr(torch, name) for name in limit("dtypes"))
 MAX_HEAD_DIM = limit("head_dim_max")
-DEFAULT_BLOCK = (64, 64)
+DEFAULT_BLOCK = config.DEFAULT_BLOCK
 
 #: keyword names of SDPA / FlashAttention / FlexAttention -> the flashproof spelling
 FOREIGN_KEYWORDS = {
@@ -159,12 +159,20 @@ def check_seq_lens(Nq: int, Nk: int):
 
 def check_index_width(**tensors) -> None:
     """Every in-slice element offset ``(N-1)|stride_N| + (D-1)|stride_D|`` fits int32 (``index_int32``).
-    A value may be a tensor or a shape (a freshly allocated, contiguous output of that shape)."""
+    A value may be a tensor, a shape (a freshly allocated, contiguous output of that shape) or a
+    ``(shape, strides)`` pair (the rows of one slice as a kernel walks them: a varlen segment, a
+    (batch, head) slice of a KV cache). Only the last two dims are summed: the kernels offset the
+    batch and head (and a segment's or page's first row) in int64."""
     bound = limit("index_int32")
     for name, t in tensors.items():
         if t is None:
             continue
-        shape, stride = (tuple(t.shape), t.stride()) if isinstance(t, torch.Tensor) else (t, None)
+        if isinstance(t, torch.Tensor):
+            shape, stride = tuple(t.shape), t.stride()
+        elif len(t) == 2 and isinstance(t[0], tuple):
+            shape, stride = t
+        else:
+            shape, stride = tuple(t), None
         if stride is None:  # contiguous: the last two dims have strides (D, 1)
             stride = (shape[-1], 1)
         if 0 in shape:
@@ -172,8 +180,8 @@ def check_index_width(**tensors) -> None:
         reach = sum((size - 1) * abs(step) for size, step in zip(shape[-2:], stride[-2:]))
         if reach > bound:
             raise ValueError(f"{name} spans {reach} elements inside one (batch, head) slice, beyond the kernels' "
-                             f"int32 offsets (2^31 - 1) [index_int32]; pass {name}.contiguous() or split the "
-                             "sequence")
+                             f"int32 offsets (at most {bound}, 2^31 - 1) [index_int32]; pass {name}.contiguous() "
+                             "or split the sequence")
 
 
 def check_mask(mask, shape4):
@@ -311,3 +319,53 @@ def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None):
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move it with .to(q.device)")
     return softcap
+
+
+# ----------------------------------------------------------------------------------
+# The small tensors and the decode path's values (issue 23)
+# ----------------------------------------------------------------------------------
+def check_num_splits(num_splits) -> int:
+    """``num_splits``: an int (numpy / torch integer scalars accepted, never bool) in
+    ``0..num_splits_max``."""
+    num_splits = _as_int(num_splits, "num_splits")
+    if not 0 <= num_splits <= limit("num_splits_max"):
+        raise ValueError(f"num_splits must be an int in 0..{limit('num_splits_max')} (0: the heuristic), got "
+                         f"{num_splits!r} [num_splits_max]")
+    return num_splits
+
+
+def check_cache_values(cache_seqlens, block_table, capacity: int, page_size: int, num_pages: int) -> None:
+    """The decode path's value checks, one host sync in eager mode: every length in ``[0, capacity]``
+    [cache_len_range] and every page id a sequence reads in ``[0, num_pages)`` [page_ids_range].
+    Under ``torch.compile`` nothing is read here: ``cache_arguments`` clamps on the device."""
+    if torch.compiler.is_compiling():
+        return
+    bad_len = (cache_seqlens < 0) | (cache_seqlens > capacity)
+    if block_table is None:
+        if bool(bad_len.any()):
+            raise ValueError(f"cache_seqlens must lie in [0, {capacity}] (the cache's capacity in keys), got "
+                             f"{cache_seqlens.tolist()} [cache_len_range]")
+        return
+    pages_used = (cache_seqlens.clamp(0, capacity) + page_size - 1) // page_size
+    used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < pages_used[:, None]
+    bad_page = used & ((block_table < 0) | (block_table >= num_pages))
+    flags = torch.stack([bad_len.any(), bad_page.any()]).tolist()  # the one sync
+    if flags[0]:
+        raise ValueError(f"cache_seqlens must lie in [0, {capacity}] (the cache's capacity in keys), got "
+                         f"{cache_seqlens.tolist()} [cache_len_range]")
+    if flags[1]:
+        b, p = (int(i) for i in bad_page.nonzero()[0])
+        raise ValueError(f"block_table[{b}, {p}] = {int(block_table[b, p])} is a page that sequence {b} reads "
+                         f"(it holds keys {p * page_size}..), outside [0, num_pages={num_pages}) "
+                         "[page_ids_range]; the unused tail of a row may hold anything (e.g. -1)")
+
+
+def cache_arguments(cache_seqlens, block_table, capacity: int, num_pages: int):
+    """``(cache_seqlens, block_table)`` as the decode kernel reads them: fresh, contiguous int32,
+    clamped on the device to ``[0, capacity]`` and ``[0, num_pages - 1]`` (what keeps a traced
+    graph, where ``check_cache_values`` does not run, inside the cache; eager values are checked)."""
+    if torch.compiler.is_compiling():
+        cache_seqlens = cache_seqlens.clamp(0, capacity)
+        block_table = None if block_table is None else block_table.clamp(0, num_pages - 1)
+    return (cache_seqlens.to(torch.int32).contiguous(),
+            contract.unit_stride("flash_attention_with_kvcache", "block_table", block_table))
