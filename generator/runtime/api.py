@@ -160,15 +160,8 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
 
 
 def _softmax(package, x, dim, *, block):
-    checks.check_tensor(x, "x")
-    if x.dtype not in DTYPES:
-        raise TypeError(f"x has dtype {x.dtype}; supported: float16, bfloat16, float32 (convert with .to())")
-    if x.dim() == 0:
-        raise ValueError("softmax needs at least one dimension; x is a scalar")
-    checks.check_device({"x": x})
+    dim, block = checks.check_softmax(x, dim, block)
     _unsupported_autograd_modes("softmax", x)
-    block = checks.check_block(block)
-    dim = checks._as_int(dim, "dim")
     moved = x.movedim(dim, -1)  # IndexError names a bad dim
     if moved.numel() == 0:
         return x.clone()  # an empty dim (or batch): empty result, like torch.softmax

@@ -193,9 +193,14 @@ def unit_stride(entry: str, name: str, t):
     """``t`` (argument ``name`` of ``entry``) in the layout its kernel reads, by the declared stride
     policy: a ``COPIED`` argument with unit stride (a copy of a strided view: a few bytes, once per call),
     any other as it is. ``None`` stays ``None``."""
-    if t is None or not arg(entry, name).strides.startswith(COPIED):
+    if t is None or (entry, name) not in _COPIED:
         return t
     return t.contiguous()
+
+
+#: ``(entry point, argument)`` of every ``COPIED`` argument (a set lookup per call: the host path stays cheap)
+_COPIED = frozenset((entry, a.name) for entry, args in ENTRY_POINTS.items() for a in args
+                    if a.strides.startswith(COPIED))
 
 
 # ----------------------------------------------------------------------------------

@@ -15,8 +15,6 @@ from typing import Optional
 
 import torch
 
-from spec.assumptions import limit
-
 from generator.runtime import api, checks, config, contract
 from generator.runtime.config import DECODE_BLOCK  # noqa: F401  (the block whose decode kernel serves this op)
 
@@ -48,54 +46,6 @@ def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 1  # the CPU interpreter runs programs one at a time: splitting gains nothing
-
-
-def _check(q, k_cache, v_cache, cache_seqlens, block_table):
-    """The checks that read no tensor's values; returns ``(capacity, num_pages)`` (``num_pages`` 0
-    for a contiguous cache)."""
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        checks.check_tensor(t, name)
-        if t.dim() != 4:
-            raise ValueError(f"{name} must have rank 4, got shape {tuple(t.shape)}: q is (batch, N_q, Hq, D), "
-                             "the cache (batch, N_cache, Hkv, D) or, paged, (num_pages, page_size, Hkv, D) "
-                             "(FlashAttention's layouts)")
-    checks.check_dtypes(q, k_cache, v_cache)
-    if v_cache.shape != k_cache.shape:
-        raise ValueError(f"v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
-    B, Nq, Hq, D = q.shape
-    _, n_cache, Hkv, Dk = k_cache.shape
-    if Dk != D:
-        raise ValueError(f"q {tuple(q.shape)} and k_cache {tuple(k_cache.shape)} must agree in head_dim (dim 3)")
-    if min(B, Nq, Hq, D, Hkv) < 1:
-        raise ValueError(f"every dimension of q and of the cache's heads must be >= 1, got q {tuple(q.shape)}, "
-                         f"k_cache {tuple(k_cache.shape)}")
-    if Hq % Hkv:
-        raise ValueError(f"query heads ({Hq}) must be a multiple of the cache's KV heads ({Hkv}) for GQA "
-                         "[gqa_divides]")
-    checks.check_heads(Hq, Hkv, D)
-    if block_table is None:
-        if k_cache.shape[0] != B:
-            raise ValueError(f"a contiguous cache must have q's batch ({B}) in dim 0, got {tuple(k_cache.shape)}; "
-                             "a paged cache (num_pages, page_size, Hkv, D) needs block_table")
-        capacity, num_pages = n_cache, 0
-    else:
-        if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
-                or block_table.shape[0] != B:
-            raise ValueError(f"block_table must be an int32 tensor (batch={B}, max_pages), got "
-                             f"{getattr(block_table, 'dtype', type(block_table).__name__)} "
-                             f"{tuple(getattr(block_table, 'shape', ()))}; convert with .to(torch.int32)")
-        if n_cache not in limit("page_sizes"):
-            raise ValueError(f"page_size (k_cache dim 1) must be a power of two from 16 to 256, got {n_cache} "
-                             "[page_sizes]")
-        capacity, num_pages = block_table.shape[1] * n_cache, k_cache.shape[0]
-    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype not in (torch.int32, torch.int64) \
-            or tuple(cache_seqlens.shape) != (B,):
-        raise ValueError(f"cache_seqlens must be an int or an int32 tensor of shape (batch,) = ({B},), got "
-                         f"{cache_seqlens!r}")
-    # int32 offsets inside one (batch, head) slice: q's tokens, the cache's keys (or a page's slots)
-    checks.check_index_width(q=q.transpose(1, 2), k_cache=k_cache.transpose(1, 2), v_cache=v_cache.transpose(1, 2),
-                             out=((Hq, Nq, D), (D, Hq * D, 1)))
-    return capacity, num_pages
 
 
 def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None, causal=False,
@@ -144,7 +94,7 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, block_table=None, c
     if not isinstance(cache_seqlens, torch.Tensor):  # an int (numpy integers too): every sequence's length
         cache_seqlens = torch.full((q.shape[0],), checks._as_int(cache_seqlens, "cache_seqlens"), dtype=torch.int32,
                                    device=q.device)
-    capacity, num_pages = _check(q, k_cache, v_cache, cache_seqlens, block_table)
+    capacity, num_pages = checks.check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k_cache, v_cache, sinks)):
         raise RuntimeError("flash_attention_with_kvcache is inference only and has no backward: call it under "
                            "torch.no_grad() / torch.inference_mode() or detach q, k_cache, v_cache (and sinks); "

@@ -12,30 +12,12 @@ from __future__ import annotations
 
 import torch
 
-from spec.assumptions import limit
-
 from generator.runtime import api, checks, config
 from generator.runtime.config import MERGE_BLOCK  # noqa: F401  (the block whose merge kernels serve these ops)
 
 
 def _module(package: str = config.DEFAULT_PACKAGE, device=None):
     return api.module_for("merge", config.block_for("merge", package), package, device)
-
-
-def _check_pair(name: str, o: torch.Tensor, lse: torch.Tensor, lead: int = 0) -> None:
-    for what, t in ((f"o{name}", o), (f"lse{name}", lse)):
-        checks.check_tensor(t, what)
-    if o.dtype not in api.DTYPES:
-        raise TypeError(f"o{name} has dtype {o.dtype}; supported: float16, bfloat16, float32 (convert with .to())")
-    if lse.dtype != torch.float32:
-        raise TypeError(f"lse{name} must be float32 (natural-log LSE), got {lse.dtype}; convert with "
-                        ".float() (FlashInfer's base-2 lse: multiply by math.log(2) first)")
-    if o.dim() < 1 + lead or tuple(lse.shape) != tuple(o.shape[:-1]):
-        raise ValueError(f"lse{name} must have o{name}'s shape without its last (head_dim) axis: o{name} "
-                         f"{tuple(o.shape)} needs lse{name} {tuple(o.shape[:-1])}, got {tuple(lse.shape)}")
-    if o.shape[-1] > limit("merge_head_dim_max"):
-        raise ValueError(f"head_dim {o.shape[-1]} > {limit('merge_head_dim_max')} is not supported by the merge "
-                         "kernel; split the last axis [merge_head_dim_max]")
 
 
 def _rows(o: torch.Tensor, lse: torch.Tensor):
@@ -114,8 +96,8 @@ def merge_state(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b
 
 
 def _merge_state(package, o_a, lse_a, o_b, lse_b):
-    _check_pair("_a", o_a, lse_a)
-    _check_pair("_b", o_b, lse_b)
+    checks.check_merge_pair("_a", o_a, lse_a)
+    checks.check_merge_pair("_b", o_b, lse_b)
     if o_a.shape != o_b.shape or o_a.dtype != o_b.dtype:
         raise ValueError(f"o_a and o_b must share shape and dtype, got {tuple(o_a.shape)} {o_a.dtype} and "
                          f"{tuple(o_b.shape)} {o_b.dtype}")
@@ -165,7 +147,7 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
 
 
 def _merge_states(package, o, lse):
-    _check_pair("", o, lse, lead=1)
+    checks.check_merge_pair("", o, lse, lead=1)
     if o.dim() < 2:
         raise ValueError(f"o must have shape (S, ..., head_dim), got {tuple(o.shape)}")
     checks.check_device({"o": o, "lse": lse})

@@ -23,7 +23,6 @@ terms apply per segment unchanged.
 
 from __future__ import annotations
 
-import operator
 from typing import Optional
 
 import torch
@@ -33,59 +32,18 @@ from spec import varlen as spec_varlen
 from generator.runtime import api, checks, contract
 
 #: what an omitted max_seqlen hint is passed to the op as: computed from the offsets
-COMPUTE = -1
+COMPUTE = checks.COMPUTE
 #: the packed tensors indexed by key rows (the rest by query rows)
 KEY_SIDE = ("k", "v", "dk", "dv")
-
-
-def _check_packed(q, k, v):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 3:
-            raise ValueError(f"{name} must have rank 3 (total_tokens, heads, head_dim) in a packed batch, got shape "
-                             f"{tuple(t.shape)}; for a padded (batch, heads, seq, head_dim) batch use flash_attention")
-    checks.check_dtypes(q, k, v)
-    (_, hq, d), (_, hkv, dk) = q.shape, k.shape
-    if v.shape != k.shape:
-        raise ValueError(f"v must have k's shape {tuple(k.shape)} (total_k, Hkv, D), got {tuple(v.shape)}")
-    if dk != d:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in head_dim (dim 2)")
-    if min(hq, hkv, d) < 1:
-        raise ValueError(f"heads and head_dim must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    checks.check_heads(hq, hkv, d)
-
-
-def _check_cu_seqlens(name, cu):
-    if not isinstance(cu, torch.Tensor):
-        raise TypeError(f"{name} must be an int32 torch.Tensor of B + 1 offsets, got {type(cu).__name__}")
-    if cu.dtype != torch.int32:
-        raise TypeError(f"{name} must be int32 (FlashAttention's layout), got {cu.dtype}; convert with "
-                        f"{name}.to(torch.int32)")
-    if cu.dim() != 1 or cu.numel() < 2:
-        raise ValueError(f"{name} must have shape (B + 1,) with B >= 1 segments, got {tuple(cu.shape)}")
-
-
-def _check_max_seqlen(name, value):
-    """An int (Python, numpy or a 0-d integer tensor's ``operator.index``) >= 0, or ``COMPUTE``."""
-    if value is None:
-        return COMPUTE
-    try:
-        hint = operator.index(value)
-    except TypeError:
-        hint = None
-    if hint is None or isinstance(value, bool) or hint < 0:
-        raise ValueError(f"{name} must be None (computed from the offsets) or an int >= 0, got {value!r}")
-    return int(hint)
 
 
 def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
                  window=None, scale=None, block=api.DEFAULT_BLOCK, softcap=None, alibi_slopes=None, sinks=None):
     """The checks that read no tensor's values; returns ``(window, max_seqlen_q, max_seqlen_k,
     softcap)`` normalised (``COMPUTE`` for an omitted hint, ``softcap`` a float or None)."""
-    _check_packed(q, k, v)
+    checks.check_packed_qkv(q, k, v)
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        _check_cu_seqlens(name, cu)
+        checks.check_cu_seqlens(name, cu)
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
         raise ValueError(f"cu_seqlens_q has {cu_seqlens_q.numel()} entries and cu_seqlens_k "
                          f"{cu_seqlens_k.numel()}; both must hold B + 1 (one query segment per key segment)")
@@ -94,7 +52,8 @@ def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seq
         raise TypeError(f"causal must be True or False, got {causal!r}")
     checks.check_scale(scale)
     checks.check_block(block, auto=True)
-    hints = (_check_max_seqlen("max_seqlen_q", max_seqlen_q), _check_max_seqlen("max_seqlen_k", max_seqlen_k))
+    hints = (checks.check_max_seqlen("max_seqlen_q", max_seqlen_q),
+             checks.check_max_seqlen("max_seqlen_k", max_seqlen_k))
     # the dense checks, on a (B, Hq) stand-in of no element: B segments, Hq query heads
     softcap = checks.check_score_mods(q.new_empty((cu_seqlens_q.numel() - 1, q.shape[1], 0)), softcap=softcap,
                                    alibi_slopes=alibi_slopes, sinks=sinks)
