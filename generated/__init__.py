@@ -15,12 +15,13 @@ from generator.runtime import api
 from generator.runtime.decode import flash_attention_with_kvcache  # noqa: F401 (re-exported)
 from generator.runtime.merge import merge_state, merge_states  # noqa: F401 (re-exported)
 from generator.runtime.ring import ring_attention, ring_shard, ring_unshard  # noqa: F401 (re-exported)
-from generator.runtime.transformers_backend import register_transformers  # noqa: F401 (re-exported)
+from generator.runtime import transformers_backend
 from generator.runtime.varlen import flash_attention_varlen  # noqa: F401 (re-exported)
 
 # this package's own kernels: an `--out` package dispatches to itself, never to `generated`
 flash_attention = api.for_package(api.flash_attention, __name__)
 softmax = api.for_package(api.softmax, __name__)
+register_transformers = transformers_backend.for_package(__name__)
 
 #: (B_r, B_c) -> {kernel kind: module of this package}
 KERNELS = {

@@ -219,3 +219,16 @@ def test_training_with_dropout_raises_naming_the_fix():
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=NAME).train()
     with pytest.raises(NotImplementedError, match="model.eval()"):
         model(input_ids=_batch()[0])
+
+
+def test_an_out_package_registers_its_own_kernels():
+    """The index of a package emitted with ``--out`` exports ``for_package(__name__)``: its
+    backend dispatches to that package's kernels, never to ``generated``'s."""
+    register = transformers_backend.for_package("no_such_flashproof_package")
+    name = register("proof_attention_other")
+    forward = transformers.AttentionInterface._global_mapping[name]
+    q, k, v = _qkv()
+    with pytest.raises(ModuleNotFoundError, match="no_such_flashproof_package"):
+        forward(_Module(), q, k, v, None)
+    assert transformers_backend.for_package("generated") is transformers_backend.register_transformers
+    assert generated.register_transformers is transformers_backend.register_transformers

@@ -33,9 +33,12 @@ Nothing here computes attention: every call goes to ``generator.runtime.api.flas
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from generator.runtime import api
+from generator.runtime.dispatch import DEFAULT_PACKAGE
 
 #: the ``attn_implementation`` name (no "flash" in it: see the module docstring)
 NAME = "proof_attention"
@@ -59,15 +62,27 @@ def _dense_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return ~masked
 
 
+def _flash_attention(package: str):
+    """``flash_attention`` on the kernels of ``package`` (``generated``'s, looked up at each call,
+    or an ``--out`` package's)."""
+    return api.flash_attention if package == DEFAULT_PACKAGE else _package_attention(package)
+
+
+@functools.lru_cache(maxsize=None)
+def _package_attention(package: str):
+    return api.for_package(api.flash_attention, package)
+
+
 def flashproof_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                                  value: torch.Tensor, attention_mask: torch.Tensor | None,
                                  dropout: float = 0.0, scaling: float | None = None,
                                  sliding_window: int | None = None, softcap: float | None = None,
                                  is_causal: bool | None = None, s_aux: torch.Tensor | None = None,
-                                 **kwargs) -> tuple[torch.Tensor, None]:
+                                 flashproof_package: str = DEFAULT_PACKAGE, **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract (``sdpa_attention_forward``'s arguments) on
-    ``flash_attention``. Returns ``(out (B, N_q, Hq, D), None)``: no attention weights (flashproof
-    never forms the N_q x N_k probabilities)."""
+    ``flash_attention`` (the kernels of ``flashproof_package``, which ``register_transformers``
+    binds). Returns ``(out (B, N_q, Hq, D), None)``: no attention weights (flashproof never forms
+    the N_q x N_k probabilities)."""
     if dropout:
         raise NotImplementedError(
             f"flashproof attention has no dropout, but {type(module).__name__} asked for dropout={dropout} "
@@ -86,6 +101,7 @@ def flashproof_attention_forward(module: torch.nn.Module, query: torch.Tensor, k
     if v_head_dim != head_dim:  # flashproof's v has q's head dim (FlashAttention's integration pads the same way)
         value = torch.nn.functional.pad(value, [0, head_dim - v_head_dim])
     sinks = None if s_aux is None else s_aux.float()  # gpt-oss: one learnable logit per head, float32
+    flash_attention = _flash_attention(flashproof_package)
 
     if attention_mask is None:
         # No tensor: ``flashproof_mask`` skipped it because no key is padded (SDPA's rule,
@@ -97,13 +113,13 @@ def flashproof_attention_forward(module: torch.nn.Module, query: torch.Tensor, k
         # ``sliding_window_overlay``: query i sees key j iff i - j < sliding_window) with the same.
         alignment = "bottom_right" if n_q == 1 else "top_left"
         window = (sliding_window - 1, 0) if (causal and sliding_window) else None
-        out = api.flash_attention(query, key, value, causal=causal, alignment=alignment, window=window,
-                                  scale=scaling, softcap=softcap, sinks=sinks)
+        out = flash_attention(query, key, value, causal=causal, alignment=alignment, window=window,
+                              scale=scaling, softcap=softcap, sinks=sinks)
     else:
         # The mask already holds causality, the sliding window and every row's padding (transformers'
         # ``sliding_window_overlay``: key j seen from query i iff i - j < sliding_window).
         mask = _dense_mask(attention_mask)
-        out = api.flash_attention(query, key, value, mask=mask, scale=scaling, softcap=softcap, sinks=sinks)
+        out = flash_attention(query, key, value, mask=mask, scale=scaling, softcap=softcap, sinks=sinks)
     if v_head_dim != head_dim:
         out = out[..., :v_head_dim]
     return out.transpose(1, 2).contiguous(), None
@@ -125,13 +141,14 @@ def flashproof_mask(*args, local_size: int | None = None, config=None, **kwargs)
     return sdpa_mask(*args, local_size=local_size, config=config, **kwargs)
 
 
-def register_transformers(name: str = NAME) -> str:
+def register_transformers(name: str = NAME, *, package: str = DEFAULT_PACKAGE) -> str:
     """Register flashproof's kernels with transformers under ``name`` (default ``"proof_attention"``):
     the attention function (``AttentionInterface``) and its mask builder (``flashproof_mask``, with
     ``AttentionMaskInterface``), so that ``from_pretrained(..., attn_implementation=name)`` /
     ``from_config(cfg, attn_implementation=name)`` and ``model.set_attn_implementation(name)``
-    run them in prefill and in ``generate``. Idempotent; returns ``name``. Needs transformers >=
-    4.55 (``pip install "flashproof[hf]"``)."""
+    run them in prefill and in ``generate``. Idempotent; returns ``name``. ``package``: whose
+    kernels run (the index of an ``--out`` package binds its own, like ``api.for_package``).
+    Needs transformers >= 4.55 (``pip install "flashproof[hf]"``)."""
     if "flash" in name:
         raise ValueError(f"register_transformers(name={name!r}): transformers treats every attn_implementation "
                          "containing 'flash' as a FlashAttention request and tries to load FlashAttention's own "
@@ -142,6 +159,21 @@ def register_transformers(name: str = NAME) -> str:
     except ImportError as e:
         raise ImportError(f"register_transformers needs transformers >= 4.55 with AttentionInterface and "
                           f"AttentionMaskInterface ({e}); install it with pip install 'flashproof[hf]'") from e
-    AttentionInterface.register(name, flashproof_attention_forward)
+    forward = flashproof_attention_forward
+    if package != DEFAULT_PACKAGE:
+        forward = functools.wraps(forward)(functools.partial(forward, flashproof_package=package))
+    AttentionInterface.register(name, forward)
     AttentionMaskInterface.register(name, flashproof_mask)
     return name
+
+
+def for_package(package: str):
+    """``register_transformers`` registering the kernels of ``package`` (what the index of a
+    package emitted with ``python -m generator --out DIR`` exports)."""
+    if package == DEFAULT_PACKAGE:
+        return register_transformers
+
+    @functools.wraps(register_transformers)
+    def register(name: str = NAME) -> str:
+        return register_transformers(name, package=package)
+    return register
