@@ -108,6 +108,23 @@ def test_greedy_generate_matches_eager(which):
     assert torch.equal(got, want), f"{which}: {got[:, N:].tolist()} != eager {want[:, N:].tolist()}"
 
 
+@pytest.mark.parametrize("which", ["gemma2", "llama"])
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
+def test_greedy_generate_with_static_cache_matches_eager(which, padded):
+    """transformers' StaticCache: keys past the written positions are unwritten slots. The
+    prefill of an unpadded batch gets no mask (top-left causal excludes those slots, Gemma 2's
+    sliding layer adds its window), the decode steps get a (B, 1, 1, max_cache_len) mask."""
+    eager, ours = _models(which)
+    ids, mask = _batch()
+    if not padded:
+        mask = torch.ones_like(mask)
+    kwargs = dict(attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0,
+                  cache_implementation="static")
+    want = eager.generate(ids, **kwargs)
+    got = ours.generate(ids, **kwargs)
+    assert got.shape == (2, N + 3) and torch.equal(got, want)
+
+
 def _spy(monkeypatch):
     """The keyword arguments of every flash_attention call the backend makes."""
     seen = []
