@@ -94,7 +94,7 @@ def flashproof_attention_forward(module: torch.nn.Module, query: torch.Tensor, k
     if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
         raise TypeError(f"flashproof attention got an attention_mask of type {type(attention_mask).__name__} "
                         "(a flex_attention BlockMask?); it takes a bool tensor (True = attend): load the model with "
-                        "attn_implementation='flashproof' after generated.register_transformers(), so transformers "
+                        f"attn_implementation={NAME!r} after generated.register_transformers(), so transformers "
                         "builds the mask in the form flashproof reads")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     n_q, head_dim, v_head_dim = query.shape[2], query.shape[-1], value.shape[-1]
