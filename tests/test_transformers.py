@@ -1,9 +1,12 @@
 """The transformers backend (generator.runtime.transformers_backend) against transformers' own
 eager attention: tiny random Llama, Gemma 2 and gpt-oss models built from configs (no download),
 float32, a left-padded batch. Logits at the real tokens agree within float32 tolerance, and
-greedy ``generate`` (prefill, then decode steps through transformers' DynamicCache) gives the
-same tokens. Every argument the backend honours is shown to matter: dropping it from the call
-breaks the comparison (``test_each_argument_matters``), so the tolerance is not vacuous.
+greedy ``generate`` (prefill, then decode steps through transformers' DynamicCache or
+StaticCache) gives the same tokens; so do training gradients and a ``torch.compile``d model.
+Every argument the backend honours is shown to matter: dropping it from the call breaks the
+comparison (``test_each_argument_matters``), so the tolerance is not vacuous. The weights are
+drawn with std 0.3 (``initializer_range``; transformers' 0.02 leaves attention's contribution to
+the logits below float32 resolution, and any attention would pass).
 """
 
 from __future__ import annotations
@@ -27,30 +30,30 @@ ATOL = 1e-4
 N, PAD = 10, 4
 
 
+#: every model: 2 layers, hidden 64, 4 query heads over 2 K/V heads (GQA) of dim 16, vocabulary 100;
+#: std 0.3 weights (module docstring); no end-of-sequence token, so generate runs every step
+TINY = dict(vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=64, initializer_range=0.3, pad_token_id=0,
+            eos_token_id=None)
+
+
 def _llama():
-    return transformers.LlamaConfig(
-        vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=64, initializer_range=0.3, pad_token_id=0, eos_token_id=None)
+    return transformers.LlamaConfig(**TINY)
 
 
 def _gemma2():
     # softcap 2.0 and query_pre_attn_scalar 8 (scale 8^-1/2, not 1/sqrt(head_dim)) so that both bite;
     # a window of 4 on the first layer (layer 0 sliding, layer 1 full)
-    return transformers.Gemma2Config(
-        vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=64, initializer_range=0.3, pad_token_id=0, eos_token_id=None,
-        sliding_window=4, attn_logit_softcapping=2.0, query_pre_attn_scalar=8, final_logit_softcapping=None,
-        layer_types=["sliding_attention", "full_attention"])
+    return transformers.Gemma2Config(**TINY, sliding_window=4, attn_logit_softcapping=2.0, query_pre_attn_scalar=8,
+                                     final_logit_softcapping=None, layer_types=["sliding_attention", "full_attention"])
 
 
 def _gpt_oss():
     if not hasattr(transformers, "GptOssConfig"):
         pytest.skip(f"transformers {transformers.__version__} has no gpt-oss (GptOssConfig, added in 4.55)")
-    return transformers.GptOssConfig(
-        vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=64, initializer_range=0.3, pad_token_id=0, eos_token_id=None,
-        num_local_experts=2, num_experts_per_tok=1, sliding_window=4,
-        layer_types=["sliding_attention", "full_attention"])
+    # learnable sinks on every layer; a window of 4 on the first; 2 experts, 1 per token
+    return transformers.GptOssConfig(**TINY, num_local_experts=2, num_experts_per_tok=1, sliding_window=4,
+                                     layer_types=["sliding_attention", "full_attention"])
 
 
 CONFIGS = {"llama": _llama, "gemma2": _gemma2, "gpt_oss": _gpt_oss}
