@@ -5,12 +5,13 @@
     from generated import merge_state, merge_states
     from generated import ring_attention, ring_shard, ring_unshard   # context parallelism
     from generated import flash_attention_with_kvcache   # KV-cache decoding
+    from generated import register_transformers          # attn_implementation="proof_attention"
 
 Regenerate a block with its command (below); ``python -m generator --check`` verifies that
 every file still matches the spec and the templates.
 """
 
-from generator.runtime import api, decode, merge, ring, varlen
+from generator.runtime import api, decode, merge, ring, transformers_backend, varlen
 from generator.runtime.ring import ring_shard, ring_unshard  # noqa: F401 (re-exported: no kernels)
 
 # every entry point runs this package's own kernels: an `--out` package dispatches to itself, never to
@@ -22,6 +23,7 @@ merge_state = api.for_package(merge.merge_state, __name__)
 merge_states = api.for_package(merge.merge_states, __name__)
 ring_attention = api.for_package(ring.ring_attention, __name__)
 softmax = api.for_package(api.softmax, __name__)
+register_transformers = transformers_backend.for_package(__name__)
 
 #: (B_r, B_c) -> {kernel kind: module of this package}
 KERNELS = {
@@ -53,4 +55,5 @@ COMMANDS = {
 }
 
 __all__ = ["flash_attention", "flash_attention_varlen", "flash_attention_with_kvcache", "softmax", "merge_state",
-           "merge_states", "ring_attention", "ring_shard", "ring_unshard", "KERNELS", "MASKS", "MASK_MODS", "COMMANDS"]
+           "merge_states", "ring_attention", "ring_shard", "ring_unshard", "register_transformers", "KERNELS", "MASKS",
+           "MASK_MODS", "COMMANDS"]
