@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from spec import paged, terms, varlen
+from spec import addresses, paged, terms, varlen
 from spec.claims import CLAIM_IDS, REGISTRY, Result
 
 
@@ -47,6 +47,10 @@ def test_terms_licensed_by_a_claim_exist():
     names |= {"kv_start", "kv_end", "full_start", "full_end"}  # spec.masks.tile_bounds fields
     names |= {t.name for t in varlen.SEGMENT}  # a packed batch's segment scalars
     names |= {t.name for group in paged.GROUPS.values() for t in group}  # decode's index terms
+    # the printed address terms (issue 24): decode's offsets, varlen's loads and pointer moves
+    names |= {t.name for group in addresses.DECODE_GROUPS.values() for t in group}
+    names |= {t.name for t in addresses.SEGMENT_LOADS}
+    names |= {t.name for group in addresses.SEGMENT_POINTERS.values() for t in group}
     for c in REGISTRY.values():
         assert set(c.terms) <= names, (c.id, c.terms)
     # the forward tile update is licensed by claims of this registry

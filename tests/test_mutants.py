@@ -780,8 +780,8 @@ def _failing(result):
 
 def test_block_table_row_stride_from_its_shape_is_refuted():
     """(a) paged decode passes block_table.shape[-1] as the table's row stride."""
-    def launch(q, k, v, out, lse, cache_seqlens, block_table, block_m):
-        grid, ints, constexprs = LA.decode_launch(q, k, v, out, lse, cache_seqlens, block_table, block_m)
+    def launch(q, k, v, out, lse, cache_seqlens, block_table, block_m, sinks=None):
+        grid, ints, constexprs = LA.decode_launch(q, k, v, out, lse, cache_seqlens, block_table, block_m, sinks)
         if block_table is not None:
             ints = dict(ints, stride_bt_b=block_table.shape[-1])
         return grid, ints, constexprs
