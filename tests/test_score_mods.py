@@ -184,6 +184,35 @@ def test_sinks_on_rows_with_no_key():
     assert torch.allclose(to_cpu(sinks.grad), torch.full((2,), 40.0))
 
 
+def test_minus_inf_sink_on_a_row_with_no_key_agrees_with_no_keys_at_all():
+    """Issue 23 row 10: sinks = -inf on rows with no key (key_lengths = 0) gave NaN out, lse and dsinks,
+    where N_k = 0 gives out 0, lse -inf. Now the kernel, the N_k = 0 path and the float64 reference agree:
+    out 0, lse -inf, and dL/dsink = dlse there (the limit of a finite sink's, for which lse = sink)."""
+    gen = torch.Generator().manual_seed(23)
+    q = torch.randn(1, 2, 8, 16, generator=gen).requires_grad_()
+    k, v = (torch.randn(1, 2, 20, 16, generator=gen) for _ in range(2))
+    weights = torch.randn(1, 2, 8, generator=gen)
+    results = {}
+    for name, kk, vv, lengths in (("key_lengths 0", k, v, torch.tensor([0])), ("N_k 0", k[:, :, :0], v[:, :, :0], None)):
+        sinks = torch.tensor([float("-inf"), 0.5]).requires_grad_()
+        out, lse = on_device(flash_attention, q, kk, vv, key_lengths=lengths, sinks=sinks, return_lse=True,
+                             block=(16, 32))
+        torch.autograd.backward((out, lse), (torch.ones_like(out), weights))  # dlse = weights
+        results[name] = (out.detach(), lse.detach(), sinks.grad.clone())
+    got, want = results["key_lengths 0"], results["N_k 0"]
+    for a in got:
+        assert not torch.isnan(a).any(), got
+    assert torch.equal(got[0], torch.zeros_like(got[0])) and torch.equal(got[1], want[1])
+    assert torch.isinf(got[1][0, 0]).all() and (got[1][0, 0] < 0).all() and (got[1][0, 1] == 0.5).all()
+    torch.testing.assert_close(got[2], want[2], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got[2], weights.sum((0, 2)), rtol=1e-6, atol=1e-6)  # dL/dsink = Σ dlse per head
+    sinks = torch.tensor([float("-inf"), 0.5], dtype=torch.float64, requires_grad=True)
+    out, lse = reference(q.detach().double(), k.double(), v.double(), key_lengths=torch.tensor([0]), sinks=sinks)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.equal(lse.float(), got[1])
+    torch.autograd.backward((out, lse), (torch.ones_like(out), weights.double()))
+    torch.testing.assert_close(sinks.grad.float(), got[2], rtol=1e-6, atol=1e-6)
+
+
 # ----------------------------------------------------------------------------------
 # Mutants printed into the templates: the same numeric checks catch them.
 # ----------------------------------------------------------------------------------
