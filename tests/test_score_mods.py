@@ -213,6 +213,25 @@ def test_minus_inf_sink_on_a_row_with_no_key_agrees_with_no_keys_at_all():
     torch.testing.assert_close(sinks.grad.float(), got[2], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("scale", [1e-38, -1e-40, 2.0**-65])
+@pytest.mark.parametrize("mod", ["alibi", "softcap"])
+def test_tiny_scale_with_a_score_mod_is_refused_naming_the_limit(scale, mod):
+    """Issue 23 row 9: ALiBi with scale <= 1e-38 overflowed slope/scale (error 5e-2, NaN at 1e-40);
+    the softcap's c/scale likewise. Such scales are refused naming score_mod_scale (the bound's
+    scope), on every path that launches a kernel; scale = 0, the limit they approach, is exact."""
+    gen = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(1, 2, 12, 16, generator=gen) for _ in range(3))
+    kw = {"alibi_slopes": torch.tensor([0.5, 0.25])} if mod == "alibi" else {"softcap": 30.0}
+    with pytest.raises(ValueError, match="score_mod_scale"):
+        on_device(flash_attention, q, k, v, scale=scale, **kw)
+    out = on_device(flash_attention, q, k, v, scale=0.0, **kw)
+    want, _ = reference(q.double(), k.double(), v.double(), scale=0.0, **kw)
+    torch.testing.assert_close(out.double(), want, atol=2e-6, rtol=2e-6)
+    out = on_device(flash_attention, q, k, v, scale=2.0**-64, **kw)  # just inside: accurate
+    want, _ = reference(q.double(), k.double(), v.double(), scale=2.0**-64, **kw)
+    torch.testing.assert_close(out.double(), want, atol=2e-6, rtol=2e-6)
+
+
 # ----------------------------------------------------------------------------------
 # Mutants printed into the templates: the same numeric checks catch them.
 # ----------------------------------------------------------------------------------
