@@ -671,6 +671,40 @@ def _lse_bound_without_the_log2_error(exponent, log_den, log_n, lse_abs, u, u_fu
     return log_den + g * (lse_abs + log_den)
 
 
+def test_forward_error_bound_fails_when_forward_bound_counts_tiles_as_keys(monkeypatch):
+    """Issue 24's audit edit: forward_bound with T = N_k tiles (keys counted as tiles: the fp32 tolerance
+    6x looser, nothing failed). The claim evaluates forward_bound symbolically and compares it with the
+    composition it states: FAILED."""
+    from spec import error_bound as EB
+
+    monkeypatch.setattr(EB, "n_tiles", lambda n_k, block_n, num=EB.FLOATS: n_k)
+    r = PF.prove_forward_error_bound()
+    assert_failed(r)
+    assert "is the stated composition" in r.detail
+
+
+def _bound_without_the_cast_of_p(dtype, n_k, block_n, head_dim, scaled_abs, lse=0.0, num=None):
+    """forward_bound with a dropped term: the numerator's rounding of P to the input dtype (u_p)."""
+    from spec import error_bound as EB
+
+    num = num or EB.FLOATS
+    tiles = EB.n_tiles(n_k, block_n, num)
+    E = EB.exponent_error(head_dim, tiles, scaled_abs, num)
+    rho_w = num.expm1(E)
+    rho_num = EB.carried_factor(num.gamma(block_n), tiles, num.gamma)  # u_p dropped
+    rho_den = EB.carried_factor(num.gamma(block_n), tiles, num.gamma)
+    out = EB.out_bound(rho_w, rho_num, rho_den, num.U, num.u_store[dtype])
+    lse_abs = EB.lse_bound(E, -num.log1p(-EB.weight_factor(rho_w, rho_den)), num.log(num.max(n_k, 1)),
+                           num.abs(lse), num.U, num.U_FUNC)
+    return EB.Bound(out, lse_abs, E)
+
+
+def test_forward_error_bound_fails_on_a_forward_bound_with_a_dropped_term():
+    r = PF.prove_forward_error_bound(bound=_bound_without_the_cast_of_p)
+    assert_failed(r)
+    assert "forward_bound(fp32).out is the stated composition" in r.detail
+
+
 def test_forward_error_bound_with_a_too_small_lse_bound_is_refuted():
     r = PF.prove_forward_error_bound(lse_bound=_lse_bound_without_the_log2_error)
     assert_failed(r)

@@ -60,8 +60,8 @@ def test_split_combine_with_sink_numerically():
 # ----------------------------------------------------------------------------------
 # Kernels against the reference.
 # ----------------------------------------------------------------------------------
-#: the backward's tolerances of tests/test_backward.py, and bf16 (P and dS rounded to 8 bits)
-BWD_TOL = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 4e-2}
+#: the backward's tolerances: empirical (generator.checking; no bound covers the backward)
+from generator.checking import GRAD_TOLERANCES_EMPIRICAL as BWD_TOL  # noqa: E402
 
 
 def score_mod_tensors(mods, B, Hq, gen):
