@@ -414,18 +414,10 @@ def normal_form_counterexample(predicate, tree, timeout_ms: int = 20000):
     values of every symbol, parameter and tensor entry (z3: unsat of their difference); else a
     counterexample (dict), or ``"unknown"`` when z3 gives up. The decision procedure that checks
     the analyser (``normal_form``: relations, negations, floors, expansion) at decoration."""
+    from spec.proofs.z3_int32 import counterexample  # the proofs' one z3 query (imports only z3)
+
     tr = _Z3()
-    z3 = tr.z3
-    solver = z3.Solver()
-    solver.set("timeout", timeout_ms)
-    solver.add(tr.predicate(predicate) != tr.tree(tree))
-    verdict = solver.check()
-    if verdict == z3.unsat:
-        return None
-    if verdict == z3.unknown:
-        return "unknown"
-    model = solver.model()
-    return {str(d): model[d] for d in model.decls()}
+    return counterexample([], tr.predicate(predicate) == tr.tree(tree), timeout_ms)
 
 
 def integer_exact(expr) -> str | None:
