@@ -13,6 +13,7 @@ import sympy as sp
 from spec import masks as M
 from spec import notation as n
 from spec import paged as P
+from spec import rotary as RO
 from spec import structure as S
 from spec import terms as T
 from spec.fingerprint import spec_hash_prefix
@@ -254,6 +255,14 @@ def decode_context(variant: Variant) -> dict:
         **{key: fwd[key] for key in ("qk_scale", "qk", "tile", "epilogue", "mask_term", "init", "score_mod")},
         "score_index": DECODE_SCORE_NAMES,
         "split_range": _lines(P.SPLIT_RANGE),
+        "split_range_fixed": _lines(P.SPLIT_RANGE_FIXED),
+        # the append kernel: new token t's cache index offs_j through the paged gather, and the
+        # rotary embedding of its row (spec.rotary, claim rotary_rotation) on a (tokens, D) tile
+        "append_gather": _lines(P.PAGE_GATHER, {"j": "offs_j"}),
+        "rotary_position": _lines(RO.ROTARY_POSITION),
+        "rotary_interleaved": _lines(RO.INTERLEAVED),
+        "rotary_halves": _lines(RO.HALVES),
+        "rotary_rotate": _lines(RO.ROTATE, {"offs_d": "offs_d[None, :]", "ro_sign": "ro_sign[None, :]"}),
         "gather": _lines(P.PAGE_GATHER, {"j": "offs_n"}),
         "key_ok": print_expr(P.KEY_IN_SPLIT, {"j": "offs_n"}),
         "shift": print_term(shift, {"N_K": "key_len"}),

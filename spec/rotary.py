@@ -11,8 +11,8 @@ the angle whose cosine and sine are ``cos[pos, f]``, ``sin[pos, f]``, and its ot
 A pair ``(x_a, x_b)`` becomes ``(x_a·cos − x_b·sin, x_b·cos + x_a·sin)``: ``R(θ) (x_a, x_b)ᵀ``.
 
 The kernel works lane by lane (one lane of a ``(tokens, D)`` tile each): lane ``d`` loads itself
-``x`` and its partner ``x_pair`` (lane ``ro_pair``), the table entries of its pair
-(``ro_freq``), and prints ``ROTATE``: ``x·cos + ro_sign·x_pair·sin``, ``ro_sign = −1`` on the
+``x`` and its partner ``x_pair`` (lane ``offs_pair``), the table entries of its pair
+(column ``offs_freq``), and prints ``ROTATE``: ``x·cos + ro_sign·x_pair·sin``, ``ro_sign = −1`` on the
 pair's first lane and ``+1`` on its second. The index terms below are the two layouts' pairings;
 claim ``rotary_rotation`` (``spec.proofs.rotary``) proves that they pair the lanes the reference
 (``spec.reference.rotary``) pairs, that ``ROTATE`` is then ``R(θ)`` on every pair, and that the
@@ -35,8 +35,8 @@ CLAIM = "rotary_rotation"
 
 d = sp.Symbol("offs_d", integer=True, nonnegative=True)  # the lane (head-dim index) of an element
 rotary_half = sp.Symbol("ROTARY_HALF", integer=True, positive=True)  # rotary_dim / 2: pairs per vector
-ro_freq = sp.Symbol("ro_freq", integer=True, nonnegative=True)  # the pair of lane d: its table column
-ro_pair = sp.Symbol("ro_pair", integer=True, nonnegative=True)  # the other lane of that pair
+ro_freq = sp.Symbol("offs_freq", integer=True, nonnegative=True)  # the pair of lane d: its table column
+ro_pair = sp.Symbol("offs_pair", integer=True, nonnegative=True)  # the other lane of that pair
 ro_odd = sp.Symbol("ro_odd", integer=True, nonnegative=True)  # GPT-J: 1 on a pair's second lane
 ro_second = sp.Symbol("ro_second", integer=True, nonnegative=True)  # GPT-NeoX: 1 on the second half
 ro_sign = sp.Symbol("ro_sign", integer=True)  # −1 on a pair's first lane, +1 on its second
@@ -66,10 +66,10 @@ ROTATE = (
 )
 
 # the table row of a new token
-seqlen = sp.Symbol("seqlen", integer=True, nonnegative=True)  # cache_seqlens[b]: keys before the new ones
-tok = sp.Symbol("tok", integer=True, nonnegative=True)  # the new token's index t
+seqlen = sp.Symbol("start_new", integer=True, nonnegative=True)  # cache_seqlens[b]: keys before the new ones
+tok = sp.Symbol("offs_t", integer=True, nonnegative=True)  # the new token's index t
 per_token = sp.Symbol("PER_TOKEN", integer=True, nonnegative=True)  # 1: position seqlen + t; 0: all at seqlen
-ro_pos = sp.Symbol("ro_pos", integer=True, nonnegative=True)
+ro_pos = sp.Symbol("offs_pos", integer=True, nonnegative=True)
 
 #: FlashAttention: keys (and causal / windowed queries) at cache_seqlens[b] + t, other queries at cache_seqlens[b]
 ROTARY_POSITION = (

@@ -191,7 +191,7 @@ torch.library.register_autograd("flashproof::flash_attention_varlen", _backward,
 
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
                            causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
-                           softcap=None, alibi_slopes=None, sinks=None):
+                           softcap=None, alibi_slopes=None, sinks=None, batch_invariant=False):
     """Attention over a packed batch of variable-length sequences (FlashAttention's
     ``flash_attn_varlen_func`` layout and conventions), through the generated kernels.
 
@@ -212,7 +212,14 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     head dim); the varlen kernels move their tiles by pointers (no TMA path). ``softcap``,
     ``alibi_slopes`` (float32 ``(Hq,)`` or ``(B, Hq)``, B the segments; the bias is bottom-right
     per segment) and ``sinks`` (float32 ``(Hq,)``, differentiable): as ``flash_attention``'s.
+
+    ``batch_invariant``: accepted for symmetry with ``flash_attention_with_kvcache``; the packed
+    kernels are always batch invariant: no split, each program reduces over its own segment's keys
+    from the segment's first key (claim ``varlen_segments_sound``: a segment is the dense problem on
+    its slice), so a sequence's rows are bitwise the same alone and packed with any others.
     """
+    if not isinstance(batch_invariant, bool):
+        raise ValueError(f"batch_invariant must be True or False, got {batch_invariant!r}")
     window, max_q, max_k, softcap = check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                  causal=causal, window=window, scale=scale, block=block,
                                                  softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)

@@ -46,15 +46,21 @@ def _rotate_at(rotate, lane, x_val, pair_val, sign, cos_t, sin_t):
        "rotary embedding (spec.rotary): for all integers half >= 1 and pairs 0 <= f < half, the printed lane "
        "terms of GPT-J (INTERLEAVED) and GPT-NeoX (HALVES) give the pair's lanes (a, b) = pair_lanes(f, half) "
        "table column f, partners b <-> a and signs −1, +1, every lane d < 2·half reads a column < half and a "
-       "partner < 2·half and lanes d >= 2·half are kept (z3, unbounded integers); ROTATE on (a, b) is the "
+       "partner < 2·half and lanes d >= 2·half are kept (z3, unbounded integers); new token t reads table row "
+       "cache_seqlens[b] + t (PER_TOKEN = 1: keys, causal or windowed queries) or cache_seqlens[b] (0); ROTATE on (a, b) is the "
        "reference's R(θ)(x_a, x_b) for a symbolic angle θ, and the score (R_{mω} q)·(R_{nω} k) of a pair is "
        "a function of m − n only (SymPy, exact)",
        r"\mathrm{ROTATE}(a, b) = R(\theta)\begin{pmatrix}x_a\\x_b\end{pmatrix},\quad "
        r"\langle R_m q, R_n k\rangle = f(m - n)",
        scope="symbolic rotary_dim/2, pair, lane (z3 over Z); symbolic angle, positions and frequency, "
              "reals, exact (not fp32-rounded: the kernel rotates in fp32 and rounds once to the cache dtype)")
-def prove_rotary_rotation(interleaved=R.INTERLEAVED, halves=R.HALVES, rotate=R.ROTATE):
+def prove_rotary_rotation(interleaved=R.INTERLEAVED, halves=R.HALVES, rotate=R.ROTATE,
+                          position=R.ROTARY_POSITION):
     cases = []
+    # the table row of new token t: FlashAttention's cache_seqlens[b] + t (PER_TOKEN = 1), cache_seqlens[b] (0)
+    (pos,) = position
+    for per, want in ((1, R.seqlen + R.tok), (0, R.seqlen)):
+        cases.append((f"the table row with PER_TOKEN = {per}", difference(pos.expr.xreplace({R.per_token: per}), want)))
     z = _Z3()
     f, H, lane = (sp.Symbol(s, integer=True) for s in ("f", "half_", "lane"))
     zf, zH, zd = z(f), z(H), z(lane)
