@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from spec import paged, terms, varlen
+from spec import paged, rotary, terms, varlen
 from spec.claims import CLAIM_IDS, REGISTRY, Result
 
 
@@ -47,6 +47,7 @@ def test_terms_licensed_by_a_claim_exist():
     names |= {"kv_start", "kv_end", "full_start", "full_end"}  # spec.masks.tile_bounds fields
     names |= {t.name for t in varlen.SEGMENT}  # a packed batch's segment scalars
     names |= {t.name for group in paged.GROUPS.values() for t in group}  # decode's index terms
+    names |= {t.name for group in rotary.GROUPS.values() for t in group}  # the KV-cache append's rotary
     for c in REGISTRY.values():
         assert set(c.terms) <= names, (c.id, c.terms)
     # the forward tile update is licensed by claims of this registry

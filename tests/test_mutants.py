@@ -466,14 +466,107 @@ def test_split_end_past_cache_seqlens_is_refuted():
     """split_hi = split_lo + chunk without the min: the last split reads keys >= key_len."""
     from spec import paged
     hi = swap(paged.SPLIT_RANGE, paged.split_hi, paged.split_lo + paged.chunk)
-    assert _paged_failures(split_range=hi) == {"no key outside [0, key_len) is read"}
+    assert _paged_failures(split_range=hi) == {"no key outside [key_lo, key_len) is read"}
 
 
 def test_splits_rounded_down_are_refuted():
     """chunk = key_len // num_splits: the keys of the remainder are never read."""
     from spec import paged
-    short = swap(paged.SPLIT_RANGE, paged.chunk, sp.floor(n.key_len / paged.num_splits))
-    assert "every key 0 <= j < key_len is read (split j // chunk)" in _paged_failures(split_range=short)
+    short = swap(paged.SPLIT_RANGE, paged.chunk, sp.floor((n.key_len - paged.key_lo) / paged.num_splits))
+    assert "every key key_lo <= j < key_len is read (split (j - key_lo) // chunk)" in _paged_failures(split_range=short)
+
+
+def test_splits_from_zero_ignore_the_left_padding():
+    """split_lo = split·chunk (no key_lo): split 0 reads the left padding before cache_leftpad[b]."""
+    from spec import paged
+    from0 = swap(paged.SPLIT_RANGE, paged.split_lo, paged.split * paged.chunk)
+    assert "no key outside [key_lo, key_len) is read" in _paged_failures(split_range=from0)
+
+
+def test_fixed_splits_past_the_row_end_are_refuted():
+    """batch_invariant's fixed splits without the min(…, key_len): the last split reads past the row."""
+    from spec import paged
+    hi = swap(paged.SPLIT_RANGE_FIXED, paged.split_hi, paged.split_lo + paged.split_keys)
+    assert _paged_failures(split_range_fixed=hi) == {"fixed splits: no key outside [key_lo, key_len) is read"}
+
+
+# ---------------------------------------------------------------- batch invariance (issue 26)
+def test_a_split_size_from_the_batch_is_refuted():
+    """Fixed splits sized by num_splits (which the batch's largest cache sets): the plan of a row then
+    depends on the batch, and batch_invariant_splits says so."""
+    from spec import paged
+    from spec.proofs import paged as PP
+    by_batch = swap(paged.SPLIT_RANGE_FIXED, paged.split_lo,
+                    paged.key_lo + paged.split * paged.split_keys * paged.num_splits)
+    r = PP.prove_batch_invariant_splits(split_range_fixed=by_batch)
+    assert_failed(r)
+    assert {name for name, res in r.cases if res != 0} >= {"split_lo depends on the row's key_lo, key_len and the split only"}
+
+
+def test_a_merge_exact_only_in_real_arithmetic_is_refuted():
+    """lse = log(e^{lse_a} + e^{lse_b}) without the shift by lse_max: the same value in real
+    arithmetic, but merging an empty split then rounds (log2(exp2(lse·log2 e))): a row's bits would
+    depend on how many empty splits the batch adds."""
+    from sympy.codegen.cfunctions import log2 as log2_
+    from spec.proofs import paged as PP
+    unshifted = swap(terms.MERGE_STATE, n.lse, log2_(exp2(n.lse_a * n.LOG2E) + exp2(n.lse_b * n.LOG2E)) * n.LN2)
+    r = PP.prove_batch_invariant_splits(merge=unshifted)
+    assert_failed(r)
+    assert any("every operation's exact result" in name for name, res in r.cases if res != 0)
+
+
+# ---------------------------------------------------------------- rotary embedding (issue 26)
+def _rotary_failures(**mutant):
+    from spec.proofs import rotary as PRO
+    r = PRO.prove_rotary_rotation(**mutant)
+    assert_failed(r)
+    return {name for name, res in r.cases if res != 0}
+
+
+def test_rotary_with_the_sign_flipped_is_refuted():
+    """x·cos − sign·x_pair·sin rotates by −θ: still relative (⟨R_{−m} q, R_{−n} k⟩ depends on m − n), but
+    not the reference's rotation: the claim's first part catches it."""
+    from spec import rotary as RO
+    flipped = swap(RO.INTERLEAVED, RO.ro_sign, 1 - 2 * RO.ro_odd)
+    failed = _rotary_failures(interleaved=flipped)
+    assert any(name.startswith("GPT-J: the first lane") for name in failed)
+
+
+def test_rotary_halves_paired_with_the_wrong_partner_are_refuted():
+    from spec import rotary as RO
+    wrong = swap(RO.HALVES, RO.ro_pair, RO.d + RO.rotary_half - RO.rotary_half * RO.ro_second)
+    assert any(name.startswith("GPT-NeoX") for name in _rotary_failures(halves=wrong))
+
+
+def test_rotary_reading_the_lane_column_is_refuted():
+    """cos[pos, d] instead of cos[pos, d // 2] (GPT-J): the pair's lanes read different angles."""
+    from spec import rotary as RO
+    wrong = swap(RO.INTERLEAVED, RO.ro_freq, RO.d)
+    assert any(name.startswith("GPT-J") for name in _rotary_failures(interleaved=wrong))
+
+
+def test_rotary_not_a_rotation_is_refuted():
+    """x·cos + x_pair·sin on both lanes (no sign): not R(θ), and the score is not relative."""
+    from spec import rotary as RO
+    (term,) = RO.ROTATE
+    bad = (replace(term, expr=sp.Piecewise((RO.x * RO.cos + RO.x_pair * RO.sin, RO.d < 2 * RO.rotary_half),
+                                            (RO.x, True))),)
+    failed = _rotary_failures(rotate=bad)
+    assert "(R_m q)·(R_n k) depends on m − n only" in failed and "ROTATE is R(θ) on the pair's first lane" in failed
+
+
+def test_rotary_rotating_the_tail_lanes_is_refuted():
+    """The select on d < rotary_dim dropped (partial rotary_dim would rotate every lane)."""
+    from spec import rotary as RO
+    (term,) = RO.ROTATE
+    bad = (replace(term, expr=sp.Piecewise((RO.x * RO.cos + RO.ro_sign * RO.x_pair * RO.sin, sp.true))),)
+    assert _rotary_failures(rotate=bad)
+
+
+def test_rotary_position_without_the_token_is_refuted():
+    from spec import rotary as RO
+    bad = swap(RO.ROTARY_POSITION, RO.ro_pos, RO.seqlen)
+    assert "the table row with PER_TOKEN = 1" in _rotary_failures(position=bad)
 
 
 def test_page_slot_off_by_one_is_refuted():

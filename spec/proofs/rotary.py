@@ -37,7 +37,7 @@ def _lane(index_terms, lane):
 def _rotate_at(rotate, lane, x_val, pair_val, sign, cos_t, sin_t):
     """``ROTATE`` at ``lane`` on the values given, its select taken on the branch z3 decided."""
     (term,) = rotate
-    value, cond = term.expr.args[0]
+    value = term.expr.args[0][0] if isinstance(term.expr, sp.Piecewise) else term.expr
     sub = {R.x: x_val, R.x_pair: pair_val, R.ro_sign: sign, R.cos: cos_t, R.sin: sin_t}
     return value.xreplace(sub if lane is None else {**sub, R.d: lane})
 
@@ -52,6 +52,7 @@ def _rotate_at(rotate, lane, x_val, pair_val, sign, cos_t, sin_t):
        "a function of m − n only (SymPy, exact)",
        r"\mathrm{ROTATE}(a, b) = R(\theta)\begin{pmatrix}x_a\\x_b\end{pmatrix},\quad "
        r"\langle R_m q, R_n k\rangle = f(m - n)",
+       terms=tuple(dict.fromkeys(t.name for group in R.GROUPS.values() for t in group)),
        scope="symbolic rotary_dim/2, pair, lane (z3 over Z); symbolic angle, positions and frequency, "
              "reals, exact (not fp32-rounded: the kernel rotates in fp32 and rounds once to the cache dtype)")
 def prove_rotary_rotation(interleaved=R.INTERLEAVED, halves=R.HALVES, rotate=R.ROTATE,
@@ -65,14 +66,14 @@ def prove_rotary_rotation(interleaved=R.INTERLEAVED, halves=R.HALVES, rotate=R.R
     f, H, lane = (sp.Symbol(s, integer=True) for s in ("f", "half_", "lane"))
     zf, zH, zd = z(f), z(H), z(lane)
     (rot_term,) = rotate
-    cond = rot_term.expr.args[0][1] if isinstance(rot_term.expr, sp.Piecewise) else sp.false
+    cond = rot_term.expr.args[0][1] if isinstance(rot_term.expr, sp.Piecewise) else sp.true  # lanes rotated
     for name, index_terms, inter in (("GPT-J", interleaved, True), ("GPT-NeoX", halves, False)):
         sub_half = {R.rotary_half: H}
         a, b = R.pair_lanes(f, H, inter)
         pair_ok = [zH >= 1, zf >= 0, zf < zH]
         for lane_name, lane_e, partner, sign in (("first", a, b, -1), ("second", b, a, 1)):
             freq, pair, sgn = (e.xreplace(sub_half) for e in _lane(index_terms, lane_e))
-            rotated = cond.xreplace({R.d: lane_e, **sub_half}) if cond is not sp.false else sp.false
+            rotated = cond.xreplace({R.d: lane_e, **sub_half})
             cases.append(_decide(f"{name}: the {lane_name} lane of pair f reads column f, partner, sign {sign:+d}",
                                  pair_ok, z3.And(z(freq) == zf, z(pair) == z(partner), z(sgn) == sign,
                                                  z(rotated) if rotated not in (sp.true, sp.false)
@@ -81,9 +82,9 @@ def prove_rotary_rotation(interleaved=R.INTERLEAVED, halves=R.HALVES, rotate=R.R
         cases.append(_decide(f"{name}: a rotated lane reads a column < half and a partner < rotary_dim",
                              [zH >= 1, zd >= 0, zd < 2 * zH],
                              z3.And(0 <= z(freq), z(freq) < zH, 0 <= z(pair), z(pair) < 2 * zH)))
-        kept = cond.xreplace({R.d: lane, **sub_half}) if cond is not sp.false else sp.false
+        kept = cond.xreplace({R.d: lane, **sub_half})
         cases.append(_decide(f"{name}: lanes >= rotary_dim are kept", [zH >= 1, zd >= 2 * zH],
-                             z3.Not(z(kept)) if kept not in (sp.true, sp.false) else z3.BoolVal(kept is sp.false)))
+                             z3.Not(z(kept)) if kept not in (sp.true, sp.false) else z3.BoolVal(kept == sp.false)))
     if not (isinstance(rot_term.expr, sp.Piecewise) and rot_term.expr.args[-1] == (R.x, True)):
         cases.append(("lanes >= rotary_dim keep x", rot_term.expr))
     # the rotation of one pair, and the score's dependence on m − n only
