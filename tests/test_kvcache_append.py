@@ -319,3 +319,41 @@ def test_batch_invariant_varlen_sequence_alone_and_packed():
     other = [torch.randn(n, H, D, generator=g).to(dtype) for n in (90,) for _ in range(3)]
     packed = run([90, 37], [other, seq])
     assert torch.equal(packed[90:], alone)
+
+
+# ---------------------------------------------------------------- paged varlen (deliverable 2)
+@pytest.mark.parametrize("page_size, causal, window, group", [(16, True, None, 2), (16, False, (5, 0), 1),
+                                                             (512, True, None, 4), (64, False, None, 2)])
+def test_varlen_over_paged_caches_matches_float64(page_size, causal, window, group):
+    """flash_attention_varlen(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, block_table=): the packed
+    queries of each sequence over its keys in the pages of a scrambled table (NaN in every slot that
+    holds no key), against the float64 packed reference on the same keys laid end to end; sequences
+    of unequal query and key counts (a chunk of a prefill, decode tokens, an empty query segment)."""
+    g = torch.Generator().manual_seed(21)
+    dtype, Hkv = torch.float16, 2
+    Hq = Hkv * group
+    n_q, n_k = [5, 1, 0, 3], [40, 70, 9, 3]
+    q = torch.randn(sum(n_q), Hq, D, generator=g).to(dtype)
+    k = torch.randn(sum(n_k), Hkv, D, generator=g).to(dtype)
+    v = torch.randn(sum(n_k), Hkv, D, generator=g).to(dtype)
+    cu_q = torch.tensor([0] + list(itertools.accumulate(n_q)), dtype=torch.int32)
+    cu_k = torch.tensor([0] + list(itertools.accumulate(n_k)), dtype=torch.int32)
+    pages = max(-(-n // page_size) for n in n_k)
+    num_pages = len(n_k) * pages + 1
+    table = torch.randperm(num_pages, generator=g)[:len(n_k) * pages].view(len(n_k), pages).to(torch.int32)
+    kp = torch.full((num_pages, page_size, Hkv, D), float("nan"), dtype=dtype)
+    vp = kp.clone()
+    for b in range(len(n_k)):
+        for j in range(n_k[b]):
+            kp[table[b, j // page_size], j % page_size] = k[cu_k[b] + j]
+            vp[table[b, j // page_size], j % page_size] = v[cu_k[b] + j]
+    out, lse = flash_attention_varlen(q, kp, vp, cu_q, cu_k, block_table=table, causal=causal, window=window,
+                                      return_lse=True)
+    want_o, want_lse = reference.varlen_attention(q, k, v, cu_q, cu_k, causal=causal, window=window)
+    assert out.shape == q.shape and lse.shape == (Hq, q.shape[0])
+    assert not torch.isnan(out).any()
+    torch.testing.assert_close(out.double(), want_o, atol=TOL[dtype], rtol=TOL[dtype])
+    torch.testing.assert_close(lse.double(), want_lse, atol=1e-4, rtol=1e-4)
+    # the same packed call through a contiguous copy of the keys (the dense varlen kernels) agrees
+    dense = flash_attention_varlen(q, k, v, cu_q, cu_k, causal=causal, window=window)
+    torch.testing.assert_close(out, dense, atol=TOL[dtype], rtol=TOL[dtype])

@@ -92,8 +92,8 @@ def _check(q, k_cache, v_cache, cache_seqlens, block_table, num_splits, cache_ba
             raise ValueError(f"block_table must be an int32 tensor (batch={B}, max_pages), got "
                              f"{getattr(block_table, 'dtype', type(block_table).__name__)} "
                              f"{tuple(getattr(block_table, 'shape', ()))}; convert with .to(torch.int32)")
-        if n_cache not in (16, 32, 64, 128, 256):
-            raise ValueError(f"page_size (k_cache dim 1) must be a power of two from 16 to 256, got {n_cache}")
+        if n_cache not in (16, 32, 64, 128, 256, 512):
+            raise ValueError(f"page_size (k_cache dim 1) must be a power of two from 16 to 512, got {n_cache}")
         capacity = block_table.shape[1] * n_cache
     if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype not in (torch.int32, torch.int64) \
             or tuple(cache_seqlens.shape) != (B,):
@@ -191,7 +191,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
     FlashAttention's layouts and names: ``q`` ``(B, N_q, Hq, D)``; a contiguous cache ``k_cache``,
     ``v_cache`` ``(B, N_cache, Hkv, D)``, or a paged cache ``(num_pages, page_size, Hkv, D)`` with
     ``block_table`` int32 ``(B, max_pages)`` (key ``j`` of batch ``b`` is slot ``j % page_size`` of
-    page ``block_table[b, j // page_size]``; ``page_size`` any power of two from 16 to 256);
+    page ``block_table[b, j // page_size]``; ``page_size`` any power of two from 16 to 512);
     ``cache_seqlens`` int32 ``(B,)`` or an int: keys ``0 … cache_seqlens[b] − 1`` are attended and
     the rest of the cache is never read (NaN there does not matter). ``Hq % Hkv == 0`` (GQA/MQA:
     the query heads of one KV head share each K/V tile read). ``causal`` and ``window=(left,

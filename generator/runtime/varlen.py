@@ -191,7 +191,7 @@ torch.library.register_autograd("flashproof::flash_attention_varlen", _backward,
 
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
                            causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
-                           softcap=None, alibi_slopes=None, sinks=None, batch_invariant=False):
+                           softcap=None, alibi_slopes=None, sinks=None, batch_invariant=False, block_table=None):
     """Attention over a packed batch of variable-length sequences (FlashAttention's
     ``flash_attn_varlen_func`` layout and conventions), through the generated kernels.
 
@@ -213,6 +213,11 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     ``alibi_slopes`` (float32 ``(Hq,)`` or ``(B, Hq)``, B the segments; the bias is bottom-right
     per segment) and ``sinks`` (float32 ``(Hq,)``, differentiable): as ``flash_attention``'s.
 
+    ``block_table`` int32 ``(B, max_pages)`` (FlashAttention 2's paged form, forward only): ``k``, ``v``
+    are paged caches ``(num_pages, page_size, Hkv, D)`` (``page_size`` a power of two from 16 to 512)
+    and ``cu_seqlens_k`` counts each sequence's keys, which live in its pages ``block_table[b]``; run
+    by the KV-cache decode kernel (``generator.runtime.varlen_paged``, claim ``paged_kv_reads``).
+
     ``batch_invariant``: accepted for symmetry with ``flash_attention_with_kvcache``; the packed
     kernels are always batch invariant: no split, each program reduces over its own segment's keys
     from the segment's first key (claim ``varlen_segments_sound``: a segment is the dense problem on
@@ -220,6 +225,13 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     """
     if not isinstance(batch_invariant, bool):
         raise ValueError(f"batch_invariant must be True or False, got {batch_invariant!r}")
+    if block_table is not None:  # k, v are paged caches (FlashAttention 2's form): the decode kernel's gather
+        from generator.runtime.varlen_paged import flash_attention_varlen_paged
+
+        return flash_attention_varlen_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, block_table,
+                                            causal=causal, window=window, scale=scale, return_lse=return_lse,
+                                            softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
+                                            batch_invariant=batch_invariant)
     window, max_q, max_k, softcap = check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                  causal=causal, window=window, scale=scale, block=block,
                                                  softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
