@@ -21,11 +21,12 @@ from __future__ import annotations
 import torch
 
 from spec import varlen as spec_varlen
-from generator.runtime.decode import flash_attention_with_kvcache
+from generator.runtime import decode
 
 
 def flash_attention_varlen_paged(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, block_table, *,
-                                 causal, window, scale, return_lse, softcap, alibi_slopes, sinks, batch_invariant):
+                                 causal, window, scale, return_lse, softcap, alibi_slopes, sinks, batch_invariant,
+                                 package):
     """See ``flash_attention_varlen``; ``k_cache``, ``v_cache`` paged with ``block_table`` int32
     ``(B, max_pages)``. Returns ``out`` ``(total_q, Hq, D)`` (and ``lse`` float32 ``(Hq, total_q)``)."""
     if not isinstance(q, torch.Tensor) or q.dim() != 3:
@@ -54,7 +55,7 @@ def flash_attention_varlen_paged(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k
     dest = (seg * max_q + (max_q - n_q[seg]) + local).to(q.device)
     q_pad = q.new_zeros((B * max_q, Hq, D)).index_copy_(0, dest, q).view(B, max_q, Hq, D)
     n_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
-    out, lse = flash_attention_with_kvcache(q_pad, k_cache, v_cache, n_k, block_table=block_table, causal=causal,
+    out, lse = decode._kvcache(package, q_pad, k_cache, v_cache, n_k, block_table=block_table, causal=causal,
                                             window=window, scale=scale, return_lse=True, softcap=softcap,
                                             alibi_slopes=alibi_slopes, sinks=sinks, batch_invariant=batch_invariant)
     out = out.reshape(B * max_q, Hq, D)[dest]
