@@ -239,7 +239,7 @@ def test_append_compiles_and_mutates_the_cache():
     (dict(k="k"), "pass both k and v"),
     (dict(cache_leftpad=torch.tensor([60, 0], dtype=torch.int32)), "cache_leftpad must lie in"),
     (dict(cache_batch_idx=torch.tensor([0, 5], dtype=torch.int32)), "cache_batch_idx must index"),
-    (dict(k="k_long"), "less the 60 keys appended"),
+    (dict(k="k_long"), "cache_seqlens must lie in"),
     (dict(batch_invariant=True, num_splits=3), "leave num_splits at 0"),
 ])
 def test_errors_name_the_fix(bad, match):
