@@ -356,6 +356,16 @@ def _block_sizes():
     BlockConfig(16, 256)  # just inside
 
 
+def _dropout_counter():
+    """B·Hq·N_q·N_k one past 2^62 with dropout on: rejected before any tensor is read."""
+    from generator.runtime import checks
+
+    with pytest.raises(ValueError, match=r"2\^62.*dropout_counter"):
+        checks.check_dropout(0.1, False, 2**62 + 1)
+    assert checks.check_dropout(0.1, False, 2**62) == 0.1
+    assert checks.check_dropout(0.0, False, 2**62 + 1) == 0.0  # no dropout, no counter
+
+
 ENFORCED = {
     "dtypes": _rejects("supported: float16, bfloat16, float32", q=inputs()[0].double(), k=inputs()[1].double(),
                        v=inputs()[2].double()),
@@ -372,6 +382,8 @@ ENFORCED = {
     "index_int32": _index_int32,
     "block_sizes": _block_sizes,
     "alignment_shift": _rejects("alignment must be one of", alignment="middle"),
+    "dropout_p_range": _rejects(r"dropout_p must be in \[0, 1\).*dropout_p_range", dropout_p=1.0),
+    "dropout_counter": _dropout_counter,
 }
 
 
@@ -474,7 +486,7 @@ def test_autocast_is_honoured_like_sdpa():
 
 
 @pytest.mark.parametrize("name, spelling", [("is_causal", "causal=True"), ("attn_mask", "mask="),
-                                            ("softmax_scale", "scale="), ("dropout_p", "no dropout")])
+                                            ("softmax_scale", "scale="), ("return_softmax_lse", "return_lse=True")])
 def test_sdpa_keyword_names_the_flashproof_equivalent(name, spelling):
     q, k, v, _ = inputs()
     with pytest.raises(TypeError, match=f"{name}.*{spelling}"):

@@ -30,7 +30,7 @@ import torch
 
 from spec import varlen as spec_varlen
 
-from generator.runtime import api, checks
+from generator.runtime import api, checks, dispatch
 
 #: what an omitted max_seqlen hint is passed to the op as: computed from the offsets
 COMPUTE = -1
@@ -114,11 +114,11 @@ def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     return out[0], out[1]
 
 
-def _kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks) -> dict:
+def _kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p=0.0, philox=None) -> dict:
     """The keywords ``forward_varlen`` and ``backward_varlen`` both take, from the ops' arguments."""
     return {"sm_scale": checks.sm_scale_of(scale, q.shape[-1]), "causal": causal,
             "window": None if window is None else tuple(window), "softcap": softcap,
-            "alibi_slopes": alibi_slopes, "sinks": sinks}
+            "alibi_slopes": alibi_slopes, "sinks": sinks, **dispatch.dropout_arguments(dropout_p, philox)}
 
 
 # ----------------------------------------------------------------------------------
@@ -130,16 +130,18 @@ def flash_attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               window: Optional[list[int]], scale: Optional[float], block_m: int,
                               block_n: int, softcap: Optional[float] = None,
                               alibi_slopes: Optional[torch.Tensor] = None,
-                              sinks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+                              sinks: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                              philox: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     module = api.module_for("fwd", (block_m, block_n))
     max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     return module.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
-                                 **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks))
+                                 **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p,
+                                                   philox))
 
 
 @flash_attention_varlen_op.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n,
-      softcap=None, alibi_slopes=None, sinks=None):
+      softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, philox=None):
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
 
@@ -150,14 +152,15 @@ def flash_attention_varlen_backward_op(
         v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
         cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool, window: Optional[list[int]],
         scale: Optional[float], block_m: int, block_n: int, softcap: Optional[float] = None,
-        alibi_slopes: Optional[torch.Tensor] = None, sinks: Optional[torch.Tensor] = None,
+        alibi_slopes: Optional[torch.Tensor] = None, sinks: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+        philox: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv, dsinks)``; ``dsinks`` is ``(Hq,)`` fp32, empty ``(0,)`` without sinks."""
     module = api.module_for("bwd", (block_m, block_n))
     max_q, max_k = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     dq, dk, dv, dsink_rows = module.backward_varlen(
         grad_out, q, k, v, out, lse.contiguous(), cu_seqlens_q, cu_seqlens_k, max_q, max_k, grad_lse=grad_lse,
-        **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks))
+        **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p, philox))
     # dL/dsink of a head: the sum over its packed rows (all segments) of the kernel's per-row parts
     dsinks = dsink_rows.sum(1) if dsink_rows is not None else q.new_empty((0,), dtype=torch.float32)
     return dq, dk, dv, dsinks
@@ -165,7 +168,7 @@ def flash_attention_varlen_backward_op(
 
 @flash_attention_varlen_backward_op.register_fake
 def _(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-      window, scale, block_m, block_n, softcap=None, alibi_slopes=None, sinks=None):
+      window, scale, block_m, block_n, softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, philox=None):
     dsinks = q.new_empty((0,) if sinks is None else (q.shape[1],), dtype=torch.float32)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
 
@@ -173,17 +176,21 @@ def _(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seq
 def _setup_context(ctx, inputs, output):
     q, k, v, cu_seqlens_q, cu_seqlens_k, *options = inputs
     out, lse = output
-    *options, alibi_slopes, sinks = options
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks)
+    *options, alibi_slopes, sinks, dropout_p, philox = options
+    # the dropout's seed and offset are saved: the backward regenerates the forward's mask from them
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, philox)
     ctx.options = options  # max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n, softcap
+    ctx.dropout_p = dropout_p
 
 
 def _backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks = ctx.saved_tensors
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, philox = ctx.saved_tensors
     dq, dk, dv, dsinks = flash_attention_varlen_backward_op(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q,
-                                                            cu_seqlens_k, *ctx.options, alibi_slopes, sinks)
-    # gradients for (q, k, v) and the sinks; the offsets, the options and alibi_slopes are not differentiable
-    return dq, dk, dv, *([None] * (3 + len(ctx.options))), dsinks if sinks is not None else None
+                                                            cu_seqlens_k, *ctx.options, alibi_slopes, sinks,
+                                                            ctx.dropout_p, philox)
+    # gradients for (q, k, v) and the sinks; the offsets, the options, alibi_slopes and the dropout's p and
+    # seed are not differentiable
+    return dq, dk, dv, *([None] * (3 + len(ctx.options))), dsinks if sinks is not None else None, None, None
 
 
 torch.library.register_autograd("flashproof::flash_attention_varlen", _backward, setup_context=_setup_context)
@@ -191,7 +198,7 @@ torch.library.register_autograd("flashproof::flash_attention_varlen", _backward,
 
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
                            causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
-                           softcap=None, alibi_slopes=None, sinks=None):
+                           softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, return_dropout_mask=False):
     """Attention over a packed batch of variable-length sequences (FlashAttention's
     ``flash_attn_varlen_func`` layout and conventions), through the generated kernels.
 
@@ -212,6 +219,9 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     head dim); the varlen kernels move their tiles by pointers (no TMA path). ``softcap``,
     ``alibi_slopes`` (float32 ``(Hq,)`` or ``(B, Hq)``, B the segments; the bias is bottom-right
     per segment) and ``sinks`` (float32 ``(Hq,)``, differentiable): as ``flash_attention``'s.
+    ``dropout_p``: as ``flash_attention``'s (FlashAttention 2's dropout); its keep mask is a function
+    of (head, global row, global key), and ``return_dropout_mask=True`` appends it as a bool
+    ``(Hq, total_q, total_k)`` tensor (only the entries of a segment's own keys are used).
     """
     window, max_q, max_k, softcap = check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                  causal=causal, window=window, scale=scale, block=block,
@@ -223,6 +233,15 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     # window sides clamp to total_q + total_k, at least every segment's n_q + n_k (window_clamp)
     q, scale = checks.normalise_scale(q, checks.check_scale(scale))
     window = checks.normalise_window(window, q.shape[0], k.shape[0])
+    # dropout's box is (1, Hq, total_q, total_k): the packed rows and keys, global
+    box = (1, q.shape[1], q.shape[0], k.shape[0])
+    dropout_p = checks.check_dropout(dropout_p, return_dropout_mask, box[1] * box[2] * box[3])
+    philox = checks.draw_philox(q.device) if dropout_p > 0 else None
     out, lse = flash_attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window,
-                                         scale, int(block[0]), int(block[1]), softcap, alibi_slopes, sinks)
-    return (out, lse) if return_lse else out
+                                         scale, int(block[0]), int(block[1]), softcap, alibi_slopes, sinks,
+                                         dropout_p, philox)
+    result = (out, lse) if return_lse else out
+    if return_dropout_mask:
+        keep = dispatch.dropout_mask((int(block[0]), int(block[1])), dispatch.DEFAULT_PACKAGE, philox, dropout_p, box)
+        return (*result, keep[0].to(q.device)) if return_lse else (result, keep[0].to(q.device))
+    return result
