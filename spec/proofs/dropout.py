@@ -190,11 +190,13 @@ def _zero(expr):
        r"\ \Delta=\mathrm{rowsum}(dO\circ O)",
        scope="fixed sizes: a 2 x 2 tile of (query, key), head dim 2, symbolic scores, values, dO, p and "
              "keep bits z in {0, 1}; the forward on one row of 2 keys from the initial state; reals, exact")
-def prove_dropout_grads(forward_tile=terms.FORWARD_TILE_DROPOUT, dropout_scale=terms.DROPOUT_SCALE,
+def prove_dropout_grads(forward_tile=terms.FORWARD_TILE_DROPOUT, dropout_p_term=terms.DROPOUT_P,
+                        dropout_scale=terms.DROPOUT_SCALE,
                         dropout_dp=terms.DROPOUT_DP, dropout_dv_t=terms.DROPOUT_DV_T,
                         dropout_dp_t=terms.DROPOUT_DP_T, backward_tile=terms.BACKWARD_TILE,
                         backward_tile_t=terms.BACKWARD_TILE_T, preprocess=terms.BACKWARD_PREPROCESS):
     cases = []
+    forward_tile = [dropout_p_term if t is terms.DROPOUT_P else t for t in forward_tile]
     pd = n.dropout_p
     scale_env = {n.dropout_p: pd}
     c = interpret(dropout_scale.expr, scale_env)
