@@ -160,7 +160,7 @@ def _as_product(expr):
     """``Piecewise((a, Eq(z, 1)), (0, True))`` -> ``z·a``: the same value for a keep bit z in {0, 1}
     (the ``0`` branch is checked structurally; any other Piecewise is left, and fails the case)."""
     def rule(e):
-        (a, cond), (other, last) = e.args
+        (a, cond), _ = e.args
         return cond.lhs * a
     return expr.replace(
         lambda e: isinstance(e, sp.Piecewise) and len(e.args) == 2 and e.args[1] == (0, sp.true)
@@ -198,8 +198,7 @@ def prove_dropout_grads(forward_tile=terms.FORWARD_TILE_DROPOUT, dropout_p_term=
     cases = []
     forward_tile = [dropout_p_term if t is terms.DROPOUT_P else t for t in forward_tile]
     pd = n.dropout_p
-    scale_env = {n.dropout_p: pd}
-    c = interpret(dropout_scale.expr, scale_env)
+    c = interpret(dropout_scale.expr, {})  # the printed rescale, in the proof's p
     cases.append(("drop_scale = 1/(1 − p)", _zero(c - 1 / (1 - pd))))
     # --- the forward: one row of 2 keys from the initial state (m = −oo, l = 0, acc = 0)
     x = sp.symbols("x_1:3", real=True)
@@ -223,10 +222,7 @@ def prove_dropout_grads(forward_tile=terms.FORWARD_TILE_DROPOUT, dropout_p_term=
     P = sp.Matrix(R_, C_, lambda r, k: sp.exp(S[r, k]) / sum(sp.exp(S[r, kk]) for kk in range(C_)))
     O = Z.multiply_elementwise(P) * c * V
     loss = sum(DO[r, d] * O[r, d] for r in range(R_) for d in range(D_))
-    dV_want = V.applyfunc(lambda e: 0).as_mutable()
-    for k in range(C_):
-        for d in range(D_):
-            dV_want[k, d] = sp.diff(loss, V[k, d])
+    dV_want = sp.Matrix(C_, D_, lambda k, d: sp.diff(loss, V[k, d]))
     dS_want = sp.Matrix(R_, C_, lambda r, k: sp.diff(loss, S[r, k]))
     delta = run_terms(preprocess, {n.do: DO, n.o: O, n.dlse: 0})[n.delta]
     # dQ kernel (row-major): dp = dO Vᵀ, through the dropout, then dS
