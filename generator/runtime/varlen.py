@@ -23,67 +23,27 @@ terms apply per segment unchanged.
 
 from __future__ import annotations
 
-import operator
 from typing import Optional
 
 import torch
 
 from spec import varlen as spec_varlen
 
-from generator.runtime import api, checks, dispatch
+from generator.runtime import api, checks, contract, dispatch
 
 #: what an omitted max_seqlen hint is passed to the op as: computed from the offsets
-COMPUTE = -1
-
-
-def _check_packed(q, k, v):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 3:
-            raise ValueError(f"{name} must have rank 3 (total_tokens, heads, head_dim) in a packed batch, got shape "
-                             f"{tuple(t.shape)}; for a padded (batch, heads, seq, head_dim) batch use flash_attention")
-    checks.check_dtypes(q, k, v)
-    (_, hq, d), (_, hkv, dk) = q.shape, k.shape
-    if v.shape != k.shape:
-        raise ValueError(f"v must have k's shape {tuple(k.shape)} (total_k, Hkv, D), got {tuple(v.shape)}")
-    if dk != d:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in head_dim (dim 2)")
-    if min(hq, hkv, d) < 1:
-        raise ValueError(f"heads and head_dim must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    checks.check_heads(hq, hkv, d)
-
-
-def _check_cu_seqlens(name, cu):
-    if not isinstance(cu, torch.Tensor):
-        raise TypeError(f"{name} must be an int32 torch.Tensor of B + 1 offsets, got {type(cu).__name__}")
-    if cu.dtype != torch.int32:
-        raise TypeError(f"{name} must be int32 (FlashAttention's layout), got {cu.dtype}; convert with "
-                        f"{name}.to(torch.int32)")
-    if cu.dim() != 1 or cu.numel() < 2:
-        raise ValueError(f"{name} must have shape (B + 1,) with B >= 1 segments, got {tuple(cu.shape)}")
-
-
-def _check_max_seqlen(name, value):
-    """An int (Python, numpy or a 0-d integer tensor's ``operator.index``) >= 0, or ``COMPUTE``."""
-    if value is None:
-        return COMPUTE
-    try:
-        hint = operator.index(value)
-    except TypeError:
-        hint = None
-    if hint is None or isinstance(value, bool) or hint < 0:
-        raise ValueError(f"{name} must be None (computed from the offsets) or an int >= 0, got {value!r}")
-    return int(hint)
+COMPUTE = checks.COMPUTE
+#: the packed tensors indexed by key rows (the rest by query rows)
+KEY_SIDE = ("k", "v", "dk", "dv")
 
 
 def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
                  window=None, scale=None, block=api.DEFAULT_BLOCK, softcap=None, alibi_slopes=None, sinks=None):
     """The checks that read no tensor's values; returns ``(window, max_seqlen_q, max_seqlen_k,
     softcap)`` normalised (``COMPUTE`` for an omitted hint, ``softcap`` a float or None)."""
-    _check_packed(q, k, v)
+    checks.check_packed_qkv(q, k, v)
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        _check_cu_seqlens(name, cu)
+        checks.check_cu_seqlens(name, cu)
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
         raise ValueError(f"cu_seqlens_q has {cu_seqlens_q.numel()} entries and cu_seqlens_k "
                          f"{cu_seqlens_k.numel()}; both must hold B + 1 (one query segment per key segment)")
@@ -92,19 +52,26 @@ def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seq
         raise TypeError(f"causal must be True or False, got {causal!r}")
     checks.check_scale(scale)
     checks.check_block(block, auto=True)
-    hints = (_check_max_seqlen("max_seqlen_q", max_seqlen_q), _check_max_seqlen("max_seqlen_k", max_seqlen_k))
+    hints = (checks.check_max_seqlen("max_seqlen_q", max_seqlen_q),
+             checks.check_max_seqlen("max_seqlen_k", max_seqlen_k))
     # the dense checks, on a (B, Hq) stand-in of no element: B segments, Hq query heads
     softcap = checks.check_score_mods(q.new_empty((cu_seqlens_q.numel() - 1, q.shape[1], 0)), softcap=softcap,
                                    alibi_slopes=alibi_slopes, sinks=sinks)
     return (None if window is None else checks.check_window(window)), *hints, softcap
 
 
-def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> tuple[int, int]:
+def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **rows) -> tuple[int, int]:
     """The offsets checked by value (``spec.varlen.segments``) and the grid's max_seqlen pair:
     computed where the hint is ``COMPUTE``, else the hint, which may not be below a real segment
-    (a smaller grid would silently drop that segment's last rows)."""
+    (a smaller grid would silently drop that segment's last rows). Each packed tensor's longest
+    segment is checked for int32 offsets (``index_int32``: the kernels offset a segment's first
+    row in int64, its rows and head dim in int32): ``q, k`` and the further packed tensors
+    ``rows`` (``name=tensor``: v, out, grad_out), query-side unless named in ``KEY_SIDE``."""
     segs = spec_varlen.segments(cu_seqlens_q.cpu(), cu_seqlens_k.cpu(), q.shape[0], k.shape[0])
     longest = (max(q1 - q0 for q0, q1, _, _ in segs), max(k1 - k0 for _, _, k0, k1 in segs))
+    for name, t in {"q": q, "k": k, **rows}.items():
+        n = longest[1] if name in KEY_SIDE else longest[0]
+        checks.check_index_width(**{name: ((n, t.shape[2]), (t.stride(0), t.stride(2)))})
     out = []
     for name, hint, real in (("max_seqlen_q", max_seqlen_q, longest[0]), ("max_seqlen_k", max_seqlen_k, longest[1])):
         if hint != COMPUTE and hint < real:
@@ -130,10 +97,12 @@ def flash_attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               window: Optional[list[int]], scale: Optional[float], block_m: int,
                               block_n: int, softcap: Optional[float] = None,
                               alibi_slopes: Optional[torch.Tensor] = None,
-                              sinks: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                              sinks: Optional[torch.Tensor] = None,
+                              package: str = api.DEFAULT_PACKAGE, dropout_p: float = 0.0,
                               philox: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    module = api.module_for("fwd", (block_m, block_n))
-    max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    module = api.module_for("fwd", (block_m, block_n), package, q.device)
+    max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, v=v,
+                                  out=torch.empty(q.shape, device="meta"))  # out: fresh, contiguous
     return module.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
                                  **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p,
                                                    philox))
@@ -141,7 +110,7 @@ def flash_attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 @flash_attention_varlen_op.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n,
-      softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, philox=None):
+      softcap=None, alibi_slopes=None, sinks=None, package=api.DEFAULT_PACKAGE, dropout_p=0.0, philox=None):
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
 
@@ -152,12 +121,13 @@ def flash_attention_varlen_backward_op(
         v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
         cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool, window: Optional[list[int]],
         scale: Optional[float], block_m: int, block_n: int, softcap: Optional[float] = None,
-        alibi_slopes: Optional[torch.Tensor] = None, sinks: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
-        philox: Optional[torch.Tensor] = None,
+        alibi_slopes: Optional[torch.Tensor] = None, sinks: Optional[torch.Tensor] = None,
+        package: str = api.DEFAULT_PACKAGE, dropout_p: float = 0.0, philox: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv, dsinks)``; ``dsinks`` is ``(Hq,)`` fp32, empty ``(0,)`` without sinks."""
-    module = api.module_for("bwd", (block_m, block_n))
-    max_q, max_k = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    module = api.module_for("bwd", (block_m, block_n), package, q.device)
+    max_q, max_k = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, v=v,
+                                      out=out, grad_out=grad_out)
     dq, dk, dv, dsink_rows = module.backward_varlen(
         grad_out, q, k, v, out, lse.contiguous(), cu_seqlens_q, cu_seqlens_k, max_q, max_k, grad_lse=grad_lse,
         **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p, philox))
@@ -168,7 +138,8 @@ def flash_attention_varlen_backward_op(
 
 @flash_attention_varlen_backward_op.register_fake
 def _(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-      window, scale, block_m, block_n, softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, philox=None):
+      window, scale, block_m, block_n, softcap=None, alibi_slopes=None, sinks=None, package=api.DEFAULT_PACKAGE,
+      dropout_p=0.0, philox=None):
     dsinks = q.new_empty((0,) if sinks is None else (q.shape[1],), dtype=torch.float32)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
 
@@ -176,10 +147,11 @@ def _(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seq
 def _setup_context(ctx, inputs, output):
     q, k, v, cu_seqlens_q, cu_seqlens_k, *options = inputs
     out, lse = output
-    *options, alibi_slopes, sinks, dropout_p, philox = options
+    *options, alibi_slopes, sinks, package, dropout_p, philox = options
     # the dropout's seed and offset are saved: the backward regenerates the forward's mask from them
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, philox)
     ctx.options = options  # max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n, softcap
+    ctx.package = package
     ctx.dropout_p = dropout_p
 
 
@@ -187,10 +159,10 @@ def _backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, philox = ctx.saved_tensors
     dq, dk, dv, dsinks = flash_attention_varlen_backward_op(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q,
                                                             cu_seqlens_k, *ctx.options, alibi_slopes, sinks,
-                                                            ctx.dropout_p, philox)
-    # gradients for (q, k, v) and the sinks; the offsets, the options, alibi_slopes and the dropout's p and
-    # seed are not differentiable
-    return dq, dk, dv, *([None] * (3 + len(ctx.options))), dsinks if sinks is not None else None, None, None
+                                                            ctx.package, ctx.dropout_p, philox)
+    # gradients for (q, k, v) and the sinks; the offsets, the options, alibi_slopes, the package and the
+    # dropout's p and seed are not differentiable
+    return dq, dk, dv, *([None] * (3 + len(ctx.options))), dsinks if sinks is not None else None, None, None, None
 
 
 torch.library.register_autograd("flashproof::flash_attention_varlen", _backward, setup_context=_setup_context)
@@ -223,6 +195,14 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     of (head, global row, global key), and ``return_dropout_mask=True`` appends it as a bool
     ``(Hq, total_q, total_k)`` tensor (only the entries of a segment's own keys are used).
     """
+    return _varlen(api.DEFAULT_PACKAGE, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                   causal=causal, window=window, scale=scale, return_lse=return_lse, block=block, softcap=softcap,
+                   alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p, return_dropout_mask=return_dropout_mask)
+
+
+def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
+            causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
+            softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, return_dropout_mask=False):
     window, max_q, max_k, softcap = check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                  causal=causal, window=window, scale=scale, block=block,
                                                  softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
@@ -233,15 +213,22 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     # window sides clamp to total_q + total_k, at least every segment's n_q + n_k (window_clamp)
     q, scale = checks.normalise_scale(q, checks.check_scale(scale))
     window = checks.normalise_window(window, q.shape[0], k.shape[0])
+    # the declared stride policy: the kernels read the offsets and the sinks at unit stride
+    cu_seqlens_q, cu_seqlens_k, sinks = (contract.unit_stride("flash_attention_varlen", name, t) for name, t in
+                                         (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
+                                          ("sinks", sinks)))
     # dropout's box is (1, Hq, total_q, total_k): the packed rows and keys, global
     box = (1, q.shape[1], q.shape[0], k.shape[0])
     dropout_p = checks.check_dropout(dropout_p, return_dropout_mask, box[1] * box[2] * box[3])
     philox = checks.draw_philox(q.device) if dropout_p > 0 else None
     out, lse = flash_attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window,
-                                         scale, int(block[0]), int(block[1]), softcap, alibi_slopes, sinks,
+                                         scale, int(block[0]), int(block[1]), softcap, alibi_slopes, sinks, package,
                                          dropout_p, philox)
     result = (out, lse) if return_lse else out
     if return_dropout_mask:
-        keep = dispatch.dropout_mask((int(block[0]), int(block[1])), dispatch.DEFAULT_PACKAGE, philox, dropout_p, box)
+        keep = dispatch.dropout_mask((int(block[0]), int(block[1])), package, philox, dropout_p, box)
         return (*result, keep[0].to(q.device)) if return_lse else (result, keep[0].to(q.device))
     return result
+
+
+api.IMPLEMENTATIONS["flash_attention_varlen"] = _varlen
