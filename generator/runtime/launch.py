@@ -188,18 +188,44 @@ def score_mod_constexprs(softcap: bool, alibi: bool, sinks: bool) -> dict:
     return {"HAS_SOFTCAP": bool(softcap), "HAS_ALIBI": bool(alibi), "HAS_SINKS": bool(sinks)}
 
 
-def score_mod_launch(device: torch.device, *, softcap, alibi_slopes, sinks) -> tuple[dict, tuple]:
+def score_mod_launch(device: torch.device, *, softcap, alibi_slopes, sinks, scale=None) -> tuple[dict, tuple]:
     """``(constexprs, runtime arguments)`` of an attention kernel's launch for its score
     modifications (checked inputs: ``generator.runtime.api``). The runtime arguments are
     ``(softcap, slopes, (slope batch stride, slope head stride), sinks)``: the cap as a float
     (0.0, never read, when off), ALiBi slopes ``(Hq,)`` (batch stride 0) or ``(B, Hq)``, and
-    one-element placeholders for the tensors not in use (their flags compile the reads out)."""
+    one-element placeholders for the tensors not in use (their flags compile the reads out).
+    ``scale``: the launch's softmax scale, checked against ``score_mod_scale`` (every entry point
+    launches through here)."""
+    from generator.runtime import checks  # checks imports this module
+
+    checks.check_score_mod_scale(scale, softcap=softcap, alibi_slopes=alibi_slopes)
     placeholder = torch.empty((1,), dtype=torch.float32, device=device)
     slopes = alibi_slopes if alibi_slopes is not None else placeholder
     slope_strides = (0, slopes.stride(0)) if slopes.dim() == 1 else tuple(slopes.stride())
     flags = score_mod_constexprs(softcap is not None, alibi_slopes is not None, sinks is not None)
     return flags, (0.0 if softcap is None else float(softcap), slopes, slope_strides,
                    sinks if sinks is not None else placeholder)
+
+
+# ----------------------------------------------------------------------------------
+# Attention dropout (issue 29)
+# ----------------------------------------------------------------------------------
+#: dropout's tensor in an attention kernel's signature: int64 (2,), the Philox seed and counter offset
+DROPOUT_POINTERS = {"Philox": "i64"}
+
+
+def dropout_constexprs(dropout: bool) -> dict:
+    """The dropout flag (a constexpr: off compiles every dropout line out)."""
+    return {"HAS_DROPOUT": bool(dropout)}
+
+
+def dropout_launch(device: torch.device, *, dropout_p, philox) -> tuple[dict, tuple]:
+    """``(constexprs, (philox, dropout_p))`` of an attention kernel's launch: dropout is on when
+    ``philox`` (int64 ``(2,)``: seed, counter offset, drawn by ``checks.draw_philox``) is given
+    and ``dropout_p > 0``; off, a placeholder the kernels never read and ``p = 0.0``."""
+    on = philox is not None and float(dropout_p) > 0
+    arg = philox if on else torch.zeros((2,), dtype=torch.int64, device=device)
+    return dropout_constexprs(on), (arg, float(dropout_p) if on else 0.0)
 
 
 def tl_dtype_of(dtype: str) -> tuple[torch.dtype, str]:
