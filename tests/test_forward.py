@@ -65,7 +65,7 @@ def test_extreme_head_dims(D):
 # ----------------------------------------------------------------------------------
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(max_n=200, max_window=80, dtypes=DTYPES))
 def test_random_cases(block_case):
     block, case = block_case
