@@ -309,10 +309,15 @@ def test_chunk_must_be_positive():
         flash_attention(q, q, q, mask_mod=chunked, mask_args={"chunk": 0})
 
 
-def test_generator_emits_a_user_mask_mod(tmp_path, monkeypatch):
-    """`--mask-mod module:name` prints forward and backward kernels named after it; --check re-renders them."""
+def test_generator_emits_a_user_mask_mod(tmp_path, monkeypatch, proved):
+    """`--mask-mod module:name` prints forward and backward kernels named after it; --check re-renders them.
+    (The CLI's proof run is the session's one ``prove_all()``, ``proved``: the proofs are the claim
+    tests' subject, the emission this test's.)"""
     from generator import __main__ as cli
     from generator import manifest
+    from spec import claims
+
+    monkeypatch.setattr(claims, "prove_all", lambda: list(proved.values()))
 
     (tmp_path / "user_masks.py").write_text(
         "from spec.masks import mask_mod\n\n@mask_mod\ndef band(i, j, width):\n    return (j <= i) & (j >= i - width)\n")
