@@ -6,6 +6,8 @@ how many device->host syncs each call makes.
     python -m benchmarks.host --tiny               # tiny tensors, few calls (the smoke test's run)
     python -m benchmarks.host --profile decode     # cProfile of one case: where the microseconds go
 
+Each figure is the median over rounds of the µs per call in this process's CPU time (the one to
+read on a shared machine, where other processes stretch wall time) and in wall time.
 CPU tensors (``TRITON_INTERPRET=1`` is set before the kernels are imported): the host work is
 the same Python as on a GPU, but for CUDA's own calls (the device's properties, stream lookups),
 which a GPU run adds. A launch is stubbed by replacing ``kernel[grid]`` (Triton's
@@ -302,17 +304,20 @@ def flash_attn_cases(s: Sizes) -> dict[str, Callable] | str:
 # ----------------------------------------------------------------------------------------
 # Measuring
 # ----------------------------------------------------------------------------------------
-def time_call(call: Callable, number: int, repeat: int) -> float:
-    """Median over ``repeat`` rounds of the mean µs per call over ``number`` calls (after warm-up)."""
+def time_call(call: Callable, number: int, repeat: int) -> tuple[float, float]:
+    """``(cpu, wall)``: the median over ``repeat`` rounds of the µs per call over ``number`` calls
+    (after a warm-up), in this process's CPU time and in wall time. The CPU time is the figure to
+    read on a shared machine: other processes' load stretches wall time, not it."""
     for _ in range(max(3, number // 10)):
         call()
-    rounds = []
+    cpu, wall = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
+        c0, w0 = time.process_time(), time.perf_counter()
         for _ in range(number):
             call()
-        rounds.append((time.perf_counter() - start) / number * 1e6)
-    return statistics.median(rounds)
+        cpu.append((time.process_time() - c0) / number * 1e6)
+        wall.append((time.perf_counter() - w0) / number * 1e6)
+    return statistics.median(cpu), statistics.median(wall)
 
 
 def measure(sizes: Sizes = Sizes(), number: int = 200, repeat: int = 7, cases=tuple(CASES)) -> list[dict]:
@@ -327,11 +332,11 @@ def measure(sizes: Sizes = Sizes(), number: int = 200, repeat: int = 7, cases=tu
             launched.clear()
             with HostSyncGuard() as guard:
                 call()
-            row = dict(case=name, what=what, launches=list(launched), syncs=[f"{s.what} at {s.where}" for s in guard.syncs],
-                       us=time_call(call, number, repeat))
+            row = dict(case=name, what=what, launches=list(launched), syncs=[f"{s.what} at {s.where}" for s in guard.syncs])
+            row["us"], row["wall_us"] = time_call(call, number, repeat)
             if isinstance(flash, dict) and name in flash:
                 flash[name]()
-                row["flash_attn_us"] = time_call(flash[name], number, repeat)
+                row["flash_attn_us"], row["flash_attn_wall_us"] = time_call(flash[name], number, repeat)
             rows.append(row)
     return rows
 
@@ -354,8 +359,8 @@ def profile(name: str, sizes: Sizes = Sizes(), calls: int = 2000, top: int = 25)
 
 
 def report(rows: list[dict], flash_note: str | None) -> str:
-    header = ["case", "µs/call", "FlashAttention µs/call", "launches", "host syncs", "what"]
-    cells = [[r["case"], f"{r['us']:.1f}", f"{r['flash_attn_us']:.1f}" if "flash_attn_us" in r else "-",
+    header = ["case", "CPU µs/call", "wall µs/call", "FlashAttention CPU µs/call", "launches", "host syncs", "what"]
+    cells = [[r["case"], f"{r['us']:.1f}", f"{r['wall_us']:.1f}", f"{r['flash_attn_us']:.1f}" if "flash_attn_us" in r else "-",
               len(r["launches"]), len(r["syncs"]), r["what"]] for r in rows]
     lines = [text_table(header, cells), ""]
     for r in rows:
@@ -364,7 +369,8 @@ def report(rows: list[dict], flash_note: str | None) -> str:
     if flash_note:
         lines.append(f"FlashAttention: {flash_note}")
     v = versions()
-    lines.append(f"torch {v['torch']}, triton {v['triton']}, python {v['python']}, {os.cpu_count()} CPUs, "
+    load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
+    lines.append(f"torch {v['torch']}, triton {v['triton']}, python {v['python']}, {os.cpu_count()} CPUs{load}, "
                  f"torch threads {torch.get_num_threads()}; launches stubbed, CPU tensors")
     return "\n".join(lines)
 
