@@ -13,7 +13,7 @@ setup() {
   "$PY" -m pip install -q --upgrade pip
   # The CPU wheel of torch first: a bare `torch` requirement could pull a multi-GB CUDA build.
   "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==2.13.0"
-  "$PY" -m pip install -q -e ".[kernels,test,docs,bench]"
+  "$PY" -m pip install -q -e ".[kernels,test,docs,bench,hf]"
 }
 
 case "${1:-}" in

@@ -5,6 +5,7 @@
     from generated import merge_state, merge_states
     from generated import ring_attention, ring_shard, ring_unshard   # context parallelism
     from generated import flash_attention_with_kvcache   # KV-cache decoding
+    from generated import register_transformers          # attn_implementation="proof_attention"
 
 Regenerate a block with its command (below); ``python -m generator --check`` verifies that
 every file still matches the spec and the templates.
@@ -14,11 +15,13 @@ from generator.runtime import api
 from generator.runtime.decode import flash_attention_with_kvcache  # noqa: F401 (re-exported)
 from generator.runtime.merge import merge_state, merge_states  # noqa: F401 (re-exported)
 from generator.runtime.ring import ring_attention, ring_shard, ring_unshard  # noqa: F401 (re-exported)
+from generator.runtime import transformers_backend
 from generator.runtime.varlen import flash_attention_varlen  # noqa: F401 (re-exported)
 
 # this package's own kernels: an `--out` package dispatches to itself, never to `generated`
 flash_attention = api.for_package(api.flash_attention, __name__)
 softmax = api.for_package(api.softmax, __name__)
+register_transformers = transformers_backend.for_package(__name__)
 
 #: (B_r, B_c) -> {kernel kind: module of this package}
 KERNELS = {
@@ -50,4 +53,5 @@ COMMANDS = {
 }
 
 __all__ = ["flash_attention", "flash_attention_varlen", "flash_attention_with_kvcache", "softmax", "merge_state",
-           "merge_states", "ring_attention", "ring_shard", "ring_unshard", "KERNELS", "MASKS", "MASK_MODS", "COMMANDS"]
+           "merge_states", "ring_attention", "ring_shard", "ring_unshard", "register_transformers", "KERNELS", "MASKS",
+           "MASK_MODS", "COMMANDS"]
