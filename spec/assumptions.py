@@ -61,6 +61,26 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
                "reject: generator.variants.BlockConfig accepts only ALLOWED_BLOCKS", (16, 32, 64, 128, 256)),
     Assumption("alignment_shift", "shift = 0 (top_left) or N_k - N_q (bottom_right)",
                "reject: any other alignment; spec.masks.alignment_shift is the only source of shift"),
+    # --- added by the contract issue (#23): the entry points other than flash_attention
+    Assumption("cache_len_range", "0 <= cache_seqlens[b] <= the cache's capacity in keys (N_cache, or "
+               "max_pages x page_size for a paged cache) for every batch b",
+               "reject (eager); clamp: under torch.compile each length is clamped to [0, capacity] on the "
+               "device (no host sync in a traced graph)"),
+    Assumption("page_ids_range", "every page id a sequence reads (block_table[b, p] for p < "
+               "ceil(cache_seqlens[b] / page_size)) lies in [0, num_pages); the rest of the row is never read",
+               "reject (eager); clamp: under torch.compile each id is clamped to [0, num_pages - 1] on the "
+               "device (no read outside the cache)"),
+    Assumption("page_sizes", "a paged cache's page_size is a power of two from 16 to 256 (a whole number of "
+               "key tiles per page)", "reject", (16, 32, 64, 128, 256)),
+    Assumption("num_splits_max", "0 <= num_splits <= 64 (0: the heuristic)", "reject", 64),
+    Assumption("merge_head_dim_max", "merge_state(s)' head dim is at most 1024 (one row of o per program "
+               "lane block)", "reject", 1024),
+    Assumption("mask_args_int32",
+               "every mask_args value v has |v| <= 2^30, so that the printed predicate and tile classifier "
+               "(a difference of two parameters, or a parameter minus a position < 2^29 minus a block <= 256) "
+               "cannot overflow int32",
+               "reject (eager); clamp: under torch.compile each value is clamped to [-2^30, 2^30] on the "
+               "device", 2**30),
 )}
 
 

@@ -422,6 +422,8 @@ class MaskMod:
         to run them."""
         import torch
 
+        from spec.assumptions import limit
+
         values_checked = not torch.compiler.is_compiling()
         given = dict(mask_args or {})
         missing = [p for p in self.params if p not in given]
@@ -461,8 +463,13 @@ class MaskMod:
                     raise ValueError(f"mask_args[{p!r}] must be >= 1 (mask_mod {self.name} divides or scales "
                                      f"by it), got {v.tolist()}")
                 v = v[:, None]
-            if values_checked and v.numel() and (int(v.min()) < -2**31 or int(v.max()) >= 2**31):
-                raise ValueError(f"mask_args[{p!r}] must fit in int32")
+            bound = limit("mask_args_int32")  # |v| <= 2^30: the printed differences fit int32
+            if values_checked and v.numel() and (int(v.min()) < -bound or int(v.max()) > bound):
+                raise ValueError(f"mask_args[{p!r}] must lie in [-{bound}, {bound}] (the kernels subtract "
+                                 f"parameters and positions in int32), got values in [{int(v.min())}, "
+                                 f"{int(v.max())}] [mask_args_int32]; renumber document ids from 0")
+            if not values_checked:  # a traced graph cannot sync: clamp on the device instead
+                v = v.clamp(-bound, bound)
             cols.append((p, v.to(torch.int32)))
         order = list(self.scalars) + [p for p in self.params if p in self.tensors]  # the slots' order
         cols = dict(cols)

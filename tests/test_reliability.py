@@ -356,7 +356,45 @@ def _block_sizes():
     BlockConfig(16, 256)  # just inside
 
 
+def _decode_rejects(match, *, paged=False, page_size=16, **kwargs):
+    """flash_attention_with_kvcache rejects an input just outside the assumption (issue 23)."""
+    def run():
+        from generated import flash_attention_with_kvcache
+
+        q, k = torch.zeros(1, 1, 1, 16), torch.zeros((3, page_size, 1, 16) if paged else (1, 32, 1, 16))
+        args = {"cache_seqlens": torch.tensor([20], dtype=torch.int32), **kwargs}
+        if paged:
+            args.setdefault("block_table", torch.tensor([[0, 1]], dtype=torch.int32))
+        with pytest.raises((ValueError, TypeError), match=match):
+            on_device(flash_attention_with_kvcache, q, k, k, **args)
+    return run
+
+
+def _mask_args_int32():
+    from spec.masks import prefix_lm
+
+    _rejects(r"mask_args_int32", mask_mod=prefix_lm, mask_args={"prefix": -2**30 - 1}, block=SMALL)()
+    _normalised(mask_mod=prefix_lm, mask_args={"prefix": -2**30}, causal=True)()  # just inside
+
+
+def _merge_head_dim_max():
+    from generated import merge_state
+
+    o, lse = torch.zeros(2, 1025), torch.zeros(2)
+    with pytest.raises(ValueError, match="merge_head_dim_max"):
+        on_device(merge_state, o, lse, o, lse)
+
+
 ENFORCED = {
+    "cache_len_range": _decode_rejects(r"\[0, 32\].*cache_len_range", cache_seqlens=torch.tensor([33],
+                                                                                                 dtype=torch.int32)),
+    "page_ids_range": _decode_rejects(r"page_ids_range", paged=True, block_table=torch.tensor([[0, 3]],
+                                                                                            dtype=torch.int32)),
+    "page_sizes": _decode_rejects(r"page_sizes", paged=True, page_size=24, cache_seqlens=torch.tensor([8],
+                                                                                                   dtype=torch.int32)),
+    "num_splits_max": _decode_rejects(r"0\.\.64.*num_splits_max", num_splits=65),
+    "merge_head_dim_max": _merge_head_dim_max,
+    "mask_args_int32": _mask_args_int32,
     "dtypes": _rejects("supported: float16, bfloat16, float32", q=inputs()[0].double(), k=inputs()[1].double(),
                        v=inputs()[2].double()),
     "head_dim_max": _rejects("head_dim 257 outside 1..256", q=torch.zeros(1, 1, 4, 257), k=torch.zeros(1, 1, 4, 257),

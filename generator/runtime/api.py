@@ -24,54 +24,11 @@ from generator.runtime.checks import DEFAULT_BLOCK, DTYPES, check_inputs  # noqa
 from generator.runtime.custom_op import flash_attention_op
 from generator.runtime.dispatch import DEFAULT_PACKAGE, EMPTY, FULL, PARTIAL, block_map, mask_arguments  # noqa: F401
 from generator.runtime.dispatch import attention_forward, module_for  # noqa: F401
-from generator.runtime import launch
+from generator.runtime import config, contract
 from generator.runtime.softmax_op import softmax_op
 
-#: ``block="auto"``: the block per memory path and largest padded head dim, chosen from the static
-#: report (``python -m benchmarks.static``: spill-free, fewest loop instructions per tile element,
-#: at least 128 rows so that each K/V tile read serves 128 query rows) and the H100 record
-#: (docs/performance/gpu.md: 128x64 the fastest block at most shapes). Keyed like the launch
-#: settings (``launch.memory_path_arch``): 90 is the sm_90 TMA path, 80 the pointer path on any GPU
-#: (sm_80's memory path, sm_90's fallback for a layout TMA cannot read).
-#:
-#: * sm_90 TMA: 128x64 at head dim 64 (0.256 warp-instructions per tile element, tutorial 06's
-#:   shape), 128x128 up to 128 (0.251 against 128x64's 0.350: generator.variants.FWD_SM90), 128x64
-#:   above (128x128 does not fit shared memory at BLOCK_D 256).
-#: * pointer path: 128x64 up to head dim 128 (sm_80 0.356 / 0.521 against 64x64's 0.370 / 0.715;
-#:   128x128 spills there at head dim 128: generator.variants.FWD_SM80), 64x64 above (128x64
-#:   spills and overflows sm_80's shared memory at BLOCK_D 256).
-#:
-#: ``launch.pick_settings`` reads it. Every block listed is generated (tests/test_static.py
-#: compiles them).
-AUTO_BLOCKS = {80: {128: (128, 64), 256: (64, 64)}, 90: {64: (128, 64), 128: (128, 128), 256: (128, 64)}}
-
-
-#: ``block="auto"`` for float32 inputs on a GPU. Their dots run in IEEE fp32 on the CUDA cores
-#: (``launch.dot_constants``: tf32 would break the fp32 tolerance), which holds both operands of
-#: every product in registers and doubles every tile's bytes: at AUTO_BLOCKS' blocks they spill
-#: kilobytes and from head dim 128 overflow shared memory (the launch fails). 16x32 fits shared
-#: memory at every head dim on sm_80 and sm_90 (``tests/test_static.py``). FlashAttention and
-#: SDPA's flash backend take no fp32 at all; here fp32 is the exact path, not the fast one.
-FP32_BLOCK = (16, 32)
-
-
-def auto_block(device: torch.device, head_dim: int, tma: bool = False,
-               dtype: torch.dtype = torch.float16) -> tuple[int, int]:
-    """The block ``block="auto"`` runs on ``device`` at ``head_dim`` (``AUTO_BLOCKS``), on the TMA
-    path when ``tma`` (``launch.takes_tma_path``), else on the pointer path; ``FP32_BLOCK`` for
-    float32 inputs on a GPU."""
-    if dtype == torch.float32 and device.type == "cuda":
-        return FP32_BLOCK
-    arch = launch.memory_path_arch(launch.settings_arch(device), tma)
-    return launch.pick_settings(AUTO_BLOCKS, arch, launch.block_d(head_dim))
-
-
-def dense_auto_block(q, k, v, tma: bool) -> tuple[int, int]:
-    """``auto_block`` for a dense launch on ``q, k, v`` asked for ``tma``: on the path it will take
-    (``launch.takes_tma_path``: a layout TMA cannot read falls back) and for q's dtype."""
-    head_dim = q.shape[-1]
-    on_tma = launch.takes_tma_path(tma, {"q": q, "k": k, "v": v}, launch.block_d(head_dim))
-    return auto_block(q.device, head_dim, on_tma, q.dtype)
+# the launch configuration lives in one module (generator.runtime.config); its names stay importable here
+from generator.runtime.config import AUTO_BLOCKS, FP32_BLOCK, auto_block, dense_auto_block  # noqa: E402,F401
 
 
 def _named_keywords(fn):
@@ -138,8 +95,8 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
             lse = sinks[None, :, None].expand(B, Hq, Nq) + attached.float()
         return (out, lse) if return_lse else out
     q, scale = checks.normalise_scale(q, scale)  # s <= 0: the proven rewrite to s' > 0 (scale_sign_rewrite)
-    if tma == "auto":
-        tma = launch.tma_by_default(q.device)
+    sinks = contract.unit_stride("flash_attention", "sinks", sinks)  # the declared stride policy
+    tma = config.memory_path(tma, q.device)
     if block == "auto":
         block = dense_auto_block(q, k, v, tma)
     out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment, window, scale, block[0], block[1],
@@ -203,15 +160,8 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
 
 
 def _softmax(package, x, dim, *, block):
-    checks.check_tensor(x, "x")
-    if x.dtype not in DTYPES:
-        raise TypeError(f"x has dtype {x.dtype}; supported: float16, bfloat16, float32 (convert with .to())")
-    if x.dim() == 0:
-        raise ValueError("softmax needs at least one dimension; x is a scalar")
-    checks.check_device({"x": x})
+    dim, block = checks.check_softmax(x, dim, block)
     _unsupported_autograd_modes("softmax", x)
-    block = checks.check_block(block)
-    dim = checks._as_int(dim, "dim")
     moved = x.movedim(dim, -1)  # IndexError names a bad dim
     if moved.numel() == 0:
         return x.clone()  # an empty dim (or batch): empty result, like torch.softmax
@@ -228,13 +178,19 @@ def softmax(x: torch.Tensor, dim: int = -1, *, block=DEFAULT_BLOCK) -> torch.Ten
     return _softmax(DEFAULT_PACKAGE, x, dim, block=block)
 
 
+#: public name -> ``impl(package, *args, **kwargs)`` with the public signature: the entry point run
+#: on the kernels of ``package``. Each entry point's module registers its own (varlen, decode,
+#: merge, ring import this module, never the reverse).
+IMPLEMENTATIONS = {"flash_attention": _attention, "softmax": _softmax}
+
+
 def for_package(public, package: str):
-    """``public`` (``flash_attention`` or ``softmax``) dispatching to the kernels of ``package``:
-    the index of a package emitted with ``python -m generator --out DIR`` exports these, so it
-    runs its own kernels, never ``generated``'s."""
+    """``public`` (any entry point of ``IMPLEMENTATIONS``) dispatching to the kernels of ``package``:
+    the index of a package emitted with ``python -m generator --out DIR`` exports these, so every
+    entry point runs its own kernels, never ``generated``'s."""
     if package == DEFAULT_PACKAGE:
         return public
-    impl = {"flash_attention": _attention, "softmax": _softmax}[public.__name__]
+    impl = IMPLEMENTATIONS[public.__name__]
     signature = inspect.signature(public)
 
     @functools.wraps(public)

@@ -21,11 +21,11 @@ from spec import rewrites
 from spec.mask_mod import MaskMod
 from spec.masks import ALIGNMENTS
 
-from generator.runtime import launch
+from generator.runtime import config, contract, launch
 
 DTYPES = tuple(getattr(torch, name) for name in limit("dtypes"))
 MAX_HEAD_DIM = limit("head_dim_max")
-DEFAULT_BLOCK = (64, 64)
+DEFAULT_BLOCK = config.DEFAULT_BLOCK
 
 #: keyword names of SDPA / FlashAttention / FlexAttention -> the flashproof spelling
 FOREIGN_KEYWORDS = {
@@ -159,12 +159,20 @@ def check_seq_lens(Nq: int, Nk: int):
 
 def check_index_width(**tensors) -> None:
     """Every in-slice element offset ``(N-1)|stride_N| + (D-1)|stride_D|`` fits int32 (``index_int32``).
-    A value may be a tensor or a shape (a freshly allocated, contiguous output of that shape)."""
+    A value may be a tensor, a shape (a freshly allocated, contiguous output of that shape) or a
+    ``(shape, strides)`` pair (the rows of one slice as a kernel walks them: a varlen segment, a
+    (batch, head) slice of a KV cache). Only the last two dims are summed: the kernels offset the
+    batch and head (and a segment's or page's first row) in int64."""
     bound = limit("index_int32")
     for name, t in tensors.items():
         if t is None:
             continue
-        shape, stride = (tuple(t.shape), t.stride()) if isinstance(t, torch.Tensor) else (t, None)
+        if isinstance(t, torch.Tensor):
+            shape, stride = tuple(t.shape), t.stride()
+        elif len(t) == 2 and isinstance(t[0], tuple):
+            shape, stride = t
+        else:
+            shape, stride = tuple(t), None
         if stride is None:  # contiguous: the last two dims have strides (D, 1)
             stride = (shape[-1], 1)
         if 0 in shape:
@@ -172,8 +180,8 @@ def check_index_width(**tensors) -> None:
         reach = sum((size - 1) * abs(step) for size, step in zip(shape[-2:], stride[-2:]))
         if reach > bound:
             raise ValueError(f"{name} spans {reach} elements inside one (batch, head) slice, beyond the kernels' "
-                             f"int32 offsets (2^31 - 1) [index_int32]; pass {name}.contiguous() or split the "
-                             "sequence")
+                             f"int32 offsets (at most {bound}, 2^31 - 1) [index_int32]; pass {name}.contiguous() "
+                             "or split the sequence")
 
 
 def check_mask(mask, shape4):
@@ -311,3 +319,189 @@ def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None):
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move it with .to(q.device)")
     return softcap
+
+
+# ----------------------------------------------------------------------------------
+# The small tensors and the decode path's values (issue 23)
+# ----------------------------------------------------------------------------------
+def check_num_splits(num_splits) -> int:
+    """``num_splits``: an int (numpy / torch integer scalars accepted, never bool) in
+    ``0..num_splits_max``."""
+    num_splits = _as_int(num_splits, "num_splits")
+    if not 0 <= num_splits <= limit("num_splits_max"):
+        raise ValueError(f"num_splits must be an int in 0..{limit('num_splits_max')} (0: the heuristic), got "
+                         f"{num_splits!r} [num_splits_max]")
+    return num_splits
+
+
+def check_cache_values(cache_seqlens, block_table, capacity: int, page_size: int, num_pages: int) -> None:
+    """The decode path's value checks, one host sync in eager mode: every length in ``[0, capacity]``
+    [cache_len_range] and every page id a sequence reads in ``[0, num_pages)`` [page_ids_range].
+    Under ``torch.compile`` nothing is read here: ``cache_arguments`` clamps on the device."""
+    if torch.compiler.is_compiling():
+        return
+    bad_len = (cache_seqlens < 0) | (cache_seqlens > capacity)
+    if block_table is None:
+        if bool(bad_len.any()):
+            raise ValueError(f"cache_seqlens must lie in [0, {capacity}] (the cache's capacity in keys), got "
+                             f"{cache_seqlens.tolist()} [cache_len_range]")
+        return
+    pages_used = (cache_seqlens.clamp(0, capacity) + page_size - 1) // page_size
+    used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < pages_used[:, None]
+    bad_page = used & ((block_table < 0) | (block_table >= num_pages))
+    flags = torch.stack([bad_len.any(), bad_page.any()]).tolist()  # the one sync
+    if flags[0]:
+        raise ValueError(f"cache_seqlens must lie in [0, {capacity}] (the cache's capacity in keys), got "
+                         f"{cache_seqlens.tolist()} [cache_len_range]")
+    if flags[1]:
+        b, p = (int(i) for i in bad_page.nonzero()[0])
+        raise ValueError(f"block_table[{b}, {p}] = {int(block_table[b, p])} is a page that sequence {b} reads "
+                         f"(it holds keys {p * page_size}..), outside [0, num_pages={num_pages}) "
+                         "[page_ids_range]; the unused tail of a row may hold anything (e.g. -1)")
+
+
+def cache_arguments(cache_seqlens, block_table, capacity: int, num_pages: int):
+    """``(cache_seqlens, block_table)`` as the decode kernel reads them: fresh, contiguous int32,
+    clamped on the device to ``[0, capacity]`` and ``[0, num_pages - 1]`` (what keeps a traced
+    graph, where ``check_cache_values`` does not run, inside the cache; eager values are checked)."""
+    if torch.compiler.is_compiling():
+        cache_seqlens = cache_seqlens.clamp(0, capacity)
+        block_table = None if block_table is None else block_table.clamp(0, num_pages - 1)
+    return (cache_seqlens.to(torch.int32).contiguous(),
+            contract.unit_stride("flash_attention_with_kvcache", "block_table", block_table))
+
+
+# ----------------------------------------------------------------------------------
+# flash_attention_varlen (packed batches)
+# ----------------------------------------------------------------------------------
+#: what an omitted max_seqlen hint is passed to the op as: computed from the offsets
+COMPUTE = -1
+
+
+def check_packed_qkv(q, k, v):
+    """``flash_attention_varlen``'s q, k, v: packed ``(total, H, D)``, one dtype, GQA heads."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 3:
+            raise ValueError(f"{name} must have rank 3 (total_tokens, heads, head_dim) in a packed batch, got shape "
+                             f"{tuple(t.shape)}; for a padded (batch, heads, seq, head_dim) batch use flash_attention")
+    check_dtypes(q, k, v)
+    (_, hq, d), (_, hkv, dk) = q.shape, k.shape
+    if v.shape != k.shape:
+        raise ValueError(f"v must have k's shape {tuple(k.shape)} (total_k, Hkv, D), got {tuple(v.shape)}")
+    if dk != d:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in head_dim (dim 2)")
+    if min(hq, hkv, d) < 1:
+        raise ValueError(f"heads and head_dim must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    check_heads(hq, hkv, d)
+
+
+def check_cu_seqlens(name, cu):
+    if not isinstance(cu, torch.Tensor):
+        raise TypeError(f"{name} must be an int32 torch.Tensor of B + 1 offsets, got {type(cu).__name__}")
+    if cu.dtype != torch.int32:
+        raise TypeError(f"{name} must be int32 (FlashAttention's layout), got {cu.dtype}; convert with "
+                        f"{name}.to(torch.int32)")
+    if cu.dim() != 1 or cu.numel() < 2:
+        raise ValueError(f"{name} must have shape (B + 1,) with B >= 1 segments, got {tuple(cu.shape)}")
+
+
+def check_max_seqlen(name, value):
+    """An int (Python, numpy or a 0-d integer tensor's ``operator.index``) >= 0, or ``COMPUTE``."""
+    if value is None:
+        return COMPUTE
+    try:
+        hint = operator.index(value)
+    except TypeError:
+        hint = None
+    if hint is None or isinstance(value, bool) or hint < 0:
+        raise ValueError(f"{name} must be None (computed from the offsets) or an int >= 0, got {value!r}")
+    return int(hint)
+
+
+# ----------------------------------------------------------------------------------
+# flash_attention_with_kvcache
+# ----------------------------------------------------------------------------------
+def check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table):
+    """``flash_attention_with_kvcache``'s checks that read no tensor's values; returns
+    ``(capacity, num_pages)`` (``num_pages`` 0 for a contiguous cache)."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        check_tensor(t, name)
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have rank 4, got shape {tuple(t.shape)}: q is (batch, N_q, Hq, D), "
+                             "the cache (batch, N_cache, Hkv, D) or, paged, (num_pages, page_size, Hkv, D) "
+                             "(FlashAttention's layouts)")
+    check_dtypes(q, k_cache, v_cache)
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
+    B, Nq, Hq, D = q.shape
+    _, n_cache, Hkv, Dk = k_cache.shape
+    if Dk != D:
+        raise ValueError(f"q {tuple(q.shape)} and k_cache {tuple(k_cache.shape)} must agree in head_dim (dim 3)")
+    if min(B, Nq, Hq, D, Hkv) < 1:
+        raise ValueError(f"every dimension of q and of the cache's heads must be >= 1, got q {tuple(q.shape)}, "
+                         f"k_cache {tuple(k_cache.shape)}")
+    if Hq % Hkv:
+        raise ValueError(f"query heads ({Hq}) must be a multiple of the cache's KV heads ({Hkv}) for GQA "
+                         "[gqa_divides]")
+    check_heads(Hq, Hkv, D)
+    if block_table is None:
+        if k_cache.shape[0] != B:
+            raise ValueError(f"a contiguous cache must have q's batch ({B}) in dim 0, got {tuple(k_cache.shape)}; "
+                             "a paged cache (num_pages, page_size, Hkv, D) needs block_table")
+        capacity, num_pages = n_cache, 0
+    else:
+        if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
+                or block_table.shape[0] != B:
+            raise ValueError(f"block_table must be an int32 tensor (batch={B}, max_pages), got "
+                             f"{getattr(block_table, 'dtype', type(block_table).__name__)} "
+                             f"{tuple(getattr(block_table, 'shape', ()))}; convert with .to(torch.int32)")
+        if n_cache not in limit("page_sizes"):
+            raise ValueError(f"page_size (k_cache dim 1) must be a power of two from 16 to 256, got {n_cache} "
+                             "[page_sizes]")
+        capacity, num_pages = block_table.shape[1] * n_cache, k_cache.shape[0]
+    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype not in (torch.int32, torch.int64) \
+            or tuple(cache_seqlens.shape) != (B,):
+        raise ValueError(f"cache_seqlens must be an int or an int32 tensor of shape (batch,) = ({B},), got "
+                         f"{cache_seqlens!r}")
+    # int32 offsets inside one (batch, head) slice: q's tokens, the cache's keys (or a page's slots)
+    check_index_width(q=q.transpose(1, 2), k_cache=k_cache.transpose(1, 2), v_cache=v_cache.transpose(1, 2),
+                             out=((Hq, Nq, D), (D, Hq * D, 1)))
+    return capacity, num_pages
+
+
+# ----------------------------------------------------------------------------------
+# merge_state / merge_states
+# ----------------------------------------------------------------------------------
+def check_merge_pair(name: str, o: torch.Tensor, lse: torch.Tensor, lead: int = 0) -> None:
+    """A partial result ``(o{name}, lse{name})`` of ``merge_state(s)``: o ``(..., D)``, lse float32 ``(...)``."""
+    for what, t in ((f"o{name}", o), (f"lse{name}", lse)):
+        check_tensor(t, what)
+    if o.dtype not in DTYPES:
+        raise TypeError(f"o{name} has dtype {o.dtype}; supported: float16, bfloat16, float32 (convert with .to())")
+    if lse.dtype != torch.float32:
+        raise TypeError(f"lse{name} must be float32 (natural-log LSE), got {lse.dtype}; convert with "
+                        ".float() (FlashInfer's base-2 lse: multiply by math.log(2) first)")
+    if o.dim() < 1 + lead or tuple(lse.shape) != tuple(o.shape[:-1]):
+        raise ValueError(f"lse{name} must have o{name}'s shape without its last (head_dim) axis: o{name} "
+                         f"{tuple(o.shape)} needs lse{name} {tuple(o.shape[:-1])}, got {tuple(lse.shape)}")
+    if o.shape[-1] > limit("merge_head_dim_max"):
+        raise ValueError(f"head_dim {o.shape[-1]} > {limit('merge_head_dim_max')} is not supported by the merge "
+                         "kernel; split the last axis [merge_head_dim_max]")
+
+
+# ----------------------------------------------------------------------------------
+# softmax
+# ----------------------------------------------------------------------------------
+def check_softmax(x, dim, block):
+    """``softmax``'s x (a tensor of a supported dtype, rank >= 1), ``dim`` as an int and ``block``
+    as a pair; returns ``(dim, block)`` (a ``dim`` out of range raises ``IndexError`` at the move)."""
+    check_tensor(x, "x")
+    if x.dtype not in DTYPES:
+        raise TypeError(f"x has dtype {x.dtype}; supported: {', '.join(limit('dtypes'))} (convert with .to()) "
+                        "[dtypes]")
+    if x.dim() == 0:
+        raise ValueError("softmax needs at least one dimension; x is a scalar")
+    check_device({"x": x})
+    return _as_int(dim, "dim"), check_block(block)

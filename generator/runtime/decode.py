@@ -15,11 +15,9 @@ from typing import Optional
 
 import torch
 
-from generator.runtime import api, checks
+from generator.runtime import api, checks, config, contract
+from generator.runtime.config import DECODE_BLOCK  # noqa: F401  (the block whose decode kernel serves this op)
 
-#: the generated block whose decode kernel serves this op: B_c keys per tile (and at most B_r
-#: query rows per program)
-DECODE_BLOCK = api.DEFAULT_BLOCK
 MAX_SPLITS = 16
 #: keys a split streams at least, and at least this many per query row of its program: a split
 #: writes one fp32 partial (o, lse) per row and the merge reads it back, ~8 (D + 1) bytes a row
@@ -48,60 +46,6 @@ def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 1  # the CPU interpreter runs programs one at a time: splitting gains nothing
-
-
-def _check(q, k_cache, v_cache, cache_seqlens, block_table, num_splits):
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must have rank 4, got shape {tuple(t.shape)}: q is (batch, N_q, Hq, D), "
-                             "the cache (batch, N_cache, Hkv, D) or, paged, (num_pages, page_size, Hkv, D) "
-                             "(FlashAttention's layouts)")
-    if q.dtype not in api.DTYPES:
-        raise TypeError(f"q has dtype {q.dtype}; supported: float16, bfloat16, float32 (convert with .to())")
-    if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
-        raise TypeError(f"q, k_cache, v_cache must share one dtype, got {q.dtype}, {k_cache.dtype}, "
-                        f"{v_cache.dtype}; convert them with .to(q.dtype)")
-    if v_cache.shape != k_cache.shape:
-        raise ValueError(f"v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
-    B, Nq, Hq, D = q.shape
-    _, n_cache, Hkv, Dk = k_cache.shape
-    if Dk != D:
-        raise ValueError(f"q {tuple(q.shape)} and k_cache {tuple(k_cache.shape)} must agree in head_dim (dim 3)")
-    if min(B, Nq, Hq, D, Hkv) < 1:
-        raise ValueError(f"every dimension of q and of the cache's heads must be >= 1, got q {tuple(q.shape)}, "
-                         f"k_cache {tuple(k_cache.shape)}")
-    if Hq % Hkv:
-        raise ValueError(f"query heads ({Hq}) must be a multiple of the cache's KV heads ({Hkv}) for GQA")
-    if D > 256:
-        raise ValueError(f"head_dim {D} > 256 is not supported; split the heads")
-    if block_table is None:
-        if k_cache.shape[0] != B:
-            raise ValueError(f"a contiguous cache must have q's batch ({B}) in dim 0, got {tuple(k_cache.shape)}; "
-                             "a paged cache (num_pages, page_size, Hkv, D) needs block_table")
-        capacity = n_cache
-    else:
-        if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
-                or block_table.shape[0] != B:
-            raise ValueError(f"block_table must be an int32 tensor (batch={B}, max_pages), got "
-                             f"{getattr(block_table, 'dtype', type(block_table).__name__)} "
-                             f"{tuple(getattr(block_table, 'shape', ()))}; convert with .to(torch.int32)")
-        if n_cache not in (16, 32, 64, 128, 256):
-            raise ValueError(f"page_size (k_cache dim 1) must be a power of two from 16 to 256, got {n_cache}")
-        capacity = block_table.shape[1] * n_cache
-    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype not in (torch.int32, torch.int64) \
-            or tuple(cache_seqlens.shape) != (B,):
-        raise ValueError(f"cache_seqlens must be an int or an int32 tensor of shape (batch,) = ({B},), got "
-                         f"{cache_seqlens!r}")
-    # a data-dependent check (one device sync): eager only, torch.compile traces without it
-    if not torch.compiler.is_compiling() and (bool((cache_seqlens < 0).any())
-                                              or bool((cache_seqlens > capacity).any())):
-        raise ValueError(f"cache_seqlens must lie in [0, {capacity}] (the cache's capacity in keys), got "
-                         f"{cache_seqlens.tolist()}")
-    if not isinstance(num_splits, int) or isinstance(num_splits, bool) or not 0 <= num_splits <= 64:
-        raise ValueError(f"num_splits must be an int in 0..64 (0: the heuristic), got {num_splits!r}")
-    return capacity
 
 
 def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None, causal=False,
@@ -139,41 +83,67 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_ta
     unsplit kernel's epilogue, or after the splits' merge (claims ``sink_once``,
     ``sink_once_combine``).
     """
-    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
-        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
-    capacity = _check(q, k_cache, v_cache, cache_seqlens, block_table, num_splits)
+    return _kvcache(config.DEFAULT_PACKAGE, q, k_cache, v_cache, cache_seqlens, block_table=block_table,
+                    causal=causal, window=window, scale=scale, num_splits=num_splits, return_lse=return_lse,
+                    softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
+
+
+def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, block_table=None, causal=False, window=None,
+             scale=None, num_splits=0, return_lse=False, softcap=None, alibi_slopes=None, sinks=None):
+    checks.check_tensor(q, "q")
+    if not isinstance(cache_seqlens, torch.Tensor):  # an int (numpy integers too): every sequence's length
+        cache_seqlens = torch.full((q.shape[0],), checks._as_int(cache_seqlens, "cache_seqlens"), dtype=torch.int32,
+                                   device=q.device)
+    capacity, num_pages = checks.check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k_cache, v_cache, sinks)):
         raise RuntimeError("flash_attention_with_kvcache is inference only and has no backward: call it under "
                            "torch.no_grad() / torch.inference_mode() or detach q, k_cache, v_cache (and sinks); "
                            "for training use flash_attention (differentiable)")
     checks.check_device({"q": q, "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens,
-                       "block_table": block_table})
+                         "block_table": block_table})
+    checks.check_bool(causal, "causal")
+    checks.check_bool(return_lse, "return_lse")
     # the same checks as flash_attention's (q as (B, Hq, N_q, D): a view, no copy)
     softcap = checks.check_score_mods(q.transpose(1, 2), softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
-    window = None if window is None else checks.check_window(window)
-    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
-        raise ValueError(f"scale must be a finite number (default 1/sqrt(head_dim)), got {scale!r}")
+    scale = checks.check_scale(scale)
+    num_splits = checks.check_num_splits(num_splits)
     B, Nq, Hq, D = q.shape
-    rows = Hq // k_cache.shape[2] * Nq  # the query rows of one KV head
-    if num_splits == 0:
-        per_program = min(rows, DECODE_BLOCK[0])  # at most B_r rows per program (the kernel's MAX_BLOCK_M)
-        num_splits = default_num_splits(B * k_cache.shape[2] * math.ceil(rows / per_program), capacity,
-                                        _num_sms(q.device), per_program)
-    sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
-    out, lse = kvcache_op(q, k_cache, v_cache, cache_seqlens.to(torch.int32).contiguous(), block_table, causal,
-                          None if window is None else list(window), sm_scale, num_splits, softcap,
-                          alibi_slopes, None if sinks is None else sinks.contiguous())
+    page_size = k_cache.shape[1]
+    checks.check_cache_values(cache_seqlens, block_table, capacity, page_size, num_pages)  # eager: one sync
+    # the proven host rewrites of flash_attention: s <= 0 -> s' > 0 (scale_sign_rewrite); each window side
+    # clamped to N_q + capacity, at least every sequence's N_q + cache_seqlens[b] (window_clamp)
+    q, scale = checks.normalise_scale(q, scale)
+    window = None if window is None else checks.normalise_window(checks.check_window(window), Nq, capacity)
+    # lengths and page ids as the kernel reads them (clamped on the device under torch.compile), the
+    # block table and the sinks at unit stride (copies of strided views)
+    cache_seqlens, block_table = checks.cache_arguments(cache_seqlens, block_table, capacity, num_pages)
+    out, lse = kvcache_op(q, k_cache, v_cache, cache_seqlens, block_table, causal, window,
+                          checks.sm_scale_of(scale, D), num_splits, softcap, alibi_slopes,
+                          contract.unit_stride("flash_attention_with_kvcache", "sinks", sinks), package)
     return (out, lse) if return_lse else out
+
+
+api.IMPLEMENTATIONS["flash_attention_with_kvcache"] = _kvcache
 
 
 @torch.library.custom_op("flashproof::flash_attention_with_kvcache", mutates_args=())
 def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
                block_table: Optional[torch.Tensor], causal: bool, window: Optional[list[int]], sm_scale: float,
                num_splits: int, softcap: Optional[float] = None, alibi_slopes: Optional[torch.Tensor] = None,
-               sinks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+               sinks: Optional[torch.Tensor] = None,
+               package: str = config.DEFAULT_PACKAGE) -> tuple[torch.Tensor, torch.Tensor]:
     """The launches on checked inputs (a custom op with a fake, so torch.compile traces through)."""
     B, Nq, Hq, D = q.shape
-    module = api.module_for("decode", DECODE_BLOCK)
+    block = config.block_for("decode", package)
+    module = api.module_for("decode", block, package, q.device)
+    if num_splits == 0:  # the heuristic, here in the op (torch.compile does not trace the package lookup)
+        rows = Hq // k_cache.shape[2] * Nq  # the query rows of one KV head
+        per_program = min(rows, block[0])  # at most B_r rows per program (the kernel's MAX_BLOCK_M)
+        capacity = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
+        num_splits = default_num_splits(B * k_cache.shape[2] * math.ceil(rows / per_program), capacity,
+                                        _num_sms(q.device), per_program)
+    if num_splits > 1:  # the fp32 partials (S, B, N_q, Hq, D): split s starts at s·B·N_q·Hq·D (int32)
+        checks.check_index_width(o_partials=((num_splits, B * Nq * Hq * D), (B * Nq * Hq * D, 1)))
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
     args = dict(sm_scale=sm_scale, num_splits=num_splits, causal=causal,
@@ -186,7 +156,7 @@ def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ca
         o_part = torch.empty((num_splits, B, Nq, Hq, D), dtype=torch.float32, device=q.device)
         lse_part = torch.empty((num_splits, B, Nq, Hq), dtype=torch.float32, device=q.device)
         module.forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, **args)
-        merge = api.module_for("merge", DECODE_BLOCK)
+        merge = api.module_for("merge", block, package, q.device)
         # rows ordered (B, N_q, Hq): row r's query head is r % Hq, its sink sinks[r % Hq]
         _, merged_lse = merge.merge_states_rows(o_part.view(num_splits, -1, D), lse_part.view(num_splits, -1),
                                                 out=out.view(-1, D), sinks=sinks)
@@ -196,6 +166,6 @@ def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ca
 
 @kvcache_op.register_fake
 def _(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale, num_splits, softcap=None,
-      alibi_slopes=None, sinks=None):
+      alibi_slopes=None, sinks=None, package=config.DEFAULT_PACKAGE):
     B, Nq, Hq, _ = q.shape
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, Hq, Nq), dtype=torch.float32)

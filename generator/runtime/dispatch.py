@@ -17,12 +17,12 @@ import torch.nn.functional as F
 from spec.mask_mod import REGISTRY as MASK_MODS, MaskMod
 from spec.masks import alignment_shift
 
-from generator.runtime import launch
+from generator.runtime import config, launch
 from generator.runtime import checks
 from generator.runtime.checks import check_block, check_index_width
 
 #: the package ``python -m generator`` writes by default; an ``--out`` package names itself
-DEFAULT_PACKAGE = "generated"
+DEFAULT_PACKAGE = config.DEFAULT_PACKAGE
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 

@@ -12,30 +12,12 @@ from __future__ import annotations
 
 import torch
 
-from generator.runtime import api, checks
-
-#: the generated block whose merge kernels serve these ops (rows per program: its B_r)
-MERGE_BLOCK = api.DEFAULT_BLOCK
+from generator.runtime import api, checks, config
+from generator.runtime.config import MERGE_BLOCK  # noqa: F401  (the block whose merge kernels serve these ops)
 
 
-def _module():
-    return api.module_for("merge", MERGE_BLOCK)
-
-
-def _check_pair(name: str, o: torch.Tensor, lse: torch.Tensor, lead: int = 0) -> None:
-    for what, t in ((f"o{name}", o), (f"lse{name}", lse)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
-    if o.dtype not in api.DTYPES:
-        raise TypeError(f"o{name} has dtype {o.dtype}; supported: float16, bfloat16, float32 (convert with .to())")
-    if lse.dtype != torch.float32:
-        raise TypeError(f"lse{name} must be float32 (natural-log LSE), got {lse.dtype}; convert with "
-                        ".float() (FlashInfer's base-2 lse: multiply by math.log(2) first)")
-    if o.dim() < 1 + lead or tuple(lse.shape) != tuple(o.shape[:-1]):
-        raise ValueError(f"lse{name} must have o{name}'s shape without its last (head_dim) axis: o{name} "
-                         f"{tuple(o.shape)} needs lse{name} {tuple(o.shape[:-1])}, got {tuple(lse.shape)}")
-    if o.shape[-1] > 1024:
-        raise ValueError(f"head_dim {o.shape[-1]} > 1024 is not supported by the merge kernel; split the last axis")
+def _module(package: str = config.DEFAULT_PACKAGE, device=None):
+    return api.module_for("merge", config.block_for("merge", package), package, device)
 
 
 def _rows(o: torch.Tensor, lse: torch.Tensor):
@@ -47,45 +29,46 @@ def _rows(o: torch.Tensor, lse: torch.Tensor):
 # merge_state: two partials
 # ----------------------------------------------------------------------------------
 @torch.library.custom_op("flashproof::merge_state", mutates_args=())
-def merge_state_op(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor,
-                   lse_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def merge_state_op(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor,
+                   package: str = config.DEFAULT_PACKAGE) -> tuple[torch.Tensor, torch.Tensor]:
     (oa, la), (ob, lb) = _rows(o_a, lse_a), _rows(o_b.to(o_a.dtype), lse_b)
-    o, lse = _module().merge_state_rows(oa, la, ob, lb)
+    o, lse = _module(package, o_a.device).merge_state_rows(oa, la, ob, lb)
     return o.reshape(o_a.shape), lse.reshape(lse_a.shape)
 
 
 @merge_state_op.register_fake
-def _(o_a, lse_a, o_b, lse_b):
+def _(o_a, lse_a, o_b, lse_b, package=config.DEFAULT_PACKAGE):
     return torch.empty_like(o_a, memory_format=torch.contiguous_format), torch.empty_like(lse_a)
 
 
 @torch.library.custom_op("flashproof::merge_state_backward", mutates_args=())
 def merge_state_backward_op(grad_o: torch.Tensor, grad_lse: torch.Tensor, o_a: torch.Tensor, lse_a: torch.Tensor,
-                            o_b: torch.Tensor, lse_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
-                                                                            torch.Tensor, torch.Tensor]:
+                            o_b: torch.Tensor, lse_b: torch.Tensor, package: str = config.DEFAULT_PACKAGE,
+                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     D = o_a.shape[-1]
     inputs = (o_a.reshape(-1, D).float(), lse_a.reshape(-1), o_b.reshape(-1, D).float(), lse_b.reshape(-1))
     # the vector-Jacobian product of the printed PyTorch terms (torch.func: no autograd graph)
-    _, vjp = torch.func.vjp(_module().merge_state_torch, *inputs)
+    _, vjp = torch.func.vjp(_module(package).merge_state_torch, *inputs)
     grads = vjp((grad_o.reshape(-1, D).float(), grad_lse.reshape(-1)))
     return (grads[0].reshape(o_a.shape).to(o_a.dtype), grads[1].reshape(lse_a.shape),
             grads[2].reshape(o_b.shape).to(o_b.dtype), grads[3].reshape(lse_b.shape))
 
 
 @merge_state_backward_op.register_fake
-def _(grad_o, grad_lse, o_a, lse_a, o_b, lse_b):
+def _(grad_o, grad_lse, o_a, lse_a, o_b, lse_b, package=config.DEFAULT_PACKAGE):
     return torch.empty_like(o_a), torch.empty_like(lse_a), torch.empty_like(o_b), torch.empty_like(lse_b)
 
 
 def _setup_context(ctx, inputs, output):
-    ctx.save_for_backward(*inputs)
+    ctx.save_for_backward(*inputs[:4])
+    ctx.package = inputs[4]
 
 
 def _backward(ctx, grad_o, grad_lse):
     o_a, lse_a, o_b, lse_b = ctx.saved_tensors
     grad_o = torch.zeros_like(o_a) if grad_o is None else grad_o
     grad_lse = torch.zeros_like(lse_a) if grad_lse is None else grad_lse
-    return merge_state_backward_op(grad_o, grad_lse.float(), o_a, lse_a, o_b, lse_b)
+    return *merge_state_backward_op(grad_o, grad_lse.float(), o_a, lse_a, o_b, lse_b, ctx.package), None
 
 
 torch.library.register_autograd("flashproof::merge_state", _backward, setup_context=_setup_context)
@@ -109,32 +92,45 @@ def merge_state(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b
     Differentiable in all four inputs: the backward is autograd of the same terms printed as
     PyTorch (``merge_state_torch`` in the generated file).
     """
-    _check_pair("_a", o_a, lse_a)
-    _check_pair("_b", o_b, lse_b)
+    return _merge_state(config.DEFAULT_PACKAGE, o_a, lse_a, o_b, lse_b)
+
+
+def _merge_state(package, o_a, lse_a, o_b, lse_b):
+    checks.check_merge_pair("_a", o_a, lse_a)
+    checks.check_merge_pair("_b", o_b, lse_b)
     if o_a.shape != o_b.shape or o_a.dtype != o_b.dtype:
         raise ValueError(f"o_a and o_b must share shape and dtype, got {tuple(o_a.shape)} {o_a.dtype} and "
                          f"{tuple(o_b.shape)} {o_b.dtype}")
     checks.check_device({"o_a": o_a, "lse_a": lse_a, "o_b": o_b, "lse_b": lse_b})
-    if o_a.numel() == 0:
+    if lse_a.numel() == 0:  # no row: empty results
         return torch.empty_like(o_a), torch.empty_like(lse_a)
-    return merge_state_op(o_a, lse_a, o_b, lse_b)
+    if o_a.shape[-1] == 0:  # rows of head dim 0: only the lse, by the printed PyTorch terms (no kernel launch)
+        rows = lse_a.numel()
+        _, lse = _module(package).merge_state_torch(o_a.reshape(rows, 0).float(), lse_a.reshape(rows),
+                                                   o_b.reshape(rows, 0).float(), lse_b.reshape(rows))
+        return torch.empty_like(o_a), lse.reshape(lse_a.shape)
+    return merge_state_op(o_a, lse_a, o_b, lse_b, package)
+
+
+api.IMPLEMENTATIONS["merge_state"] = _merge_state
 
 
 # ----------------------------------------------------------------------------------
 # merge_states: S partials along dim 0 (the split-KV combine)
 # ----------------------------------------------------------------------------------
 @torch.library.custom_op("flashproof::merge_states", mutates_args=())
-def merge_states_op(o: torch.Tensor, lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def merge_states_op(o: torch.Tensor, lse: torch.Tensor,
+                    package: str = config.DEFAULT_PACKAGE) -> tuple[torch.Tensor, torch.Tensor]:
     S, D = o.shape[0], o.shape[-1]
     o_s = o.reshape(S, -1, D)
     if o_s.stride(-1) != 1:
         o_s = o_s.contiguous()
-    out, out_lse = _module().merge_states_rows(o_s, lse.reshape(S, -1).contiguous())
+    out, out_lse = _module(package, o.device).merge_states_rows(o_s, lse.reshape(S, -1).contiguous())
     return out.reshape(o.shape[1:]), out_lse.reshape(lse.shape[1:])
 
 
 @merge_states_op.register_fake
-def _(o, lse):
+def _(o, lse, package=config.DEFAULT_PACKAGE):
     return o.new_empty(o.shape[1:]), lse.new_empty(lse.shape[1:])
 
 
@@ -147,17 +143,24 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
     order, gives the result over all their keys). ``S = 0`` gives the identity. Same dtypes and
     base-2 note as ``merge_state``. With gradients required it is a fold of ``merge_state``.
     """
-    _check_pair("", o, lse, lead=1)
+    return _merge_states(config.DEFAULT_PACKAGE, o, lse)
+
+
+def _merge_states(package, o, lse):
+    checks.check_merge_pair("", o, lse, lead=1)
     if o.dim() < 2:
         raise ValueError(f"o must have shape (S, ..., head_dim), got {tuple(o.shape)}")
     checks.check_device({"o": o, "lse": lse})
     if o.shape[0] == 0:  # no split: the identity
         return o.new_zeros(o.shape[1:]), lse.new_full(lse.shape[1:], float("-inf"))
-    if o.requires_grad or lse.requires_grad:
+    if o.requires_grad or lse.requires_grad or o.shape[-1] == 0:  # a fold of merge_state (head dim 0: lse only)
         acc_o, acc_lse = o[0], lse[0]
         for s in range(1, o.shape[0]):
-            acc_o, acc_lse = merge_state(acc_o, acc_lse, o[s], lse[s])
+            acc_o, acc_lse = _merge_state(package, acc_o, acc_lse, o[s], lse[s])
         return acc_o, acc_lse
-    if o[0].numel() == 0:
+    if lse[0].numel() == 0:
         return o.new_empty(o.shape[1:]), lse.new_empty(lse.shape[1:])
-    return merge_states_op(o, lse)
+    return merge_states_op(o, lse, package)
+
+
+api.IMPLEMENTATIONS["merge_states"] = _merge_states

@@ -49,7 +49,7 @@ import torch.distributed as dist
 
 from spec import ring as spec_ring
 
-from generator.runtime import api, checks, launch
+from generator.runtime import api, checks, config
 from generator.runtime.autograd import flash_attention_backward_op
 from generator.runtime.custom_op import flash_attention_op
 from generator.runtime.merge import merge_state_op
@@ -202,7 +202,7 @@ def _attend(step: _Step, q, k, v, opts):
     """``(o_s, lse_s)`` of one non-empty step: the generated forward kernel with its lse."""
     bm, bn = opts["block"]
     return flash_attention_op(q[:, :, step.rows], k[:, :, step.cols], v[:, :, step.cols], None, None, step.causal,
-                              "top_left", None, opts["scale"], bm, bn, opts["tma"])
+                              "top_left", None, opts["scale"], bm, bn, opts["tma"], opts["package"])
 
 
 def _attend_backward(step: _Step, grad_out, grad_lse, q, k, v, out, lse, opts):
@@ -212,7 +212,7 @@ def _attend_backward(step: _Step, grad_out, grad_lse, q, k, v, out, lse, opts):
     r, c = step.rows, step.cols
     dq, dk, dv, _ = flash_attention_backward_op(grad_out[:, :, r], None if grad_lse is None else grad_lse[:, :, r],
                                        q[:, :, r], k[:, :, c], v[:, :, c], out[:, :, r], lse[:, :, r], None, None,
-                                       step.causal, "top_left", None, opts["scale"], bm, bn)
+                                       step.causal, "top_left", None, opts["scale"], bm, bn, opts["package"])
     return dq, dk, dv
 
 
@@ -297,7 +297,7 @@ def _ring_forward(q, k, v, opts, ring: _Ring):
             r = step.rows
             # (o, lse) <- (o, lse) ⊕ (o_s, lse_s): the generated merge_state kernel (spec.terms.MERGE_STATE,
             # claim lse_merge), in fp32 so P steps of rounding to bf16/fp16 do not pile up
-            o[:, :, r], lse[:, :, r] = merge_state_op(o[:, :, r], lse[:, :, r], o_s.float(), lse_s)
+            o[:, :, r], lse[:, :, r] = merge_state_op(o[:, :, r], lse[:, :, r], o_s.float(), lse_s, opts["package"])
 
         ring_pass.run(s, attend_and_merge)
         if s + 1 < ring.size:
@@ -381,6 +381,12 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, layout="zig
     ``(B, Hq, N/P)``, natural log). Differentiable in q, k, v (and through lse): gradients
     equal the single-device ones to rounding and are deterministic for a fixed P.
     """
+    return _ring(config.DEFAULT_PACKAGE, q, k, v, group=group, causal=causal, scale=scale, layout=layout,
+                 return_lse=return_lse, block=block)
+
+
+def _ring(package, q, k, v, *, group=None, causal=False, scale=None, layout="zigzag", return_lse=False,
+          block=checks.DEFAULT_BLOCK):
     for name, t in (("q", q), ("k", k), ("v", v)):
         checks.check_tensor(t, name)
     _, scale, block = checks.check_inputs(q, k, v, causal=causal, scale=scale, block=block, return_lse=return_lse)
@@ -389,14 +395,17 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, layout="zig
         raise ValueError(f"ring_attention needs q and k shards of one length (each rank holds the same positions "
                          f"of q, k and v), got q {tuple(q.shape)} and k {tuple(k.shape)}")
     ring = _Ring(group)
-    tma = launch.tma_by_default(q.device)  # as flash_attention's tma="auto"
+    tma = config.memory_path("auto", q.device)  # as flash_attention's tma="auto"
     if block == "auto":
-        block = api.dense_auto_block(q, k, v, tma)
+        block = config.dense_auto_block(q, k, v, tma)
     if ring.size > 1:
         _check_peers(ring, q, k, causal, layout, block)
     _chunk_size(q.shape[2] * ring.size, ring.size, layout, "the sequence (P x the shard length)")
     q, scale = checks.normalise_scale(q, scale)  # s <= 0: the proven rewrite to s' > 0, as flash_attention
     opts = {"causal": causal, "layout": layout, "scale": scale, "block": block,
-            "tma": tma}
+            "tma": tma, "package": package}
     out, lse = _RingAttention.apply(q, k, v, opts, ring)
     return (out, lse) if return_lse else out
+
+
+api.IMPLEMENTATIONS["ring_attention"] = _ring

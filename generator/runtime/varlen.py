@@ -23,67 +23,27 @@ terms apply per segment unchanged.
 
 from __future__ import annotations
 
-import operator
 from typing import Optional
 
 import torch
 
 from spec import varlen as spec_varlen
 
-from generator.runtime import api, checks
+from generator.runtime import api, checks, contract
 
 #: what an omitted max_seqlen hint is passed to the op as: computed from the offsets
-COMPUTE = -1
-
-
-def _check_packed(q, k, v):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 3:
-            raise ValueError(f"{name} must have rank 3 (total_tokens, heads, head_dim) in a packed batch, got shape "
-                             f"{tuple(t.shape)}; for a padded (batch, heads, seq, head_dim) batch use flash_attention")
-    checks.check_dtypes(q, k, v)
-    (_, hq, d), (_, hkv, dk) = q.shape, k.shape
-    if v.shape != k.shape:
-        raise ValueError(f"v must have k's shape {tuple(k.shape)} (total_k, Hkv, D), got {tuple(v.shape)}")
-    if dk != d:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in head_dim (dim 2)")
-    if min(hq, hkv, d) < 1:
-        raise ValueError(f"heads and head_dim must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    checks.check_heads(hq, hkv, d)
-
-
-def _check_cu_seqlens(name, cu):
-    if not isinstance(cu, torch.Tensor):
-        raise TypeError(f"{name} must be an int32 torch.Tensor of B + 1 offsets, got {type(cu).__name__}")
-    if cu.dtype != torch.int32:
-        raise TypeError(f"{name} must be int32 (FlashAttention's layout), got {cu.dtype}; convert with "
-                        f"{name}.to(torch.int32)")
-    if cu.dim() != 1 or cu.numel() < 2:
-        raise ValueError(f"{name} must have shape (B + 1,) with B >= 1 segments, got {tuple(cu.shape)}")
-
-
-def _check_max_seqlen(name, value):
-    """An int (Python, numpy or a 0-d integer tensor's ``operator.index``) >= 0, or ``COMPUTE``."""
-    if value is None:
-        return COMPUTE
-    try:
-        hint = operator.index(value)
-    except TypeError:
-        hint = None
-    if hint is None or isinstance(value, bool) or hint < 0:
-        raise ValueError(f"{name} must be None (computed from the offsets) or an int >= 0, got {value!r}")
-    return int(hint)
+COMPUTE = checks.COMPUTE
+#: the packed tensors indexed by key rows (the rest by query rows)
+KEY_SIDE = ("k", "v", "dk", "dv")
 
 
 def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
                  window=None, scale=None, block=api.DEFAULT_BLOCK, softcap=None, alibi_slopes=None, sinks=None):
     """The checks that read no tensor's values; returns ``(window, max_seqlen_q, max_seqlen_k,
     softcap)`` normalised (``COMPUTE`` for an omitted hint, ``softcap`` a float or None)."""
-    _check_packed(q, k, v)
+    checks.check_packed_qkv(q, k, v)
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        _check_cu_seqlens(name, cu)
+        checks.check_cu_seqlens(name, cu)
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
         raise ValueError(f"cu_seqlens_q has {cu_seqlens_q.numel()} entries and cu_seqlens_k "
                          f"{cu_seqlens_k.numel()}; both must hold B + 1 (one query segment per key segment)")
@@ -92,19 +52,26 @@ def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seq
         raise TypeError(f"causal must be True or False, got {causal!r}")
     checks.check_scale(scale)
     checks.check_block(block, auto=True)
-    hints = (_check_max_seqlen("max_seqlen_q", max_seqlen_q), _check_max_seqlen("max_seqlen_k", max_seqlen_k))
+    hints = (checks.check_max_seqlen("max_seqlen_q", max_seqlen_q),
+             checks.check_max_seqlen("max_seqlen_k", max_seqlen_k))
     # the dense checks, on a (B, Hq) stand-in of no element: B segments, Hq query heads
     softcap = checks.check_score_mods(q.new_empty((cu_seqlens_q.numel() - 1, q.shape[1], 0)), softcap=softcap,
                                    alibi_slopes=alibi_slopes, sinks=sinks)
     return (None if window is None else checks.check_window(window)), *hints, softcap
 
 
-def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> tuple[int, int]:
+def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **rows) -> tuple[int, int]:
     """The offsets checked by value (``spec.varlen.segments``) and the grid's max_seqlen pair:
     computed where the hint is ``COMPUTE``, else the hint, which may not be below a real segment
-    (a smaller grid would silently drop that segment's last rows)."""
+    (a smaller grid would silently drop that segment's last rows). Each packed tensor's longest
+    segment is checked for int32 offsets (``index_int32``: the kernels offset a segment's first
+    row in int64, its rows and head dim in int32): ``q, k`` and the further packed tensors
+    ``rows`` (``name=tensor``: v, out, grad_out), query-side unless named in ``KEY_SIDE``."""
     segs = spec_varlen.segments(cu_seqlens_q.cpu(), cu_seqlens_k.cpu(), q.shape[0], k.shape[0])
     longest = (max(q1 - q0 for q0, q1, _, _ in segs), max(k1 - k0 for _, _, k0, k1 in segs))
+    for name, t in {"q": q, "k": k, **rows}.items():
+        n = longest[1] if name in KEY_SIDE else longest[0]
+        checks.check_index_width(**{name: ((n, t.shape[2]), (t.stride(0), t.stride(2)))})
     out = []
     for name, hint, real in (("max_seqlen_q", max_seqlen_q, longest[0]), ("max_seqlen_k", max_seqlen_k, longest[1])):
         if hint != COMPUTE and hint < real:
@@ -130,16 +97,18 @@ def flash_attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               window: Optional[list[int]], scale: Optional[float], block_m: int,
                               block_n: int, softcap: Optional[float] = None,
                               alibi_slopes: Optional[torch.Tensor] = None,
-                              sinks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    module = api.module_for("fwd", (block_m, block_n))
-    max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+                              sinks: Optional[torch.Tensor] = None,
+                              package: str = api.DEFAULT_PACKAGE) -> tuple[torch.Tensor, torch.Tensor]:
+    module = api.module_for("fwd", (block_m, block_n), package, q.device)
+    max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, v=v,
+                                  out=torch.empty(q.shape, device="meta"))  # out: fresh, contiguous
     return module.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
                                  **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks))
 
 
 @flash_attention_varlen_op.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n,
-      softcap=None, alibi_slopes=None, sinks=None):
+      softcap=None, alibi_slopes=None, sinks=None, package=api.DEFAULT_PACKAGE):
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
 
@@ -151,10 +120,12 @@ def flash_attention_varlen_backward_op(
         cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool, window: Optional[list[int]],
         scale: Optional[float], block_m: int, block_n: int, softcap: Optional[float] = None,
         alibi_slopes: Optional[torch.Tensor] = None, sinks: Optional[torch.Tensor] = None,
+        package: str = api.DEFAULT_PACKAGE,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv, dsinks)``; ``dsinks`` is ``(Hq,)`` fp32, empty ``(0,)`` without sinks."""
-    module = api.module_for("bwd", (block_m, block_n))
-    max_q, max_k = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    module = api.module_for("bwd", (block_m, block_n), package, q.device)
+    max_q, max_k = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, v=v,
+                                      out=out, grad_out=grad_out)
     dq, dk, dv, dsink_rows = module.backward_varlen(
         grad_out, q, k, v, out, lse.contiguous(), cu_seqlens_q, cu_seqlens_k, max_q, max_k, grad_lse=grad_lse,
         **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks))
@@ -165,7 +136,7 @@ def flash_attention_varlen_backward_op(
 
 @flash_attention_varlen_backward_op.register_fake
 def _(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-      window, scale, block_m, block_n, softcap=None, alibi_slopes=None, sinks=None):
+      window, scale, block_m, block_n, softcap=None, alibi_slopes=None, sinks=None, package=api.DEFAULT_PACKAGE):
     dsinks = q.new_empty((0,) if sinks is None else (q.shape[1],), dtype=torch.float32)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
 
@@ -173,17 +144,20 @@ def _(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seq
 def _setup_context(ctx, inputs, output):
     q, k, v, cu_seqlens_q, cu_seqlens_k, *options = inputs
     out, lse = output
-    *options, alibi_slopes, sinks = options
+    *options, alibi_slopes, sinks, package = options
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks)
     ctx.options = options  # max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n, softcap
+    ctx.package = package
 
 
 def _backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks = ctx.saved_tensors
     dq, dk, dv, dsinks = flash_attention_varlen_backward_op(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q,
-                                                            cu_seqlens_k, *ctx.options, alibi_slopes, sinks)
-    # gradients for (q, k, v) and the sinks; the offsets, the options and alibi_slopes are not differentiable
-    return dq, dk, dv, *([None] * (3 + len(ctx.options))), dsinks if sinks is not None else None
+                                                            cu_seqlens_k, *ctx.options, alibi_slopes, sinks,
+                                                            ctx.package)
+    # gradients for (q, k, v) and the sinks; the offsets, the options, alibi_slopes and the package are not
+    # differentiable
+    return dq, dk, dv, *([None] * (3 + len(ctx.options))), dsinks if sinks is not None else None, None
 
 
 torch.library.register_autograd("flashproof::flash_attention_varlen", _backward, setup_context=_setup_context)
@@ -213,6 +187,14 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     ``alibi_slopes`` (float32 ``(Hq,)`` or ``(B, Hq)``, B the segments; the bias is bottom-right
     per segment) and ``sinks`` (float32 ``(Hq,)``, differentiable): as ``flash_attention``'s.
     """
+    return _varlen(api.DEFAULT_PACKAGE, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                   causal=causal, window=window, scale=scale, return_lse=return_lse, block=block, softcap=softcap,
+                   alibi_slopes=alibi_slopes, sinks=sinks)
+
+
+def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
+            causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
+            softcap=None, alibi_slopes=None, sinks=None):
     window, max_q, max_k, softcap = check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                  causal=causal, window=window, scale=scale, block=block,
                                                  softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
@@ -223,6 +205,13 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     # window sides clamp to total_q + total_k, at least every segment's n_q + n_k (window_clamp)
     q, scale = checks.normalise_scale(q, checks.check_scale(scale))
     window = checks.normalise_window(window, q.shape[0], k.shape[0])
+    # the declared stride policy: the kernels read the offsets and the sinks at unit stride
+    cu_seqlens_q, cu_seqlens_k, sinks = (contract.unit_stride("flash_attention_varlen", name, t) for name, t in
+                                         (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
+                                          ("sinks", sinks)))
     out, lse = flash_attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window,
-                                         scale, int(block[0]), int(block[1]), softcap, alibi_slopes, sinks)
+                                         scale, int(block[0]), int(block[1]), softcap, alibi_slopes, sinks, package)
     return (out, lse) if return_lse else out
+
+
+api.IMPLEMENTATIONS["flash_attention_varlen"] = _varlen
