@@ -41,10 +41,13 @@ exactly, as in ``out``; with ``λ = −log(1 − b)`` (``b`` the denominator's f
   (``lse_bound``).
 
 Claim ``forward_error_bound`` proves this composition (``score_factor``, ``carried_factor``,
-``out_bound``, ``lse_bound``) on symbolic reals, for any ``N_k``, ``B_c``, ``T``, ``D``; its hypotheses
+``out_bound``, ``lse_bound``) on symbolic reals, for any ``N_k``, ``B_c``, ``T``, ``D``, and checks
+that ``forward_bound`` itself, evaluated in SymPy (``Numbers``) on symbolic sizes, is that
+composition (``T = max(1, ceil(N_k / B_c))`` tiles, every term present); its hypotheses
 are the inner-product lemma (``|fl(a·b) − a·b| <= γ_n Σ|a_i b_i|``, any order), the ``exp2`` and
 ``log2`` accuracy ``U_FUNC``, ``ln`` monotone with ``ln(xy) = ln x + ln y``, and no underflow or
-overflow. Not proved: any backward bound (the backward's tolerances are tested, not derived).
+overflow. Not proved: any backward bound (the backward's tolerances are empirical: tested, not
+derived; ``generator.checking`` and the verification page say so).
 
 The tolerances of ``generator.checking`` are this bound (per case from the data, or at a stated
 test regime), and ``tests/test_error_bound.py`` lets Hypothesis search for inputs beyond it.
@@ -83,10 +86,37 @@ def score_factor(g_d, g_2, u):
     return (1 + g_d) * (1 + g_2) * (1 + 2 * u) - 1
 
 
-def exponent_error(head_dim: int, n_tiles: int, scaled_abs: float) -> float:
+class Numbers:
+    """The arithmetic ``forward_bound`` composes its lemmas in: floats here (``FLOATS``); claim
+    ``forward_error_bound`` passes SymPy's, with symbolic sizes and roundoffs, and checks that what
+    ``forward_bound`` then returns *is* the composition the claim states (a miscounted tile or a
+    dropped term fails ``python -m spec``)."""
+
+    U = U
+    U_FUNC = U_FUNC
+    unit_roundoff = UNIT_ROUNDOFF
+    u_store = U_STORE
+    gamma = staticmethod(gamma)
+    ceil = staticmethod(math.ceil)
+    max = staticmethod(max)
+    abs = staticmethod(abs)
+    log = staticmethod(math.log)
+    log1p = staticmethod(math.log1p)
+    expm1 = staticmethod(math.expm1)
+
+
+FLOATS = Numbers()
+
+
+def n_tiles(n_k, block_n, num: Numbers = FLOATS):
+    """``T``: the key tiles of a row of ``n_k`` keys in tiles of ``block_n`` (at least one)."""
+    return num.max(1, num.ceil(n_k / block_n))
+
+
+def exponent_error(head_dim: int, n_tiles: int, scaled_abs: float, num: Numbers = FLOATS) -> float:
     """``E``: every exponent's absolute error (natural units), from ``s·A`` (``scaled_abs``), plus the
     relative error of the at most ``T + 1`` exp2 factors of a weight (``p`` and the rescales)."""
-    return scaled_abs * score_factor(gamma(head_dim), gamma(2), U) - (n_tiles + 1) * math.log1p(-U_FUNC)
+    return scaled_abs * score_factor(num.gamma(head_dim), num.gamma(2), num.U) - (n_tiles + 1) * num.log1p(-num.U_FUNC)
 
 
 def weight_factor(rho_w, rho):
@@ -133,15 +163,18 @@ def lse_bound(exponent, log_den, log_n, lse_abs, u=U, u_func=U_FUNC):
     return d + g * (lse_abs + d)
 
 
-def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs: float, lse: float = 0.0) -> Bound:
-    """The bound for one row: ``dtype`` in ``UNIT_ROUNDOFF``, ``scaled_abs = s·max_j Σ_d |q_d k_jd|``."""
-    tiles = max(1, math.ceil(n_k / block_n))
-    E = exponent_error(head_dim, tiles, scaled_abs)
-    rho_w = math.expm1(E)
-    rho_num = carried_factor(weight_factor(UNIT_ROUNDOFF[dtype], gamma(block_n)), tiles)
-    rho_den = carried_factor(gamma(block_n), tiles)
-    out = out_bound(rho_w, rho_num, rho_den, U, U_STORE[dtype])
-    lse_abs = lse_bound(E, -math.log1p(-weight_factor(rho_w, rho_den)), math.log(max(n_k, 1)), abs(lse))
+def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs: float, lse: float = 0.0,
+                  num: Numbers = FLOATS) -> Bound:
+    """The bound for one row: ``dtype`` in ``UNIT_ROUNDOFF``, ``scaled_abs = s·max_j Σ_d |q_d k_jd|``
+    (``num``: the arithmetic, floats unless claim ``forward_error_bound`` checks the composition)."""
+    tiles = n_tiles(n_k, block_n, num)
+    E = exponent_error(head_dim, tiles, scaled_abs, num)
+    rho_w = num.expm1(E)
+    rho_num = carried_factor(weight_factor(num.unit_roundoff[dtype], num.gamma(block_n)), tiles, num.gamma)
+    rho_den = carried_factor(num.gamma(block_n), tiles, num.gamma)
+    out = out_bound(rho_w, rho_num, rho_den, num.U, num.u_store[dtype])
+    lse_abs = lse_bound(E, -num.log1p(-weight_factor(rho_w, rho_den)), num.log(num.max(n_k, 1)), num.abs(lse),
+                        num.U, num.U_FUNC)
     return Bound(out, lse_abs, E)
 
 

@@ -77,9 +77,24 @@ class NotInClass(ValueError):
 
 class floor_div(sp.Function):
     """``floor(a / c)`` for integers ``a`` and ``c >= 1``, as the kernels compute it (exactly,
-    whatever the sign of ``a``; printed by ``spec.printer``)."""
+    whatever the sign of ``a``; printed by ``spec.printer``, the printed form proved in claim
+    ``mask_mod_sound``). The analysis writes every ``floor`` of a predicate as one, *before* it
+    expands an atom: ``floor((i + shift) / c)`` expanded is ``floor(i/c + shift/c)``, a sum of
+    fractions whose floating-point value (``-0.4 + 1.4 = 0.9999999999999999``) floors wrong."""
 
     is_integer = True
+
+
+def exact_floors(expr):
+    """``expr`` with every ``floor(x)`` written ``floor_div(a, c)``, ``x = a / c`` over one
+    denominator (``sp.together``): integer floor division, exact in the kernels and in the
+    numeric model alike."""
+
+    def one(f):
+        num, den = sp.fraction(sp.together(f.args[0]))
+        return floor_div(num, den)
+
+    return sp.sympify(expr).replace(lambda x: isinstance(x, sp.floor), one)
 
 
 # ----------------------------------------------------------------------------------
@@ -185,8 +200,8 @@ def direction(expr, var, an: _Analysis, rules=DIRECTION_RULES) -> int | None:
         sign = _sign_of_constant(sp.Mul(*const), an.positive)
         d = direction(moving[0], var, an, rules)
         return None if sign is None or d is None else rules["scale"](sign, d)
-    if isinstance(expr, (sp.floor, floor_div)):
-        num, den = (sp.fraction(sp.together(expr.args[0])) if isinstance(expr, sp.floor) else expr.args)
+    if isinstance(expr, floor_div):
+        num, den = expr.args
         if var in den.free_symbols or den.has(sp.Indexed) or _sign_of_constant(den, an.positive) != 1:
             return None
         d = direction(num, var, an, rules)
@@ -237,8 +252,12 @@ def _relation(rel) -> list[sp.Expr]:
 
 
 def _integer_valued(e) -> bool:
-    """Built from integer symbols and numbers by +, *, floor, max, min and tensor reads."""
-    if isinstance(e, (sp.floor, floor_div, sp.Indexed)):
+    """Built from integer symbols and numbers by +, *, integer floor division (``floor_div``
+    of integer-valued operands), max, min and tensor reads (a ``floor`` of anything else, a
+    rational or float coefficient: not integer-exact)."""
+    if isinstance(e, floor_div):
+        return all(_integer_valued(a) for a in e.args)
+    if isinstance(e, sp.Indexed):
         return True
     if isinstance(e, (sp.Symbol, sp.Number)):
         return e.is_integer is True
@@ -266,7 +285,7 @@ def normal_form(pred, an: _Analysis, rules=DIRECTION_RULES):
         raise NotInClass(f"{pred} is not a Boolean combination (&, |, ~) of integer comparisons")
     atoms = []
     for e in _relation(pred):
-        e = sp.expand(e)
+        e = sp.expand(exact_floors(e))  # floors first: expanding floor((i + shift)/c) splits the fraction
         if not _integer_valued(e):
             raise NotInClass(f"atom {pred}: {e} is not integer-valued (use // for division)")
         di, dj = direction(e, n.i, an, rules), direction(e, n.j, an, rules)
@@ -278,6 +297,170 @@ def normal_form(pred, an: _Analysis, rules=DIRECTION_RULES):
                 f"rewrite it as a Boolean combination of monotone comparisons")
         atoms.append(Atom(e, di, dj, str(pred)))
     return atoms[0] if len(atoms) == 1 else ("and", atoms)
+
+
+# ----------------------------------------------------------------------------------
+# The analyser checked: the normal form is the predicate (z3), and integer-exact
+# ----------------------------------------------------------------------------------
+class AnalyserError(AssertionError):
+    """The analyser's normal form differs from the predicate: a bug in ``spec.mask_mod``, not in
+    the user's mask_mod (raised at decoration, before any kernel prints it)."""
+
+
+class _Z3:
+    """SymPy integer expressions and predicates as z3 terms, written from their definitions and
+    independent of ``_relation``, ``exact_floors`` and ``sp.expand``: a comparison ``a > b`` is
+    z3's ``>`` of ``a`` and ``b``; ``floor(x)`` of a rational ``x = a / c`` is z3's ``ToInt`` of
+    the real quotient; ``floor_div(a, c)`` is z3's integer division (the floor for ``c >= 1``);
+    ``max``/``min`` are ``If``; a tensor read ``t[x]`` applies an uninterpreted function ``t``.
+    A floor by a parameter, ``floor((i + shift) / c)``, is one fresh integer per quotient
+    ``sp.cancel(x)`` (the same on both sides: an abstraction, so "equivalent" stays sound)."""
+
+    def __init__(self):
+        import z3
+
+        self.z3 = z3
+        self.leaves: dict = {}
+        self.functions: dict = {}
+
+    def sym(self, name):
+        return self.z3.Int(name)
+
+    def leaf(self, key):
+        if key not in self.leaves:
+            self.leaves[key] = self.z3.Int(f"floor_{len(self.leaves)}")
+        return self.leaves[key]
+
+    def floor(self, x):
+        """``floor(x)`` of a rational ``x``: z3's ``ToInt`` of the real quotient when its
+        denominator is a number, else a leaf per quotient ``sp.cancel(x)``."""
+        z3 = self.z3
+        num, den = sp.fraction(sp.together(x))
+        if den.is_number:
+            return z3.ToInt(z3.ToReal(self.int(num)) / z3.RealVal(str(den)))
+        return self.leaf(sp.cancel(x))
+
+    def int(self, e):
+        z3 = self.z3
+        if isinstance(e, sp.Integer):
+            return z3.IntVal(int(e))
+        if isinstance(e, sp.Symbol):
+            return self.sym(e.name)
+        if isinstance(e, sp.Add):
+            return z3.Sum([self.int(a) for a in e.args])
+        if isinstance(e, sp.Mul):
+            coeff, rest = e.as_coeff_Mul()
+            if not coeff.is_Integer:
+                raise NotInClass(f"{e} has the non-integer coefficient {coeff}")
+            out = z3.IntVal(int(coeff))
+            for f in sp.Mul.make_args(rest):
+                out = out * self.int(f)
+            return out
+        if isinstance(e, sp.Pow) and e.exp.is_Integer and e.exp >= 0:
+            out = z3.IntVal(1)
+            for _ in range(int(e.exp)):
+                out = out * self.int(e.base)
+            return out
+        if isinstance(e, sp.floor):
+            return self.floor(e.args[0])
+        if isinstance(e, floor_div):
+            num, den = e.args
+            if den.is_Integer and den >= 1:
+                return self.int(num) / z3.IntVal(int(den))  # z3's div: the floor for a positive divisor
+            return self.leaf(sp.cancel(num / den))
+        if isinstance(e, (sp.Max, sp.Min)):
+            args = [self.int(a) for a in e.args]
+            out = args[0]
+            for a in args[1:]:
+                out = z3.If(a > out, a, out) if isinstance(e, sp.Max) else z3.If(a < out, a, out)
+            return out
+        if isinstance(e, sp.Indexed):
+            name = str(e.base)
+            if name not in self.functions:
+                self.functions[name] = z3.Function(name, z3.IntSort(), z3.IntSort())
+            (index,) = e.indices
+            return self.functions[name](self.int(index))
+        raise NotInClass(f"{e}: no integer meaning for {type(e).__name__}")
+
+    def predicate(self, p):
+        z3 = self.z3
+        if p is sp.true or p is sp.false:
+            return z3.BoolVal(bool(p))
+        if isinstance(p, sp.And):
+            return z3.And([self.predicate(a) for a in p.args])
+        if isinstance(p, sp.Or):
+            return z3.Or([self.predicate(a) for a in p.args])
+        if isinstance(p, sp.Not):
+            return z3.Not(self.predicate(p.args[0]))
+        a, b = self.int(p.lhs), self.int(p.rhs)
+        ops = {sp.GreaterThan: lambda: a >= b, sp.StrictGreaterThan: lambda: a > b, sp.LessThan: lambda: a <= b,
+               sp.StrictLessThan: lambda: a < b, sp.Equality: lambda: a == b, sp.Unequality: lambda: a != b}
+        return ops[type(p)]()
+
+    def tree(self, t):
+        z3 = self.z3
+        if isinstance(t, Atom):
+            return self.int(t.e) >= 0
+        op, arg = t
+        if op == "const":
+            return z3.BoolVal(arg)
+        if op == "not":
+            return z3.Not(self.tree(arg))
+        return (z3.And if op == "and" else z3.Or)([self.tree(a) for a in arg])
+
+
+def normal_form_counterexample(predicate, tree, timeout_ms: int = 20000):
+    """None when the atom tree ``tree`` holds exactly where ``predicate`` does, for all integer
+    values of every symbol, parameter and tensor entry (z3: unsat of their difference); else a
+    counterexample (dict), or ``"unknown"`` when z3 gives up. The decision procedure that checks
+    the analyser (``normal_form``: relations, negations, floors, expansion) at decoration."""
+    from spec.proofs.z3_int32 import counterexample  # the proofs' one z3 query (imports only z3)
+
+    tr = _Z3()
+    return counterexample([], tr.predicate(predicate) == tr.tree(tree), timeout_ms)
+
+
+def integer_exact(expr) -> str | None:
+    """None when ``expr`` (a classifier or predicate in kernel form) is integer arithmetic the
+    kernels compute exactly: integers, symbols, tensor reads, +, integer multiples and products,
+    ``floor_div`` by a positive number or parameter, max/min, comparisons and Boolean
+    connectives; else the first offending node (a float ``floor``, a fraction, a float)."""
+    for node in sp.preorder_traversal(sp.sympify(expr)):
+        if isinstance(node, (sp.floor, sp.ceiling, sp.Float)) or (isinstance(node, sp.Rational)
+                                                                  and not node.is_Integer):
+            return f"{node} ({type(node).__name__}) in {expr}"
+        if isinstance(node, sp.Pow) and not (node.exp.is_Integer and node.exp >= 0):
+            return f"{node} (a power that is not a natural number) in {expr}"
+        if isinstance(node, floor_div):
+            den = node.args[1]
+            if den.is_number and not (den.is_Integer and den >= 1):
+                return f"{node} (a divisor that is not a positive integer) in {expr}"
+    return None
+
+
+def check_analysis(predicate, tree, name: str = "mask_mod") -> None:
+    """Raise ``AnalyserError`` unless ``tree`` is ``predicate`` (z3) and every atom is integer-exact."""
+    for atom in _atoms(tree):
+        bad = integer_exact(atom.e)
+        if bad is not None:
+            raise AnalyserError(f"mask_mod {name}: the atom {atom.e} of {atom.source} is not integer-exact: {bad}")
+    counter = normal_form_counterexample(predicate, tree)
+    if counter is not None:
+        raise AnalyserError(f"mask_mod {name}: the analyser's atom tree {tree} differs from the predicate "
+                            f"{predicate} at {counter} (z3): a bug in spec.mask_mod's normal form, not in the "
+                            f"predicate")
+
+
+def _atoms(tree):
+    if isinstance(tree, Atom):
+        yield tree
+        return
+    op, arg = tree
+    if op == "not":
+        yield from _atoms(arg)
+    elif op in ("and", "or"):
+        for a in arg:
+            yield from _atoms(a)
 
 
 # ----------------------------------------------------------------------------------
@@ -386,12 +569,7 @@ class MaskMod:
             length = n.Nq if self.tensors[name] == "i" else n.Nk
             return MM_ROW[slots[name] + sp.Min(sp.Max(index, 0), length - 1)]
 
-        def floors(f):
-            num, den = sp.fraction(sp.together(f.args[0]))
-            return floor_div(num, den)
-
-        expr = expr.replace(lambda x: isinstance(x, sp.Indexed), read)
-        expr = expr.replace(lambda x: isinstance(x, sp.floor), floors)
+        expr = exact_floors(expr).replace(lambda x: isinstance(x, sp.Indexed), read)
         return expr.xreplace({Param(p): MM_ROW[slots[p]] for p in self.scalars})
 
     def classifier(self, rows=ROWS, keys=KEYS, corner=corner, kleene=KLEENE, rule=atom_rule):
@@ -497,7 +675,7 @@ class MaskMod:
         bases = [sp.IndexedBase(t, integer=True) for t in self.tensors]
         plain = {Param(p): sp.Symbol(p, integer=True) for p in self.scalars}  # no __getitem__ for lambdify
         syms = [n.i, n.j, n.shift, n.Nq, n.Nk, n.start_m, n.start_n, n.B_r, n.B_c] + list(plain.values()) + bases
-        f = _lambdify(tuple(syms), sp.sympify(expr).xreplace(plain))
+        f = _lambdify(tuple(syms), exact_floors(expr).xreplace(plain))  # integer division stays integer
         return f(*args)
 
     def dense(self, nq: int, nk: int, shift: int, values: dict) -> np.ndarray:
@@ -533,7 +711,9 @@ class _clamped(np.ndarray):
 
 @functools.lru_cache(maxsize=None)
 def _lambdify(syms, expr):
-    return sp.lambdify(syms, expr, modules=[{"floor": np.floor}, "numpy"])
+    if expr.has(sp.floor):
+        raise ValueError(f"{expr}: a float floor in the numeric model (write it floor_div: exact_floors)")
+    return sp.lambdify(syms, expr, modules=[{"floor_div": np.floor_divide}, "numpy"])
 
 
 def analyse(predicate, name: str = "mask_mod", params=(), module: str = "__main__", doc: str = "") -> MaskMod:
@@ -544,6 +724,7 @@ def analyse(predicate, name: str = "mask_mod", params=(), module: str = "__main_
                          "Boolean combination of comparisons)")
     an = _Analysis()
     tree = normal_form(predicate, an)
+    check_analysis(predicate, tree, name)  # the analyser's output against the predicate, by z3
     unknown = sorted(str(s) for s in predicate.free_symbols
                      if s not in INDEX_ARGS.values() and str(s) not in params and not isinstance(s, sp.Indexed))
     if unknown:

@@ -28,8 +28,8 @@ constants (``1/log 2``)     a float literal (``1.4426950408889634``)
 ``trans`` / ``col``         ``tl.trans(x)`` / ``x[:, None]``
 ``row``                     ``x[None, :]`` (a per-column vector of a key-major tile)
 ``Indexed`` ``p[x]``        ``tl.load(p + x)`` (a mask_mod parameter read)
-``floor_div(a, c)``         ``a // c``, corrected to floor for ``c >= 1`` whichever
-                            way ``//`` rounds (spec.mask_mod)
+``floor_div(a, c)``         ``tl.where(a < 0, -1 - (-1 - a) // c, a // c)``: the floor
+                            for ``c >= 1`` whichever way ``//`` rounds (spec.mask_mod)
 ==========================  ===============================================
 
 ``dot`` casts an operand to the tile dtype ``DOT_DTYPE`` unless it is one of ``typed``
@@ -191,10 +191,10 @@ class TritonPrinter(PythonCodePrinter):
 
     def _print_floor_div(self, expr):
         a, c = (self.parenthesize(x, PRECEDENCE["Mul"], strict=True) for x in expr.args)
-        q = f"{a} // {c}"
-        # floor whether // truncates (compiled Triton) or floors (the interpreter): one step down
-        # exactly when the quotient overshoots
-        return f"tl.where(({q}) * {c} > {a}, {q} - 1, {q})"
+        # floor(a/c) = -1 - floor((-1 - a)/c) for a < 0: each // gets a non-negative operand, where
+        # truncating and flooring // agree, and no step overflows int32, in either branch (-1 - x
+        # maps int32 onto itself); claim mask_mod_sound reads this text back in int32, both roundings
+        return f"tl.where({a} < 0, -1 - (-1 - {a}) // {c}, {a} // {c})"
 
     # --- predicates --------------------------------------------------------------
     def _relation(self, expr, op):

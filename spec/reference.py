@@ -240,12 +240,14 @@ def attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_l
     m = s.amax(-1, keepdim=True)  # pass 1: the row max (-inf for a row with no key)
     if sinks is not None:
         sink = _check_sinks(sinks, prob.q.shape[1])[None, :, None, None]
-        m = torch.maximum(m, sink)  # finite: the sink is one more key of every row
-        p = torch.exp(s - m)
-        d = p.sum(-1, keepdim=True) + torch.exp(sink - m)  # the sink's e^{sink - m}, value 0
-        return _finish(prob, p @ prob.v / d, (m + torch.log(d)).squeeze(-1))
+        m = torch.maximum(m, sink)  # the sink is one more key of every row (-inf: a row with no entry)
     p = torch.exp(s - _guard(m))  # pass 2: e^{x_j - m}, every exponent <= 0
-    out, lse = _normalise(m, p.sum(-1, keepdim=True), p @ prob.v)  # pass 3: the map
+    d = p.sum(-1, keepdim=True)
+    if sinks is not None:
+        d = d + torch.exp(sink - _guard(m))  # the sink's e^{sink - m}, value 0
+    out, lse = _normalise(m, d, p @ prob.v)  # pass 3: the map (d = 0: out 0, lse -inf)
+    if sinks is not None:  # d = 0 only for sink = -inf on a row with no key: lse = sink there, as for every
+        lse = torch.where(d.squeeze(-1) == 0, sink.squeeze(-1).expand_as(lse), lse)  # sink (its gradient: 1)
     return _finish(prob, out, lse)
 
 

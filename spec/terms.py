@@ -283,15 +283,19 @@ ALIBI = (
          "s −= slope·|i + shift − j|: shift = N_k − N_q bottom-right, 0 top-left"),
 )
 #: the epilogue of an unsplit kernel, before FORWARD_EPILOGUE: the sink as the state
-#: (sink, 1, 0) merged by ⊕ exactly once per row (claim sink_once). m_ij is finite (the sink
-#: is), so no guard: a row with no key gets l_i = 1, acc = 0, lse = sink.
+#: (sink, 1, 0) merged by ⊕ exactly once per row (claim sink_once). A finite sink makes m_ij
+#: finite (a row with no key gets l_i = 1, acc = 0, lse = sink); a sink of -inf on a row with
+#: no key leaves m_ij = -inf, so the shift is guarded like the tile update's: l_i = 0, and the
+#: epilogue gives out 0, lse = -inf, as N_k = 0 and split-KV's combine do (issue 23, row 10).
 SINK_FOLD = (
     Term(n.sink2, n.sink * n.LOG2E, "sink_once", "the sink logit in log2 units (not scaled)"),
     # the max is a stabiliser (exact arithmetic cancels any finite m_ij): what it must guarantee is
     # that no exponent of the fold is > 0, which claim score_mod_bounds proves
     Term(n.m_ij, sp.Max(n.m_i, n.sink2), "score_mod_bounds", "max over the row's keys and the sink"),
-    Term(n.alpha, exp2(n.m_i - n.m_ij), "sink_once", "rescale the row's state to the new max"),
-    Term(n.l_i, n.l_i * n.alpha + exp2(n.sink2 - n.m_ij), "sink_once",
+    Term(n.m_safe, sp.Piecewise((0, is_neg_inf(n.m_ij)), (n.m_ij, True)), "sink_once",
+         "guard: sink = -inf on a row with no key; shifting by 0 keeps -inf - (-inf) out"),
+    Term(n.alpha, exp2(n.m_i - n.m_safe), "sink_once", "rescale the row's state to the new max"),
+    Term(n.l_i, n.l_i * n.alpha + exp2(n.sink2 - n.m_safe), "sink_once",
          "d' gains e^{sink − m}: the sink is one more key ..."),
     Term(n.acc, n.acc * col(n.alpha), "sink_once", "... whose value is 0: õ is only rescaled"),
     Term(n.m_i, n.m_ij, "sink_once", "carry the new max"),
@@ -304,10 +308,12 @@ SINK_PARTIAL = (
     Term(n.o_b, sp.Integer(0), "sink_once_combine", "... and o = 0 (the sink's value is 0)"),
 )
 #: the backward's preprocess: this row's part of dL/dsink = −Σ_i e^{sink − lse_i}·delta_i
-#: (delta = Δ − dlse); the runtime sums the rows of each head
+#: (delta = Δ − dlse); the runtime sums the rows of each head. lse = -inf only when sink = -inf
+#: on a row with no key: the sink is then the row's only entry, P_sink = 1 (its value for every
+#: finite sink there, lse = sink), so dsink = dlse, as the N_k = 0 path's lse = sink gives.
 SINK_GRAD = (
-    Term(n.dsink, -sp.exp(n.sink - n.lse) * n.delta, "sink_grad",
-         "∂L/∂sink of this row: P_sink·(0 − delta), P_sink = e^{sink − lse}"),
+    Term(n.dsink, -sp.Piecewise((1, is_neg_inf(n.lse)), (sp.exp(n.sink - n.lse), True)) * n.delta, "sink_grad",
+         "∂L/∂sink of this row: P_sink·(0 − delta), P_sink = e^{sink − lse} (1 on a row of lse = -inf)"),
 )
 #: the backward, after dS: the chain rule through the cap, ∂s/∂(scale·x) = 1 − t²
 SOFTCAP_DS = (

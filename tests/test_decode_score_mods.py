@@ -127,6 +127,25 @@ def test_sink_is_counted_once_whatever_num_splits():
         torch.testing.assert_close(lse.double(), once, atol=2e-6, rtol=0)
 
 
+@pytest.mark.parametrize("page_size", [None, 16])
+def test_minus_inf_sink_on_an_empty_cache_row_agrees_whatever_num_splits(page_size):
+    """Issue 23 row 10: sinks = -inf with cache_seqlens[b] = 0 gave NaN out and lse unsplit
+    (num_splits = 1: the kernel's sink fold) and 0 / -inf split (the combine). Now both give out 0,
+    lse -inf there, and agree with the float64 reference everywhere."""
+    q, k, v, lens_t, paged, table = make_problem(10, 2, 2, 2, 1, [0, 33], torch.float32, page_size, capacity=40)
+    sinks = torch.tensor([float("-inf"), 0.25])
+    one, lse1 = run(q, k, v, lens_t, paged, table, 1, sinks=sinks)
+    two, lse2 = run(q, k, v, lens_t, paged, table, 2, sinks=sinks)
+    for out, lse in ((one, lse1), (two, lse2)):
+        assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+        assert torch.equal(out[0], torch.zeros_like(out[0]))
+        assert torch.equal(lse[0, 0], torch.full_like(lse[0, 0], float("-inf"))) and (lse[0, 1] == 0.25).all()
+    assert (one - two).abs().max() <= 2e-6 and torch.equal(torch.isinf(lse1), torch.isinf(lse2))
+    want_o, want_lse = reference_decode(q, k, v, [0, 33], causal=False, sinks=sinks)
+    torch.testing.assert_close(one.double(), want_o, atol=TOL[torch.float32], rtol=TOL[torch.float32])
+    torch.testing.assert_close(lse1.double(), want_lse, atol=LSE_TOL, rtol=LSE_TOL)
+
+
 def test_score_mod_inputs_are_checked():
     """The same checks as flash_attention's (checks.check_score_mods), and no gradient through sinks."""
     q, k, v, lens, _, _ = make_problem(10, 1, 1, 2, 1, [20], torch.float32)

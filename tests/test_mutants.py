@@ -397,6 +397,22 @@ def test_score_mod_bounds_catches(mutant):
     assert_failed(PSM.prove_score_mod_bounds(**kw))
 
 
+#: issue 23 row 10: the sink fold shifted by the unguarded max (sink = -inf on a row with no key:
+#: -inf - (-inf), NaN), and dsink's e^{sink - lse} unguarded (NaN where lse = sink = -inf)
+SINK_FOLD_UNGUARDED = tuple(replace(t, expr=t.expr.xreplace({n.m_safe: n.m_ij})) for t in terms.SINK_FOLD
+                            if t.symbol != n.m_safe)
+SINK_GRAD_UNGUARDED = swap(terms.SINK_GRAD, n.dsink, -sp.exp(n.sink - n.lse) * n.delta)
+
+
+def test_sink_claims_catch_the_unguarded_minus_inf_sink():
+    res = PSM.prove_sink_once(sink_fold=SINK_FOLD_UNGUARDED)
+    assert_failed(res)
+    assert "sink = -oo" in res.detail
+    res = PSM.prove_sink_grad(sink_grad=SINK_GRAD_UNGUARDED)
+    assert_failed(res)
+    assert "sink = -oo" in res.detail
+
+
 def test_sink_once_catches_a_sink_per_tile_and_per_split():
     assert_failed(PSM.prove_sink_once(forward_tile=terms.FORWARD_TILE + terms.SINK_FOLD, sink_fold=()))
     assert_failed(PSM.prove_sink_once(combine=sink_per_split))
@@ -655,6 +671,40 @@ def _lse_bound_without_the_log2_error(exponent, log_den, log_n, lse_abs, u, u_fu
     return log_den + g * (lse_abs + log_den)
 
 
+def test_forward_error_bound_fails_when_forward_bound_counts_tiles_as_keys(monkeypatch):
+    """Issue 24's audit edit: forward_bound with T = N_k tiles (keys counted as tiles: the fp32 tolerance
+    6x looser, nothing failed). The claim evaluates forward_bound symbolically and compares it with the
+    composition it states: FAILED."""
+    from spec import error_bound as EB
+
+    monkeypatch.setattr(EB, "n_tiles", lambda n_k, block_n, num=EB.FLOATS: n_k)
+    r = PF.prove_forward_error_bound()
+    assert_failed(r)
+    assert "is the stated composition" in r.detail
+
+
+def _bound_without_the_cast_of_p(dtype, n_k, block_n, head_dim, scaled_abs, lse=0.0, num=None):
+    """forward_bound with a dropped term: the numerator's rounding of P to the input dtype (u_p)."""
+    from spec import error_bound as EB
+
+    num = num or EB.FLOATS
+    tiles = EB.n_tiles(n_k, block_n, num)
+    E = EB.exponent_error(head_dim, tiles, scaled_abs, num)
+    rho_w = num.expm1(E)
+    rho_num = EB.carried_factor(num.gamma(block_n), tiles, num.gamma)  # u_p dropped
+    rho_den = EB.carried_factor(num.gamma(block_n), tiles, num.gamma)
+    out = EB.out_bound(rho_w, rho_num, rho_den, num.U, num.u_store[dtype])
+    lse_abs = EB.lse_bound(E, -num.log1p(-EB.weight_factor(rho_w, rho_den)), num.log(num.max(n_k, 1)),
+                           num.abs(lse), num.U, num.U_FUNC)
+    return EB.Bound(out, lse_abs, E)
+
+
+def test_forward_error_bound_fails_on_a_forward_bound_with_a_dropped_term():
+    r = PF.prove_forward_error_bound(bound=_bound_without_the_cast_of_p)
+    assert_failed(r)
+    assert "forward_bound(fp32).out is the stated composition" in r.detail
+
+
 def test_forward_error_bound_with_a_too_small_lse_bound_is_refuted():
     r = PF.prove_forward_error_bound(lse_bound=_lse_bound_without_the_log2_error)
     assert_failed(r)
@@ -720,6 +770,51 @@ def test_canonical_sums_do_not_capture_indices():
 def test_backward_ds_with_the_wrong_sign_is_refuted_at_symbolic_width():
     wrong = n.p * (n.dp + terms.col(n.delta))
     assert_failed(PSY.prove_backward_symbolic(backward_tile=swap(terms.BACKWARD_TILE, n.ds, wrong)))
+
+
+def test_mask_mod_printed_floor_div_without_the_floor_correction_is_refuted():
+    """mask_mod_sound reads the printer's floor_div text back in int32: plain ``a // c`` (truncating
+    in compiled Triton) and the old correction ``(a // c) * c > a`` (its product overflows int32
+    when // floors, a = -2**31, c = 2**31 - 1) both fail it."""
+    for text in ("a // c", "tl.where((a // c) * c > a, a // c - 1, a // c)"):
+        r = PMM.prove_mask_mod_sound(printed_floor_div=text)
+        assert_failed(r)
+        assert "printed floor_div" in r.detail
+
+
+def _relation_reading_gt_as_ge(original):
+    """The audit edit of issue 24: the analyser reads ``a > b`` as ``a - b >= 0``."""
+    def relation(rel):
+        return [rel.lhs - rel.rhs] if isinstance(rel, sp.StrictGreaterThan) else original(rel)
+    return relation
+
+
+def test_mask_mod_analyser_reading_gt_as_ge_fails_at_decoration_and_in_the_claim(monkeypatch):
+    """The analyser (predicate -> atoms) is checked by z3 against the predicate: the edit fails at
+    the decorator (AnalyserError naming the counterexample) and mask_mod_sound fails."""
+    from spec import mask_mod as MM
+
+    monkeypatch.setattr(MM, "_relation", _relation_reading_gt_as_ge(MM._relation))
+    with pytest.raises(MM.AnalyserError, match="differs from the predicate"):
+        MM.mask_mod(lambda i, j: i > j)
+    r = PMM.prove_mask_mod_sound()
+    assert_failed(r)
+    assert "AnalyserError" in r.detail
+
+
+def test_mask_mod_analyser_splitting_a_floor_fails_the_claim(monkeypatch):
+    """An analyser that expands a floor's fraction before making it integer division (the corner
+    term ``floor(shift/c + (BLOCK_M + start_m - 1)/c)`` of issue 23) is refused: its atoms are
+    not integer-exact, at decoration and in mask_mod_sound."""
+    from spec import mask_mod as MM
+
+    def split(e):  # floors left as float floors, their fractions split
+        return sp.sympify(e).replace(lambda x: isinstance(x, sp.floor), lambda f: sp.floor(sp.expand(f.args[0])))
+
+    monkeypatch.setattr(MM, "exact_floors", split)
+    with pytest.raises(MM.NotInClass, match="integer-valued"):
+        MM.mask_mod(lambda i, j, shift, c: (i + shift) // c >= 1)
+    assert_failed(PMM.prove_mask_mod_sound())
 
 
 def test_mask_mod_atom_rule_with_the_wrong_extreme_is_refuted():

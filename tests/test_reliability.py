@@ -410,6 +410,8 @@ ENFORCED = {
     "index_int32": _index_int32,
     "block_sizes": _block_sizes,
     "alignment_shift": _rejects("alignment must be one of", alignment="middle"),
+    "score_mod_scale": lambda: (_rejects("score_mod_scale", scale=2.0**-65, alibi_slopes=torch.ones(2))(),
+                                _rejects("score_mod_scale", scale=-1e-40, softcap=30.0)()),
 }
 
 

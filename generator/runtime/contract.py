@@ -74,8 +74,11 @@ WINDOW = Arg("window", "None or a pair of ints (numpy ints too)", "(left, right)
              "each side clamped to N_q + N_k (claim `window_clamp`: the same keys)")
 CAUSAL = Arg("causal", "bool", "—", NONE, "True or False (not 1)")
 RETURN_LSE = Arg("return_lse", "bool", "—", NONE, "True or False (not 1)")
-SOFTCAP = Arg("softcap", "None or a finite real > 0", "—", NONE, "0 < softcap < inf")
-ALIBI = Arg("alibi_slopes", "None or a float32 tensor", "(Hq,) or (B, Hq)", ANY, "any finite slopes; no gradient")
+SOFTCAP = Arg("softcap", "None or a finite real > 0", "—", NONE,
+              "0 < softcap < inf; refused with 0 < |scale| < 2^-64 (c/scale overflows fp32)", ("score_mod_scale",))
+ALIBI = Arg("alibi_slopes", "None or a float32 tensor", "(Hq,) or (B, Hq)", ANY,
+            "any finite slopes; no gradient; refused with 0 < |scale| < 2^-64 (slope/scale overflows fp32)",
+            ("score_mod_scale",))
 SINKS = Arg("sinks", "None or a float32 tensor", "(Hq,)", COPIED, "any finite logits; differentiable where the "
             "entry point is")
 
@@ -129,7 +132,8 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                 "None (computed) or ≥ the longest query segment"),
             Arg("max_seqlen_k", "None or an int ≥ 0", "—", NONE, "None (computed) or ≥ the longest key segment"),
             CAUSAL, WINDOW, SCALE, RETURN_LSE, _block('(64, 64); "auto" allowed'), SOFTCAP,
-            Arg("alibi_slopes", "None or a float32 tensor", "(Hq,) or (B, Hq), B the segments", ANY, ALIBI.values),
+            Arg("alibi_slopes", "None or a float32 tensor", "(Hq,) or (B, Hq), B the segments", ANY, ALIBI.values,
+                ALIBI.assumptions),
             SINKS,
         ),
         "flash_attention_with_kvcache": (

@@ -187,7 +187,9 @@ def _roundings(expr, carried):
        "l_i = L(1 + θ) with |θ| <= b from (iii), every computed exponent <= 0 and the key that set m_T at 0 "
        "(monotone rounding) give e^{−E} <= L <= N_k e^E, so |lse^ − lse| <= lse_bound(E, −log(1 − b), "
        "log N_k, |lse|) = d + γ_3(|lse| + d), d = −log(1 − b) + U_FUNC·(1 + log N_k + E − log(1 − b)) — the "
-       "formula forward_bound evaluates; the backward has no bound",
+       "formula forward_bound evaluates; and forward_bound, the function the tolerances call, is that "
+       "composition (T = max(1, ceil(N_k/B_c)) tiles, every term; checked in SymPy on symbolic sizes); the "
+       "backward has no bound (its tolerances are empirical)",
        r"|\hat o - o| \le \max|v|\left(\frac{a+b}{1-b}(1+u)(1+u_{out}) + (1+u)(1+u_{out}) - 1\right),\ "
        r"a = (1+\rho_w)(1+\rho_{num}) - 1,\ b = (1+\rho_w)(1+\rho_{den}) - 1,\ \rho_w = e^E - 1;\ "
        r"|\widehat{lse} - lse| \le d + \gamma_3(|lse| + d),\ d = \lambda + U_f(1 + \log N_k + E + \lambda),\ "
@@ -197,12 +199,13 @@ def _roundings(expr, carried):
              "finite-sum lemma, induction on tiles); rounded: standard model, no underflow/overflow, the "
              "inner-product lemma as a hypothesis, p's exponent unfused (FMA: exponent_rounding bounds its "
              "sign only; log2 and ln axioms above); out and lse (rows with a key; the empty row's −∞: "
-             "forward_epilogue); the backward has no bound",
+             "forward_epilogue); spec.error_bound.forward_bound checked symbolically to be this composition for "
+             "every dtype; the backward has no bound (empirical tolerances)",
        assumptions=("scale_positive",))
 def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=terms.FORWARD_TILE,
                               tile_roundings=error_bound.TILE_ROUNDINGS, exponent_factor=error_bound.score_factor,
                               lse_bound=error_bound.lse_bound, forward_epilogue=terms.FORWARD_EPILOGUE,
-                              lse_roundings=error_bound.LSE_ROUNDINGS):
+                              lse_roundings=error_bound.LSE_ROUNDINGS, bound=None):
     chained = {t.symbol: t.expr for t in forward_tile}
     cases = []
     # (1) the printed form the count is about: new keys enter through one dot / rowsum, then one add
@@ -273,7 +276,61 @@ def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=term
                            out_bound(rw, rn, rd, u, uo) >= (a_ + b_) / (1 - b_) * last + last - 1)))
     cases += _exponent_cases(exponent_factor)
     cases += _lse_cases(lse_bound, forward_epilogue, lse_roundings)
-    return result("forward_error_bound", cases, "z3 nonlinear real arithmetic; generic key + finite-sum lemma")
+    cases += _composition_cases(bound or error_bound.forward_bound)
+    return result("forward_error_bound", cases, "z3 nonlinear real arithmetic; generic key + finite-sum lemma; "
+                  "forward_bound checked symbolically to be the stated composition")
+
+
+def _composition_cases(bound):
+    """``forward_bound`` (what the tolerances use), evaluated in SymPy on symbolic sizes and roundoffs,
+    equals the composition this claim states, built here from the proved lemmas: ``T = max(1,
+    ceil(N_k / B_c))`` tiles, ``E = s·A·score_factor(γ_D, γ_2, u) + (T + 1)(−log(1 − U_FUNC))``, ``ρ_w =
+    e^E − 1``, ``ρ_num = carried_factor(weight_factor(u_p, γ_{B_c}), T)``, ``ρ_den =
+    carried_factor(γ_{B_c}, T)``, ``out = out_bound(ρ_w, ρ_num, ρ_den, u, u_out)``, ``lse =
+    lse_bound(E, −log(1 − b), log max(N_k, 1), |lse|)`` with ``b = weight_factor(ρ_w, ρ_den)`` — the
+    lemmas as ``spec.error_bound`` defines them, which the cases above prove."""
+    exponent_factor, out_bound, lse_bound = error_bound.score_factor, error_bound.out_bound, error_bound.lse_bound
+    u, uf, up, uo, sA = sp.symbols("u U_f u_p u_out sA", positive=True)
+    nk, bc, d = sp.symbols("N_k B_c D", integer=True, positive=True)
+    lse = sp.Symbol("lse", real=True)
+    gam = lambda m: m * u / (1 - m * u)  # noqa: E731  γ_m
+
+    class Symbolic(error_bound.Numbers):
+        U, U_FUNC = u, uf
+        unit_roundoff = {dtype: up for dtype in error_bound.UNIT_ROUNDOFF}
+        u_store = {dtype: uo for dtype in error_bound.U_STORE}
+        gamma = staticmethod(gam)
+        ceil = staticmethod(sp.ceiling)
+        max = staticmethod(sp.Max)
+        abs = staticmethod(sp.Abs)
+        log = staticmethod(sp.log)
+        log1p = staticmethod(lambda x: sp.log(1 + x))
+        expm1 = staticmethod(lambda x: sp.exp(x) - 1)
+
+    T = sp.Max(1, sp.ceiling(nk / bc))
+    E = sA * exponent_factor(gam(d), gam(2), u) + (T + 1) * (-sp.log(1 - uf))
+    rho_w = sp.exp(E) - 1
+    rho_num = error_bound.carried_factor(error_bound.weight_factor(up, gam(bc)), T, gam)
+    rho_den = error_bound.carried_factor(gam(bc), T, gam)
+    want = error_bound.Bound(
+        out_bound(rho_w, rho_num, rho_den, u, uo),
+        lse_bound(E, -sp.log(1 - error_bound.weight_factor(rho_w, rho_den)), sp.log(sp.Max(nk, 1)), sp.Abs(lse),
+                  u, uf),
+        E)
+    cases = []
+    for dtype in error_bound.UNIT_ROUNDOFF:
+        try:
+            got = bound(dtype, nk, bc, d, sA, lse, num=Symbolic())
+        except Exception as e:  # noqa: BLE001  (a bound that cannot run symbolically is not checked: a failed case)
+            got = error_bound.Bound(*(sp.Symbol(f"{type(e).__name__}: {e}"),) * 3)
+        for field in error_bound.Bound._fields:
+            # the same lemmas applied to the same arguments cancel structurally; anything else is a residual
+            # (expanded, not simplified: a wrong composition is reported, never searched for an identity)
+            residual = getattr(got, field) - getattr(want, field)
+            residual = residual if residual == 0 else sp.expand(residual)
+            cases.append((f"forward_bound({dtype}).{field} is the stated composition (symbolic N_k, B_c, D, s·A, "
+                          f"u, u_p, u_out, U_FUNC)", residual))
+    return cases
 
 
 def _exponent_cases(exponent_factor):

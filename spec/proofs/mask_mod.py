@@ -26,20 +26,41 @@ predicate is built only from the pieces proved here, so a new mask_mod needs no 
    SymPy's SAT solver over every assignment. By induction on the tree, every Boolean
    combination of sound atoms is sound.
 
+5. **What the kernel prints** (``spec.printer``): ``floor_div(a, c)`` is printed as
+   ``tl.where(a < 0, -1 - (-1 - a) // c, a // c)``; that text, read back with ``//``
+   truncating (compiled Triton) and with ``//`` flooring, is ``floor(a / c)`` for every int32
+   ``a`` and ``1 <= c < 2**31``, with no step of either branch outside int32 (z3). (The form it
+   replaced, ``(a // c) * c > a``, overflowed in its product when ``//`` floors.) The
+   analysis writes every floor as ``floor_div`` *before* expanding an atom, so the corner
+   terms and their numeric model (``MaskMod.classify``) divide integers exactly: for the
+   built-ins and the probe predicates (``PROBES``: every relation, ``~``, ``!=``, floors by a
+   number and by a parameter, max/min, tensor reads; ``floor((i + shift)/c) >= 1`` among them,
+   whose split fraction once floored ``-0.4 + 1.4 = 0.9999999999999999``), every classifier
+   and element predicate in kernel form is integer-exact (``mask_mod.integer_exact``) and its
+   printed Triton text holds no true division.
+6. **The analyser** (``mask_mod.normal_form``: predicate -> atoms ``e >= 0``) is checked, not
+   trusted: its tree is equivalent to the predicate for all integers (z3,
+   ``mask_mod.normal_form_counterexample``). The decorator runs that check for every
+   predicate it admits (``AnalyserError`` otherwise); here it runs on the probes.
+
 Hence: ``none`` on a tile => no entry of it is attended (skip is safe); ``all`` => every
 entry is attended (running it without the predicate is exact).
 """
 
 from __future__ import annotations
 
+import ast
 from itertools import product
 
 import sympy as sp
+import z3
 
 from spec import mask_mod as MM
 from spec import notation as n
+from spec.printer import print_expr
 from spec.proofs.tools import ZERO, nonnegative, result
 from spec.proofs.masks import implies
+from spec.proofs.z3_int32 import counterexample
 from spec.registry import claim
 
 DIRS = (-1, 0, 1)
@@ -144,19 +165,126 @@ def _kleene_cases(kleene):
     return cases
 
 
+# ----------------------------------------------------------------------------------
+# 5. What the kernel prints: floor_div's text, integer-exact classifiers
+# ----------------------------------------------------------------------------------
+def _read_printed(text, env, floordiv, values):
+    """The integer value of printed Triton ``text`` (``+ - *``, unary ``-``, ``//`` as ``floordiv``,
+    comparisons, ``tl.where``) over z3 integers; every intermediate value, of both branches of a
+    ``tl.where`` (the kernel computes both), lands in ``values``."""
+
+    def ev(node):
+        if isinstance(node, ast.Name):
+            return env[node.id]
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return z3.IntVal(node.value)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            values.append(-ev(node.operand))
+            return values[-1]
+        if isinstance(node, ast.BinOp):
+            a, b = ev(node.left), ev(node.right)
+            ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
+                   ast.FloorDiv: lambda: floordiv(a, b)}
+            if type(node.op) not in ops:
+                raise ValueError(f"{text!r}: no integer rule for {ast.unparse(node)!r}")
+            values.append(ops[type(node.op)]())
+            return values[-1]
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            a, b = ev(node.left), ev(node.comparators[0])
+            return {ast.Gt: lambda: a > b, ast.GtE: lambda: a >= b, ast.Lt: lambda: a < b,
+                    ast.LtE: lambda: a <= b, ast.Eq: lambda: a == b}[type(node.ops[0])]()
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "tl.where" and len(node.args) == 3:
+            return z3.If(*[ev(x) for x in node.args])
+        raise ValueError(f"{text!r}: no integer rule for {ast.unparse(node)!r}")
+
+    return ev(ast.parse(text, mode="eval").body)
+
+
+def _printed_floor_div_cases(printed):
+    """``printed`` (the Triton text of ``floor_div(a, c)``) is ``floor(a / c)`` in int32, both
+    roundings of ``//``, with no step of either branch overflowing."""
+    a, c = z3.Ints("a c")
+    int32 = lambda x: z3.And(x >= -2**31, x <= 2**31 - 1)  # noqa: E731
+    facts = [int32(a), c >= 1, c <= 2**31 - 1]
+    floor = a / c  # z3's integer division: the floor for c >= 1
+    cases = []
+    for name, div in (("truncating // (compiled Triton)", lambda x, y: z3.If(x >= 0, x / y, -((-x) / y))),
+                      ("flooring // (the interpreter)", lambda x, y: x / y)):
+        values = []
+        got = _read_printed(printed, {"a": a, "c": c}, div, values)
+        model = counterexample(facts, z3.And(got == floor, *[int32(v) for v in values]))
+        cases.append((f"printed floor_div `{printed}` = floor(a/c) for int32 a, 1 <= c < 2**31, {name}; no "
+                      f"step of either branch leaves int32", ZERO if model is None else
+                      sp.Symbol(f"counterexample {model}")))
+    return cases
+
+
+C_, T_Q, T_K = MM.Param("c"), MM.Param("t_q"), MM.Param("t_k")
+#: predicates that exercise every path of the analyser (with the built-ins): each relation, ~, !=,
+#: floors by a number and by a parameter, a multiple of a floor, max/min, tensor reads
+PROBES = (
+    ("floor((i + shift)/c) >= 1", sp.Ge(sp.floor((n.i + n.shift) / C_), 1), ("c",)),
+    ("floor((i + shift)/5) > floor(j/5)", sp.Gt(sp.floor((n.i + n.shift) / 5), sp.floor(n.j / 5)), ()),
+    ("j >= c*floor((i + shift)/c)", sp.Ge(n.j, C_ * sp.floor((n.i + n.shift) / C_)), ("c",)),
+    ("i > j", sp.Gt(n.i, n.j), ()),
+    ("j < i - 2 | j >= i + shift", sp.Lt(n.j, n.i - 2) | sp.Ge(n.j, n.i + n.shift), ()),
+    ("~(j <= i) & (i != j + 3)", ~sp.Le(n.j, n.i) & sp.Ne(n.i, n.j + 3), ()),
+    ("Eq(max(i, j), 3) | min(2i, 3 - j) <= 2", sp.Eq(sp.Max(n.i, n.j), 3) | sp.Le(sp.Min(2 * n.i, 3 - n.j), 2), ()),
+    ("t_q[i] != t_k[j]", sp.Ne(T_Q[n.i], T_K[n.j]), ("t_q", "t_k")),
+)
+
+
+def _probe_masks(analyse):
+    """The built-ins (re-analysed) and the probes, each as (label, MaskMod or the error)."""
+    out = []
+    for label, pred, params in [(m.name, m.predicate, m.params) for m in MM.BUILTINS] + list(PROBES):
+        try:
+            out.append((label, pred, analyse(pred, "probe", params)))
+        except (MM.NotInClass, MM.AnalyserError) as e:
+            out.append((label, pred, e))
+    return out
+
+
+def _printed_cases(analyse):
+    """Each probe's analysis is its predicate (z3), and its kernel terms are integer-exact."""
+    cases = []
+    for label, pred, mm in _probe_masks(analyse):
+        if isinstance(mm, Exception):
+            cases.append((f"analyse {label}", sp.Symbol(f"{type(mm).__name__}: {mm}")))
+            continue
+        counter = MM.normal_form_counterexample(pred, mm.tree)
+        cases.append((f"analyser: the atom tree of {label} is the predicate (z3, all integers)",
+                      ZERO if counter is None else sp.Symbol(f"differs at {counter}")))
+        terms = mm.kernel_terms() + (mm.keep_term(),)
+        bad = [MM.integer_exact(t.expr) for t in terms]
+        bad += [f"true division in {txt}" for txt in (print_expr(t.expr) for t in terms)
+                if "/" in txt.replace("//", "")]
+        bad = [b for b in bad if b is not None]
+        cases.append((f"kernel form of {label}: integer-exact classifier and predicate, printed without /",
+                      ZERO if not bad else sp.Symbol(bad[0])))
+    return cases
+
+
 @claim(MM.CLAIM,
        "for every mask_mod predicate of the class (Boolean combinations of integer comparisons, each "
        "monotone in the query index i and in the key index j separately by the direction rules, document "
        "ids included), the three-valued corner classifier with Kleene's rules never skips a tile holding "
        "an attended entry and never runs without the predicate a tile holding a masked one — for all "
-       "integer tile positions, block sizes and parameter values",
+       "integer tile positions, block sizes and parameter values; the analyser's atoms are the predicate "
+       "(z3, checked at decoration) and the printed classifier divides integers exactly (floor_div)",
        r"\mathrm{none}(T)\Rightarrow\forall (i,j)\in T: \neg P(i,j);\quad "
        r"\mathrm{all}(T)\Rightarrow\forall (i,j)\in T: P(i,j)",
        terms=(),
        scope="symbolic: all integer tile positions, block sizes and parameter values; every predicate of the "
-             "class (direction rules, corner lemma, atom rule, Kleene's connectives), exact; the built-ins by membership")  # its terms (mm_all, mm_none, mm_state) are per mask_mod: docs/mask_mod.md shows the built-ins
-def prove_mask_mod_sound(rules=MM.DIRECTION_RULES, corner=None, rule=MM.atom_rule, kleene=MM.KLEENE):
+             "class (direction rules, corner lemma, atom rule, Kleene's connectives), exact; the printed floor_div "
+             "in int32 (z3, either rounding of //); the analyser checked per predicate by z3 at decoration (here: "
+             "the built-ins and the probes); the built-ins by membership")  # its terms (mm_all, mm_none, mm_state) are per mask_mod: docs/mask_mod.md shows the built-ins
+def prove_mask_mod_sound(rules=MM.DIRECTION_RULES, corner=None, rule=MM.atom_rule, kleene=MM.KLEENE,
+                         printed_floor_div=None, analyse=None):
     cases = _direction_rule_cases(rules) + _corner_cases(corner) + _atom_cases(rule) + _kleene_cases(kleene)
+    a, c = sp.symbols("a c", integer=True)
+    cases += _printed_floor_div_cases(printed_floor_div or print_expr(MM.floor_div(a, c)))
+    cases += _printed_cases(analyse or MM.analyse)
     cases += [(f"built-in {m.name} is in the class ({len(m.params)} parameter(s))", ZERO) for m in MM.BUILTINS]
     return result(MM.CLAIM, cases,
                   "direction rules, corner lemma for every direction pair, atom rule, Kleene's and/or/not: "

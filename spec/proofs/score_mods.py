@@ -172,7 +172,8 @@ def _sink_exponents(sink_fold):
     arguments = [(sym.name, e.args[0]) for sym in (n.alpha, n.l_i) for e in chained[sym].atoms(exp2)]
     cases = []
     for label, (m, sink) in {"row max holds the max": (z * n.LOG2E, z - tt), "sink holds the max": (z * n.LOG2E - tt, z),
-                             "row with no key (m = -oo)": (n.NEG_INF, z)}.items():
+                             "row with no key (m = -oo)": (n.NEG_INF, z),
+                             "row with no key, sink = -oo": (n.NEG_INF, n.NEG_INF)}.items():
         for name, arg in arguments:
             value = interpret(arg, {n.m_i: m, n.sink: sink, n.sink2: interpret(chained[n.sink2], {n.sink: sink}),
                                     n.m_ij: interpret(chained[n.m_ij], {n.m_i: m, n.sink: sink})})
@@ -188,15 +189,20 @@ def _definition_with_sink(logits_and_values, sink):
     return num / den, sp.log(den)
 
 
+def _definition_without_sink(logits_and_values):
+    den = sp.Add(*[sp.exp(y) for y, _ in logits_and_values])
+    return sp.Add(*[sp.exp(y) * vv for y, vv in logits_and_values]) / den, sp.log(den)
+
+
 def unsplit_kernel(tiles, forward_tile=terms.FORWARD_TILE, sink_fold=terms.SINK_FOLD,
-                   epilogue=terms.FORWARD_EPILOGUE):
+                   epilogue=terms.FORWARD_EPILOGUE, sink=n.sink):
     """``(out, lse)`` of the unsplit forward: ``forward_tile`` per key tile (``tiles``: lists
     of (raw score or -oo, value)), then ``sink_fold`` and ``epilogue`` once, as the template
-    prints them."""
+    prints them; ``sink`` the sink's value (a symbol, or -oo)."""
     state = R.E
     for tile in tiles:
         state = kernel_tile(state, [x for x, _ in tile], [vv for _, vv in tile], forward_tile)
-    env = {n.m_i: state.m * n.LOG2E, n.l_i: state.d, n.acc: sp.Matrix([[state.o]]), n.sink: n.sink}
+    env = {n.m_i: state.m * n.LOG2E, n.l_i: state.d, n.acc: sp.Matrix([[state.o]]), n.sink: sink}
     fin = run_terms(tuple(sink_fold) + tuple(epilogue), env)
     return scalar(fin[n.acc]), fin[n.lse]
 
@@ -204,14 +210,15 @@ def unsplit_kernel(tiles, forward_tile=terms.FORWARD_TILE, sink_fold=terms.SINK_
 @claim("sink_once",
        "the sink is folded in exactly once per row: the unsplit kernel (tile updates, then SINK_FOLD "
        "once in the epilogue) gives out = Σ e^{s_j} v_j / (e^{sink} + Σ e^{s_j}), lse = log(e^{sink} + "
-       "Σ e^{s_j}) for 1, 2 and 3 key tiles, and out 0, lse = sink for a row with no key; split-KV's "
+       "Σ e^{s_j}) for 1, 2 and 3 key tiles, and out 0, lse = sink for a row with no key (out 0, lse = -inf, "
+       "no NaN, for sink = -inf there; a sink of -inf drops out of a row with keys); split-KV's "
        "combine merges the state (sink, 1, 0) by ⊕ exactly once, and gives the same for 1, 2 and 3 "
        "splits, each with keys or empty (the printed combine of split-KV decoding, for every number "
        "of splits: claim sink_once_combine); exact arithmetic",
        r"\mathrm{out}_i=\frac{\sum_j e^{s_{ij}}v_j}{e^{\mathrm{sink}}+\sum_j e^{s_{ij}}},\ "
        r"\mathrm{lse}_i=\log\big(e^{\mathrm{sink}}+\textstyle\sum_j e^{s_{ij}}\big),\ "
        r"\Big(\bigoplus_k \sigma_k\Big)\oplus(\mathrm{sink},1,0)",
-       scope="fixed sizes: 1–3 key tiles of 1–3 keys, 1–3 splits (some empty); reals, exact")
+       scope="fixed sizes: 1–3 key tiles of 1–3 keys, 1–3 splits (some empty); sink symbolic or -oo; reals, exact")
 def prove_sink_once(forward_tile=terms.FORWARD_TILE, sink_fold=terms.SINK_FOLD,
                     epilogue=terms.FORWARD_EPILOGUE, combine=R.combine_with_sink):
     xs, vs = _keys(3), _keys(3, "v")
@@ -229,6 +236,13 @@ def prove_sink_once(forward_tile=terms.FORWARD_TILE, sink_fold=terms.SINK_FOLD,
         pairs.append((f"unsplit kernel, {label}", unsplit_kernel(tiles, forward_tile, sink_fold, epilogue), want))
     pairs.append(("unsplit kernel, row with no key: out 0, lse = sink",
                   unsplit_kernel([[masked, masked]], forward_tile, sink_fold, epilogue), (0, n.sink)))
+    # sink = -oo: the row has no entry at all; out 0, lse = -oo (no NaN), as N_k = 0 and the combine give
+    pairs.append(("unsplit kernel, row with no key and sink = -oo: out 0, lse = -oo",
+                  unsplit_kernel([[masked, masked]], forward_tile, sink_fold, epilogue, sink=n.NEG_INF),
+                  (0, n.NEG_INF)))
+    pairs.append(("unsplit kernel, 2 keys and sink = -oo: the sink drops out",
+                  unsplit_kernel([[key(0), key(1)]], forward_tile, sink_fold, epilogue, sink=n.NEG_INF),
+                  _definition_without_sink([(s * xs[k], vs[k]) for k in (0, 1)])))
     # split-KV: each split's state, combined with the sink exactly once
     split_states = [finite_state(f"k{k}") for k in range(3)]
     for count in (1, 2, 3):
@@ -239,7 +253,7 @@ def prove_sink_once(forward_tile=terms.FORWARD_TILE, sink_fold=terms.SINK_FOLD,
             want = (sp.Add(*[ao for _, ao in alpha]) / den, sp.log(den))
             pairs.append((f"split-KV ⊕, {count} split(s), {empty} empty", R.normalise(combine(splits, n.sink)), want))
     return result("sink_once", equal_cases(pairs),
-                  "unsplit: 1-3 key tiles and an empty row; split-KV ⊕: 1-3 splits, some empty")
+                  "unsplit: 1-3 key tiles and an empty row, sink finite or -oo; split-KV ⊕: 1-3 splits, some empty")
 
 
 # ----------------------------------------------------------------------------------
@@ -297,7 +311,8 @@ def prove_softcap_grad(softcap_ds=terms.SOFTCAP_DS, softcap_terms=terms.SOFTCAP,
 @claim("sink_grad",
        "with a sink, the kernel's dS = P ∘ (dP − delta) is still ∂L/∂s_j, and its dsink = −e^{sink − lse}·delta "
        "is ∂L/∂sink for L = <dO, O> + dlse·lse (delta = rowsum(dO ∘ O) − dlse); summed over the rows of a "
-       "head it is the head's gradient −Σ_i e^{sink − lse_i}·Δ_i",
+       "head it is the head's gradient −Σ_i e^{sink − lse_i}·Δ_i; on a row of lse = -inf (sink = -inf, no key) "
+       "the printed guard gives dsink = dlse, the limit of the finite sink's (no NaN)",
        r"\frac{\partial L}{\partial\,\mathrm{sink}} = -\sum_i e^{\mathrm{sink}-\mathrm{lse}_i}\,"
        r"(\Delta_i - d\mathrm{lse}_i)",
        scope="fixed sizes: one row of the backward tile; reals, exact")
@@ -321,9 +336,16 @@ def prove_sink_grad(sink_grad=terms.SINK_GRAD, backward_tile=terms.BACKWARD_TILE
     empty = run_terms(sink_grad, {n.sink: n.sink, n.lse: n.sink,
                                   n.delta: run_terms(backward_preprocess, {n.do: dO, n.o: sp.zeros(1, dim),
                                                                            n.dlse: g})[n.delta]})[n.dsink]
+    # sink = -oo on a row with no key: lse = -oo (out 0); the limit of the finite case, dsink = dlse,
+    # where e^{sink - lse} would be NaN
+    empty_neg_inf = run_terms(sink_grad, {n.sink: n.NEG_INF, n.lse: n.NEG_INF,
+                                          n.delta: run_terms(backward_preprocess, {n.do: dO, n.o: sp.zeros(1, dim),
+                                                                                   n.dlse: g})[n.delta]})[n.dsink]
     pairs = [
         ("dS = ∂L/∂s_j with a sink", tuple(ds), tuple(sp.diff(loss, yy) for yy in y)),
         ("dsink = ∂L/∂sink", dsink, sp.diff(loss, n.sink)),
         ("row with no key: dsink = dlse", empty, g),
+        ("row with no key, sink = -oo (lse = -oo): dsink = dlse, the finite case's limit, no NaN", empty_neg_inf, g),
     ]
-    return result("sink_grad", equal_cases(pairs), "2 keys, head dim 2, a row with no key, by sp.diff")
+    return result("sink_grad", equal_cases(pairs), "2 keys, head dim 2, a row with no key (sink finite or -oo), "
+                  "by sp.diff")
