@@ -12,7 +12,12 @@
    ``m_i``, ``p``, ``lse``, ``off_kvh``, ``kv_lo`` ...) may otherwise be assigned only by a load
    (``tl.load``/``desc.load``/``_tma_tile``, optionally cast with ``.to``), a cast of itself, or a call
    to another ``@triton.jit`` function of the same file (the stage helpers return the state).
-3. **stage calls from the proven table.** Every call to a ``*_stage`` helper passes ``(lo, hi,
+3. **no unprinted random draw.** A call to Triton's random functions (``RANDOM_CALLS``: ``tl.rand``,
+   ``tl.randint``, ``tl.randn``, their ``4x`` forms, ``philox``) outside a printed line is a problem
+   whatever its arguments (index math included): dropout's keep decision is the one printed term
+   ``spec.terms.DROPOUT_KEEP`` (claim dropout_mask_same), and a second draw could give the backward
+   another mask than the forward's.
+4. **stage calls from the proven table.** Every call to a ``*_stage`` helper passes ``(lo, hi,
    MASKED)`` equal to a row of ``spec.structure.KEY_STAGES`` / ``ROW_STAGES`` (claim stages_cover).
 
 The allow-list (reviewed; keep it short):
@@ -85,6 +90,8 @@ EXCEPTIONS = frozenset({
 #: calls that do not compute on values (everything else — tl.exp2, tl.dot, tl.where, tl.math.*, ... —
 #: is arithmetic unless every name it touches is index math); the reviewed allow-list
 ALLOWED_CALLS = {"arange", "program_id", "multiple_of", "zeros", "trans", "reshape", "to", "range", "store"}
+#: Triton's random draws: only a printed line may make one (rule 3)
+RANDOM_CALLS = {"rand", "randint", "randn", "rand4x", "randint4x", "randn4x", "philox", "philox_impl"}
 #: calls that bring values in from memory (their result may be assigned to a term's name)
 LOADS = {"load", "_tma_tile"}
 
@@ -168,6 +175,12 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
             text = "\n".join(lines[stmt.lineno - 1:stmt.end_lineno]).strip()
             where = f"{fn.name}:{stmt.lineno}"
             if text in printed or (fn.name, text) in EXCEPTIONS:
+                continue
+            draws = [c for c in ast.walk(stmt) if isinstance(c, ast.Call) and _call_name(c) in RANDOM_CALLS]
+            if draws:
+                problems.append(f"{where}: random draw `{ast.unparse(draws[0])}` is not the printed keep term "
+                                "(spec.terms.DROPOUT_KEEP, claim dropout_mask_same): a second draw could give the "
+                                "backward another dropout mask than the forward's")
                 continue
             for call in (c for c in ast.walk(stmt) if isinstance(c, ast.Call) and _call_name(c).endswith("_stage")):
                 triple = _stage_triple(call, stage_names)

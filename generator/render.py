@@ -44,6 +44,13 @@ TILE_NAMES_T = {"i": "offs_m[None, :]", "j": "offs_n[:, None]"}
 SCORE_NAMES = {"i": "offs_m.to(tl.float32)[:, None]", "j": "offs_n.to(tl.float32)[None, :]"}
 SCORE_NAMES_T = {"i": "offs_m.to(tl.float32)[None, :]", "j": "offs_n.to(tl.float32)[:, None]"}
 
+#: dropout's keep term on a row-major tile (forward, dQ) and a key-major one (dK/dV): the same
+#: coordinates (i the query row, j the key), the row index in int64 before its product (claim
+#: dropout_mask_same: the counter is computed in int64 without wrap-around)
+DROPOUT_NAMES = {"i": "offs_m.to(tl.int64)[:, None]", "j": "offs_n[None, :]"}
+DROPOUT_NAMES_T = {"i": "offs_m.to(tl.int64)[None, :]", "j": "offs_n[:, None]"}
+
+
 def _lines(terms, rename=None) -> list[str]:
     return [print_term(t, rename) for t in terms]
 
@@ -79,6 +86,21 @@ def score_mod_context() -> dict:
     }}
 
 
+def dropout_context() -> dict:
+    """The printed lines of attention dropout (``templates/dropout.jinja`` and the slots of the
+    forward and backward): the one keep term in both tile layouts, the per-program base and scale,
+    and the lines that apply the mask (claims dropout_mask_same, dropout_grads)."""
+    return {"dropout": {
+        "scale": print_term(T.DROPOUT_SCALE),
+        "base": print_term(T.DROPOUT_BASE),
+        "keep": print_term(T.DROPOUT_KEEP, DROPOUT_NAMES),
+        "keep_t": print_term(T.DROPOUT_KEEP, DROPOUT_NAMES_T),
+        "dp": print_term(T.DROPOUT_DP),
+        "dv_t": _lines(T.DROPOUT_DV_T),
+        "dp_t": print_term(T.DROPOUT_DP_T),
+    }}
+
+
 def mask_mod_context(variant: Variant) -> dict | None:
     """The printed slots of a file that compiles in a mask_mod (None: it does not): the corner
     classifier and the element predicate (spec.mask_mod; claim mask_mod_sound)."""
@@ -101,6 +123,10 @@ def forward_context(variant: Variant) -> dict:
         "qk_scale": print_term(T.QK_SCALE),
         "qk": print_term(T.QK),
         "tile": _lines(T.FORWARD_TILE),
+        # the same tile with dropout's line before acc (compiled in under HAS_DROPOUT)
+        "tile_head": _lines(T.FORWARD_TILE_DROPOUT[:T.FORWARD_TILE_DROPOUT.index(T.DROPOUT_P)]),
+        "tile_drop": _lines([T.DROPOUT_P]),
+        "tile_tail": _lines(T.FORWARD_TILE_DROPOUT[T.FORWARD_TILE_DROPOUT.index(T.DROPOUT_P) + 1:]),
         "epilogue": _lines(T.FORWARD_EPILOGUE),
         "bounds_init": _lines(BOUNDS_INIT),
         "tile_loop": _lines(TILE_LOOP),
@@ -119,6 +145,7 @@ def forward_context(variant: Variant) -> dict:
         "index": TILE_NAMES,
         "score_index": SCORE_NAMES,
         **score_mod_context(),
+        **dropout_context(),
         "mask_mod": mask_mod_context(variant),
     }
 
@@ -167,7 +194,7 @@ def backward_context(variant: Variant) -> dict:
     return {
         **{key: fwd[key] for key in ("qk_scale", "qk", "bounds_init", "tile_loop", "has_lengths", "dense",
                                      "mask_term", "dense_mask_term", "varlen_segment", "rows_past_end",
-                                     "gqa_head", "stages", "score_mod", "mask_mod")},
+                                     "gqa_head", "stages", "score_mod", "dropout", "mask_mod")},
         "keys_past_end": print_term(KEYS_PAST_END),
         "row_stages": _stages(S.ROW_STAGES),
         "gqa_group_head": print_term(S.GQA_GROUP_HEAD),

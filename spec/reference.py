@@ -216,7 +216,8 @@ def _normalise(m, d, o):
 # Direct form
 # ----------------------------------------------------------------------------------
 def attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None,
-              mask=None, scale=None, softcap=None, alibi_slopes=None, sinks=None, mask_mod=None, mask_args=None):
+              mask=None, scale=None, softcap=None, alibi_slopes=None, sinks=None, mask_mod=None, mask_args=None,
+              dropout_mask=None, dropout_p=0.0):
     """Attention from the safe-softmax definition, in float64. Returns ``(out, lse)``.
 
     ``causal``: query ``i`` sees key ``j <= i + shift`` with ``shift = 0`` for
@@ -232,6 +233,9 @@ def attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_l
     (e^{sink} + Σ_j e^{s_ij})``, ``lse_i = log(e^{sink} + Σ_j e^{s_ij})`` (a row with no key:
     out 0, lse = sink). Torch ``sinks`` keep their autograd graph.
     ``mask_mod`` (``spec.masks.mask_mod``) with ``mask_args``: its predicate, evaluated on every entry.
+    ``dropout_mask`` (bool, broadcastable to (B, Hq, Nq, Nk), True = kept) with ``dropout_p``
+    (FlashAttention 2's dropout): after normalisation ``P ← dropout_mask ∘ P / (1 − p)``, so
+    ``out = (Z ∘ P/(1 − p)) V``; ``lse`` is the undropped one.
     """
     prob = _prepare(q, k, v, causal, alignment, window, key_lengths, mask, scale, mask_mod, mask_args)
     s = _modified_scores(prob, prob.scale * prob.q @ prob.k.transpose(-1, -2), alignment, softcap, alibi_slopes)
@@ -245,10 +249,24 @@ def attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_l
     d = p.sum(-1, keepdim=True)
     if sinks is not None:
         d = d + torch.exp(sink - _guard(m))  # the sink's e^{sink - m}, value 0
-    out, lse = _normalise(m, d, p @ prob.v)  # pass 3: the map (d = 0: out 0, lse -inf)
+    # pass 3: the map (d = 0: out 0, lse -inf); dropout scales the weights of P V only (the
+    # denominator, so lse, is undropped)
+    out, lse = _normalise(m, d, _dropped(p, dropout_mask, dropout_p) @ prob.v)
     if sinks is not None:  # d = 0 only for sink = -inf on a row with no key: lse = sink there, as for every
         lse = torch.where(d.squeeze(-1) == 0, sink.squeeze(-1).expand_as(lse), lse)  # sink (its gradient: 1)
     return _finish(prob, out, lse)
+
+
+def _dropped(p: torch.Tensor, dropout_mask, dropout_p: float) -> torch.Tensor:
+    """``Z ∘ p / (1 − dropout_p)`` (FlashAttention 2's dropout) for a bool keep mask ``Z``; ``p``
+    itself without one. Normalising the dropped numerator by the undropped denominator is
+    dropping the normalised P: ``(Z ∘ e^{s}/(1 − p)) / Σ e^{s} = Z ∘ P/(1 − p)``."""
+    if dropout_mask is None:
+        return p
+    if not 0 <= dropout_p < 1:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
+    keep = _as_tensor(dropout_mask, "dropout_mask").to(torch.bool).expand(p.shape)
+    return torch.where(keep, p / (1 - dropout_p), torch.zeros_like(p))
 
 
 def _modified_scores(prob: _Problem, s: torch.Tensor, alignment, softcap, alibi_slopes) -> torch.Tensor:
@@ -437,7 +455,8 @@ def _store(dst: torch.Tensor, rows: slice, value: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------
 # Packed variable-length batches (FlashAttention's cu_seqlens layout)
 # ----------------------------------------------------------------------------------
-def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, window=None, scale=None):
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, window=None, scale=None,
+                     dropout_mask=None, dropout_p=0.0):
     """``attention`` on each segment of a packed batch, in float64. Returns ``(out, lse)``.
 
     ``q (total_q, Hq, D)``, ``k (total_k, Hkv, D)``, ``v (total_k, Hkv, Dv)`` (torch tensors);
@@ -447,6 +466,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
     (total_q, Hq, Dv)`` and ``lse (Hq, total_q)`` (natural log); a segment without keys gives
     output 0 and ``lse = -inf``, one without queries nothing. Rows of other segments are never
     read, so whatever they hold (NaN included) cannot reach a segment's output or gradient.
+    ``dropout_mask`` (bool ``(Hq, total_q, total_k)``, global rows and keys) with ``dropout_p``:
+    ``attention``'s dropout, each segment taking its own block of the mask.
     """
     q, k, v = _as_tensor(q, "q"), _as_tensor(k, "k"), _as_tensor(v, "v")
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -464,7 +485,9 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
             lses.append(torch.full((hq, nq), -math.inf, dtype=torch.float64))
             continue
         seg = [x[a:b].transpose(0, 1)[None] for x, (a, b) in ((q, (q0, q1)), (k, (k0, k1)), (v, (k0, k1)))]
-        out, lse = attention(*seg, causal=causal, alignment=varlen.ALIGNMENT, window=window, scale=scale)
+        keep = None if dropout_mask is None else _as_tensor(dropout_mask, "dropout_mask")[None, :, q0:q1, k0:k1]
+        out, lse = attention(*seg, causal=causal, alignment=varlen.ALIGNMENT, window=window, scale=scale,
+                             dropout_mask=keep, dropout_p=dropout_p)
         outs.append(out[0].transpose(0, 1))
         lses.append(lse[0])
     if not outs:

@@ -822,3 +822,61 @@ def test_mask_mod_atom_rule_with_the_wrong_extreme_is_refuted():
     where the greatest decides) is caught by the proof (more mutants: tests/test_mask_mod.py)."""
     r = PMM.prove_mask_mod_sound(rule=lambda lo, hi: (sp.Ge(hi, 0), sp.Lt(lo, 0)))
     assert not r.proved and "atom" in r.detail
+
+
+# ---------------------------------------------------------------- attention dropout (issue 29)
+from spec.proofs import dropout as PD  # noqa: E402
+
+
+def _keep_at(counter):
+    """DROPOUT_KEEP drawing at another counter."""
+    return replace(terms.DROPOUT_KEEP, expr=sp.GreaterThan(terms.philox_uniform(n.drop_seed, counter), n.dropout_p,
+                                                           evaluate=False))
+
+
+MASK_MUTANTS = {
+    # the row stride N_q where N_k belongs: rows i and i + 1 overlap once N_q != N_k
+    "wrong radix": {"keep": _keep_at(n.drop_base + n.i * n.drop_nq + n.j)},
+    # a tile start in the counter: the mask would depend on the tiling (the dK/dV kernel's tiles differ)
+    "tile coordinate": {"keep": _keep_at(n.drop_base + n.i * n.drop_nk + n.j - n.start_n)},
+    # the head left out of the base: every head of a batch entry draws the same mask
+    "no head": {"base": replace(terms.DROPOUT_BASE, expr=terms.DROPOUT_BASE.expr.subs(n.off_h, 0))},
+    # a 32-bit-style counter without the batch: collides across batch entries
+    "no batch": {"base": replace(terms.DROPOUT_BASE, expr=terms.DROPOUT_BASE.expr.subs(n.drop_b, 0))},
+}
+
+
+@pytest.mark.parametrize("mutant", list(MASK_MUTANTS))
+def test_dropout_counter_mutant_is_refuted(mutant):
+    assert_failed(PD.prove_dropout_mask_same(**MASK_MUTANTS[mutant]))
+
+
+def test_dropout_mask_same_z3_case_refutes_an_overlapping_counter():
+    """The z3 injectivity case itself (not only the SymPy identity) fails on a counter whose
+    coordinates overlap: rows strided by N_k − 1."""
+    r = PD.prove_dropout_mask_same(keep=_keep_at(n.drop_base + n.i * (n.drop_nk - 1) + n.j))
+    assert_failed(r)
+    assert dict(r.cases)["injective: equal counters at (b, h, i, j) and (b', h', i', j') => equal coordinates"] != 0
+
+
+GRAD_MUTANTS = {
+    # dV from the undropped Pᵀ
+    "dV undropped": {"dropout_dv_t": (terms.DROPOUT_DV_T[0],
+                                      replace(terms.DROPOUT_DV_T[1], expr=n.dv + terms.dot(n.pT, n.do)))},
+    # dP masked but not rescaled by 1/(1 − p)
+    "dP not rescaled": {"dropout_dp": replace(terms.DROPOUT_DP, expr=sp.Piecewise((n.dp, n.keep_drop), (0, True)))},
+    # the key-major dPᵀ without the dropout
+    "dPT undropped": {"dropout_dp_t": replace(terms.DROPOUT_DP_T, expr=n.dpT)},
+    # the forward without the dropout line (P V undropped)
+    "forward undropped": {"forward_tile": terms.FORWARD_TILE},
+    # the forward dropping P before the row sum: l (and lse) of the dropped row
+    "forward drops the denominator": {"forward_tile": tuple(
+        t for tile in terms.FORWARD_TILE for t in ((terms.DROPOUT_P, tile) if tile.name == "l_ij" else (tile,)))},
+    # the rescale 1/(1 + p)
+    "scale sign": {"dropout_scale": replace(terms.DROPOUT_SCALE, expr=1 / (1 + n.dropout_p))},
+}
+
+
+@pytest.mark.parametrize("mutant", list(GRAD_MUTANTS))
+def test_dropout_gradient_mutant_is_refuted(mutant):
+    assert_failed(PD.prove_dropout_grads(**GRAD_MUTANTS[mutant]))

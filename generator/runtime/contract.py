@@ -82,6 +82,14 @@ ALIBI = Arg("alibi_slopes", "None or a float32 tensor", "(Hq,) or (B, Hq)", ANY,
 SINKS = Arg("sinks", "None or a float32 tensor", "(Hq,)", COPIED, "any finite logits; differentiable where the "
             "entry point is")
 
+#: attention dropout (issue 29): FlashAttention 2's, the keep mask one printed Philox term
+DROPOUT_P = Arg("dropout_p", "a real (numpy scalars too; not bool)", "—", NONE,
+                "0 ≤ p < 1 (p = 1 drops every weight); default 0.0: compiled out, bitwise no dropout; seed and "
+                "offset drawn from torch's generator for the device", ("dropout_p_range", "dropout_counter"))
+RETURN_DROPOUT_MASK = Arg("return_dropout_mask", "bool", "—", NONE,
+                          "True or False (not 1); True appends the bool keep mask the kernels drew (at most 2^28 "
+                          "elements: small problems)")
+
 
 def _block(default: str) -> Arg:
     return Arg("block", "a pair of ints (numpy ints too)" + (' or "auto"' if "auto" in default else ""),
@@ -121,6 +129,7 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
             Arg("mask_args", "None or {name: int | integer tensor}", "int, (B,), or (B, N_q) / (B, N_k) per parameter",
                 COPIED, f"|v| ≤ {limit('mask_args_int32')}: eager check; under torch.compile clamped on the device",
                 ("mask_args_int32",), "packed into one fresh int32 (B, L) tensor"),
+            DROPOUT_P, RETURN_DROPOUT_MASK,
         ),
         "flash_attention_varlen": _dense_qkv("(total_q, Hq, D)", "(total_k, Hkv, D)") + (
             Arg("cu_seqlens_q", "int32 tensor", "(B + 1,), B ≥ 1", COPIED,
@@ -134,7 +143,7 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
             CAUSAL, WINDOW, SCALE, RETURN_LSE, _block('(64, 64); "auto" allowed'), SOFTCAP,
             Arg("alibi_slopes", "None or a float32 tensor", "(Hq,) or (B, Hq), B the segments", ANY, ALIBI.values,
                 ALIBI.assumptions),
-            SINKS,
+            SINKS, DROPOUT_P, RETURN_DROPOUT_MASK,
         ),
         "flash_attention_with_kvcache": (
             Arg("q", _dtypes() + ", one dtype for q and the cache", f"(B, N_q, Hq, D), D in 1..{limit('head_dim_max')}",
