@@ -1,6 +1,6 @@
 """Static GPU cost of the generated kernels (benchmarks/static.py), no GPU needed.
 
-The suite compiles a small representative set (``suite_groups``: 44 compile jobs, 236 CPU-seconds
+The suite compiles a small representative set (``suite_groups``: 44 compile jobs, about 250 CPU-seconds
 on two cores with cold caches), not the whole static page: every kernel family (forward, the
 backward's three, KV-cache decode contiguous and paged, the split-KV combine, varlen, the score
 modifications, a mask_mod, float32) on sm_80 and sm_90, at the kernels the defaults run
