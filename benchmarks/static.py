@@ -84,7 +84,8 @@ PRE_SCORE_MOD_COMMIT = "13600a64c49c0421c1da3c44086ca0e8076b9c6a"
 ANALYSIS_VERSION = 9
 #: TMA exists from sm_90 on (on sm_80 Triton lowers descriptors back to pointer loads)
 TMA_ARCHS = (90,)
-CACHE = ARTIFACTS / "static-cache"
+#: the compiled rows, by ``Job.cache_key`` (``FLASHPROOF_STATIC_CACHE`` moves it, e.g. to time a cold run)
+CACHE = Path(os.environ.get("FLASHPROOF_STATIC_CACHE") or ARTIFACTS / "static-cache")
 #: besides the module itself, the code a compile job runs: the generated modules import only
 #: ``generator.runtime.launch`` (signatures, constexprs, launch settings), which reads
 #: ``spec.assumptions``; tests/test_static.py checks the modules import nothing else of the project

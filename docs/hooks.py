@@ -192,11 +192,11 @@ def _proofs() -> dict:
 
 
 def _terms_named(name: str) -> list[tuple[str, object]]:
-    from spec import paged, terms, varlen
+    from spec import paged, rotary, terms, varlen
 
-    # a packed batch's segment terms (printed by the varlen block of the attention kernels) and
-    # spec.paged, decode's index terms, too
-    groups = {**terms.GROUPS, **paged.GROUPS,
+    # a packed batch's segment terms (printed by the varlen block of the attention kernels),
+    # spec.paged, decode's index terms, and spec.rotary, the KV-cache append's, too
+    groups = {**terms.GROUPS, **paged.GROUPS, **{f"rotary {k}": g for k, g in rotary.GROUPS.items()},
               "varlen_segment": (*varlen.SEGMENT, varlen.ROWS_PAST_END, varlen.KEYS_PAST_END)}
     return [(group, t) for group, ts in groups.items() for t in ts if t.name == name]
 
@@ -215,7 +215,7 @@ def _term_latex(name: str) -> list[str]:
                 found.append(rf"\mathrm{{{label}}} &\leftarrow {tex(value)} && \text{{({kind})}}")
     if not found:
         raise DocsError(f"a claim names the kernel term {name!r}, which is in none of spec.terms.GROUPS, "
-                        "spec.paged.GROUPS, spec.masks.tile_bounds; fix the claim's terms=(...) in spec/claims.py")
+                        "spec.paged.GROUPS, spec.rotary.GROUPS, spec.masks.tile_bounds; fix the claim's terms=(...) in spec/claims.py")
     return found
 
 
@@ -490,7 +490,10 @@ GROUP_FAMILY = {"qk_scale": "fwd", "qk": "fwd", "forward_tile": "fwd", "forward_
                 "softcap_scalars": "fwd", "softcap": "fwd", "alibi_scalar": "fwd", "alibi": "fwd",
                 "sink_fold": "fwd", "sink_grad": "bwd", "softcap_ds": "bwd", "softcap_ds_t": "bwd",
                 # split-KV decode's sink, after the combine's fold (docs/decoding.md)
-                "sink_partial": "merge"}
+                "sink_partial": "merge",
+                # attention dropout (docs/dropout.md)
+                "dropout_scale": "fwd", "dropout_base": "fwd", "dropout_keep": "fwd", "dropout_p": "fwd",
+                "dropout_dp": "bwd", "dropout_dv_t": "bwd", "dropout_dp_t": "bwd"}
 FAMILY_GLOB = {"fwd": "attention_fwd_*.py", "bwd": "attention_bwd_*.py", "softmax": "softmax_*.py",
                "merge": "merge_state_*.py", "decode": "attention_decode_*.py"}
 #: the file shown for a family: the plain 64x64 variant when it exists, else the first by name
@@ -507,12 +510,17 @@ def _generated_files(family: str) -> list[Path]:
     return sorted(found, key=lambda f: f != preferred)
 
 
-def _rename(family: str) -> dict | None:
-    """The symbol renames the generator applies for a family (softmax calls the logits ``x``)."""
+def _rename(family: str, group: str | None = None) -> dict | None:
+    """The symbol renames the generator applies for a family (softmax calls the logits ``x``), or for
+    a group (dropout's keep term names its coordinates on the forward's row-major tile)."""
     if family == "softmax":
         from generator.render import SOFTMAX_NAMES
 
         return SOFTMAX_NAMES
+    if group == "dropout_keep":
+        from generator.render import DROPOUT_NAMES
+
+        return DROPOUT_NAMES
     return None
 
 
@@ -552,7 +560,7 @@ def terms_kernel(group: str) -> str:
             return ('!!! warning "No backward kernel is generated yet"\n    `generated/attention_bwd_*.py` '
                     "does not exist in this checkout, so these terms have no kernel line to show.\n")
         raise DocsError(f"no generated/{FAMILY_GLOB[family]}: run `python -m generator` before building the docs")
-    return _terms_table(terms.GROUPS[group], files, _rename(family), f"term group {group!r}")
+    return _terms_table(terms.GROUPS[group], files, _rename(family, group), f"term group {group!r}")
 
 
 def _terms_table(seq, files: list[Path], rename: dict | None, what: str) -> str:

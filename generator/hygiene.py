@@ -12,7 +12,12 @@
    ``m_i``, ``p``, ``lse``, ``off_kvh``, ``kv_lo`` ...) may otherwise be assigned only by a load
    (``tl.load``/``desc.load``/``_tma_tile``, optionally cast with ``.to``), a cast of itself, or a call
    to another ``@triton.jit`` function of the same file (the stage helpers return the state).
-3. **stage calls from the proven table.** Every call to a ``*_stage`` helper passes ``(lo, hi,
+3. **no unprinted random draw.** A call to Triton's random functions (``RANDOM_CALLS``: ``tl.rand``,
+   ``tl.randint``, ``tl.randn``, their ``4x`` forms, ``philox``) outside a printed line is a problem
+   whatever its arguments (index math included): dropout's keep decision is the one printed term
+   ``spec.terms.DROPOUT_KEEP`` (claim dropout_mask_same), and a second draw could give the backward
+   another mask than the forward's.
+4. **stage calls from the proven table.** Every call to a ``*_stage`` helper passes ``(lo, hi,
    MASKED)`` equal to a row of ``spec.structure.KEY_STAGES`` / ``ROW_STAGES`` (claim stages_cover).
 4. **pointer arithmetic printed** (issue 24). In a function not on ``POINTER_GAPS``, the pointer of
    every ``tl.load`` / ``tl.store`` is a pointer parameter alone or ``pointer + offset`` with
@@ -66,7 +71,7 @@ INDEX_NAME = re.compile(
     # merged with varlen / decode / merge (see the module docstring)
     r"lse_row0|lse_off_b|seq_start_[qk]|n_q|n_k|tok|head|split|page|page_idx|slot|k_rows|v_rows|s|"
     # the printed address terms (issue 24, spec.addresses)
-    r"q_off|k_off|v_off|o_off|lse_off|bt_off|cs_off|sink_off|"
+    r"q_off|k_off|v_off|o_off|lse_off|bt_off|cs_off|sink_off|lp_off|bi_off|"
     # merged with mask_mod (#16): the mask_mod's integer tile class (0 skip / 1 partial / 2 full)
     r"mm_state)$")
 #: (function, statement) pairs that assign a printed term's name without a printed term: reviewed
@@ -104,12 +109,17 @@ POINTER_GAPS = {
     "_score_mod": "score modifications (no pointer)", "_score_mod_scalars": "ALiBi slope row",
     "_softmax_one_pass": "softmax rows", "_softmax_two_pass": "softmax rows", "_softmax_update": "softmax rows",
     "_tma_tile": "TMA descriptor coordinates",
+    # merged with serving (#26) and dropout (#29): not yet printed address terms
+    "_append_rows": "KV-cache append: x/cache rows, cache_seqlens, block_table, cache_batch_idx, cos/sin rows",
+    "_dropout_keep": "dropout: the Philox seed/offset words and the returned keep-mask rows",
 }
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
 ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses")
 #: calls that do not compute on values (everything else — tl.exp2, tl.dot, tl.where, tl.math.*, ... —
 #: is arithmetic unless every name it touches is index math); the reviewed allow-list
 ALLOWED_CALLS = {"arange", "program_id", "multiple_of", "zeros", "trans", "reshape", "to", "range", "store"}
+#: Triton's random draws: only a printed line may make one (rule 3)
+RANDOM_CALLS = {"rand", "randint", "randn", "rand4x", "randint4x", "randn4x", "philox", "philox_impl"}
 #: calls that bring values in from memory (their result may be assigned to a term's name)
 LOADS = {"load", "_tma_tile"}
 
@@ -241,6 +251,12 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
             text = "\n".join(lines[stmt.lineno - 1:stmt.end_lineno]).strip()
             where = f"{fn.name}:{stmt.lineno}"
             if text in printed or (fn.name, text) in EXCEPTIONS:
+                continue
+            draws = [c for c in ast.walk(stmt) if isinstance(c, ast.Call) and _call_name(c) in RANDOM_CALLS]
+            if draws:
+                problems.append(f"{where}: random draw `{ast.unparse(draws[0])}` is not the printed keep term "
+                                "(spec.terms.DROPOUT_KEEP, claim dropout_mask_same): a second draw could give the "
+                                "backward another dropout mask than the forward's")
                 continue
             for call in (c for c in ast.walk(stmt) if isinstance(c, ast.Call) and _call_name(c).endswith("_stage")):
                 triple = _stage_triple(call, stage_names)

@@ -51,6 +51,11 @@ def load(out: Path) -> dict:
     path = out / MANIFEST
     if out.exists() and not out.is_dir():
         raise ManifestError(f"{out} is a file, not a directory: pass --out a directory")
+    above = out  # a directory that does not exist yet must be creatable: no file on its path
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if above.exists() and not above.is_dir():
+        raise ManifestError(f"cannot create {out}: {above} is a file, not a directory: pass --out a directory")
     if not path.exists():
         return {"configs": {}, "index": {}}
     try:

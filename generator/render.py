@@ -14,6 +14,7 @@ from spec import masks as M
 from spec import notation as n
 from spec import addresses as AD
 from spec import paged as P
+from spec import rotary as RO
 from spec import structure as S
 from spec import terms as T
 from spec.fingerprint import spec_hash_prefix
@@ -44,6 +45,13 @@ TILE_NAMES_T = {"i": "offs_m[None, :]", "j": "offs_n[:, None]"}
 #: form spills the 128x64 forward at head dim 128; benchmarks/static.py)
 SCORE_NAMES = {"i": "offs_m.to(tl.float32)[:, None]", "j": "offs_n.to(tl.float32)[None, :]"}
 SCORE_NAMES_T = {"i": "offs_m.to(tl.float32)[None, :]", "j": "offs_n.to(tl.float32)[:, None]"}
+
+#: dropout's keep term on a row-major tile (forward, dQ) and a key-major one (dK/dV): the same
+#: coordinates (i the query row, j the key), the row index in int64 before its product (claim
+#: dropout_mask_same: the counter is computed in int64 without wrap-around)
+DROPOUT_NAMES = {"i": "offs_m.to(tl.int64)[:, None]", "j": "offs_n[None, :]"}
+DROPOUT_NAMES_T = {"i": "offs_m.to(tl.int64)[None, :]", "j": "offs_n[:, None]"}
+
 
 def _lines(terms, rename=None) -> list[str]:
     return [print_term(t, rename) for t in terms]
@@ -80,6 +88,21 @@ def score_mod_context() -> dict:
     }}
 
 
+def dropout_context() -> dict:
+    """The printed lines of attention dropout (``templates/dropout.jinja`` and the slots of the
+    forward and backward): the one keep term in both tile layouts, the per-program base and scale,
+    and the lines that apply the mask (claims dropout_mask_same, dropout_grads)."""
+    return {"dropout": {
+        "scale": print_term(T.DROPOUT_SCALE),
+        "base": print_term(T.DROPOUT_BASE),
+        "keep": print_term(T.DROPOUT_KEEP, DROPOUT_NAMES),
+        "keep_t": print_term(T.DROPOUT_KEEP, DROPOUT_NAMES_T),
+        "dp": print_term(T.DROPOUT_DP),
+        "dv_t": _lines(T.DROPOUT_DV_T),
+        "dp_t": print_term(T.DROPOUT_DP_T),
+    }}
+
+
 def mask_mod_context(variant: Variant) -> dict | None:
     """The printed slots of a file that compiles in a mask_mod (None: it does not): the corner
     classifier and the element predicate (spec.mask_mod; claim mask_mod_sound)."""
@@ -102,6 +125,10 @@ def forward_context(variant: Variant) -> dict:
         "qk_scale": print_term(T.QK_SCALE),
         "qk": print_term(T.QK),
         "tile": _lines(T.FORWARD_TILE),
+        # the same tile with dropout's line before acc (compiled in under HAS_DROPOUT)
+        "tile_head": _lines(T.FORWARD_TILE_DROPOUT[:T.FORWARD_TILE_DROPOUT.index(T.DROPOUT_P)]),
+        "tile_drop": _lines([T.DROPOUT_P]),
+        "tile_tail": _lines(T.FORWARD_TILE_DROPOUT[T.FORWARD_TILE_DROPOUT.index(T.DROPOUT_P) + 1:]),
         "epilogue": _lines(T.FORWARD_EPILOGUE),
         "bounds_init": _lines(BOUNDS_INIT),
         "tile_loop": _lines(TILE_LOOP),
@@ -123,6 +150,7 @@ def forward_context(variant: Variant) -> dict:
         "index": TILE_NAMES,
         "score_index": SCORE_NAMES,
         **score_mod_context(),
+        **dropout_context(),
         "mask_mod": mask_mod_context(variant),
     }
 
@@ -172,7 +200,7 @@ def backward_context(variant: Variant) -> dict:
         **{key: fwd[key] for key in ("qk_scale", "qk", "bounds_init", "tile_loop", "has_lengths", "dense",
                                      "mask_term", "dense_mask_term", "varlen_segment", "segment_loads",
                                      "rows_past_end",
-                                     "gqa_head", "stages", "score_mod", "mask_mod")},
+                                     "gqa_head", "stages", "score_mod", "dropout", "mask_mod")},
         "keys_past_end": print_term(KEYS_PAST_END),
         "segment_pointers_dkdv": _lines(AD.SEGMENT_POINTERS["dkdv"]),
         "segment_pointers_dq": _lines(AD.SEGMENT_POINTERS["dq"]),
@@ -261,6 +289,14 @@ def decode_context(variant: Variant) -> dict:
         **{key: fwd[key] for key in ("qk_scale", "qk", "tile", "epilogue", "mask_term", "init", "score_mod")},
         "score_index": DECODE_SCORE_NAMES,
         "split_range": _lines(P.SPLIT_RANGE),
+        "split_range_fixed": _lines(P.SPLIT_RANGE_FIXED),
+        # the append kernel: new token t's cache index offs_j through the paged gather, and the
+        # rotary embedding of its row (spec.rotary, claim rotary_rotation) on a (tokens, D) tile
+        "append_gather": _lines(P.PAGE_GATHER, {"j": "offs_j"}),
+        "rotary_position": _lines(RO.ROTARY_POSITION),
+        "rotary_interleaved": _lines(RO.INTERLEAVED),
+        "rotary_halves": _lines(RO.HALVES),
+        "rotary_rotate": _lines(RO.ROTATE, {"offs_d": "offs_d[None, :]", "ro_sign": "ro_sign[None, :]"}),
         "gather": _lines(P.PAGE_GATHER, {"j": "offs_n"}),
         "key_ok": print_expr(P.KEY_IN_SPLIT, {"j": "offs_n"}),
         "shift": print_term(shift, {"N_K": "key_len"}),

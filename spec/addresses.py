@@ -137,7 +137,7 @@ DECODE_STRIDES = {name: _int(name) for name in (
     "stride_qb", "stride_qn", "stride_qh", "stride_qd", "stride_kb", "stride_kn", "stride_kh", "stride_kd",
     "stride_vb", "stride_vn", "stride_vh", "stride_vd", "stride_os", "stride_ob", "stride_on", "stride_oh",
     "stride_od", "stride_ls", "stride_lb", "stride_ln", "stride_lh", "stride_bt_b", "stride_bt_p", "stride_cs",
-    "stride_sink")}
+    "stride_sink", "stride_lp", "stride_bi")}
 S_ = DECODE_STRIDES
 
 #: row offs_m of a program is query head off_kvh·GROUP + offs_m // N_Q, new token offs_m % N_Q
@@ -148,6 +148,13 @@ DECODE_ROWS = (
 #: batch b's valid keys: cache_seqlens[b]
 cs_off = _int("cs_off")
 KEY_LEN = Term(cs_off, off_b * S_["stride_cs"], CLAIM_DECODE, "cache_seqlens[b]")
+#: HAS_LEFTPAD: batch b's first valid key cache_leftpad[b]
+lp_off = _int("lp_off")
+LEFTPAD_OFFSET = Term(lp_off, off_b * S_["stride_lp"], CLAIM_DECODE, "cache_leftpad[b]")
+#: HAS_BATCH_IDX (contiguous cache): batch b reads cache row off_bc = cache_batch_idx[b] (else off_bc = b)
+bi_off = _int("bi_off")
+off_bc = _int("off_bc", nonnegative=True)
+BATCH_IDX_OFFSET = Term(bi_off, off_b * S_["stride_bi"], CLAIM_DECODE, "cache_batch_idx[b]")
 #: the rows of Q (loaded once)
 Q_OFFSET = Term(q_off, off_b * S_["stride_qb"] + col(tok) * S_["stride_qn"] + col(head) * S_["stride_qh"]
                 + row(offs_d) * S_["stride_qd"], CLAIM_DECODE, "q[b, tok, head, d]")
@@ -159,8 +166,8 @@ PAGED_ROWS = (
     Term(v_rows, page * S_["stride_vb"] + P.slot * S_["stride_vn"], CLAIM_DECODE, "v_cache[page, slot]"),
 )
 CONTIGUOUS_ROWS = (
-    Term(k_rows, off_b * S_["stride_kb"] + offs_n * S_["stride_kn"], CLAIM_DECODE, "k_cache[b, j]"),
-    Term(v_rows, off_b * S_["stride_vb"] + offs_n * S_["stride_vn"], CLAIM_DECODE, "v_cache[b, j]"),
+    Term(k_rows, off_bc * S_["stride_kb"] + offs_n * S_["stride_kn"], CLAIM_DECODE, "k_cache[off_bc, j]"),
+    Term(v_rows, off_bc * S_["stride_vb"] + offs_n * S_["stride_vn"], CLAIM_DECODE, "v_cache[off_bc, j]"),
 )
 KV_OFFSETS = (
     Term(k_off, off_kvh * S_["stride_kh"] + col(k_rows) + row(offs_d) * S_["stride_kd"], CLAIM_DECODE,
@@ -178,7 +185,8 @@ OUT_OFFSETS = (
 #: the row's sink (HAS_SINKS, unsplit): sinks[head]
 sink_off = _int("sink_off")
 SINK_OFFSET = Term(sink_off, head * S_["stride_sink"], CLAIM_DECODE, "sinks[head]")
-DECODE_GROUPS = {"rows": DECODE_ROWS, "sink_offset": (SINK_OFFSET,), "key_len": (KEY_LEN,), "q_offset": (Q_OFFSET,), "bt_offset": (BT_OFFSET,),
+DECODE_GROUPS = {"rows": DECODE_ROWS, "sink_offset": (SINK_OFFSET,), "key_len": (KEY_LEN,),
+                 "leftpad_offset": (LEFTPAD_OFFSET,), "batch_idx_offset": (BATCH_IDX_OFFSET,), "q_offset": (Q_OFFSET,), "bt_offset": (BT_OFFSET,),
                  "paged_rows": PAGED_ROWS, "contiguous_rows": CONTIGUOUS_ROWS, "kv_offsets": KV_OFFSETS,
                  "out_offsets": OUT_OFFSETS}
 

@@ -59,6 +59,13 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
     Assumption("block_sizes", "B_r, B_c and the backward's row / key steps are powers of two, 16 <= B <= 256 "
                "(compile-time constants: tl.arange needs powers of two)",
                "reject: generator.variants.BlockConfig accepts only ALLOWED_BLOCKS", (16, 32, 64, 128, 256)),
+    # --- attention dropout (issue 29)
+    Assumption("dropout_p_range", "the dropout probability p is a real number with 0 <= p < 1 (p = 1 drops "
+               "every entry and 1/(1 - p) is infinite)", "reject", 1.0),
+    Assumption("dropout_counter",
+               "B·Hq·N_q·N_k <= 2^62 (a packed batch: Hq·total_q·total_k), and the call's Philox offset is "
+               "drawn below 2^62, so every dropout counter rng_offset + ((b·H + h)·N_q + i)·N_k + j is an "
+               "int64 without wrap-around (claim dropout_mask_same)", "reject", 2**62),
     Assumption("alignment_shift", "shift = 0 (top_left) or N_k - N_q (bottom_right)",
                "reject: any other alignment; spec.masks.alignment_shift is the only source of shift"),
     # --- added by the contract issue (#23): the entry points other than flash_attention
@@ -70,8 +77,8 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
                "ceil(cache_seqlens[b] / page_size)) lies in [0, num_pages); the rest of the row is never read",
                "reject (eager); clamp: under torch.compile each id is clamped to [0, num_pages - 1] on the "
                "device (no read outside the cache)"),
-    Assumption("page_sizes", "a paged cache's page_size is a power of two from 16 to 256 (a whole number of "
-               "key tiles per page)", "reject", (16, 32, 64, 128, 256)),
+    Assumption("page_sizes", "a paged cache's page_size is a power of two from 16 to 512 (a whole number of "
+               "key tiles per page)", "reject", (16, 32, 64, 128, 256, 512)),
     Assumption("num_splits_max", "0 <= num_splits <= 64 (0: the heuristic)", "reject", 64),
     Assumption("merge_head_dim_max", "merge_state(s)' head dim is at most 1024 (one row of o per program "
                "lane block)", "reject", 1024),

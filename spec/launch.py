@@ -45,7 +45,8 @@ def decode_window(window, q, capacity):
 # ----------------------------------------------------------------------------------
 # Decode: _decode_fwd's grid and integer arguments; the merge's row views.
 # ----------------------------------------------------------------------------------
-def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, block_m, sinks=None):
+def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, block_m, sinks=None,
+                  cache_leftpad=None, cache_batch_idx=None, split_keys=0):
     """``(grid, ints, constexprs)`` of one ``_decode_fwd`` launch: ``ints`` the kernel's integer
     parameters by name (every stride as the tensor has it, the sizes), ``grid`` = (splits, B x Hkv,
     row blocks), ``constexprs`` the page size and rows per program.
@@ -53,7 +54,9 @@ def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, blo
     q ``(B, N_q, Hq, D)``; the cache ``(B, N_cache, Hkv, D)`` or, with ``block_table`` ``(B,
     max_pages)``, ``(num_pages, PAGE_SIZE, Hkv, D)``; ``out`` ``(S, B, N_q, Hq, D)``, ``lse`` ``(S, B,
     N_q, Hq)`` (S splits: the grid's first axis is ``out``'s); ``cache_seqlens`` ``(B,)``; ``sinks``
-    ``(Hq,)`` or None (then stride 0: never read)."""
+    ``(Hq,)`` or None (then stride 0: never read); ``cache_leftpad``, ``cache_batch_idx`` ``(B,)`` or
+    None (then stride 0 and ``HAS_LEFTPAD`` / ``HAS_BATCH_IDX`` off: never read); ``split_keys > 0``:
+    fixed-size splits (``BATCH_INVARIANT``)."""
     B, N_Q, HQ, _ = q.shape
     H_KV = k_cache.shape[2]
     group = HQ // H_KV
@@ -66,10 +69,14 @@ def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, blo
     ints.update(zip(("stride_os", "stride_ob", "stride_on", "stride_oh", "stride_od"), out.stride()))
     ints.update(zip(("stride_ls", "stride_lb", "stride_ln", "stride_lh"), lse.stride()))
     ints.update(stride_bt_b=table.stride(0), stride_bt_p=table.stride(1), stride_cs=cache_seqlens.stride(0),
-                stride_sink=sinks.stride(0) if sinks is not None else 0, H_KV=H_KV, GROUP=group, N_Q=N_Q,
-                num_splits=num_splits)
+                stride_sink=sinks.stride(0) if sinks is not None else 0,
+                stride_lp=cache_leftpad.stride(0) if cache_leftpad is not None else 0,
+                stride_bi=cache_batch_idx.stride(0) if cache_batch_idx is not None else 0,
+                H_KV=H_KV, GROUP=group, N_Q=N_Q, num_splits=num_splits, split_keys=split_keys)
     grid = (num_splits, B * H_KV, cdiv(group * N_Q, block_m))
-    constexprs = dict(BLOCK_M=block_m, PAGED=paged, PAGE_SIZE=k_cache.shape[1] if paged else 1)
+    constexprs = dict(BLOCK_M=block_m, PAGED=paged, PAGE_SIZE=k_cache.shape[1] if paged else 1,
+                      HAS_LEFTPAD=cache_leftpad is not None, HAS_BATCH_IDX=cache_batch_idx is not None,
+                      BATCH_INVARIANT=split_keys > 0)
     return grid, ints, constexprs
 
 

@@ -110,3 +110,19 @@ sink = sp.Symbol("sink", real=True)  # the learnable sink logit of this query he
 sink2 = sp.Symbol("sink2", real=True)  # the sink in log2 units
 dsink = sp.Symbol("dsink", real=True)  # this query row's part of dL/dsink
 tT = sp.Symbol("tT", real=True)  # t of the key-major (transposed) tile of the dK/dV kernel
+
+# --- attention dropout (issue 29): FlashAttention 2's, one Philox draw per (b, h, i, j) --------
+dropout_p = sp.Symbol("dropout_p", nonnegative=True)  # the drop probability p, 0 <= p < 1
+drop_scale = sp.Symbol("drop_scale", positive=True)  # 1/(1 − p): a kept entry's rescale
+drop_seed = sp.Symbol("drop_seed", integer=True, nonnegative=True)  # Philox key (from torch's generator)
+rng_offset = sp.Symbol("rng_offset", integer=True, nonnegative=True)  # this call's Philox counter offset
+drop_b = sp.Symbol("drop_b", integer=True, nonnegative=True)  # batch index b (0 for a packed batch)
+off_h = sp.Symbol("off_h", integer=True, nonnegative=True)  # query head h
+drop_heads = sp.Symbol("drop_heads", integer=True, positive=True)  # query heads H
+drop_nq = sp.Symbol("drop_nq", integer=True, positive=True)  # rows N_q (a packed batch: total_q)
+drop_nk = sp.Symbol("drop_nk", integer=True, positive=True)  # keys N_k (a packed batch: total_k)
+drop_i0 = sp.Symbol("drop_i0", integer=True, nonnegative=True)  # the slice's first row (packed: cu_seqlens_q[b])
+drop_j0 = sp.Symbol("drop_j0", integer=True, nonnegative=True)  # the slice's first key (packed: cu_seqlens_k[b])
+drop_base = sp.Symbol("drop_base", integer=True, nonnegative=True)  # Philox offset of (b, h, i0, j0)
+keep_drop = sp.Symbol("keep_drop")  # the keep decision of an entry (a boolean tile)
+pT_drop = sp.Symbol("pT_drop", nonnegative=True)  # Z ∘ Pᵀ / (1 − p): the dropped Pᵀ of the dK/dV tile

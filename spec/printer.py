@@ -31,6 +31,8 @@ constants (``1/log 2``)     a float literal (``1.4426950408889634``)
 ``Indexed`` ``p[x]``        ``tl.load(p + x)`` (a mask_mod parameter read)
 ``floor_div(a, c)``         ``tl.where(a < 0, -1 - (-1 - a) // c, a // c)``: the floor
                             for ``c >= 1`` whichever way ``//`` rounds (spec.mask_mod)
+``philox_uniform(s, o)``    ``tl.rand(s, o)``: Triton's Philox uniform in [0, 1) (dropout's
+                            keep decision, spec.terms.DROPOUT_KEEP; the only draw a kernel makes)
 ==========================  ===============================================
 
 ``dot`` casts an operand to the tile dtype ``DOT_DTYPE`` unless it is one of ``typed``
@@ -194,6 +196,10 @@ class TritonPrinter(PythonCodePrinter):
         (index,) = expr.indices
         return f"tl.load({self._print(expr.base.label)} + {self.parenthesize(index, PRECEDENCE['Add'])})"
 
+    def _print_philox_uniform(self, expr):
+        seed, offset = (self._print(x) for x in expr.args)
+        return f"tl.rand({seed}, {offset})"
+
     def _print_floor_div(self, expr):
         a, c = (self.parenthesize(x, PRECEDENCE["Mul"], strict=True) for x in expr.args)
         # floor(a/c) = -1 - floor((-1 - a)/c) for a < 0: each // gets a non-negative operand, where
@@ -273,6 +279,7 @@ class TorchPrinter(TritonPrinter):
     _print_exp = _call("torch.exp({})")
     _print_log = _call("torch.log({})")
     _print_rowmax = _print_rowsum = _print_dot = _print_trans = TritonPrinter._print_Basic
+    _print_philox_uniform = TritonPrinter._print_Basic  # a draw is a kernel's, never the runtime's
 
 
 # exp2/log2 are sympy.codegen Functions: make sure the dispatcher finds them by name.

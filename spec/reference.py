@@ -6,6 +6,9 @@
   the classifier of ``spec.masks`` calls skip and masking only the partial ones.
 * ``varlen_attention`` - a packed batch of variable-length segments (FlashAttention's
   ``cu_seqlens``): ``attention`` on each segment's slices, bottom-right aligned (``spec.varlen``).
+* ``rotary``, ``kvcache_attention`` - FlashAttention's ``flash_attn_with_kvcache``: append new
+  keys and values (rotated by ``spec.rotary``'s rotation) into a contiguous or paged cache, then
+  ``attention`` over each row's keys ``[cache_leftpad[b], cache_seqlens[b] + N_new)``.
 
 The first two take ``q (B, Hq, Nq, D)``, ``k (B, Hkv, Nk, D)``, ``v (B, Hkv, Nk, Dv)`` as torch tensors
 or numpy arrays, compute in float64 and return ``(out, lse)`` of the same kind:
@@ -27,7 +30,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from spec import masks, varlen
+from spec import masks, rotary as rotary_spec, varlen
 
 #: what a masked score becomes. It must be -inf, not a large negative number: with a
 #: finite value a fully masked row would average its values instead of giving 0
@@ -216,7 +219,8 @@ def _normalise(m, d, o):
 # Direct form
 # ----------------------------------------------------------------------------------
 def attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None,
-              mask=None, scale=None, softcap=None, alibi_slopes=None, sinks=None, mask_mod=None, mask_args=None):
+              mask=None, scale=None, softcap=None, alibi_slopes=None, sinks=None, mask_mod=None, mask_args=None,
+              dropout_mask=None, dropout_p=0.0):
     """Attention from the safe-softmax definition, in float64. Returns ``(out, lse)``.
 
     ``causal``: query ``i`` sees key ``j <= i + shift`` with ``shift = 0`` for
@@ -232,6 +236,9 @@ def attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_l
     (e^{sink} + Σ_j e^{s_ij})``, ``lse_i = log(e^{sink} + Σ_j e^{s_ij})`` (a row with no key:
     out 0, lse = sink). Torch ``sinks`` keep their autograd graph.
     ``mask_mod`` (``spec.masks.mask_mod``) with ``mask_args``: its predicate, evaluated on every entry.
+    ``dropout_mask`` (bool, broadcastable to (B, Hq, Nq, Nk), True = kept) with ``dropout_p``
+    (FlashAttention 2's dropout): after normalisation ``P ← dropout_mask ∘ P / (1 − p)``, so
+    ``out = (Z ∘ P/(1 − p)) V``; ``lse`` is the undropped one.
     """
     prob = _prepare(q, k, v, causal, alignment, window, key_lengths, mask, scale, mask_mod, mask_args)
     s = _modified_scores(prob, prob.scale * prob.q @ prob.k.transpose(-1, -2), alignment, softcap, alibi_slopes)
@@ -245,10 +252,24 @@ def attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_l
     d = p.sum(-1, keepdim=True)
     if sinks is not None:
         d = d + torch.exp(sink - _guard(m))  # the sink's e^{sink - m}, value 0
-    out, lse = _normalise(m, d, p @ prob.v)  # pass 3: the map (d = 0: out 0, lse -inf)
+    # pass 3: the map (d = 0: out 0, lse -inf); dropout scales the weights of P V only (the
+    # denominator, so lse, is undropped)
+    out, lse = _normalise(m, d, _dropped(p, dropout_mask, dropout_p) @ prob.v)
     if sinks is not None:  # d = 0 only for sink = -inf on a row with no key: lse = sink there, as for every
         lse = torch.where(d.squeeze(-1) == 0, sink.squeeze(-1).expand_as(lse), lse)  # sink (its gradient: 1)
     return _finish(prob, out, lse)
+
+
+def _dropped(p: torch.Tensor, dropout_mask, dropout_p: float) -> torch.Tensor:
+    """``Z ∘ p / (1 − dropout_p)`` (FlashAttention 2's dropout) for a bool keep mask ``Z``; ``p``
+    itself without one. Normalising the dropped numerator by the undropped denominator is
+    dropping the normalised P: ``(Z ∘ e^{s}/(1 − p)) / Σ e^{s} = Z ∘ P/(1 − p)``."""
+    if dropout_mask is None:
+        return p
+    if not 0 <= dropout_p < 1:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
+    keep = _as_tensor(dropout_mask, "dropout_mask").to(torch.bool).expand(p.shape)
+    return torch.where(keep, p / (1 - dropout_p), torch.zeros_like(p))
 
 
 def _modified_scores(prob: _Problem, s: torch.Tensor, alignment, softcap, alibi_slopes) -> torch.Tensor:
@@ -437,7 +458,8 @@ def _store(dst: torch.Tensor, rows: slice, value: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------
 # Packed variable-length batches (FlashAttention's cu_seqlens layout)
 # ----------------------------------------------------------------------------------
-def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, window=None, scale=None):
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, window=None, scale=None,
+                     dropout_mask=None, dropout_p=0.0):
     """``attention`` on each segment of a packed batch, in float64. Returns ``(out, lse)``.
 
     ``q (total_q, Hq, D)``, ``k (total_k, Hkv, D)``, ``v (total_k, Hkv, Dv)`` (torch tensors);
@@ -447,6 +469,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
     (total_q, Hq, Dv)`` and ``lse (Hq, total_q)`` (natural log); a segment without keys gives
     output 0 and ``lse = -inf``, one without queries nothing. Rows of other segments are never
     read, so whatever they hold (NaN included) cannot reach a segment's output or gradient.
+    ``dropout_mask`` (bool ``(Hq, total_q, total_k)``, global rows and keys) with ``dropout_p``:
+    ``attention``'s dropout, each segment taking its own block of the mask.
     """
     q, k, v = _as_tensor(q, "q"), _as_tensor(k, "k"), _as_tensor(v, "v")
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -464,10 +488,103 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
             lses.append(torch.full((hq, nq), -math.inf, dtype=torch.float64))
             continue
         seg = [x[a:b].transpose(0, 1)[None] for x, (a, b) in ((q, (q0, q1)), (k, (k0, k1)), (v, (k0, k1)))]
-        out, lse = attention(*seg, causal=causal, alignment=varlen.ALIGNMENT, window=window, scale=scale)
+        keep = None if dropout_mask is None else _as_tensor(dropout_mask, "dropout_mask")[None, :, q0:q1, k0:k1]
+        out, lse = attention(*seg, causal=causal, alignment=varlen.ALIGNMENT, window=window, scale=scale,
+                             dropout_mask=keep, dropout_p=dropout_p)
         outs.append(out[0].transpose(0, 1))
         lses.append(lse[0])
     if not outs:
         return (q.new_zeros((0, q.shape[1], v.shape[-1]), dtype=torch.float64),
                 torch.zeros((q.shape[1], 0), dtype=torch.float64))
     return torch.cat(outs), torch.cat(lses, dim=1)
+
+
+# ----------------------------------------------------------------------------------
+# KV cache: append, rotary, left padding, batch index (FlashAttention's flash_attn_with_kvcache)
+# ----------------------------------------------------------------------------------
+def rotary(x, cos, sin, positions, interleaved: bool = True) -> torch.Tensor:
+    """Rotary embedding in float64: ``x`` ``(B, T, H, D)``, ``cos``/``sin`` ``(seqlen_ro, rotary_dim / 2)``,
+    ``positions`` ``(B, T)`` integer table rows. Pair ``f`` (``spec.rotary.pair_lanes``: GPT-J
+    lanes ``(2f, 2f + 1)``, GPT-NeoX ``(f, f + rotary_dim / 2)``) is rotated by ``spec.rotary.rotation``
+    with ``cos[pos, f]``, ``sin[pos, f]``; lanes past ``rotary_dim`` are kept."""
+    x = _as_tensor(x, "x").to(torch.float64)
+    cos, sin = _as_tensor(cos, "cos").to(torch.float64), _as_tensor(sin, "sin").to(torch.float64)
+    positions = torch.as_tensor(positions, dtype=torch.long)
+    half = cos.shape[1]
+    out = x.clone()
+    c, s = cos[positions][:, :, None, :], sin[positions][:, :, None, :]  # (B, T, 1, half)
+    lanes = [rotary_spec.pair_lanes(f, half, interleaved) for f in range(half)]
+    a = torch.tensor([p[0] for p in lanes], dtype=torch.long)
+    b = torch.tensor([p[1] for p in lanes], dtype=torch.long)
+    out[..., a], out[..., b] = rotary_spec.rotation(x[..., a], x[..., b], c, s)
+    return out
+
+
+def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                      rotary_interleaved=True, cache_leftpad=None, cache_batch_idx=None, block_table=None,
+                      causal=False, window=None, scale=None, softcap=None, alibi_slopes=None, sinks=None):
+    """FlashAttention's ``flash_attn_with_kvcache`` in float64. Returns ``(out, lse, k_cache, v_cache)``:
+    ``out`` ``(B, N_q, Hq, D)``, ``lse`` ``(B, Hq, N_q)``, and new float64 copies of the caches with
+    the appended rows (the inputs are not modified).
+
+    ``q`` ``(B, N_q, Hq, D)``; the cache ``(B_cache, N_cache, Hkv, D)`` or, with ``block_table``
+    ``(B, pages)``, paged ``(num_pages, page_size, Hkv, D)``; ``cache_seqlens`` ``(B,)``. ``k``, ``v``
+    ``(B, N_new, Hkv, D)`` are written at keys ``cache_seqlens[b] + t`` of row ``cache_batch_idx[b]``
+    (or ``b``), ``k`` rotated at table row ``cache_seqlens[b] + t`` when ``rotary_cos`` is given;
+    ``q`` is rotated at ``cache_seqlens[b] + t`` when ``causal`` or ``window``, else at
+    ``cache_seqlens[b]``. Row ``b`` then attends its keys ``[cache_leftpad[b], cache_seqlens[b] +
+    N_new)`` with causal / window / ALiBi bottom-right aligned (query ``i`` at key index
+    ``cache_seqlens[b] + N_new − N_q + i``)."""
+    q = _as_tensor(q, "q")
+    B, Nq, Hq, D = q.shape
+    kc, vc = _as_tensor(k_cache, "k_cache").to(torch.float64).clone(), _as_tensor(v_cache, "v_cache").to(torch.float64).clone()
+    lens = [int(x) for x in torch.as_tensor(cache_seqlens)]
+    pad = [0] * B if cache_leftpad is None else [int(x) for x in torch.as_tensor(cache_leftpad)]
+    rows = list(range(B)) if cache_batch_idx is None else [int(x) for x in torch.as_tensor(cache_batch_idx)]
+    n_new = 0 if k is None else k.shape[1]
+    q64 = q.to(torch.float64)
+    if rotary_cos is not None:
+        per_token = causal or window is not None
+        pos_q = torch.tensor([[lens[b] + (t if per_token else 0) for t in range(Nq)] for b in range(B)])
+        q64 = rotary(q64, rotary_cos, rotary_sin, pos_q, rotary_interleaved)
+
+    def where(b, j):
+        """(cache tensor index, row within it) of key j of batch b."""
+        if block_table is None:
+            return rows[b], j
+        page_size = kc.shape[1]
+        return int(block_table[b, j // page_size]), j % page_size
+
+    if k is not None:
+        k64, v64 = _as_tensor(k, "k").to(torch.float64), _as_tensor(v, "v").to(torch.float64)
+        if rotary_cos is not None:
+            pos_k = torch.tensor([[lens[b] + t for t in range(n_new)] for b in range(B)])
+            k64 = rotary(k64, rotary_cos, rotary_sin, pos_k, rotary_interleaved)
+        for b in range(B):
+            for t in range(n_new):
+                c, r = where(b, lens[b] + t)
+                kc[c, r], vc[c, r] = k64[b, t], v64[b, t]
+    outs, lses = [], []
+    for b in range(B):
+        L = lens[b] + n_new
+        kk = torch.stack([kc[where(b, j)] for j in range(L)]) if L else kc.new_zeros((0,) + kc.shape[2:])
+        vv = torch.stack([vc[where(b, j)] for j in range(L)]) if L else vc.new_zeros((0,) + vc.shape[2:])
+        keys = torch.arange(L) >= pad[b]
+        if not bool(keys.any()) or Nq == 0:
+            outs.append(torch.zeros(Nq, Hq, D, dtype=torch.float64))
+            lse_b = torch.full((Hq, Nq), -math.inf, dtype=torch.float64)
+            if sinks is not None:
+                lse_b = lse_b.clone().copy_(torch.as_tensor(sinks, dtype=torch.float64)[:, None].expand(Hq, Nq))
+            lses.append(lse_b)
+            continue
+        kk, vv = torch.nan_to_num(kk) * keys[:, None, None], torch.nan_to_num(vv) * keys[:, None, None]
+        slopes = None
+        if alibi_slopes is not None:
+            slopes = torch.as_tensor(alibi_slopes)
+            slopes = slopes[b:b + 1] if slopes.dim() == 2 else slopes
+        o, lse = attention(q64[b:b + 1].transpose(1, 2), kk[None].transpose(1, 2), vv[None].transpose(1, 2),
+                           causal=causal, alignment="bottom_right", window=window, mask=keys[None, None, None, :],
+                           scale=scale, softcap=softcap, alibi_slopes=slopes, sinks=sinks)
+        outs.append(o[0].transpose(0, 1))
+        lses.append(lse[0])
+    return torch.stack(outs), torch.stack(lses), kc, vc

@@ -335,3 +335,59 @@ GROUPS.update({
     "softcap_ds": SOFTCAP_DS,
     "softcap_ds_t": SOFTCAP_DS_T,
 })
+
+
+# ----------------------------------------------------------------------------------
+# Attention dropout (issue 29): FlashAttention 2's. After normalisation each P_ij is kept with
+# probability 1 − p and scaled by 1/(1 − p); lse is the undropped one. The keep decision is ONE
+# term of (seed, offset, b, h, i, j): a Philox uniform at the counter
+#     rng_offset + ((b·H + h)·N_q + i)·N_k + j
+# (a packed batch: b = 0, i and j its global rows and keys), printed identically into the
+# forward, the dK/dV and the dQ kernels, so the backward regenerates the forward's mask at every
+# element whatever the tile order (claim dropout_mask_same). Triton's ``tl.rand`` is a pure
+# function of (seed, offset): counter-based Philox, no state.
+# ----------------------------------------------------------------------------------
+class philox_uniform(sp.Function):
+    """Triton's counter-based Philox draw, a float in [0, 1), of ``(seed, offset)``
+    (``tl.rand(seed, offset)``): a pure function of its arguments."""
+
+    is_extended_real = True
+
+
+#: once per launch: the rescale of a kept entry
+DROPOUT_SCALE = Term(n.drop_scale, 1 / (1 - n.dropout_p), "dropout_grads",
+                     "1/(1 − p): a kept entry is rescaled, so E[Z/(1 − p)] = 1")
+#: once per (batch, query head): the Philox offset of the slice's first element (b, h, i0, j0)
+DROPOUT_BASE = Term(n.drop_base, n.rng_offset + ((n.drop_b * n.drop_heads + n.off_h) * n.drop_nq + n.drop_i0)
+                    * n.drop_nk + n.drop_j0, "dropout_mask_same",
+                    "counter of (b, h, i0, j0): rng_offset + ((b·H + h)·N_q + i0)·N_k + j0, int64")
+#: per element of a tile (either layout): the keep decision Z_ij
+DROPOUT_KEEP = Term(n.keep_drop, sp.GreaterThan(philox_uniform(n.drop_seed, n.drop_base + n.i * n.drop_nk + n.j),
+                                                n.dropout_p, evaluate=False), "dropout_mask_same",
+                    "Z_ij: Philox at (seed, offset of (b, h, i, j)); kept with probability 1 − p")
+#: the forward, after l_i (the denominator is the undropped one) and before acc: P ← Z ∘ P/(1 − p)
+DROPOUT_P = Term(n.p, sp.Piecewise((n.p * n.drop_scale, n.keep_drop), (0, True)), "dropout_grads",
+                 "dropped and rescaled P enters P V only; l_i (so lse) stays undropped")
+#: the forward's tile with dropout: FORWARD_TILE with DROPOUT_P before the acc update
+FORWARD_TILE_DROPOUT = tuple(t for tile in FORWARD_TILE for t in ((DROPOUT_P, tile) if tile.name == "acc" else (tile,)))
+#: the dQ kernel, after dP and before dS: dP ← Z ∘ dP/(1 − p) (the gradient through the dropout)
+DROPOUT_DP = Term(n.dp, sp.Piecewise((n.dp * n.drop_scale, n.keep_drop), (0, True)), "dropout_grads",
+                  "dP through the dropout: ∂O/∂P_ij carries Z_ij/(1 − p)")
+#: the dK/dV kernel's key-major tile: dV from the dropped Pᵀ, dPᵀ through the dropout
+DROPOUT_DV_T = (
+    Term(n.pT_drop, sp.Piecewise((n.pT * n.drop_scale, n.keep_drop), (0, True)), "dropout_grads",
+         "Z ∘ Pᵀ/(1 − p): the P that O = P V used"),
+    Term(n.dv, n.dv + dot(n.pT_drop, n.do), "dropout_grads", "dV += (Z ∘ P/(1 − p))ᵀ dO"),
+)
+DROPOUT_DP_T = Term(n.dpT, sp.Piecewise((n.dpT * n.drop_scale, n.keep_drop), (0, True)), "dropout_grads",
+                    "dPᵀ through the dropout, entrywise")
+
+GROUPS.update({
+    "dropout_scale": (DROPOUT_SCALE,),
+    "dropout_base": (DROPOUT_BASE,),
+    "dropout_keep": (DROPOUT_KEEP,),
+    "dropout_p": (DROPOUT_P,),
+    "dropout_dp": (DROPOUT_DP,),
+    "dropout_dv_t": DROPOUT_DV_T,
+    "dropout_dp_t": (DROPOUT_DP_T,),
+})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 import torch
+from hypothesis import settings
 from hypothesis import strategies as st
 
 import generated
@@ -23,6 +24,13 @@ from generator.runtime.launch import interpreting
 from spec import masks as M
 from spec import terms as T
 from spec.reference import attention as reference
+
+def examples(ci: int, explore: int | None = None) -> int:
+    """``max_examples`` of a slow property test (kernels in the interpreter): ``ci`` under the
+    deterministic default profile (tests/conftest.py), ``explore`` (default 5 x ``ci``) under
+    ``--hypothesis-profile=explore``, where fresh examples are the point."""
+    return (explore or 5 * ci) if getattr(settings, "_current_profile", "ci") == "explore" else ci
+
 
 # ----------------------------------------------------------------------------------
 # Where the kernels run.

@@ -13,11 +13,17 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # the repo's `spec`/`generator`, never PyPI's namesakes
     sys.path.insert(0, str(ROOT))
 
-# Examples are bounded by the tests' own strategies; deadlines are meaningless on 2 shared
-# cores and in the Triton interpreter.
-settings.register_profile("flashproof", max_examples=40, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("flashproof")
+# Hypothesis profiles. Examples are bounded by the tests' own strategies; deadlines are
+# meaningless on 2 shared cores and in the Triton interpreter.
+# - "ci" (the default): derandomized, no example database: every run, on every fresh clone,
+#   draws the same examples, so CI is deterministic (a failure reproduces by re-running).
+# - "explore": fresh random examples on every run, remembered in .hypothesis/ when one fails:
+#   `pytest --hypothesis-profile=explore` (or FLASHPROOF_HYPOTHESIS=explore), see the README.
+# A test's own @settings(max_examples=...) keeps its count under either profile.
+_COMMON = dict(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", derandomize=True, database=None, **_COMMON)
+settings.register_profile("explore", derandomize=False, **_COMMON)
+settings.load_profile(os.environ.get("FLASHPROOF_HYPOTHESIS", "ci"))
 
 
 def pytest_configure(config):

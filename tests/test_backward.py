@@ -24,7 +24,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from attention_cases import BLOCKS, cases, mask_arguments, random_inputs, replace_term, to_cpu, to_device
+from attention_cases import BLOCKS, cases, examples, mask_arguments, random_inputs, replace_term, to_cpu, to_device
 from attention_cases import VARIANTS as FORWARD_VARIANTS
 from generated import flash_attention
 from generator import manifest, render
@@ -165,7 +165,7 @@ def test_dense_mask_with_dq_tiles_smaller_than_the_block_map_tiles(monkeypatch):
 # ----------------------------------------------------------------------------------
 # Hypothesis over the forward issue's grid (shapes capped for the interpreter).
 # ----------------------------------------------------------------------------------
-@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(ci=10, explore=50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(max_n=130, max_window=60, dtypes=tuple(TOLERANCES), head_dims=HEAD_DIMS,
              dense_masks=("random", "empty_rows", "per_head")))
 def test_random_cases(block_case):

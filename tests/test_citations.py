@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 import sympy as sp
 
-from spec import masks, paged, structure, terms, varlen
+from spec import masks, paged, rotary, structure, terms, varlen
 from spec import notation as n
 from spec.claims import REGISTRY
 
@@ -51,6 +51,7 @@ def printed_groups():
                    "structure.FORWARD_INIT": structure.FORWARD_INIT, "structure.GRAD_INIT": structure.GRAD_INIT,
                    "varlen.SEGMENT": varlen.SEGMENT})
     groups.update({f"paged.{name}": group for name, group in paged.GROUPS.items()})
+    groups.update({f"rotary.{name}": group for name, group in rotary.GROUPS.items()})
     out = [(f"{name}[{k}] {t.name}", group, k) for name, group in groups.items() for k, t in enumerate(group)]
     out += [(f"{name} {t.name}", t, None) for name, t in (
         ("masks.MASK_TERM", masks.MASK_TERM), ("masks.KEEP_INIT", masks.KEEP_INIT),

@@ -500,8 +500,52 @@ def _softmax_case(g):
     return tensors, {"x": (0, 1, 2)}, ("x",), call
 
 
+def _kvcache_append_case(g):
+    """The KV-cache extras on a contiguous cache of 3 rows: append k/v (rotated), left padding, batch index.
+    Every call writes the same rows with the same values, so repeated calls see the same cache."""
+    q, k_cache, v_cache, lens = decode_problem(seed=int(torch.randint(0, 99, (), generator=g)))
+    k_cache, v_cache = (torch.cat([c, torch.randn(1, *c.shape[1:], generator=g)]) for c in (k_cache, v_cache))
+    angle = torch.rand(k_cache.shape[1], 4, generator=g) * 6.28
+    tensors = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": lens - 3,
+               "k": torch.randn(2, 3, 1, D, generator=g), "v": torch.randn(2, 3, 1, D, generator=g),
+               "rotary_cos": angle.cos(), "rotary_sin": angle.sin(),
+               "cache_leftpad": torch.tensor([2, 0], dtype=torch.int32),
+               "cache_batch_idx": torch.tensor([2, 0], dtype=torch.int32)}
+    expandable = {"q": (0, 1, 2), "k": (0, 2), "v": (0, 2), "rotary_cos": (0, 1), "rotary_sin": (0, 1),
+                  "cache_seqlens": (0,), "cache_leftpad": (0,)}
+
+    def call(t):
+        with torch.no_grad():
+            return flash_attention_with_kvcache(
+                t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"], k=t["k"], v=t["v"],
+                rotary_cos=t["rotary_cos"], rotary_sin=t["rotary_sin"], rotary_interleaved=False,
+                cache_leftpad=t["cache_leftpad"], cache_batch_idx=t["cache_batch_idx"], causal=True, num_splits=2,
+                return_lse=True)
+    return tensors, expandable, (), call
+
+
+def _varlen_paged_case(g):
+    """flash_attention_varlen over paged caches (block_table): k, v are the pages."""
+    q, k, v, lens = decode_problem(seed=int(torch.randint(0, 99, (), generator=g)))
+    kp, vp, table = paged(k, v)
+    tensors = {"q": torch.randn(5, 2, D, generator=g), "k": kp, "v": vp,
+               "cu_seqlens_q": torch.tensor([0, 3, 5], dtype=torch.int32),
+               "cu_seqlens_k": torch.tensor([0, int(lens[0]), int(lens[0] + lens[1])], dtype=torch.int32),
+               "block_table": table}
+    expandable = {"q": (0, 1, 2), "k": (1, 3), "v": (1, 3), "block_table": (0,)}
+
+    def call(t):
+        with torch.no_grad():
+            return flash_attention_varlen(t["q"], t["k"], t["v"], t["cu_seqlens_q"], t["cu_seqlens_k"], causal=True,
+                                          block_table=t["block_table"], return_lse=True)
+    return tensors, expandable, (), call
+
+
+#: a key "entry[variant]" is one more case of the entry point "entry" (the coverage test unions them)
 CASES = {"flash_attention": _dense_case, "flash_attention_varlen": _varlen_case,
-         "flash_attention_with_kvcache": _kvcache_case, "merge_state": _merge_state_case,
+         "flash_attention_varlen[paged]": _varlen_paged_case,
+         "flash_attention_with_kvcache": _kvcache_case, "flash_attention_with_kvcache[append]": _kvcache_append_case,
+         "merge_state": _merge_state_case,
          "merge_states": _merge_states_case, "ring_attention": _ring_case, "softmax": _softmax_case}
 
 
@@ -509,8 +553,8 @@ def test_the_layout_property_covers_every_tensor_argument():
     from generator.runtime import contract
 
     g = torch.Generator().manual_seed(0)
-    for entry, case in CASES.items():
-        tensors = case(g)[0]
+    for entry in {key.split("[")[0] for key in CASES}:
+        tensors = set().union(*(case(g)[0] for key, case in CASES.items() if key.split("[")[0] == entry))
         declared = {a.name for a in contract.ENTRY_POINTS[entry] if a.strides != contract.NONE}
         if entry == "flash_attention":  # mask_args' tensors
             declared = declared - {"mask_args"} | {"doc_q", "doc_k"}

@@ -150,7 +150,7 @@ def test_bad_inputs_name_the_fix():
     q, k, v, lens, _, _ = make_problem(5, 1, 1, 1, 1, [20], torch.float32)
     with pytest.raises(ValueError, match="int32"):
         flash_attention_with_kvcache(q, k, v, lens, block_table=torch.zeros(1, 2))
-    with pytest.raises(ValueError, match="power of two from 16 to 256"):
+    with pytest.raises(ValueError, match="power of two from 16 to 512"):
         flash_attention_with_kvcache(q, k[:, :12].contiguous(), v[:, :12].contiguous(), 5,
                                      block_table=torch.zeros(1, 1, dtype=torch.int32))
     with pytest.raises(ValueError, match="cache_seqlens must lie in"):

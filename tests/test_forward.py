@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from sympy.codegen.cfunctions import exp2, log2
 
 from attention_cases import (
-    BLOCKS, HEAD_DIMS, VARIANTS, cases, forward_failures, forward_module, on_device, replace_term, to_cpu,
+    BLOCKS, HEAD_DIMS, VARIANTS, cases, examples, forward_failures, forward_module, on_device, replace_term, to_cpu,
     to_device,
 )
 from generator import manifest, render
@@ -65,7 +65,7 @@ def test_extreme_head_dims(D):
 # ----------------------------------------------------------------------------------
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(ci=20, explore=100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(max_n=200, max_window=80, dtypes=DTYPES))
 def test_random_cases(block_case):
     block, case = block_case

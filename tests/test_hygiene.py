@@ -64,7 +64,7 @@ def test_float_arithmetic_outside_a_term_is_caught():
 def test_stage_one_unmasked_is_caught():
     """Stage 1 (partial tiles before the full ones) flipped to MASKED=False."""
     old = "offs_m, offs_d, kv_lo, full_lo,\n        N_Q, N_K, shift, window_left, window_right, key_len, softcap_in, " \
-          "softcap_out, alibi_coef,\n        HEAD_DIM, BLOCK_N, True,"
+          "softcap_out, alibi_coef,\n        drop_seed, drop_base, drop_nk, dropout_p, drop_scale,\n        HEAD_DIM, BLOCK_N, True,"
     found = problems(edited("fwd", old, old.replace("True,", "False,")))
     assert any("('kv_lo', 'full_lo', False)" in p for p in found), found
 
@@ -145,3 +145,15 @@ def test_pointer_gaps_are_listed_on_the_verification_page():
     page = (Path(__file__).resolve().parents[1] / "docs" / "verification.md").read_text()
     missing = [name for name in hygiene.POINTER_GAPS if f"`{name}`" not in page]
     assert missing == [], missing
+
+
+def test_a_second_random_draw_is_caught():
+    """Dropout's keep decision is the one printed term (claim dropout_mask_same): a draw added by
+    hand, even with index-only arguments, is reported, whether in the forward or the dQ loop."""
+    found = problems(edited("fwd", "    # epilogue: the one division of FA2",
+                            "    r = tl.rand(0, offs_m)\n    # epilogue: the one division of FA2"))
+    assert any("random draw `tl.rand(0, offs_m)`" in p for p in found), found
+    found = problems(edited("bwd", "            if HAS_DROPOUT:\n                keep_drop",
+                            "            if HAS_DROPOUT:\n                keep_drop = tl.randint(drop_seed, offs_n) > 0\n"
+                            "                keep_drop"))
+    assert any("random draw `tl.randint(drop_seed, offs_n)`" in p for p in found), found

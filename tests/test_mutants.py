@@ -482,14 +482,107 @@ def test_split_end_past_cache_seqlens_is_refuted():
     """split_hi = split_lo + chunk without the min: the last split reads keys >= key_len."""
     from spec import paged
     hi = swap(paged.SPLIT_RANGE, paged.split_hi, paged.split_lo + paged.chunk)
-    assert _paged_failures(split_range=hi) == {"no key outside [0, key_len) is read"}
+    assert _paged_failures(split_range=hi) == {"no key outside [key_lo, key_len) is read"}
 
 
 def test_splits_rounded_down_are_refuted():
     """chunk = key_len // num_splits: the keys of the remainder are never read."""
     from spec import paged
-    short = swap(paged.SPLIT_RANGE, paged.chunk, sp.floor(n.key_len / paged.num_splits))
-    assert "every key 0 <= j < key_len is read (split j // chunk)" in _paged_failures(split_range=short)
+    short = swap(paged.SPLIT_RANGE, paged.chunk, sp.floor((n.key_len - paged.key_lo) / paged.num_splits))
+    assert "every key key_lo <= j < key_len is read (split (j - key_lo) // chunk)" in _paged_failures(split_range=short)
+
+
+def test_splits_from_zero_ignore_the_left_padding():
+    """split_lo = split·chunk (no key_lo): split 0 reads the left padding before cache_leftpad[b]."""
+    from spec import paged
+    from0 = swap(paged.SPLIT_RANGE, paged.split_lo, paged.split * paged.chunk)
+    assert "no key outside [key_lo, key_len) is read" in _paged_failures(split_range=from0)
+
+
+def test_fixed_splits_past_the_row_end_are_refuted():
+    """batch_invariant's fixed splits without the min(…, key_len): the last split reads past the row."""
+    from spec import paged
+    hi = swap(paged.SPLIT_RANGE_FIXED, paged.split_hi, paged.split_lo + paged.split_keys)
+    assert _paged_failures(split_range_fixed=hi) == {"fixed splits: no key outside [key_lo, key_len) is read"}
+
+
+# ---------------------------------------------------------------- batch invariance (issue 26)
+def test_a_split_size_from_the_batch_is_refuted():
+    """Fixed splits sized by num_splits (which the batch's largest cache sets): the plan of a row then
+    depends on the batch, and batch_invariant_splits says so."""
+    from spec import paged
+    from spec.proofs import paged as PP
+    by_batch = swap(paged.SPLIT_RANGE_FIXED, paged.split_lo,
+                    paged.key_lo + paged.split * paged.split_keys * paged.num_splits)
+    r = PP.prove_batch_invariant_splits(split_range_fixed=by_batch)
+    assert_failed(r)
+    assert {name for name, res in r.cases if res != 0} >= {"split_lo depends on the row's key_lo, key_len and the split only"}
+
+
+def test_a_merge_exact_only_in_real_arithmetic_is_refuted():
+    """lse = log(e^{lse_a} + e^{lse_b}) without the shift by lse_max: the same value in real
+    arithmetic, but merging an empty split then rounds (log2(exp2(lse·log2 e))): a row's bits would
+    depend on how many empty splits the batch adds."""
+    from sympy.codegen.cfunctions import log2 as log2_
+    from spec.proofs import paged as PP
+    unshifted = swap(terms.MERGE_STATE, n.lse, log2_(exp2(n.lse_a * n.LOG2E) + exp2(n.lse_b * n.LOG2E)) * n.LN2)
+    r = PP.prove_batch_invariant_splits(merge=unshifted)
+    assert_failed(r)
+    assert any("every operation's exact result" in name for name, res in r.cases if res != 0)
+
+
+# ---------------------------------------------------------------- rotary embedding (issue 26)
+def _rotary_failures(**mutant):
+    from spec.proofs import rotary as PRO
+    r = PRO.prove_rotary_rotation(**mutant)
+    assert_failed(r)
+    return {name for name, res in r.cases if res != 0}
+
+
+def test_rotary_with_the_sign_flipped_is_refuted():
+    """x·cos − sign·x_pair·sin rotates by −θ: still relative (⟨R_{−m} q, R_{−n} k⟩ depends on m − n), but
+    not the reference's rotation: the claim's first part catches it."""
+    from spec import rotary as RO
+    flipped = swap(RO.INTERLEAVED, RO.ro_sign, 1 - 2 * RO.ro_odd)
+    failed = _rotary_failures(interleaved=flipped)
+    assert any(name.startswith("GPT-J: the first lane") for name in failed)
+
+
+def test_rotary_halves_paired_with_the_wrong_partner_are_refuted():
+    from spec import rotary as RO
+    wrong = swap(RO.HALVES, RO.ro_pair, RO.d + RO.rotary_half - RO.rotary_half * RO.ro_second)
+    assert any(name.startswith("GPT-NeoX") for name in _rotary_failures(halves=wrong))
+
+
+def test_rotary_reading_the_lane_column_is_refuted():
+    """cos[pos, d] instead of cos[pos, d // 2] (GPT-J): the pair's lanes read different angles."""
+    from spec import rotary as RO
+    wrong = swap(RO.INTERLEAVED, RO.ro_freq, RO.d)
+    assert any(name.startswith("GPT-J") for name in _rotary_failures(interleaved=wrong))
+
+
+def test_rotary_not_a_rotation_is_refuted():
+    """x·cos + x_pair·sin on both lanes (no sign): not R(θ), and the score is not relative."""
+    from spec import rotary as RO
+    (term,) = RO.ROTATE
+    bad = (replace(term, expr=sp.Piecewise((RO.x * RO.cos + RO.x_pair * RO.sin, RO.d < 2 * RO.rotary_half),
+                                            (RO.x, True))),)
+    failed = _rotary_failures(rotate=bad)
+    assert "(R_m q)·(R_n k) depends on m − n only" in failed and "ROTATE is R(θ) on the pair's first lane" in failed
+
+
+def test_rotary_rotating_the_tail_lanes_is_refuted():
+    """The select on d < rotary_dim dropped (partial rotary_dim would rotate every lane)."""
+    from spec import rotary as RO
+    (term,) = RO.ROTATE
+    bad = (replace(term, expr=sp.Piecewise((RO.x * RO.cos + RO.ro_sign * RO.x_pair * RO.sin, sp.true))),)
+    assert _rotary_failures(rotate=bad)
+
+
+def test_rotary_position_without_the_token_is_refuted():
+    from spec import rotary as RO
+    bad = swap(RO.ROTARY_POSITION, RO.ro_pos, RO.seqlen)
+    assert "the table row with PER_TOKEN = 1" in _rotary_failures(position=bad)
 
 
 def test_page_slot_off_by_one_is_refuted():
@@ -875,8 +968,9 @@ def _failing(result):
 
 def test_block_table_row_stride_from_its_shape_is_refuted():
     """(a) paged decode passes block_table.shape[-1] as the table's row stride."""
-    def launch(q, k, v, out, lse, cache_seqlens, block_table, block_m, sinks=None):
-        grid, ints, constexprs = LA.decode_launch(q, k, v, out, lse, cache_seqlens, block_table, block_m, sinks)
+    def launch(q, k, v, out, lse, cache_seqlens, block_table, block_m, sinks=None, **serving):
+        grid, ints, constexprs = LA.decode_launch(q, k, v, out, lse, cache_seqlens, block_table, block_m, sinks,
+                                                  **serving)
         if block_table is not None:
             ints = dict(ints, stride_bt_b=block_table.shape[-1])
         return grid, ints, constexprs
@@ -895,8 +989,27 @@ def test_block_table_without_its_column_stride_is_refuted():
 def test_decode_key_offset_with_the_query_head_is_refuted():
     kv = swap(AD.KV_OFFSETS, AD.k_off, AD.head * AD.S_["stride_kh"] + terms.col(AD.k_rows)
               + terms.row(AD.offs_d) * AD.S_["stride_kd"])
-    assert "contiguous: k offset is k_cache[b, j, kvh, d]" in _failing(
+    assert "contiguous: k offset is k_cache[off_bc, j, kvh, d]" in _failing(
         PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, kv_offsets=kv)))
+
+
+def test_contiguous_rows_of_b_not_the_cache_batch_row_are_refuted():
+    """cache_batch_idx ignored: the contiguous rows at off_b·stride_kb, not off_bc·stride_kb."""
+    rows = swap(AD.CONTIGUOUS_ROWS, AD.k_rows, AD.off_b * AD.S_["stride_kb"] + AD.offs_n * AD.S_["stride_kn"])
+    failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, contiguous_rows=rows)))
+    assert failing == ["contiguous: k offset is k_cache[off_bc, j, kvh, d]"], failing
+
+
+def test_leftpad_and_batch_index_offsets_are_refuted():
+    """cache_leftpad read with cache_seqlens' stride; cache_batch_idx read at b + 1."""
+    lp = (AD.Term(AD.lp_off, AD.off_b * AD.S_["stride_cs"], AD.CLAIM_DECODE, "wrong stride"),)
+    failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, leftpad_offset=lp)))
+    assert sorted(failing) == ["contiguous: cache_leftpad offset is cache_leftpad[b]",
+                               "paged: cache_leftpad offset is cache_leftpad[b]"], failing
+    bi = (AD.Term(AD.bi_off, (AD.off_b + 1) * AD.S_["stride_bi"], AD.CLAIM_DECODE, "one entry late"),)
+    failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, batch_idx_offset=bi)))
+    assert sorted(failing) == ["contiguous: cache_batch_idx offset is cache_batch_idx[b]",
+                               "paged: cache_batch_idx offset is cache_batch_idx[b]"], failing
 
 
 def test_decode_rows_that_swap_token_and_head_are_refuted():
@@ -962,3 +1075,61 @@ def test_varlen_segments_grid_rounded_down_is_refuted():
     """varlen_segments_sound's grid case reads spec.launch.varlen_grid (the launchers'), not a copy."""
     failing = _failing(PV.prove_varlen_segments_sound(grid=lambda m, b, cu, h: (sp.floor(m / b), 0)))
     assert failing == ["grid cdiv(max_seqlen, B)·B covers a segment of n <= max_seqlen rows"], failing
+
+
+# ---------------------------------------------------------------- attention dropout (issue 29)
+from spec.proofs import dropout as PD  # noqa: E402
+
+
+def _keep_at(counter):
+    """DROPOUT_KEEP drawing at another counter."""
+    return replace(terms.DROPOUT_KEEP, expr=sp.GreaterThan(terms.philox_uniform(n.drop_seed, counter), n.dropout_p,
+                                                           evaluate=False))
+
+
+MASK_MUTANTS = {
+    # the row stride N_q where N_k belongs: rows i and i + 1 overlap once N_q != N_k
+    "wrong radix": {"keep": _keep_at(n.drop_base + n.i * n.drop_nq + n.j)},
+    # a tile start in the counter: the mask would depend on the tiling (the dK/dV kernel's tiles differ)
+    "tile coordinate": {"keep": _keep_at(n.drop_base + n.i * n.drop_nk + n.j - n.start_n)},
+    # the head left out of the base: every head of a batch entry draws the same mask
+    "no head": {"base": replace(terms.DROPOUT_BASE, expr=terms.DROPOUT_BASE.expr.subs(n.off_h, 0))},
+    # a 32-bit-style counter without the batch: collides across batch entries
+    "no batch": {"base": replace(terms.DROPOUT_BASE, expr=terms.DROPOUT_BASE.expr.subs(n.drop_b, 0))},
+}
+
+
+@pytest.mark.parametrize("mutant", list(MASK_MUTANTS))
+def test_dropout_counter_mutant_is_refuted(mutant):
+    assert_failed(PD.prove_dropout_mask_same(**MASK_MUTANTS[mutant]))
+
+
+def test_dropout_mask_same_z3_case_refutes_an_overlapping_counter():
+    """The z3 injectivity case itself (not only the SymPy identity) fails on a counter whose
+    coordinates overlap: rows strided by N_k − 1."""
+    r = PD.prove_dropout_mask_same(keep=_keep_at(n.drop_base + n.i * (n.drop_nk - 1) + n.j))
+    assert_failed(r)
+    assert dict(r.cases)["injective: equal counters at (b, h, i, j) and (b', h', i', j') => equal coordinates"] != 0
+
+
+GRAD_MUTANTS = {
+    # dV from the undropped Pᵀ
+    "dV undropped": {"dropout_dv_t": (terms.DROPOUT_DV_T[0],
+                                      replace(terms.DROPOUT_DV_T[1], expr=n.dv + terms.dot(n.pT, n.do)))},
+    # dP masked but not rescaled by 1/(1 − p)
+    "dP not rescaled": {"dropout_dp": replace(terms.DROPOUT_DP, expr=sp.Piecewise((n.dp, n.keep_drop), (0, True)))},
+    # the key-major dPᵀ without the dropout
+    "dPT undropped": {"dropout_dp_t": replace(terms.DROPOUT_DP_T, expr=n.dpT)},
+    # the forward without the dropout line (P V undropped)
+    "forward undropped": {"forward_tile": terms.FORWARD_TILE},
+    # the forward dropping P before the row sum: l (and lse) of the dropped row
+    "forward drops the denominator": {"forward_tile": tuple(
+        t for tile in terms.FORWARD_TILE for t in ((terms.DROPOUT_P, tile) if tile.name == "l_ij" else (tile,)))},
+    # the rescale 1/(1 + p)
+    "scale sign": {"dropout_scale": replace(terms.DROPOUT_SCALE, expr=1 / (1 + n.dropout_p))},
+}
+
+
+@pytest.mark.parametrize("mutant", list(GRAD_MUTANTS))
+def test_dropout_gradient_mutant_is_refuted(mutant):
+    assert_failed(PD.prove_dropout_grads(**GRAD_MUTANTS[mutant]))

@@ -70,3 +70,22 @@ def test_every_package_directory_is_packaged():
         for init in (ROOT / top).rglob("__init__.py"):
             name = ".".join(init.parent.relative_to(ROOT).parts)
             assert name in packages, f"{name} is not in pyproject's packages"
+
+
+def test_hypothesis_draws_fixed_examples_by_default():
+    """CI is deterministic: the default profile (``ci``, tests/conftest.py) is derandomized with no
+    example database, and no test opts out of it; ``--hypothesis-profile=explore`` (or
+    FLASHPROOF_HYPOTHESIS=explore) draws fresh examples instead."""
+    import os
+    import re
+
+    from hypothesis import settings
+
+    ci, explore = settings.get_profile("ci"), settings.get_profile("explore")
+    assert ci.derandomize and ci.database is None and not explore.derandomize
+    if os.environ.get("FLASHPROOF_HYPOTHESIS", "ci") == "ci" and settings._current_profile == "ci":
+        assert settings.default.derandomize
+    opting_out = [p.name for p in (ROOT / "tests").glob("*.py")
+                  if re.search(r"derandomize\s*=\s*False|@seed\(|database\s*=", p.read_text()) and p.name != "conftest.py"
+                  and p.name != "test_packaging.py"]
+    assert not opting_out, opting_out

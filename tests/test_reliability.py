@@ -356,6 +356,16 @@ def _block_sizes():
     BlockConfig(16, 256)  # just inside
 
 
+def _dropout_counter():
+    """B·Hq·N_q·N_k one past 2^62 with dropout on: rejected before any tensor is read."""
+    from generator.runtime import checks
+
+    with pytest.raises(ValueError, match=r"2\^62.*dropout_counter"):
+        checks.check_dropout(0.1, False, 2**62 + 1)
+    assert checks.check_dropout(0.1, False, 2**62) == 0.1
+    assert checks.check_dropout(0.0, False, 2**62 + 1) == 0.0  # no dropout, no counter
+
+
 def _decode_rejects(match, *, paged=False, page_size=16, **kwargs):
     """flash_attention_with_kvcache rejects an input just outside the assumption (issue 23)."""
     def run():
@@ -410,6 +420,8 @@ ENFORCED = {
     "index_int32": _index_int32,
     "block_sizes": _block_sizes,
     "alignment_shift": _rejects("alignment must be one of", alignment="middle"),
+    "dropout_p_range": _rejects(r"dropout_p must be in \[0, 1\).*dropout_p_range", dropout_p=1.0),
+    "dropout_counter": _dropout_counter,
     "score_mod_scale": lambda: (_rejects("score_mod_scale", scale=2.0**-65, alibi_slopes=torch.ones(2))(),
                                 _rejects("score_mod_scale", scale=-1e-40, softcap=30.0)()),
 }
@@ -514,7 +526,7 @@ def test_autocast_is_honoured_like_sdpa():
 
 
 @pytest.mark.parametrize("name, spelling", [("is_causal", "causal=True"), ("attn_mask", "mask="),
-                                            ("softmax_scale", "scale="), ("dropout_p", "no dropout")])
+                                            ("softmax_scale", "scale="), ("return_softmax_lse", "return_lse=True")])
 def test_sdpa_keyword_names_the_flashproof_equivalent(name, spelling):
     q, k, v, _ = inputs()
     with pytest.raises(TypeError, match=f"{name}.*{spelling}"):

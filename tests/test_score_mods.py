@@ -150,7 +150,7 @@ def test_half_precision(dtype):
     assert backward_mod_failures(inputs, kw, (16, 32)) == []
 
 
-@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_random_combinations(data):
     """Hypothesis over the modifications, masks, GQA, alignments, dtypes and blocks (tiny sizes)."""

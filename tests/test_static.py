@@ -1,15 +1,21 @@
 """Static GPU cost of the generated kernels (benchmarks/static.py), no GPU needed.
 
-Every kernel of every generated block config (16x32, 64x64, 128x64: the forward and the
-backward's preprocess, dK/dV and dQ kernels) must, for head dims 64 and 128, fp16 and bf16, on
-sm_80 and sm_90, unmasked and causal: spill nothing (no exception), fit the architecture's shared
-memory, and run every ``tl.dot`` on tensor cores — on Hopper as wgmma wherever the kernel's
-products have 64 rows or more (the dK/dV kernel's key-major ones have its key tile's rows, the
-dQ kernel's its row tile's). The kernels the defaults run (``block="auto"``, ``tma="auto"``) must
-also issue no redundant MMA work in their steady-state loop, and on sm_90 cost no more
-warp-instructions per tile element than Triton tutorial 06. Compiles are cached under
-.artifacts/static-cache. The parsers that decide this are tested on small texts first, each with
-the input that must make it fail.
+The suite compiles a small representative set (``suite_groups``: 44 compile jobs, about 250 CPU-seconds
+on two cores with cold caches), not the whole static page: every kernel family (forward, the
+backward's three, KV-cache decode contiguous and paged, the split-KV combine, varlen, the score
+modifications, a mask_mod, float32) on sm_80 and sm_90, at the kernels the defaults run
+(``block="auto"``, ``tma="auto"``) and the ones each regression test guards. The page over every
+generated config, dtype and head dim is a benchmark, regenerated when kernels change:
+``python -m benchmarks.static --markdown`` (docs/performance/static.md).
+
+On that set every kernel must spill nothing (but the one reviewed exception), fit the
+architecture's shared memory, and run every ``tl.dot`` on tensor cores — on Hopper as wgmma
+wherever the kernel's products have 64 rows or more (the dK/dV kernel's key-major ones have its
+key tile's rows, the dQ kernel's its row tile's). The kernels the defaults run must also issue no
+redundant MMA work in their steady-state loop, and on sm_90 cost no more warp-instructions per
+tile element than Triton tutorial 06. Compiles are cached under .artifacts/static-cache
+(``FLASHPROOF_STATIC_CACHE`` moves it). The parsers that decide this are tested on small texts
+first, each with the input that must make it fail.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from benchmarks import static
 from benchmarks.common import kernel_modules
 from generator.runtime import api, launch
 
+#: the block ``python -m generator --br 64 --bc 64`` emits first, and the runtime's decode and merge block
 DEFAULT_BLOCK = "br64_bc64"
 #: every kernel the default block must compile: the forward, the backward's three, KV-cache decode
 #: (contiguous and paged), the merge of partial results (two, and the split-KV fold)
@@ -123,7 +130,121 @@ def test_tensor_cores_vacuous_only_without_any_dot():
     assert not static.verdict(dict(no_dot, dots_ttir=1, dots=1, dots_on_tensor_cores=1))["tensor_cores"]  # no HMMA
 
 
-# ---- every generated config, compiled for real ---------------------------------------------
+# ---- the representative set, compiled for real ----------------------------------------------
+#: the score modifications each kernel prints lines into (generator/templates/*: the sink has no
+#: line in the backward's loops, the softcap and ALiBi none in its preprocess; KV-cache decode
+#: prints all three, the sink in its unsplit epilogue, and the split combine _merge_states the sink)
+DECODE_KERNELS = {"_decode_fwd", "_decode_fwd[paged16]"}
+SCORE_MOD_KERNELS = {"softcap": {"_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", *DECODE_KERNELS},
+                     "alibi": {"_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", *DECODE_KERNELS},
+                     "sinks": {"_attn_fwd", "_attn_bwd_preprocess", *DECODE_KERNELS, "_merge_states"}}
+ALL_MODS = "softcap+alibi+sinks"
+#: head dim of the suite's main rows: the larger of the usual two (more registers and shared memory)
+D = 128
+
+
+def _job(kind: str, block: str, arch: int, head_dim: int = D, mask: str = "none", dtype: str = "fp16",
+         tma: bool = False, **kw) -> static.Job:
+    """The job of the one generated module of kernel ``kind`` and block config ``block``."""
+    every = kernel_modules(mask_mods="maskmod" in kind)
+    (module,) = [m for m in static.of_block(every, block, kind) if "maskmod" in kind or "_maskmod_" not in m]
+    return static.Job(module, arch, dtype, head_dim, mask, tma=tma, **kw)
+
+
+def suite_groups() -> dict[str, list[static.Job]]:
+    """The suite's compile jobs by what they are for (fp16 unless the dtype is the point)."""
+    fwd, bwd, served = static.default_block, static.backward_block, static.runtime_blocks()
+    groups = {
+        # block="auto", tma="auto": sm_80's pointer forward and backward; sm_90's TMA forward at both
+        # usual head dims (the tutorial-06 targets), bf16 and causal too, its pointer fallback, the backward
+        "auto": [_job("attention_fwd", fwd(80, D), 80, mask="causal"),
+                 _job("attention_bwd", bwd(80, D), 80, mask="causal"),
+                 _job("attention_fwd", fwd(90, D), 90, mask="causal"),
+                 *[_job("attention_fwd", fwd(90, d, True), 90, d, tma=True) for d in (64, D)],
+                 _job("attention_fwd", fwd(90, D, True), 90, mask="causal", dtype="bf16", tma=True),
+                 *[_job("attention_bwd", bwd(90, d), 90, d) for d in (64, D)]],
+        # decode (contiguous and paged) and the split-KV combine, at the blocks the runtime launches
+        "served": [_job("attention_decode", served["decode"], 80, mask="causal"),
+                   _job("attention_decode", served["decode"], 90),
+                   *[_job("merge_state", served["merge"], a) for a in (80, 90)]],
+        # score modifications, sm_90: each alone where a kernel of the module has no line of it (the
+        # backward's and the combine's), all three where every kernel has them all; sm_80 the backward
+        "score": [_job("attention_fwd", fwd(90, D, True), 90, tma=True),
+                  _job("attention_bwd", bwd(90, D), 90),
+                  _job("attention_decode", served["decode"], 90),
+                  _job("merge_state", served["merge"], 90),
+                  *[_job("attention_bwd", bwd(90, D), 90, mask=m) for m in (*SCORE_MOD_KERNELS, ALL_MODS)],
+                  *[_job("merge_state", served["merge"], 90, mask=m) for m in SCORE_MOD_KERNELS],
+                  _job("attention_fwd", fwd(90, D, True), 90, mask=ALL_MODS, tma=True),
+                  _job("attention_decode", served["decode"], 90, mask=ALL_MODS),
+                  _job("attention_bwd", bwd(80, D), 80, mask=ALL_MODS)],
+        # the sm_90 defaults with every HAS_* block deleted from the source (the off-cost pairs)
+        "deleted": [_job("attention_fwd", fwd(90, D, True), 90, tma=True, deletes=static.SCORE_MOD_CONSTEXPRS),
+                    _job("attention_bwd", bwd(90, D), 90, deletes=static.SCORE_MOD_CONSTEXPRS)],
+        # packed batches (IS_VARLEN, pointer path only) of the default block
+        "varlen": [_job("attention_fwd", DEFAULT_BLOCK, a, mask="varlen causal") for a in (80, 90)]
+                  + [_job("attention_bwd", DEFAULT_BLOCK, 90, mask="varlen causal")],
+        # above head dim 128 (BLOCK_D 256): each path's default forward, the backward, decode, with
+        # every score modification on (the most registers); sm_90's pointer fallback; the document
+        # mask_mod (two id reads per tile corner: the mask_mod kernels' worst case), one kernel per arch
+        "wide": [_job("attention_fwd", fwd(80, W), 80, W, ALL_MODS),
+                 _job("attention_bwd", bwd(80, W), 80, W, ALL_MODS),
+                 _job("attention_decode", served["decode"], 80, W, ALL_MODS),
+                 _job("attention_fwd", fwd(90, W, True), 90, W, ALL_MODS, tma=True),
+                 _job("attention_fwd", fwd(90, W), 90, W),
+                 _job("attention_bwd", bwd(90, W), 90, W, ALL_MODS),
+                 _job("attention_fwd_maskmod_document", fwd(80, W), 80, W),
+                 _job("attention_bwd_maskmod_document", bwd(90, W), 90, W)],
+        # float32 on a GPU (api.FP32_BLOCK; decode at the runtime's block): what must fit shared memory
+        "fp32": [_job("attention_fwd", FP32, 80, D, "causal", "fp32"),
+                 _job("attention_fwd", FP32, 90, 64, "varlen causal", "fp32"),
+                 _job("attention_fwd", FP32, 90, W, dtype="fp32", tma=True),
+                 _job("attention_bwd", FP32, 80, W, dtype="fp32"),
+                 _job("attention_bwd", FP32, 90, D, "causal", "fp32"),
+                 _job("attention_decode", served["decode"], 90, W, dtype="fp32")],
+        # the 128x64 block float32 once ran by default, which did not fit: the fp32 check can fail
+        "fp32 old": [static.Job("generated.attention_fwd_br128_bc64", 80, "fp32", 128, "none")],
+        # generated blocks the defaults do not run: a 16-row forward (below wgmma's 64 rows on sm_90)
+        # and the reviewed pointer spill (static.POINTER_SPILLS), which must still spill
+        "blocks": [_job("attention_fwd", "br16_bc32", 90, 64),
+                   *[_job("attention_fwd", suffix.rsplit("_", 2)[-2] + "_" + suffix.rsplit("_", 2)[-1], 90, d)
+                     for (suffix, _, d, _) in static.POINTER_SPILLS]],
+    }
+    return groups
+
+
+W = static.WIDE_HEAD_DIM
+FP32 = static.block_name(api.FP32_BLOCK)
+
+
+def _key(job) -> tuple:
+    """What names a job in its rows (a row's num_warps/num_stages are the settings it compiled at,
+    not the job's None; a cached row has JSON's list where the job has a tuple)."""
+    get = job.get if isinstance(job, dict) else lambda f: getattr(job, f)
+    return (get("module"), get("arch"), get("dtype"), get("head_dim"), get("mask"), bool(get("tma")),
+            tuple(get("deletes")), get("commit"))
+
+
+@pytest.fixture(scope="module")
+def suite():
+    """Every row of the suite's jobs (one ``run_jobs``: the compile workers start once), by group."""
+    groups = suite_groups()
+    rows = static.run_jobs(list(dict.fromkeys(j for jobs in groups.values() for j in jobs)))
+    return {name: [r for r in rows if _key(r) in {_key(j) for j in jobs}] for name, jobs in groups.items()}
+
+
+@pytest.fixture(scope="module")
+def rows(suite):
+    """The fp16/bf16 rows compiled from the working tree's source (not the deleted-branch variants)."""
+    seen, out = set(), []
+    for name, group in suite.items():
+        for r in group:
+            if name != "deleted" and r["dtype"] != "fp32" and id(r) not in seen:
+                seen.add(id(r))
+                out.append(r)
+    return out
+
+
 def wgmma_rows(row) -> int:
     """The M of the kernel's products: the key tile for the key-major dK/dV kernel, the dQ
     kernel's row tile (both from the backward's launch settings of the row's arch and head dim),
@@ -139,37 +260,33 @@ def wgmma_rows(row) -> int:
     return module.BLOCK_M
 
 
-@pytest.fixture(scope="module")
-def rows():
-    modules = kernel_modules()
-    assert any(DEFAULT_BLOCK in m for m in modules), (
-        f"no generated module for the default block {DEFAULT_BLOCK}; run python -m generator")
-    # the unmasked variant (every call without a mask) and the causal one, whose diagonal tiles
-    # carry the element predicate and so the most registers; compiled once, then cached
-    jobs = static.make_jobs(modules, archs=(80, 90), dtypes=("fp16", "bf16"), head_dims=(64, 128),
-                            masks=("none", "causal"))
-    return static.run_jobs(jobs)
-
-
-@pytest.fixture(scope="module")
-def default_rows(rows):
-    return [r for r in rows if DEFAULT_BLOCK in r["module"]]
-
-
 def _name(r):
-    return f"{r['module']}:{r['kernel']} sm_{r['arch']} {r['dtype']} D={r['head_dim']} mask={r['mask']}"
+    return (f"{r['module']}:{r['kernel']} sm_{r['arch']} {r['dtype']} D={r['head_dim']} mask={r['mask']}"
+            + (" tma" if r.get("tma") else ""))
 
 
-def test_default_configs_compile(rows, default_rows):
+def test_the_suite_covers_every_family_on_both_archs(suite):
+    """One kernel per family and arch at least: the forward (pointer; TMA on sm_90), the
+    backward's three, decode (contiguous and paged), both merges, varlen, the score modifications,
+    a mask_mod kernel, float32 and head dim 256; and every kernel of the default block."""
+    every = [r for group in suite.values() for r in group]
+    for arch in (80, 90):
+        at = [r for r in every if r["arch"] == arch]
+        assert {r["kernel"] for r in at} >= DEFAULT_KERNELS, arch
+        assert {r["kernel"] for r in at if DEFAULT_BLOCK in r["module"]} == DEFAULT_KERNELS, arch
+        assert any(r["mask"] == "varlen causal" for r in at) and any(r["mask"] == ALL_MODS for r in at)
+        assert any("_maskmod_" in r["module"] for r in at) and any(r["dtype"] == "fp32" for r in at)
+        assert any(r["head_dim"] == W for r in at)
+    assert any(r.get("tma") and r["arch"] == 90 for r in every) and {r["dtype"] for r in every} >= {"fp16", "bf16"}
+
+
+def test_default_configs_compile(rows):
     errors = [f"{_name(r)}: {r['error']}" for r in rows if "error" in r]
     assert not errors, "\n".join(errors)
-    covered = {(r["kernel"], r["arch"], r["dtype"], r["head_dim"], r["mask"]) for r in default_rows}
-    assert covered == {(k, a, d, h, m) for k in DEFAULT_KERNELS for a in (80, 90) for d in ("fp16", "bf16")
-                       for h in (64, 128) for m in ("none", "causal")}
 
 
 def test_configs_do_not_spill(rows):
-    """No kernel of any generated config spills, at each architecture's own launch settings
+    """No kernel spills, at each architecture's own launch settings
     (generator.variants.default_fwd_settings / default_bwd_settings), but ``static.POINTER_SPILLS``, each
     held to its bound and still real (an exception that no longer spills must leave the list)."""
     bad = [f"{_name(r)}: {r['spill_store_bytes']} B spill stores, {r['spill_load_bytes']} B spill loads "
@@ -209,8 +326,8 @@ def test_hopper_dots_are_wgmma_where_the_tile_allows(rows):
     """Ampere has only mma.sync. On Hopper every dot of a kernel whose products have M >= 64 rows
     must be wgmma, with no HMMA left in its SASS: the dK/dV kernel's key-major products have its
     key tile's rows (128 from the 64x64 config up), the dQ kernel's its row tile (128 on sm_90),
-    the forward's B_r (wgmma_rows)."""
-    bad = []
+    the forward's B_r (wgmma_rows); a 16-row forward's dots are mma.sync."""
+    bad, checked = [], set()
     for r in rows:
         if "error" in r or not r["dots"]:
             continue
@@ -220,11 +337,14 @@ def test_hopper_dots_are_wgmma_where_the_tile_allows(rows):
             ok = r["dots_wgmma"] == r["dots"] and r["sass_hgmma"] > 0 and r["sass_hmma"] == 0
         else:
             ok = r["mma_version"] == 2
+        checked.add((r["arch"], r["arch"] == 80 or wgmma_rows(r) >= 64))
         if not ok:
             bad.append(f"{_name(r)}: {r['dots_wgmma']}/{r['dots']} dots wgmma, {r['sass_hgmma']} HGMMA / "
                        f"{r['sass_hmma']} HMMA in SASS")
     assert not bad, "\n".join(bad)
-    dkdv = [r for r in rows if r["kernel"] == "_attn_bwd_dkdv" and r["arch"] == 90 and DEFAULT_BLOCK in r["module"]]
+    assert checked == {(80, True), (90, True), (90, False)}, checked  # each branch of the rule was exercised
+    dkdv = [r for r in rows if r["kernel"] == "_attn_bwd_dkdv" and r["arch"] == 90 and wgmma_rows(r) >= 64
+            and r["module"].endswith(static.backward_block(90, r["head_dim"]))]
     assert dkdv and all(r["dots_wgmma"] == r["dots"] > 0 for r in dkdv), "the default dK/dV kernel is not all wgmma"
 
 
@@ -318,84 +438,60 @@ def test_steady_loop_is_the_shortest_loop_with_tensor_core_instructions():
     assert static.mma_macs(["HGMMA.64x128x16.F32 R24, gdesc[UR4], R24"], 8) == 64 * 128 * 16 * 2
 
 
-@pytest.fixture(scope="module")
-def auto_rows():
-    """The kernels ``flash_attention``'s defaults run (``block="auto"``, ``tma="auto"``) per arch
-    and head dim, fp16 and bf16, unmasked and causal: on sm_90 the TMA forward of its default block
-    and the pointer forward of the fallback's (a layout TMA cannot read), on sm_80 the pointer
-    forward, and the backward of the default forward's block."""
-    jobs = []
-    for arch in launch.SETTINGS_ARCHS:
-        for head_dim in (64, 128):
-            paths = (False, True) if arch in static.TMA_ARCHS else (False,)
-            for tma in paths:
-                block = static.default_block(arch, head_dim, tma)
-                fwd = static.of_block(kernel_modules(), block, "attention_fwd")
-                assert fwd, f"AUTO_BLOCKS lists {block}, which is not generated: python -m generator --br .. --bc .."
-                jobs += static.make_jobs(fwd, archs=(arch,), head_dims=(head_dim,), tma=(tma,))
-            bwd_block = static.backward_block(arch, head_dim)
-            jobs += static.make_jobs(static.of_block(kernel_modules(), bwd_block, "attention_bwd"),
-                                     archs=(arch,), head_dims=(head_dim,))
-    # varlen has no TMA path (flash_attention_varlen launches the pointer path): no TMA varlen row is a default
-    jobs = [j for j in jobs if not (j.tma and "varlen" in j.mask)]
-    return static.run_jobs(jobs)
-
-
-def test_defaults_are_spill_free_without_redundant_mma(auto_rows):
-    """Every default kernel: compiles, no spill, and its steady-state loop (found in SASS) issues
-    at most 1.05 MMA work per product it needs (no warpgroup recomputing another's tile)."""
+def test_defaults_are_spill_free_without_redundant_mma(suite):
+    """Every kernel ``flash_attention``'s and ``flash_attention_with_kvcache``'s defaults run (the
+    forward of each memory path's default block, the backward of the default forward's block,
+    decode): compiles, no spill, and its steady-state loop (found in SASS) issues at most 1.05 MMA
+    work per product it needs (no warpgroup recomputing another's tile)."""
     bad = []
-    for r in auto_rows:
+    for r in suite["auto"] + suite["served"]:
         if "error" in r:
             bad.append(f"{_name(r)}: {r['error']}")
         elif not static.verdict(r)["no_spill"]:
             bad.append(f"{_name(r)}: spills {r['spill_store_bytes']}/{r['spill_load_bytes']} B")
-        elif r["kernel"] != "_attn_bwd_preprocess" and not (r.get("mma_issued_per_needed") or 99) <= 1.05:
+        elif r["kernel"] not in NO_DOT and not (r.get("mma_issued_per_needed") or 99) <= 1.05:
             bad.append(f"{_name(r)}: MMA issued/needed {r.get('mma_issued_per_needed')}")
     assert not bad, "\n".join(bad)
 
 
-def test_sm90_defaults_reach_the_tutorials_cost_per_element(auto_rows):
+def test_sm90_defaults_reach_the_tutorials_cost_per_element(suite):
     """At the sm_90 defaults the steady-state loops cost no more warp-instructions per tile element
-    than Triton tutorial 06's (``static.TUTORIAL_SM90``), fp16 and bf16, head dims 64 and 128: the
-    TMA forward (128x64 at head dim 64, 128x128 above; 128x64 reached only 0.350 at head dim 128),
-    and the backward's dK/dV and dQ kernels. The same rows make the static page's targets table."""
-    chosen = static.default_rows_sm90(auto_rows)
-    assert {(r["kernel"], r["head_dim"], r["dtype"]) for r in chosen} == {
-        (*key, dtype) for key in static.TUTORIAL_SM90 for dtype in ("fp16", "bf16")}
+    than Triton tutorial 06's (``static.TUTORIAL_SM90``), head dims 64 and 128 (fp16 here; the
+    static page has bf16 too): the TMA forward (128x64 at head dim 64, 128x128 above; 128x64
+    reached only 0.350 at head dim 128), and the backward's dK/dV and dQ kernels. The same rows
+    make the static page's targets table."""
+    chosen = static.default_rows_sm90(suite["auto"])
+    assert {(r["kernel"], r["head_dim"]) for r in chosen} == set(static.TUTORIAL_SM90)
     bad = [f"{_name(r)}: {r['instr_per_element']:.3f} > {static.TUTORIAL_SM90[(r['kernel'], r['head_dim'])]}"
            for r in chosen if not r["instr_per_element"] <= static.TUTORIAL_SM90[(r["kernel"], r["head_dim"])] + 5e-4]
     assert not bad, "\n".join(bad)
 
 
-@pytest.fixture(scope="module")
-def wide_rows():
-    return static.run_jobs(static.wide_jobs())
-
-
-def test_head_dims_above_128_fit_at_the_defaults(wide_rows):
+def test_head_dims_above_128_fit_at_the_defaults(suite):
     """Above head dim 128 every default kernel compiles, fits the architecture's shared memory (the
     128x64 forward's 3 stages and the 128-row dQ tile did not: a GPU launch failed with Triton's
     OutOfResources), does not spill, runs its dots on tensor cores, and issues no redundant MMA, but
     sm_90's pointer fallback forward (64x64 on two warpgroups: 1.5, generator.variants.FWD_SM80)."""
-    errors = [f"{_name(r)}: {r['error']}" for r in wide_rows if "error" in r]
+    wide = suite["wide"]
+    errors = [f"{_name(r)}: {r['error']}" for r in wide if "error" in r]
     assert not errors, "\n".join(errors)
     bad = [f"{_name(r)}: {static.verdict(r)}, {r['regs']} regs, {r['shared_bytes']} B shared, MMA issued/needed "
-           f"{r.get('mma_issued_per_needed')}" for r in wide_rows if not all(static.verdict(r).values())
+           f"{r.get('mma_issued_per_needed')}" for r in wide if not all(static.verdict(r).values())
            or (r["kernel"] not in NO_DOT and not (r["kernel"] == "_attn_fwd" and r["arch"] == 90 and not r.get("tma"))
                and not (r.get("mma_issued_per_needed") or 99) <= 1.05)]
     assert not bad, "\n".join(bad)
-    kernels = {(r["kernel"], r["arch"]) for r in wide_rows}
+    kernels = {(r["kernel"], r["arch"]) for r in wide}
     assert {("_attn_fwd", a) for a in launch.SETTINGS_ARCHS} | {("_attn_bwd_dkdv", 90), ("_decode_fwd", 80)} <= kernels
 
 
-def test_fp32_defaults_fit_shared_memory():
+def test_fp32_defaults_fit_shared_memory(suite):
     """On float32 inputs on a GPU the defaults (``api.FP32_BLOCK`` for the forward and backward,
-    decode at its runtime block with its fp32 stage rule) fit shared memory at head dims 64, 128 and
-    256 on sm_80 and sm_90, pointer and TMA paths: a launch that does not fit fails. (Their dots are
-    IEEE fp32 on the CUDA cores: spills are a speed matter there, reported on the static page.)
-    The 128x64 block fp32 once ran did not fit from head dim 128 (224 KB on sm_80)."""
-    rows = static.run_jobs(static.fp32_jobs())
+    decode at its runtime block with its fp32 stage rule) fit shared memory on sm_80 and sm_90,
+    pointer and TMA paths, at head dims 64 to 256 (the page has every combination): a launch that
+    does not fit fails. (Their dots are IEEE fp32 on the CUDA cores: spills are a speed matter
+    there, reported on the static page.) The 128x64 block fp32 once ran did not fit from head dim
+    128 (224 KB on sm_80); decode at BLOCK_D 256 needed 276 KB on 3 stages."""
+    rows = suite["fp32"]
     errors = [f"{_name(r)}: {r['error']}" for r in rows if "error" in r]
     assert not errors, "\n".join(errors)
     bad = [f"{_name(r)}: {r['shared_bytes']} B shared > {r['shared_limit']} B" for r in rows
@@ -403,104 +499,71 @@ def test_fp32_defaults_fit_shared_memory():
     assert not bad, "\n".join(bad)
     assert {r["head_dim"] for r in rows} == {64, 128, 256} and any(r.get("tma") for r in rows)
     assert {r["kernel"] for r in rows} >= {"_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", "_decode_fwd"}
+    assert {r["arch"] for r in rows if r["kernel"] == "_attn_fwd"} == {80, 90}
     # the old default really did not fit: the check can fail
-    old = static.run_jobs([static.Job("generated.attention_fwd_br128_bc64", 80, "fp32", 128, "none")])
-    assert not static.verdict(old[0])["fits_shared"]
+    (old,) = suite["fp32 old"]
+    assert "error" not in old and not static.verdict(old)["fits_shared"]
 
 
-def test_varlen_kernels_compile_clean():
+def test_varlen_kernels_compile_clean(suite):
     """The packed-batch kernels (IS_VARLEN, as flash_attention_varlen launches them) of the default
-    block: forward and the three backward kernels, sm_80 and sm_90, head dims 64 and 128, causal:
-    no spill, within shared memory, every dot on tensor cores (wgmma on sm_90, as the dense ones)."""
-    # the kernels with an IS_VARLEN path: the dense forward and backward (not decode, merge, softmax)
-    modules = [m for m in kernel_modules() if DEFAULT_BLOCK in m and (".attention_fwd" in m or ".attention_bwd" in m)
-               and "maskmod" not in m]
-    rows = static.run_jobs(static.make_jobs(modules, archs=(80, 90), dtypes=("fp16",), head_dims=(64, 128),
-                                            masks=("varlen causal",)))
+    block, causal: the forward on sm_80 and sm_90, the backward's three on sm_90: no spill, within
+    shared memory, every dot on tensor cores (wgmma on sm_90, as the dense ones)."""
+    rows = suite["varlen"]
     errors = [f"{_name(r)}: {r.get('error')}" for r in rows if "error" in r or not all(static.verdict(r).values())]
     assert not errors, "\n".join(errors)
     assert {r["kernel"] for r in rows} == {"_attn_fwd", "_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq"}
+    assert {r["arch"] for r in rows} == {80, 90}
     assert all(r["dots_wgmma"] == r["dots"] for r in rows if r["arch"] == 90)
 
 
 # ---- the score modifications (issue 15), at the defaults ------------------------------------
-#: which kernels each modification prints lines into (generator/templates/*: the sink has no line
-#: in the backward's loops, the softcap and ALiBi none in its preprocess; KV-cache decode prints
-#: all three, the sink in its unsplit epilogue, and the split combine _merge_states the sink)
-DECODE_KERNELS = {"_decode_fwd", "_decode_fwd[paged16]"}
-SCORE_MOD_KERNELS = {"softcap": {"_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", *DECODE_KERNELS},
-                     "alibi": {"_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", *DECODE_KERNELS},
-                     "sinks": {"_attn_fwd", "_attn_bwd_preprocess", *DECODE_KERNELS, "_merge_states"}}
-
-
-
-@pytest.fixture(scope="module")
-def score_mod_rows():
-    """The kernels ``flash_attention``'s and ``flash_attention_with_kvcache``'s defaults run at head
-    dims 64 and 128, fp16, per arch (the TMA forward on sm_90): the forward, the backward's three,
-    decode (contiguous and paged) and the split-KV combine — off ("none"), with each modification,
-    and with all three (mask_mod kernels are not score-mod kernels' defaults: not here)."""
-    jobs = []
-    served = static.runtime_blocks()
-    for arch in launch.SETTINGS_ARCHS:
-        for head_dim in (64, 128):
-            tma = arch in static.TMA_ARCHS
-            fwd_block, bwd_block = static.default_block(arch, head_dim, tma), static.backward_block(arch, head_dim)
-            every = kernel_modules()  # no mask_mod module: those are not the score-mod kernels' defaults
-            modules = (static.of_block(every, fwd_block, "attention_fwd")
-                       + static.of_block(every, bwd_block, "attention_bwd")
-                       + static.of_block(every, served["decode"], "attention_decode")
-                       + static.of_block(every, served["merge"], "merge_state"))
-            for module in modules:
-                jobs += static.make_jobs([module], archs=(arch,), dtypes=("fp16",), head_dims=(head_dim,),
-                                         masks=("none", *static.SCORE_MODS), tma=(tma and ".attention_fwd" in module,))
-    return static.run_jobs(jobs)
-
-
-def test_each_score_mod_is_spill_free_at_the_defaults(score_mod_rows):
+def test_each_score_mod_is_spill_free_at_the_defaults(suite):
     """Every default kernel with one score modification or all three compiles, fits shared memory,
     runs its dots on tensor cores, does not spill (the softcap's sm_90 dK/dV kernel runs one stage
     above head dim 64 for that: launch_settings(softcap=True)), and its steady-state loop issues at
-    most 1.05 MMA work per product it needs."""
-    errors = [f"{_name(r)}: {r['error']}" for r in score_mod_rows if "error" in r]
+    most 1.05 MMA work per product it needs (head dim 256: test_head_dims_above_128_fit_at_the_defaults)."""
+    rows = suite["score"]
+    errors = [f"{_name(r)}: {r['error']}" for r in rows if "error" in r]
     assert not errors, "\n".join(errors)
     bad = [f"{_name(r)}: {static.verdict(r)}, {r['regs']} regs, MMA issued/needed {r.get('mma_issued_per_needed')}"
-           for r in score_mod_rows if not all(static.verdict(r).values())
+           for r in rows if not all(static.verdict(r).values())
            or (r["kernel"] not in NO_DOT and not (r.get("mma_issued_per_needed") or 99) <= 1.05)]
     assert not bad, "\n".join(bad)
-    assert {r["mask"] for r in score_mod_rows} == {"none", *static.SCORE_MODS}
+    assert {r["mask"] for r in rows} == {"none", *SCORE_MOD_KERNELS, ALL_MODS}
+    assert {r["arch"] for r in rows if r["mask"] == ALL_MODS} == {80, 90}
 
 
-
-def test_a_score_mod_costs_nothing_where_it_prints_nothing(score_mod_rows):
+def test_a_score_mod_costs_nothing_where_it_prints_nothing(suite):
     """A modification's constexpr compiles its lines out: a kernel it prints nothing into has the
     SASS instruction count of the kernel with every modification off, and one it prints into has
-    more (so the count sees the lines)."""
-    off = {(r["kernel"], r["arch"], r["head_dim"]): r["sass_instructions"] for r in score_mod_rows
-           if r["mask"] == "none"}
+    more (so the count sees the lines). Each modification alone on the modules where some kernel has
+    no line of it (the backward's, the combine's), all three at once on every default kernel."""
+    rows = [r for r in suite["score"] if r["arch"] == 90]
+    off = {r["kernel"]: r["sass_instructions"] for r in rows if r["mask"] == "none"}
     everything = set().union(*SCORE_MOD_KERNELS.values(), {"_attn_bwd_preprocess", "_merge_state"})
-    assert len(off) == len(launch.SETTINGS_ARCHS) * 2 * len(everything), sorted(off)
-    for r in score_mod_rows:
-        if r["mask"] not in SCORE_MOD_KERNELS:
+    assert set(off) == everything, sorted(off)
+    printed = {**SCORE_MOD_KERNELS, ALL_MODS: set().union(*SCORE_MOD_KERNELS.values())}
+    checked = {mask: set() for mask in printed}
+    for r in rows:
+        if r["mask"] == "none":
             continue
-        base = off[(r["kernel"], r["arch"], r["head_dim"])]
-        if r["kernel"] in SCORE_MOD_KERNELS[r["mask"]]:
-            assert r["sass_instructions"] > base, _name(r)
+        checked[r["mask"]].add(r["kernel"])
+        if r["kernel"] in printed[r["mask"]]:
+            assert r["sass_instructions"] > off[r["kernel"]], _name(r)
         else:
-            assert r["sass_instructions"] == base, (_name(r), r["sass_instructions"], base)
+            assert r["sass_instructions"] == off[r["kernel"]], (_name(r), r["sass_instructions"], off[r["kernel"]])
+    for mask in SCORE_MOD_KERNELS:  # each alone met a kernel it prints into and one it does not
+        assert checked[mask] & printed[mask] and checked[mask] - printed[mask], (mask, checked[mask])
+    assert checked[ALL_MODS] >= {"_attn_fwd", "_attn_bwd_dkdv", *DECODE_KERNELS}
 
 
-def test_score_mods_off_compile_to_the_kernel_without_their_lines(score_mod_rows):
+def test_score_mods_off_compile_to_the_kernel_without_their_lines(suite):
     """With every modification off, each default kernel (sm_90, fp16, head dim 128: the TMA forward
     and the backward's three) compiles to the same SASS, instruction for instruction, as its module
     with every ``if HAS_SOFTCAP / HAS_ALIBI / HAS_SINKS:`` block deleted from the source: no line of a
     modification survives its constexpr (what the static page's off-cost table shows for all)."""
-    modules = (static.of_block(kernel_modules(), static.default_block(90, 128, True), "attention_fwd")
-               + static.of_block(kernel_modules(), static.backward_block(90, 128), "attention_bwd"))
-    jobs = [static.Job(m, 90, "fp16", 128, "none", tma=".attention_fwd" in m, deletes=static.SCORE_MOD_CONSTEXPRS)
-            for m in modules]
-    rows = score_mod_rows + static.run_jobs(jobs)
-    cost = [c for c in static.off_cost_rows(rows) if c["arch"] == 90 and c["head_dim"] == 128]
+    cost = [c for c in static.off_cost_rows(suite["score"] + suite["deleted"]) if c["arch"] == 90 and c["head_dim"] == D]
     assert {c["kernel"] for c in cost} == {"_attn_fwd", "_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq"}
     bad = [f"{c['kernel']}: {c['off']} instructions off, {c['deleted']} with the HAS_* blocks deleted"
            for c in cost if not c["same_sass"] or c["off"] != c["deleted"]]
@@ -586,6 +649,11 @@ def test_decode_has_loop_columns_and_merge_has_none(rows):
     assert static._loop_cells(merge[0]) == ["n/a", "n/a"]
 
 
+#: launch.py's functions that only a launch runs (score_mod_launch checks the scale through
+#: generator.runtime.checks): not part of what a compile job reads
+LAUNCH_ONLY = {"score_mod_launch"}
+
+
 def test_the_cache_key_covers_what_a_compile_reads():
     """A cached row is keyed by the module's code (less its comments), ``KEY_SOURCES`` and
     the job: sound only while the kernel modules import nothing else of the project (a module that
@@ -602,9 +670,20 @@ def test_the_cache_key_covers_what_a_compile_reads():
                      for a in node.names}
         ours = {m for m in imported if m.split(".")[0] in project and m != "generator.runtime"}
         assert ours <= {"generator.runtime.launch"}, (name, ours)
-    launch_imports = {node.module for node in ast.walk(ast.parse((ROOT / "generator/runtime/launch.py").read_text()))
-                      if isinstance(node, ast.ImportFrom) and node.module.split(".")[0] in project}
+    # launch.py's imports, but those inside functions only a launch runs (LAUNCH_ONLY: never called by
+    # an aot_compile_args, checked below), which a compile job does not read
+    launch_tree = ast.parse((ROOT / "generator/runtime/launch.py").read_text())
+    launch_only = [f for f in ast.walk(launch_tree) if isinstance(f, ast.FunctionDef) and f.name in LAUNCH_ONLY]
+    skipped = {id(n) for f in launch_only for n in ast.walk(f)}
+    launch_imports = {node.module for node in ast.walk(launch_tree) if isinstance(node, ast.ImportFrom)
+                      and node.module.split(".")[0] in project and id(node) not in skipped}
     assert launch_imports <= {"spec.assumptions"}, launch_imports
+    for name in kernel_modules():
+        tree = ast.parse((ROOT / (name.replace(".", "/") + ".py")).read_text())
+        for f in ast.walk(tree):
+            if isinstance(f, ast.FunctionDef) and f.name == "aot_compile_args":
+                called = {n.attr for n in ast.walk(f) if isinstance(n, ast.Attribute)}
+                assert not called & LAUNCH_ONLY, (name, called & LAUNCH_ONLY)
     job = static.Job(kernel_modules()[0], 90, "fp16", 64, "none")
     # the job enters the key
     assert job.cache_key("3.6.0") != static.Job(job.module, 80, "fp16", 64, "none").cache_key("3.6.0")

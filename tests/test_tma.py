@@ -298,16 +298,19 @@ def test_signature_spelling_matches_the_jit():
 
 @pytest.fixture(scope="module")
 def tma_rows():
-    jobs = static.make_jobs([forward_module().__name__], archs=(80, 90), dtypes=("fp16", "bf16"), head_dims=(64, 128),
-                            masks=("none", "causal"), tma=(True,))
-    assert {j.arch for j in jobs} == {90}, "TMA variants are compiled for sm_90 only"
+    """The 64x64 TMA forward, two of its variants (each dtype, head dim and mask once: the static
+    page, ``python -m benchmarks.static``, has every combination)."""
+    module = forward_module().__name__
+    assert static.make_jobs([module], archs=(80, 90), tma=(True,)) == static.make_jobs([module], archs=(90,), tma=(True,)), \
+        "TMA variants are compiled for sm_90 only"
+    jobs = [static.Job(module, 90, "fp16", 128, "causal", tma=True), static.Job(module, 90, "bf16", 64, "none", tma=True)]
     return static.run_jobs(jobs)
 
 
 def test_tma_forward_compiles_for_sm90(tma_rows):
     errors = [f"{r['dtype']} D={r['head_dim']} {r['mask']}: {r['error']}" for r in tma_rows if "error" in r]
     assert not errors, "\n".join(errors)
-    assert len(tma_rows) == 8 and all(r["tma"] and r["arch"] == 90 for r in tma_rows)
+    assert len(tma_rows) == 2 and all(r["tma"] and r["arch"] == 90 for r in tma_rows)
 
 
 def test_tma_forward_is_ok_statically(tma_rows):

@@ -247,8 +247,6 @@ def test_additive_float_mask_of_0_and_min_is_taken():
 def test_what_it_cannot_honour_raises():
     q, k, v = _qkv()
     forward = transformers_backend.flashproof_attention_forward
-    with pytest.raises(NotImplementedError, match="dropout.*attention_dropout = 0.0"):
-        forward(_Module(), q, k, v, None, dropout=0.1)
     with pytest.raises(ValueError, match="position bias"):
         forward(_Module(), q, k, v, torch.randn(2, 1, 3, 5))
     with pytest.raises(NotImplementedError, match="position_bias"):
@@ -261,12 +259,28 @@ def test_what_it_cannot_honour_raises():
         generated.register_transformers("flashproof")
 
 
-def test_training_with_dropout_raises_naming_the_fix():
+def test_dropout_is_flash_attentions_dropout_p():
+    """transformers' ``dropout`` (attention_dropout in training mode) is flash_attention's
+    ``dropout_p``: the same seed gives the same output as a direct call, and a model in training
+    mode with attention_dropout > 0 trains (finite gradients) and drops different weights per step."""
+    q, k, v = _qkv()
+    forward = transformers_backend.flashproof_attention_forward
+    torch.manual_seed(5)
+    got, _ = forward(_Module(), q, k, v, None, dropout=0.3)
+    torch.manual_seed(5)
+    want = generated.flash_attention(q, k, v, causal=True, dropout_p=0.3).transpose(1, 2)
+    assert torch.equal(got, want)
+    assert not torch.equal(got, forward(_Module(), q, k, v, None)[0])
     cfg = _llama()
     cfg.attention_dropout = 0.1
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=NAME).train()
-    with pytest.raises(NotImplementedError, match="model.eval()"):
-        model(input_ids=_batch()[0])
+    ids = _batch()[0]
+    first = model(input_ids=ids, labels=ids)
+    first.loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert not torch.equal(first.logits, model(input_ids=ids).logits)  # another mask per call
+    model.eval()  # dropout 0: deterministic
+    assert torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)
 
 
 def test_an_out_package_registers_its_own_kernels():

@@ -24,7 +24,7 @@ from generator.runtime.checks import DEFAULT_BLOCK, DTYPES, check_inputs  # noqa
 from generator.runtime.custom_op import flash_attention_op
 from generator.runtime.dispatch import DEFAULT_PACKAGE, EMPTY, FULL, PARTIAL, block_map, mask_arguments  # noqa: F401
 from generator.runtime.dispatch import attention_forward, module_for  # noqa: F401
-from generator.runtime import config, contract
+from generator.runtime import config, contract, dispatch
 from generator.runtime.softmax_op import softmax_op
 
 # the launch configuration lives in one module (generator.runtime.config); its names stay importable here
@@ -71,9 +71,14 @@ def _unsupported_autograd_modes(where: str, *tensors) -> None:
             "autograd cannot run inside functorch's grad transforms; use torch.autograd.grad (vmap works)")
 
 
+def _with_dropout_mask(result, keep):
+    """``result`` (``out`` or ``(out, lse)``) with the keep mask appended."""
+    return (*result, keep) if isinstance(result, tuple) else (result, keep)
+
+
 def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,
                softcap=None, alibi_slopes=None, sinks=None,
-               mask_mod=None, mask_args=None):
+               mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False):
     for name, t in (("q", q), ("k", k), ("v", v)):
         checks.check_tensor(t, name)
     _unsupported_autograd_modes("flash_attention", q, k, v)
@@ -84,6 +89,7 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
     softcap = checks.check_score_mods(q, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
     packed = checks.check_mask_mod(mask_mod, mask_args, q, k)
     B, Hq, Nq, _ = q.shape
+    dropout_p = checks.check_dropout(dropout_p, return_dropout_mask, B * Hq * Nq * k.shape[2])
     if q.numel() == 0 or k.shape[2] == 0:
         # nothing to attend (B, N_q or N_k is 0): rows with no key are zeros with lse -inf, like key_lengths 0
         # (lse = sink with sinks); the `0 *` keeps the result attached to q, k, v so backward gives (empty or
@@ -93,22 +99,31 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
         lse = torch.full((B, Hq, Nq), float("-inf"), dtype=torch.float32, device=q.device)
         if sinks is not None:
             lse = sinks[None, :, None].expand(B, Hq, Nq) + attached.float()
-        return (out, lse) if return_lse else out
+        result = (out, lse) if return_lse else out
+        if return_dropout_mask:  # no element to drop
+            return _with_dropout_mask(result, torch.ones((B, Hq, Nq, k.shape[2]), dtype=torch.bool, device=q.device))
+        return result
     q, scale = checks.normalise_scale(q, scale)  # s <= 0: the proven rewrite to s' > 0 (scale_sign_rewrite)
     sinks = contract.unit_stride("flash_attention", "sinks", sinks)  # the declared stride policy
     tma = config.memory_path(tma, q.device)
     if block == "auto":
         block = dense_auto_block(q, k, v, tma)
+    # dropout: this call's Philox seed and offset, from torch's generator for q's device
+    philox = checks.draw_philox(q.device) if dropout_p > 0 else None
     out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment, window, scale, block[0], block[1],
                                   tma, package, softcap, alibi_slopes, sinks,
-                                  None if mask_mod is None else mask_mod.name, packed)
-    return (out, lse) if return_lse else out
+                                  None if mask_mod is None else mask_mod.name, packed, dropout_p, philox)
+    result = (out, lse) if return_lse else out
+    if return_dropout_mask:
+        keep = dispatch.dropout_mask(block, package, philox, dropout_p, (B, Hq, Nq, k.shape[2]))
+        return _with_dropout_mask(result, keep.to(q.device))
+    return result
 
 
 @_named_keywords
 def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
                     scale=None, return_lse=False, block="auto", tma="auto", softcap=None, alibi_slopes=None,
-                    sinks=None, mask_mod=None, mask_args=None):
+                    sinks=None, mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False):
     """Softmax attention through the generated FlashAttention-2 kernels.
 
     Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k, v (B, Hkv, N_k, D)``
@@ -152,11 +167,21 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     ``mask_mod`` (``spec.masks.prefix_lm``, ``chunked``, ``sink_window``, ``document`` or your own
     ``@mask_mod``) with its parameters ``mask_args`` (``{name: int | (B,) | (B, N) tensor}``) is
     AND-ed with every other mask; its tiles are classified at their corners (claim mask_mod_sound).
+
+    ``dropout_p`` (FlashAttention 2's attention dropout, ``0 <= p < 1``): after the softmax each
+    weight ``P_ij`` is kept with probability ``1 − p`` and scaled by ``1/(1 − p)``; ``lse`` is the
+    undropped one. The randomness is a Philox seed and offset drawn from torch's default
+    generator for q's device (``torch.manual_seed`` reproduces a call; two calls draw different
+    masks); the forward and the backward evaluate one printed keep term of (seed, offset, b, h, i, j)
+    (claim ``dropout_mask_same``). Pass ``dropout_p=0.0`` at evaluation (it is the default: the
+    kernels then compile the dropout out). ``return_dropout_mask=True`` (small problems) appends
+    the bool keep mask ``(B, Hq, N_q, N_k)`` the kernels used to the result.
     """
     return _attention(DEFAULT_PACKAGE, q, k, v, causal=causal, alignment=alignment, window=window,
                       key_lengths=key_lengths, mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma,
                       softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
-                      mask_mod=mask_mod, mask_args=mask_args)
+                      mask_mod=mask_mod, mask_args=mask_args, dropout_p=dropout_p,
+                      return_dropout_mask=return_dropout_mask)
 
 
 def _softmax(package, x, dim, *, block):

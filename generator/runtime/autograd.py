@@ -39,6 +39,7 @@ def flash_attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch
                                 softcap: Optional[float] = None, alibi_slopes: Optional[torch.Tensor] = None,
                                 sinks: Optional[torch.Tensor] = None,
                                 mask_mod: Optional[str] = None, mask_args: Optional[torch.Tensor] = None,
+                                dropout_p: float = 0.0, philox: Optional[torch.Tensor] = None,
                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv, dsinks)``; ``dsinks`` is ``(Hq,)`` fp32, empty ``(0,)`` without sinks."""
     module = (dispatch.module_for("bwd", (block_m, block_n), package, q.device) if mask_mod is None else
@@ -46,7 +47,8 @@ def flash_attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch
     dq, dk, dv, dsink_rows = dispatch.attention_backward(
         module, grad_out, grad_lse, q, k, v, out, lse.contiguous(), causal=causal, alignment=alignment,
         window=None if window is None else tuple(window), key_lengths=key_lengths, mask=mask, scale=scale,
-        softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, mask_args=mask_args)
+        softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, mask_args=mask_args, dropout_p=dropout_p,
+        philox=philox)
     # dL/dsink of a head: the sum over its batch entries and rows of the kernel's per-row parts
     dsinks = dsink_rows.sum((0, 2)) if dsink_rows is not None else q.new_empty((0,), dtype=torch.float32)
     return dq, dk, dv, dsinks
@@ -54,7 +56,8 @@ def flash_attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch
 
 @flash_attention_backward_op.register_fake
 def _(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, causal, alignment, window, scale, block_m, block_n,
-      package=dispatch.DEFAULT_PACKAGE, softcap=None, alibi_slopes=None, sinks=None, mask_mod=None, mask_args=None):
+      package=dispatch.DEFAULT_PACKAGE, softcap=None, alibi_slopes=None, sinks=None, mask_mod=None, mask_args=None,
+      dropout_p=0.0, philox=None):
     # the generated backward allocates dq, dk, dv contiguous (torch.empty(shape)): so does the fake
     dsinks = q.new_empty((0,) if sinks is None else (q.shape[1],), dtype=torch.float32)
     return _contiguous_like(q), _contiguous_like(k), _contiguous_like(v), dsinks
@@ -63,24 +66,27 @@ def _(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths, causal, alignmen
 def setup_context(ctx, inputs, output):
     # tma only chooses how the forward moves its tiles: the backward does not need it
     (q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, _tma, package, softcap,
-     alibi_slopes, sinks, mask_mod, mask_args) = inputs
+     alibi_slopes, sinks, mask_mod, mask_args, dropout_p, philox) = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, mask, key_lengths, alibi_slopes, sinks, mask_args)
+    # the dropout's seed and offset are saved: the backward regenerates the forward's mask from them
+    ctx.save_for_backward(q, k, v, out, lse, mask, key_lengths, alibi_slopes, sinks, mask_args, philox)
     ctx.options = (causal, alignment, window, scale, block_m, block_n, package, softcap)
     ctx.mask_mod = mask_mod
+    ctx.dropout_p = dropout_p
 
 
 def backward(ctx, grad_out, grad_lse):
     if torch.is_grad_enabled() and not torch.compiler.is_compiling():
         raise RuntimeError("flash_attention does not support double backward (create_graph=True, "
                            "torch.autograd.grad of a gradient): its backward kernels are not differentiable")
-    q, k, v, out, lse, mask, key_lengths, alibi_slopes, sinks, mask_args = ctx.saved_tensors
+    q, k, v, out, lse, mask, key_lengths, alibi_slopes, sinks, mask_args, philox = ctx.saved_tensors
     dq, dk, dv, dsinks = flash_attention_backward_op(grad_out, grad_lse, q, k, v, out, lse, mask, key_lengths,
-                                                     *ctx.options, alibi_slopes, sinks, ctx.mask_mod, mask_args)
+                                                     *ctx.options, alibi_slopes, sinks, ctx.mask_mod, mask_args,
+                                                     ctx.dropout_p, philox)
     # gradients for (q, k, v) and the sinks; mask, key_lengths, the options (tma, package),
-    # softcap, alibi_slopes, mask_mod and mask_args are not differentiable
+    # softcap, alibi_slopes, mask_mod, mask_args and the dropout's p and seed are not differentiable
     return (dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None, None,
-            dsinks if sinks is not None else None, None, None)
+            dsinks if sinks is not None else None, None, None, None, None)
 
 
 torch.library.register_autograd("flashproof::flash_attention", backward, setup_context=setup_context)

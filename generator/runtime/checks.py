@@ -34,7 +34,6 @@ FOREIGN_KEYWORDS = {
     "attn_mask": "mask= (a bool tensor, True = attend)",
     "softmax_scale": "scale=",
     "sm_scale": "scale=",
-    "dropout_p": "nothing: flashproof has no dropout (apply it outside, or pass no dropout_p)",
     "window_size": "window=(left, right)",
     "seqlens_k": "key_lengths=",
     "cache_seqlens": "key_lengths=",
@@ -339,6 +338,43 @@ def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None):
 
 
 # ----------------------------------------------------------------------------------
+# Attention dropout (issue 29)
+# ----------------------------------------------------------------------------------
+#: ``return_dropout_mask`` writes one byte per (b, h, i, j): for small problems (tests, inspection)
+DROPOUT_MASK_MAX = 2**28
+
+
+def check_dropout(dropout_p, return_dropout_mask, elements: int) -> float:
+    """``dropout_p`` as a float in ``[0, 1)`` [dropout_p_range]; with dropout on, ``elements`` =
+    B·Hq·N_q·N_k within the Philox counter's int64 range [dropout_counter]; ``return_dropout_mask``
+    a bool, for at most ``DROPOUT_MASK_MAX`` elements."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
+        raise TypeError(f"dropout_p must be a real number in [0, 1), got {type(dropout_p).__name__} {dropout_p!r}")
+    p = float(dropout_p)
+    if not 0.0 <= p < limit("dropout_p_range"):
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r} [dropout_p_range]: p = 1 would drop every "
+                         "attention weight (the output is 0 and the rescale 1/(1 - p) infinite); pass p < 1, or "
+                         "dropout_p=0.0 for no dropout")
+    check_bool(return_dropout_mask, "return_dropout_mask")
+    if p > 0 and elements > limit("dropout_counter"):
+        raise ValueError(f"dropout on B·Hq·N_q·N_k = {elements} elements exceeds 2^62 [dropout_counter]: the Philox "
+                         "counter of (b, h, i, j) must fit int64; split the batch")
+    if return_dropout_mask and elements > DROPOUT_MASK_MAX:
+        raise ValueError(f"return_dropout_mask=True would write a {elements}-element mask (B·Hq·N_q·N_k, one byte "
+                         f"each; at most {DROPOUT_MASK_MAX}): it is meant for small problems; pass "
+                         "return_dropout_mask=False")
+    return p
+
+
+def draw_philox(device: torch.device) -> torch.Tensor:
+    """This call's dropout randomness: int64 ``(2,)``, a Philox seed and a counter offset in
+    ``[0, 2^62)`` drawn from torch's default generator of ``device`` (``torch.manual_seed``
+    reproduces a run; each call draws anew, so two calls drop different entries). A tensor on the
+    device: no host sync, and ``torch.compile`` traces the draw."""
+    return torch.randint(0, limit("dropout_counter"), (2,), dtype=torch.int64, device=device)
+
+
+# ----------------------------------------------------------------------------------
 # The small tensors and the decode path's values (issue 23)
 # ----------------------------------------------------------------------------------
 def check_num_splits(num_splits) -> int:
@@ -440,7 +476,7 @@ def check_max_seqlen(name, value):
 # ----------------------------------------------------------------------------------
 # flash_attention_with_kvcache
 # ----------------------------------------------------------------------------------
-def check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table):
+def check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, cache_batch_idx=None):
     """``flash_attention_with_kvcache``'s checks that read no tensor's values; returns
     ``(capacity, num_pages)`` (``num_pages`` 0 for a contiguous cache)."""
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
@@ -464,7 +500,7 @@ def check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table):
                          "[gqa_divides]")
     check_heads(Hq, Hkv, D)
     if block_table is None:
-        if k_cache.shape[0] != B:
+        if k_cache.shape[0] != B and cache_batch_idx is None:  # with cache_batch_idx: any number of rows
             raise ValueError(f"a contiguous cache must have q's batch ({B}) in dim 0, got {tuple(k_cache.shape)}; "
                              "a paged cache (num_pages, page_size, Hkv, D) needs block_table")
         capacity, num_pages = n_cache, 0
@@ -475,7 +511,7 @@ def check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table):
                              f"{getattr(block_table, 'dtype', type(block_table).__name__)} "
                              f"{tuple(getattr(block_table, 'shape', ()))}; convert with .to(torch.int32)")
         if n_cache not in limit("page_sizes"):
-            raise ValueError(f"page_size (k_cache dim 1) must be a power of two from 16 to 256, got {n_cache} "
+            raise ValueError(f"page_size (k_cache dim 1) must be a power of two from 16 to 512, got {n_cache} "
                              "[page_sizes]")
         capacity, num_pages = block_table.shape[1] * n_cache, k_cache.shape[0]
     if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype not in (torch.int32, torch.int64) \

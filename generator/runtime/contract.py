@@ -82,6 +82,14 @@ ALIBI = Arg("alibi_slopes", "None or a float32 tensor", "(Hq,) or (B, Hq)", ANY,
 SINKS = Arg("sinks", "None or a float32 tensor", "(Hq,)", COPIED, "any finite logits; differentiable where the "
             "entry point is")
 
+#: attention dropout (issue 29): FlashAttention 2's, the keep mask one printed Philox term
+DROPOUT_P = Arg("dropout_p", "a real (numpy scalars too; not bool)", "—", NONE,
+                "0 ≤ p < 1 (p = 1 drops every weight); default 0.0: compiled out, bitwise no dropout; seed and "
+                "offset drawn from torch's generator for the device", ("dropout_p_range", "dropout_counter"))
+RETURN_DROPOUT_MASK = Arg("return_dropout_mask", "bool", "—", NONE,
+                          "True or False (not 1); True appends the bool keep mask the kernels drew (at most 2^28 "
+                          "elements: small problems)")
+
 
 def _block(default: str) -> Arg:
     return Arg("block", "a pair of ints (numpy ints too)" + (' or "auto"' if "auto" in default else ""),
@@ -121,6 +129,7 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
             Arg("mask_args", "None or {name: int | integer tensor}", "int, (B,), or (B, N_q) / (B, N_k) per parameter",
                 COPIED, f"|v| ≤ {limit('mask_args_int32')}: eager check; under torch.compile clamped on the device",
                 ("mask_args_int32",), "packed into one fresh int32 (B, L) tensor"),
+            DROPOUT_P, RETURN_DROPOUT_MASK,
         ),
         "flash_attention_varlen": _dense_qkv("(total_q, Hq, D)", "(total_k, Hkv, D)") + (
             Arg("cu_seqlens_q", "int32 tensor", "(B + 1,), B ≥ 1", COPIED,
@@ -134,7 +143,11 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
             CAUSAL, WINDOW, SCALE, RETURN_LSE, _block('(64, 64); "auto" allowed'), SOFTCAP,
             Arg("alibi_slopes", "None or a float32 tensor", "(Hq,) or (B, Hq), B the segments", ANY, ALIBI.values,
                 ALIBI.assumptions),
-            SINKS,
+            SINKS, DROPOUT_P, RETURN_DROPOUT_MASK,
+            Arg("batch_invariant", "bool", "—", NONE, "True or False (the packed kernels are batch invariant)"),
+            Arg("block_table", "None or an int32 tensor", "(B, max_pages)", COPIED,
+                "k, v then paged caches (num_pages, page_size 16..512, Hkv, D), cu_seqlens_k their key counts; "
+                "forward only, no dropout", ("page_sizes", "page_ids_range")),
         ),
         "flash_attention_with_kvcache": (
             Arg("q", _dtypes() + ", one dtype for q and the cache", f"(B, N_q, Hq, D), D in 1..{limit('head_dim_max')}",
@@ -143,8 +156,22 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                 "any (slots past cache_seqlens[b] are never read)", ("gqa_divides", "page_sizes", "index_int32")),
             Arg("v_cache", "q's", "k_cache's", ANY, "any", ("index_int32",)),
             Arg("cache_seqlens", "an int (numpy ints too) or an int32/int64 tensor", "(B,)", COPIED,
-                "0 ≤ cache_seqlens[b] ≤ capacity (N_cache, or max_pages·page_size): eager check; under "
-                "torch.compile clamped on the device", ("cache_len_range",), "copied to a fresh int32 tensor"),
+                "0 ≤ cache_seqlens[b] ≤ capacity (N_cache, or max_pages·page_size), less N_new with k: eager "
+                "check; under torch.compile clamped on the device", ("cache_len_range",),
+                "copied to a fresh int32 tensor"),
+            Arg("k", "None or the cache's dtype", "(B, N_new, Hkv, D)", ANY,
+                "written in place at keys cache_seqlens[b] + t (rotated with rotary_cos), then attended"),
+            Arg("v", "None or the cache's dtype", "k's", ANY, "written in place beside k (bit for bit)"),
+            Arg("rotary_cos", "None or a float tensor", "(seqlen_ro ≥ capacity, rotary_dim / 2), rotary_dim ≤ D",
+                ANY, "with k and v only; rows cache_seqlens[b] + t (claim `rotary_rotation`)"),
+            Arg("rotary_sin", "rotary_cos's", "rotary_cos's", ANY, "as rotary_cos"),
+            Arg("rotary_interleaved", "bool", "—", NONE, "True: GPT-J pairs (2f, 2f+1); False: GPT-NeoX halves"),
+            Arg("cache_leftpad", "None or an int32/int64 tensor", "(B,)", COPIED,
+                "0 ≤ cache_leftpad[b] ≤ cache_seqlens[b]: eager check; contiguous cache only",
+                rewrite="copied to a fresh int32 tensor"),
+            Arg("cache_batch_idx", "None or an int32/int64 tensor", "(B,)", COPIED,
+                "distinct rows in [0, k_cache.shape[0]): eager check; contiguous cache only",
+                rewrite="copied to a fresh int32 tensor"),
             Arg("block_table", "None or an int32 tensor", "(B, max_pages)", COPIED,
                 "the pages a sequence reads in [0, num_pages) (the unused tail: anything): eager check; under "
                 "torch.compile clamped on the device", ("page_ids_range",)),
@@ -155,6 +182,8 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                 f"0..{limit('num_splits_max')}; 0 picks enough splits to fill the GPU", ("num_splits_max",)),
             RETURN_LSE, SOFTCAP, ALIBI,
             Arg("sinks", SINKS.dtype, SINKS.shape, COPIED, "any finite logits (inference only: no gradient)"),
+            Arg("batch_invariant", "bool", "—", NONE, "True: fixed 512-key splits, num_splits 0 "
+                "(claim `batch_invariant_splits`)"),
         ),
         "merge_state": (
             Arg("o_a", _dtypes(), f"(..., D), D ≤ {limit('merge_head_dim_max')} (0 allowed: lse only)", ROWS,

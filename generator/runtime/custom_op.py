@@ -5,7 +5,9 @@ The op takes checked inputs (``generator.runtime.api.flash_attention`` checks th
 torch.compile the output shapes *and strides* of the real one (both contiguous, whatever
 q's layout) without running a kernel, so ``torch.compile(fullgraph=True)`` traces through it.
 ``package`` names the generated package whose kernels run (``generated``, or an ``--out`` one);
-``mask_mod`` the name of a ``spec.mask_mod`` compiled in, ``mask_args`` its packed parameters.
+``mask_mod`` the name of a ``spec.mask_mod`` compiled in, ``mask_args`` its packed parameters;
+``dropout_p`` and ``philox`` (int64 ``(2,)``: the Philox seed and counter offset the runtime drew
+from torch's generator, a tensor so that a traced graph carries it) the dropout.
 
 Import order, no cycles: ``checks`` <- ``dispatch`` <- ``custom_op`` <- ``autograd`` <- ``api``.
 The backward registers itself on this op in ``generator.runtime.autograd``.
@@ -35,16 +37,18 @@ def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
                        package: str = dispatch.DEFAULT_PACKAGE, softcap: Optional[float] = None,
                        alibi_slopes: Optional[torch.Tensor] = None,
                        sinks: Optional[torch.Tensor] = None, mask_mod: Optional[str] = None,
-                       mask_args: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+                       mask_args: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                       philox: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     module = (dispatch.module_for("fwd", (block_m, block_n), package, q.device) if mask_mod is None else
               dispatch.mask_mod_module_for("fwd", (block_m, block_n), package, q.device, mask_mod))
     return dispatch.attention_forward(module, q, k, v, causal=causal, alignment=alignment,
                                       window=None if window is None else tuple(window), key_lengths=key_lengths,
                                       mask=mask, scale=scale, tma=tma, softcap=softcap, alibi_slopes=alibi_slopes,
-                                      sinks=sinks, mask_args=mask_args)
+                                      sinks=sinks, mask_args=mask_args, dropout_p=dropout_p, philox=philox)
 
 
 @flash_attention_op.register_fake
 def _(q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, tma=False,
-      package=dispatch.DEFAULT_PACKAGE, softcap=None, alibi_slopes=None, sinks=None, mask_mod=None, mask_args=None):
+      package=dispatch.DEFAULT_PACKAGE, softcap=None, alibi_slopes=None, sinks=None, mask_mod=None, mask_args=None,
+      dropout_p=0.0, philox=None):
     return outputs_like(q)

@@ -25,6 +25,11 @@ MAX_SPLITS = 16
 #: against ~4 D bytes of K and V (fp16) per key, so 128 keys a row keep partials under ~2 %
 MIN_KEYS_PER_SPLIT = 256
 KEYS_PER_ROW = 128
+#: ``batch_invariant=True``: every split holds this many keys (a multiple of the key tile B_c), so a
+#: row's split plan depends on its own length only (claim batch_invariant_splits); 512 keys keep a
+#: split's fp32 partial (~8 (D + 1) bytes a query row) under ~2 % of its K/V bytes (~2·512·D·2)
+#: for up to 8 query rows per KV head
+BATCH_INVARIANT_SPLIT_KEYS = 512
 
 
 def default_num_splits(programs: int, max_keys: int, num_sms: int, rows: int = 1) -> int:
@@ -49,15 +54,92 @@ def _num_sms(device: torch.device) -> int:
     return 1  # the CPU interpreter runs programs one at a time: splitting gains nothing
 
 
-def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_table=None, causal=False,
-                                 window=None, scale=None, num_splits=0, return_lse=False, softcap=None,
-                                 alibi_slopes=None, sinks=None):
+def _int32_rows(t, name: str, B: int, device, extra: str):
+    """``cache_leftpad`` / ``cache_batch_idx``: an int32 tensor ``(B,)`` (contiguous copy), or None."""
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor) or t.dtype not in (torch.int32, torch.int64) or tuple(t.shape) != (B,):
+        raise ValueError(f"{name} must be an int32 tensor of shape (batch,) = ({B},), got "
+                         f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}; {extra}")
+    return t.to(torch.int32).contiguous()
+
+
+def _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, rotary_interleaved, cache_leftpad, cache_batch_idx,
+                  block_table, cache_seqlens, capacity):
+    """FlashAttention's KV-cache extras: the new keys and values ``k``, ``v`` ``(B, N_new, Hkv, D)``,
+    the rotary tables ``(seqlen_ro, rotary_dim / 2)``, ``cache_leftpad`` and ``cache_batch_idx``
+    int32 ``(B,)``. Returns ``(cache_leftpad, cache_batch_idx)`` as contiguous int32 tensors."""
+    B, _, _, D = q.shape
+    if (k is None) != (v is None):
+        raise ValueError("pass both k and v (the new keys and values to append) or neither")
+    if k is not None:
+        for name, t in (("k", k), ("v", v)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 4:
+                raise ValueError(f"{name} must be a tensor (batch, N_new, Hkv, D) (the new keys/values), got "
+                                 f"{tuple(getattr(t, 'shape', ())) or type(t).__name__}")
+            if t.dtype != k_cache.dtype:
+                raise TypeError(f"{name} has dtype {t.dtype}, the cache {k_cache.dtype}; convert with .to()")
+            if t.shape[0] != B or t.shape[2:] != k_cache.shape[2:]:
+                raise ValueError(f"{name} {tuple(t.shape)} must be (batch={B}, N_new, Hkv={k_cache.shape[2]}, "
+                                 f"D={D}) to append into the cache")
+        if v.shape != k.shape:
+            raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape")
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("pass both rotary_cos and rotary_sin (or neither)")
+    if rotary_cos is not None:
+        if k is None:
+            raise ValueError("rotary_cos/rotary_sin rotate the new keys: pass k and v too (FlashAttention's rule; "
+                             "rotate q yourself when nothing is appended)")
+        for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype not in api.DTYPES:
+                raise ValueError(f"{name} must be a float tensor (seqlen_ro, rotary_dim / 2), got "
+                                 f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
+        if rotary_sin.shape != rotary_cos.shape:
+            raise ValueError(f"rotary_cos {tuple(rotary_cos.shape)} and rotary_sin {tuple(rotary_sin.shape)} "
+                             "must have one shape")
+        if not 1 <= 2 * rotary_cos.shape[1] <= D:
+            raise ValueError(f"rotary_dim = 2 x rotary_cos.shape[1] = {2 * rotary_cos.shape[1]} must lie in "
+                             f"[2, head_dim = {D}]")
+        if rotary_cos.shape[0] < capacity:
+            raise ValueError(f"rotary_cos/rotary_sin have {rotary_cos.shape[0]} rows; they must cover the cache's "
+                             f"{capacity} positions (FlashAttention: seqlen_ro >= seqlen_k)")
+    if not isinstance(rotary_interleaved, bool):
+        raise ValueError(f"rotary_interleaved must be True (GPT-J pairs) or False (GPT-NeoX halves), "
+                         f"got {rotary_interleaved!r}")
+    paged = "not with a paged cache (block_table), as in FlashAttention"
+    if block_table is not None and (cache_leftpad is not None or cache_batch_idx is not None):
+        raise ValueError(f"cache_leftpad and cache_batch_idx work on a contiguous cache only, {paged}")
+    cache_leftpad = _int32_rows(cache_leftpad, "cache_leftpad", B, q.device, "row b's keys start there")
+    cache_batch_idx = _int32_rows(cache_batch_idx, "cache_batch_idx", B, q.device, "batch b reads that cache row")
+    if not torch.compiler.is_compiling():  # data-dependent checks (one device sync each): eager only
+        if k is not None and bool((cache_seqlens < 0).any()):
+            raise ValueError(f"cache_seqlens must lie in [0, capacity − N_new], got {cache_seqlens.tolist()} "
+                             "[cache_len_range]")
+        if cache_leftpad is not None and (bool((cache_leftpad < 0).any())
+                                          or bool((cache_leftpad > cache_seqlens).any())):
+            raise ValueError(f"cache_leftpad must lie in [0, cache_seqlens[b]], got {cache_leftpad.tolist()} "
+                             f"with cache_seqlens {cache_seqlens.tolist()}")
+        if cache_batch_idx is not None and (bool((cache_batch_idx < 0).any())
+                                            or bool((cache_batch_idx >= k_cache.shape[0]).any())):
+            raise ValueError(f"cache_batch_idx must index the cache's {k_cache.shape[0]} rows, got "
+                             f"{cache_batch_idx.tolist()}")
+        if cache_batch_idx is not None and k is not None and cache_batch_idx.unique().numel() != B:
+            raise ValueError(f"cache_batch_idx {cache_batch_idx.tolist()} repeats a row: two batch entries would "
+                             "append into one cache row")
+    return cache_leftpad, cache_batch_idx
+
+
+def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rotary_cos=None,
+                                 rotary_sin=None, rotary_interleaved=True, cache_leftpad=None, cache_batch_idx=None,
+                                 block_table=None, causal=False, window=None, scale=None, num_splits=0,
+                                 return_lse=False, softcap=None, alibi_slopes=None, sinks=None,
+                                 batch_invariant=False):
     """Attention of ``N_q`` new tokens over a KV cache (decode, speculative decoding, chunked prefill).
 
     FlashAttention's layouts and names: ``q`` ``(B, N_q, Hq, D)``; a contiguous cache ``k_cache``,
     ``v_cache`` ``(B, N_cache, Hkv, D)``, or a paged cache ``(num_pages, page_size, Hkv, D)`` with
     ``block_table`` int32 ``(B, max_pages)`` (key ``j`` of batch ``b`` is slot ``j % page_size`` of
-    page ``block_table[b, j // page_size]``; ``page_size`` any power of two from 16 to 256);
+    page ``block_table[b, j // page_size]``; ``page_size`` any power of two from 16 to 512);
     ``cache_seqlens`` int32 ``(B,)`` or an int: keys ``0 … cache_seqlens[b] − 1`` are attended and
     the rest of the cache is never read (NaN there does not matter). ``Hq % Hkv == 0`` (GQA/MQA:
     the query heads of one KV head share each K/V tile read). ``causal`` and ``window=(left,
@@ -83,25 +165,59 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, block_ta
     and lse = sink. The sink is merged exactly once per row whatever ``num_splits``: in the
     unsplit kernel's epilogue, or after the splits' merge (claims ``sink_once``,
     ``sink_once_combine``).
+
+    Appending (FlashAttention's ``flash_attn_with_kvcache``): ``k``, ``v`` ``(B, N_new, Hkv, D)``
+    are written **in place** into the cache at keys ``cache_seqlens[b] … cache_seqlens[b] + N_new −
+    1`` (contiguous or paged), then attended: the attention runs over ``cache_seqlens[b] + N_new``
+    keys (``cache_seqlens`` itself is not updated). ``rotary_cos``, ``rotary_sin``
+    ``(seqlen_ro >= capacity, rotary_dim / 2)`` rotate the new keys at positions
+    ``cache_seqlens[b] + t`` before they are written, and q at the same positions when ``causal`` or
+    ``window`` is given, else every token of q at ``cache_seqlens[b]``; ``rotary_interleaved=True``
+    pairs lanes ``(2f, 2f + 1)`` (GPT-J), ``False`` lanes ``(f, f + rotary_dim/2)`` (GPT-NeoX);
+    lanes past ``rotary_dim`` are kept (spec.rotary, claim ``rotary_rotation``). ``cache_leftpad``
+    int32 ``(B,)``: row ``b``'s keys start at ``cache_leftpad[b]`` (keys before it are never read;
+    ``cache_seqlens`` still counts from index 0, and so do the rotary positions, as in
+    FlashAttention). ``cache_batch_idx`` int32 ``(B,)``: batch ``b`` uses cache row
+    ``cache_batch_idx[b]`` of a contiguous cache with any number of rows. Neither with a paged cache.
+
+    ``batch_invariant=True``: the keys are split in fixed-size splits of
+    ``BATCH_INVARIANT_SPLIT_KEYS`` keys from ``cache_leftpad[b]`` and merged in order, so each row's
+    reduction order is a function of its own lengths only and a request's output is bitwise the
+    same whatever else is in the batch (claim ``batch_invariant_splits``); ``num_splits`` must be 0.
     """
-    return _kvcache(config.DEFAULT_PACKAGE, q, k_cache, v_cache, cache_seqlens, block_table=block_table,
+    return _kvcache(config.DEFAULT_PACKAGE, q, k_cache, v_cache, cache_seqlens, k=k, v=v, rotary_cos=rotary_cos,
+                    rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, cache_leftpad=cache_leftpad,
+                    cache_batch_idx=cache_batch_idx, block_table=block_table,
                     causal=causal, window=window, scale=scale, num_splits=num_splits, return_lse=return_lse,
-                    softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
+                    softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, batch_invariant=batch_invariant)
 
 
-def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, block_table=None, causal=False, window=None,
-             scale=None, num_splits=0, return_lse=False, softcap=None, alibi_slopes=None, sinks=None):
+def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rotary_cos=None, rotary_sin=None,
+             rotary_interleaved=True, cache_leftpad=None, cache_batch_idx=None, block_table=None, causal=False,
+             window=None, scale=None, num_splits=0, return_lse=False, softcap=None, alibi_slopes=None, sinks=None,
+             batch_invariant=False):
     checks.check_tensor(q, "q")
     if not isinstance(cache_seqlens, torch.Tensor):  # an int (numpy integers too): every sequence's length
         cache_seqlens = torch.full((q.shape[0],), checks._as_int(cache_seqlens, "cache_seqlens"), dtype=torch.int32,
                                    device=q.device)
-    capacity, num_pages = checks.check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k_cache, v_cache, sinks)):
+    capacity, num_pages = checks.check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, cache_batch_idx)
+    n_new = k.shape[1] if isinstance(k, torch.Tensor) and k.dim() == 4 else 0
+    cache_leftpad, cache_batch_idx = _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, rotary_interleaved,
+                                                   cache_leftpad, cache_batch_idx, block_table, cache_seqlens,
+                                                   capacity)
+    if not isinstance(batch_invariant, bool):
+        raise ValueError(f"batch_invariant must be True or False, got {batch_invariant!r}")
+    if batch_invariant and num_splits != 0:
+        raise ValueError(f"batch_invariant=True fixes the split size ({BATCH_INVARIANT_SPLIT_KEYS} keys): leave "
+                         f"num_splits at 0, got {num_splits}")
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                       for t in (q, k_cache, v_cache, sinks, k, v, rotary_cos, rotary_sin)):
         raise RuntimeError("flash_attention_with_kvcache is inference only and has no backward: call it under "
                            "torch.no_grad() / torch.inference_mode() or detach q, k_cache, v_cache (and sinks); "
                            "for training use flash_attention (differentiable)")
     checks.check_device({"q": q, "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens,
-                         "block_table": block_table})
+                         "block_table": block_table, "k": k, "v": v, "rotary_cos": rotary_cos,
+                         "rotary_sin": rotary_sin, "cache_leftpad": cache_leftpad, "cache_batch_idx": cache_batch_idx})
     checks.check_bool(causal, "causal")
     checks.check_bool(return_lse, "return_lse")
     # the same checks as flash_attention's (q as (B, Hq, N_q, D): a view, no copy)
@@ -110,7 +226,8 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, block_table=None, c
     num_splits = checks.check_num_splits(num_splits)
     B, Nq, Hq, D = q.shape
     page_size = k_cache.shape[1]
-    checks.check_cache_values(cache_seqlens, block_table, capacity, page_size, num_pages)  # eager: one sync
+    # eager: one sync; with an append, the lengths after it must fit (and their pages be valid)
+    checks.check_cache_values(cache_seqlens + n_new, block_table, capacity, page_size, num_pages)
     # the proven host rewrites of flash_attention: s <= 0 -> s' > 0 (scale_sign_rewrite); each window side
     # clamped to N_q + capacity, at least every sequence's N_q + cache_seqlens[b] (window_clamp)
     q, scale = checks.normalise_scale(q, scale)
@@ -119,11 +236,61 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, block_table=None, c
                                                                  spec_launch.decode_window, q, capacity)
     # lengths and page ids as the kernel reads them (clamped on the device under torch.compile), the
     # block table and the sinks at unit stride (copies of strided views)
-    cache_seqlens, block_table = checks.cache_arguments(cache_seqlens, block_table, capacity, num_pages)
+    cache_seqlens, block_table = checks.cache_arguments(cache_seqlens, block_table, capacity - n_new, num_pages)
+    split_keys = 0
+    if batch_invariant:  # the grid covers the capacity; a row's splits past its keys are empty
+        split_keys = BATCH_INVARIANT_SPLIT_KEYS
+        num_splits = max(1, math.ceil(capacity / split_keys))
+    if k is not None:
+        # the append: k (rotated) and v written in place at keys cache_seqlens[b] + t, then attended
+        kvcache_append_op(k_cache, v_cache, k, v, cache_seqlens, block_table, cache_batch_idx, rotary_cos,
+                          rotary_sin, rotary_interleaved, package)
+        if rotary_cos is not None:  # q at cache_seqlens[b] + t (causal / windowed), else all at cache_seqlens[b]
+            q = rotary_q_op(q, cache_seqlens, rotary_cos, rotary_sin, rotary_interleaved,
+                            causal or window is not None, package)
+        cache_seqlens = cache_seqlens + n_new
     out, lse = kvcache_op(q, k_cache, v_cache, cache_seqlens, block_table, causal, window,
                           checks.sm_scale_of(scale, D), num_splits, softcap, alibi_slopes,
-                          contract.unit_stride("flash_attention_with_kvcache", "sinks", sinks), package)
+                          contract.unit_stride("flash_attention_with_kvcache", "sinks", sinks), package,
+                          cache_leftpad, cache_batch_idx, split_keys)
     return (out, lse) if return_lse else out
+
+
+@torch.library.custom_op("flashproof::kvcache_append", mutates_args=("k_cache", "v_cache"))
+def kvcache_append_op(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor],
+                      cache_batch_idx: Optional[torch.Tensor], rotary_cos: Optional[torch.Tensor],
+                      rotary_sin: Optional[torch.Tensor], rotary_interleaved: bool,
+                      package: str = config.DEFAULT_PACKAGE) -> None:
+    """Write ``k`` (rotated when ``rotary_cos`` is given) and ``v`` into the cache in place, at keys
+    ``cache_seqlens[b] + t`` (declared to torch.library as mutating both caches, so torch.compile
+    orders it before the attention that reads them)."""
+    module = api.module_for("decode", config.block_for("decode", package), package, k.device)
+    module.append_rows(k, k_cache, cache_seqlens, block_table=block_table, cache_batch_idx=cache_batch_idx,
+                       rotary_cos=rotary_cos, rotary_sin=rotary_sin, interleaved=rotary_interleaved)
+    module.append_rows(v, v_cache, cache_seqlens, block_table=block_table, cache_batch_idx=cache_batch_idx)
+
+
+@kvcache_append_op.register_fake
+def _(k_cache, v_cache, k, v, cache_seqlens, block_table, cache_batch_idx, rotary_cos, rotary_sin,
+      rotary_interleaved, package=config.DEFAULT_PACKAGE):
+    return None
+
+
+@torch.library.custom_op("flashproof::rotary_q", mutates_args=())
+def rotary_q_op(q: torch.Tensor, cache_seqlens: torch.Tensor, rotary_cos: torch.Tensor, rotary_sin: torch.Tensor,
+                rotary_interleaved: bool, per_token: bool, package: str = config.DEFAULT_PACKAGE) -> torch.Tensor:
+    """q rotated at ``cache_seqlens[b] + t`` (``per_token``) or ``cache_seqlens[b]``, in q's dtype."""
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    api.module_for("decode", config.block_for("decode", package), package, q.device).append_rows(
+        q, out, cache_seqlens, to_cache=False, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+        interleaved=rotary_interleaved, per_token=per_token)
+    return out
+
+
+@rotary_q_op.register_fake
+def _(q, cache_seqlens, rotary_cos, rotary_sin, rotary_interleaved, per_token, package=config.DEFAULT_PACKAGE):
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
 api.IMPLEMENTATIONS["flash_attention_with_kvcache"] = _kvcache
@@ -134,7 +301,9 @@ def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ca
                block_table: Optional[torch.Tensor], causal: bool, window: Optional[list[int]], sm_scale: float,
                num_splits: int, softcap: Optional[float] = None, alibi_slopes: Optional[torch.Tensor] = None,
                sinks: Optional[torch.Tensor] = None,
-               package: str = config.DEFAULT_PACKAGE) -> tuple[torch.Tensor, torch.Tensor]:
+               package: str = config.DEFAULT_PACKAGE, cache_leftpad: Optional[torch.Tensor] = None,
+               cache_batch_idx: Optional[torch.Tensor] = None, split_keys: int = 0
+               ) -> tuple[torch.Tensor, torch.Tensor]:
     """The launches on checked inputs (a custom op with a fake, so torch.compile traces through)."""
     B, Nq, Hq, D = q.shape
     block = config.block_for("decode", package)
@@ -150,9 +319,11 @@ def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ca
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
     args = dict(sm_scale=sm_scale, num_splits=num_splits, causal=causal,
-                window=None if window is None else tuple(window), softcap=softcap, alibi_slopes=alibi_slopes)
-    # the sink is merged exactly once per row: by the unsplit kernel's epilogue, or after the merge
-    if num_splits == 1:  # the split's partial result is the output: written in place, no merge
+                window=None if window is None else tuple(window), softcap=softcap, alibi_slopes=alibi_slopes,
+                cache_leftpad=cache_leftpad, cache_batch_idx=cache_batch_idx, split_keys=split_keys)
+    # the sink is merged exactly once per row: by the unsplit kernel's epilogue, or after the merge;
+    # batch_invariant (split_keys > 0) always merges, so a row's path does not depend on the grid
+    if num_splits == 1 and split_keys == 0:  # the split's partial result is the output: written in place, no merge
         module.forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, out[None],
                               lse.transpose(1, 2)[None], sinks=sinks, **args)
     else:  # fp32 partials (S, B, N_q, Hq, D), then merge_state's fold over the splits
@@ -170,6 +341,7 @@ def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ca
 
 @kvcache_op.register_fake
 def _(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale, num_splits, softcap=None,
-      alibi_slopes=None, sinks=None, package=config.DEFAULT_PACKAGE):
+      alibi_slopes=None, sinks=None, package=config.DEFAULT_PACKAGE, cache_leftpad=None, cache_batch_idx=None,
+      split_keys=0):
     B, Nq, Hq, _ = q.shape
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, Hq, Nq), dtype=torch.float32)

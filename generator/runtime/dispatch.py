@@ -120,26 +120,43 @@ def mask_mod_arguments(mask_args) -> dict:
     return {} if mask_args is None else {"mask_mod_args": mask_args}
 
 
+def dropout_arguments(dropout_p, philox) -> dict:
+    """The dropout keywords of a generated module's launch (none when off: its defaults)."""
+    return {} if philox is None else {"dropout_p": dropout_p, "philox": philox}
+
+
+def dropout_mask(block, package: str, philox, dropout_p: float, shape) -> torch.Tensor:
+    """The keep mask (bool ``shape`` = ``(B, H, N_q, N_k)``) the kernels of ``block`` draw with
+    ``philox`` at ``dropout_p``: their printed keep term at every element (the forward module's
+    ``dropout_mask``); all True without dropout."""
+    if philox is None:
+        return torch.ones(shape, dtype=torch.bool)
+    return module_for("fwd", block, package, philox.device).dropout_mask(philox, dropout_p, *shape)
+
+
 def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, tma=False,
-                      softcap=None, alibi_slopes=None, sinks=None, mask_args=None):
+                      softcap=None, alibi_slopes=None, sinks=None, mask_args=None, dropout_p=0.0, philox=None):
     """Run a generated forward ``module`` on checked inputs: returns ``(out, lse)``.
     ``tma``: the opt-in Hopper TMA path (``generator.runtime.launch.tma_operands`` has its rules);
     ``softcap``, ``alibi_slopes``, ``sinks``: the score modifications (``launch.score_mod_launch``);
-    ``mask_args``: a mask_mod's packed parameters (``MaskMod.pack``)."""
+    ``mask_args``: a mask_mod's packed parameters (``MaskMod.pack``); ``dropout_p``, ``philox``: the
+    dropout (``checks.draw_philox``)."""
     return module.forward(q, k, v, causal=causal, window=window, tma=tma, softcap=softcap,
-                          alibi_slopes=alibi_slopes, sinks=sinks,
+                          alibi_slopes=alibi_slopes, sinks=sinks, **dropout_arguments(dropout_p, philox),
                           key_lengths=lengths_argument(key_lengths, k.shape[2]),
                           **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale),
                           **mask_mod_arguments(mask_args))
 
 
 def attention_backward(module, grad_out, grad_lse, q, k, v, out, lse, *, causal, alignment, window, key_lengths,
-                       mask, scale, softcap=None, alibi_slopes=None, sinks=None, mask_args=None):
+                       mask, scale, softcap=None, alibi_slopes=None, sinks=None, mask_args=None, dropout_p=0.0,
+                       philox=None):
     """Run a generated backward ``module`` on checked inputs: returns ``(dq, dk, dv, dsink_rows)``
     (``dsink_rows``: each row's part of dL/dsink, ``None`` without sinks)."""
     check_index_width(grad_out=grad_out)  # the one input the forward's checks did not see
     return module.backward(grad_out, q, k, v, out, lse, grad_lse=grad_lse, causal=causal, window=window,
                            softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
+                           **dropout_arguments(dropout_p, philox),
                            key_lengths=lengths_argument(key_lengths, k.shape[2]),
                            **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale),
                            **mask_mod_arguments(mask_args))

@@ -206,6 +206,27 @@ def score_mod_launch(device: torch.device, *, softcap, alibi_slopes, sinks, scal
                    sinks if sinks is not None else placeholder)
 
 
+# ----------------------------------------------------------------------------------
+# Attention dropout (issue 29)
+# ----------------------------------------------------------------------------------
+#: dropout's tensor in an attention kernel's signature: int64 (2,), the Philox seed and counter offset
+DROPOUT_POINTERS = {"Philox": "i64"}
+
+
+def dropout_constexprs(dropout: bool) -> dict:
+    """The dropout flag (a constexpr: off compiles every dropout line out)."""
+    return {"HAS_DROPOUT": bool(dropout)}
+
+
+def dropout_launch(device: torch.device, *, dropout_p, philox) -> tuple[dict, tuple]:
+    """``(constexprs, (philox, dropout_p))`` of an attention kernel's launch: dropout is on when
+    ``philox`` (int64 ``(2,)``: seed, counter offset, drawn by ``checks.draw_philox``) is given
+    and ``dropout_p > 0``; off, a placeholder the kernels never read and ``p = 0.0``."""
+    on = philox is not None and float(dropout_p) > 0
+    arg = philox if on else torch.zeros((2,), dtype=torch.int64, device=device)
+    return dropout_constexprs(on), (arg, float(dropout_p) if on else 0.0)
+
+
 def tl_dtype_of(dtype: str) -> tuple[torch.dtype, str]:
     """``"fp16"``/``"bf16"``/``"fp32"`` (or torch names) -> (torch dtype, signature name)."""
     if dtype not in DTYPE_NAMES:

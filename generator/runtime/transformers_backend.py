@@ -82,12 +82,8 @@ def flashproof_attention_forward(module: torch.nn.Module, query: torch.Tensor, k
     """transformers' attention-function contract (``sdpa_attention_forward``'s arguments) on
     ``flash_attention`` (the kernels of ``flashproof_package``, which ``register_transformers``
     binds). Returns ``(out (B, N_q, Hq, D), None)``: no attention weights (flashproof never forms
-    the N_q x N_k probabilities)."""
-    if dropout:
-        raise NotImplementedError(
-            f"flashproof attention has no dropout, but {type(module).__name__} asked for dropout={dropout} "
-            "(the model is in training mode with attention_dropout > 0): set config.attention_dropout = 0.0, "
-            "call model.eval(), or train with attn_implementation='eager' / 'sdpa'")
+    the N_q x N_k probabilities). ``dropout`` (the model's ``attention_dropout`` in training mode, 0
+    in eval) is FlashAttention 2's attention dropout, ``flash_attention``'s ``dropout_p``."""
     if kwargs.get("position_bias") is not None:
         raise NotImplementedError("flashproof attention does not take a position_bias (an additive bias per score); "
                                   "use attn_implementation='eager' / 'sdpa' for this model")
@@ -114,12 +110,13 @@ def flashproof_attention_forward(module: torch.nn.Module, query: torch.Tensor, k
         alignment = "bottom_right" if n_q == 1 else "top_left"
         window = (sliding_window - 1, 0) if (causal and sliding_window) else None
         out = flash_attention(query, key, value, causal=causal, alignment=alignment, window=window,
-                              scale=scaling, softcap=softcap, sinks=sinks)
+                              scale=scaling, softcap=softcap, sinks=sinks, dropout_p=dropout)
     else:
         # The mask already holds causality, the sliding window and every row's padding (transformers'
         # ``sliding_window_overlay``: key j seen from query i iff i - j < sliding_window).
         mask = _dense_mask(attention_mask)
-        out = flash_attention(query, key, value, mask=mask, scale=scaling, softcap=softcap, sinks=sinks)
+        out = flash_attention(query, key, value, mask=mask, scale=scaling, softcap=softcap, sinks=sinks,
+                              dropout_p=dropout)
     if v_head_dim != head_dim:
         out = out[..., :v_head_dim]
     return out.transpose(1, 2).contiguous(), None

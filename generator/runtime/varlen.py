@@ -30,7 +30,7 @@ import torch
 from spec import launch as spec_launch
 from spec import varlen as spec_varlen
 
-from generator.runtime import api, checks, contract
+from generator.runtime import api, checks, contract, dispatch
 
 #: what an omitted max_seqlen hint is passed to the op as: computed from the offsets
 COMPUTE = checks.COMPUTE
@@ -82,11 +82,11 @@ def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     return out[0], out[1]
 
 
-def _kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks) -> dict:
+def _kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p=0.0, philox=None) -> dict:
     """The keywords ``forward_varlen`` and ``backward_varlen`` both take, from the ops' arguments."""
     return {"sm_scale": checks.sm_scale_of(scale, q.shape[-1]), "causal": causal,
             "window": None if window is None else tuple(window), "softcap": softcap,
-            "alibi_slopes": alibi_slopes, "sinks": sinks}
+            "alibi_slopes": alibi_slopes, "sinks": sinks, **dispatch.dropout_arguments(dropout_p, philox)}
 
 
 # ----------------------------------------------------------------------------------
@@ -99,17 +99,19 @@ def flash_attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               block_n: int, softcap: Optional[float] = None,
                               alibi_slopes: Optional[torch.Tensor] = None,
                               sinks: Optional[torch.Tensor] = None,
-                              package: str = api.DEFAULT_PACKAGE) -> tuple[torch.Tensor, torch.Tensor]:
+                              package: str = api.DEFAULT_PACKAGE, dropout_p: float = 0.0,
+                              philox: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     module = api.module_for("fwd", (block_m, block_n), package, q.device)
     max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, v=v,
                                   out=torch.empty(q.shape, device="meta"))  # out: fresh, contiguous
     return module.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
-                                 **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks))
+                                 **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p,
+                                                   philox))
 
 
 @flash_attention_varlen_op.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n,
-      softcap=None, alibi_slopes=None, sinks=None, package=api.DEFAULT_PACKAGE):
+      softcap=None, alibi_slopes=None, sinks=None, package=api.DEFAULT_PACKAGE, dropout_p=0.0, philox=None):
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
 
@@ -121,7 +123,7 @@ def flash_attention_varlen_backward_op(
         cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool, window: Optional[list[int]],
         scale: Optional[float], block_m: int, block_n: int, softcap: Optional[float] = None,
         alibi_slopes: Optional[torch.Tensor] = None, sinks: Optional[torch.Tensor] = None,
-        package: str = api.DEFAULT_PACKAGE,
+        package: str = api.DEFAULT_PACKAGE, dropout_p: float = 0.0, philox: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv, dsinks)``; ``dsinks`` is ``(Hq,)`` fp32, empty ``(0,)`` without sinks."""
     module = api.module_for("bwd", (block_m, block_n), package, q.device)
@@ -129,7 +131,7 @@ def flash_attention_varlen_backward_op(
                                       out=out, grad_out=grad_out)
     dq, dk, dv, dsink_rows = module.backward_varlen(
         grad_out, q, k, v, out, lse.contiguous(), cu_seqlens_q, cu_seqlens_k, max_q, max_k, grad_lse=grad_lse,
-        **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks))
+        **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p, philox))
     # dL/dsink of a head: the sum over its packed rows (all segments) of the kernel's per-row parts
     dsinks = dsink_rows.sum(1) if dsink_rows is not None else q.new_empty((0,), dtype=torch.float32)
     return dq, dk, dv, dsinks
@@ -137,7 +139,8 @@ def flash_attention_varlen_backward_op(
 
 @flash_attention_varlen_backward_op.register_fake
 def _(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-      window, scale, block_m, block_n, softcap=None, alibi_slopes=None, sinks=None, package=api.DEFAULT_PACKAGE):
+      window, scale, block_m, block_n, softcap=None, alibi_slopes=None, sinks=None, package=api.DEFAULT_PACKAGE,
+      dropout_p=0.0, philox=None):
     dsinks = q.new_empty((0,) if sinks is None else (q.shape[1],), dtype=torch.float32)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
 
@@ -145,20 +148,22 @@ def _(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seq
 def _setup_context(ctx, inputs, output):
     q, k, v, cu_seqlens_q, cu_seqlens_k, *options = inputs
     out, lse = output
-    *options, alibi_slopes, sinks, package = options
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks)
+    *options, alibi_slopes, sinks, package, dropout_p, philox = options
+    # the dropout's seed and offset are saved: the backward regenerates the forward's mask from them
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, philox)
     ctx.options = options  # max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n, softcap
     ctx.package = package
+    ctx.dropout_p = dropout_p
 
 
 def _backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks = ctx.saved_tensors
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, philox = ctx.saved_tensors
     dq, dk, dv, dsinks = flash_attention_varlen_backward_op(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q,
                                                             cu_seqlens_k, *ctx.options, alibi_slopes, sinks,
-                                                            ctx.package)
-    # gradients for (q, k, v) and the sinks; the offsets, the options, alibi_slopes and the package are not
-    # differentiable
-    return dq, dk, dv, *([None] * (3 + len(ctx.options))), dsinks if sinks is not None else None, None
+                                                            ctx.package, ctx.dropout_p, philox)
+    # gradients for (q, k, v) and the sinks; the offsets, the options, alibi_slopes, the package and the
+    # dropout's p and seed are not differentiable
+    return dq, dk, dv, *([None] * (3 + len(ctx.options))), dsinks if sinks is not None else None, None, None, None
 
 
 torch.library.register_autograd("flashproof::flash_attention_varlen", _backward, setup_context=_setup_context)
@@ -166,7 +171,8 @@ torch.library.register_autograd("flashproof::flash_attention_varlen", _backward,
 
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
                            causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
-                           softcap=None, alibi_slopes=None, sinks=None):
+                           softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, return_dropout_mask=False,
+                           batch_invariant=False, block_table=None):
     """Attention over a packed batch of variable-length sequences (FlashAttention's
     ``flash_attn_varlen_func`` layout and conventions), through the generated kernels.
 
@@ -187,15 +193,42 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     head dim); the varlen kernels move their tiles by pointers (no TMA path). ``softcap``,
     ``alibi_slopes`` (float32 ``(Hq,)`` or ``(B, Hq)``, B the segments; the bias is bottom-right
     per segment) and ``sinks`` (float32 ``(Hq,)``, differentiable): as ``flash_attention``'s.
+    ``dropout_p``: as ``flash_attention``'s (FlashAttention 2's dropout); its keep mask is a function
+    of (head, global row, global key), and ``return_dropout_mask=True`` appends it as a bool
+    ``(Hq, total_q, total_k)`` tensor (only the entries of a segment's own keys are used).
+
+    ``block_table`` int32 ``(B, max_pages)`` (FlashAttention 2's paged form, forward only): ``k``, ``v``
+    are paged caches ``(num_pages, page_size, Hkv, D)`` (``page_size`` a power of two from 16 to 512)
+    and ``cu_seqlens_k`` counts each sequence's keys, which live in its pages ``block_table[b]``; run
+    by the KV-cache decode kernel (``generator.runtime.varlen_paged``, claim ``paged_kv_reads``).
+
+    ``batch_invariant``: accepted for symmetry with ``flash_attention_with_kvcache``; the packed
+    kernels are always batch invariant: no split, each program reduces over its own segment's keys
+    from the segment's first key (claim ``varlen_segments_sound``: a segment is the dense problem on
+    its slice), so a sequence's rows are bitwise the same alone and packed with any others.
     """
     return _varlen(api.DEFAULT_PACKAGE, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                    causal=causal, window=window, scale=scale, return_lse=return_lse, block=block, softcap=softcap,
-                   alibi_slopes=alibi_slopes, sinks=sinks)
+                   alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p, return_dropout_mask=return_dropout_mask,
+                   batch_invariant=batch_invariant, block_table=block_table)
 
 
 def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
             causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
-            softcap=None, alibi_slopes=None, sinks=None):
+            softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, return_dropout_mask=False,
+            batch_invariant=False, block_table=None):
+    if not isinstance(batch_invariant, bool):
+        raise ValueError(f"batch_invariant must be True or False, got {batch_invariant!r}")
+    if block_table is not None:  # k, v are paged caches (FlashAttention 2's form): the decode kernel's gather
+        if dropout_p != 0.0 or return_dropout_mask:
+            raise ValueError("block_table (paged K/V) is forward inference only: pass dropout_p=0.0 and "
+                             "return_dropout_mask=False, or use contiguous k, v for dropout")
+        from generator.runtime.varlen_paged import flash_attention_varlen_paged
+
+        return flash_attention_varlen_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, block_table,
+                                            causal=causal, window=window, scale=scale, return_lse=return_lse,
+                                            softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
+                                            batch_invariant=batch_invariant, package=package)
     window, max_q, max_k, softcap = check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                  causal=causal, window=window, scale=scale, block=block,
                                                  softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
@@ -210,9 +243,18 @@ def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     cu_seqlens_q, cu_seqlens_k, sinks = (contract.unit_stride("flash_attention_varlen", name, t) for name, t in
                                          (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
                                           ("sinks", sinks)))
+    # dropout's box is (1, Hq, total_q, total_k): the packed rows and keys, global
+    box = (1, q.shape[1], q.shape[0], k.shape[0])
+    dropout_p = checks.check_dropout(dropout_p, return_dropout_mask, box[1] * box[2] * box[3])
+    philox = checks.draw_philox(q.device) if dropout_p > 0 else None
     out, lse = flash_attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window,
-                                         scale, int(block[0]), int(block[1]), softcap, alibi_slopes, sinks, package)
-    return (out, lse) if return_lse else out
+                                         scale, int(block[0]), int(block[1]), softcap, alibi_slopes, sinks, package,
+                                         dropout_p, philox)
+    result = (out, lse) if return_lse else out
+    if return_dropout_mask:
+        keep = dispatch.dropout_mask((int(block[0]), int(block[1])), package, philox, dropout_p, box)
+        return (*result, keep[0].to(q.device)) if return_lse else (result, keep[0].to(q.device))
+    return result
 
 
 api.IMPLEMENTATIONS["flash_attention_varlen"] = _varlen

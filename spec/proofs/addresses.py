@@ -59,27 +59,31 @@ class _Z3A(_Z3):
 # ----------------------------------------------------------------------------------
 def _decode_tensors(paged: bool):
     q = A.symbolic("q", ("B", "N_q", "Hq", "D"))
-    cache = ("NP", "PS", "Hkv", "D") if paged else ("B", "N_cache", "Hkv", "D")
+    cache = ("NP", "PS", "Hkv", "D") if paged else ("B_cache", "N_cache", "Hkv", "D")
     k, v = A.symbolic("k", cache), A.symbolic("v", cache)
     out = A.symbolic("out", ("S", "B", "N_q", "Hq", "D"))
     lse = A.symbolic("lse", ("S", "B", "N_q", "Hq"))
     cs = A.symbolic("cache_seqlens", ("B",))
     bt = A.symbolic("block_table", ("B", "MP")) if paged else None
     sinks = A.symbolic("sinks", ("Hq",))
-    return q, k, v, out, lse, cs, bt, sinks
+    leftpad, batch_idx = A.symbolic("cache_leftpad", ("B",)), A.symbolic("cache_batch_idx", ("B",))
+    return q, k, v, out, lse, cs, bt, sinks, leftpad, batch_idx
 
 
 @claim(A.CLAIM_DECODE,
        "decode's addresses: for all shapes and non-negative strides of q (B, N_q, Hq, D), a contiguous "
-       "(B, N_cache, Hkv, D) or paged (num_pages, PAGE_SIZE, Hkv, D) cache, out (S, B, N_q, Hq, D), "
-       "lse (S, B, N_q, Hq), cache_seqlens (B,) and block_table (B, max_pages), with the strides, sizes and "
+       "(B_cache, N_cache, Hkv, D) or paged (num_pages, PAGE_SIZE, Hkv, D) cache, out (S, B, N_q, Hq, D), "
+       "lse (S, B, N_q, Hq), cache_seqlens, cache_leftpad, cache_batch_idx (B,) and block_table (B, max_pages), with the strides, sizes and "
        "grid spec.launch.decode_launch passes (the function the launcher calls), every printed offset of "
-       "_decode_fwd (spec.addresses: q, cache_seqlens, block_table, k/v rows, out, lse) is the offset of the "
-       "element the reference reads — q[b, tok, head, d], cache_seqlens[b], block_table[b, j // PAGE_SIZE], "
-       "k_cache[block_table[b, j // PAGE_SIZE], j % PAGE_SIZE, kvh, d] (paged) or k_cache[b, j, kvh, d], "
+       "_decode_fwd (spec.addresses: q, cache_seqlens, cache_leftpad, cache_batch_idx, block_table, k/v rows, "
+       "out, lse) is the offset of the element the reference reads — q[b, tok, head, d], cache_seqlens[b], "
+       "cache_leftpad[b], cache_batch_idx[b], block_table[b, j // PAGE_SIZE], "
+       "k_cache[block_table[b, j // PAGE_SIZE], j % PAGE_SIZE, kvh, d] (paged) or k_cache[off_bc, j, kvh, d] "
+       "(off_bc = b, or cache_batch_idx[b] with HAS_BATCH_IDX), "
        "out/lse[split, b, tok, head], sinks[head] — and that element lies inside the tensor's shape for every program of "
        "the grid and every lane its mask lets through (given Hq = GROUP·Hkv, 0 <= cache_seqlens[b] <= "
-       "capacity and, paged, block_table entries in [0, num_pages)); the rows (GROUP heads x N_q tokens) "
+       "capacity, B_cache = B without cache_batch_idx, cache_batch_idx entries in [0, B_cache) and, paged, "
+       "block_table entries in [0, num_pages)); the rows (GROUP heads x N_q tokens) "
        "map one to one onto the (head, token) pairs of the KV head; and the merge's row views "
        "(decode_partial_rows, decode_merged_out, decode_merged_lse) put merged row r = (b·N_q + t)·Hq + h "
        "at out[b, t, h] and lse[b, h, t], where the kernel wrote partial (split, b, t, h)",
@@ -99,8 +103,9 @@ def prove_decode_addresses(launch=None, groups=None, partial_rows=None, merged_o
     block_m = sp.Symbol("BLOCK_M", integer=True, positive=True)
     for paged in (True, False):
         tag = "paged" if paged else "contiguous"
-        q, k, v, out, lse, cs, bt, sinks = _decode_tensors(paged)
-        grid, ints, constexprs = launch(q, k, v, out, lse, cs, bt, block_m, sinks)
+        q, k, v, out, lse, cs, bt, sinks, leftpad, batch_idx = _decode_tensors(paged)
+        grid, ints, constexprs = launch(q, k, v, out, lse, cs, bt, block_m, sinks, cache_leftpad=leftpad,
+                                        cache_batch_idx=batch_idx, split_keys=sp.Symbol("split_keys", integer=True))
         launched = {sym: ints[sym.name] for sym in (*A.DECODE_STRIDES.values(), A.GROUP, A.N_Q, A.H_KV)}
         launched[P.page_size] = constexprs["PAGE_SIZE"]
         B, N_q, Hq, D = q.shape
@@ -122,6 +127,11 @@ def prove_decode_addresses(launch=None, groups=None, partial_rows=None, merged_o
                       difference(at(q_term), sp.expand(q.offset_of((A.off_b, tok, head, d))))))
         cases.append((f"{tag}: cache_seqlens offset is cache_seqlens[b]",
                       difference(at(key_len), sp.expand(cs.offset_of((A.off_b,))))))
+        (lp_term,), (bi_term,) = groups["leftpad_offset"], groups["batch_idx_offset"]
+        cases.append((f"{tag}: cache_leftpad offset is cache_leftpad[b]",
+                      difference(at(lp_term), sp.expand(leftpad.offset_of((A.off_b,))))))
+        cases.append((f"{tag}: cache_batch_idx offset is cache_batch_idx[b]",
+                      difference(at(bi_term), sp.expand(batch_idx.offset_of((A.off_b,))))))
         rows = {t.symbol: t for t in groups["paged_rows" if paged else "contiguous_rows"]}
         kv = {t.symbol: t for t in groups["kv_offsets"]}
         page_of = sp.Function("block_table_at")  # the page a block_table element holds
@@ -135,12 +145,12 @@ def prove_decode_addresses(launch=None, groups=None, partial_rows=None, merged_o
                                gather[P.slot], A.off_kvh, d)
             sub = {A.page: page, P.slot: gather[P.slot], P.page_idx: gather[P.page_idx]}
         else:
-            index = lambda x: (A.off_b, j, A.off_kvh, d)  # noqa: E731
+            index = lambda x: (A.off_bc, j, A.off_kvh, d)  # noqa: E731  (off_bc: b, or cache_batch_idx[b])
             sub = {A.offs_n: j}
         for side, tensor, rows_sym, off_sym in (("k", k, A.k_rows, A.k_off), ("v", v, A.v_rows, A.v_off)):
             value = at(kv[off_sym], {rows_sym: _lanes(rows[rows_sym].expr)}).xreplace(sub)
             value = sp.expand(value.xreplace(launched))
-            cases.append((f"{tag}: {side} offset is {side}_cache[{'block_table[b, j // PS], j % PS' if paged else 'b, j'}"
+            cases.append((f"{tag}: {side} offset is {side}_cache[{'block_table[b, j // PS], j % PS' if paged else 'off_bc, j'}"
                           f", kvh, d]", difference(value, sp.expand(tensor.offset_of(index(None))))))
         (sink_term,) = groups["sink_offset"]
         cases.append((f"{tag}: sink offset is sinks[head]",
@@ -172,6 +182,8 @@ def prove_decode_addresses(launch=None, groups=None, partial_rows=None, merged_o
         cases.append(_decide(f"{tag}: q[b, tok, head, d] inside q (lanes row_ok & d_ok)", hyp + [row_ok, d_ok],
                              inside((offb, tok_z, head_z, dz), (Bz, Nqz, Hqz, Dz))))
         cases.append(_decide(f"{tag}: cache_seqlens[b] inside cache_seqlens", hyp, inside((offb,), (Bz,))))
+        cases.append(_decide(f"{tag}: cache_leftpad[b], cache_batch_idx[b] inside theirs (B,)", hyp,
+                             inside((offb,), (Bz,))))
         S_z = z(out.shape[0])
         cases.append(_decide(f"{tag}: out/lse[split, b, tok, head, d] inside out and lse (lanes row_ok & d_ok)",
                              hyp + [row_ok, d_ok, S_z >= 1],
@@ -196,10 +208,15 @@ def prove_decode_addresses(launch=None, groups=None, partial_rows=None, merged_o
             cases.append(_decide(f"{tag}: k/v_cache[page, j % PAGE_SIZE, kvh, d] inside the cache (lanes key_ok & d_ok)",
                                  key_hyp + [d_ok], inside((page_z, jz % PSz, kvh, dz), (NPz, PSz, Hkvz, Dz))))
         else:
-            Ncz = z(k.shape[1])
+            Ncz, Bcz, offbc = z(k.shape[1]), z(k.shape[0]), z3.Int("off_bc_value")
             key_hyp = hyp + [0 <= jz, jz < key_len_z, key_len_z <= Ncz]
-            cases.append(_decide(f"{tag}: k/v_cache[b, j, kvh, d] inside the cache (lanes key_ok & d_ok)",
-                                 key_hyp + [d_ok], inside((offb, jz, kvh, dz), (Bz, Ncz, Hkvz, Dz))))
+            # the cache row: b without cache_batch_idx (the cache then has B rows: the runtime's check),
+            # else the loaded cache_batch_idx[b], assumed in [0, cache batch) (checked by the host)
+            for what, row_hyp in (("b (B_cache = B)", [offbc == offb, Bcz == Bz]),
+                                  ("cache_batch_idx[b] in [0, B_cache)", [0 <= offbc, offbc < Bcz])):
+                cases.append(_decide(f"{tag}: k/v_cache[off_bc, j, kvh, d] inside the cache, off_bc = {what} "
+                                     "(lanes key_ok & d_ok)",
+                                     key_hyp + row_hyp + [d_ok], inside((offbc, jz, kvh, dz), (Bcz, Ncz, Hkvz, Dz))))
     # --- the merge of the splits: row views (polynomial identities on contiguous partials) --------
     S, B, N_q, Hq, D = (sp.Symbol(s, integer=True, positive=True) for s in ("S", "B", "N_q", "Hq", "D"))
     o_part = A.Strided("o_part", (S, B, N_q, Hq, D), A.contiguous_strides((S, B, N_q, Hq, D)))

@@ -1,0 +1,242 @@
+"""Proofs about attention dropout (issue 29): one keep decision, and the gradients through it.
+
+The kernels print ``terms.DROPOUT_BASE`` once per (batch, query head) and ``terms.DROPOUT_KEEP``
+per element, in the forward, the dK/dV and the dQ kernel (``generator.render`` prints the same
+two Term objects into all three, only the tile layout of ``i``, ``j`` differs), then
+``terms.DROPOUT_P`` (forward), ``terms.DROPOUT_DV_T`` / ``DROPOUT_DP_T`` (dK/dV) and
+``terms.DROPOUT_DP`` (dQ). Two claims:
+
+* ``dropout_mask_same``: the keep decision is a function of ``(seed, rng_offset, b, h, i, j)``
+  only (no tile start, tile size or loop counter: so no tile order can change it), through a
+  Philox counter that is the mixed-radix index of ``(b, h, i, j)`` plus the call's offset,
+  injective on the accepted sizes and computed in int64 without wrap-around (z3 over the
+  integers, each printed operation's value in [0, 2^63)). Hence the backward's mask equals the
+  forward's at every element: Triton's ``tl.rand`` is a pure function of (seed, counter).
+* ``dropout_grads``: with ``Z`` the keep mask, ``O = (Z ∘ P/(1 − p)) V``: the printed forward
+  keeps l (so lse) undropped and accumulates the dropped P; the printed backward gives
+  ``dV = (Z ∘ P/(1 − p))ᵀ dO`` and ``dS = P ∘ (Z ∘ dP/(1 − p) − Δ)`` with ``Δ = rowsum(dO ∘ O)``
+  (the preprocess's unchanged term), in both tile layouts: ``sp.diff`` of the loss.
+
+Each ``prove_<id>`` takes the terms under test as arguments; ``tests/test_mutants.py`` feeds
+mutants (a wrong radix, a tile coordinate in the counter, an undropped dV, a dP without the
+rescale, a dropped denominator) and watches the claims FAIL.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import sympy as sp
+import z3
+
+from spec import notation as n
+from spec import terms
+from spec.proofs.tools import ZERO, interpret, reduce_zero, result, run_terms
+from spec.registry import claim
+
+#: the coordinates and keys the keep decision may depend on; anything else (a tile start, a
+#: block size, a loop counter) would make it depend on the tiling
+COORDINATES = frozenset({n.drop_seed, n.rng_offset, n.drop_b, n.drop_heads, n.off_h, n.drop_nq, n.drop_nk,
+                         n.drop_i0, n.drop_j0, n.i, n.j, n.dropout_p})
+#: int64: the kernels compute the counter from int64 operands (off_b, off_h and the loaded offset
+#: are int64; the row index is cast to int64 before its product)
+INT64_MAX = 2**63 - 1
+#: the accepted sizes (spec.assumptions: dropout_counter): B·H·N_q·N_k and the call's offset
+#: each at most 2^62, so their sum stays below 2^63
+COUNTER_LIMIT = 2**62
+
+
+def _counter(base=terms.DROPOUT_BASE, keep=terms.DROPOUT_KEEP):
+    """The Philox counter the printed keep term draws at, with the base substituted, and its seed."""
+    draws = list(keep.expr.atoms(terms.philox_uniform))
+    if len(draws) != 1:
+        return None, None
+    seed, offset = draws[0].args
+    return seed, offset.xreplace({base.symbol: base.expr})
+
+
+def _z3(expr, env):
+    """A SymPy integer polynomial (Add, Mul, Symbol, Integer) as a z3 Int term, plus every
+    intermediate value of the printed left-to-right evaluation (partial sums and products)."""
+    parts = []
+
+    def go(e):
+        if isinstance(e, sp.Symbol):
+            return env[e]
+        if isinstance(e, sp.Integer):
+            return z3.IntVal(int(e))
+        if isinstance(e, (sp.Add, sp.Mul)):
+            vals = [go(a) for a in e.args]
+            acc = vals[0]
+            for v in vals[1:]:
+                acc = acc + v if isinstance(e, sp.Add) else acc * v
+                parts.append(acc)
+            return acc
+        raise ValueError(f"no integer rule for {e!r}")
+    return go(expr), parts
+
+
+def _proved(facts, goal, timeout_ms=20000):
+    s = z3.Solver()
+    s.set("timeout", timeout_ms)
+    s.add(*facts)
+    s.add(z3.Not(goal))
+    return s.check() == z3.unsat
+
+
+@claim("dropout_mask_same",
+       "the backward's dropout mask equals the forward's at every element, for every tile order: the printed "
+       "keep term Z_ij = [philox(seed, c) >= p] depends only on (seed, rng_offset, b, h, i, j) (no tile start, "
+       "block size or loop counter), with the counter c = rng_offset + ((b·H + h)·N_q + i)·N_k + j (packed "
+       "batches: b = 0, i and j the global row and key); c is injective on the box b < B, h < H, i < N_q, "
+       "j < N_k and every printed operation computing it stays in [0, 2^63) (int64: no wrap) when "
+       "B·H·N_q·N_k <= 2^62 and rng_offset < 2^62",
+       r"Z_{bhij} = [\mathrm{philox}(\mathrm{seed}, o + ((bH + h)N_q + i)N_k + j) \ge p],\ "
+       r"\text{injective in } (b,h,i,j),\ 0 \le c < 2^{63}",
+       scope="symbolic B, H, N_q, N_k, rng_offset (z3 over the integers, nonlinear; int64 by bounding every "
+             "intermediate); tl.rand taken as a pure function of (seed, counter): counter-based Philox",
+       assumptions=("dropout_counter",))
+def prove_dropout_mask_same(base=terms.DROPOUT_BASE, keep=terms.DROPOUT_KEEP):
+    cases = []
+    seed, counter = _counter(base, keep)
+    if counter is None:
+        return result("dropout_mask_same", [("one Philox draw per element", sp.Symbol("not exactly one draw"))],
+                      "structure")
+    # 1. a function of the coordinates only (so of no tile order)
+    extra = (keep.expr.xreplace({base.symbol: base.expr}).free_symbols) - COORDINATES
+    cases.append(("keep depends on (seed, offset, b, h, i, j) only",
+                  ZERO if not extra else sp.Symbol("depends on " + ", ".join(sorted(map(str, extra))))))
+    cases.append(("the draw is keyed by the seed", ZERO if seed == n.drop_seed else sp.Symbol(f"seed {seed}")))
+    # 2. the counter is the call's offset plus the mixed-radix index of (b, h, row, key)
+    row, key = n.drop_i0 + n.i, n.drop_j0 + n.j
+    radix = ((n.drop_b * n.drop_heads + n.off_h) * n.drop_nq + row) * n.drop_nk + key
+    cases.append(("counter = rng_offset + ((b·H + h)·N_q + i)·N_k + j",
+                  sp.expand(counter - n.rng_offset - radix)))
+    # 3. z3: injective on the box, and every printed intermediate in [0, 2^63)
+    B = z3.Int("B")
+    names = [n.rng_offset, n.drop_b, n.drop_heads, n.off_h, n.drop_nq, n.drop_nk, n.drop_i0, n.drop_j0, n.i, n.j]
+    one, two = ({s: z3.Int(f"{s.name}{tag}") for s in names} for tag in ("", "'"))
+    for env in (one, two):  # the sizes are shared
+        for s in (n.drop_heads, n.drop_nq, n.drop_nk, n.rng_offset):
+            env[s] = one[s]
+
+    def box(env):
+        r, c = env[n.drop_i0] + env[n.i], env[n.drop_j0] + env[n.j]
+        return [env[n.drop_b] >= 0, env[n.drop_b] < B, env[n.off_h] >= 0, env[n.off_h] < env[n.drop_heads],
+                env[n.drop_i0] >= 0, env[n.i] >= 0, r < env[n.drop_nq], env[n.drop_j0] >= 0, env[n.j] >= 0,
+                c < env[n.drop_nk]]
+    sizes = [B >= 1, one[n.drop_heads] >= 1, one[n.drop_nq] >= 1, one[n.drop_nk] >= 1,
+             B * one[n.drop_heads] * one[n.drop_nq] * one[n.drop_nk] <= COUNTER_LIMIT,
+             one[n.rng_offset] >= 0, one[n.rng_offset] < COUNTER_LIMIT]
+    try:
+        c1, parts = _z3(counter, one)
+        c2, _ = _z3(counter, two)
+    except (KeyError, ValueError) as err:
+        return result("dropout_mask_same", cases + [("counter in z3", sp.Symbol(f"not an integer polynomial: {err}"))],
+                      "structure")
+    coords = lambda env: (env[n.drop_b], env[n.off_h], env[n.drop_i0] + env[n.i], env[n.drop_j0] + env[n.j])  # noqa: E731
+    same = z3.And(*[x == y for x, y in zip(coords(one), coords(two))])
+    cases.append(("injective: equal counters at (b, h, i, j) and (b', h', i', j') => equal coordinates",
+                  ZERO if _proved(sizes + box(one) + box(two) + [c1 == c2], same) else sp.Symbol("z3: not proved")))
+    in_int64 = z3.And(*[z3.And(x >= 0, x <= INT64_MAX) for x in parts + [c1]])
+    cases.append(("int64: every printed operation's value in [0, 2^63)",
+                  ZERO if _proved(sizes + box(one), in_int64) else sp.Symbol("z3: not proved")))
+    return result("dropout_mask_same", cases, "structure (free symbols), SymPy identity, z3 over the integers")
+
+
+# ----------------------------------------------------------------------------------
+# The gradients through the dropout, on a 2 x 2 tile with head dim 2 (exact, symbolic entries)
+# ----------------------------------------------------------------------------------
+R_, C_, D_ = 2, 2, 2
+ZT = sp.Symbol("Z_tile")  # stands for the keep tile in the printed Piecewise conditions
+
+
+def _mat(name, rows, cols, **kw):
+    return sp.Matrix(rows, cols, lambda r, c: sp.Symbol(f"{name}_{r}{c}", **kw))
+
+
+def _as_product(expr):
+    """``Piecewise((a, Eq(z, 1)), (0, True))`` -> ``z·a``: the same value for a keep bit z in {0, 1}
+    (the ``0`` branch is checked structurally; any other Piecewise is left, and fails the case)."""
+    def rule(e):
+        (a, cond), _ = e.args
+        return cond.lhs * a
+    return expr.replace(
+        lambda e: isinstance(e, sp.Piecewise) and len(e.args) == 2 and e.args[1] == (0, sp.true)
+        and isinstance(e.args[0][1], sp.Eq) and e.args[0][1].rhs == 1, rule)
+
+
+def _tile_eval(term_seq, env, keep_tile):
+    """Run printed terms on matrices with the keep decision an entrywise ``Eq(z_ij, 1)``."""
+    seq = [terms.Term(t.symbol, t.expr.xreplace({n.keep_drop: sp.Eq(ZT, 1)}), t.claim) for t in term_seq]
+    with warnings.catch_warnings():  # the keep tile is a matrix of conditions Eq(z_ij, 1), entrywise
+        warnings.simplefilter("ignore", sp.utilities.exceptions.SymPyDeprecationWarning)
+        out = run_terms(seq, {**env, ZT: keep_tile})
+    return {k: (v.applyfunc(_as_product) if isinstance(v, sp.MatrixBase) else _as_product(v)) for k, v in out.items()}
+
+
+def _zero(expr):
+    expr = sp.simplify(sp.expand(expr))
+    return ZERO if expr == 0 else expr
+
+
+@claim("dropout_grads",
+       "through the dropout O = (Z ∘ P/(1 − p)) V (Z the keep mask, P the softmax): the printed forward tile "
+       "accumulates Z ∘ P/(1 − p) into acc and keeps l (so lse) undropped; the printed backward gives "
+       "dV = (Z ∘ P/(1 − p))ᵀ dO and dS = P ∘ (Z ∘ dP/(1 − p) − Δ), Δ = rowsum(dO ∘ O), in the dQ kernel's "
+       "row-major and the dK/dV kernel's key-major tile: each entry equals sp.diff of <dO, O>",
+       r"O=(Z\circ P/(1-p))V,\ dV=(Z\circ P/(1-p))^\top dO,\ dS=P\circ(Z\circ dP/(1-p)-\Delta),"
+       r"\ \Delta=\mathrm{rowsum}(dO\circ O)",
+       scope="fixed sizes: a 2 x 2 tile of (query, key), head dim 2, symbolic scores, values, dO, p and "
+             "keep bits z in {0, 1}; the forward on one row of 2 keys from the initial state; reals, exact")
+def prove_dropout_grads(forward_tile=terms.FORWARD_TILE_DROPOUT, dropout_p_term=terms.DROPOUT_P,
+                        dropout_scale=terms.DROPOUT_SCALE,
+                        dropout_dp=terms.DROPOUT_DP, dropout_dv_t=terms.DROPOUT_DV_T,
+                        dropout_dp_t=terms.DROPOUT_DP_T, backward_tile=terms.BACKWARD_TILE,
+                        backward_tile_t=terms.BACKWARD_TILE_T, preprocess=terms.BACKWARD_PREPROCESS):
+    cases = []
+    forward_tile = [dropout_p_term if t is terms.DROPOUT_P else t for t in forward_tile]
+    pd = n.dropout_p
+    c = interpret(dropout_scale.expr, {})  # the printed rescale, in the proof's p
+    cases.append(("drop_scale = 1/(1 − p)", _zero(c - 1 / (1 - pd))))
+    # --- the forward: one row of 2 keys from the initial state (m = −oo, l = 0, acc = 0)
+    x = sp.symbols("x_1:3", real=True)
+    z = sp.symbols("z_1:3", integer=True, nonnegative=True)
+    V1 = _mat("v", 2, 1, real=True)
+    env = {n.m_i: n.NEG_INF, n.l_i: 0, n.acc: sp.zeros(1, 1), n.qk: sp.Matrix([x]), n.v: V1,
+           n.qk_scale: terms.QK_SCALE.expr, n.drop_scale: c}
+    s = n.sm_scale
+    den = sum(sp.exp(s * xx) for xx in x)
+    want_o = sum(z[k] * c * sp.exp(s * x[k]) / den * V1[k, 0] for k in range(2))
+    try:
+        out = _tile_eval(list(forward_tile) + list(terms.FORWARD_EPILOGUE), env, sp.Matrix([z]))
+        cases.append(("forward: out = Σ_j Z_j P_j/(1 − p) v_j", reduce_zero(out[n.acc][0, 0] - want_o)))
+        cases.append(("forward: lse = log Σ_j e^{s x_j} (undropped)", reduce_zero(out[n.lse] - sp.log(den))))
+    except (AttributeError, TypeError, ValueError) as err:  # a tile shape the terms cannot form
+        cases.append(("forward: the printed tile on a row of 2 keys", sp.Symbol(f"not interpretable: {err}")))
+    # --- the backward on a 2 x 2 tile: loss <dO, O>, O = (Z ∘ P/(1 − p)) V
+    S = _mat("S", R_, C_, real=True)
+    V, DO = _mat("V", C_, D_, real=True), _mat("dO", R_, D_, real=True)
+    Z = _mat("z", R_, C_, integer=True, nonnegative=True)
+    P = sp.Matrix(R_, C_, lambda r, k: sp.exp(S[r, k]) / sum(sp.exp(S[r, kk]) for kk in range(C_)))
+    O = Z.multiply_elementwise(P) * c * V
+    loss = sum(DO[r, d] * O[r, d] for r in range(R_) for d in range(D_))
+    dV_want = sp.Matrix(C_, D_, lambda k, d: sp.diff(loss, V[k, d]))
+    dS_want = sp.Matrix(R_, C_, lambda r, k: sp.diff(loss, S[r, k]))
+    delta = run_terms(preprocess, {n.do: DO, n.o: O, n.dlse: 0})[n.delta]
+    # dQ kernel (row-major): dp = dO Vᵀ, through the dropout, then dS
+    tile = [t for t in backward_tile if t.symbol in (n.dp, n.ds)]
+    ds_seq = [tile[0], dropout_dp, *tile[1:]]
+    rm = _tile_eval(ds_seq, {n.do: DO, n.vT: V.T, n.p: P, n.delta: delta, n.drop_scale: c}, Z)
+    # dK/dV kernel (key-major): dV from the dropped Pᵀ, dPᵀ = V dOᵀ through the dropout, dSᵀ
+    km_dv = _tile_eval(dropout_dv_t, {n.pT: P.T, n.do: DO, n.dv: sp.zeros(C_, D_), n.drop_scale: c}, Z.T)
+    tile_t = [t for t in backward_tile_t if t.symbol in (n.dpT, n.dsT)]
+    km = _tile_eval([tile_t[0], dropout_dp_t, *tile_t[1:]],
+                    {n.v: V, n.do: DO, n.pT: P.T, n.delta: delta, n.drop_scale: c}, Z.T)
+    for (r, k) in itertools.product(range(R_), range(C_)):
+        cases.append((f"dQ kernel: dS[{r},{k}] = ∂<dO, O>/∂S", _zero(rm[n.ds][r, k] - dS_want[r, k])))
+        cases.append((f"dK/dV kernel: dSᵀ[{k},{r}] = ∂<dO, O>/∂S", _zero(km[n.dsT][k, r] - dS_want[r, k])))
+    for (k, d) in itertools.product(range(C_), range(D_)):
+        cases.append((f"dK/dV kernel: dV[{k},{d}] = ∂<dO, O>/∂V", _zero(km_dv[n.dv][k, d] - dV_want[k, d])))
+    return result("dropout_grads", cases, "exact SymPy on a 2 x 2 tile, head dim 2; sp.diff of <dO, O>")

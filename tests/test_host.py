@@ -1,0 +1,135 @@
+"""The host path (benchmarks/host.py): the benchmark runs, and the call path makes no host sync.
+
+A device->host sync (``.item()``, ``.tolist()``, ``.cpu()``, ``bool(tensor)``, an op whose output
+size depends on values) stalls the CPU until the GPU has drained, and cannot be captured in a CUDA
+graph. ``HostSyncGuard`` fails on each such call (kernel launches stubbed, CPU tensors):
+
+* under ``torch.compile(fullgraph=True)`` the decode path (one split and four) and the dense forward
+  (with ``key_lengths``) make none at all: what a captured graph replays;
+* in eager mode two checks sync **by design**: the range checks on the values of
+  ``cache_seqlens`` and the used page ids (``flash_attention_with_kvcache``,
+  ``checks.check_cache_values``: one sync) and of ``key_lengths`` (``flash_attention``,
+  ``checks.check_key_lengths``), which raise the named error before a kernel reads past the
+  cache or the keys. The test allows those two functions and nothing else;
+  without a value tensor to check (dense, no ``key_lengths``) the eager path makes none.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks import host
+from generator.runtime import launch
+
+pytestmark = pytest.mark.skipif(not launch.interpreting(), reason="CPU tensors need TRITON_INTERPRET=1")
+
+#: the eager value checks that sync by design (module docstring)
+BY_DESIGN = ("check_cache_values", "check_key_lengths")
+
+
+def test_the_host_benchmark_runs_at_tiny_sizes(capsys):
+    assert host.main(["--tiny", "--number", "2", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    for case in host.CASES:
+        assert case in out
+    assert "FlashAttention" in out or "flash_attn" in out
+    rows = host.measure(host.TINY, number=2, repeat=1, cases=("decode", "decode-splits", "dense", "varlen", "merge"))
+    by_case = {r["case"]: r for r in rows}
+    # each case reached its kernels: a case that launched nothing would time a shortcut
+    assert by_case["decode"]["launches"] == ["_decode_fwd"]
+    assert by_case["decode-splits"]["launches"] == ["_decode_fwd", "_merge_states"]
+    assert by_case["dense"]["launches"] == ["_attn_fwd"] and by_case["varlen"]["launches"] == ["_attn_fwd"]
+    assert by_case["merge"]["launches"] == ["_merge_state"]
+    assert all(0 < r["us"] < 1e6 for r in rows)
+
+
+def test_the_guard_catches_each_kind_of_sync():
+    """The guard is not vacuous: each kind of sync it names fails inside it."""
+    t = torch.arange(4)
+    for sync in (lambda: t.sum().item(), lambda: t.tolist(), lambda: bool((t > 2).any()), lambda: t.cpu(),
+                 lambda: t.numpy(), lambda: torch.nonzero(t), lambda: t[t > 1], lambda: torch.unique(t)):
+        with pytest.raises(AssertionError, match="host sync"):
+            with host.HostSyncGuard(fail=True):
+                sync()
+    with host.HostSyncGuard(fail=True) as guard:  # device-side work is not a sync
+        (t * 2).clamp(0, 3).to(torch.int32).contiguous()
+    assert guard.syncs == []
+
+
+def _decode_inputs(splits_over=64):
+    q = torch.randn(2, 1, 4, 16)
+    k_cache = torch.randn(2, splits_over, 2, 16)
+    lengths = torch.tensor([splits_over - 3, splits_over], dtype=torch.int32)
+    return q, k_cache, k_cache.clone(), lengths
+
+
+def _dense_inputs():
+    q = torch.randn(2, 4, 32, 16)
+    k = torch.randn(2, 2, 40, 16)
+    return q, k, k.clone(), torch.tensor([40, 17], dtype=torch.int32)
+
+
+def _compiled_under_guard(fn):
+    """``fn`` under ``torch.compile(fullgraph=True)`` with a backend that runs the captured graph
+    inside a failing ``HostSyncGuard`` (entered around the graph only: a dispatch mode active at
+    the call itself would send dynamo back to eager). Returns the compiled function and the list
+    of guards, one per graph run after the first (the compile)."""
+    guards = []
+
+    def backend(gm, example_inputs):
+        def run(*args):
+            if not calls:
+                calls.append(1)
+                return gm(*args)
+            guards.append(host.HostSyncGuard(fail=True))
+            with guards[-1]:
+                return gm(*args)
+        return run
+
+    calls = []
+    return torch.compile(fn, backend=backend, fullgraph=True), guards
+
+
+@pytest.mark.parametrize("num_splits", [1, 4])
+def test_decode_call_path_has_no_host_sync_under_compile(num_splits):
+    from generated import flash_attention_with_kvcache
+
+    q, k_cache, v_cache, lengths = _decode_inputs()
+    step, guards = _compiled_under_guard(
+        lambda q, k, v, n: flash_attention_with_kvcache(q, k, v, n, causal=True, num_splits=num_splits))
+    with host.stubbed_launches() as launched:
+        step(q, k_cache, v_cache, lengths)  # compiles: the trace itself has no data-dependent call (fullgraph)
+        launched.clear()
+        step(q, k_cache, v_cache, lengths)
+    assert len(guards) == 1 and guards[0].syncs == []
+    assert launched == (["_decode_fwd"] if num_splits == 1 else ["_decode_fwd", "_merge_states"])
+
+
+def test_dense_call_path_has_no_host_sync_under_compile():
+    from generated import flash_attention
+
+    q, k, v, key_lengths = _dense_inputs()
+    fwd, guards = _compiled_under_guard(lambda q, k, v, n: flash_attention(q, k, v, causal=True, key_lengths=n))
+    with host.stubbed_launches() as launched:
+        fwd(q, k, v, key_lengths)
+        launched.clear()
+        fwd(q, k, v, key_lengths)
+    assert len(guards) == 1 and guards[0].syncs == [] and launched == ["_attn_fwd"]
+
+
+def test_eager_call_paths_sync_only_in_their_value_checks():
+    from generated import flash_attention, flash_attention_with_kvcache
+
+    q, k_cache, v_cache, lengths = _decode_inputs()
+    qd, k, v, key_lengths = _dense_inputs()
+    with host.stubbed_launches() as launched:
+        with host.HostSyncGuard(fail=True, allowed=BY_DESIGN) as guard:
+            flash_attention_with_kvcache(q, k_cache, v_cache, lengths, causal=True, num_splits=4)
+        assert guard.syncs and all(s.where.endswith(" check_cache_values") for s in guard.syncs), guard.syncs
+        with host.HostSyncGuard(fail=True, allowed=BY_DESIGN) as guard:
+            flash_attention(qd, k, v, causal=True, key_lengths=key_lengths)
+        assert guard.syncs and all(s.where.endswith(" check_key_lengths") for s in guard.syncs), guard.syncs
+        with host.HostSyncGuard(fail=True) as guard:  # no value tensor to check: no sync at all
+            flash_attention(qd, k, v, causal=True)
+    assert guard.syncs == [] and launched == ["_decode_fwd", "_merge_states", "_attn_fwd", "_attn_fwd"]
