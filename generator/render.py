@@ -114,6 +114,11 @@ def mask_mod_context(variant: Variant) -> dict | None:
             "mask_term": print_term(M.MASK_TERM, {"keep": "keep_mm"})}
 
 
+def _acc_index(tile) -> int:
+    """Where the forward tile's ``acc`` update stands: dropout's ``p`` line goes just before it."""
+    return next(i for i, t in enumerate(tile) if t.name == "acc")
+
+
 def forward_context(variant: Variant) -> dict:
     c = variant.config
     kinds = [
@@ -126,9 +131,10 @@ def forward_context(variant: Variant) -> dict:
         "qk": print_term(T.QK),
         "tile": _lines(T.FORWARD_TILE),
         # the same tile with dropout's line before acc (compiled in under HAS_DROPOUT)
-        "tile_head": _lines(T.FORWARD_TILE_DROPOUT[:T.FORWARD_TILE_DROPOUT.index(T.DROPOUT_P)]),
+        # (split from T.FORWARD_TILE itself at render time, so a mutated tile reaches the kernel)
+        "tile_head": _lines(T.FORWARD_TILE[:_acc_index(T.FORWARD_TILE)]),
         "tile_drop": _lines([T.DROPOUT_P]),
-        "tile_tail": _lines(T.FORWARD_TILE_DROPOUT[T.FORWARD_TILE_DROPOUT.index(T.DROPOUT_P) + 1:]),
+        "tile_tail": _lines(T.FORWARD_TILE[_acc_index(T.FORWARD_TILE):]),
         "epilogue": _lines(T.FORWARD_EPILOGUE),
         "bounds_init": _lines(BOUNDS_INIT),
         "tile_loop": _lines(TILE_LOOP),

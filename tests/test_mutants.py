@@ -611,7 +611,9 @@ def test_ring_slot_order_mutant_is_caught():
     mutant = _ring_zigzag(chunk, owner_slot=sp.Piecewise((1, RING.chunk < RING.P), (0, True)))
     assert not PRING.prove_ring_layout_partition(mutant).proved
     res = PRING.prove_ring_causal_blocks(mutant)
-    assert not res.proved and "own shard" in res.detail
+    # the own-shard case itself is refuted (under load another case may also come back 'unknown'
+    # from z3's timeout and be reported first, so the detail line alone is not read)
+    assert not res.proved and any("own shard" in name and residual != 0 for name, residual in res.cases), res.cases
 
 
 def _ring_loop_mutant(symbol, value):
