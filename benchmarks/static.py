@@ -89,7 +89,7 @@ CACHE = Path(os.environ.get("FLASHPROOF_STATIC_CACHE") or ARTIFACTS / "static-ca
 #: besides the module itself, the code a compile job runs: the generated modules import only
 #: ``generator.runtime.launch`` (signatures, constexprs, launch settings), which reads
 #: ``spec.assumptions``; tests/test_static.py checks the modules import nothing else of the project
-KEY_SOURCES = ("generator/runtime/launch.py", "spec/assumptions.py")
+KEY_SOURCES = ("generator/runtime/launch.py", "spec/assumptions.py", "spec/launch.py")
 
 
 @dataclass(frozen=True)
