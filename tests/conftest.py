@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+import spec.claims  # noqa: E402,F401  (the proofs' z3 terms first, in `python -m spec`'s order: the ring claims' z3 queries are sensitive to what the process built before)
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # the repo's `spec`/`generator`, never PyPI's namesakes
