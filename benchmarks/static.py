@@ -87,9 +87,10 @@ TMA_ARCHS = (90,)
 #: the compiled rows, by ``Job.cache_key`` (``FLASHPROOF_STATIC_CACHE`` moves it, e.g. to time a cold run)
 CACHE = Path(os.environ.get("FLASHPROOF_STATIC_CACHE") or ARTIFACTS / "static-cache")
 #: besides the module itself, the code a compile job runs: the generated modules import only
-#: ``generator.runtime.launch`` (signatures, constexprs, launch settings), which reads
-#: ``spec.assumptions``; tests/test_static.py checks the modules import nothing else of the project
-KEY_SOURCES = ("generator/runtime/launch.py", "spec/assumptions.py", "spec/launch.py")
+#: ``generator.runtime.launch`` (signatures, constexprs, launch settings) and ``spec.launch``, which
+#: read ``spec.assumptions`` and ``spec.rewrites``; tests/test_static.py checks this is the whole closure
+#: of the project modules they import
+KEY_SOURCES = ("generator/runtime/launch.py", "spec/assumptions.py", "spec/launch.py", "spec/rewrites.py")
 
 
 @dataclass(frozen=True)

@@ -192,13 +192,9 @@ def _proofs() -> dict:
 
 
 def _terms_named(name: str) -> list[tuple[str, object]]:
-    from spec import paged, rotary, terms, varlen
+    from spec import printed
 
-    # a packed batch's segment terms (printed by the varlen block of the attention kernels),
-    # spec.paged, decode's index terms, and spec.rotary, the KV-cache append's, too
-    groups = {**terms.GROUPS, **paged.GROUPS, **{f"rotary {k}": g for k, g in rotary.GROUPS.items()},
-              "varlen_segment": (*varlen.SEGMENT, varlen.ROWS_PAST_END, varlen.KEYS_PAST_END)}
-    return [(group, t) for group, ts in groups.items() for t in ts if t.name == name]
+    return [(label, t) for label, t in printed.all_terms() if t.name == name]
 
 
 def _term_latex(name: str) -> list[str]:
@@ -214,8 +210,8 @@ def _term_latex(name: str) -> list[str]:
                 label = name.replace("_", r"\_")
                 found.append(rf"\mathrm{{{label}}} &\leftarrow {tex(value)} && \text{{({kind})}}")
     if not found:
-        raise DocsError(f"a claim names the kernel term {name!r}, which is in none of spec.terms.GROUPS, "
-                        "spec.paged.GROUPS, spec.rotary.GROUPS, spec.masks.tile_bounds; fix the claim's terms=(...) in spec/claims.py")
+        raise DocsError(f"a claim names the kernel term {name!r}, which is in none of spec.printed.all_terms() "
+                        "nor spec.masks.tile_bounds; fix the claim's terms=(...) in spec/proofs/")
     return found
 
 

@@ -1,10 +1,10 @@
 """The kernel <-> claim map is checked, not declared: mutate each printed term in turn and the claim
 its kernel line cites (``(claim: id)``) must report FAILED.
 
-Every term the generator prints (``spec.terms.GROUPS``, the mask terms of ``spec.masks``, the
-structural terms of ``spec.structure``) is replaced by a wrong version (``mutant``), handed to the
-cited claim's proof through the parameter whose default *is* that term or its group, and the
-proof must fail. A cited claim with no such parameter cannot be checking the line: that fails too.
+Every term the generator prints (the catalogue ``spec.printed``: the kernel terms, masks, structure,
+segments, pages, rotary and the printed addresses) is replaced by a wrong version (``mutant``), handed
+to the cited claim's proof through the parameter whose default *is* that term or its group (or a dict
+of groups holding it), and the proof must fail. A cited claim with no such parameter cannot be checking the line: that fails too.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 import sympy as sp
 
-from spec import masks, paged, rotary, structure, terms, varlen
+from spec import masks, printed, terms
 from spec import notation as n
 from spec.claims import REGISTRY
 
@@ -44,19 +44,11 @@ def mutant(term: terms.Term) -> terms.Term:
 
 
 def printed_groups():
-    """``(label, group, index)`` for every printed term: its group object and its place in it."""
-    groups = dict(terms.GROUPS)
-    groups.update({"masks.BOUNDS_INIT": masks.BOUNDS_INIT, "masks.ROW_BOUNDS_INIT": masks.ROW_BOUNDS_INIT,
-                   "masks.TILE_LOOP": masks.TILE_LOOP, "masks.ROW_TILE_LOOP": masks.ROW_TILE_LOOP,
-                   "structure.FORWARD_INIT": structure.FORWARD_INIT, "structure.GRAD_INIT": structure.GRAD_INIT,
-                   "varlen.SEGMENT": varlen.SEGMENT})
-    groups.update({f"paged.{name}": group for name, group in paged.GROUPS.items()})
-    groups.update({f"rotary.{name}": group for name, group in rotary.GROUPS.items()})
-    out = [(f"{name}[{k}] {t.name}", group, k) for name, group in groups.items() for k, t in enumerate(group)]
-    out += [(f"{name} {t.name}", t, None) for name, t in (
-        ("masks.MASK_TERM", masks.MASK_TERM), ("masks.KEEP_INIT", masks.KEEP_INIT),
-        ("structure.GQA_HEAD", structure.GQA_HEAD), ("structure.GQA_GROUP_HEAD", structure.GQA_GROUP_HEAD),
-        ("varlen.ROWS_PAST_END", varlen.ROWS_PAST_END), ("varlen.KEYS_PAST_END", varlen.KEYS_PAST_END))]
+    """``(label, group, index)`` for every printed term (``spec.printed``): its group object and
+    its place in it (``index`` None: a term standing alone)."""
+    out = [(f"{name}[{k}] {t.name}", group, k) for name, group in printed.term_groups().items()
+           for k, t in enumerate(group)]
+    out += [(f"{name} {t.name}", t, None) for name, t in printed.single_terms().items()]
     return out
 
 
@@ -86,6 +78,8 @@ def prove_with(claim_id: str, group, index, bad):
             kwargs[name] = mutated_group
         elif p.default is term:
             kwargs[name] = bad
+        elif isinstance(p.default, dict) and any(g is group for g in p.default.values()):  # groups by name
+            kwargs[name] = {k: mutated_group if g is group else g for k, g in p.default.items()}
     assert kwargs, f"claim {claim_id} takes no parameter holding this term: it cannot be checking it"
     return REGISTRY[claim_id].prove(**kwargs)
 

@@ -623,8 +623,8 @@ def _ring_loop_mutant(symbol, value):
 
 
 @pytest.mark.parametrize("symbol, value, case", [
-    (masks.kv_hi, lambda loop: loop[masks.kv_hi] - n.B_c, "never skips"),  # drops the last visited tile: the diagonal
-    (masks.full_hi, lambda loop: loop[masks.kv_hi], "fully attended"),      # every visited tile run without its mask
+    (masks.kv_hi, lambda loop: loop[masks.kv_hi] - n.B_c, "visits key chunk"),  # drops the last visited tile: the diagonal
+    (masks.full_hi, lambda loop: loop[masks.kv_hi], "unmasked"),                # every visited tile run without its mask
 ])
 def test_ring_classifier_mutants_are_caught(symbol, value, case):
     res = PRING.prove_ring_causal_blocks(conditions=_ring_loop_mutant(symbol, value))
@@ -654,7 +654,7 @@ def test_ring_plan_with_the_wrong_sequence_length_is_caught():
 
     res = PRING.prove_ring_causal_blocks(step_pair=step_pair)
     assert not res.proved
-    assert dict(res.cases)["zigzag: never skips an attended pair"] != 0
+    assert dict(res.cases)["zigzag: visits key chunk g_k iff g_k <= g_q"] != 0
 
 
 def test_ring_plan_step_classifies_with_step_pair(monkeypatch):

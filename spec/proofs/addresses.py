@@ -93,9 +93,8 @@ def _decode_tensors(paged: bool):
              "offsets, z3 for the extents); mathematical integers Z (the kernel's products are int64 where a "
              "factor is off_b, off_kvh, head or page; tok·stride, slot·stride and d·stride are int32 products "
              "not proven free of overflow)")
-def prove_decode_addresses(launch=None, groups=None, partial_rows=None, merged_out=None, merged_lse=None):
+def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None):
     launch = L.decode_launch if launch is None else launch
-    groups = A.DECODE_GROUPS if groups is None else groups
     partial_rows = L.decode_partial_rows if partial_rows is None else partial_rows
     merged_out = L.decode_merged_out if merged_out is None else merged_out
     merged_lse = L.decode_merged_lse if merged_lse is None else merged_lse
@@ -259,9 +258,7 @@ def prove_decode_addresses(launch=None, groups=None, partial_rows=None, merged_o
              "grid (SymPy canonical zero for the elements, z3 for the extents); mathematical integers Z (the "
              "segment starts are int64 when they scale a stride); the dense address form is the kernels' "
              "hand-written pointer lines (a listed gap)")
-def prove_varlen_addresses(loads=None, pointers=None, cu_seqlens=None, strides=None, grid=None):
-    loads = A.SEGMENT_LOADS if loads is None else loads
-    pointers = A.SEGMENT_POINTERS if pointers is None else pointers
+def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, cu_seqlens=None, strides=None, grid=None):
     cu_seqlens = L.varlen_cu_seqlens if cu_seqlens is None else cu_seqlens
     strides = L.packed_strides if strides is None else strides
     grid = L.varlen_grid if grid is None else grid

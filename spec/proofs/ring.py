@@ -66,10 +66,13 @@ def to_z3(e, env: dict):
 
 def _z3_case(name: str, hypotheses, goal, timeout_ms: int = 30000):
     """``(name, 0)`` when z3 proves ``hypotheses => goal`` for all integers, else ``(name,
-    residual)``: the counterexample (or z3's 'unknown') as a SymPy symbol naming it."""
-    solver = z3.Solver()
+    residual)``: the counterexample (or z3's 'unknown') as a SymPy symbol naming it. Each case is
+    checked in a z3 context of its own, so its verdict does not depend on which terms the process
+    built before (z3's search order follows its term table)."""
+    ctx = z3.Context()
+    solver = z3.Solver(ctx=ctx)
     solver.set("timeout", timeout_ms)
-    solver.add(*hypotheses, z3.Not(goal))
+    solver.add(*[h.translate(ctx) for h in hypotheses], z3.Not(goal.translate(ctx)))
     verdict = solver.check()
     if verdict == z3.unsat:
         return name, sp.Integer(0)
@@ -126,64 +129,97 @@ def prove_ring_layout_partition(layouts=None):
     return result("ring_layout_partition", cases, "z3 over symbolic P, r, t, g")
 
 
-def _pair_class_z3(layout: RG.Layout, conditions, tq, tk, step_pair=None):
-    """z3 ``(visited, full, attended(a, b), gq, gk)`` of block pair (query slot tq of rank r, key
-    slot tk of rank src), chunk size C, positions i = gq·C + a, j = gk·C + b; the classifier's
-    inputs are ``spec.ring.step_pair``'s (what ``plan_step`` classifies with), on z3 terms."""
+Z3_GQ, Z3_GK = z3.Ints("g_q g_k")
+
+
+def _chunk_classes(layout: RG.Layout, conditions, step_pair=None):
+    """z3 ``(visited, full)`` of the block pair (query chunk g_q, key chunk g_k) of a step, chunk
+    size C: the classifier's inputs are ``spec.ring.step_pair``'s (what ``plan_step`` classifies
+    with, its sequence length P·T·C included), on z3 terms, for any two chunks g_q, g_k."""
     step_pair = RG.step_pair if step_pair is None else step_pair
-    gq, gk = _chunk(layout, Z3_R, tq), _chunk(layout, Z3_SRC, tk)
-    sub = step_pair(layout.name, Z3_P, Z3_R, Z3_SRC, tq, tk, Z3_C,
-                    chunk_of=lambda _name, _world, r, t: _chunk(layout, r, t))  # z3 terms, world size Z3_P
+    sub = step_pair(layout.name, Z3_P, Z3_R, Z3_SRC, Z3_T, Z3_U, Z3_C,
+                    chunk_of=lambda _name, _world, r, _t: Z3_GQ if r is Z3_R else Z3_GK)
     env = {sym: (value if isinstance(value, z3.ExprRef) else z3.IntVal(value)) for sym, value in sub.items()}
-    visited, full = (to_z3(c, env) for c in conditions)
-    attended = gk * Z3_C + Z3_B <= gq * Z3_C + Z3_A  # top-left causal on the global positions
-    # the sequence the pair lives in: both chunks' positions lie inside it
-    total = layout.slots * Z3_P * Z3_C
-    return visited, full, attended, gq, gk, total
+    return tuple(to_z3(c, env) for c in conditions)
+
+
+def _visits(gq, gk):
+    """The block classes at chunk granularity: the kernel visits key chunk g_k iff g_k <= g_q ..."""
+    return gk <= gq
+
+
+def _runs_full(gq, gk):
+    """... and runs it without its mask iff g_k < g_q (every chunk of one position is full)."""
+    return z3.Or(gk < gq, z3.And(Z3_C == 1, gk == gq))
+
+
+def _attends(gq, gk, a, b):
+    """Position gq·C + a attends gk·C + b (top-left causal, 0 <= a, b < C), linear in the chunks."""
+    return z3.Or(gk < gq, z3.And(gk == gq, b <= a))
 
 
 @claim("ring_causal_blocks",
        "for every P >= 1, rank, source rank, slots and chunk size C (symbolic, z3) and both layouts, the causal "
-       "classifier at block granularity (the forward kernel's tile-loop terms with B_r = B_c = C) never skips a "
-       "block pair with an attended (i, j), runs a full pair only when all of it is attended, calls a pair partial "
-       "only on the diagonal (its mask is the chunk's top-left causal mask), the own shard's local top-left causal "
-       "mask is the global one, and every other step's T x T classes match one of spec.ring.step_plans: one "
-       "kernel call per step; the classifier's inputs are spec.ring.step_pair's, the function plan_step "
-       "classifies with (its sequence length P·T·C included), evaluated on z3 terms",
+       "classifier at block granularity (the forward kernel's tile-loop terms with B_r = B_c = C), fed "
+       "spec.ring.step_pair's inputs (the function plan_step classifies with, its sequence length P·T·C "
+       "included), visits the key chunk g_k of query chunk g_q iff g_k <= g_q and runs it without a mask iff "
+       "g_k < g_q (or C = 1), for any two chunks of the sequence; position g_q·C + a attends g_k·C + b "
+       "(0 <= a, b < C) iff g_k < g_q or g_k = g_q and b <= a; hence, on each layout's chunks, it never skips a "
+       "block pair with an attended (i, j), runs a full pair only when all of it is attended, calls a pair "
+       "partial only on the diagonal (its mask is the chunk's top-left causal mask), the own shard's local "
+       "top-left causal mask is the global one, and every other step's T x T classes match one of "
+       "spec.ring.step_plans: one kernel call per step",
+       r"\mathrm{visit}\iff g_k\le g_q,\ \ \mathrm{full}\iff g_k<g_q,\ \ "
        r"\mathrm{skip}\Rightarrow\forall (i,j): j>i,\ \ \mathrm{full}\Rightarrow\forall (i,j): j\le i,\ \ "
        r"\mathrm{partial}\Rightarrow g_q=g_k,\ \ \text{classes}\in\text{plans}", terms=(),
-       scope="symbolic P, ranks, slots and chunk size C = B_r = B_c (z3); causal top-left only; "
-             "mathematical integers Z (int32: int32_index_arithmetic covers the tile loop), exact")
+       scope="symbolic P, ranks, slots, chunks and chunk size C = B_r = B_c (z3; the classifier and the "
+             "positions with C symbolic, the layouts' consequences linear in the chunks, each case in its own "
+             "z3 context); causal top-left only; mathematical integers Z (int32: int32_index_arithmetic covers "
+             "the tile loop), exact")
 def prove_ring_causal_blocks(layouts=None, conditions=None, step_pair=None):
     layouts = RG.LAYOUTS if layouts is None else layouts
     conditions = RG.pair_conditions() if conditions is None else conditions
-    cases = []
+    offsets = [0 <= Z3_A, Z3_A < Z3_C, 0 <= Z3_B, Z3_B < Z3_C]
+    # the positions: gq·C + a attends gk·C + b iff the chunks do, at chunk granularity (C symbolic)
+    cases = [_z3_case("positions: attended at chunk granularity", [Z3_C >= 1] + offsets,
+                      (Z3_GK * Z3_C + Z3_B <= Z3_GQ * Z3_C + Z3_A) == _attends(Z3_GQ, Z3_GK, Z3_A, Z3_B))]
     for name, lay in layouts.items():
         world = _world() + [Z3_C >= 1]
-        pair = _pair_class_z3(lay, conditions, Z3_T, Z3_U, step_pair)
-        visited, full, attended, gq, gk, _ = pair
-        inside = [_slot_range(lay, Z3_T), _slot_range(lay, Z3_U), 0 <= Z3_A, Z3_A < Z3_C, 0 <= Z3_B, Z3_B < Z3_C]
+        n_chunks = lay.slots * Z3_P
+        # 1. the kernel's classifier on step_pair's inputs, for any two chunks of the sequence
+        visited, full = _chunk_classes(lay, conditions, step_pair)
+        chunks = [0 <= Z3_GQ, Z3_GQ < n_chunks, 0 <= Z3_GK, Z3_GK < n_chunks]
         cases += [
-            _z3_case(f"{name}: never skips an attended pair", world + inside, z3.Implies(attended, visited)),
-            _z3_case(f"{name}: full pairs are fully attended", world + inside, z3.Implies(full, attended)),
-            _z3_case(f"{name}: partial pairs are diagonal", world + inside,
-                     z3.Implies(z3.And(visited, z3.Not(full)), gq == gk)),
+            _z3_case(f"{name}: visits key chunk g_k iff g_k <= g_q", world + chunks,
+                     visited == _visits(Z3_GQ, Z3_GK)),
+            _z3_case(f"{name}: runs key chunk g_k unmasked iff g_k < g_q", world + chunks,
+                     full == _runs_full(Z3_GQ, Z3_GK)),
+        ]
+        # 2. the layout's chunks (linear in P, r, src): which pairs the classes cover
+        gq, gk = _chunk(lay, Z3_R, Z3_T), _chunk(lay, Z3_SRC, Z3_U)
+        inside = [_slot_range(lay, Z3_T), _slot_range(lay, Z3_U)] + offsets
+        in_sequence = z3.And(0 <= gq, gq < n_chunks, 0 <= gk, gk < n_chunks)  # where step 1 holds
+        v, f, att = _visits(gq, gk), _runs_full(gq, gk), _attends(gq, gk, Z3_A, Z3_B)
+        cases += [
+            _z3_case(f"{name}: never skips an attended pair", world + inside, z3.And(in_sequence, z3.Implies(att, v))),
+            _z3_case(f"{name}: full pairs are fully attended", world + inside, z3.Implies(f, att)),
+            _z3_case(f"{name}: partial pairs are diagonal", world + inside, z3.Implies(z3.And(v, z3.Not(f)), gq == gk)),
         ]
         # the own shard (src = r): the top-left causal mask on the shard's local positions
-        # (slot·C + offset) is the global causal mask
-        local = Z3_U * Z3_C + Z3_B <= Z3_T * Z3_C + Z3_A
+        # (slot·C + offset) is the global one (the local one at chunk granularity: the positions case)
         cases.append(_z3_case(f"{name}: own shard: local causal mask = global", world + inside + [Z3_SRC == Z3_R],
-                              attended == local))
+                              att == _attends(Z3_T, Z3_U, Z3_A, Z3_B)))
         # another rank's shard: the step's class matrix (concrete slots) matches a one-call plan
         classes = {}
         for x in range(lay.slots):
             for y in range(lay.slots):
-                v, f, *_ = _pair_class_z3(lay, conditions, z3.IntVal(x), z3.IntVal(y), step_pair)
+                cq, ck = _chunk(lay, Z3_R, z3.IntVal(x)), _chunk(lay, Z3_SRC, z3.IntVal(y))
+                v, f = _visits(cq, ck), _runs_full(cq, ck)
                 classes[x, y] = {RG.EMPTY: z3.Not(v), RG.FULL: z3.And(v, f), RG.PARTIAL: z3.And(v, z3.Not(f))}
         plans = [z3.And(*[classes[xy][plan.expected(*xy)] for xy in classes]) for plan in RG.step_plans(lay.slots)]
         cases.append(_z3_case(f"{name}: another shard's step matches a one-call plan", world + [Z3_SRC != Z3_R],
                               z3.Or(*plans)))
-    return result("ring_causal_blocks", cases, "z3 over symbolic P, r, src, slots, C, positions")
+    return result("ring_causal_blocks", cases, "z3 over symbolic P, r, src, slots, chunks, C, positions")
 
 
 @claim("ring_schedule",

@@ -1,0 +1,39 @@
+"""Every term the generator prints, in one catalogue: its group, by a label naming where it lives.
+
+The docs' claim pages (``docs/hooks.py``), the claims test (every term a claim names exists) and
+the citation test (mutating a printed term fails the claim its line cites) all read this list, so
+a group added to a kernel is added here once and all three see it.
+"""
+
+from __future__ import annotations
+
+from spec import addresses, masks, paged, rotary, structure, terms, varlen
+
+
+def term_groups() -> dict[str, tuple]:
+    """``label -> group`` (a tuple of ``spec.terms.Term``) for every group of printed terms."""
+    groups = dict(terms.GROUPS)
+    groups.update({"masks.BOUNDS_INIT": masks.BOUNDS_INIT, "masks.ROW_BOUNDS_INIT": masks.ROW_BOUNDS_INIT,
+                   "masks.TILE_LOOP": masks.TILE_LOOP, "masks.ROW_TILE_LOOP": masks.ROW_TILE_LOOP,
+                   "structure.FORWARD_INIT": structure.FORWARD_INIT, "structure.GRAD_INIT": structure.GRAD_INIT,
+                   "varlen.SEGMENT": varlen.SEGMENT})
+    groups.update({f"paged.{name}": group for name, group in paged.GROUPS.items()})
+    groups.update({f"rotary.{name}": group for name, group in rotary.GROUPS.items()})
+    # the printed addresses (issue 24): decode's offsets, varlen's cu_seqlens loads and pointer moves
+    groups.update({f"addresses.{name}": group for name, group in addresses.DECODE_GROUPS.items()})
+    groups["addresses.SEGMENT_LOADS"] = addresses.SEGMENT_LOADS
+    groups.update({f"addresses.SEGMENT_POINTERS.{k}": group for k, group in addresses.SEGMENT_POINTERS.items()})
+    return groups
+
+
+def single_terms() -> dict[str, object]:
+    """``label -> term`` for the printed terms that stand alone, outside any group."""
+    return {"masks.MASK_TERM": masks.MASK_TERM, "masks.KEEP_INIT": masks.KEEP_INIT,
+            "structure.GQA_HEAD": structure.GQA_HEAD, "structure.GQA_GROUP_HEAD": structure.GQA_GROUP_HEAD,
+            "varlen.ROWS_PAST_END": varlen.ROWS_PAST_END, "varlen.KEYS_PAST_END": varlen.KEYS_PAST_END}
+
+
+def all_terms() -> list[tuple[str, object]]:
+    """``(label, term)`` for every printed term."""
+    return ([(label, t) for label, group in term_groups().items() for t in group]
+            + list(single_terms().items()))
