@@ -78,7 +78,8 @@ def _with_dropout_mask(result, keep):
 
 def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,
                softcap=None, alibi_slopes=None, sinks=None,
-               mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False):
+               mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False, score_mod=None,
+               score_args=None):
     for name, t in (("q", q), ("k", k), ("v", v)):
         checks.check_tensor(t, name)
     _unsupported_autograd_modes("flash_attention", q, k, v)
@@ -88,6 +89,7 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
                                         return_lse=return_lse)
     softcap = checks.check_score_mods(q, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
     packed = checks.check_mask_mod(mask_mod, mask_args, q, k)
+    score_f, score_i = checks.check_score_mod(score_mod, score_args, q, mask_mod)
     B, Hq, Nq, _ = q.shape
     dropout_p = checks.check_dropout(dropout_p, return_dropout_mask, B * Hq * Nq * k.shape[2])
     if q.numel() == 0 or k.shape[2] == 0:
@@ -112,7 +114,8 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
     philox = checks.draw_philox(q.device) if dropout_p > 0 else None
     out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment, window, scale, block[0], block[1],
                                   tma, package, softcap, alibi_slopes, sinks,
-                                  None if mask_mod is None else mask_mod.name, packed, dropout_p, philox)
+                                  None if mask_mod is None else mask_mod.name, packed, dropout_p, philox,
+                                  None if score_mod is None else score_mod.name, score_f, score_i)
     result = (out, lse) if return_lse else out
     if return_dropout_mask:
         keep = dispatch.dropout_mask(block, package, philox, dropout_p, (B, Hq, Nq, k.shape[2]))
@@ -123,7 +126,8 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
 @_named_keywords
 def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
                     scale=None, return_lse=False, block="auto", tma="auto", softcap=None, alibi_slopes=None,
-                    sinks=None, mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False):
+                    sinks=None, mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False,
+                    score_mod=None, score_args=None):
     """Softmax attention through the generated FlashAttention-2 kernels.
 
     Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k, v (B, Hkv, N_k, D)``
@@ -168,6 +172,13 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     ``@mask_mod``) with its parameters ``mask_args`` (``{name: int | (B,) | (B, N) tensor}``) is
     AND-ed with every other mask; its tiles are classified at their corners (claim mask_mod_sound).
 
+    ``score_mod`` (your own ``@score_mod`` of ``spec.score_mods``, its kernels emitted with
+    ``python -m generator --score-mod module:name``) with its parameters ``score_args``
+    (``{name: int | float | float tensor}``) rewrites the scaled score ``s`` to ``f(s, b, h, i, j,
+    shift, ...)`` after softcap and ALiBi, before the masks; its backward is derived by ``sp.diff``
+    (claim ``score_mod_derived``) and the tensors it reads get gradients (no atomics). Not with a
+    ``mask_mod`` in the same call yet.
+
     ``dropout_p`` (FlashAttention 2's attention dropout, ``0 <= p < 1``): after the softmax each
     weight ``P_ij`` is kept with probability ``1 − p`` and scaled by ``1/(1 − p)``; ``lse`` is the
     undropped one. The randomness is a Philox seed and offset drawn from torch's default
@@ -181,7 +192,7 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
                       key_lengths=key_lengths, mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma,
                       softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
                       mask_mod=mask_mod, mask_args=mask_args, dropout_p=dropout_p,
-                      return_dropout_mask=return_dropout_mask)
+                      return_dropout_mask=return_dropout_mask, score_mod=score_mod, score_args=score_args)
 
 
 def _softmax(package, x, dim, *, block):
