@@ -112,6 +112,10 @@ POINTER_GAPS = {
     # merged with serving (#26) and dropout (#29): not yet printed address terms
     "_append_rows": "KV-cache append: x/cache rows, cache_seqlens, block_table, cache_batch_idx, cos/sin rows",
     "_dropout_keep": "dropout: the Philox seed/offset words and the returned keep-mask rows",
+    # a user score_mod (issue 28): its SF/SI parameter reads are inside its printed terms; the gradient
+    # row of the dQ program is not yet a printed address term
+    "_user_score": "score_mod parameter reads (inside printed terms)", "_user_score_ds": "score_mod parameter reads",
+    "_user_score_grads": "score_mod parameter reads", "_score_param_scatter": "score_mod gradient row of the program",
 }
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
 ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses")

@@ -127,6 +127,15 @@ def _reads(expr) -> list[sp.Indexed]:
     return sorted(expr.atoms(sp.Indexed), key=str)
 
 
+def _value_symbols(e) -> set[str]:
+    """Names of the symbols ``e`` uses outside its table indices."""
+    if isinstance(e, sp.Indexed):
+        return set()
+    if isinstance(e, sp.Symbol):
+        return {e.name}
+    return set().union(*[_value_symbols(a) for a in e.args]) if e.args else set()
+
+
 def _is_value(e, floats: set) -> bool:
     """Whether ``e`` involves a float value: ``s``, a float scalar or a tensor read."""
     return S in e.free_symbols or bool(e.free_symbols & floats) or e.has(sp.Indexed)
@@ -443,7 +452,7 @@ def analyse(expr, name: str = "score_mod", params=(), module: str = "__main__", 
             raise NotInClass(f"score_mod {name}: {t} is read with {tensors[t]} and with {len(x.indices)} indices")
     in_index = {str(s) for x in reads for e in x.indices for s in e.free_symbols}
     ints = tuple(p for p in params if p in in_index and p not in tensors)
-    both = sorted(p for p in ints if p in {str(s) for s in (expr.xreplace({x: 0 for x in reads})).free_symbols})
+    both = sorted(p for p in ints if p in _value_symbols(expr))
     if both:
         raise NotInClass(f"score_mod {name}: {both} are used in a table index and as a value; pass the value as a "
                          "second parameter")
