@@ -45,14 +45,13 @@ atomics) and summed over the programs on the host in a fixed order: bitwise repe
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from dataclasses import dataclass, field
 
 import sympy as sp
 
 from spec import notation as n
-from spec.mask_mod import floor_div
+from spec.mask_mod import decorate, floor_div, given_args, resolve_ref
 from spec.terms import Term
 
 #: the claim that proves the printed backward terms the derivatives of the printed forward term
@@ -319,12 +318,7 @@ class ScoreMod:
         ``ValueError`` / ``TypeError`` naming the parameter and the fix."""
         import torch
 
-        given = dict(score_args or {})
-        missing = [p for p in self.params if p not in given]
-        extra = [p for p in given if p not in self.params]
-        if missing or extra:
-            raise ValueError(f"score_mod {self.name} takes score_args {list(self.params)}; "
-                             + (f"missing {missing}" if missing else f"unknown {extra}"))
+        given = given_args(score_args, self.params, f"score_mod {self.name}", "score_args")
         ints = {}
         for p in self.ints:
             v = given[p]
@@ -498,25 +492,14 @@ def score_mod(fn) -> ScoreMod:
     Emit its kernels with ``python -m generator --br 64 --bc 64 --score-mod module:name``, then
     ``flash_attention(q, k, v, score_mod=fn, score_args={...})``.
     """
-    args = list(inspect.signature(fn).parameters)
-    if "s" not in args:
+    if "s" not in inspect.signature(fn).parameters:
         raise NotInClass(f"score_mod {fn.__name__} must take the score s as an argument")
-    params = [a for a in args if a not in INDEX_ARGS]
-    symbols = {a: INDEX_ARGS[a] if a in INDEX_ARGS else Param(a) for a in args}
-    sm = analyse(fn(**symbols), fn.__name__, params, fn.__module__, inspect.getdoc(fn) or "")
-    REGISTRY[sm.name] = sm
-    return sm
+    return decorate(fn, INDEX_ARGS, Param, analyse, REGISTRY)
 
 
 def resolve(ref: str) -> ScoreMod:
     """``"module:name"`` -> the ScoreMod defined there."""
-    module, _, name = ref.partition(":")
-    if not module or not name:
-        raise ValueError(f"--score-mod takes module:name (e.g. spec.score_mods:rel_bias), got {ref!r}")
-    obj = getattr(importlib.import_module(module), name, None)
-    if not isinstance(obj, ScoreMod):
-        raise ValueError(f"{ref} is not a score_mod (define it with the @score_mod decorator of spec.score_mods)")
-    return obj
+    return resolve_ref(ref, ScoreMod, "score-mod", "spec.score_mods:rel_bias", "spec.score_mods")
 
 
 # ----------------------------------------------------------------------------------

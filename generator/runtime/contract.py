@@ -130,6 +130,12 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                 COPIED, f"|v| ≤ {limit('mask_args_int32')}: eager check; under torch.compile clamped on the device",
                 ("mask_args_int32",), "packed into one fresh int32 (B, L) tensor"),
             DROPOUT_P, RETURN_DROPOUT_MASK,
+            Arg("score_mod", "None or a spec.score_mods.score_mod", "—", NONE, "an expression of the class, its "
+                "backward derived (claim `score_mod_derived`), with its kernels generated; not with mask_mod"),
+            Arg("score_args", "None or {name: int | float | float tensor}", "a tensor: as many dims as its reads, "
+                "each axis longer than its clamp", NONE, "ints where a table index uses them; tensors "
+                "differentiable (gradients reduced without atomics)", (),
+                "packed into fresh fp32 / int32 vectors (tensors flattened, contiguous)"),
         ),
         "flash_attention_varlen": _dense_qkv("(total_q, Hq, D)", "(total_k, Hkv, D)") + (
             Arg("cu_seqlens_q", "int32 tensor", "(B + 1,), B ≥ 1", COPIED,

@@ -57,18 +57,7 @@ def score_mod_module_for(kind: str, block, package: str, device: torch.device | 
 def _score_mod_module(kind: str, block: tuple[int, int], sm: ScoreMod, package: str) -> object:
     """The module of ``kind`` with score_mod ``sm`` compiled in; ValueError naming the command that
     emits it when absent, or that regenerates it when its expression is not ``sm``'s any more."""
-    index = importlib.import_module(package)
-    command = index.COMMANDS.get(block, f"python -m generator --br {block[0]} --bc {block[1]}")
-    emit = f"`{command} --score-mod {sm.ref}`"
-    name = getattr(index, "SCORE_MODS", {}).get(block, {}).get(sm.name, {}).get(kind)
-    if name is None:
-        raise ValueError(f"score_mod {sm.name!r} has no generated {kind} kernel for block {block} in {package}; "
-                         f"emit it with {emit}")
-    module = importlib.import_module(f"{package}.{name}")
-    if module.SCORE_MOD_EXPR != str(sm.expr):
-        raise ValueError(f"{package}/{name}.py was emitted for score_mod {sm.name!r} = {module.SCORE_MOD_EXPR}, "
-                         f"but {sm.ref} is now {sm.expr}; regenerate with {emit}")
-    return module
+    return _modded_module(kind, block, package, sm, sm.expr, "score_mod", "SCORE_MODS", "SCORE_MOD_EXPR")
 
 
 def module_of(kind: str, block, package: str, device, mask_mod: str | None, score_mod: str | None) -> object:
@@ -93,17 +82,25 @@ def _usable_on(module, device: torch.device | None) -> object:
 def _mask_mod_module(kind: str, block: tuple[int, int], mm: MaskMod, package: str) -> object:
     """The module of ``kind`` with mask_mod ``mm`` compiled in; ValueError naming the command that
     emits it when absent, or that regenerates it when its predicate is not ``mm``'s any more."""
+    return _modded_module(kind, block, package, mm, mm.predicate, "mask_mod", "MASK_MODS", "MASK_MOD_PREDICATE")
+
+
+def _modded_module(kind: str, block: tuple[int, int], package: str, mod, expr, what: str, table: str,
+                   recorded: str) -> object:
+    """The module of ``kind`` with ``mod`` (a mask_mod or a score_mod: ``what``) compiled in, listed in
+    the package index's ``table``; ValueError naming the command that emits it when absent, or that
+    regenerates it when the module's ``recorded`` expression is not ``expr`` any more."""
     index = importlib.import_module(package)
     command = index.COMMANDS.get(block, f"python -m generator --br {block[0]} --bc {block[1]}")
-    emit = f"`{command} --mask-mod {mm.ref}`"
-    name = index.MASK_MODS.get(block, {}).get(mm.name, {}).get(kind)
+    emit = f"`{command} --{what.replace('_', '-')} {mod.ref}`"
+    name = getattr(index, table, {}).get(block, {}).get(mod.name, {}).get(kind)
     if name is None:
-        raise ValueError(f"mask_mod {mm.name!r} has no generated {kind} kernel for block {block} in {package}; "
+        raise ValueError(f"{what} {mod.name!r} has no generated {kind} kernel for block {block} in {package}; "
                          f"emit it with {emit}")
     module = importlib.import_module(f"{package}.{name}")
-    if module.MASK_MOD_PREDICATE != str(mm.predicate):
-        raise ValueError(f"{package}/{name}.py was emitted for mask_mod {mm.name!r} = {module.MASK_MOD_PREDICATE}, "
-                         f"but {mm.ref} is now {mm.predicate}; regenerate with {emit}")
+    if getattr(module, recorded) != str(expr):
+        raise ValueError(f"{package}/{name}.py was emitted for {what} {mod.name!r} = {getattr(module, recorded)}, "
+                         f"but {mod.ref} is now {expr}; regenerate with {emit}")
     return module
 
 
