@@ -46,6 +46,7 @@ atomics) and summed over the programs on the host in a fixed order: bitwise repe
 from __future__ import annotations
 
 import inspect
+import operator
 from dataclasses import dataclass, field
 
 import sympy as sp
@@ -216,6 +217,9 @@ class Read:
     tensor: str
     indices: tuple
     bounds: tuple  # per axis: the largest index (``upper_bound``)
+    #: per axis: the bound as a Python function of (H, B, *integer scalars), so that torch.compile traces
+    #: the host's check (no SymPy at call time)
+    bound_values: tuple = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True, eq=False)
@@ -333,7 +337,7 @@ class ScoreMod:
                 raise TypeError(f"score_args[{p!r}] must be a Python int or float (a learnable value: pass a "
                                 f"tensor and read it as {p}[h] or {p}[b]), got {type(v).__name__}")
             floats.append(float(v))
-        sizes = {Param(p): v for p, v in ints.items()} | {HEADS: heads, BATCH: batch}
+        sizes = (heads, batch, *ints.values())  # the arguments of bound_value
         parts = [torch.tensor(floats, dtype=torch.float32, device=device)]
         dims = []
         for t in (p for p in self.params if p in self.tensors):
@@ -345,8 +349,8 @@ class ScoreMod:
                 raise ValueError(f"score_args[{t!r}] is read with {self.tensors[t]} indices: it must have "
                                  f"{self.tensors[t]} dims, got shape {tuple(v.shape)}")
             for rd in (r for r in self.reads if r.tensor == t):
-                for a, bound in enumerate(rd.bounds):
-                    top = int(sp.sympify(bound).subs(sizes))
+                for a, (bound, value_of) in enumerate(zip(rd.bounds, rd.bound_values)):
+                    top = int(value_of(*sizes))
                     if top < 0:
                         raise ValueError(f"score_mod {self.name}: the clamp of {t}'s axis {a} ends at {bound} = "
                                          f"{top} < 0 with these score_args; pass parameters that make it >= 0")
@@ -377,6 +381,12 @@ class ScoreMod:
         env.update({Param(p): score_args[p] for p in self.ints + self.floats})
         tensors = {t: score_args[t].to(s.dtype) for t in self.tensors}
         return _evaluate(self.expr, env, tensors) + 0 * s
+
+
+def _bound_function(bound, ints: tuple):
+    """``bound`` as a Python function of ``(H, B, *ints)`` (Min/Max as min/max, // as //)."""
+    return sp.lambdify((HEADS, BATCH, *[Param(p) for p in ints]), bound, modules=[{"floor_div": operator.floordiv},
+                                                                                  "math"])
 
 
 def _evaluate(e, env, tensors):
@@ -473,7 +483,8 @@ def analyse(expr, name: str = "score_mod", params=(), module: str = "__main__", 
                 raise NotInClass(f"score_mod {name}: index {e} of {x.base} (axis {a}) can leave [0, {bound}] "
                                  f"(z3: {cex}); clamp it with Min(Max(index, 0), U)")
             bounds.append(bound)
-        out_reads.append(Read(str(x.base), tuple(x.indices), tuple(bounds)))
+        out_reads.append(Read(str(x.base), tuple(x.indices), tuple(bounds),
+                              tuple(_bound_function(sp.sympify(b), ints) for b in bounds)))
     sm = ScoreMod(name, module, tuple(params), expr, ints, floats, tensors, tuple(out_reads), doc)
     for d in (sm.derivative_s(), *sm.derivatives_reads()):
         if d.has(sp.Derivative, sp.Subs, sp.DiracDelta, sp.Heaviside, sp.sign):
