@@ -230,9 +230,10 @@ def block_m(rows: int) -> int:
 def splits_plan(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, *, sm_scale, num_splits=None,
                 causal=False, window=None, softcap=None, alibi_slopes=None, sinks=None, cache_leftpad=None,
                 cache_batch_idx=None, split_keys=0):
-    """``(grid, constants, placeholder)`` of ``forward_splits``' launch (its arguments, as there):
-    every kernel argument but the call's tensors, by name, and a one-element tensor standing in
-    for the score-modification tensors not given. A function of the tensors' shapes, strides,
+    """``(grid, scalars, positional, named, placeholder)`` of ``forward_splits``' launch (its
+    arguments, as there): every kernel argument but the call's tensors (``(sm_scale, softcap)``,
+    the parameters after ``Sinks`` in order, the launch settings by name) and a one-element tensor
+    standing in for the score-modification tensors not given. A function of the tensors' shapes, strides,
     dtypes and device and of the options only, never of their values or addresses: the runtime
     keeps it per call signature (``generator.runtime.plans``) and launches with ``launch_splits``."""
     if num_splits is not None and num_splits != out.shape[0]:
@@ -253,13 +254,14 @@ def splits_plan(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, *, sm
                                                        block_m(q.shape[2] // k_cache.shape[2] * q.shape[1]), sinks,
                                                        cache_leftpad, cache_batch_idx, split_keys)
     constants = dict(
-        sm_scale=sm_scale, softcap=softcap_arg, stride_sb=stride_sb, stride_sh=stride_sh, window_left=window_left,
+        stride_sb=stride_sb, stride_sh=stride_sh, window_left=window_left,
         window_right=window_right, **ints, HEAD_DIM=D, BLOCK_D=launch.block_d(D), BLOCK_N=BLOCK_N, **constexprs,
         IS_CAUSAL=causal, HAS_WINDOW=window is not None, **launch.dot_constants(q.dtype), **score_flags,
         **launch_settings(launch.settings_arch(q.device), launch.block_d(D), k_cache.dtype))
     if alibi_slopes is not None:  # the placeholder is the slopes themselves: keep no call's tensor
         placeholder = torch.empty((1,), dtype=torch.float32, device=q.device)
-    return grid, constants, placeholder
+    # the parameters after Sinks in the kernel's order (a tuple per call), the launch settings by name
+    return grid, (sm_scale, softcap_arg), *launch.by_position(_decode_fwd, 13, constants), placeholder
 
 
 def launch_splits(plan, q, k_cache, v_cache, cache_seqlens, block_table, out, lse, *, alibi_slopes=None,
@@ -267,15 +269,15 @@ def launch_splits(plan, q, k_cache, v_cache, cache_seqlens, block_table, out, ls
     """Launch ``plan`` (``splits_plan``'s for tensors of these shapes, strides, dtypes and device)
     on these tensors; ``out`` and ``lse`` may be the tensors the plan's views were taken of (the
     kernel reads their address, the plan holds the strides)."""
-    grid, constants, placeholder = plan
+    grid, (sm_scale, softcap), positional, named, placeholder = plan
     # placeholder pointers for the tensors a launch does not read (their flags are off)
     table = block_table if block_table is not None else cache_seqlens
     leftpad = cache_leftpad if cache_leftpad is not None else cache_seqlens
     batch_idx = cache_batch_idx if cache_batch_idx is not None else cache_seqlens
     _decode_fwd[grid](
-        q, k_cache, v_cache, out, lse, cache_seqlens, table, leftpad, batch_idx,
-        Slopes=alibi_slopes if alibi_slopes is not None else placeholder,
-        Sinks=sinks if sinks is not None else placeholder, **constants)
+        q, k_cache, v_cache, out, lse, cache_seqlens, table, leftpad, batch_idx, sm_scale, softcap,
+        alibi_slopes if alibi_slopes is not None else placeholder, sinks if sinks is not None else placeholder,
+        *positional, **named)
 
 
 def forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, *, sm_scale, num_splits=None,

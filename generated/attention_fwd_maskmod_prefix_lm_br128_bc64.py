@@ -470,9 +470,10 @@ def dropout_mask(philox, dropout_p, B, H, N_Q, N_K):
 def forward_plan(q, k, v, *, sm_scale, shift=0, causal=False, window=None, key_lengths=None, mask=None,
                  block_map=None, tma=False, softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, philox=None):
     """``forward``'s launch (its arguments, as there) but the call's tensors: ``(grid, integers,
-    scalars, placeholders, constants)``, the kernel's strides and sizes, ``(sm_scale, softcap,
-    dropout_p)``, a one-element stand-in for each optional tensor not given (``None`` for one given)
-    and the constexprs and launch settings per memory path (``{use_tma: ...}``). A function of the
+    scalars, placeholders, constants, BLOCK_D)``, the kernel's strides and sizes, ``(sm_scale,
+    softcap, dropout_p)``, a one-element stand-in for each optional tensor not given (``None`` for
+    one given) and per memory path (``{use_tma: ...}``) the constexprs in order and the launch
+    settings by name (``launch.by_position``). A function of the
     tensors' shapes, strides, dtypes and device and of the options only, never of their values or
     addresses: the runtime keeps it per call signature (``generator.runtime.plans``) and launches
     with ``launch_forward``."""
@@ -491,11 +492,15 @@ def forward_plan(q, k, v, *, sm_scale, shift=0, causal=False, window=None, key_l
     placeholders = tuple(None if given is not None else arg for given, arg in (
         (key_lengths, lens_arg), (mask, mask_arg), (block_map, map_arg), (alibi_slopes, slopes_arg),
         (sinks, sinks_arg), (philox if drop_flags["HAS_DROPOUT"] else None, philox_arg)))
-    constants = {use_tma: dict(HEAD_DIM=D, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, **flags, **score_flags,
-                               **drop_flags, **launch.dot_constants(q.dtype), USE_TMA=use_tma, IS_VARLEN=False,
-                               **launch_settings(launch.settings_arch(q.device), BLOCK_D, tma=use_tma))
+    # per memory path: the constexprs after the integers in the kernel's order (a tuple per call), the
+    # launch settings by name
+    constants = {use_tma: launch.by_position(_attn_fwd, 16 + len(integers), dict(
+                     HEAD_DIM=D, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, **flags, **score_flags,
+                     **drop_flags, **launch.dot_constants(q.dtype), USE_TMA=use_tma, IS_VARLEN=False,
+                     **launch_settings(launch.settings_arch(q.device), BLOCK_D, tma=use_tma)))
                  for use_tma in ((False, True) if tma else (False,))}
-    return (triton.cdiv(N_Q, BLOCK_M), B * H), integers, (sm_scale, softcap_arg, drop_p), placeholders, constants
+    return ((triton.cdiv(N_Q, BLOCK_M), B * H), integers, (sm_scale, softcap_arg, drop_p), placeholders, constants,
+            BLOCK_D)
 
 
 def launch_forward(plan, q, k, v, *, key_lengths=None, mask=None, block_map=None, alibi_slopes=None, sinks=None,
@@ -503,22 +508,22 @@ def launch_forward(plan, q, k, v, *, key_lengths=None, mask=None, block_map=None
     """Allocate ``(out, lse)`` and launch ``plan`` (``forward_plan``'s for tensors of these shapes,
     strides, dtypes and device, and the same options) on these tensors. ``tma``: as ``forward``'s
     (decided here, per call: a tensor's address enters TMA's rules)."""
-    grid, integers, (sm_scale, softcap_arg, drop_p), placeholders, constants = plan
+    grid, integers, (sm_scale, softcap_arg, drop_p), placeholders, constants, block_d = plan
     lens_p, mask_p, map_p, slopes_p, sinks_p, philox_p = placeholders
     lens_arg = key_lengths if lens_p is None else lens_p
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     q_arg, k_arg, v_arg, out_arg, use_tma = q, k, v, out, False
     if tma:
         (q_arg, k_arg, v_arg, out_arg), use_tma = launch.tma_operands(
             tma, {"q": (q, BLOCK_M), "k": (k, BLOCK_N), "v": (v, BLOCK_N), "out": (out, BLOCK_M)},
-            constants[False]["BLOCK_D"])
+            block_d)
     _attn_fwd[grid](
         q_arg, k_arg, v_arg, out_arg, lse, lens_arg, mask if mask_p is None else mask_p,
         block_map if map_p is None else map_p, lens_arg, lens_arg, sm_scale, softcap_arg,
         alibi_slopes if slopes_p is None else slopes_p, sinks if sinks_p is None else sinks_p,
-        philox if philox_p is None else philox_p, drop_p, *integers,
-        **constants[use_tma], MaskModArgs=mask_mod_args, stride_mmb=mask_mod_args.stride(0))  # lens_arg stands in for the cu_seqlens IS_VARLEN=False never reads
+        philox if philox_p is None else philox_p, drop_p, *integers, *constants[use_tma][0],
+        **constants[use_tma][1], MaskModArgs=mask_mod_args, stride_mmb=mask_mod_args.stride(0))  # lens_arg stands in for the cu_seqlens IS_VARLEN=False never reads
     return out, lse
 
 

@@ -422,8 +422,9 @@ def cache_arguments(cache_seqlens, block_table, capacity: int, num_pages: int):
     if torch.compiler.is_compiling():
         cache_seqlens = cache_seqlens.clamp(0, capacity)
         block_table = None if block_table is None else block_table.clamp(0, num_pages - 1)
-    return (cache_seqlens.to(torch.int32).contiguous(),
-            contract.unit_stride("flash_attention_with_kvcache", "block_table", block_table))
+    if cache_seqlens.dtype != torch.int32 or not cache_seqlens.is_contiguous():
+        cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
+    return cache_seqlens, contract.unit_stride("flash_attention_with_kvcache", "block_table", block_table)
 
 
 # ----------------------------------------------------------------------------------

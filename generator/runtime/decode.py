@@ -408,7 +408,7 @@ def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_sc
 def _run(plan: _Launch, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, cache_leftpad,
          cache_batch_idx):
     """``(out, lse)``: the launches of ``plan`` on these tensors (of the plan's metadata)."""
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
     if plan.merge is None:  # one split: the kernel writes out and lse in place (the plan holds their views)
         plan.module.launch_splits(plan.splits, q, k_cache, v_cache, cache_seqlens, block_table, out, lse,

@@ -57,10 +57,15 @@ def options_key(*values) -> tuple | None:
     """The options' values and types, a tuple option (a window, a block) by its elements; None when
     one is not ``KEYABLE`` (the call is not cached: it takes the full path)."""
     types = tuple(map(type, values))
+    if KEYABLE.issuperset(types):
+        return values, types
+    elements = []
     for t, value in zip(types, values):
-        if t not in KEYABLE and (t is not tuple or not all(type(x) in KEYABLE for x in value)):
+        if t is tuple and KEYABLE.issuperset(map(type, value)):
+            elements.append(tuple(map(type, value)))
+        elif t not in KEYABLE:
             return None
-    return values, types, tuple(tuple(map(type, v)) for v in values if type(v) is tuple)
+    return values, types, tuple(elements)
 
 
 def direct(*tensors) -> bool:
