@@ -482,11 +482,8 @@ def launch_forward(plan, q, k, v, *, key_lengths=None, mask=None, block_map=None
     lens_arg = key_lengths if lens_p is None else lens_p
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
-    q_arg, k_arg, v_arg, out_arg, use_tma = q, k, v, out, False
-    if tma:
-        (q_arg, k_arg, v_arg, out_arg), use_tma = launch.tma_operands(
-            tma, {"q": (q, BLOCK_M), "k": (k, BLOCK_N), "v": (v, BLOCK_N), "out": (out, BLOCK_M)},
-            block_d)
+    (q_arg, k_arg, v_arg, out_arg), use_tma = launch.tma_operands(
+        tma, {"q": (q, BLOCK_M), "k": (k, BLOCK_N), "v": (v, BLOCK_N), "out": (out, BLOCK_M)}, block_d)
     _attn_fwd[grid](
         q_arg, k_arg, v_arg, out_arg, lse, lens_arg, mask if mask_p is None else mask_p,
         block_map if map_p is None else map_p, lens_arg, lens_arg, sm_scale, softcap_arg,

@@ -37,6 +37,9 @@ import torch
 #: many shapes must not grow memory without bound)
 MAX_PLANS = 1024
 
+#: every ``PlanCache`` (``clear`` empties them all)
+_CACHES: list = []
+
 #: tensor types whose calls may skip the dispatcher: a subclass may override any op
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
@@ -89,6 +92,10 @@ class PlanCache(dict):
     """``signature -> plan``: what an entry point derived from the metadata of a call that passed
     every check. Bounded by ``MAX_PLANS`` (emptied when full)."""
 
+    def __init__(self):
+        super().__init__()
+        _CACHES.append(self)
+
     def record(self, key, plan):
         if key is None:
             return plan
@@ -96,3 +103,11 @@ class PlanCache(dict):
             self.clear()
         self[key] = plan
         return plan
+
+
+def clear() -> None:
+    """Empty every plan. The limits the checks read (``spec.assumptions``) are constants; a test that
+    lowers one empties the plans first (``tests/conftest.py`` does before every test), so the checks
+    run again rather than a plan recorded under the old limit answering."""
+    for cache in _CACHES:
+        cache.clear()
