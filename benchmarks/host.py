@@ -209,8 +209,8 @@ def _dense(s: Sizes) -> Callable:
 
 
 def _dense_grad(s: Sizes) -> Callable:
-    """The training forward: q, k, v require grad, so the call goes through the custom op and its
-    autograd (the eager shortcut past the dispatcher is for calls with no gradient to record)."""
+    """The training forward: q, k, v require grad, so the call records the op's autograd
+    (``autograd.DirectForward`` in eager mode, past the custom op's dispatch)."""
     from generated import flash_attention
 
     q = torch.randn(s.batch // 4 or 1, s.heads_q, s.seq, s.head_dim, dtype=s.dtype, requires_grad=True)
@@ -264,7 +264,7 @@ CASES: dict[str, tuple[str, Callable[[Sizes], Callable]]] = {
     "decode-splits": ("flash_attention_with_kvcache, num_splits=4", lambda s: _decode(s, 4)),
     "decode-auto": ("flash_attention_with_kvcache, num_splits=0 (heuristic)", lambda s: _decode(s, 0)),
     "dense": ("flash_attention forward, causal", _dense),
-    "dense-grad": ("flash_attention forward, causal, inputs requiring grad (custom op + autograd)", _dense_grad),
+    "dense-grad": ("flash_attention forward, causal, inputs requiring grad (the op's autograd)", _dense_grad),
     "varlen": ("flash_attention_varlen forward, causal", _varlen),
     "merge": ("merge_state", _merge),
     "custom-op": ("a bare torch.library.custom_op (the floor)", _bare_custom_op),

@@ -208,6 +208,25 @@ def test_dense_direct_path_is_bitwise_the_custom_op():
             assert torch.equal(a, b)
 
 
+def test_dense_direct_training_path_is_bitwise_the_custom_op():
+    """With q, k, v and the sinks requiring grad, the eager path records the op's autograd itself
+    (``autograd.DirectForward``): the same outputs and gradients, bit for bit, as the custom op's."""
+    from generated import flash_attention
+
+    qd, k, v, key_lengths = _dense_inputs()
+    sinks = torch.randn(4)
+    results = []
+    for mode in (None, _Passthrough):
+        leaves = [t.clone().requires_grad_() for t in (qd, k, v, sinks)]
+        with mode() if mode else torch.enable_grad():
+            out, lse = flash_attention(*leaves[:3], causal=True, key_lengths=key_lengths, sinks=leaves[3],
+                                       return_lse=True)
+            (out.sum() + lse.sum()).backward()
+        results.append([out, lse] + [t.grad for t in leaves])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
 def test_a_planned_signature_still_checks_values_every_call():
     """Values are not part of a plan: an edit in place after a planned call is caught by the next."""
     from generated import flash_attention, flash_attention_with_kvcache

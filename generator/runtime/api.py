@@ -20,7 +20,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from generator.runtime import checks
-from generator.runtime.autograd import flash_attention_backward_op  # noqa: F401  (registers the backward)
+from generator.runtime.autograd import DirectForward, flash_attention_backward_op  # noqa: F401  (registers the backward)
 from generator.runtime.checks import DEFAULT_BLOCK, DTYPES, check_inputs  # noqa: F401  (public aliases)
 from generator.runtime.custom_op import flash_attention_op
 from generator.runtime.dispatch import DEFAULT_PACKAGE, EMPTY, FULL, PARTIAL, block_map, mask_arguments  # noqa: F401
@@ -161,17 +161,25 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
     # dropout: this call's Philox seed and offset, from torch's generator for q's device
     if dropout_p > 0:
         philox = checks.draw_philox(q.device)
-    if key is not None and plans.direct(q, k, v, key_lengths, alibi_slopes, sinks):
-        # eager, nothing for the dispatcher to do (no autograd to record): the op's body itself, with the
-        # launch plan of this signature
+    if key is not None and plans.direct(q, k, v, key_lengths, alibi_slopes, sinks, autograd=True):
+        # eager, nothing for the dispatcher to do: the op's body itself, with the launch plan of this
+        # signature (a gradient to record: the op's own autograd functions, autograd.DirectForward)
         if entry[1] is None:
             module = dispatch.module_for("fwd", block, package, q.device)
-            entry[1] = module, dispatch.attention_forward_plan(
+            plan = dispatch.attention_forward_plan(
                 module, q, k, v, causal=causal, alignment=alignment, window=window, key_lengths=key_lengths,
                 scale=scale, tma=tma, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
-        module, plan = entry[1]
-        out, lse = module.launch_forward(plan, q, k, v, key_lengths=dispatch.lengths_argument(key_lengths, k.shape[2]),
-                                         alibi_slopes=alibi_slopes, sinks=sinks, tma=tma)
+
+            def run(q, k, v, key_lengths, alibi_slopes, sinks):
+                return module.launch_forward(plan, q, k, v, key_lengths=dispatch.lengths_argument(
+                    key_lengths, k.shape[2]), alibi_slopes=alibi_slopes, sinks=sinks, tma=tma)
+            entry[1] = run
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, sinks)):
+            out, lse = DirectForward.apply(q, k, v, None, key_lengths, causal, alignment, window, scale, block[0],
+                                           block[1], tma, package, softcap, alibi_slopes, sinks, None, None,
+                                           dropout_p, philox, entry[1])
+        else:
+            out, lse = entry[1](q, k, v, key_lengths, alibi_slopes, sinks)
     else:
         out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment, window, scale, block[0], block[1],
                                       tma, package, softcap, alibi_slopes, sinks,

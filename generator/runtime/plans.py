@@ -71,17 +71,18 @@ def options_key(*values) -> tuple | None:
     return values, types, tuple(elements)
 
 
-def direct(*tensors) -> bool:
+def direct(*tensors, autograd: bool = False) -> bool:
     """Whether an eager call may run its op's body itself rather than through the custom op: no
     ``torch.compile`` trace, no active dispatch mode (``make_fx``, ``FakeTensorMode``, a
     ``TorchDispatchMode``), no ``__torch_function__`` mode, no functorch transform (``vmap``,
     ``grad``), no ``torch.jit.trace``, every tensor a plain ``torch.Tensor`` (or ``None``), and no
-    gradient to record (grad mode off or no tensor requiring one)."""
+    gradient to record (grad mode off or no tensor requiring one) unless ``autograd``: the caller
+    records it with the op's own autograd functions (``autograd.DirectForward``)."""
     if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
             or torch._C._len_torch_function_stack() or torch._C._functorch.peek_interpreter_stack() is not None
             or torch._C._get_tracing_state() is not None):
         return False
-    grad = torch.is_grad_enabled()
+    grad = torch.is_grad_enabled() and not autograd
     for t in tensors:
         if t is not None and (type(t) not in _PLAIN or (grad and t.requires_grad)):
             return False
