@@ -219,6 +219,17 @@ def _dense_grad(s: Sizes) -> Callable:
     return lambda: flash_attention(q, k, v, causal=True)
 
 
+def _compiled(build: Callable) -> Callable:
+    """The case ``build`` makes, under ``torch.compile(backend="eager", fullgraph=True)``: the host
+    cost a compiled graph pays per call (dynamo's guards, the device clamps that replace the value
+    checks, the custom op's dispatch and its body's planned launch) without inductor's codegen."""
+    def case(s: Sizes) -> Callable:
+        call = build(s)
+        compiled = torch.compile(lambda: call(), backend="eager", fullgraph=True)
+        return compiled
+    return case
+
+
 def _varlen(s: Sizes) -> Callable:
     from generated import flash_attention_varlen
 
@@ -265,6 +276,9 @@ CASES: dict[str, tuple[str, Callable[[Sizes], Callable]]] = {
     "decode-auto": ("flash_attention_with_kvcache, num_splits=0 (heuristic)", lambda s: _decode(s, 0)),
     "dense": ("flash_attention forward, causal", _dense),
     "dense-grad": ("flash_attention forward, causal, inputs requiring grad (the op's autograd)", _dense_grad),
+    "decode-compiled": ("the decode case under torch.compile(backend='eager', fullgraph=True)",
+                        _compiled(lambda s: _decode(s, 1))),
+    "dense-compiled": ("the dense case under torch.compile(backend='eager', fullgraph=True)", _compiled(_dense)),
     "varlen": ("flash_attention_varlen forward, causal", _varlen),
     "merge": ("merge_state", _merge),
     "custom-op": ("a bare torch.library.custom_op (the floor)", _bare_custom_op),

@@ -34,10 +34,14 @@ def test_the_host_benchmark_runs_at_tiny_sizes(capsys):
     for case in host.CASES:
         assert case in out
     assert "FlashAttention" in out or "flash_attn" in out
-    rows = host.measure(host.TINY, number=2, repeat=1, cases=("decode", "decode-splits", "dense", "varlen", "merge"))
+    rows = host.measure(host.TINY, number=2, repeat=1, cases=("decode", "decode-splits", "decode-compiled", "dense",
+                                                              "dense-grad", "dense-compiled", "varlen", "merge"))
     by_case = {r["case"]: r for r in rows}
     # each case reached its kernels: a case that launched nothing would time a shortcut
-    assert by_case["decode"]["launches"] == ["_decode_fwd"]
+    for case in ("decode", "decode-compiled"):
+        assert by_case[case]["launches"] == ["_decode_fwd"]
+    for case in ("dense-grad", "dense-compiled"):
+        assert by_case[case]["launches"] == ["_attn_fwd"]
     assert by_case["decode-splits"]["launches"] == ["_decode_fwd", "_merge_states"]
     assert by_case["dense"]["launches"] == ["_attn_fwd"] and by_case["varlen"]["launches"] == ["_attn_fwd"]
     assert by_case["merge"]["launches"] == ["_merge_state"]

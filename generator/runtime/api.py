@@ -165,15 +165,10 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
         # eager, nothing for the dispatcher to do: the op's body itself, with the launch plan of this
         # signature (a gradient to record: the op's own autograd functions, autograd.DirectForward)
         if entry[1] is None:
-            module = dispatch.module_for("fwd", block, package, q.device)
-            plan = dispatch.attention_forward_plan(
-                module, q, k, v, causal=causal, alignment=alignment, window=window, key_lengths=key_lengths,
-                scale=scale, tma=tma, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
-
-            def run(q, k, v, key_lengths, alibi_slopes, sinks):
-                return module.launch_forward(plan, q, k, v, key_lengths=dispatch.lengths_argument(
-                    key_lengths, k.shape[2]), alibi_slopes=alibi_slopes, sinks=sinks, tma=tma)
-            entry[1] = run
+            entry[1] = dispatch.planned_forward(
+                dispatch.module_for("fwd", block, package, q.device), q, k, v, causal=causal, alignment=alignment,
+                window=window, key_lengths=key_lengths, scale=scale, tma=tma, softcap=softcap,
+                alibi_slopes=alibi_slopes, sinks=sinks)
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, sinks)):
             out, lse = DirectForward.apply(q, k, v, None, key_lengths, causal, alignment, window, scale, block[0],
                                            block[1], tma, package, softcap, alibi_slopes, sinks, None, None,

@@ -429,6 +429,11 @@ def _run(plan: _Launch, q, k_cache, v_cache, cache_seqlens, block_table, alibi_s
     return out, lse
 
 
+#: ``kvcache_op``'s launch plans per signature of its inputs (the calls through the op: torch.compile's
+#: graphs, dispatch modes, tensor subclasses)
+_LAUNCHES = plans.PlanCache()
+
+
 @torch.library.custom_op("flashproof::flash_attention_with_kvcache", mutates_args=())
 def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
                block_table: Optional[torch.Tensor], causal: bool, window: Optional[list[int]], sm_scale: float,
@@ -437,9 +442,16 @@ def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ca
                package: str = config.DEFAULT_PACKAGE, cache_leftpad: Optional[torch.Tensor] = None,
                cache_batch_idx: Optional[torch.Tensor] = None, split_keys: int = 0
                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The launches on checked inputs (a custom op with a fake, so torch.compile traces through)."""
-    plan = _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale, num_splits, softcap,
-                 alibi_slopes, sinks, package, cache_leftpad, cache_batch_idx, split_keys)
+    """The launches on checked inputs (a custom op with a fake, so torch.compile traces through), planned
+    once per signature of its inputs (``_LAUNCHES``)."""
+    key = plans.signature((q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, cache_leftpad,
+                           cache_batch_idx), (causal, None if window is None else tuple(window), sm_scale,
+                                              num_splits, softcap, package, split_keys))
+    plan = _LAUNCHES.get(key) if key is not None else None
+    if plan is None:
+        plan = _LAUNCHES.record(key, _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale,
+                                           num_splits, softcap, alibi_slopes, sinks, package, cache_leftpad,
+                                           cache_batch_idx, split_keys))
     return _run(plan, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, cache_leftpad,
                 cache_batch_idx)
 

@@ -4,8 +4,9 @@ A decode step or a forward does the same host work on every call with the same s
 of shapes, dtypes, strides and devices, the block and the generated module, the grid, every stride
 the kernel takes, its constexprs and warps/stages, the placeholder tensors of the options not in
 use. None of that depends on a tensor's *values* or address, so an entry point computes it once per
-**signature** (each tensor's shape, strides, dtype, device and ``requires_grad`` (``tensor_key``),
-each option's value and type (``options_key``), the grad mode) and keeps it here; each call then does only what depends on values:
+**signature** (each tensor's type, shape, strides, dtype, device and ``requires_grad``
+(``tensor_key``), each option's value and type (``options_key``), the grad mode) and keeps it
+here; each call then does only what depends on values:
 
 * the value checks (``checks.check_cache_values``, ``checks.check_key_lengths``), every call, so an
   edit in place between two calls is still caught (one host sync, eager mode only; under
@@ -20,10 +21,11 @@ full path each time.
 
 ``direct(...)``: in eager mode, with nothing that needs PyTorch's dispatcher (no ``torch.compile``
 trace, no dispatch or ``__torch_function__`` mode, no functorch transform, no JIT trace, plain
-tensors and no gradient to record), an entry point runs its op's body itself instead of calling
-the ``torch.library`` custom op: the same function, without the ~9 µs of the op's dispatch. Any of
-those present, the custom op is called as before (what ``torch.compile``, ``make_fx``, ``vmap``,
-autograd and tensor subclasses see).
+tensors), an entry point runs its op's body itself instead of calling the ``torch.library`` custom
+op: the same function, without the ~9 µs of the op's dispatch; with a gradient to record, the dense
+forward records the op's own autograd functions (``autograd.DirectForward``). Any of those present,
+the custom op is called as before (what ``torch.compile``, ``make_fx``, ``vmap`` and tensor
+subclasses see), and its body keeps its own launch plans per signature of its inputs (``signature``).
 
 Nothing here is a tensor of a call: a plan holds Python numbers, flags and one-element
 placeholders on the device, never a user's tensor (a cached reference would keep it alive).
@@ -45,10 +47,11 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def tensor_key(t):
-    """What a plan may depend on of tensor ``t`` (``None`` stays ``None``)."""
+    """What a plan may depend on of tensor ``t`` (``None`` stays ``None``); its type too, so nothing
+    but a tensor of the type checked matches."""
     if t is None:
         return None
-    return t.shape, t.stride(), t.dtype, t.device, t.requires_grad
+    return type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad
 
 
 #: the option types a key may hold: compared by value *and* type, so ``True`` and ``1`` (or ``1.0``)
@@ -69,6 +72,12 @@ def options_key(*values) -> tuple | None:
         elif t not in KEYABLE:
             return None
     return values, types, tuple(elements)
+
+
+def signature(tensors, options) -> tuple | None:
+    """A plan's key: ``tensor_key`` of each tensor and ``options_key`` of the options (None: not cached)."""
+    key = options_key(*options)
+    return None if key is None else (tuple(map(tensor_key, tensors)), key)
 
 
 def direct(*tensors, autograd: bool = False) -> bool:
