@@ -118,6 +118,28 @@ def merge_state_rows(o_a, lse_a, o_b, lse_b):
     return o, lse
 
 
+def merge_states_plan(o_s, lse_s, o, sinks=None):
+    """``(grid, integers, constants)`` of ``merge_states_rows``' launch into ``o`` (its arguments, as
+    there): every kernel argument but the tensors. A function of their shapes and strides only:
+    the runtime keeps it per call signature (``generator.runtime.plans``) and launches with
+    ``launch_merge_states``."""
+    S, R, D = o_s.shape
+    block_d = triton.next_power_of_2(D)
+    rows = rows_per_program(block_d)
+    H = sinks.shape[0] if sinks is not None else 1
+    return ((triton.cdiv(R, rows),), (S, R, D, H, o_s.stride(0), o_s.stride(1), lse_s.stride(0), o.stride(0)),
+            dict(BLOCK_M=rows, BLOCK_D=block_d, HAS_SINKS=sinks is not None, num_warps=NUM_WARPS))
+
+
+def launch_merge_states(plan, o_s, lse_s, o, lse, sinks=None):
+    """Launch ``plan`` (``merge_states_plan``'s for tensors of these shapes and strides): ``o`` ``(R, D)``
+    and ``lse`` ``(R,)`` receive the merge. ``o_s``, ``lse_s`` and ``o`` may be the tensors the plan's
+    row views were taken of (the kernel reads their address; the plan holds the strides)."""
+    grid, integers, constants = plan
+    sinks_arg = sinks if sinks is not None else lse  # a placeholder pointer when there is no sink
+    _merge_states[grid](o_s, lse_s, o, lse, sinks_arg, *integers, **constants)
+
+
 def merge_states_rows(o_s, lse_s, out=None, sinks=None):
     """S partials as rows: ``o_s`` ``(S, R, D)`` with unit stride along D, ``lse_s`` float32
     ``(S, R)`` with unit stride along R. Returns ``(o, lse)``: ``o`` ``(R, D)``, written into
@@ -127,13 +149,7 @@ def merge_states_rows(o_s, lse_s, out=None, sinks=None):
     S, R, D = o_s.shape
     o = out if out is not None else torch.empty((R, D), dtype=o_s.dtype, device=o_s.device)
     lse = torch.empty((R,), dtype=torch.float32, device=o_s.device)
-    block_d = triton.next_power_of_2(D)
-    rows = rows_per_program(block_d)
-    sinks_arg = sinks if sinks is not None else lse  # a placeholder pointer when there is no sink
-    H = sinks.shape[0] if sinks is not None else 1
-    _merge_states[(triton.cdiv(R, rows),)](o_s, lse_s, o, lse, sinks_arg, S, R, D, H, o_s.stride(0), o_s.stride(1),
-                                           lse_s.stride(0), o.stride(0), BLOCK_M=rows, BLOCK_D=block_d,
-                                           HAS_SINKS=sinks is not None, num_warps=NUM_WARPS)
+    launch_merge_states(merge_states_plan(o_s, lse_s, o, sinks), o_s, lse_s, o, lse, sinks)
     return o, lse
 
 

@@ -86,8 +86,8 @@ class _Checked(NamedTuple):
     softcap: Optional[float]
 
 
-#: per call signature (``_signature``): the ``_Checked`` of a call that passed every check, and the launch
-#: plan (``module, forward_plan``) once an eager call has run the op's body directly (``generator.runtime.plans``)
+#: per call signature (``_signature``): the ``_Checked`` of a call that passed every check, and the planned
+#: launch (``dispatch.planned_forward``) once an eager call has run the op's body directly (``generator.runtime.plans``)
 _PLANS = plans.PlanCache()
 
 

@@ -369,6 +369,8 @@ class _Launch(NamedTuple):
     num_splits: int
     splits: tuple  # the decode module's splits_plan
     lse_shape: tuple  # (B, Hq, N_q)
+    merging: tuple = ()  # the merge module's merge_states_plan (with splits)
+    lse_merged_in_place: bool = False  # the merge's (R,) lse is the output's layout (N_q = 1): no copy
 
 
 def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale, num_splits, softcap, alibi_slopes, sinks, package,
@@ -401,8 +403,19 @@ def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_sc
                                 num_splits=num_splits, causal=causal, window=None if window is None else tuple(window),
                                 softcap=softcap, alibi_slopes=alibi_slopes, sinks=None if merged else sinks,
                                 cache_leftpad=cache_leftpad, cache_batch_idx=cache_batch_idx, split_keys=split_keys)
-    merge = api.module_for("merge", block, package, q.device) if merged else None
-    return _Launch(module, merge, num_splits, splits, (B, Hq, Nq))
+    if not merged:
+        return _Launch(module, None, num_splits, splits, (B, Hq, Nq))
+    # the merge of the splits' rows into out: spec.launch's views (claim decode_addresses)
+    merge = api.module_for("merge", block, package, q.device)
+    o_rows, lse_rows = spec_launch.decode_partial_rows(o_part, lse_part)
+    merging = merge.merge_states_plan(o_rows, lse_rows, spec_launch.decode_merged_out(
+        torch.empty(q.shape, dtype=q.dtype, device="meta")), sinks)
+    # the merged lse (R,) seen as the output's (B, Hq, N_q): where it is that layout (N_q = 1, every
+    # dim of size > 1 at the contiguous stride), the merge writes the output's lse itself
+    as_output = spec_launch.decode_merged_lse(torch.empty(lse_rows.shape[1:], device="meta"), B, Nq, Hq)
+    contiguous = torch.empty((B, Hq, Nq), device="meta").stride()
+    in_place = all(a == b for size, a, b in zip(as_output.shape, as_output.stride(), contiguous) if size > 1)
+    return _Launch(module, merge, num_splits, splits, (B, Hq, Nq), merging, in_place)
 
 
 def _run(plan: _Launch, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, cache_leftpad,
@@ -421,10 +434,13 @@ def _run(plan: _Launch, q, k_cache, v_cache, cache_seqlens, block_table, alibi_s
     lse_part = torch.empty((plan.num_splits, B, Nq, Hq), dtype=torch.float32, device=q.device)
     plan.module.launch_splits(plan.splits, q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part,
                               alibi_slopes=alibi_slopes, cache_leftpad=cache_leftpad, cache_batch_idx=cache_batch_idx)
-    # rows ordered (B, N_q, Hq): row r's query head is r % Hq, its sink sinks[r % Hq]
-    # the rows and the layouts back: spec.launch's views (claim decode_addresses)
-    o_rows, lse_rows = spec_launch.decode_partial_rows(o_part, lse_part)
-    _, merged_lse = plan.merge.merge_states_rows(o_rows, lse_rows, out=spec_launch.decode_merged_out(out), sinks=sinks)
+    # rows ordered (B, N_q, Hq): row r's query head is r % Hq, its sink sinks[r % Hq]; the plan holds the
+    # strides of spec.launch's row views of o_part, lse_part and out (claim decode_addresses)
+    if plan.lse_merged_in_place:
+        plan.merge.launch_merge_states(plan.merging, o_part, lse_part, out, lse, sinks)
+        return out, lse
+    merged_lse = torch.empty((B * Nq * Hq,), dtype=torch.float32, device=q.device)
+    plan.merge.launch_merge_states(plan.merging, o_part, lse_part, out, merged_lse, sinks)
     lse.copy_(spec_launch.decode_merged_lse(merged_lse, B, Nq, Hq))
     return out, lse
 
