@@ -70,8 +70,9 @@ INDEX_NAME = re.compile(
     r"[A-Z][A-Za-z0-9]*(_[a-z]+)?|[A-Z][A-Z0-9]*(_[A-Z0-9]+)+|\w+_ptrs|out_ptrs|tile|"
     # merged with varlen / decode / merge (see the module docstring)
     r"lse_row0|lse_off_b|seq_start_[qk]|n_q|n_k|tok|head|split|page|page_idx|slot|k_rows|v_rows|s|"
-    # the printed address terms (issue 24, spec.addresses)
-    r"q_off|k_off|v_off|o_off|lse_off|bt_off|cs_off|sink_off|lp_off|bi_off|"
+    # the printed address terms (issue 24, spec.addresses): offsets `*_off`, per-program bases `*_base`,
+    # the forward's query tile index (rule 4 lets a pointer move only by a printed `*_off`)
+    r"[a-z]\w*_off|[a-z]\w*_base|pid_m|"
     # merged with mask_mod (#16): the mask_mod's integer tile class (0 skip / 1 partial / 2 full)
     r"mm_state)$")
 #: (function, statement) pairs that assign a printed term's name without a printed term: reviewed
@@ -96,25 +97,20 @@ EXCEPTIONS = frozenset({
 #: jit functions whose pointer and offset lines are not yet printed address terms (rule 4 skips them):
 #: the reviewed gaps of issue 24, each listed on docs/verification.md ("what remains outside the proofs")
 POINTER_GAPS = {
-    "_attn_fwd": "dense forward: Q/K/V/O/lse, key_lengths, mask and block-map pointers (the varlen segment "
-                 "offsets are printed)",
-    "_attn_fwd_tile": "dense forward tile: K/V tile pointers", "_attn_fwd_stage": "forward stage: pointer advance",
     "_attn_bwd_preprocess": "backward preprocess: O/dO/dlse/Δ/lse2/sinks rows",
     "_attn_bwd_dkdv": "dK/dV kernel: Q/K/V/dO/dK/dV/lse2/Δ pointers (varlen segment offsets printed)",
     "_attn_bwd_dq": "dQ kernel: Q/K/V/dO/dQ/lse2/Δ pointers (varlen segment offsets printed)",
     "_attn_bwd_dkdv_stage": "dK/dV stage: Q/dO tile pointers", "_attn_bwd_dq_stage": "dQ stage: K/V tile pointers",
     "_attn_bwd_rows": "backward rows: lse2/Δ loads", "_attn_bwd_mask": "backward dense mask tile",
-    "_mask_mod_keep": "mask_mod parameter rows", "_mask_mod_state": "mask_mod parameter rows",
     "_merge_state": "merge_state: o/lse rows", "_merge_states": "merge_states: split partial rows",
-    "_score_mod": "score modifications (no pointer)", "_score_mod_scalars": "ALiBi slope row",
     "_softmax_one_pass": "softmax rows", "_softmax_two_pass": "softmax rows", "_softmax_update": "softmax rows",
-    "_tma_tile": "TMA descriptor coordinates",
+    "_tma_tile": "TMA descriptor coordinates (a load)", "_tma_store": "TMA descriptor coordinates (a store)",
     # merged with serving (#26) and dropout (#29): not yet printed address terms
     "_append_rows": "KV-cache append: x/cache rows, cache_seqlens, block_table, cache_batch_idx, cos/sin rows",
     "_dropout_keep": "dropout: the Philox seed/offset words and the returned keep-mask rows",
 }
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
-ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses")
+ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses")
 #: calls that do not compute on values (everything else — tl.exp2, tl.dot, tl.where, tl.math.*, ... —
 #: is arithmetic unless every name it touches is index math); the reviewed allow-list
 ALLOWED_CALLS = {"arange", "program_id", "multiple_of", "zeros", "trans", "reshape", "to", "range", "store"}

@@ -82,6 +82,8 @@ def score_mod_context() -> dict:
         "alibi_scalar": print_term(T.ALIBI_SCALAR),
         "alibi": _lines(T.ALIBI),
         "sink_fold": _lines(T.SINK_FOLD),
+        # the ALiBi slope's offset for the (b, h) the caller passes (claim forward_addresses)
+        "slope_offset": print_term(AD.SLOPE_OFFSET[0]),
         "sink_grad": _lines(T.SINK_GRAD),
         "softcap_ds": _lines(T.SOFTCAP_DS),
         "softcap_ds_t": _lines(T.SOFTCAP_DS_T),
@@ -100,6 +102,8 @@ def dropout_context() -> dict:
         "dp": print_term(T.DROPOUT_DP),
         "dv_t": _lines(T.DROPOUT_DV_T),
         "dp_t": print_term(T.DROPOUT_DP_T),
+        # the counter offset's word of the Philox pair (claim forward_addresses)
+        "rng_offset": print_term(AD.FWD_RNG_OFFSET[0]),
     }}
 
 
@@ -158,6 +162,8 @@ def forward_context(variant: Variant) -> dict:
         **score_mod_context(),
         **dropout_context(),
         "mask_mod": mask_mod_context(variant),
+        # every load and store offset of the dense forward (claim forward_addresses)
+        "addresses": {name: _lines(group) for name, group in AD.FORWARD_GROUPS.items()},
     }
 
 
@@ -206,7 +212,7 @@ def backward_context(variant: Variant) -> dict:
         **{key: fwd[key] for key in ("qk_scale", "qk", "bounds_init", "tile_loop", "has_lengths", "dense",
                                      "mask_term", "dense_mask_term", "varlen_segment", "segment_loads",
                                      "rows_past_end",
-                                     "gqa_head", "stages", "score_mod", "dropout", "mask_mod")},
+                                     "gqa_head", "stages", "score_mod", "dropout", "mask_mod", "addresses")},
         "keys_past_end": print_term(KEYS_PAST_END),
         "segment_pointers_dkdv": _lines(AD.SEGMENT_POINTERS["dkdv"]),
         "segment_pointers_dq": _lines(AD.SEGMENT_POINTERS["dq"]),

@@ -204,12 +204,13 @@ SEGMENT_LOADS = (
 #: the row-stride parameters of the varlen kernels: which tensor's spec.launch.packed_strides feeds each
 #: (the launch passes them in the kernel's parameter order; dv is passed with dk's strides)
 ROW_STRIDES = {"stride_qm": "q", "stride_kn": "k", "stride_vn": "v", "stride_om": "out", "stride_dom": "do",
-               "stride_dqm": "dq", "stride_dkn": "dk"}
+               "stride_dqm": "dq", "stride_dkn": "dk", "stride_lm": "lse"}
 #: which tensor each pointer addresses (DV: dk's strides, as the launch passes them)
-POINTER_TENSOR = {"Q": "q", "K": "k", "V": "v", "Out": "out", "DO": "do", "DQ": "dq", "DK": "dk", "DV": "dk"}
+POINTER_TENSOR = {"Q": "q", "K": "k", "V": "v", "Out": "out", "Lse": "lse", "DO": "do", "DQ": "dq", "DK": "dk", "DV": "dk"}
 #: pointer -> (the segment start it moves by, the row stride it scales, the tensor's rows: q or k)
 _POINTERS = {
-    "fwd": (("Q", "q", "stride_qm"), ("K", "k", "stride_kn"), ("V", "k", "stride_vn"), ("Out", "q", "stride_om")),
+    "fwd": (("Q", "q", "stride_qm"), ("K", "k", "stride_kn"), ("V", "k", "stride_vn"), ("Out", "q", "stride_om"),
+            ("Lse", "q", "stride_lm")),
     "dkdv": (("Q", "q", "stride_qm"), ("DO", "q", "stride_dom"), ("K", "k", "stride_kn"), ("V", "k", "stride_vn"),
              ("DK", "k", "stride_dkn"), ("DV", "k", "stride_dkn")),
     "dq": (("Q", "q", "stride_qm"), ("DO", "q", "stride_dom"), ("DQ", "q", "stride_dqm"), ("K", "k", "stride_kn"),
@@ -230,3 +231,70 @@ def segment_pointers(kernel: str) -> tuple[Term, ...]:
 
 
 SEGMENT_POINTERS = {kernel: segment_pointers(kernel) for kernel in _POINTERS}
+
+
+# ----------------------------------------------------------------------------------
+# The dense forward (_attn_fwd, _attn_fwd_stage, _attn_fwd_tile, _score_mod_scalars): every load and
+# store offset, for the strides spec.launch.forward_launch passes (claim forward_addresses).
+# ----------------------------------------------------------------------------------
+CLAIM_FORWARD = "forward_addresses"
+#: the program's (batch, query head) and its K/V head (int64: spec.structure.GRID_LINES, GQA_HEAD),
+#: its query tile's index, a key tile's first key
+off_h = _int("off_h", nonnegative=True)
+pid_m, start_n = _int("pid_m", nonnegative=True), _int("start_n", nonnegative=True)
+#: the per-program parts of an offset, printed once before the key loop and passed to the stages
+k_base, v_base, mask_base, map_base = (_int(s) for s in ("k_base", "v_base", "mask_base", "map_base"))
+kl_off, slope_off, mask_off, map_off = (_int(s) for s in ("kl_off", "slope_off", "mask_off", "map_off"))
+FORWARD_STRIDES = {name: _int(name) for name in (
+    "stride_qb", "stride_qh", "stride_qm", "stride_qd", "stride_kb", "stride_kh", "stride_kn", "stride_kd",
+    "stride_vb", "stride_vh", "stride_vn", "stride_vd", "stride_ob", "stride_oh", "stride_om", "stride_od",
+    "stride_lb", "stride_lh", "stride_lm", "stride_mb", "stride_mh", "stride_mm", "stride_mn",
+    "stride_map_b", "stride_map_h", "stride_map_m", "stride_map_n", "stride_sb", "stride_sh",
+    "stride_kl", "stride_sink", "stride_mmb")}
+F_ = FORWARD_STRIDES
+#: the Q tile (loaded once) and the O tile (stored once): rows offs_m of head off_h of batch off_b
+FWD_Q_OFFSET = (Term(q_off, off_b * F_["stride_qb"] + off_h * F_["stride_qh"] + col(offs_m) * F_["stride_qm"]
+                     + row(offs_d) * F_["stride_qd"], CLAIM_FORWARD, "q[b, h, i, d]"),)
+FWD_OUT_OFFSETS = (
+    Term(o_off, off_b * F_["stride_ob"] + off_h * F_["stride_oh"] + col(offs_m) * F_["stride_om"]
+         + row(offs_d) * F_["stride_od"], CLAIM_FORWARD, "out[b, h, i, d]"),
+    Term(lse_off, off_b * F_["stride_lb"] + off_h * F_["stride_lh"] + offs_m * F_["stride_lm"], CLAIM_FORWARD,
+         "lse[b, h, i]"),
+)
+#: this program's K/V head (int64 scalars), then a tile's keys offs_n in it
+FWD_KV_BASE = (
+    Term(k_base, off_b * F_["stride_kb"] + off_kvh * F_["stride_kh"], CLAIM_FORWARD, "k[b, kv head]"),
+    Term(v_base, off_b * F_["stride_vb"] + off_kvh * F_["stride_vh"], CLAIM_FORWARD, "v[b, kv head]"),
+)
+FWD_KV_OFFSETS = (
+    Term(k_off, k_base + col(offs_n) * F_["stride_kn"] + row(offs_d) * F_["stride_kd"], CLAIM_FORWARD,
+         "k[b, kv head, j, d]"),
+    Term(v_off, v_base + col(offs_n) * F_["stride_vn"] + row(offs_d) * F_["stride_vd"], CLAIM_FORWARD,
+         "v[b, kv head, j, d]"),
+)
+#: the dense bool mask's rows of this program (BLOCK_M x 1), then a partial tile's bits
+FWD_MASK_BASE = (Term(mask_base, off_b * F_["stride_mb"] + off_h * F_["stride_mh"] + col(offs_m) * F_["stride_mm"],
+                      CLAIM_FORWARD, "mask[b, h, i]"),)
+FWD_MASK_OFFSET = (Term(mask_off, mask_base + row(offs_n) * F_["stride_mn"], CLAIM_FORWARD, "mask[b, h, i, j]"),)
+#: the block map's row of this query tile, then one byte per key tile
+FWD_MAP_BASE = (Term(map_base, off_b * F_["stride_map_b"] + off_h * F_["stride_map_h"] + pid_m * F_["stride_map_m"],
+                     CLAIM_FORWARD, "block_map[b, h, query tile]"),)
+FWD_MAP_OFFSET = (Term(map_off, map_base + sp.floor(start_n / n.B_c) * F_["stride_map_n"], CLAIM_FORWARD,
+                       "block_map[b, h, query tile, key tile]"),)
+#: key_lengths[b], sinks[h], the ALiBi slope of (b, h) ((Hq,) slopes: stride_sb = 0)
+FWD_KEY_LEN = (Term(kl_off, off_b * F_["stride_kl"], CLAIM_FORWARD, "key_lengths[b]"),)
+fsink_off = _int("fsink_off")
+FWD_SINK = (Term(fsink_off, off_h * F_["stride_sink"], CLAIM_FORWARD, "sinks[h]"),)
+SLOPE_OFFSET = (Term(slope_off, off_b * F_["stride_sb"] + off_h * F_["stride_sh"], CLAIM_FORWARD,
+                     "alibi_slopes[b, h]"),)
+#: the mask_mod's parameter row of batch entry b (int32; the printed predicate reads entries of it)
+MaskModArgs, MM_row = sp.Symbol("MaskModArgs"), sp.Symbol("MM_row")
+FWD_MM_ROW = (Term(MM_row, MaskModArgs + off_b * F_["stride_mmb"], CLAIM_FORWARD, "mask_mod_args[b]"),)
+#: dropout's counter offset: word 1 of the Philox (seed, offset) pair (spec.launch.philox_words passes it contiguous)
+rng_off = _int("rng_off")
+FWD_RNG_OFFSET = (Term(rng_off, sp.Integer(1), CLAIM_FORWARD, "philox[1]: the counter offset"),)
+FORWARD_GROUPS = {"q_offset": FWD_Q_OFFSET, "out_offsets": FWD_OUT_OFFSETS, "kv_base": FWD_KV_BASE,
+                  "kv_offsets": FWD_KV_OFFSETS, "mask_base": FWD_MASK_BASE, "mask_offset": FWD_MASK_OFFSET,
+                  "map_base": FWD_MAP_BASE, "map_offset": FWD_MAP_OFFSET, "key_len": FWD_KEY_LEN,
+                  "sink_offset": FWD_SINK, "slope_offset": SLOPE_OFFSET, "mm_row": FWD_MM_ROW,
+                  "rng_offset": FWD_RNG_OFFSET}

@@ -116,3 +116,67 @@ def varlen_grid(max_seqlen, block, cu_seqlens, heads):
     """``(cdiv(max_seqlen, block), B x heads)``: one program per tile of ``block`` rows (queries for the
     forward and dQ, keys for dK/dV) and per (segment, head); ``B = len(cu_seqlens) - 1``."""
     return cdiv(max_seqlen, block), (cu_seqlens.shape[0] - 1) * heads
+
+
+# ----------------------------------------------------------------------------------
+# The dense forward (_attn_fwd), dense or packed: every stride and size it takes, and its grid.
+# ----------------------------------------------------------------------------------
+def attention_strides(t):
+    """``(batch, head, row, dim)`` strides of an attention operand: a ``(B, H, N, D)`` tensor's own, a
+    packed ``(total, H, D)`` one's by ``packed_strides``."""
+    return tuple(t.stride()) if t.dim() == 4 else packed_strides(t)
+
+
+def lse_strides(lse):
+    """``(batch, head, row)`` strides of an lse: ``(B, H, N)`` as it is, a packed ``(H, total)`` with batch
+    stride 0 (the varlen block moves the pointer to the segment's first row)."""
+    return tuple(lse.stride()) if lse.dim() == 3 else (0, lse.stride(0), lse.stride(1))
+
+
+def slope_strides(slopes):
+    """``(batch, head)`` strides of ALiBi slopes ``(Hq,)`` (batch stride 0) or ``(B, Hq)``."""
+    return (0, slopes.stride(0)) if slopes.dim() == 1 else tuple(slopes.stride())
+
+
+#: the forward's stride parameters, per tensor, in its signature's order
+FORWARD_STRIDE_NAMES = {
+    "q": ("stride_qb", "stride_qh", "stride_qm", "stride_qd"), "k": ("stride_kb", "stride_kh", "stride_kn", "stride_kd"),
+    "v": ("stride_vb", "stride_vh", "stride_vn", "stride_vd"), "out": ("stride_ob", "stride_oh", "stride_om", "stride_od"),
+    "lse": ("stride_lb", "stride_lh", "stride_lm"), "mask": ("stride_mb", "stride_mh", "stride_mm", "stride_mn"),
+    "block_map": ("stride_map_b", "stride_map_h", "stride_map_m", "stride_map_n"), "slopes": ("stride_sb", "stride_sh"),
+    "key_lengths": ("stride_kl",), "sinks": ("stride_sink",)}
+
+
+def philox_words(philox):
+    """Dropout's ``(seed, counter offset)`` int64 pair as the kernels read it: contiguous (word w at offset w)."""
+    return philox.contiguous()
+
+
+def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sinks, block_m, mask_mod_args=None,
+                   cu_seqlens_q=None, max_seqlen_q=None):
+    """``(grid, ints)`` of one ``_attn_fwd`` launch: ``ints`` its integer parameters by name (every
+    stride as the tensor has it, the heads, ``GROUP``, ``N_Q``, ``N_K``).
+
+    Dense: q ``(B, Hq, N_Q, D)``, k/v ``(B, Hkv, N_K, D)``, out like q, lse ``(B, Hq, N_Q)``, grid
+    ``(cdiv(N_Q, block_m), B x Hq)``. Packed (``cu_seqlens_q`` given): q ``(total_q, Hq, D)``, k/v
+    ``(total_k, Hkv, D)``, lse ``(Hq, total_q)``, batch strides 0, ``N_Q``/``N_K`` the totals and
+    ``varlen_grid``'s grid. ``key_lengths`` ``(B,)``, ``mask`` ``(B, Hq, N_Q, N_K)`` and ``block_map``
+    ``(B, Hq, cdiv(N_Q, BLOCK_M), cdiv(N_K, BLOCK_N))`` (broadcast: stride 0), ``slopes`` ``(Hq,)`` or
+    ``(B, Hq)``, ``sinks`` ``(Hq,)``, ``mask_mod_args`` ``(B, P)``: the tensors as passed (a one-element
+    placeholder where a flag compiles the read out)."""
+    packed = cu_seqlens_q is not None
+    ints = {}
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        ints.update(zip(FORWARD_STRIDE_NAMES[name], attention_strides(t)))
+    ints.update(zip(FORWARD_STRIDE_NAMES["lse"], lse_strides(lse)))
+    ints.update(zip(FORWARD_STRIDE_NAMES["mask"], mask.stride()))
+    ints.update(zip(FORWARD_STRIDE_NAMES["block_map"], block_map.stride()))
+    ints.update(zip(FORWARD_STRIDE_NAMES["slopes"], slope_strides(slopes)))
+    ints.update(stride_kl=key_lengths.stride(0), stride_sink=sinks.stride(0))
+    if mask_mod_args is not None:
+        ints["stride_mmb"] = mask_mod_args.stride(0)
+    H, H_KV = q.shape[1], k.shape[1]
+    n_q, n_k = (q.shape[0], k.shape[0]) if packed else (q.shape[2], k.shape[2])
+    ints.update(H=H, GROUP=H // H_KV, N_Q=n_q, N_K=n_k)
+    grid = varlen_grid(max_seqlen_q, block_m, cu_seqlens_q, H) if packed else (cdiv(n_q, block_m), q.shape[0] * H)
+    return grid, ints

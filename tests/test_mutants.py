@@ -1135,3 +1135,70 @@ GRAD_MUTANTS = {
 @pytest.mark.parametrize("mutant", list(GRAD_MUTANTS))
 def test_dropout_gradient_mutant_is_refuted(mutant):
     assert_failed(PD.prove_dropout_grads(**GRAD_MUTANTS[mutant]))
+
+
+# ---------------------------------------------------------------- issue 24: the dense forward's addresses
+# Each edit is one a real bug would make (the hand-written lines they replace assumed it), applied to the
+# printed term or to spec.launch.forward_launch, and refuted by claim forward_addresses.
+FG = AD.FORWARD_GROUPS
+
+
+def _forward_failing(**kw):
+    return _failing(PAD.prove_forward_addresses(**kw))
+
+
+def test_forward_address_lse_assumed_contiguous_is_refuted():
+    """The old kernel's lse row, (off_b·H + off_h)·N_Q + offs_m: right only for a contiguous (B, H, N_Q)."""
+    H, N_Q = sp.Symbol("H", integer=True), sp.Symbol("N_Q", integer=True)
+    outs = swap(FG["out_offsets"], AD.lse_off, (AD.off_b * H + AD.off_h) * N_Q + AD.offs_m)
+    assert _forward_failing(groups=dict(FG, out_offsets=outs)) == ["lse offset is lse[b, h, i]"]
+
+
+def test_forward_address_kv_of_the_query_head_is_refuted():
+    """GQA dropped: K's head from off_h, not off_kvh = off_h // GROUP."""
+    base = swap(FG["kv_base"], AD.k_base, AD.off_b * AD.F_["stride_kb"] + AD.off_h * AD.F_["stride_kh"])
+    failing = _forward_failing(groups=dict(FG, kv_base=base))
+    assert failing == ["k offset is k[b, off_kvh, j, d]"], failing
+
+
+def test_forward_address_mask_without_its_head_stride_is_refuted():
+    """The dense mask read as if broadcast over heads (its head stride dropped)."""
+    base = swap(FG["mask_base"], AD.mask_base, AD.off_b * AD.F_["stride_mb"] + terms.col(AD.offs_m) * AD.F_["stride_mm"])
+    assert _forward_failing(groups=dict(FG, mask_base=base)) == ["mask offset is mask[b, h, i, j]"]
+
+
+def test_forward_address_block_map_by_key_not_tile_is_refuted():
+    """The block map indexed by the tile's first key instead of its tile number."""
+    off = swap(FG["map_offset"], AD.map_off, AD.map_base + AD.start_n * AD.F_["stride_map_n"])
+    failing = _forward_failing(groups=dict(FG, map_offset=off))
+    assert failing == ["block map offset is block_map[b, h, pid_m, start_n // BLOCK_N]"], failing
+
+
+def test_forward_address_key_lengths_at_b_is_refuted():
+    """The old kernel's KeyLens + off_b: right only for a contiguous key_lengths."""
+    kl = swap(FG["key_len"], AD.kl_off, AD.off_b)
+    assert _forward_failing(groups=dict(FG, key_len=kl)) == ["key_lengths offset is key_lengths[b]"]
+
+
+def test_forward_address_launch_bugs_are_refuted():
+    """spec.launch.forward_launch edited: v passed with k's strides; the grid rounded down; slopes (Hq,)
+    passed with their strides swapped; the Philox pair passed as given (the kernel reads word 1 at +1)."""
+    def v_as_k(q, k, v, *rest, **kw):
+        grid, ints = LA.forward_launch(q, k, v, *rest, **kw)
+        return grid, dict(ints, **dict(zip(LA.FORWARD_STRIDE_NAMES["v"], LA.attention_strides(k))))
+
+    assert _forward_failing(launch=v_as_k) == ["v offset is v[b, off_kvh, j, d]"]
+
+    def rounded_down(*args, **kw):
+        grid, ints = LA.forward_launch(*args, **kw)
+        return (sp.floor(ints["N_Q"] / args[10]), grid[1]), ints
+
+    assert _forward_failing(launch=rounded_down) == [
+        "the grid covers every (b, h, i): grid[0]·BLOCK_M >= N_Q, grid[1] = B·Hq"]
+
+    def swapped_slopes(*args, **kw):
+        grid, ints = LA.forward_launch(*args, **kw)
+        return grid, dict(ints, stride_sb=ints["stride_sh"], stride_sh=ints["stride_sb"])
+
+    assert "slopes (Hq,): slope offset is alibi_slopes[h]" in _forward_failing(launch=swapped_slopes)
+    assert _forward_failing(philox_words=lambda p: p) == ["rng_off is philox[1] (as spec.launch.philox_words passes it)"]

@@ -245,8 +245,10 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
        "cu_seqlens_q/k[b] and [b + 1] of the tensors spec.launch.varlen_cu_seqlens passes (inside their shape "
        "for every program of spec.launch.varlen_grid's grid), and every pointer the segment moves "
        "(spec.addresses.SEGMENT_POINTERS: Q, K, V, Out of the forward, Q, dO, K, V, dK, dV of dK/dV, Q, dO, "
-       "dQ, K, V of dQ), with the dense kernels' address form off_b·stride_b + h·stride_h + i·stride_row + "
-       "d·stride_d and spec.launch.packed_strides' strides, reaches element (cu[b] + i, h, d) of its tensor "
+       "dQ, K, V of dQ; Lse (Hq, total_q) of the forward), followed by the forward's printed offsets "
+       "(spec.addresses.FORWARD_GROUPS, for the strides spec.launch.forward_launch passes a packed batch) or the "
+       "backward's address form off_b·stride_b + h·stride_h + i·stride_row + d·stride_d with "
+       "spec.launch.packed_strides' strides, reaches element (cu[b] + i, h, d) of its tensor (lse: (h, cu[b] + i)) "
        "— the segment's row i, queries from cu_seqlens_q and keys from cu_seqlens_k — inside the tensor for "
        "0 <= i < the segment's length, given the host's check of the offsets (non-decreasing, from 0 to the "
        "totals); the grid's cdiv(max_seqlen, B) tiles cover every segment no longer than max_seqlen",
@@ -256,9 +258,11 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
                                                                     for t in g})),
        scope="symbolic totals, heads, head dim, strides (>= 0), segment and offsets' values (uninterpreted), "
              "grid (SymPy canonical zero for the elements, z3 for the extents); mathematical integers Z (the "
-             "segment starts are int64 when they scale a stride); the dense address form is the kernels' "
+             "segment starts are int64 when they scale a stride); the backward's dense address form is its "
              "hand-written pointer lines (a listed gap)")
-def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, cu_seqlens=None, strides=None, grid=None):
+def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, cu_seqlens=None, strides=None, grid=None,
+                           forward_groups=A.FORWARD_GROUPS, forward_launch=None):
+    forward_launch = L.forward_launch if forward_launch is None else forward_launch
     cu_seqlens = L.varlen_cu_seqlens if cu_seqlens is None else cu_seqlens
     strides = L.packed_strides if strides is None else strides
     grid = L.varlen_grid if grid is None else grid
@@ -287,22 +291,45 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
     q_shape, k_shape = ("total_q", "Hq", "D"), ("total_k", "Hkv", "D")
     tensors.update(out=A.symbolic("out", q_shape), do=A.symbolic("do", q_shape), dq=A.symbolic("dq", q_shape),
                    dk=A.symbolic("dk", k_shape))
-    row_stride = {sp.Symbol(name, integer=True): strides(tensors[t])[2] for name, t in A.ROW_STRIDES.items()}
+    tensors["lse"] = A.symbolic("lse", ("Hq", "total_q"))
+    row_stride = {sp.Symbol(name, integer=True): strides(tensors[t])[2] for name, t in A.ROW_STRIDES.items()
+                  if t != "lse"}
     starts = {V.seq_start_q: values.get(V.seq_start_q, V.seq_start_q),
               V.seq_start_k: values.get(V.seq_start_k, V.seq_start_k)}
     i, h, d = (sp.Symbol(x, integer=True, nonnegative=True) for x in ("i", "h", "d"))
+    # the forward: its own launch (spec.launch.forward_launch, packed) and printed offsets (FORWARD_GROUPS)
+    placeholder = lambda name, dims: A.symbolic(name, (1,) * dims)  # noqa: E731  (flags compile the reads out)
+    _, fints = forward_launch(tensors["q"], tensors["k"], tensors["v"], tensors["out"], tensors["lse"],
+                              placeholder("key_lengths", 1), placeholder("mask", 4), placeholder("block_map", 4),
+                              placeholder("alibi_slopes", 1), placeholder("sinks", 1), n.B_r,
+                              cu_seqlens_q=passed["q"], max_seqlen_q=sp.Symbol("max_seqlen", integer=True))
+    flaunched = {sym: sp.sympify(fints[name]) for name, sym in A.F_.items() if name in fints}
+    fg = {t.symbol: t for group in forward_groups.values() for t in group}
+    fwd_offset = {"Q": (A.q_off,), "K": (A.k_off, A.k_base), "V": (A.v_off, A.v_base), "Out": (A.o_off,),
+                  "Lse": (A.lse_off,)}
     for kernel, group in pointers.items():
         for term in group:
             ptr = term.symbol.name
             name = A.POINTER_TENSOR[ptr]
             tensor = tensors[name]
-            side = "q" if tensor.shape[0].name == "total_q" else "k"
-            sb, sh, sm, sd = strides(tensor)
-            moved = sp.expand(term.expr - term.symbol).xreplace(row_stride).xreplace(starts)
-            address = sp.expand(moved + A.off_b * sb + h * sh + i * sm + d * sd)  # the dense kernel's address form
+            side = "q" if "total_q" in {str(x) for x in tensor.shape} else "k"
             start = mem[side](sp.expand(passed[side].offset_of((A.off_b,))))
-            cases.append((f"{kernel}: {ptr} reaches {name}[cu_seqlens_{side}[b] + i, h, d]",
-                          difference(address, sp.expand(tensor.offset_of((start + i, h, d))))))
+            if kernel == "fwd":  # the pointer moved by the printed move, then the printed dense offset
+                off, *bases = fwd_offset[ptr]
+                offset = _lanes(fg[off].expr)
+                for base in bases:
+                    offset = offset.xreplace({base: _lanes(fg[base].expr)})
+                offset = offset.xreplace({A.offs_m: i, A.offs_n: i, A.offs_d: d, A.off_h: h, A.off_kvh: h})
+                moved = sp.expand(term.expr - term.symbol).xreplace(flaunched).xreplace(starts)
+                address = sp.expand(moved + offset.xreplace(flaunched))
+            else:  # dK/dV, dQ: the backward's hand-written address form (a listed gap)
+                sb, sh, sm, sd = strides(tensor)
+                moved = sp.expand(term.expr - term.symbol).xreplace(row_stride).xreplace(starts)
+                address = sp.expand(moved + A.off_b * sb + h * sh + i * sm + d * sd)
+            index = (h, start + i) if name == "lse" else (start + i, h, d)
+            where = "h, cu_seqlens_q[b] + i" if name == "lse" else f"cu_seqlens_{side}[b] + i, h, d"
+            cases.append((f"{kernel}: {ptr} reaches {name}[{where}]",
+                          difference(address, sp.expand(tensor.offset_of(index)))))
     # the extents (z3): the program's segment b has cu[b + 1] inside cu_seqlens; a row i < length inside
     z = _Z3A()
     B1, H = z(cu_in["q"].shape[0]), z3.Int("Hq")
@@ -325,3 +352,167 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
                          g0 * block >= length))
     return result(A.CLAIM_VARLEN, cases, "elements by SymPy (canonical zero, uninterpreted loaded values), "
                                          "extents by z3")
+
+
+# ----------------------------------------------------------------------------------
+# The dense forward.
+# ----------------------------------------------------------------------------------
+#: names the kernel holds in int64 (cast at the grid split, or sums with such a term): a product with one
+#: of them is int64; every other product is int32 (the lanes, the strides, pid_m, start_n)
+_INT64 = {A.off_b, A.off_h, A.off_kvh, A.k_base, A.v_base, A.mask_base, A.map_base}
+
+
+def _int32_part(expr) -> sp.Expr:
+    """The terms of an offset with no int64 factor: the products the kernel computes in int32."""
+    return sp.Add(*[t for t in sp.Add.make_args(sp.expand(_lanes(expr))) if not (t.free_symbols & _INT64)])
+
+
+def _forward_tensors():
+    q = A.symbolic("q", ("B", "Hq", "N_Q", "D"))
+    k, v = A.symbolic("k", ("B", "Hkv", "N_K", "D")), A.symbolic("v", ("B", "Hkv", "N_K", "D"))
+    out, lse = A.symbolic("out", q.shape), A.symbolic("lse", q.shape[:3])
+    B, Hq, N_Q, N_K = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    mask = A.symbolic("mask", (B, Hq, N_Q, N_K))
+    block_map = A.symbolic("block_map", (B, Hq, sp.ceiling(N_Q / n.B_r), sp.ceiling(N_K / n.B_c)))
+    slopes = {"(Hq,)": A.symbolic("alibi_slopes", (Hq,)), "(B, Hq)": A.symbolic("alibi_slopes", (B, Hq))}
+    return dict(q=q, k=k, v=v, out=out, lse=lse, key_lengths=A.symbolic("key_lengths", (B,)), mask=mask,
+                block_map=block_map, slopes=slopes, sinks=A.symbolic("sinks", (Hq,)),
+                mask_mod_args=A.symbolic("mask_mod_args", (B, "P")), philox=A.symbolic("philox", (2,)))
+
+
+@claim(A.CLAIM_FORWARD,
+       "the dense forward's addresses: for all shapes and non-negative strides of q, out (B, Hq, N_Q, D), k, v "
+       "(B, Hkv, N_K, D), lse (B, Hq, N_Q), key_lengths (B,), the dense mask (B, Hq, N_Q, N_K) and its block map "
+       "(B, Hq, cdiv(N_Q, BLOCK_M), cdiv(N_K, BLOCK_N)) (broadcast: stride 0), ALiBi slopes (Hq,) or (B, Hq), sinks "
+       "(Hq,), mask_mod_args (B, P) and the Philox pair (2,), with the strides, sizes and grid "
+       "spec.launch.forward_launch passes (the function both launchers call; philox through "
+       "spec.launch.philox_words), every printed offset of _attn_fwd, _attn_fwd_stage, _attn_fwd_tile and "
+       "_score_mod_scalars (spec.addresses.FORWARD_GROUPS) is the offset of the element the reference reads — "
+       "q/out[b, h, i, d], lse[b, h, i], k/v[b, h // GROUP, j, d], mask[b, h, i, j], block_map[b, h, i // BLOCK_M, "
+       "j0 // BLOCK_N], key_lengths[b], sinks[h], slopes[h] or [b, h], mask_mod_args[b, 0], philox[1] — and lies "
+       "inside the tensor for every program of the grid and every lane the load or store lets through (rows "
+       "i < N_Q, keys j < N_K, d < HEAD_DIM = D; key tiles start inside [0, N_K), as the stages visit them: claim "
+       "mask_tiles_sound), given Hq = GROUP·Hkv; the grid covers every (b, h, i); the int32 part of "
+       "q/out/k/v/mask's offsets is exactly the in-head offset row·stride_row + col·stride_col that assumption index_int32 bounds (claim int32)",
+       r"\mathrm{off}(X, (b, h, i, d)) = b\,s_b + h\,s_h + i\,s_i + d\,s_d,\quad 0\le\mathrm{idx}<\mathrm{shape}",
+       terms=tuple(t.name for g in A.FORWARD_GROUPS.values() for t in g),
+       scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 over "
+             "unbounded integers for the extents); off_b, off_h, off_kvh and the per-program bases are int64, the "
+             "in-head products int32 (bounded by index_int32 for q, out, k, v and mask; lse's offs_m·stride_lm, "
+             "the block map's tile products and the slope/sink/key_lengths offsets of an int64 factor are not "
+             "bounded by it: lse and the block map are made by the runtime, contiguous and small); the packed "
+             "(varlen) form is claim varlen_addresses'")
+def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=None):
+    launch = L.forward_launch if launch is None else launch
+    philox_words = L.philox_words if philox_words is None else philox_words
+    t = _forward_tensors()
+    q, k, v, out, lse = (t[x] for x in ("q", "k", "v", "out", "lse"))
+    B, Hq, N_Q, D = q.shape
+    Hkv, N_K = k.shape[1], k.shape[2]
+    cases = []
+    g = {name: {term.symbol: term for term in group} for name, group in groups.items()}
+    i, j, d = A.offs_m, A.offs_n, A.offs_d
+    for tag, slopes in t["slopes"].items():
+        grid, ints = launch(q, k, v, out, lse, t["key_lengths"], t["mask"], t["block_map"], slopes, t["sinks"], n.B_r,
+                            t["mask_mod_args"])
+        launched = {sym: sp.sympify(ints[name]) for name, sym in A.F_.items() if name in ints}
+        launched.update({A.GROUP: sp.sympify(ints["GROUP"])})
+
+        def at(term, *chained):
+            """A printed offset, with the chained base terms, the lanes and the launch's strides."""
+            e = _lanes(term.expr)
+            for base in chained:
+                e = e.xreplace({base.symbol: _lanes(base.expr)})
+            return sp.expand(e.xreplace(launched))
+
+        def same(name, got, tensor, index):
+            cases.append((name, difference(got, sp.expand(tensor.offset_of(index)))))
+
+        if tag == "(Hq,)":
+            same("q offset is q[b, h, i, d]", at(g["q_offset"][A.q_off]), q, (A.off_b, A.off_h, i, d))
+            same("out offset is out[b, h, i, d]", at(g["out_offsets"][A.o_off]),
+                 out, (A.off_b, A.off_h, i, d))
+            same("lse offset is lse[b, h, i]", at(g["out_offsets"][A.lse_off]), lse,
+                 (A.off_b, A.off_h, i))
+            for side, tensor, off, base in (("k", k, A.k_off, A.k_base), ("v", v, A.v_off, A.v_base)):
+                same(f"{side} offset is {side}[b, off_kvh, j, d]", at(g["kv_offsets"][off], g["kv_base"][base]),
+                     tensor, (A.off_b, A.off_kvh, j, d))
+            same("mask offset is mask[b, h, i, j]", at(g["mask_offset"][A.mask_off], g["mask_base"][A.mask_base]),
+                 t["mask"], (A.off_b, A.off_h, i, j))
+            same("block map offset is block_map[b, h, pid_m, start_n // BLOCK_N]",
+                 at(g["map_offset"][A.map_off], g["map_base"][A.map_base]), t["block_map"],
+                 (A.off_b, A.off_h, A.pid_m, sp.floor(A.start_n / n.B_c)))
+            same("key_lengths offset is key_lengths[b]", at(g["key_len"][A.kl_off]), t["key_lengths"], (A.off_b,))
+            same("sink offset is sinks[h]", at(g["sink_offset"][A.fsink_off]), t["sinks"], (A.off_h,))
+            (mm,) = groups["mm_row"]
+            same("MM_row is row b of mask_mod_args", at(mm) - A.MaskModArgs, t["mask_mod_args"], (A.off_b, 0))
+            (rng,) = groups["rng_offset"]
+            same("rng_off is philox[1] (as spec.launch.philox_words passes it)", at(rng), philox_words(t["philox"]),
+                 (1,))
+            # the int32 part of each offset is the in-head offset assumption index_int32 bounds
+            for name, got, want in (
+                    ("q", _int32_part(at(g["q_offset"][A.q_off])), i * ints["stride_qm"] + d * ints["stride_qd"]),
+                    ("out", _int32_part(at(g["out_offsets"][A.o_off])), i * ints["stride_om"] + d * ints["stride_od"]),
+                    ("k", _int32_part(g["kv_offsets"][A.k_off].expr.xreplace(launched)),
+                     j * ints["stride_kn"] + d * ints["stride_kd"]),
+                    ("v", _int32_part(g["kv_offsets"][A.v_off].expr.xreplace(launched)),
+                     j * ints["stride_vn"] + d * ints["stride_vd"]),
+                    ("mask", _int32_part(g["mask_base"][A.mask_base].expr.xreplace(launched))
+                     + _int32_part(g["mask_offset"][A.mask_off].expr.xreplace(launched)),
+                     i * ints["stride_mm"] + j * ints["stride_mn"])):
+                cases.append((f"{name}: the int32 products are the in-head offset row·stride_row + col·stride_col",
+                              difference(got, sp.expand(want))))
+        same(f"slopes {tag}: slope offset is alibi_slopes[{'h' if tag == '(Hq,)' else 'b, h'}]",
+             at(g["slope_offset"][A.slope_off]), slopes, (A.off_h,) if tag == "(Hq,)" else (A.off_b, A.off_h))
+        # --- the extents (z3) ----------------------------------------------------------------------
+        if tag != "(Hq,)":
+            cases.append(_decide("slopes (B, Hq): [b, h] inside", _grid_hyp(grid, ints, q, k)[0],
+                                 _inside(_grid_hyp(grid, ints, q, k)[1][:2], (B, Hq))))
+            continue
+        hyp, (offb, offh, offkvh, pidm, row) = _grid_hyp(grid, ints, q, k)
+        z = _Z3A()
+        jz, dz, sn = z(j), z(d), z(A.start_n)
+        row_ok, d_ok, key_ok = row < z(N_Q), z3.And(0 <= dz, dz < z(D)), z3.And(0 <= jz, jz < z(N_K))
+        cases.append(_decide("q/out[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)", hyp + [row_ok, d_ok],
+                             _inside((offb, offh, row, dz), q.shape)))
+        cases.append(_decide("lse[b, h, i] inside (lanes i < N_Q)", hyp + [row_ok], _inside((offb, offh, row), lse.shape)))
+        cases.append(_decide("k/v[b, off_kvh, j, d] inside (lanes j < N_K, d < HEAD_DIM)", hyp + [key_ok, d_ok],
+                             _inside((offb, offkvh, jz, dz), k.shape)))
+        cases.append(_decide("mask[b, h, i, j] inside (lanes i < N_Q, j < N_K)", hyp + [row_ok, key_ok],
+                             _inside((offb, offh, row, jz), t["mask"].shape)))
+        tile = [sn >= 0, sn < z(N_K), sn % z(n.B_c) == 0]
+        cases.append(_decide("block_map[b, h, pid_m, start_n // BLOCK_N] inside (a visited key tile starts in [0, N_K))",
+                             hyp + tile, _inside((offb, offh, pidm, sn / z(n.B_c)), t["block_map"].shape)))
+        cases.append(_decide("key_lengths[b], sinks[h], slopes[h], mask_mod_args[b, 0] inside", hyp + [z(sp.Symbol(
+            "P", integer=True, positive=True)) >= 1], z3.And(_inside((offb,), (B,)), _inside((offh,), (Hq,)),
+                                                             _inside((offb, 0), t["mask_mod_args"].shape))))
+        cases.append(_decide("philox[1] inside philox (2,)", [], _inside((z3.IntVal(1),), (2,))))
+        # the grid covers every row of every (batch, query head): cdiv(N_Q, BLOCK_M) tiles, B x Hq programs
+        cases.append(_decide("the grid covers every (b, h, i): grid[0]·BLOCK_M >= N_Q, grid[1] = B·Hq",
+                             [x >= 1 for x in (z(B), z(Hq), z(N_Q), z(n.B_r))],
+                             z3.And(z(sp.sympify(grid[0])) * z(n.B_r) >= z(N_Q),
+                                    z(sp.sympify(grid[1])) == z(B) * z(Hq))))
+    return result(A.CLAIM_FORWARD, cases, "offsets by SymPy (canonical zero), extents by z3")
+
+
+def _inside(idx, shape):
+    z = _Z3A()
+    return z3.And(*[z3.And(0 <= x, x < (z(sp.sympify(s)) if not isinstance(s, z3.ArithRef) else s))
+                    for x, s in zip(idx, shape)])
+
+
+def _grid_hyp(grid, ints, q, k):
+    """Hypotheses of one program of ``grid`` and one row lane: ``(hyp, (off_b, off_h, off_kvh, pid_m, row))``
+    in z3, the program split as spec.structure.GRID_LINES and GQA_HEAD print it."""
+    from spec import structure as S
+
+    z = _Z3A()
+    B, Hq, Hkv = (z(x) for x in (q.shape[0], q.shape[1], k.shape[1]))
+    group_true, pidm, pid1, lane = z3.Ints("group_true pid_m_value pid1 lane")
+    hyp = [x >= 1 for x in (B, Hq, Hkv, z(q.shape[2]), z(q.shape[3]), z(k.shape[2]), z(n.B_r), z(n.B_c), group_true)]
+    hyp += [Hq == group_true * Hkv, 0 <= pidm, pidm < z(sp.sympify(grid[0])), 0 <= pid1, pid1 < z(sp.sympify(grid[1])),
+            0 <= lane, lane < z(n.B_r)]
+    H = z(sp.sympify(ints["H"]))
+    offb, offh = pid1 / H, pid1 % H
+    offkvh = z3.substitute(z(S.GQA_HEAD.expr.xreplace({S.group: sp.sympify(ints["GROUP"])})), (z(A.off_h), offh))
+    return hyp, (offb, offh, offkvh, pidm, pidm * z(n.B_r) + lane)
