@@ -182,6 +182,8 @@ def softmax_context(variant: Variant) -> dict:
         "neg_inf": print_expr(n.NEG_INF),
         "one_pass": _lines([t for t in T.SOFTMAX_NORMALISE if t.name in ("l_safe", "a")], SOFTMAX_NAMES),
         "init": _inits(S.FORWARD_INIT, {"m_i": "[BLOCK_M]", "l_i": "[BLOCK_M]"}),
+        # every load and store offset (claim rows_addresses)
+        "addresses": {"softmax": _lines(AD.SOFTMAX_OFFSETS)},
     }
 
 
@@ -279,6 +281,9 @@ def merge_context(variant: Variant) -> dict:
         # split-KV decode's sink, merged once after the fold (claim sink_once_combine)
         "sink_partial": _lines(T.SINK_PARTIAL),
         "torch_merge": [print_term(t, comment=False, printer_class=TorchPrinter) for t in T.MERGE_STATE],
+        # every load and store offset (claim rows_addresses)
+        "addresses": {name: _lines(AD.ROWS_GROUPS[name]) for name in ("merge", "merge_out", "merge_split",
+                                                                    "merge_sink")},
     }
 
 

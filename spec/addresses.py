@@ -298,3 +298,45 @@ FORWARD_GROUPS = {"q_offset": FWD_Q_OFFSET, "out_offsets": FWD_OUT_OFFSETS, "kv_
                   "map_base": FWD_MAP_BASE, "map_offset": FWD_MAP_OFFSET, "key_len": FWD_KEY_LEN,
                   "sink_offset": FWD_SINK, "slope_offset": SLOPE_OFFSET, "mm_row": FWD_MM_ROW,
                   "rng_offset": FWD_RNG_OFFSET}
+
+
+# ----------------------------------------------------------------------------------
+# Softmax (_softmax_one_pass, _softmax_two_pass) and the merge kernels (_merge_state, _merge_states):
+# row-major tiles of 2-D / 3-D tensors, every stride as spec.launch passes it (claim rows_addresses).
+# ----------------------------------------------------------------------------------
+CLAIM_ROWS = "rows_addresses"
+s_split = _int("s", nonnegative=True)
+ROW_STRIDES_2D = {name: _int(name) for name in (
+    "stride_xr", "stride_xc", "stride_yr", "stride_yc",
+    "stride_oa", "stride_oad", "stride_ob", "stride_obd", "stride_o", "stride_od", "stride_la", "stride_lb",
+    "stride_l", "stride_os", "stride_or", "stride_osd", "stride_ls", "stride_lr", "stride_sink")}
+R_ = ROW_STRIDES_2D
+x_off, y_off = _int("x_off"), _int("y_off")
+SOFTMAX_OFFSETS = (
+    Term(x_off, col(offs_m) * R_["stride_xr"] + row(offs_n) * R_["stride_xc"], CLAIM_ROWS, "x[r, c]"),
+    Term(y_off, col(offs_m) * R_["stride_yr"] + row(offs_n) * R_["stride_yc"], CLAIM_ROWS, "y[r, c]"),
+)
+oa_off, ob_off, la_off, lb_off, mo_off, ml_off = (_int(s) for s in ("oa_off", "ob_off", "la_off", "lb_off",
+                                                                    "mo_off", "ml_off"))
+#: merge_state: side a and side b of row r, and the merged row
+MERGE_OFFSETS = (
+    Term(la_off, offs_m * R_["stride_la"], CLAIM_ROWS, "lse_a[r]"),
+    Term(lb_off, offs_m * R_["stride_lb"], CLAIM_ROWS, "lse_b[r]"),
+    Term(oa_off, col(offs_m) * R_["stride_oa"] + row(offs_d) * R_["stride_oad"], CLAIM_ROWS, "o_a[r, d]"),
+    Term(ob_off, col(offs_m) * R_["stride_ob"] + row(offs_d) * R_["stride_obd"], CLAIM_ROWS, "o_b[r, d]"),
+)
+MERGE_OUT_OFFSETS = (
+    Term(mo_off, col(offs_m) * R_["stride_o"] + row(offs_d) * R_["stride_od"], CLAIM_ROWS, "o[r, d]"),
+    Term(ml_off, offs_m * R_["stride_l"], CLAIM_ROWS, "lse[r]"),
+)
+#: merge_states: split s's partial of row r, and row r's sink (rows ordered with the query head last)
+ls_off, os_off, msink_off = _int("ls_off"), _int("os_off"), _int("msink_off")
+H_ = _int("H", positive=True)
+MERGE_SPLIT_OFFSETS = (
+    Term(ls_off, s_split * R_["stride_ls"] + offs_m * R_["stride_lr"], CLAIM_ROWS, "lse_s[s, r]"),
+    Term(os_off, s_split * R_["stride_os"] + col(offs_m) * R_["stride_or"] + row(offs_d) * R_["stride_osd"],
+         CLAIM_ROWS, "o_s[s, r, d]"),
+)
+MERGE_SINK_OFFSET = (Term(msink_off, sp.Mod(offs_m, H_) * R_["stride_sink"], CLAIM_ROWS, "sinks[r % H]"),)
+ROWS_GROUPS = {"softmax": SOFTMAX_OFFSETS, "merge": MERGE_OFFSETS, "merge_out": MERGE_OUT_OFFSETS,
+               "merge_split": MERGE_SPLIT_OFFSETS, "merge_sink": MERGE_SINK_OFFSET}

@@ -180,3 +180,37 @@ def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sink
     ints.update(H=H, GROUP=H // H_KV, N_Q=n_q, N_K=n_k)
     grid = varlen_grid(max_seqlen_q, block_m, cu_seqlens_q, H) if packed else (cdiv(n_q, block_m), q.shape[0] * H)
     return grid, ints
+
+
+# ----------------------------------------------------------------------------------
+# Softmax and the merge kernels: every stride of their row-major tensors, and their grids.
+# ----------------------------------------------------------------------------------
+def softmax_launch(x, y, block_m):
+    """``(grid, ints)`` of ``_softmax_one_pass`` / ``_softmax_two_pass`` on x, y ``(R, N)``."""
+    R, N = x.shape
+    ints = dict(zip(("stride_xr", "stride_xc"), x.stride()))
+    ints.update(zip(("stride_yr", "stride_yc"), y.stride()))
+    ints.update(R=R, N=N)
+    return (cdiv(R, block_m),), ints
+
+
+def merge_state_launch(o_a, lse_a, o_b, lse_b, o, lse, block_m):
+    """``(grid, ints)`` of ``_merge_state``: o_a, o_b, o ``(R, D)``, lse_a, lse_b, lse ``(R,)``."""
+    R, D = o_a.shape
+    ints = dict(zip(("stride_oa", "stride_oad"), o_a.stride()))
+    ints.update(zip(("stride_ob", "stride_obd"), o_b.stride()))
+    ints.update(zip(("stride_o", "stride_od"), o.stride()))
+    ints.update(stride_la=lse_a.stride(0), stride_lb=lse_b.stride(0), stride_l=lse.stride(0), R=R, D=D)
+    return (cdiv(R, block_m),), ints
+
+
+def merge_states_launch(o_s, lse_s, o, lse, sinks, block_m):
+    """``(grid, ints)`` of ``_merge_states``: o_s ``(S, R, D)``, lse_s ``(S, R)``, o ``(R, D)``, lse
+    ``(R,)``, sinks ``(H,)`` (row r's sink is ``sinks[r % H]``) or None (H = 1, never read)."""
+    S, R, D = o_s.shape
+    ints = dict(zip(("stride_os", "stride_or", "stride_osd"), o_s.stride()))
+    ints.update(zip(("stride_ls", "stride_lr"), lse_s.stride()))
+    ints.update(zip(("stride_o", "stride_od"), o.stride()))
+    ints.update(stride_l=lse.stride(0), stride_sink=sinks.stride(0) if sinks is not None else 0,
+                H=sinks.shape[0] if sinks is not None else 1, S=S, R=R, D=D)
+    return (cdiv(R, block_m),), ints

@@ -22,6 +22,7 @@ def term_groups() -> dict[str, tuple]:
     # the printed addresses (issue 24): decode's and the dense forward's offsets, varlen's cu_seqlens loads and pointer moves
     groups.update({f"addresses.{name}": group for name, group in addresses.DECODE_GROUPS.items()})
     groups.update({f"addresses.FORWARD.{name}": group for name, group in addresses.FORWARD_GROUPS.items()})
+    groups.update({f"addresses.ROWS.{name}": group for name, group in addresses.ROWS_GROUPS.items()})
     groups["addresses.SEGMENT_LOADS"] = addresses.SEGMENT_LOADS
     groups.update({f"addresses.SEGMENT_POINTERS.{k}": group for k, group in addresses.SEGMENT_POINTERS.items()})
     return groups

@@ -140,6 +140,11 @@ def test_readme_states_the_number_of_reviewed_exceptions():
     ("fwd", "sink = tl.load(Sinks + fsink_off)", "sink = tl.load(Sinks + off_h)", "Sinks + off_h"),
     ("fwd", "slope = tl.load(Slopes + slope_off)", "slope = tl.load(Slopes + off_b * stride_sb + off_h)",
      "Slopes + off_b * stride_sb + off_h"),
+    # softmax and the merges (claim rows_addresses): the old unit-stride lines
+    ("softmax", "x = tl.load(X + x_off,", "x = tl.load(X + offs_m[:, None] * stride_xr + offs_n[None, :],",
+     "X + offs_m[:, None] * stride_xr + offs_n[None, :]"),
+    ("merge", "lse_a = tl.load(LSE_A + la_off,", "lse_a = tl.load(LSE_A + offs_m,", "LSE_A + offs_m"),
+    ("merge", "sink = tl.load(Sinks + msink_off,", "sink = tl.load(Sinks + offs_m % H,", "Sinks + offs_m % H"),
 ])
 def test_unprinted_pointer_arithmetic_is_caught(kind, old, new, sign):
     """Rule 4 in the converted functions; in a kernel still on POINTER_GAPS, a printed pointer move

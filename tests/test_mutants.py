@@ -1202,3 +1202,46 @@ def test_forward_address_launch_bugs_are_refuted():
 
     assert "slopes (Hq,): slope offset is alibi_slopes[h]" in _forward_failing(launch=swapped_slopes)
     assert _forward_failing(philox_words=lambda p: p) == ["rng_off is philox[1] (as spec.launch.philox_words passes it)"]
+
+
+# ---------------------------------------------------------------- issue 24: softmax's and the merges' addresses
+RG = AD.ROWS_GROUPS
+
+
+def test_rows_address_unit_column_stride_is_refuted():
+    """The old kernels' `X + r·stride_r + c`: right only for a unit column stride."""
+    soft = swap(RG["softmax"], AD.x_off, terms.col(AD.offs_m) * AD.R_["stride_xr"] + terms.row(AD.offs_n))
+    assert _failing(PAD.prove_rows_addresses(groups=dict(RG, softmax=soft))) == ["softmax: x offset is x[r, c]"]
+    merge = swap(RG["merge"], AD.la_off, AD.offs_m)
+    assert _failing(PAD.prove_rows_addresses(groups=dict(RG, merge=merge))) == ["merge_state: lse_a offset is lse_a[r]"]
+
+
+def test_rows_address_sink_of_the_row_not_its_head_is_refuted():
+    """merge_states' sink read at floor(r / H) (the token) instead of r % H (the query head)."""
+    sink = swap(RG["merge_sink"], AD.msink_off, sp.floor(AD.offs_m / AD.H_) * AD.R_["stride_sink"])
+    failing = _failing(PAD.prove_rows_addresses(groups=dict(RG, merge_sink=sink)))
+    assert failing == ["merge_states: sink offset is sinks[r % H]"], failing
+
+
+def test_rows_address_launch_bugs_are_refuted():
+    """The launch functions edited: y written with x's strides; the split stride of lse_s from o_s; the grid
+    rounded down."""
+    def y_as_x(x, y, block_m):
+        grid, ints = LA.softmax_launch(x, y, block_m)
+        return grid, dict(ints, stride_yr=ints["stride_xr"], stride_yc=ints["stride_xc"])
+
+    assert _failing(PAD.prove_rows_addresses(softmax_launch=y_as_x)) == ["softmax: y offset is y[r, c]"]
+
+    def lse_split_from_o(*args):
+        grid, ints = LA.merge_states_launch(*args)
+        return grid, dict(ints, stride_ls=ints["stride_os"])
+
+    failing = _failing(PAD.prove_rows_addresses(merge_states_launch=lse_split_from_o))
+    assert failing == ["merge_states: lse_s offset is lse_s[s, r]"], failing
+
+    def rounded_down(*args):
+        grid, ints = LA.merge_state_launch(*args)
+        return (sp.floor(ints["R"] / args[-1]),), ints
+
+    failing = _failing(PAD.prove_rows_addresses(merge_state_launch=rounded_down))
+    assert failing == ["merge_state: the grid covers every row"], failing

@@ -516,3 +516,84 @@ def _grid_hyp(grid, ints, q, k):
     offb, offh = pid1 / H, pid1 % H
     offkvh = z3.substitute(z(S.GQA_HEAD.expr.xreplace({S.group: sp.sympify(ints["GROUP"])})), (z(A.off_h), offh))
     return hyp, (offb, offh, offkvh, pidm, pidm * z(n.B_r) + lane)
+
+
+# ----------------------------------------------------------------------------------
+# Softmax and the merge kernels.
+# ----------------------------------------------------------------------------------
+@claim(A.CLAIM_ROWS,
+       "softmax's and the merge kernels' addresses: for all shapes and non-negative strides of softmax's x, y "
+       "(R, N), merge_state's o_a, o_b, o (R, D) and lse_a, lse_b, lse (R,), merge_states' o_s (S, R, D), lse_s "
+       "(S, R), o (R, D), lse (R,) and sinks (H,), with the strides, sizes and grids spec.launch.softmax_launch, "
+       "merge_state_launch and merge_states_launch pass (the functions the launchers call), every printed "
+       "offset (spec.addresses.ROWS_GROUPS) is the offset of the element the reference reads — x/y[r, c], "
+       "o_a/o_b/o[r, d], lse_a/lse_b/lse[r], o_s[s, r, d], lse_s[s, r], sinks[r % H] — inside the tensor for "
+       "every program of the grid, split s < S and lane the mask lets through (r < R, c < N, d < D), and the "
+       "grid covers every row",
+       r"\mathrm{off}(X, (r, c)) = r\,s_r + c\,s_c,\quad 0\le r<R,\ 0\le c<N",
+       terms=tuple(t.name for g in A.ROWS_GROUPS.values() for t in g),
+       scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 for the "
+             "extents); mathematical integers Z: the kernels' products are int32 (offs_m, s and the strides) and "
+             "no claim bounds them by 2^31 (the tensors of one call are assumed smaller)")
+def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_launch=None,
+                         merge_states_launch=None):
+    softmax_launch = L.softmax_launch if softmax_launch is None else softmax_launch
+    merge_state_launch = L.merge_state_launch if merge_state_launch is None else merge_state_launch
+    merge_states_launch = L.merge_states_launch if merge_states_launch is None else merge_states_launch
+    block_m = n.B_r
+    r, c, d, s = A.offs_m, A.offs_n, A.offs_d, A.s_split
+    cases = []
+
+    def check(kernel, grid, ints, pairs, lanes):
+        """``pairs``: (name, printed term, tensor, index); ``lanes``: (symbol, bound) of the load masks."""
+        launched = {sym: sp.sympify(ints[name]) for name, sym in A.R_.items() if name in ints}
+        launched.update({A.H_: sp.sympify(ints.get("H", 1))})
+        for name, term, tensor, index in pairs:
+            got = sp.expand(_lanes(term.expr).xreplace(launched))
+            cases.append((f"{kernel}: {name}", difference(got, sp.expand(tensor.offset_of(index)))))
+        z = _Z3A()
+        pid, lane = z3.Ints("pid lane")
+        rows = z(sp.sympify(ints["R"]))
+        hyp = [rows >= 1, z(block_m) >= 1, 0 <= pid, pid < z(sp.sympify(grid[0])), 0 <= lane, lane < z(block_m)]
+        row = pid * z(block_m) + lane
+        sub = lambda e: z3.substitute(z(e), (z(r), row))  # noqa: E731
+        lane_hyp = [row < rows] + [z3.And(0 <= z(x), z(x) < z(sp.sympify(bound))) for x, bound in lanes]
+        for name, term, tensor, index in pairs:
+            hyp_t = hyp + lane_hyp + [z(x) >= 1 for x in tensor.shape]
+            cases.append(_decide(f"{kernel}: {name.split(' is ')[-1]} inside (lanes r < R"
+                                 + "".join(f", {x} < {b}" for x, b in lanes) + ")", hyp_t,
+                                 _inside([sub(sp.sympify(i)) for i in index], tensor.shape)))
+        cases.append(_decide(f"{kernel}: the grid covers every row", [rows >= 1, z(block_m) >= 1],
+                             z(sp.sympify(grid[0])) * z(block_m) >= rows))
+
+    def offsets(group):
+        return {t.symbol: t for t in groups[group]}
+
+    # softmax
+    x, y = A.symbolic("x", ("R", "N")), A.symbolic("y", ("R", "N"))
+    grid, ints = softmax_launch(x, y, block_m)
+    g = offsets("softmax")
+    check("softmax", grid, ints, [("x offset is x[r, c]", g[A.x_off], x, (r, c)),
+                                  ("y offset is y[r, c]", g[A.y_off], y, (r, c))], [(c, x.shape[1])])
+    # merge_state
+    o_a, o_b, o = (A.symbolic(nm, ("R", "D")) for nm in ("o_a", "o_b", "o"))
+    l_a, l_b, lse = (A.symbolic(nm, ("R",)) for nm in ("lse_a", "lse_b", "lse"))
+    grid, ints = merge_state_launch(o_a, l_a, o_b, l_b, o, lse, block_m)
+    g, go = offsets("merge"), offsets("merge_out")
+    check("merge_state", grid, ints, [
+        ("lse_a offset is lse_a[r]", g[A.la_off], l_a, (r,)), ("lse_b offset is lse_b[r]", g[A.lb_off], l_b, (r,)),
+        ("o_a offset is o_a[r, d]", g[A.oa_off], o_a, (r, d)), ("o_b offset is o_b[r, d]", g[A.ob_off], o_b, (r, d)),
+        ("o offset is o[r, d]", go[A.mo_off], o, (r, d)), ("lse offset is lse[r]", go[A.ml_off], lse, (r,))],
+        [(d, o.shape[1])])
+    # merge_states
+    o_s, l_s = A.symbolic("o_s", ("S", "R", "D")), A.symbolic("lse_s", ("S", "R"))
+    o, lse, sinks = A.symbolic("o", ("R", "D")), A.symbolic("lse", ("R",)), A.symbolic("sinks", ("H",))
+    grid, ints = merge_states_launch(o_s, l_s, o, lse, sinks, block_m)
+    g, gs = offsets("merge_split"), offsets("merge_sink")
+    check("merge_states", grid, ints, [
+        ("lse_s offset is lse_s[s, r]", g[A.ls_off], l_s, (s, r)), ("o_s offset is o_s[s, r, d]", g[A.os_off], o_s,
+                                                                   (s, r, d)),
+        ("o offset is o[r, d]", go[A.mo_off], o, (r, d)), ("lse offset is lse[r]", go[A.ml_off], lse, (r,)),
+        ("sink offset is sinks[r % H]", gs[A.msink_off], sinks, (sp.Mod(r, sinks.shape[0]),))],
+        [(d, o.shape[1]), (s, o_s.shape[0])])
+    return result(A.CLAIM_ROWS, cases, "offsets by SymPy (canonical zero), extents by z3")
