@@ -105,7 +105,6 @@ POINTER_GAPS = {
     "_tma_tile": "TMA descriptor coordinates (a load)", "_tma_store": "TMA descriptor coordinates (a store)",
     # merged with serving (#26) and dropout (#29): not yet printed address terms
     "_append_rows": "KV-cache append: x/cache rows, cache_seqlens, block_table, cache_batch_idx, cos/sin rows",
-    "_dropout_keep": "dropout: the Philox seed/offset words and the returned keep-mask rows",
 }
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
 ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses", "rows_addresses")

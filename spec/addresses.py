@@ -250,7 +250,7 @@ FORWARD_STRIDES = {name: _int(name) for name in (
     "stride_vb", "stride_vh", "stride_vn", "stride_vd", "stride_ob", "stride_oh", "stride_om", "stride_od",
     "stride_lb", "stride_lh", "stride_lm", "stride_mb", "stride_mh", "stride_mm", "stride_mn",
     "stride_map_b", "stride_map_h", "stride_map_m", "stride_map_n", "stride_sb", "stride_sh",
-    "stride_kl", "stride_sink", "stride_mmb")}
+    "stride_kl", "stride_sink", "stride_mmb", "stride_keep_b", "stride_keep_h", "stride_keep_m", "stride_keep_n")}
 F_ = FORWARD_STRIDES
 #: the Q tile (loaded once) and the O tile (stored once): rows offs_m of head off_h of batch off_b
 FWD_Q_OFFSET = (Term(q_off, off_b * F_["stride_qb"] + off_h * F_["stride_qh"] + col(offs_m) * F_["stride_qm"]
@@ -293,11 +293,15 @@ FWD_MM_ROW = (Term(MM_row, MaskModArgs + off_b * F_["stride_mmb"], CLAIM_FORWARD
 #: dropout's counter offset: word 1 of the Philox (seed, offset) pair (spec.launch.philox_words passes it contiguous)
 rng_off = _int("rng_off")
 FWD_RNG_OFFSET = (Term(rng_off, sp.Integer(1), CLAIM_FORWARD, "philox[1]: the counter offset"),)
+#: _dropout_keep: the keep mask's element (b, h, i, j), its row index in int64 (offs_m64 = offs_m.to(int64))
+offs_m64, keep_off = _int("offs_m64", nonnegative=True), _int("keep_off")
+KEEP_OFFSET = (Term(keep_off, off_b * F_["stride_keep_b"] + off_h * F_["stride_keep_h"] + col(offs_m64)
+                    * F_["stride_keep_m"] + row(offs_n) * F_["stride_keep_n"], CLAIM_FORWARD, "keep[b, h, i, j]"),)
 FORWARD_GROUPS = {"q_offset": FWD_Q_OFFSET, "out_offsets": FWD_OUT_OFFSETS, "kv_base": FWD_KV_BASE,
                   "kv_offsets": FWD_KV_OFFSETS, "mask_base": FWD_MASK_BASE, "mask_offset": FWD_MASK_OFFSET,
                   "map_base": FWD_MAP_BASE, "map_offset": FWD_MAP_OFFSET, "key_len": FWD_KEY_LEN,
                   "sink_offset": FWD_SINK, "slope_offset": SLOPE_OFFSET, "mm_row": FWD_MM_ROW,
-                  "rng_offset": FWD_RNG_OFFSET}
+                  "rng_offset": FWD_RNG_OFFSET, "keep_offset": KEEP_OFFSET}
 
 
 # ----------------------------------------------------------------------------------

@@ -152,6 +152,15 @@ def philox_words(philox):
     return philox.contiguous()
 
 
+def dropout_mask_launch(keep, block_m):
+    """``(grid, ints)`` of ``_dropout_keep`` writing ``keep`` ``(B, H, N_Q, N_K)`` (a packed batch: ``(1, H,
+    total_q, total_k)``): its strides, sizes and grid ``(cdiv(N_Q, block_m), B x H)``."""
+    B, H, N_Q, N_K = keep.shape
+    ints = dict(zip(("stride_keep_b", "stride_keep_h", "stride_keep_m", "stride_keep_n"), keep.stride()))
+    ints.update(H=H, N_Q=N_Q, N_K=N_K)
+    return (cdiv(N_Q, block_m), B * H), ints
+
+
 def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sinks, block_m, mask_mod_args=None,
                    cu_seqlens_q=None, max_seqlen_q=None):
     """``(grid, ints)`` of one ``_attn_fwd`` launch: ``ints`` its integer parameters by name (every

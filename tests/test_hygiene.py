@@ -140,6 +140,7 @@ def test_readme_states_the_number_of_reviewed_exceptions():
     ("fwd", "sink = tl.load(Sinks + fsink_off)", "sink = tl.load(Sinks + off_h)", "Sinks + off_h"),
     ("fwd", "slope = tl.load(Slopes + slope_off)", "slope = tl.load(Slopes + off_b * stride_sb + off_h)",
      "Slopes + off_b * stride_sb + off_h"),
+    ("fwd", "tl.store(Keep + keep_off,", "tl.store(Keep + keep_off + N_K,", "Keep + keep_off + N_K"),
     # softmax and the merges (claim rows_addresses): the old unit-stride lines
     ("softmax", "x = tl.load(X + x_off,", "x = tl.load(X + offs_m[:, None] * stride_xr + offs_n[None, :],",
      "X + offs_m[:, None] * stride_xr + offs_n[None, :]"),

@@ -1245,3 +1245,11 @@ def test_rows_address_launch_bugs_are_refuted():
 
     failing = _failing(PAD.prove_rows_addresses(merge_state_launch=rounded_down))
     assert failing == ["merge_state: the grid covers every row"], failing
+
+
+def test_forward_address_dropout_keep_assumed_contiguous_is_refuted():
+    """_dropout_keep's old row, (b·H + h)·N_Q·N_K + i·N_K + j: right only for a contiguous keep mask."""
+    H, N_Q, N_K = (sp.Symbol(x, integer=True) for x in ("H", "N_Q", "N_K"))
+    keep = swap(FG["keep_offset"], AD.keep_off, (AD.off_b * H + AD.off_h) * N_Q * N_K
+                + terms.col(AD.offs_m64) * N_K + terms.row(AD.offs_n))
+    assert _forward_failing(groups=dict(FG, keep_offset=keep)) == ["_dropout_keep: keep offset is keep[b, h, i, j]"]

@@ -389,7 +389,8 @@ def _forward_tensors():
        "spec.launch.philox_words), every printed offset of _attn_fwd, _attn_fwd_stage, _attn_fwd_tile and "
        "_score_mod_scalars (spec.addresses.FORWARD_GROUPS) is the offset of the element the reference reads — "
        "q/out[b, h, i, d], lse[b, h, i], k/v[b, h // GROUP, j, d], mask[b, h, i, j], block_map[b, h, i // BLOCK_M, "
-       "j0 // BLOCK_N], key_lengths[b], sinks[h], slopes[h] or [b, h], mask_mod_args[b, 0], philox[1] — and lies "
+       "j0 // BLOCK_N], key_lengths[b], sinks[h], slopes[h] or [b, h], mask_mod_args[b, 0], philox[1], and "
+       "_dropout_keep's keep[b, h, i, j] for the strides and grid spec.launch.dropout_mask_launch passes — and lies "
        "inside the tensor for every program of the grid and every lane the load or store lets through (rows "
        "i < N_Q, keys j < N_K, d < HEAD_DIM = D; key tiles start inside [0, N_K), as the stages visit them: claim "
        "mask_tiles_sound), given Hq = GROUP·Hkv; the grid covers every (b, h, i); the int32 part of "
@@ -402,8 +403,9 @@ def _forward_tensors():
              "the block map's tile products and the slope/sink/key_lengths offsets of an int64 factor are not "
              "bounded by it: lse and the block map are made by the runtime, contiguous and small); the packed "
              "(varlen) form is claim varlen_addresses'")
-def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=None):
+def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=None, dropout_mask_launch=None):
     launch = L.forward_launch if launch is None else launch
+    dropout_mask_launch = L.dropout_mask_launch if dropout_mask_launch is None else dropout_mask_launch
     philox_words = L.philox_words if philox_words is None else philox_words
     t = _forward_tensors()
     q, k, v, out, lse = (t[x] for x in ("q", "k", "v", "out", "lse"))
@@ -492,6 +494,20 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                              [x >= 1 for x in (z(B), z(Hq), z(N_Q), z(n.B_r))],
                              z3.And(z(sp.sympify(grid[0])) * z(n.B_r) >= z(N_Q),
                                     z(sp.sympify(grid[1])) == z(B) * z(Hq))))
+    # _dropout_keep: the keep mask (B, H, N_Q, N_K) it writes, at the strides dropout_mask_launch passes
+    keep = A.symbolic("keep", ("B", "Hq", "N_Q", "N_K"))
+    kgrid, kints = dropout_mask_launch(keep, n.B_r)
+    klaunched = {sym: sp.sympify(kints[name]) for name, sym in A.F_.items() if name in kints}
+    (keep_term,) = groups["keep_offset"]
+    got = sp.expand(_lanes(keep_term.expr).xreplace({A.offs_m64: i}).xreplace(klaunched))
+    cases.append(("_dropout_keep: keep offset is keep[b, h, i, j]",
+                  difference(got, sp.expand(keep.offset_of((A.off_b, A.off_h, i, j))))))
+    hyp, (offb, offh, _, pidm, row) = _grid_hyp(kgrid, kints, q, k)
+    z = _Z3A()
+    cases.append(_decide("_dropout_keep: keep[b, h, i, j] inside (lanes i < N_Q, j < N_K), the grid covers every row",
+                         hyp + [row < z(N_Q), 0 <= z(j), z(j) < z(N_K)],
+                         z3.And(_inside((offb, offh, row, z(j)), keep.shape),
+                                z(sp.sympify(kgrid[0])) * z(n.B_r) >= z(N_Q))))
     return result(A.CLAIM_FORWARD, cases, "offsets by SymPy (canonical zero), extents by z3")
 
 
@@ -514,7 +530,8 @@ def _grid_hyp(grid, ints, q, k):
             0 <= lane, lane < z(n.B_r)]
     H = z(sp.sympify(ints["H"]))
     offb, offh = pid1 / H, pid1 % H
-    offkvh = z3.substitute(z(S.GQA_HEAD.expr.xreplace({S.group: sp.sympify(ints["GROUP"])})), (z(A.off_h), offh))
+    offkvh = z3.substitute(z(S.GQA_HEAD.expr.xreplace({S.group: sp.sympify(ints.get("GROUP", 1))})),
+                           (z(A.off_h), offh))
     return hyp, (offb, offh, offkvh, pidm, pidm * z(n.B_r) + lane)
 
 
