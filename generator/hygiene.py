@@ -103,11 +103,9 @@ POINTER_GAPS = {
     "_attn_bwd_dkdv_stage": "dK/dV stage: Q/dO tile pointers", "_attn_bwd_dq_stage": "dQ stage: K/V tile pointers",
     "_attn_bwd_rows": "backward rows: lse2/Δ loads", "_attn_bwd_mask": "backward dense mask tile",
     "_tma_tile": "TMA descriptor coordinates (a load)", "_tma_store": "TMA descriptor coordinates (a store)",
-    # merged with serving (#26) and dropout (#29): not yet printed address terms
-    "_append_rows": "KV-cache append: x/cache rows, cache_seqlens, block_table, cache_batch_idx, cos/sin rows",
 }
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
-ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses", "rows_addresses")
+ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses", "rows_addresses", "append_addresses")
 #: calls that do not compute on values (everything else — tl.exp2, tl.dot, tl.where, tl.math.*, ... —
 #: is arithmetic unless every name it touches is index math); the reviewed allow-list
 ALLOWED_CALLS = {"arange", "program_id", "multiple_of", "zeros", "trans", "reshape", "to", "range", "store"}

@@ -322,6 +322,8 @@ def decode_context(variant: Variant) -> dict:
         "keep_window": keeps["window"],
         # every load and store offset (claim decode_addresses)
         "addresses": {name: _lines(group) for name, group in AD.DECODE_GROUPS.items()},
+        # the append kernel's offsets (claim append_addresses)
+        "append": {name: _lines(group) for name, group in AD.APPEND_GROUPS.items()},
     }
 
 

@@ -344,3 +344,51 @@ MERGE_SPLIT_OFFSETS = (
 MERGE_SINK_OFFSET = (Term(msink_off, sp.Mod(offs_m, H_) * R_["stride_sink"], CLAIM_ROWS, "sinks[r % H]"),)
 ROWS_GROUPS = {"softmax": SOFTMAX_OFFSETS, "merge": MERGE_OFFSETS, "merge_out": MERGE_OUT_OFFSETS,
                "merge_split": MERGE_SPLIT_OFFSETS, "merge_sink": MERGE_SINK_OFFSET}
+
+
+# ----------------------------------------------------------------------------------
+# The KV-cache append (_append_rows): new rows x (B, N_new, H, D) into the cache (contiguous or paged) or
+# into a tensor of x's shape, the rotary tables' rows; every stride as spec.launch.append_launch passes it.
+# ----------------------------------------------------------------------------------
+CLAIM_APPEND = "append_addresses"
+off_head, offs_t, offs_j = _int("off_head", nonnegative=True), _int("offs_t", nonnegative=True), _int("offs_j")
+offs_pair, offs_freq, offs_pos = (_int(s, nonnegative=True) for s in ("offs_pair", "offs_freq", "offs_pos"))
+APPEND_STRIDES = {name: _int(name) for name in (
+    "stride_xb", "stride_xn", "stride_xh", "stride_xd", "stride_db", "stride_dn", "stride_dh", "stride_dd",
+    "stride_bt_b", "stride_bt_p", "stride_cs", "stride_bi", "stride_cos_n", "stride_cos_d", "stride_sin_n",
+    "stride_sin_d")}
+AP_ = APPEND_STRIDES
+acs_off, abi_off, abt_off = _int("acs_off"), _int("abi_off"), _int("abt_off")
+x_base, dst_base = _int("x_base"), _int("dst_base")
+xa_off, xp_off, dst_off, cos_off, sin_off = (_int(s) for s in ("xa_off", "xp_off", "dst_off", "cos_off", "sin_off"))
+APPEND_LOOKUPS = (
+    Term(acs_off, off_b * AP_["stride_cs"], CLAIM_APPEND, "cache_seqlens[b]"),
+    Term(abi_off, off_b * AP_["stride_bi"], CLAIM_APPEND, "cache_batch_idx[b]"),
+    Term(abt_off, off_b * AP_["stride_bt_b"] + P.page_idx * AP_["stride_bt_p"], CLAIM_APPEND,
+         "block_table[b, page_idx]"),
+)
+#: the new rows (token t of head off_head), then a lane d or its rotary partner
+APPEND_X = (
+    Term(x_base, off_b * AP_["stride_xb"] + col(offs_t) * AP_["stride_xn"] + off_head * AP_["stride_xh"],
+         CLAIM_APPEND, "x[b, t, head]"),
+    Term(xa_off, x_base + row(offs_d) * AP_["stride_xd"], CLAIM_APPEND, "x[b, t, head, d]"),
+    Term(xp_off, x_base + row(offs_pair) * AP_["stride_xd"], CLAIM_APPEND, "x[b, t, head, pair of d]"),
+)
+#: the destination's rows: a paged cache (page, slot), a contiguous cache (row off_bc, key j), a tensor like x
+APPEND_DST_PAGED = (
+    Term(dst_base, col(page) * AP_["stride_db"] + col(P.slot) * AP_["stride_dn"] + off_head * AP_["stride_dh"],
+         CLAIM_APPEND, "cache[page, slot, head]"),)
+APPEND_DST_CACHE = (Term(dst_base, off_bc * AP_["stride_db"] + col(offs_j) * AP_["stride_dn"]
+                         + off_head * AP_["stride_dh"], CLAIM_APPEND, "cache[off_bc, j, head]"),)
+APPEND_DST_TENSOR = (Term(dst_base, off_b * AP_["stride_db"] + col(offs_t) * AP_["stride_dn"]
+                          + off_head * AP_["stride_dh"], CLAIM_APPEND, "out[b, t, head]"),)
+APPEND_DST = (Term(dst_off, dst_base + row(offs_d) * AP_["stride_dd"], CLAIM_APPEND, "dst[row, head, d]"),)
+APPEND_TABLES = (
+    Term(cos_off, col(offs_pos) * AP_["stride_cos_n"] + row(offs_freq) * AP_["stride_cos_d"], CLAIM_APPEND,
+         "cos[pos, freq]"),
+    Term(sin_off, col(offs_pos) * AP_["stride_sin_n"] + row(offs_freq) * AP_["stride_sin_d"], CLAIM_APPEND,
+         "sin[pos, freq]"),
+)
+APPEND_GROUPS = {"lookups": APPEND_LOOKUPS, "x": APPEND_X, "dst_paged": APPEND_DST_PAGED,
+                 "dst_cache": APPEND_DST_CACHE, "dst_tensor": APPEND_DST_TENSOR, "dst": APPEND_DST,
+                 "tables": APPEND_TABLES}

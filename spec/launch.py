@@ -223,3 +223,21 @@ def merge_states_launch(o_s, lse_s, o, lse, sinks, block_m):
     ints.update(stride_l=lse.stride(0), stride_sink=sinks.stride(0) if sinks is not None else 0,
                 H=sinks.shape[0] if sinks is not None else 1, S=S, R=R, D=D)
     return (cdiv(R, block_m),), ints
+
+
+# ----------------------------------------------------------------------------------
+# The KV-cache append (_append_rows): every stride and size, and the grid.
+# ----------------------------------------------------------------------------------
+def append_launch(x, dst, cache_seqlens, table, batch_idx, cos, sin, block_t):
+    """``(grid, ints)`` of ``_append_rows``: x ``(B, N_new, H, D)``, dst the cache ``(B_cache, N_cache, H, D)``,
+    a paged cache ``(num_pages, PAGE_SIZE, H, D)`` or a tensor like x; ``cache_seqlens`` ``(B,)``; ``table``
+    the block table ``(B, max_pages)``, ``batch_idx`` ``cache_batch_idx`` ``(B,)``, ``cos``/``sin`` the rotary
+    tables ``(seqlen_ro, rotary_dim / 2)`` (one-element placeholders where a flag compiles the read out:
+    their strides are passed, never used). Grid ``(B, H, cdiv(N_new, block_t))``."""
+    B, N_NEW, H, _ = x.shape
+    ints = dict(zip(("stride_xb", "stride_xn", "stride_xh", "stride_xd"), x.stride()))
+    ints.update(zip(("stride_db", "stride_dn", "stride_dh", "stride_dd"), dst.stride()))
+    ints.update(stride_bt_b=table.stride(0), stride_bt_p=table.stride(-1), stride_cs=cache_seqlens.stride(0),
+                stride_bi=batch_idx.stride(0), stride_cos_n=cos.stride(0), stride_cos_d=cos.stride(-1),
+                stride_sin_n=sin.stride(0), stride_sin_d=sin.stride(-1), N_NEW=N_NEW)
+    return (B, H, cdiv(N_NEW, block_t)), ints

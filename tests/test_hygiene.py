@@ -141,6 +141,9 @@ def test_readme_states_the_number_of_reviewed_exceptions():
     ("fwd", "slope = tl.load(Slopes + slope_off)", "slope = tl.load(Slopes + off_b * stride_sb + off_h)",
      "Slopes + off_b * stride_sb + off_h"),
     ("fwd", "tl.store(Keep + keep_off,", "tl.store(Keep + keep_off + N_K,", "Keep + keep_off + N_K"),
+    # the KV-cache append (claim append_addresses): the audit's block-table row stride, typed back in
+    ("decode", "page = tl.load(BlockTable + abt_off,", "page = tl.load(BlockTable + off_b * stride_bt_b + page_idx,",
+     "BlockTable + off_b * stride_bt_b + page_idx"),
     # softmax and the merges (claim rows_addresses): the old unit-stride lines
     ("softmax", "x = tl.load(X + x_off,", "x = tl.load(X + offs_m[:, None] * stride_xr + offs_n[None, :],",
      "X + offs_m[:, None] * stride_xr + offs_n[None, :]"),

@@ -1253,3 +1253,32 @@ def test_forward_address_dropout_keep_assumed_contiguous_is_refuted():
     keep = swap(FG["keep_offset"], AD.keep_off, (AD.off_b * H + AD.off_h) * N_Q * N_K
                 + terms.col(AD.offs_m64) * N_K + terms.row(AD.offs_n))
     assert _forward_failing(groups=dict(FG, keep_offset=keep)) == ["_dropout_keep: keep offset is keep[b, h, i, j]"]
+
+
+# ---------------------------------------------------------------- issue 24: the KV-cache append's addresses
+APG = AD.APPEND_GROUPS
+
+
+def test_append_address_block_table_without_its_column_stride_is_refuted():
+    """The old append kernel's block-table entry, off_b·stride_bt_b + page_idx (column stride 1)."""
+    look = swap(APG["lookups"], AD.abt_off, AD.off_b * AD.AP_["stride_bt_b"] + AD.P.page_idx)
+    failing = _failing(PAD.prove_append_addresses(groups=dict(APG, lookups=look)))
+    # the page read from the wrong entry moves the cache row too
+    assert failing == ["paged: block_table offset is block_table[b, j // PAGE_SIZE]",
+                       "paged: cache offset is cache[block_table[b, j // PS], j % PS, head, d]"], failing
+
+
+def test_append_address_cache_seqlens_at_b_is_refuted():
+    """The old kernel's CacheSeqlens + off_b: right only for a contiguous cache_seqlens."""
+    look = swap(APG["lookups"], AD.acs_off, AD.off_b)
+    failing = _failing(PAD.prove_append_addresses(groups=dict(APG, lookups=look)))
+    assert sorted(failing) == [f"{k}: cache_seqlens offset is cache_seqlens[b]" for k in ("cache", "paged", "tensor")]
+
+
+def test_append_address_launch_with_sin_read_by_cos_strides_is_refuted():
+    def bad(x, dst, cs, table, bi, cos, sin, block_t):
+        grid, ints = LA.append_launch(x, dst, cs, table, bi, cos, sin, block_t)
+        return grid, dict(ints, stride_sin_n=ints["stride_cos_n"], stride_sin_d=ints["stride_cos_d"])
+
+    failing = _failing(PAD.prove_append_addresses(launch=bad))
+    assert sorted(failing) == [f"{k}: sin offset is sin[pos, freq]" for k in ("cache", "paged", "tensor")]

@@ -614,3 +614,114 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
         ("sink offset is sinks[r % H]", gs[A.msink_off], sinks, (sp.Mod(r, sinks.shape[0]),))],
         [(d, o.shape[1]), (s, o_s.shape[0])])
     return result(A.CLAIM_ROWS, cases, "offsets by SymPy (canonical zero), extents by z3")
+
+
+# ----------------------------------------------------------------------------------
+# The KV-cache append.
+# ----------------------------------------------------------------------------------
+@claim(A.CLAIM_APPEND,
+       "the KV-cache append's addresses: for all shapes and non-negative strides of x (B, N_new, H, D), the "
+       "destination (a contiguous cache (B_cache, N_cache, H, D), a paged cache (num_pages, PAGE_SIZE, H, D) or a "
+       "tensor like x), cache_seqlens and cache_batch_idx (B,), block_table (B, max_pages) and the rotary tables "
+       "cos, sin (seqlen_ro, R), with the strides and grid spec.launch.append_launch passes (the function the "
+       "launcher calls), every printed offset of _append_rows (spec.addresses.APPEND_GROUPS) is the offset of the "
+       "element the reference reads or writes — cache_seqlens[b], cache_batch_idx[b], block_table[b, j // "
+       "PAGE_SIZE], x[b, t, head, d] and its rotary partner x[b, t, head, pair], cache[block_table[b, j // "
+       "PAGE_SIZE], j % PAGE_SIZE, head, d] (paged), cache[off_bc, j, head, d] (contiguous; off_bc = b or "
+       "cache_batch_idx[b]), out[b, t, head, d], cos/sin[pos, freq] — with j = cache_seqlens[b] + t; and x, the "
+       "destination, cache_seqlens, cache_batch_idx and block_table are read or written inside their shapes for "
+       "every program of the grid and every lane t < N_new, d < D (given cache_seqlens[b] + N_new <= the "
+       "capacity, page ids in [0, num_pages), cache_batch_idx entries in [0, B_cache), B_cache = B without it; "
+       "the rotary partner and table lanes pair < D, pos < seqlen_ro, freq < R are claim rotary_rotation's)",
+       r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d",
+       terms=tuple(t.name for g in A.APPEND_GROUPS.values() for t in g),
+       scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the offsets, "
+             "z3 for the extents); mathematical integers Z (off_b, off_head, page and off_bc are int64; t·stride, "
+             "j·stride, d·stride and the table products are int32 products no claim bounds by 2^31)")
+def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
+    launch = L.append_launch if launch is None else launch
+    block_t = sp.Symbol("BLOCK_T", integer=True, positive=True)
+    x = A.symbolic("x", ("B", "N_new", "H", "D"))
+    B, N_new, H, D = x.shape
+    cs, bi, bt = A.symbolic("cache_seqlens", (B,)), A.symbolic("cache_batch_idx", (B,)), A.symbolic(
+        "block_table", (B, "MP"))
+    cos, sin = A.symbolic("cos", ("seqlen_ro", "R")), A.symbolic("sin", ("seqlen_ro", "R"))
+    dsts = {"paged": A.symbolic("cache", ("NP", "PS", H, D)), "cache": A.symbolic("cache", ("B_cache", "N_cache", H, D)),
+            "tensor": A.symbolic("out", x.shape)}
+    t, d, j = A.offs_t, A.offs_d, A.offs_j
+    lookups = {term.symbol: term for term in groups["lookups"]}
+    xs = {term.symbol: term for term in groups["x"]}
+    (dst_term,) = groups["dst"]
+    tables = {term.symbol: term for term in groups["tables"]}
+    cases = []
+    page_of = sp.Function("block_table_at")
+    for kind, dst in dsts.items():
+        grid, ints = launch(x, dst, cs, bt if kind == "paged" else cs, bi, cos, sin, block_t)
+        launched = {sym: sp.sympify(ints[name]) for name, sym in A.AP_.items() if name in ints}
+
+        def at(term, sub=None):
+            e = _lanes(term.expr)
+            for base, value in (sub or {}).items():
+                e = e.xreplace({base: value})
+            return sp.expand(e.xreplace(launched))
+
+        def same(name, got, tensor, index):
+            cases.append((f"{kind}: {name}", difference(got, sp.expand(tensor.offset_of(index)))))
+
+        x_rows = {A.x_base: _lanes(xs[A.x_base].expr)}
+        same("x offset is x[b, t, head, d]", at(xs[A.xa_off], x_rows), x, (A.off_b, t, A.off_head, d))
+        same("partner offset is x[b, t, head, pair]", at(xs[A.xp_off], x_rows), x, (A.off_b, t, A.off_head,
+                                                                                   A.offs_pair))
+        same("cache_seqlens offset is cache_seqlens[b]", at(lookups[A.acs_off]), cs, (A.off_b,))
+        for name, term, tensor in (("cos", tables[A.cos_off], cos), ("sin", tables[A.sin_off], sin)):
+            same(f"{name} offset is {name}[pos, freq]", at(term), tensor, (A.offs_pos, A.offs_freq))
+        z = _Z3A()
+        b0, h0, pid2, lane = z3.Ints("pid_b pid_h pid_t lane")
+        dims = [z(sp.sympify(s_)) >= 1 for s_ in (B, N_new, H, D, block_t)]
+        hyp = dims + [0 <= b0, b0 < z(sp.sympify(grid[0])), 0 <= h0, h0 < z(sp.sympify(grid[1])), 0 <= pid2,
+                      pid2 < z(sp.sympify(grid[2])), 0 <= lane, lane < z(block_t)]
+        tz = pid2 * z(block_t) + lane
+        lanes = [tz < z(N_new), 0 <= z(d), z(d) < z(D)]
+        cases.append(_decide(f"{kind}: x[b, t, head, d] inside (lanes t < N_new, d < D)", hyp + lanes,
+                             _inside((b0, tz, h0, z(d)), x.shape)))
+        cases.append(_decide(f"{kind}: cache_seqlens[b] inside", hyp, _inside((b0,), (B,))))
+        cases.append(_decide(f"{kind}: the grid covers every (b, head, t)", dims,
+                             z3.And(z(sp.sympify(grid[0])) == z(B), z(sp.sympify(grid[1])) == z(H),
+                                    z(sp.sympify(grid[2])) * z(block_t) >= z(N_new))))
+        dst_rows = {term.symbol: term for term in groups[f"dst_{kind}"]}[A.dst_base]
+        start, jz = z3.Int("cache_seqlens_value"), z3.Int("j_value")
+        if kind == "paged":
+            gather = {s_: e.xreplace(launched) for s_, e in terms.chain(P.PAGE_GATHER).items()}
+            gather = {s_: e.xreplace({n.j: j, P.page_size: dst.shape[1]}) for s_, e in gather.items()}
+            bt_at = at(lookups[A.abt_off], {P.page_idx: gather[P.page_idx]})
+            same("block_table offset is block_table[b, j // PAGE_SIZE]", bt_at, bt, (A.off_b, gather[P.page_idx]))
+            page = page_of(sp.expand(bt.offset_of((A.off_b, gather[P.page_idx]))))
+            got = at(dst_term, {A.dst_base: _lanes(dst_rows.expr)}).xreplace(
+                {A.page: page_of(bt_at), P.slot: gather[P.slot], P.page_idx: gather[P.page_idx]})
+            same("cache offset is cache[block_table[b, j // PS], j % PS, head, d]", sp.expand(got), dst,
+                 (page, gather[P.slot], A.off_head, d))
+            PSz, MPz, NPz, pz = z(dst.shape[1]), z(bt.shape[1]), z(dst.shape[0]), z3.Int("page_value")
+            cap = [0 <= start, jz == start + tz, start + z(N_new) <= MPz * PSz, PSz >= 1, MPz >= 1, NPz >= 1,
+                   0 <= pz, pz < NPz]
+            cases.append(_decide("paged: block_table[b, j // PS] and cache[page, j % PS, head, d] inside "
+                                 "(lanes t < N_new, d < D)", hyp + lanes + cap,
+                                 z3.And(_inside((b0, jz / PSz), bt.shape),
+                                        _inside((pz, jz % PSz, h0, z(d)), (NPz, PSz, z(H), z(D))))))
+        elif kind == "cache":
+            same("cache_batch_idx offset is cache_batch_idx[b]", at(lookups[A.abi_off]), bi, (A.off_b,))
+            got = at(dst_term, {A.dst_base: _lanes(dst_rows.expr)})
+            same("cache offset is cache[off_bc, j, head, d]", got, dst, (A.off_bc, j, A.off_head, d))
+            Ncz, Bcz, offbc = z(dst.shape[1]), z(dst.shape[0]), z3.Int("off_bc_value")
+            cap = [0 <= start, jz == start + tz, start + z(N_new) <= Ncz]
+            for what, row_hyp in (("b (B_cache = B)", [offbc == b0, Bcz == z(B)]),
+                                  ("cache_batch_idx[b] in [0, B_cache)", [0 <= offbc, offbc < Bcz])):
+                cases.append(_decide(f"cache: cache[off_bc, j, head, d] inside, off_bc = {what} (lanes t < N_new, "
+                                     "d < D)", hyp + lanes + cap + row_hyp,
+                                     z3.And(_inside((offbc, jz, h0, z(d)), (Bcz, Ncz, z(H), z(D))),
+                                            _inside((b0,), (B,)))))
+        else:
+            got = at(dst_term, {A.dst_base: _lanes(dst_rows.expr)})
+            same("out offset is out[b, t, head, d]", got, dst, (A.off_b, t, A.off_head, d))
+            cases.append(_decide("tensor: out[b, t, head, d] inside (lanes t < N_new, d < D)", hyp + lanes,
+                                 _inside((b0, tz, h0, z(d)), dst.shape)))
+    return result(A.CLAIM_APPEND, cases, "offsets by SymPy (canonical zero), extents by z3")
