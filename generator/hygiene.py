@@ -22,8 +22,10 @@
 4. **pointer arithmetic printed** (issue 24). In a function not on ``POINTER_GAPS``, the pointer of
    every ``tl.load`` / ``tl.store`` is a pointer parameter alone or ``pointer + offset`` with
    ``offset`` a name a printed address term assigns (``spec.addresses``, claims
-   ``decode_addresses`` / ``varlen_addresses``), and no other statement computes on a pointer
-   (a pointer is a parameter some load or store of the function reads through). Integer arithmetic
+   ``decode_addresses`` / ``forward_addresses`` / ``rows_addresses`` / ``append_addresses`` /
+   ``varlen_addresses``), and no other statement computes on a pointer
+   (a pointer is a parameter some load or store of the function reads through, or that it hands
+   to a helper of the file at a pointer parameter's place: ``_file_pointers``). Integer arithmetic
    on pointers that is not printed is refused, as unprinted float arithmetic is.
 
 The allow-list (reviewed; keep it short):
@@ -186,10 +188,38 @@ def _pointers(fn: ast.FunctionDef) -> set[str]:
     return out
 
 
-def _pointer_problems(fn: ast.FunctionDef, lines, printed: set[str], addresses: set[str]) -> list[str]:
+def _file_pointers(jit: list[ast.FunctionDef]) -> dict[str, set[str]]:
+    """``{function: its pointer parameters}``: those a load or store reads through, a TMA descriptor's
+    ``.load``/``.store`` is called on, or that the function hands to a helper of the file at a pointer
+    parameter's place (to a fixed point: ``K`` of ``_attn_fwd`` reaches a load only in ``_attn_fwd_tile``)."""
+    params = {fn.name: [a.arg for a in fn.args.args] for fn in jit}
+    out = {fn.name: _pointers(fn) for fn in jit}
+    for fn in jit:
+        for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                     and c.func.attr in ("load", "store") and isinstance(c.func.value, ast.Name)
+                     and c.func.value.id in params[fn.name]):
+            out[fn.name].add(call.func.value.id)  # desc.load([...]), Out.store([...], ...)
+    changed = True
+    while changed:
+        changed = False
+        for fn in jit:
+            for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                         and c.func.id in params):
+                callee = params[call.func.id]
+                for k, arg in enumerate(call.args):
+                    if (k < len(callee) and callee[k] in out[call.func.id] and isinstance(arg, ast.Name)
+                            and arg.id in params[fn.name] and arg.id not in out[fn.name]):
+                        out[fn.name].add(arg.id)
+                        changed = True
+    return out
+
+
+def _pointer_problems(fn: ast.FunctionDef, lines, printed: set[str], addresses: set[str],
+                      pointers: set[str] | None = None) -> list[str]:
     """Rule 4 for one function: loads and stores through ``pointer`` or ``pointer + <printed offset>``,
-    no other arithmetic on a pointer outside printed lines."""
-    pointers = _pointers(fn)
+    no other arithmetic on a pointer outside printed lines (``pointers``: the function's pointer
+    parameters, ``_file_pointers``; by default those it loads or stores through)."""
+    pointers = _pointers(fn) if pointers is None else pointers
     problems = []
     for stmt in (x for x in ast.walk(fn) if isinstance(x, ast.stmt)
                  and not isinstance(x, (ast.If, ast.For, ast.While, ast.FunctionDef))):
@@ -225,12 +255,13 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
     helpers = {fn.name for fn in jit}
     stage_names = {name for triple in stages for name in triple[:2]}
     problems = []
+    file_pointers = _file_pointers(jit)
     addresses = {name for name in (line.split("=", 1)[0].strip() for line in printed
                                    if any(f"(claim: {c})" in line for c in ADDRESS_CLAIMS))
                  if name.endswith("_off")}  # the offsets of spec.addresses (OFFSET_SUFFIX), not its indices
     for fn in jit:
         if fn.name not in POINTER_GAPS:
-            problems += _pointer_problems(fn, lines, printed, addresses)
+            problems += _pointer_problems(fn, lines, printed, addresses, file_pointers[fn.name])
         for stmt in ast.walk(fn):
             if not isinstance(stmt, ast.stmt) or isinstance(stmt, (ast.FunctionDef, ast.If, ast.For)):
                 if isinstance(stmt, (ast.If, ast.For)):  # their headers: conditions and ranges
