@@ -91,6 +91,10 @@ class Strided:
             raise ValueError(f"view {shape} of {self.name} {self.shape}: a different number of elements")
         return Strided(self.name, shape, contiguous_strides(shape))
 
+    def new_empty(self, shape, **_) -> "Strided":
+        """A new tensor of ``shape``, contiguous (as ``torch.Tensor.new_empty`` makes it)."""
+        return Strided(f"new_{self.name}", shape, contiguous_strides(tuple(sp.sympify(s) for s in shape)))
+
     def transpose(self, a: int, b: int) -> "Strided":
         shape, strides = list(self.shape), list(self.strides)
         shape[a], shape[b] = shape[b], shape[a]
@@ -392,3 +396,32 @@ APPEND_TABLES = (
 APPEND_GROUPS = {"lookups": APPEND_LOOKUPS, "x": APPEND_X, "dst_paged": APPEND_DST_PAGED,
                  "dst_cache": APPEND_DST_CACHE, "dst_tensor": APPEND_DST_TENSOR, "dst": APPEND_DST,
                  "tables": APPEND_TABLES}
+
+
+# ----------------------------------------------------------------------------------
+# The backward's preprocess (_attn_bwd_preprocess): O, dO, dL/dlse, the saved lse, the backward's own rows
+# (Δ, lse2, dsink: one layout, made by spec.launch.backward_row_tensors) and the sinks, for the strides
+# spec.launch.preprocess_launch passes (claim backward_addresses). The dK/dV and dQ kernels: a listed gap.
+# ----------------------------------------------------------------------------------
+CLAIM_BACKWARD = "backward_addresses"
+BACKWARD_STRIDES = {name: _int(name) for name in (
+    "stride_ob", "stride_oh", "stride_om", "stride_od", "stride_dob", "stride_doh", "stride_dom", "stride_dod",
+    "stride_lb", "stride_lh", "stride_lm", "stride_slb", "stride_slh", "stride_slm", "stride_rb", "stride_rh",
+    "stride_rm", "stride_sink")}
+B_ = BACKWARD_STRIDES
+bo_off, bdo_off, dlse_off, slse_off, brow_off, bsink_off = (_int(s) for s in (
+    "bo_off", "bdo_off", "dlse_off", "slse_off", "brow_off", "bsink_off"))
+PREPROCESS_OFFSETS = (
+    Term(bo_off, off_b * B_["stride_ob"] + off_h * B_["stride_oh"] + col(offs_m) * B_["stride_om"]
+         + row(offs_d) * B_["stride_od"], CLAIM_BACKWARD, "out[b, h, i, d]"),
+    Term(bdo_off, off_b * B_["stride_dob"] + off_h * B_["stride_doh"] + col(offs_m) * B_["stride_dom"]
+         + row(offs_d) * B_["stride_dod"], CLAIM_BACKWARD, "grad_out[b, h, i, d]"),
+    Term(dlse_off, off_b * B_["stride_lb"] + off_h * B_["stride_lh"] + offs_m * B_["stride_lm"], CLAIM_BACKWARD,
+         "grad_lse[b, h, i]"),
+    Term(slse_off, off_b * B_["stride_slb"] + off_h * B_["stride_slh"] + offs_m * B_["stride_slm"],
+         CLAIM_BACKWARD, "lse[b, h, i] (saved by the forward)"),
+    Term(brow_off, off_b * B_["stride_rb"] + off_h * B_["stride_rh"] + offs_m * B_["stride_rm"], CLAIM_BACKWARD,
+         "delta, lse2, dsink[b, h, i]"),
+    Term(bsink_off, off_h * B_["stride_sink"], CLAIM_BACKWARD, "sinks[h]"),
+)
+BACKWARD_GROUPS = {"preprocess": PREPROCESS_OFFSETS}

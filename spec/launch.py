@@ -241,3 +241,29 @@ def append_launch(x, dst, cache_seqlens, table, batch_idx, cos, sin, block_t):
                 stride_bi=batch_idx.stride(0), stride_cos_n=cos.stride(0), stride_cos_d=cos.stride(-1),
                 stride_sin_n=sin.stride(0), stride_sin_d=sin.stride(-1), N_NEW=N_NEW)
     return (B, H, cdiv(N_NEW, block_t)), ints
+
+
+# ----------------------------------------------------------------------------------
+# The backward's preprocess (_attn_bwd_preprocess): its own row tensors, every stride, the grid.
+# ----------------------------------------------------------------------------------
+def backward_row_tensors(lse, sinks: bool):
+    """The backward's per-row fp32 tensors in ``lse``'s shape, contiguous (``new_empty``): Δ, lse2 and,
+    with sinks, each row's part of dL/dsink (else None). The preprocess writes them with Δ's strides."""
+    return lse.new_empty(lse.shape), lse.new_empty(lse.shape), lse.new_empty(lse.shape) if sinks else None
+
+
+def preprocess_launch(out, do, grad_lse, lse, delta, sinks, block_m):
+    """``(grid, ints)`` of ``_attn_bwd_preprocess``: out, do ``(B, Hq, N_Q, D)`` or packed ``(total_q, Hq,
+    D)``; grad_lse, lse and delta ``(B, Hq, N_Q)`` or packed ``(Hq, total_q)`` (Δ, lse2, dsink share Δ's
+    layout: ``backward_row_tensors``); ``sinks`` ``(Hq,)`` (a placeholder when off). A packed batch runs as
+    one batch: grid ``(cdiv(total_q, block_m), Hq)``, else ``(cdiv(N_Q, block_m), B x Hq)``."""
+    packed = out.dim() == 3
+    ints = dict(zip(("stride_ob", "stride_oh", "stride_om", "stride_od"), attention_strides(out)))
+    ints.update(zip(("stride_dob", "stride_doh", "stride_dom", "stride_dod"), attention_strides(do)))
+    ints.update(zip(("stride_lb", "stride_lh", "stride_lm"), lse_strides(grad_lse)))
+    ints.update(zip(("stride_slb", "stride_slh", "stride_slm"), lse_strides(lse)))
+    ints.update(zip(("stride_rb", "stride_rh", "stride_rm"), lse_strides(delta)))
+    H = out.shape[1]
+    N_Q = out.shape[0] if packed else out.shape[2]
+    ints.update(stride_sink=sinks.stride(0), H=H, N_Q=N_Q)
+    return (cdiv(N_Q, block_m), H if packed else out.shape[0] * H), ints

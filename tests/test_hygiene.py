@@ -146,6 +146,8 @@ def test_readme_states_the_number_of_reviewed_exceptions():
     # the KV-cache append (claim append_addresses): the audit's block-table row stride, typed back in
     ("decode", "page = tl.load(BlockTable + abt_off,", "page = tl.load(BlockTable + off_b * stride_bt_b + page_idx,",
      "BlockTable + off_b * stride_bt_b + page_idx"),
+    # the backward preprocess (claim backward_addresses): its old contiguous rows
+    ("bwd", "lse = tl.load(Lse + slse_off,", "lse = tl.load(Lse + off_bh * N_Q + offs_m,", "Lse + off_bh * N_Q + offs_m"),
     # softmax and the merges (claim rows_addresses): the old unit-stride lines
     ("softmax", "x = tl.load(X + x_off,", "x = tl.load(X + offs_m[:, None] * stride_xr + offs_n[None, :],",
      "X + offs_m[:, None] * stride_xr + offs_n[None, :]"),

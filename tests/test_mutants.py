@@ -1282,3 +1282,30 @@ def test_append_address_launch_with_sin_read_by_cos_strides_is_refuted():
 
     failing = _failing(PAD.prove_append_addresses(launch=bad))
     assert sorted(failing) == [f"{k}: sin offset is sin[pos, freq]" for k in ("cache", "paged", "tensor")]
+
+
+# ---------------------------------------------------------------- issue 24: the backward preprocess's addresses
+def test_backward_address_rows_assumed_contiguous_are_refuted():
+    """The old preprocess's rows, off_bh·N_Q + offs_m, for the saved lse: right only for a contiguous (B, H, N_Q)."""
+    H, N_Q = sp.Symbol("H", integer=True), sp.Symbol("N_Q", integer=True)
+    pre = swap(AD.PREPROCESS_OFFSETS, AD.slse_off, (AD.off_b * H + AD.off_h) * N_Q + AD.offs_m)
+    failing = _failing(PAD.prove_backward_addresses(groups={"preprocess": pre}))
+    assert failing == ["dense: lse offset is lse[b, h, i]", "packed: lse offset is lse[b, h, i]"], failing
+
+
+def test_backward_address_launch_bugs_are_refuted():
+    """dL/dlse passed with the saved lse's strides (the autograd one may be expanded); lse2 made in another
+    layout than Δ's (the preprocess writes both with Δ's strides)."""
+    def dlse_as_lse(out, do, grad_lse, lse, delta, sinks, block_m):
+        grid, ints = LA.preprocess_launch(out, do, grad_lse, lse, delta, sinks, block_m)
+        return grid, dict(ints, stride_lb=ints["stride_slb"], stride_lh=ints["stride_slh"], stride_lm=ints["stride_slm"])
+
+    failing = _failing(PAD.prove_backward_addresses(launch=dlse_as_lse))
+    assert failing == ["dense: grad_lse offset is grad_lse[b, h, i]", "packed: grad_lse offset is grad_lse[b, h, i]"]
+
+    def lse2_transposed(lse, sinks):
+        delta, lse2, dsink = LA.backward_row_tensors(lse, sinks)
+        return delta, lse2.transpose(0, 1), dsink
+
+    failing = _failing(PAD.prove_backward_addresses(row_tensors=lse2_transposed))
+    assert "dense: row offset is lse2[b, h, i]" in failing, failing

@@ -725,3 +725,77 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
             cases.append(_decide("tensor: out[b, t, head, d] inside (lanes t < N_new, d < D)", hyp + lanes,
                                  _inside((b0, tz, h0, z(d)), dst.shape)))
     return result(A.CLAIM_APPEND, cases, "offsets by SymPy (canonical zero), extents by z3")
+
+
+# ----------------------------------------------------------------------------------
+# The backward's preprocess.
+# ----------------------------------------------------------------------------------
+@claim(A.CLAIM_BACKWARD,
+       "the backward preprocess's addresses: for all shapes and non-negative strides of out, grad_out (B, Hq, N_Q, D) "
+       "or packed (total_q, Hq, D), grad_lse and the saved lse (B, Hq, N_Q) or packed (Hq, total_q) and sinks (Hq,), "
+       "with Δ, lse2 and dsink made by spec.launch.backward_row_tensors and the strides and grid "
+       "spec.launch.preprocess_launch passes (the functions both launchers call), every printed offset of "
+       "_attn_bwd_preprocess (spec.addresses.BACKWARD_GROUPS) is the offset of the element the reference reads or "
+       "writes — out/grad_out[b, h, i, d], grad_lse/lse/Δ/lse2/dsink[b, h, i] (packed: [i, h, d], [h, i]), "
+       "sinks[h] — inside the tensor for every program of the grid and every lane i < N_Q, d < D, and the grid "
+       "covers every (b, h, i); the dK/dV and dQ kernels' pointer lines are a listed gap",
+       r"\mathrm{off}(X, (b, h, i)) = b\,s_b + h\,s_h + i\,s_i",
+       terms=tuple(t.name for g in A.BACKWARD_GROUPS.values() for t in g),
+       scope="symbolic shapes, strides (>= 0), grid and lanes, dense and packed (SymPy canonical zero for the "
+             "offsets, z3 for the extents); mathematical integers Z (off_b, off_h int64; the in-row products "
+             "int32, bounded by index_int32 for out and grad_out only)")
+def prove_backward_addresses(groups=A.BACKWARD_GROUPS, launch=None, row_tensors=None):
+    launch = L.preprocess_launch if launch is None else launch
+    row_tensors = L.backward_row_tensors if row_tensors is None else row_tensors
+    g = {t.symbol: t for t in groups["preprocess"]}
+    i, d = A.offs_m, A.offs_d
+    cases = []
+    for packed in (False, True):
+        tag = "packed" if packed else "dense"
+        if packed:
+            out, do = A.symbolic("out", ("total_q", "Hq", "D")), A.symbolic("do", ("total_q", "Hq", "D"))
+            rows_shape = (out.shape[1], out.shape[0])
+        else:
+            out, do = A.symbolic("out", ("B", "Hq", "N_Q", "D")), A.symbolic("do", ("B", "Hq", "N_Q", "D"))
+            rows_shape = out.shape[:3]
+        dlse, lse, sinks = A.symbolic("grad_lse", rows_shape), A.symbolic("lse", rows_shape), A.symbolic(
+            "sinks", (out.shape[1],))
+        delta, lse2, dsink = row_tensors(lse, True)
+        grid, ints = launch(out, do, dlse, lse, delta, sinks, n.B_r)
+        launched = {sym: sp.sympify(ints[name]) for name, sym in A.B_.items() if name in ints}
+        b = sp.Integer(0) if packed else A.off_b  # a packed batch runs as one batch (batch strides 0)
+        full = (lambda t: (i, A.off_h, d)) if packed else (lambda t: (A.off_b, A.off_h, i, d))  # noqa: E731
+        row = (lambda t: (A.off_h, i)) if packed else (lambda t: (A.off_b, A.off_h, i))  # noqa: E731
+
+        def same(name, sym, tensor, index):
+            got = sp.expand(_lanes(g[sym].expr).xreplace(launched).xreplace({A.off_b: b}))
+            cases.append((f"{tag}: {name}", difference(got, sp.expand(tensor.offset_of(index)))))
+
+        same("out offset is out[b, h, i, d]", A.bo_off, out, full(out))
+        same("grad_out offset is grad_out[b, h, i, d]", A.bdo_off, do, full(do))
+        same("grad_lse offset is grad_lse[b, h, i]", A.dlse_off, dlse, row(dlse))
+        same("lse offset is lse[b, h, i]", A.slse_off, lse, row(lse))
+        for name, t in (("delta", delta), ("lse2", lse2), ("dsink", dsink)):
+            same(f"row offset is {name}[b, h, i]", A.brow_off, t, row(t))
+        same("sink offset is sinks[h]", A.bsink_off, sinks, (A.off_h,))
+        # extents: program (pid_m, pid1) of the grid; off_b = pid1 // H, off_h = pid1 % H
+        z = _Z3A()
+        pidm, pid1, lane = z3.Ints("pid_m pid1 lane")
+        H, N = z(sp.sympify(ints["H"])), z(sp.sympify(ints["N_Q"]))
+        dims = [z(x) >= 1 for x in (*out.shape, n.B_r)]
+        hyp = dims + [0 <= pidm, pidm < z(sp.sympify(grid[0])), 0 <= pid1, pid1 < z(sp.sympify(grid[1])),
+                      0 <= lane, lane < z(n.B_r)]
+        offb, offh, iz = pid1 / H, pid1 % H, pidm * z(n.B_r) + lane
+        lanes = [iz < N, 0 <= z(d), z(d) < z(out.shape[-1])]
+        if packed:
+            cases.append(_decide("packed: the one batch: pid1 < Hq is the head", hyp, offb == 0))
+        idx_full = (iz, offh, z(d)) if packed else (offb, offh, iz, z(d))
+        idx_row = (offh, iz) if packed else (offb, offh, iz)
+        cases.append(_decide(f"{tag}: out/grad_out[b, h, i, d] inside (lanes i < N_Q, d < D)", hyp + lanes,
+                             _inside(idx_full, out.shape)))
+        cases.append(_decide(f"{tag}: grad_lse/lse/delta/lse2/dsink[b, h, i] and sinks[h] inside (lanes i < N_Q)",
+                             hyp + lanes, z3.And(_inside(idx_row, rows_shape), _inside((offh,), sinks.shape))))
+        bh = z(sp.sympify(out.shape[0])) * z(sp.sympify(out.shape[1])) if not packed else z(sp.sympify(out.shape[1]))
+        cases.append(_decide(f"{tag}: the grid covers every (b, h, i)", dims,
+                             z3.And(z(sp.sympify(grid[0])) * z(n.B_r) >= N, z(sp.sympify(grid[1])) == bh)))
+    return result(A.CLAIM_BACKWARD, cases, "offsets by SymPy (canonical zero), extents by z3")
