@@ -260,17 +260,30 @@ def chain(terms) -> dict[sp.Symbol, sp.Expr]:
 # any later kernel: varlen, decode) prints them through the one jinja include
 # ``score_mod.jinja``.
 # ----------------------------------------------------------------------------------
-#: once per launch: the constants of the cap, folded with the scale and log2(e)
+#: once per launch: the constants of the cap, in raw-score units
 SOFTCAP_SCALARS = (
-    Term(n.softcap_in, 2 * n.LOG2E * n.sm_scale / n.softcap, "score_mod_invariant",
-         "2·log2(e)·scale / c: tanh(y) = 1 − 2 / (2^{2 y log2 e} + 1), y = scale·x / c"),
+    Term(n.softcap_in, n.sm_scale / n.softcap, "score_mod_invariant",
+         "scale / c: the argument y = scale·x / c of tanh"),
     Term(n.softcap_out, n.softcap / n.sm_scale, "score_mod_invariant",
          "c / scale: the capped score back in raw-score units (qk·qk_scale = s·log2 e)"),
 )
-#: per tile, after QK and before the mask: the cap (t is kept for the backward's 1 − t²)
+#: where the cap's t switches from Lambert's rational form (|y| below it) to the exp2 form
+SOFTCAP_SPLIT = sp.Integer(1)
+#: Lambert's continued fraction tanh y = y/(1 + y²/(3 + y²/(5 + y²/(7 + y²/(9 + ...))))), cut after 9: its
+#: convergent C_4(y) = y·(945 + 105 y² + y⁴) / (945 + 420 y² + 15 y⁴), positive integer coefficients
+#: (exact in fp32, no cancellation: relative error O(u), claim softcap_accuracy), in Horner form
+SOFTCAP_RATIONAL = n.y * (945 + n.y2 * (105 + n.y2)) / (945 + n.y2 * (420 + 15 * n.y2))
+#: the exp2 form of tanh: exact, and relatively accurate where |y| >= SOFTCAP_SPLIT (no cancellation)
+SOFTCAP_EXP2 = 1 - 2 / (exp2(n.y * 2 * n.LOG2E) + 1)
+#: per tile, after QK and before the mask: the cap (t is kept for the backward's 1 − t²). tanh by
+#: exp2 alone, 1 − 2/(2^{2y log2 e} + 1), has an absolute error ~u: relative u/|y| for small y, so
+#: c·t erred by ~c·u (issue 23 row 8); below |y| = 1 the rational form is relatively accurate
 SOFTCAP = (
-    Term(n.t, 1 - 2 / (exp2(n.qk * n.softcap_in) + 1), "score_mod_bounds",
-         "t = tanh(scale·x / c) by exp2; in [−1, 1], no NaN for any x (2^{+inf} gives 1)"),
+    Term(n.y, n.qk * n.softcap_in, "softcap_accuracy", "y = scale·x / c"),
+    Term(n.y2, n.y * n.y, "softcap_accuracy", "y², the rational form's variable"),
+    Term(n.t, sp.Piecewise((SOFTCAP_RATIONAL, sp.Abs(n.y) < SOFTCAP_SPLIT), (SOFTCAP_EXP2, True)), "softcap_accuracy",
+         "t = tanh(y): Lambert's convergent for |y| < 1, else by exp2; relative error <= SOFTCAP_REL, "
+         "in [−1, 1], no NaN selected for any x (2^{+inf} gives 1)"),
     Term(n.qk, n.t * n.softcap_out, "score_mod_invariant",
          "s = c·t, applied after scaling and before masking"),
 )

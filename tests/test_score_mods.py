@@ -232,6 +232,21 @@ def test_tiny_scale_with_a_score_mod_is_refused_naming_the_limit(scale, mod):
     torch.testing.assert_close(out.double(), want, atol=2e-6, rtol=2e-6)
 
 
+@pytest.mark.parametrize("cap", [1e3, 1e4, 1e30])
+def test_large_softcap_within_the_proven_bound(cap):
+    """Issue 23 row 8: tanh by exp2 alone has an absolute error ~u, so c·t erred by ~c·u: on this case
+    (3 keys, so each weight follows its own score) out / lse errors 3.9e-5 / 8e-5 at c = 1e3, 3.3e-4 /
+    6.2e-4 at 1e4, 0.53 / 0.71 at 1e30 before the fix, ~1e-7 / 2e-7 after. The printed cap is relatively
+    accurate (claim softcap_accuracy): fp32 against float64 within forward_bound(softcap=True), the bound
+    of this very case (claim forward_error_bound), at every cap."""
+    gen = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 2, 40, 16, generator=gen)
+    k, v = (torch.randn(1, 2, 3, 16, generator=gen) for _ in range(2))
+    out, lse = on_device(flash_attention, q, k, v, softcap=cap, return_lse=True, block=(16, 32))
+    ref_out, ref_lse = reference(q.double(), k.double(), v.double(), softcap=cap)
+    assert attention_failures(out, lse, ref_out, ref_lse, v, q=q, k=k, softcap=True, block_n=32) == []
+
+
 # ----------------------------------------------------------------------------------
 # Mutants printed into the templates: the same numeric checks catch them.
 # ----------------------------------------------------------------------------------
