@@ -217,7 +217,8 @@ Numbers.SOFTCAP_REL = SOFTCAP_REL
 def softcap_score_factor(g_d, g_2, g_4, rho_t, u):
     """The capped score's exponent error relative to ``s·A``: the dot (``γ_D``), the argument
     ``y = fl(x·fl(s/c))`` (``γ_2``; tanh is 1-Lipschitz and ``|tanh y| <= |y|``), t's relative error
-    ``ρ_t``, then ``fl(c/s)``, ``t·softcap_out``, ``fl(log2 e)``, ``fl(s·log2 e)`` and the product by it (``γ_5``), and
+    ``ρ_t``, then ``fl(log2 e)``, ``fl(c·log2 e)``, ``t·softcap_out`` and the tile's exact product by ``qk_scale = 1``
+    (3 roundings; ``γ_5`` an upper count), and
     ``2u·max|t^|`` from the max's subtraction and the rescales, as ``score_factor`` (claim
     ``forward_error_bound``)."""
     return (1 + g_d) * (1 + g_2) * (1 + rho_t) * (1 + g_4) * (1 + 2 * u) - 1

@@ -470,6 +470,20 @@ def test_softcap_accuracy_catches(mutant):
     assert_failed(PSM.prove_softcap_accuracy(**kw))
 
 
+# issue 23 row 9: the modified score in log2 units, the tile at scale 1, no quotient by the scale
+@pytest.mark.parametrize("mutant", ["tile_scale_kept", "score_log2_dropped", "score_log2_scalar_unfolded",
+                                    "alibi_raw_units", "softcap_raw_units"])
+def test_score_mod_log2_units_catch(mutant):
+    kw = {"tile_scale_kept": dict(mod_tile_scale=replace(terms.MOD_TILE_SCALE, expr=terms.QK_SCALE.expr)),
+          "score_log2_dropped": dict(score_log2=swap(terms.SCORE_LOG2, n.qk, n.qk)),
+          "score_log2_scalar_unfolded": dict(score_log2_scalar=replace(terms.SCORE_LOG2_SCALAR, expr=n.sm_scale)),
+          # the old raw-score units: slope / scale and c / scale (they overflowed fp32 for tiny scales)
+          "alibi_raw_units": dict(alibi_scalar=replace(terms.ALIBI_SCALAR, expr=n.slope / n.sm_scale)),
+          "softcap_raw_units": dict(softcap_scalars=swap(terms.SOFTCAP_SCALARS, n.softcap_out,
+                                                         n.softcap / n.sm_scale))}[mutant]
+    assert_failed(PSM.prove_score_mod_invariant(**kw))
+
+
 def test_softcap_bounds_and_error_bound_catch():
     # a rational branch that leaves [-1, 1]: y·(945 + ...)/(945 − ...) grows past 1 before |y| = 1
     wide = swap(terms.SOFTCAP, n.t, sp.Piecewise(

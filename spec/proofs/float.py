@@ -346,8 +346,8 @@ def _composition_cases(bound):
 def _softcap_score_cases(softcap_factor):
     """The capped score (softcap on), natural units: exact ``P = c·tanh(s x/c)``, computed ``V = Q·f`` with
     ``Q = c·tanh(y^)``, ``y^ = fl(x^·fl(s/c))`` (so ``c·y^ = s·x^·ℓ``, ``ℓ`` in ``1 ± γ_2``), ``f = (1 + r)·ℓ_5``
-    (t's relative error ``|r| <= ρ_t``, claim softcap_accuracy; ``fl(c/s)``, ``t·softcap_out``, ``fl(log2 e)``, ``fl(s log2 e)``
-    and the product by it: ``ℓ_5`` in ``1 ± γ_5``). Hypotheses: tanh is 1-Lipschitz and ``|tanh a| <= |a|``,
+    (t's relative error ``|r| <= ρ_t``, claim softcap_accuracy; ``fl(log2 e)``, ``fl(c·log2 e)``, ``t·softcap_out``,
+    then the tile's product by ``qk_scale = 1``, exact: 3 roundings, ``ℓ_5`` in ``1 ± γ_5`` an upper count). Hypotheses: tanh is 1-Lipschitz and ``|tanh a| <= |a|``,
     so ``|Q − P| <= |s x^ ℓ − s x| <= F_0`` and ``|Q| <= |s x^ ℓ| <= B_0`` (the score cases above)."""
     u, sA, gD, g4, rho, Q, P, f, F0, B0 = z3.Reals("u sA g_D g_5 rho Q P f F0 B0")
     g2 = 2 * u / (1 - 2 * u)

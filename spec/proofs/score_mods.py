@@ -56,17 +56,20 @@ def softcap_branch(softcap_terms, which: int = -1):
 
 
 def modified_scores(xs, js, softcap_terms=terms.SOFTCAP, alibi_terms=terms.ALIBI, softcap_scalars=terms.SOFTCAP_SCALARS,
-                    alibi_scalar=terms.ALIBI_SCALAR, use_softcap=True, use_alibi=True, branch=-1):
-    """The kernel's ``qk`` of raw scores ``xs`` at key positions ``js`` after the score-mod
-    lines the template prints (softcap, then ALiBi), and the kernel's ``t`` of each key; the
-    cap's ``t`` on its select's branch ``branch`` (``-1``: the exp2 form, tanh exactly)."""
+                    alibi_scalar=terms.ALIBI_SCALAR, use_softcap=True, use_alibi=True, branch=-1,
+                    score_log2=terms.SCORE_LOG2, score_log2_scalar=terms.SCORE_LOG2_SCALAR):
+    """The kernel's ``qk`` (log2 units) of raw scores ``xs`` at key positions ``js`` after the
+    score-mod lines the template prints (softcap, or ALiBi alone's SCORE_LOG2, then ALiBi), and the
+    kernel's ``t`` of each key; the cap's ``t`` on its select's branch ``branch`` (``-1``: the exp2
+    form, tanh exactly)."""
     softcap_terms = softcap_branch(softcap_terms, branch)
     env = {n.sm_scale: s, n.softcap: c, n.slope: n.slope, n.i: I, n.shift: SHIFT}
-    env.update(run_terms(softcap_scalars, env))
+    env.update(run_terms(softcap_scalars if use_softcap else (score_log2_scalar,), env))
     env.update(run_terms((alibi_scalar,), env))
     out, ts = [], []
     for x, j in zip(xs, js):
-        lines = (tuple(softcap_terms) if use_softcap else ()) + (tuple(alibi_terms) if use_alibi else ())
+        into_log2 = tuple(softcap_terms) if use_softcap else tuple(score_log2) if use_alibi else ()
+        lines = into_log2 + (tuple(alibi_terms) if use_alibi else ())
         got = run_terms(lines, {**env, n.qk: x, n.j: j})
         out.append(got.get(n.qk, x))
         ts.append(got.get(n.t))
@@ -85,8 +88,9 @@ def _tanh_as_exp(expr):
 
 # ----------------------------------------------------------------------------------
 @claim("score_mod_invariant",
-       "the printed softcap and ALiBi lines give qk·qk_scale = (c·tanh(scale·x/c) − slope·|i + shift − j|)·log2 e "
-       "(each alone and both; the cap's t on its exp2 branch, tanh exactly: its rational branch, |y| < 1, is "
+       "the printed softcap and ALiBi lines give the modified score in log2 units, and the tile lines run with the "
+       "printed qk_scale = 1 after them (MOD_TILE_SCALE), so qk·qk_scale = (c·tanh(scale·x/c) − slope·|i + shift − j|)·log2 e "
+       "with no quotient by the scale (each alone and both; the cap's t on its exp2 branch, tanh exactly: its rational branch, |y| < 1, is "
        "tanh within SOFTCAP_REL, claim softcap_accuracy), and the tile update on those modified, then masked, scores is the ⊕-fold "
        "of single-key states with the modified logits: the online-softmax invariant and ⊕ hold for any "
        "per-entry transformed logit (a masked key stays out, whatever its modified value)",
@@ -95,20 +99,23 @@ def _tanh_as_exp(expr):
        scope="fixed sizes: a row of 2 keys (each masked or not), per-entry f symbolic; reals, exact")
 def prove_score_mod_invariant(softcap_terms=terms.SOFTCAP, alibi_terms=terms.ALIBI,
                               softcap_scalars=terms.SOFTCAP_SCALARS, alibi_scalar=terms.ALIBI_SCALAR,
-                              forward_tile=terms.FORWARD_TILE, mask_term=masks.MASK_TERM, mod_before_mask=True):
+                              forward_tile=terms.FORWARD_TILE, mask_term=masks.MASK_TERM, mod_before_mask=True,
+                              score_log2=terms.SCORE_LOG2, score_log2_scalar=terms.SCORE_LOG2_SCALAR,
+                              mod_tile_scale=terms.MOD_TILE_SCALE):
     x, = _keys(1)
     j, = _key_positions(1)
     kw = dict(softcap_terms=softcap_terms, alibi_terms=alibi_terms, softcap_scalars=softcap_scalars,
-              alibi_scalar=alibi_scalar)
+              alibi_scalar=alibi_scalar, score_log2=score_log2, score_log2_scalar=score_log2_scalar)
+    tile_scale = mod_tile_scale.expr
     pairs = []
     for label, cap, bias in (("softcap", True, False), ("alibi", False, True), ("softcap then alibi", True, True)):
         got = modified_scores([x], [j], use_softcap=cap, use_alibi=bias, **kw)[0][0]
-        pairs.append((f"{label}: qk·qk_scale·ln2 = definition", got * QK_SCALE * n.LN2,
-                      _tanh_as_exp(definition(x, j, cap, bias))))
+        pairs.append((f"{label}: qk·qk_scale·ln2 = definition (qk_scale = the printed MOD_TILE_SCALE)",
+                      got * tile_scale * n.LN2, _tanh_as_exp(definition(x, j, cap, bias))))
     # the tile update on the modified scores (the mask after the modification, as printed):
     # any per-entry logit f(x_j) enters the state exactly as a raw logit would
     xs, js, vs = _keys(2), _key_positions(2), _keys(2, "v")
-    f = sp.Function("f", real=True)  # an arbitrary per-entry transformation, in raw-score units
+    f = sp.Function("f", real=True)  # an arbitrary per-entry transformation, in log2 units
     generic = [f(xx) for xx in xs]
     printed = modified_scores(xs, js, **kw)[0]
     tile_cases = [("any f", generic, state, masked) for state in (finite_state(""), R.E)
@@ -121,9 +128,9 @@ def prove_score_mod_invariant(softcap_terms=terms.SOFTCAP, alibi_terms=terms.ALI
         else:  # the mutant order: mask the raw scores, then modify (-oo capped to -c)
             raw = masked_scores(xs, masked, mask_term)
             scores = modified_scores(raw, js, **kw)[0] if name != "any f" else [f(r) for r in raw]
-        keys = [R.key_state(s * mod[k], vs[k]) for k in range(2) if k not in masked]
+        keys = [R.key_state(mod[k] * tile_scale * n.LN2, vs[k]) for k in range(2) if k not in masked]
         pairs.append((f"{name}, {state_label}, masked keys {list(masked)}",
-                      kernel_tile(state, scores, vs, forward_tile), R.fold([state] + keys)))
+                      kernel_tile(state, scores, vs, forward_tile, mod_tile_scale), R.fold([state] + keys)))
     return result("score_mod_invariant", equal_cases(pairs),
                   "exact identities (tanh as exp), a 2-key tile with masked keys, finite and -oo state")
 
@@ -138,21 +145,23 @@ def prove_score_mod_invariant(softcap_terms=terms.SOFTCAP, alibi_terms=terms.ALI
        scope="symbolic scores, slopes and positions; reals, exact (not rounded)")
 def prove_score_mod_bounds(softcap_terms=terms.SOFTCAP, softcap_scalars=terms.SOFTCAP_SCALARS,
                            alibi_terms=terms.ALIBI, alibi_scalar=terms.ALIBI_SCALAR,
-                           forward_tile=terms.FORWARD_TILE, sink_fold=terms.SINK_FOLD):
+                           forward_tile=terms.FORWARD_TILE, sink_fold=terms.SINK_FOLD,
+                           mod_tile_scale=terms.MOD_TILE_SCALE):
     x, = _keys(1)
     j, = _key_positions(1)
     (capped,), (t,) = modified_scores([x], [j], softcap_terms, alibi_terms, softcap_scalars, alibi_scalar,
                                       use_alibi=False)
-    natural = capped * QK_SCALE * n.LN2  # the capped natural-log score c·t
+    tile_scale = mod_tile_scale.expr
+    natural = capped * tile_scale * n.LN2  # the capped natural-log score c·t
     (biased,), _ = modified_scores([x], [j], softcap_terms, alibi_terms, softcap_scalars, alibi_scalar,
                                    use_softcap=False)
     cases = [
         ("t <= 1", nonnegative(1 - t)), ("t >= -1", nonnegative(1 + t)),
         ("c·t <= c", nonnegative(c - natural)), ("c·t >= -c", nonnegative(c + natural)),
-        ("bias <= 0: biased score <= scale·x", nonnegative(s * x - biased * QK_SCALE * n.LN2)),
+        ("bias <= 0: biased score <= scale·x", nonnegative(s * x - biased * tile_scale * n.LN2)),
     ]
     cases += _rational_bounds(softcap_terms)
-    cases += _biased_exponents(forward_tile, alibi_terms, alibi_scalar) + _sink_exponents(sink_fold)
+    cases += _biased_exponents(forward_tile, alibi_terms, alibi_scalar, mod_tile_scale) + _sink_exponents(sink_fold)
     return result("score_mod_bounds", cases, "signs decided by SymPy on slack variables; the rational branch by z3")
 
 
@@ -211,14 +220,15 @@ def z3_verdict(facts, goal, timeout_ms=30000):
     return sp.Integer(0) if answer == z3.unsat else sp.Symbol(f"z3 {answer}: {solver.model() if answer == z3.sat else ''}")
 
 
-def _biased_exponents(forward_tile, alibi_terms, alibi_scalar):
-    """Every exp2 argument of the tile update is <= 0 when the scores carry the bias: the raw
-    scores are chosen so that the *biased* ones realise each case of who holds the max."""
+def _biased_exponents(forward_tile, alibi_terms, alibi_scalar, mod_tile_scale):
+    """Every exp2 argument of the tile update is <= 0 when the scores carry the bias: the scores
+    entering the bias (log2 units) are chosen so that the *biased* ones realise each case of who
+    holds the max (targets in raw-score units: log2 score = target·scale·log2 e)."""
     a = finite_state("")
     t0, t1, t2 = sp.symbols("t_0:3", nonnegative=True)
     js = _key_positions(2)
     coef = run_terms((alibi_scalar,), {})[n.alibi_coef]
-    raw = lambda k, target: target + coef * sp.Abs(I + SHIFT - js[k])  # raw score whose biased value is target
+    raw = lambda k, target: target * QK_SCALE + coef * sp.Abs(I + SHIFT - js[k])  # its biased value: target·s·log2 e
     y1, y2 = _keys(2, "y")  # the biased scores, raw-score units
     scenarios = {
         "old max holds the max": (a, [(a.m - t1) / s, (a.m - t2) / s]),
@@ -231,7 +241,7 @@ def _biased_exponents(forward_tile, alibi_terms, alibi_scalar):
     for label, (state, targets) in scenarios.items():
         scores = [run_terms(alibi_terms, {n.qk: raw(k, y), n.alibi_coef: coef, n.i: I, n.j: js[k],
                                           n.shift: SHIFT})[n.qk] for k, y in enumerate(targets)]
-        env = forward_env(state, scores, _keys(2, "v"))
+        env = forward_env(state, scores, _keys(2, "v"), mod_tile_scale)
         for name, arg in arguments:
             for k, value in enumerate(sp.Matrix([interpret(arg, env)])):
                 cases.append((f"{label}: exponent of {name}[{k}] <= 0", nonnegative(-value)))
@@ -356,7 +366,7 @@ def prove_softcap_grad(softcap_ds=terms.SOFTCAP_DS, softcap_terms=terms.SOFTCAP,
         pairs.append((f"{label}: printed factor·scale = ∂s/∂x", _tanh_as_exp(factor * s),
                       _tanh_as_exp(sp.diff(definition(x, j, cap, bias), x))))
         pairs.append((f"{label}: printed factor·scale = ∂(printed qk·qk_scale·ln 2)/∂x", factor * s,
-                      sp.diff(qk * QK_SCALE * n.LN2, x)))
+                      sp.diff(qk * terms.MOD_TILE_SCALE.expr * n.LN2, x)))
         if cap:  # the dK/dV kernel's key-major copy (dSᵀ, tT) applies the same factor to each entry
             factor_t = run_terms(softcap_ds_t, {n.dsT: 1, n.tT: t})[n.dsT]
             pairs.append((f"{label}: key-major factor (SOFTCAP_DS_T) = row-major factor", factor_t, factor))
@@ -477,8 +487,7 @@ def _gamma_index(e):
        r" & |y|<1\\ 1-\frac{2}{2^{2y\log_2 e}+1} & |y|\ge 1\end{cases}",
        scope="every real y; reals (z3 nonlinear arithmetic on the stated rational bounds, u = 2^-24, U_FUNC = 4u); "
              "the tanh facts and the continued fraction's bracketing are hypotheses; the rounding of y itself "
-             "is the error bound's (softcap_score_factor)",
-       assumptions=("score_mod_scale",))
+             "is the error bound's (softcap_score_factor)")
 def prove_softcap_accuracy(softcap_terms=terms.SOFTCAP, softcap_scalars=terms.SOFTCAP_SCALARS,
                            num_roundings=error_bound.SOFTCAP_NUM_ROUNDINGS,
                            den_roundings=error_bound.SOFTCAP_DEN_ROUNDINGS,
