@@ -23,6 +23,7 @@ from spec import recurrences as R
 from spec import error_bound, terms
 from spec.proofs.tools import ZERO, equal_cases, natural_exp, finite_state, interpret, nonnegative, result, run_terms, scalar
 from spec.proofs.kernel import forward_env, kernel_tile, masked_scores
+from spec.proofs.ring import to_z3
 from spec.proofs.softmax import fold_merge
 from spec.registry import claim
 
@@ -174,41 +175,10 @@ def _rational_bounds(softcap_terms):
         return [("t has a rational branch", sp.Symbol("no select"))]
     (rational, cond), y = t_expr.args[0], z3.Real("y")
     env = {n.y: y}
-    t, where = to_z3_real(rational.xreplace({n.y2: own.get(n.y2, n.y2)}), env), to_z3_real(cond, env)
+    t, where = to_z3(rational.xreplace({n.y2: own.get(n.y2, n.y2)}), env), to_z3(cond, env)
     ab = z3.If(y >= 0, y, -y)
     return [("rational branch: where it is taken, −1 <= −|y| <= t <= |y| <= 1",
              z3_verdict([where], z3.And(t <= ab, -t <= ab, t <= 1, t >= -1)))]
-
-
-def to_z3_real(e, env: dict):
-    """z3 real term of a rational SymPy expression or condition (+, ·, integer powers, Abs, comparisons);
-    ``env`` maps its symbols. Anything else raises: a new construct is never silently approximated."""
-    e = sp.sympify(e)
-    if e.is_Integer or e.is_Rational:
-        return z3.RealVal(str(e))
-    if e.is_Symbol:
-        return env[e]
-    args = [to_z3_real(a, env) for a in e.args] if not isinstance(e, sp.Pow) else None
-    if isinstance(e, sp.Add):
-        return z3.Sum(args)
-    if isinstance(e, sp.Mul):
-        out = args[0]
-        for a in args[1:]:
-            out = out * a
-        return out
-    if isinstance(e, sp.Pow) and e.exp.is_Integer:
-        base = to_z3_real(e.base, env)
-        out = z3.RealVal(1)
-        for _ in range(abs(int(e.exp))):
-            out = out * base
-        return out if e.exp >= 0 else 1 / out
-    if isinstance(e, sp.Abs):
-        return z3.If(args[0] >= 0, args[0], -args[0])
-    ops = {sp.Lt: lambda a, b: a < b, sp.Le: lambda a, b: a <= b, sp.Gt: lambda a, b: a > b,
-           sp.Ge: lambda a, b: a >= b, sp.And: z3.And}
-    if type(e) in ops:
-        return ops[type(e)](*args)
-    raise TypeError(f"no z3 form for {type(e).__name__}: {e}")
 
 
 def z3_verdict(facts, goal, timeout_ms=30000):
@@ -518,7 +488,7 @@ def prove_softcap_accuracy(softcap_terms=terms.SOFTCAP, softcap_scalars=terms.SO
     # (4) truncation: tanh lies between C_4 and C_5 (hypothesis), |C_5 − C_4| <= ε·min(C_4, C_5) on (0, 1)
     eps = sp.nsimplify(cf)
     yz = z3.Real("y")
-    z4, z5 = to_z3_real(sp.cancel(c4).xreplace({y: n.y}), {n.y: yz}), to_z3_real(sp.cancel(c5).xreplace({y: n.y}), {n.y: yz})
+    z4, z5 = to_z3(sp.cancel(c4).xreplace({y: n.y}), {n.y: yz}), to_z3(sp.cancel(c5).xreplace({y: n.y}), {n.y: yz})
     ez = z3.RealVal(str(eps))
     cases.append((f"0 < y < 1 => |C_5 − C_4| <= {eps}·min(C_4, C_5)",
                   z3_verdict([yz > 0, yz < 1], z3.And(z5 - z4 <= ez * z4, z4 - z5 <= ez * z4,
