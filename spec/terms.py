@@ -283,25 +283,12 @@ SOFTCAP_EXP2 = 1 - 2 / (exp2(n.y * 2 * n.LOG2E) + 1)
 #: per tile, after QK and before the mask: the cap (t is kept for the backward's 1 − t²). tanh by
 #: exp2 alone, 1 − 2/(2^{2y log2 e} + 1), has an absolute error ~u: relative u/|y| for small y, so
 #: c·t erred by ~c·u (issue 23 row 8); below |y| = 1 the rational form is relatively accurate
-def softcap_select(rational, exp2_form):
-    """``t`` as printed: one division for both branches (a second IEEE division per element spilled the
-    sm_90 128x128 forward with every modification on), ``rational = N/D`` and ``exp2_form = 1 − 2/(e + 1)``
-    as ``select(0, 1) − select(−N, 2) / select(D, e + 1)`` on ``|y| < 1``; each branch is exactly its form
-    (``0 − (−N)/D``: the negation and the subtraction from 0 are exact)."""
-    small = sp.Abs(n.y) < SOFTCAP_SPLIT
-    num, den = sp.fraction(rational)
-    e_plus_1 = sp.fraction(exp2_form - 1)[1]  # 1 − 2/(e + 1) − 1 = −2/(e + 1)
-    pick = lambda a, b: sp.Piecewise((a, small), (b, True))  # noqa: E731
-    # unevaluated: SymPy would push the reciprocal into the select's branches (two divisions again)
-    return pick(0, 1) - sp.Mul(pick(-num, 2), sp.Pow(pick(den, e_plus_1), -1, evaluate=False), evaluate=False)
-
-
 SOFTCAP = (
     Term(n.y, n.qk * n.softcap_in, "softcap_accuracy", "y = scale·x / c"),
     Term(n.y2, n.y * n.y, "softcap_accuracy", "y², the rational form's variable"),
-    Term(n.t, softcap_select(SOFTCAP_RATIONAL, SOFTCAP_EXP2), "softcap_accuracy",
-         "t = tanh(y): Lambert's convergent N/D for |y| < 1, else 1 − 2/(2^{2y log2 e} + 1); one division; "
-         "relative error <= SOFTCAP_REL, in [−1, 1], no NaN selected for any x (2^{+inf} gives 1)"),
+    Term(n.t, sp.Piecewise((SOFTCAP_RATIONAL, sp.Abs(n.y) < SOFTCAP_SPLIT), (SOFTCAP_EXP2, True)), "softcap_accuracy",
+         "t = tanh(y): Lambert's convergent for |y| < 1, else by exp2; relative error <= SOFTCAP_REL, "
+         "in [−1, 1], no NaN selected for any x (2^{+inf} gives 1)"),
     Term(n.qk, n.t * n.softcap_out, "score_mod_invariant",
          "s·log2 e = c·t·log2 e, applied after scaling and before masking"),
 )

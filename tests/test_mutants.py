@@ -449,25 +449,21 @@ def test_sink_once_combine_catches(mutant):
 
 # issue 23 row 8: the cap's t, its rational branch and the counts behind SOFTCAP_REL
 SOFTCAP_EXP2_ONLY = swap(terms.SOFTCAP, n.t, terms.SOFTCAP_EXP2)  # the old line: absolute error ~u
-SOFTCAP_CF_COEF = swap(terms.SOFTCAP, n.t, terms.softcap_select(
-    n.y * (945 + n.y2 * (105 + n.y2)) / (945 + n.y2 * (420 + 14 * n.y2)), terms.SOFTCAP_EXP2))
-SOFTCAP_SHORT_CF = swap(terms.SOFTCAP, n.t, terms.softcap_select(  # C_3, cut after 7: ~100u at |y| = 1
-    n.y * (105 + 10 * n.y2) / (105 + n.y2 * (45 + n.y2)), terms.SOFTCAP_EXP2))
-SOFTCAP_TWO_DIVISIONS = swap(terms.SOFTCAP, n.t, sp.Piecewise(  # the selects' one division split in two
-    (terms.SOFTCAP_RATIONAL, sp.Abs(n.y) < 1), (terms.SOFTCAP_EXP2, True)))
+SOFTCAP_CF_COEF = swap(terms.SOFTCAP, n.t, sp.Piecewise(
+    (n.y * (945 + n.y2 * (105 + n.y2)) / (945 + n.y2 * (420 + 14 * n.y2)), sp.Abs(n.y) < 1), (terms.SOFTCAP_EXP2, True)))
+SOFTCAP_SHORT_CF = swap(terms.SOFTCAP, n.t, sp.Piecewise(  # C_3, cut after 7: ~100u at |y| = 1
+    (n.y * (105 + 10 * n.y2) / (105 + n.y2 * (45 + n.y2)), sp.Abs(n.y) < 1), (terms.SOFTCAP_EXP2, True)))
 SOFTCAP_SPLIT_LOW = swap(terms.SOFTCAP, n.t, sp.Piecewise(
     (terms.SOFTCAP_RATIONAL, sp.Abs(n.y) < sp.Rational(1, 8)), (terms.SOFTCAP_EXP2, True)))
 SOFTCAP_Y_UNSCALED = swap(terms.SOFTCAP, n.y, n.qk)
 SOFTCAP_Y2_WRONG = swap(terms.SOFTCAP, n.y2, n.y)
 
 
-@pytest.mark.parametrize("mutant", ["exp2_only", "cf_coefficient", "short_cf", "two_divisions", "split_low", "y_unscaled",
-                                    "y2_wrong",
+@pytest.mark.parametrize("mutant", ["exp2_only", "cf_coefficient", "short_cf", "split_low", "y_unscaled", "y2_wrong",
                                     "fewer_roundings", "smaller_cf_bound", "exp2_bound_too_small"])
 def test_softcap_accuracy_catches(mutant):
     kw = {"exp2_only": dict(softcap_terms=SOFTCAP_EXP2_ONLY), "cf_coefficient": dict(softcap_terms=SOFTCAP_CF_COEF),
-          "short_cf": dict(softcap_terms=SOFTCAP_SHORT_CF), "two_divisions": dict(softcap_terms=SOFTCAP_TWO_DIVISIONS),
-          "split_low": dict(softcap_terms=SOFTCAP_SPLIT_LOW),
+          "short_cf": dict(softcap_terms=SOFTCAP_SHORT_CF), "split_low": dict(softcap_terms=SOFTCAP_SPLIT_LOW),
           "y_unscaled": dict(softcap_terms=SOFTCAP_Y_UNSCALED), "y2_wrong": dict(softcap_terms=SOFTCAP_Y2_WRONG),
           "fewer_roundings": dict(num_roundings=5), "smaller_cf_bound": dict(cf=2.0**-30),
           "exp2_bound_too_small": dict(exp2_branch=2.0**-24)}[mutant]
@@ -490,8 +486,8 @@ def test_score_mod_log2_units_catch(mutant):
 
 def test_softcap_bounds_and_error_bound_catch():
     # a rational branch that leaves [-1, 1]: y·(945 + ...)/(945 − ...) grows past 1 before |y| = 1
-    wide = swap(terms.SOFTCAP, n.t, terms.softcap_select(
-        n.y * (945 + n.y2 * (105 + n.y2)) / (945 + n.y2 * (15 * n.y2 - 420)), terms.SOFTCAP_EXP2))
+    wide = swap(terms.SOFTCAP, n.t, sp.Piecewise(
+        (n.y * (945 + n.y2 * (105 + n.y2)) / (945 + n.y2 * (15 * n.y2 - 420)), sp.Abs(n.y) < 1), (terms.SOFTCAP_EXP2, True)))
     assert_failed(PSM.prove_score_mod_bounds(softcap_terms=wide))
     # the error bound's softcap factor without t's error (or without the output roundings)
     from spec import error_bound as EB

@@ -44,22 +44,14 @@ def _key_positions(count: int):
     return list(sp.symbols(f"j_1:{count + 1}", integer=True))
 
 
-def _on_branch(expr, which: int):
-    """``expr`` with every select on ``|y| < SOFTCAP_SPLIT`` taken on its branch ``which`` (0: the rational
-    form's side, -1: the exp2 form's); SymPy then evaluates ``0 − (−N)/D`` to ``N/D``."""
-    split = sp.Abs(n.y) < terms.SOFTCAP_SPLIT
-    return expr.replace(lambda e: isinstance(e, sp.Piecewise) and e.args[0].cond == split,
-                        lambda e: e.args[which].expr)
-
-
 def softcap_branch(softcap_terms, which: int = -1):
-    """``softcap_terms`` with the cap's ``t`` taken on one branch of its selects (``-1``: the exp2 form,
+    """``softcap_terms`` with the cap's ``t`` taken on one branch of its select (``-1``: the exp2 form,
     exact; ``0``: the rational form, Lambert's convergent, claim softcap_accuracy); a ``t`` with no
     select is kept as it is."""
     out = []
     for term in softcap_terms:
-        if term.symbol == n.t:
-            term = terms.Term(term.symbol, _on_branch(term.expr, which), term.claim, term.note)
+        if term.symbol == n.t and isinstance(term.expr, sp.Piecewise):
+            term = terms.Term(term.symbol, term.expr.args[which].expr, term.claim, term.note)
         out.append(term)
     return tuple(out)
 
@@ -175,16 +167,15 @@ def prove_score_mod_bounds(softcap_terms=terms.SOFTCAP, softcap_scalars=terms.SO
 
 
 def _rational_bounds(softcap_terms):
-    """The rational branch of t (taken where ``|y| < 1``): ``|t| <= |y| < 1`` (z3, reals), with ``y2`` the
-    printed ``y·y``."""
+    """The rational branch of t (taken where its condition holds): ``|t| <= |y| < 1`` (z3, reals), with
+    ``y2`` the printed ``y·y``."""
     own = {term.symbol: term.expr for term in softcap_terms}
     t_expr = own.get(n.t)
-    if t_expr is None or not t_expr.has(sp.Piecewise):
+    if not isinstance(t_expr, sp.Piecewise):
         return [("t has a rational branch", sp.Symbol("no select"))]
-    rational, y = _on_branch(t_expr, 0), z3.Real("y")
+    (rational, cond), y = t_expr.args[0], z3.Real("y")
     env = {n.y: y}
-    t = to_z3(rational.xreplace({n.y2: own.get(n.y2, n.y2)}), env)
-    where = to_z3(sp.Abs(n.y) < terms.SOFTCAP_SPLIT, env)
+    t, where = to_z3(rational.xreplace({n.y2: own.get(n.y2, n.y2)}), env), to_z3(cond, env)
     ab = z3.If(y >= 0, y, -y)
     return [("rational branch: where it is taken, −1 <= −|y| <= t <= |y| <= 1",
              z3_verdict([where], z3.And(t <= ab, -t <= ab, t <= 1, t >= -1)))]
@@ -480,10 +471,11 @@ def prove_softcap_accuracy(softcap_terms=terms.SOFTCAP, softcap_scalars=terms.SO
                   sp.simplify(y_value - s * n.qk / c) if y_value is not None else sp.Symbol("no y")))
     cases.append(("y2 = y·y", ZERO if own.get(n.y2) == n.y * n.y else sp.Tuple(own.get(n.y2))))
     t_expr = own.get(n.t)
-    rational, exp2_form = (_on_branch(t_expr, 0), _on_branch(t_expr, -1)) if t_expr is not None else (None, None)
-    if t_expr is None or terms.SOFTCAP_SPLIT != 1 or t_expr != terms.softcap_select(rational, exp2_form):
-        return result("softcap_accuracy", cases + [("t = select(0, 1) − select(−N, 2)/select(D, e + 1) on |y| < 1",
-                                                    sp.Tuple(t_expr))], "")
+    split = sp.Abs(n.y) < terms.SOFTCAP_SPLIT
+    if not (isinstance(t_expr, sp.Piecewise) and len(t_expr.args) == 2 and t_expr.args[0].cond == split
+            and terms.SOFTCAP_SPLIT == 1):
+        return result("softcap_accuracy", cases + [("t = select(|y| < 1, rational, exp2)", sp.Tuple(t_expr))], "")
+    rational, exp2_form = t_expr.args[0].expr, t_expr.args[1].expr
     y = sp.Symbol("y", positive=True)
     # (2) the rational branch is Lambert's convergent C_4 (a changed coefficient fails here)
     c4, c5 = lambert_convergent(y, 9), lambert_convergent(y, 11)
@@ -501,8 +493,7 @@ def prove_softcap_accuracy(softcap_terms=terms.SOFTCAP, softcap_scalars=terms.SO
     cases.append((f"0 < y < 1 => |C_5 − C_4| <= {eps}·min(C_4, C_5)",
                   z3_verdict([yz > 0, yz < 1], z3.And(z5 - z4 <= ez * z4, z4 - z5 <= ez * z4,
                                                        z5 - z4 <= ez * z5, z4 - z5 <= ez * z5))))
-    # (5) the rounding count of the printed rational branch: numerator and denominator (the select prints −N:
-    # the negation, and 0 − (−N)/D, are exact)
+    # (5) the rounding count of the printed rational branch: numerator and denominator
     num, den = sp.fraction(rational)
     for label, part, stated in (("numerator", num, num_roundings), ("denominator", den, den_roundings)):
         count = _gamma_index(part)
