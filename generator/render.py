@@ -79,7 +79,10 @@ def score_mod_context() -> dict:
     helper ``_score_mod`` takes them broadcast to the layout of its tile."""
     return {"score_mod": {
         "softcap_scalars": _lines(T.SOFTCAP_SCALARS),
+        "score_log2_scalar": print_term(T.SCORE_LOG2_SCALAR),
         "softcap": _lines(T.SOFTCAP),
+        "score_log2": _lines(T.SCORE_LOG2),
+        "mod_tile_scale": print_term(T.MOD_TILE_SCALE),
         "alibi_scalar": print_term(T.ALIBI_SCALAR),
         "alibi": _lines(T.ALIBI),
         "sink_fold": _lines(T.SINK_FOLD),

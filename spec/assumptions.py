@@ -88,13 +88,6 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
                "cannot overflow int32",
                "reject (eager); clamp: under torch.compile each value is clamped to [-2^30, 2^30] on the "
                "device", 2**30),
-    # --- issue 23, row 9: the score modifications' raw-score units
-    Assumption("score_mod_scale",
-               "with a softcap or ALiBi slopes, |s| >= 2^-64: the kernels carry the modified score in raw-score "
-               "units (c/s, slope/s) multiplied by qk_scale = s·log2 e, which stay finite, normal fp32 numbers "
-               "for c < 2^64 and |slope|·(N_q + N_k) < 2^64 (slope/s overflowed for s <= 1e-38); s = 0 is "
-               "accepted (rewritten to s' = 1 with q' = 0, claim scale_sign_rewrite)",
-               "reject", 2.0**-64),
 )}
 
 

@@ -447,6 +447,57 @@ def test_sink_once_combine_catches(mutant):
         assert any(label.startswith("step:") for label in failing), failing
 
 
+# issue 23 row 8: the cap's t, its rational branch and the counts behind SOFTCAP_REL
+SOFTCAP_EXP2_ONLY = swap(terms.SOFTCAP, n.t, terms.SOFTCAP_EXP2)  # the old line: absolute error ~u
+SOFTCAP_CF_COEF = swap(terms.SOFTCAP, n.t, sp.Piecewise(
+    (n.y * (945 + n.y2 * (105 + n.y2)) / (945 + n.y2 * (420 + 14 * n.y2)), sp.Abs(n.y) < 1), (terms.SOFTCAP_EXP2, True)))
+SOFTCAP_SHORT_CF = swap(terms.SOFTCAP, n.t, sp.Piecewise(  # C_3, cut after 7: ~100u at |y| = 1
+    (n.y * (105 + 10 * n.y2) / (105 + n.y2 * (45 + n.y2)), sp.Abs(n.y) < 1), (terms.SOFTCAP_EXP2, True)))
+SOFTCAP_SPLIT_LOW = swap(terms.SOFTCAP, n.t, sp.Piecewise(
+    (terms.SOFTCAP_RATIONAL, sp.Abs(n.y) < sp.Rational(1, 8)), (terms.SOFTCAP_EXP2, True)))
+SOFTCAP_Y_UNSCALED = swap(terms.SOFTCAP, n.y, n.qk)
+SOFTCAP_Y2_WRONG = swap(terms.SOFTCAP, n.y2, n.y)
+
+
+@pytest.mark.parametrize("mutant", ["exp2_only", "cf_coefficient", "short_cf", "split_low", "y_unscaled", "y2_wrong",
+                                    "fewer_roundings", "smaller_cf_bound", "exp2_bound_too_small"])
+def test_softcap_accuracy_catches(mutant):
+    kw = {"exp2_only": dict(softcap_terms=SOFTCAP_EXP2_ONLY), "cf_coefficient": dict(softcap_terms=SOFTCAP_CF_COEF),
+          "short_cf": dict(softcap_terms=SOFTCAP_SHORT_CF), "split_low": dict(softcap_terms=SOFTCAP_SPLIT_LOW),
+          "y_unscaled": dict(softcap_terms=SOFTCAP_Y_UNSCALED), "y2_wrong": dict(softcap_terms=SOFTCAP_Y2_WRONG),
+          "fewer_roundings": dict(num_roundings=5), "smaller_cf_bound": dict(cf=2.0**-30),
+          "exp2_bound_too_small": dict(exp2_branch=2.0**-24)}[mutant]
+    assert_failed(PSM.prove_softcap_accuracy(**kw))
+
+
+# issue 23 row 9: the modified score in log2 units, the tile at scale 1, no quotient by the scale
+@pytest.mark.parametrize("mutant", ["tile_scale_kept", "score_log2_dropped", "score_log2_scalar_unfolded",
+                                    "alibi_raw_units", "softcap_raw_units"])
+def test_score_mod_log2_units_catch(mutant):
+    kw = {"tile_scale_kept": dict(mod_tile_scale=replace(terms.MOD_TILE_SCALE, expr=terms.QK_SCALE.expr)),
+          "score_log2_dropped": dict(score_log2=swap(terms.SCORE_LOG2, n.qk, n.qk)),
+          "score_log2_scalar_unfolded": dict(score_log2_scalar=replace(terms.SCORE_LOG2_SCALAR, expr=n.sm_scale)),
+          # the old raw-score units: slope / scale and c / scale (they overflowed fp32 for tiny scales)
+          "alibi_raw_units": dict(alibi_scalar=replace(terms.ALIBI_SCALAR, expr=n.slope / n.sm_scale)),
+          "softcap_raw_units": dict(softcap_scalars=swap(terms.SOFTCAP_SCALARS, n.softcap_out,
+                                                         n.softcap / n.sm_scale))}[mutant]
+    assert_failed(PSM.prove_score_mod_invariant(**kw))
+
+
+def test_softcap_bounds_and_error_bound_catch():
+    # a rational branch that leaves [-1, 1]: y·(945 + ...)/(945 − ...) grows past 1 before |y| = 1
+    wide = swap(terms.SOFTCAP, n.t, sp.Piecewise(
+        (n.y * (945 + n.y2 * (105 + n.y2)) / (945 + n.y2 * (15 * n.y2 - 420)), sp.Abs(n.y) < 1), (terms.SOFTCAP_EXP2, True)))
+    assert_failed(PSM.prove_score_mod_bounds(softcap_terms=wide))
+    # the error bound's softcap factor without t's error (or without the output roundings)
+    from spec import error_bound as EB
+    assert_failed(PF.prove_forward_error_bound(softcap_factor=lambda gd, g2, g5, rho, u: EB.score_factor(gd, g2, u)))
+    assert_failed(PF.prove_forward_error_bound(
+        softcap_factor=lambda gd, g2, g5, rho, u: (1 + gd) * (1 + g2) * (1 + rho) * (1 + 2 * u) - 1))
+    # forward_bound ignoring the softcap: not the stated composition
+    assert_failed(PF.prove_forward_error_bound(bound=lambda *a, softcap=False, **kw: EB.forward_bound(*a, **kw)))
+
+
 def test_gradient_claims_catch():
     assert_failed(PSM.prove_softcap_grad(softcap_ds=SOFTCAP_DS_DROPPED))
     assert_failed(PSM.prove_softcap_grad(softcap_terms=SOFTCAP_DROPPED))

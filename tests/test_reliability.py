@@ -422,8 +422,6 @@ ENFORCED = {
     "alignment_shift": _rejects("alignment must be one of", alignment="middle"),
     "dropout_p_range": _rejects(r"dropout_p must be in \[0, 1\).*dropout_p_range", dropout_p=1.0),
     "dropout_counter": _dropout_counter,
-    "score_mod_scale": lambda: (_rejects("score_mod_scale", scale=2.0**-65, alibi_slopes=torch.ones(2))(),
-                                _rejects("score_mod_scale", scale=-1e-40, softcap=30.0)()),
 }
 
 

@@ -315,20 +315,6 @@ def check_mask_mod(mask_mod, mask_args, q, k) -> torch.Tensor | None:
     return mask_mod.pack(mask_args, q.shape[0], q.shape[2], k.shape[2], device=q.device)
 
 
-def check_score_mod_scale(scale, *, softcap=None, alibi_slopes=None):
-    """[score_mod_scale] A softcap or ALiBi with ``0 < |scale| < 2^-64`` is refused: the kernels
-    carry the modified score as ``c/scale`` or ``slope/scale`` in fp32 (claim score_mod_invariant's
-    units), which overflows for so small a scale."""
-    least = limit("score_mod_scale")
-    if scale is None or (softcap is None and alibi_slopes is None) or scale == 0 or abs(scale) >= least:
-        return
-    which = " and ".join(name for name, v in (("softcap", softcap), ("alibi_slopes", alibi_slopes)) if v is not None)
-    raise ValueError(f"scale={scale!r} with {which}: |scale| < 2^-64 is outside score_mod_scale (the kernels carry "
-                     f"the modified score as c/scale or slope/scale in fp32, which overflows); the unmodified "
-                     f"logits scale·q·k are below 2^-64·|q·k| there, so pass scale=0 for the same result "
-                     f"(logits 0, then the cap and the bias)")
-
-
 def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None):
     """The checks of the score modifications (issue 15), with FlashAttention's names: ``softcap``
     a finite number > 0, ``alibi_slopes`` float32 ``(Hq,)`` or ``(B, Hq)``, ``sinks`` float32

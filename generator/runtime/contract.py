@@ -75,10 +75,9 @@ WINDOW = Arg("window", "None or a pair of ints (numpy ints too)", "(left, right)
 CAUSAL = Arg("causal", "bool", "—", NONE, "True or False (not 1)")
 RETURN_LSE = Arg("return_lse", "bool", "—", NONE, "True or False (not 1)")
 SOFTCAP = Arg("softcap", "None or a finite real > 0", "—", NONE,
-              "0 < softcap < inf; refused with 0 < |scale| < 2^-64 (c/scale overflows fp32)", ("score_mod_scale",))
+              "0 < softcap < inf; any scale (no quotient by the scale is formed)")
 ALIBI = Arg("alibi_slopes", "None or a float32 tensor", "(Hq,) or (B, Hq)", ANY,
-            "any finite slopes; no gradient; refused with 0 < |scale| < 2^-64 (slope/scale overflows fp32)",
-            ("score_mod_scale",))
+            "any finite slopes; no gradient; any scale (no quotient by the scale is formed)")
 SINKS = Arg("sinks", "None or a float32 tensor", "(Hq,)", COPIED, "any finite logits; differentiable where the "
             "entry point is")
 

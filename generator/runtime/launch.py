@@ -204,17 +204,13 @@ def score_mod_constexprs(softcap: bool, alibi: bool, sinks: bool) -> dict:
     return {"HAS_SOFTCAP": bool(softcap), "HAS_ALIBI": bool(alibi), "HAS_SINKS": bool(sinks)}
 
 
-def score_mod_launch(device: torch.device, *, softcap, alibi_slopes, sinks, scale=None) -> tuple[dict, tuple]:
+def score_mod_launch(device: torch.device, *, softcap, alibi_slopes, sinks) -> tuple[dict, tuple]:
     """``(constexprs, runtime arguments)`` of an attention kernel's launch for its score
     modifications (checked inputs: ``generator.runtime.api``). The runtime arguments are
     ``(softcap, slopes, (slope batch stride, slope head stride), sinks)``: the cap as a float
     (0.0, never read, when off), ALiBi slopes ``(Hq,)`` (batch stride 0) or ``(B, Hq)``, and
-    one-element placeholders for the tensors not in use (their flags compile the reads out).
-    ``scale``: the launch's softmax scale, checked against ``score_mod_scale`` (every entry point
-    launches through here)."""
-    from generator.runtime import checks  # checks imports this module
-
-    checks.check_score_mod_scale(scale, softcap=softcap, alibi_slopes=alibi_slopes)
+    one-element placeholders for the tensors not in use (their flags compile the reads out). Any
+    scale: the kernels form no quotient by it (issue 23, row 9; claim score_mod_invariant)."""
     placeholder = torch.empty((1,), dtype=torch.float32, device=device)
     slopes = alibi_slopes if alibi_slopes is not None else placeholder
     slope_strides = spec_launch.slope_strides(slopes)  # the one home: spec.launch (claim forward_addresses)

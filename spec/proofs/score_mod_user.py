@@ -115,16 +115,21 @@ def prove_score_mod_derived(examples=SM.EXAMPLES, scatter=SM.SCATTER):
 
 
 def _builtin_logit(lines, scalars, env):
-    out = run_terms((terms.QK_SCALE, *scalars, *lines), {n.qk: x, **env})
-    return out[n.qk] * n.sm_scale
+    """The natural-log logit of the built-in lines on a raw score ``x``: they leave the score in log2
+    units, and the tile then runs with ``qk_scale = 1`` (MOD_TILE_SCALE)."""
+    out = run_terms((terms.MOD_TILE_SCALE, *scalars, *lines), {n.qk: x, **env})
+    return out[n.qk] * out[n.qk_scale] * n.LN2
 
 
 @claim("score_mod_builtins",
        "softcap and ALiBi written as score_mods (spec.score_mods.tanh_cap with cap = c, alibi with slopes[h] = "
        "slope) print forward lines whose logit equals the built-in SOFTCAP / ALIBI lines' (tanh written with "
-       "exp), and their derived dS factors equal the built-ins' (SOFTCAP_DS: 1 − t²; ALiBi: 1); exact arithmetic",
+       "exp; for softcap the built-in's exp2 branch, |s/c| >= 1: below it the built-in prints Lambert's rational "
+       "C_4, within 18u of tanh by claim softcap_accuracy, not equal), and their derived dS factors equal the "
+       "built-ins' (SOFTCAP_DS: 1 − t²; ALiBi: 1); exact arithmetic",
        r"c\tanh(s/c)\ \text{and}\ s-\mathrm{slope}_h|i+\mathrm{shift}-j|\ \text{as score\_mods} = \text{the built-ins}",
-       terms=(), scope="symbolic score, scale, cap, slope and positions; reals, exact")
+       terms=(), scope="symbolic score, scale, cap, slope and positions; reals, exact; softcap on the built-in's "
+                       "exp2 branch (the rational branch is softcap_accuracy's)")
 def prove_score_mod_builtins(tanh_cap=SM.tanh_cap, alibi=SM.alibi):
     c, slope = n.softcap, n.slope
     cap_sf = {SM.SF[0]: c}
@@ -135,8 +140,12 @@ def prove_score_mod_builtins(tanh_cap=SM.tanh_cap, alibi=SM.alibi):
     builtin_factor = run_terms(terms.SOFTCAP_DS, {n.ds: 1, n.t: cap_t})[n.ds]
     al_sf = {a: slope for a in _sf_reads(_logit(alibi.forward_terms()))}
     al_logit = _logit(alibi.forward_terms()).xreplace(al_sf)
-    builtin_al = _builtin_logit(terms.ALIBI, (terms.ALIBI_SCALAR,), {n.i: n.i, n.j: n.j, n.shift: n.shift})
+    builtin_al = _builtin_logit((*terms.SCORE_LOG2, *terms.ALIBI), (terms.SCORE_LOG2_SCALAR, terms.ALIBI_SCALAR),
+                                {n.i: n.i, n.j: n.j, n.shift: n.shift})
     al_factor = (alibi.ds_term().expr / n.ds)
+    # the built-in's exp2 branch (|s/c| >= 1; the branch below is Lambert's C_4: claim softcap_accuracy)
+    builtin_cap, builtin_factor = (e.replace(sp.Piecewise, lambda *branches: branches[-1][0])
+                                   for e in (builtin_cap, builtin_factor))
     pairs = [
         ("tanh_cap's logit = SOFTCAP's", _tanh_as_exp(cap_logit), _tanh_as_exp(builtin_cap)),
         ("tanh_cap's dS factor = SOFTCAP_DS's 1 − t²", _tanh_as_exp(cap_factor), _tanh_as_exp(builtin_factor)),
