@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -22,7 +24,7 @@ from spec import rewrites
 from spec.mask_mod import MaskMod
 from spec.masks import ALIGNMENTS
 
-from generator.runtime import config, contract, launch
+from generator.runtime import config, launch
 
 DTYPES = tuple(getattr(torch, name) for name in limit("dtypes"))
 MAX_HEAD_DIM = limit("head_dim_max")
@@ -104,7 +106,7 @@ def check_device(tensors: dict) -> torch.device:
                 "CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 in the environment before "
                 "importing generated (or move the tensors to a CUDA device)")
     if first.type not in ("cpu", "cuda"):
-        raise ValueError(f"tensors must be on a CUDA device (or CPU with TRITON_INTERPRET=1), got {first}")
+        raise ValueError(f"{', '.join(devices)} must be on a CUDA device (or CPU with TRITON_INTERPRET=1), got {first}")
     return first
 
 
@@ -153,7 +155,7 @@ def check_heads(Hq: int, Hkv: int, D: int):
 def check_seq_lens(Nq: int, Nk: int):
     """Query and key lengths whose int32 tile bounds cannot overflow [seq_len_int32]."""
     if Nq + Nk > limit("seq_len_int32"):
-        raise ValueError(f"N_q + N_k = {Nq + Nk} exceeds {limit('seq_len_int32')} (2^29): the kernels compute "
+        raise ValueError(f"q and k: N_q + N_k = {Nq + Nk} exceeds {limit('seq_len_int32')} (2^29): the kernels compute "
                          "tile bounds in int32 [seq_len_int32]; split the sequence (e.g. ring attention)")
 
 
@@ -311,27 +313,40 @@ def check_score_mod_scale(scale, *, softcap=None, alibi_slopes=None):
                      f"(logits 0, then the cap and the bias)")
 
 
+def check_softcap(softcap) -> float:
+    """``softcap``: a finite number > 0, as a float."""
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real) or not 0 < softcap < math.inf:
+        raise ValueError(f"softcap must be a finite number > 0 (Gemma 2 uses 50.0 for attention), got "
+                         f"{softcap!r}; pass softcap=None for no cap")
+    return float(softcap)
+
+
+def check_float32(name: str, t) -> None:
+    """A score modification's tensor (``alibi_slopes``, ``sinks``): float32, FlashAttention's convention."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32 (FlashAttention's convention), got {t.dtype}; "
+                        f"pass {name}.float()")
+
+
+def check_shape_in(name: str, t, shapes, B: int, Hq: int) -> None:
+    if tuple(t.shape) not in shapes:
+        want = " or ".join(str(sh) for sh in shapes)
+        raise ValueError(f"{name} must have shape {want} (Hq = {Hq} query heads, B = {B}), got {tuple(t.shape)}")
+
+
 def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None):
     """The checks of the score modifications (issue 15), with FlashAttention's names: ``softcap``
     a finite number > 0, ``alibi_slopes`` float32 ``(Hq,)`` or ``(B, Hq)``, ``sinks`` float32
     ``(Hq,)``, on q's device. Returns ``softcap`` as a float (or None)."""
     B, Hq = q.shape[:2]
-    if softcap is not None:
-        if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real) or not 0 < softcap < math.inf:
-            raise ValueError(f"softcap must be a finite number > 0 (Gemma 2 uses 50.0 for attention), got "
-                             f"{softcap!r}; pass softcap=None for no cap")
-        softcap = float(softcap)
+    softcap = None if softcap is None else check_softcap(softcap)
     for name, t, shapes in (("alibi_slopes", alibi_slopes, ((Hq,), (B, Hq))), ("sinks", sinks, ((Hq,),))):
         if t is None:
             continue
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != torch.float32:
-            raise TypeError(f"{name} must be float32 (FlashAttention's convention), got {t.dtype}; "
-                            f"pass {name}.float()")
-        if tuple(t.shape) not in shapes:
-            want = " or ".join(str(sh) for sh in shapes)
-            raise ValueError(f"{name} must have shape {want} (Hq = {Hq} query heads, B = {B}), got {tuple(t.shape)}")
+        check_float32(name, t)
+        check_shape_in(name, t, shapes, B, Hq)
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move it with .to(q.device)")
     return softcap
@@ -357,7 +372,7 @@ def check_dropout(dropout_p, return_dropout_mask, elements: int) -> float:
                          "dropout_p=0.0 for no dropout")
     check_bool(return_dropout_mask, "return_dropout_mask")
     if p > 0 and elements > limit("dropout_counter"):
-        raise ValueError(f"dropout on B·Hq·N_q·N_k = {elements} elements exceeds 2^62 [dropout_counter]: the Philox "
+        raise ValueError(f"dropout_p > 0 on B·Hq·N_q·N_k = {elements} elements exceeds 2^62 [dropout_counter]: the Philox "
                          "counter of (b, h, i, j) must fit int64; split the batch")
     if return_dropout_mask and elements > DROPOUT_MASK_MAX:
         raise ValueError(f"return_dropout_mask=True would write a {elements}-element mask (B·Hq·N_q·N_k, one byte "
@@ -385,43 +400,6 @@ def check_num_splits(num_splits) -> int:
         raise ValueError(f"num_splits must be an int in 0..{limit('num_splits_max')} (0: the heuristic), got "
                          f"{num_splits!r} [num_splits_max]")
     return num_splits
-
-
-def check_cache_values(cache_seqlens, block_table, capacity: int, page_size: int, num_pages: int) -> None:
-    """The decode path's value checks, one host sync in eager mode: every length in ``[0, capacity]``
-    [cache_len_range] and every page id a sequence reads in ``[0, num_pages)`` [page_ids_range].
-    Under ``torch.compile`` nothing is read here: ``cache_arguments`` clamps on the device."""
-    if torch.compiler.is_compiling():
-        return
-    bad_len = (cache_seqlens < 0) | (cache_seqlens > capacity)
-    if block_table is None:
-        if bool(bad_len.any()):
-            raise ValueError(f"cache_seqlens must lie in [0, {capacity}] (the cache's capacity in keys), got "
-                             f"{cache_seqlens.tolist()} [cache_len_range]")
-        return
-    pages_used = (cache_seqlens.clamp(0, capacity) + page_size - 1) // page_size
-    used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < pages_used[:, None]
-    bad_page = used & ((block_table < 0) | (block_table >= num_pages))
-    flags = torch.stack([bad_len.any(), bad_page.any()]).tolist()  # the one sync
-    if flags[0]:
-        raise ValueError(f"cache_seqlens must lie in [0, {capacity}] (the cache's capacity in keys), got "
-                         f"{cache_seqlens.tolist()} [cache_len_range]")
-    if flags[1]:
-        b, p = (int(i) for i in bad_page.nonzero()[0])
-        raise ValueError(f"block_table[{b}, {p}] = {int(block_table[b, p])} is a page that sequence {b} reads "
-                         f"(it holds keys {p * page_size}..), outside [0, num_pages={num_pages}) "
-                         "[page_ids_range]; the unused tail of a row may hold anything (e.g. -1)")
-
-
-def cache_arguments(cache_seqlens, block_table, capacity: int, num_pages: int):
-    """``(cache_seqlens, block_table)`` as the decode kernel reads them: fresh, contiguous int32,
-    clamped on the device to ``[0, capacity]`` and ``[0, num_pages - 1]`` (what keeps a traced
-    graph, where ``check_cache_values`` does not run, inside the cache; eager values are checked)."""
-    if torch.compiler.is_compiling():
-        cache_seqlens = cache_seqlens.clamp(0, capacity)
-        block_table = None if block_table is None else block_table.clamp(0, num_pages - 1)
-    return (cache_seqlens.to(torch.int32).contiguous(),
-            contract.unit_stride("flash_attention_with_kvcache", "block_table", block_table))
 
 
 # ----------------------------------------------------------------------------------
@@ -460,6 +438,17 @@ def check_cu_seqlens(name, cu):
         raise ValueError(f"{name} must have shape (B + 1,) with B >= 1 segments, got {tuple(cu.shape)}")
 
 
+def check_hint(name: str, hint: int, real: int) -> int:
+    """A ``max_seqlen`` hint against the longest real segment: ``real`` where it is ``COMPUTE``; a hint
+    below it is refused (a smaller grid would silently drop that segment's last rows)."""
+    if hint == COMPUTE or hint is None:
+        return real
+    if hint < real:
+        raise ValueError(f"{name}={hint} is smaller than the longest segment ({real}); pass {real} or more, "
+                         f"or None to compute it")
+    return hint
+
+
 def check_max_seqlen(name, value):
     """An int (Python, numpy or a 0-d integer tensor's ``operator.index``) >= 0, or ``COMPUTE``."""
     if value is None:
@@ -471,57 +460,6 @@ def check_max_seqlen(name, value):
     if hint is None or isinstance(value, bool) or hint < 0:
         raise ValueError(f"{name} must be None (computed from the offsets) or an int >= 0, got {value!r}")
     return int(hint)
-
-
-# ----------------------------------------------------------------------------------
-# flash_attention_with_kvcache
-# ----------------------------------------------------------------------------------
-def check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, cache_batch_idx=None):
-    """``flash_attention_with_kvcache``'s checks that read no tensor's values; returns
-    ``(capacity, num_pages)`` (``num_pages`` 0 for a contiguous cache)."""
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        check_tensor(t, name)
-        if t.dim() != 4:
-            raise ValueError(f"{name} must have rank 4, got shape {tuple(t.shape)}: q is (batch, N_q, Hq, D), "
-                             "the cache (batch, N_cache, Hkv, D) or, paged, (num_pages, page_size, Hkv, D) "
-                             "(FlashAttention's layouts)")
-    check_dtypes(q, k_cache, v_cache)
-    if v_cache.shape != k_cache.shape:
-        raise ValueError(f"v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
-    B, Nq, Hq, D = q.shape
-    _, n_cache, Hkv, Dk = k_cache.shape
-    if Dk != D:
-        raise ValueError(f"q {tuple(q.shape)} and k_cache {tuple(k_cache.shape)} must agree in head_dim (dim 3)")
-    if min(B, Nq, Hq, D, Hkv) < 1:
-        raise ValueError(f"every dimension of q and of the cache's heads must be >= 1, got q {tuple(q.shape)}, "
-                         f"k_cache {tuple(k_cache.shape)}")
-    if Hq % Hkv:
-        raise ValueError(f"query heads ({Hq}) must be a multiple of the cache's KV heads ({Hkv}) for GQA "
-                         "[gqa_divides]")
-    check_heads(Hq, Hkv, D)
-    if block_table is None:
-        if k_cache.shape[0] != B and cache_batch_idx is None:  # with cache_batch_idx: any number of rows
-            raise ValueError(f"a contiguous cache must have q's batch ({B}) in dim 0, got {tuple(k_cache.shape)}; "
-                             "a paged cache (num_pages, page_size, Hkv, D) needs block_table")
-        capacity, num_pages = n_cache, 0
-    else:
-        if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
-                or block_table.shape[0] != B:
-            raise ValueError(f"block_table must be an int32 tensor (batch={B}, max_pages), got "
-                             f"{getattr(block_table, 'dtype', type(block_table).__name__)} "
-                             f"{tuple(getattr(block_table, 'shape', ()))}; convert with .to(torch.int32)")
-        if n_cache not in limit("page_sizes"):
-            raise ValueError(f"page_size (k_cache dim 1) must be a power of two from 16 to 512, got {n_cache} "
-                             "[page_sizes]")
-        capacity, num_pages = block_table.shape[1] * n_cache, k_cache.shape[0]
-    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype not in (torch.int32, torch.int64) \
-            or tuple(cache_seqlens.shape) != (B,):
-        raise ValueError(f"cache_seqlens must be an int or an int32 tensor of shape (batch,) = ({B},), got "
-                         f"{cache_seqlens!r}")
-    # int32 offsets inside one (batch, head) slice: q's tokens, the cache's keys (or a page's slots)
-    check_index_width(q=q.transpose(1, 2), k_cache=k_cache.transpose(1, 2), v_cache=v_cache.transpose(1, 2),
-                             out=((Hq, Nq, D), (D, Hq * D, 1)))
-    return capacity, num_pages
 
 
 # ----------------------------------------------------------------------------------
@@ -558,3 +496,161 @@ def check_softmax(x, dim, block):
         raise ValueError("softmax needs at least one dimension; x is a scalar")
     check_device({"x": x})
     return _as_int(dim, "dim"), check_block(block)
+
+
+# ----------------------------------------------------------------------------------
+# Rules: the building blocks of the declared contract (``generator.runtime.contract``)
+# ----------------------------------------------------------------------------------
+#: the stages of ``contract.enforce``, in order: what an argument is (type, dtype, rank), its relations
+#: to the others (shapes, devices, pairs), the values of its elements (eager only, one host sync)
+KIND, RELATION, VALUES = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One declared constraint of one argument (``contract.Arg.rules``).
+
+    ``check(name, value, ctx)`` raises the error that names the argument, the problem and the fix
+    (``ctx``: every argument of the call by name, as checked so far). A ``VALUES`` rule reads the
+    tensor's elements: ``flags(value, ctx)`` is a 0-d bool tensor, True when violated, computed on
+    the device with every other value rule of the call and read back in one sync
+    (``contract.check_values``); only then ``check`` runs (it may sync: it is the error path). Value
+    rules do not run under ``torch.compile`` (a traced graph cannot sync on data): the entry point
+    clamps on the device instead. ``when(ctx)``: the calls the rule applies to; ``convert(value,
+    ctx)``: the value the call goes on with; ``bad(ctx)``: ``{argument: value}`` changes to a valid
+    call that break this rule (the contract test derives one refused input per rule from it)."""
+    text: str
+    check: Callable
+    stage: int = RELATION
+    flags: Callable | None = None
+    when: Callable | None = None
+    convert: Callable | None = None
+    bad: Callable | None = None
+
+
+def _shape(t) -> tuple:
+    return tuple(getattr(t, "shape", ())) or type(t).__name__
+
+
+def _describe(t) -> str:
+    return f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else f"{type(t).__name__} {t!r}"
+
+
+def _raise(kind, message: str):
+    raise kind(message)
+
+
+def _other_dtype(t: torch.Tensor, allowed) -> torch.Tensor:
+    """``t`` in a dtype outside ``allowed`` (a rule's refused input)."""
+    for dt in (torch.float64, torch.float16, torch.float32, torch.int16, torch.int32):
+        if dt not in allowed:
+            return t.to(dt)
+    raise AssertionError(allowed)
+
+
+def is_tensor(fix: str = "") -> Rule:
+    def check(name, v, ctx):
+        if not isinstance(v, torch.Tensor):
+            wrap = f"; wrap it with torch.tensor({name})" if isinstance(v, (list, tuple)) else ""
+            raise TypeError(f"{name} must be a torch.Tensor{fix}, got {type(v).__name__}{wrap}")
+    return Rule("a torch.Tensor", check, KIND, bad=lambda c, n: {n: [1.0, 2.0]})
+
+
+def is_bool() -> Rule:
+    return Rule("True or False (not 1)", lambda n, v, c: check_bool(v, n), KIND, bad=lambda c, n: {n: 1})
+
+
+def rank(r: int, layout: str, kind=ValueError) -> Rule:
+    def check(name, v, ctx):
+        if v.dim() != r:
+            raise kind(f"{name} must have rank {r} {layout}, got shape {tuple(v.shape)}")
+    return Rule(f"rank {r}", check, KIND, bad=lambda c, n: {n: c[n][None]})
+
+
+def dtype_in(dtypes, fix: str, kind=TypeError) -> Rule:
+    def check(name, v, ctx):
+        if v.dtype not in dtypes:
+            raise kind(f"{name} has dtype {v.dtype}; {fix}")
+    return Rule("dtype " + "/".join(str(d).replace("torch.", "") for d in dtypes), check, KIND,
+                bad=lambda c, n: {n: _other_dtype(c[n], dtypes)})
+
+
+def same_dtype(other: str, kind=TypeError) -> Rule:
+    def check(name, v, ctx):
+        if v.dtype != ctx[other].dtype:
+            raise kind(f"{name} has dtype {v.dtype} but {other} has {ctx[other].dtype}; convert it with "
+                       f".to({other}.dtype)")
+    return Rule(f"{other}'s dtype", check, KIND,
+                bad=lambda c, n: {n: c[n].to(torch.float64 if c[n].dtype != torch.float64 else torch.float32)})
+
+
+def shape_is(expected: Callable, text: str, fix: str = "", bad=None) -> Rule:
+    """``expected(ctx)``: the shape the argument must have (``text`` says it in letters)."""
+    def check(name, v, ctx):
+        want = tuple(expected(ctx))
+        if tuple(v.shape) != want:
+            raise ValueError(f"{name} must have shape {text} = {want}, got {tuple(v.shape)}{fix}")
+
+    def grown(c, n):  # the last dim one longer
+        t = c[n]
+        return {n: torch.cat([t, t.narrow(-1, 0, 1)], -1) if t.dim() and t.shape[-1] else t[None]}
+    return Rule(f"shape {text}", check, bad=bad or grown)
+
+
+def pair(other: str, why: str) -> Rule:
+    """Given only together with ``other`` (``k`` and ``v``, ``rotary_cos`` and ``rotary_sin``)."""
+    def check(name, v, ctx):
+        if ctx[other] is None:
+            raise ValueError(f"{name} given without {other}: pass both {name} and {other} ({why}) or neither")
+    return Rule(f"with {other}", check, KIND, bad=lambda c, n: {other: None})
+
+
+def requires(other: str, why: str, bad: Callable | None = None) -> Rule:
+    def check(name, v, ctx):
+        if ctx[other] is None:
+            raise ValueError(f"{name} needs {other}: {why}")
+    return Rule(f"needs {other}", check, bad=bad or (lambda c, n: {other: None}))
+
+
+def excludes(other: str, why: str, bad: Callable) -> Rule:
+    def check(name, v, ctx):
+        if ctx[other] is not None:
+            raise ValueError(f"{name} with {other}: {name} {why}")
+    return Rule(f"not with {other}", check, when=lambda ctx: ctx[other] is not None, bad=bad)
+
+
+def same_device(first: str) -> Rule:
+    """On the device of ``first`` (the entry point's leading tensor, checked by ``supported_device``)."""
+    def check(name, v, ctx):
+        if v.device != ctx[first].device:
+            raise ValueError(f"{name} is on {v.device} but {first} is on {ctx[first].device}; move it with "
+                             f".to({first}.device)")
+    return Rule(f"on {first}'s device", check, bad=lambda c, n: {n: c[n].to("meta")})
+
+
+def supported_device() -> Rule:
+    def check(name, v, ctx):
+        check_device({name: v})
+    return Rule("a CUDA device (CPU under TRITON_INTERPRET=1)", check, KIND, bad=lambda c, n: {n: c[n].to("meta")})
+
+
+def no_grad(entry: str, fix: str) -> Rule:
+    """Inference only: a tensor that requires a gradient (with grad mode on) is refused."""
+    def check(name, v, ctx):
+        if v.requires_grad and torch.is_grad_enabled():
+            raise RuntimeError(f"{entry} is inference only and has no backward, but {name} requires grad: {fix}")
+    return Rule("no gradient (inference only)", check, KIND,
+                bad=lambda c, n: {n: c[n].detach().clone().requires_grad_() if c[n].is_floating_point() else None})
+
+
+def values(text: str, flags: Callable, error: Callable, when=None, bad=None) -> Rule:
+    """A rule on a tensor's elements (module docstring: eager only, one sync for the call);
+    ``error(name, value, ctx)`` is the message, built on the error path."""
+    def check(name, v, ctx):
+        raise ValueError(error(name, v, ctx))
+    return Rule(text, check, VALUES, flags=flags, when=when, bad=bad)
+
+
+def call(text: str, fn: Callable, stage: int = RELATION, convert=None, when=None, bad=None) -> Rule:
+    """A rule whose check is one of this module's functions: ``fn(name, value, ctx)`` raises."""
+    return Rule(text, fn, stage, when=when, convert=convert, bad=bad)
