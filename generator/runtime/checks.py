@@ -19,10 +19,8 @@ from typing import Callable
 import torch
 
 from spec.assumptions import ASSUMPTIONS, limit
-from spec import launch as spec_launch
 from spec import rewrites
 from spec.mask_mod import MaskMod
-from spec.masks import ALIGNMENTS
 
 from generator.runtime import config, launch
 
@@ -201,18 +199,6 @@ def check_mask(mask, shape4):
                          f"= {shape4}")
 
 
-def check_key_lengths(key_lengths, batch, n_k):
-    check_tensor(key_lengths, "key_lengths")
-    if key_lengths.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"key_lengths must be an int32 or int64 tensor, got {key_lengths.dtype}")
-    if tuple(key_lengths.shape) != (batch,):
-        raise ValueError(f"key_lengths must have shape (batch,) = ({batch},), got {tuple(key_lengths.shape)}")
-    if torch.compiler.is_compiling():
-        return  # no data-dependent check in a traced graph: the op clamps to [0, N_k] on the device
-    if bool((key_lengths < 0).any()) or bool((key_lengths > n_k).any()):  # one sync, like the reference
-        raise ValueError(f"key_lengths must lie in [0, N_k={n_k}], got {key_lengths.tolist()} [key_len_range]")
-
-
 def check_window(window):
     try:
         left, right = window
@@ -258,32 +244,6 @@ def normalise_scale(q: torch.Tensor, scale: float | None):
         return q, None
     q, scale = rewrites.scale_sign(q, scale)
     return q, float(scale)
-
-
-def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
-                 scale=None, block="auto", tma="auto", return_lse=False):
-    """Every check of ``flash_attention``; returns ``(window, scale, block)`` normalised."""
-    check_qkv(q, k, v)
-    check_tensor(mask, "mask", optional=True)
-    check_tensor(key_lengths, "key_lengths", optional=True)
-    check_device({"q": q, "k": k, "v": v, "mask": mask, "key_lengths": key_lengths})
-    if alignment not in ALIGNMENTS:
-        raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
-    check_bool(causal, "causal")
-    if not isinstance(tma, bool) and not (isinstance(tma, str) and tma == "auto"):
-        raise TypeError(f"tma must be \"auto\", True or False, got {tma!r}")
-    check_bool(return_lse, "return_lse")
-    B, Hq, Nq, _ = q.shape
-    Nk = k.shape[2]
-    if mask is not None:
-        check_mask(mask, (B, Hq, Nq, Nk))
-    if key_lengths is not None:
-        check_key_lengths(key_lengths, B, Nk)
-    check_index_width(q=q, k=k, v=v, mask=mask, out=tuple(q.shape))
-    scale = check_scale(scale)
-    block = check_block(block, auto=True)  # whether it is generated: checked by the op (no imports while tracing)
-    window = None if window is None else normalise_window(check_window(window), spec_launch.dense_window, q, k)
-    return window, scale, block
 
 
 def check_mask_mod(mask_mod, mask_args, q, k) -> torch.Tensor | None:
@@ -485,17 +445,15 @@ def check_merge_pair(name: str, o: torch.Tensor, lse: torch.Tensor, lead: int = 
 # ----------------------------------------------------------------------------------
 # softmax
 # ----------------------------------------------------------------------------------
-def check_softmax(x, dim, block):
-    """``softmax``'s x (a tensor of a supported dtype, rank >= 1), ``dim`` as an int and ``block``
-    as a pair; returns ``(dim, block)`` (a ``dim`` out of range raises ``IndexError`` at the move)."""
+def check_softmax_input(x) -> None:
+    """``softmax``'s x: a tensor of a supported dtype, rank >= 1 (a ``dim`` out of range raises
+    ``IndexError`` at the move)."""
     check_tensor(x, "x")
     if x.dtype not in DTYPES:
         raise TypeError(f"x has dtype {x.dtype}; supported: {', '.join(limit('dtypes'))} (convert with .to()) "
                         "[dtypes]")
     if x.dim() == 0:
         raise ValueError("softmax needs at least one dimension; x is a scalar")
-    check_device({"x": x})
-    return _as_int(dim, "dim"), check_block(block)
 
 
 # ----------------------------------------------------------------------------------
@@ -517,7 +475,8 @@ class Rule:
     (``contract.check_values``); only then ``check`` runs (it may sync: it is the error path). Value
     rules do not run under ``torch.compile`` (a traced graph cannot sync on data): the entry point
     clamps on the device instead. ``when(ctx)``: the calls the rule applies to; ``convert(value,
-    ctx)``: the value the call goes on with; ``bad(ctx)``: ``{argument: value}`` changes to a valid
+    ctx)``: the value the call goes on with (it checks too: ``enforce`` calls it instead of ``check``);
+    ``bad(ctx, name)``: ``{argument: value}`` changes to a valid
     call that break this rule (the contract test derives one refused input per rule from it)."""
     text: str
     check: Callable

@@ -190,12 +190,9 @@ def _dense_qkv(q_shape: str, kv_shape: str, strides: str = ANY) -> tuple[Arg, ..
                        R.call("in-slice offsets of q, k, v, mask, out fit int32", lambda n, v, c: R.check_index_width(
                            q=v, k=c["k"], v=c["v"], mask=c.get("mask"), out=tuple(v.shape)),
                            bad=lambda c, n: _lower("index_int32", 0)))),
-            Arg("k", "q's", kv_shape + ", Hq % Hkv = 0 (GQA)", strides, "any", qkv,
-                rules=(R.is_tensor(), R.call("rank 4, q's dtype and batch", together, KIND,
-                                             bad=lambda c, n: {n: c[n].double()}))),
-            Arg("v", "q's", "k's", strides, "any", qkv,
-                rules=(R.is_tensor(), R.call("k's shape, q's dtype", together, KIND,
-                                             bad=lambda c, n: {n: c[n][..., :1]}))))
+            # k's and v's relations are q's rule (one check_qkv: its errors name k and v)
+            Arg("k", "q's", kv_shape + ", Hq % Hkv = 0 (GQA)", strides, "any", qkv, rules=(R.is_tensor(),)),
+            Arg("v", "q's", "k's", strides, "any", qkv, rules=(R.is_tensor(),)))
 
 
 def _ring_qkv(args):
@@ -406,6 +403,7 @@ def _cache_seqlens_kind(n, v, c):
 
 def _cache_seqlens_tensor(v, c):
     """An int: every sequence's length, as a (B,) int32 tensor on q's device."""
+    _cache_seqlens_kind("cache_seqlens", v, c)
     if isinstance(v, torch.Tensor):
         return v
     return torch.full((c["q"].shape[0],), R._as_int(v, "cache_seqlens"), dtype=torch.int32, device=c["q"].device)
@@ -617,13 +615,9 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                            v.shape[0], c["k"].shape[0]), when=_packed, bad=lambda c, n: _lower("seq_len_int32", 1)))),
             Arg("k", "q's", "(total_k, Hkv, D), Hq % Hkv = 0 (GQA); with block_table a paged cache (num_pages, "
                 "page_size, Hkv, D)", ANY, "any", ("dtypes", "gqa_divides", "page_sizes", "index_int32"),
-                rules=(R.is_tensor(), R.call("packed: rank 3, q's dtype", _varlen_packed, KIND, when=_packed,
-                                             bad=lambda c, n: {n: c[n].double()}),
-                       *_paged_varlen_rules("k"))),
+                rules=(R.is_tensor(), *_paged_varlen_rules("k"))),  # packed: q's rule checks k and v
             Arg("v", "q's", "k's", ANY, "any", ("index_int32",),
-                rules=(R.is_tensor(), R.call("packed: k's shape", _varlen_packed, KIND, when=_packed,
-                                             bad=lambda c, n: {n: c[n][..., :1]}),
-                       *_paged_varlen_rules("v"))),
+                rules=(R.is_tensor(), *_paged_varlen_rules("v"))),
             Arg("cu_seqlens_q", "int32 tensor", "(B + 1,), B ≥ 1", COPIED,
                 "from 0, non-decreasing, ending at total_q (read on the host, one sync, also under torch.compile); "
                 "each segment's rows within int32 offsets", ("index_int32",),
@@ -678,16 +672,14 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                                            R.check_merge_pair("_a", v, c["lse_a"]), KIND,
                                            bad=lambda c, n: {n: c[n].double()}),))),
             Arg("lse_a", "float32", "o_a's without D", COPIED, "natural log; −inf for a part with no key",
-                rules=(R.is_tensor(), R.call("float32, o_a's shape without D", lambda n, v, c: R.check_merge_pair(
-                    "_a", c["o_a"], v), KIND, bad=lambda c, n: {n: c[n].double()}),)),
+                rules=(R.is_tensor(),)),  # its dtype and shape: o_a's rule (check_merge_pair names lse_a)
             Arg("o_b", "o_a's", "o_a's", ROWS, "as o_a",
                 rules=(R.is_tensor(), R.call("o_a's shape and dtype", lambda n, v, c: R.check_merge_pair(
                     "_b", v, c["lse_b"]) if (v.shape == c["o_a"].shape and v.dtype == c["o_a"].dtype) else R._raise(
                     ValueError, f"o_a and o_b must share shape and dtype, got {tuple(c['o_a'].shape)} {c['o_a'].dtype} "
                     f"and {tuple(v.shape)} {v.dtype}"), bad=lambda c, n: {n: c[n][..., :1]}),)),
             Arg("lse_b", "float32", "lse_a's", COPIED, "as lse_a",
-                rules=(R.is_tensor(), R.call("float32, o_b's shape without D", lambda n, v, c: R.check_merge_pair(
-                    "_b", c["o_b"], v), KIND, bad=lambda c, n: {n: c[n].double()}),)),
+                rules=(R.is_tensor(),)),  # its dtype and shape: o_b's rule
         ),
         "merge_states": (
             Arg("o", _dtypes(), f"(S, ..., D), D ≤ {limit('merge_head_dim_max')} (0 allowed: lse only); S = 0: the "
@@ -697,8 +689,7 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                     ValueError, f"o must have shape (S, ..., head_dim), got {tuple(v.shape)}"), KIND,
                     bad=lambda c, n: {n: c[n].double()}),))),
             Arg("lse", "float32", "o's without D", COPIED, "natural log; −inf for a part with no key",
-                rules=(R.is_tensor(), R.call("float32, o's shape without D", lambda n, v, c: R.check_merge_pair(
-                    "", c["o"], v, lead=1), KIND, bad=lambda c, n: {n: c[n].double()}),)),
+                rules=(R.is_tensor(),)),  # its dtype and shape: o's rule
         ),
         "ring_attention": _ring_qkv(_dense_qkv("(B, Hq, N/P, D): this rank's shard", "(B, Hkv, N/P, D), q's N/P",
                                                COPIED + "; sent around the ring")) + (
@@ -714,8 +705,8 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
         ),
         "softmax": (
             Arg("x", _dtypes(), "any, rank ≥ 1", ROWS, "any; a row of only −inf gives zeros", ("dtypes",),
-                rules=_lead_tensor((R.call("a supported dtype, rank ≥ 1", lambda n, v, c: R.check_softmax(
-                    v, 0, (64, 64)), KIND, bad=lambda c, n: {n: c[n].double()}),))),
+                rules=_lead_tensor((R.call("a supported dtype, rank ≥ 1", lambda n, v, c: R.check_softmax_input(v),
+                                   KIND, bad=lambda c, n: {n: c[n].double()}),))),
             Arg("dim", "an int (numpy ints too)", "−x.dim() ≤ dim < x.dim()", NONE, "an empty dim gives an empty "
                 "result", rules=(R.call("an int", lambda n, v, c: R._as_int(v, "dim"), KIND,
                                         convert=lambda v, c: R._as_int(v, "dim"), bad=lambda c, n: {n: 1.0}),)),
@@ -774,8 +765,9 @@ def enforce(entry: str, arguments: dict) -> dict:
         if rule.stage == VALUES:
             pending.append((name, rule))
             continue
-        rule.check(name, value, ctx)
-        if rule.convert is not None:
+        if rule.convert is None:
+            rule.check(name, value, ctx)
+        else:  # checks and converts in one call
             ctx[name] = rule.convert(value, ctx)
     if pending and not torch.compiler.is_compiling():
         check_values(pending, ctx)

@@ -154,13 +154,15 @@ def run(package, a: dict):
     # lengths and page ids as the kernel reads them: fresh int32 at unit stride (the declared stride policy),
     # under torch.compile clamped on the device (the eager value rules do not run in a traced graph)
     cache_seqlens = a["cache_seqlens"]
+    cache_leftpad, cache_batch_idx = a["cache_leftpad"], a["cache_batch_idx"]
     if torch.compiler.is_compiling():
         cache_seqlens = cache_seqlens.clamp(0, capacity - n_new)
         block_table = None if block_table is None else block_table.clamp(0, num_pages - 1)
+        cache_leftpad = None if cache_leftpad is None else torch.minimum(cache_leftpad.clamp(min=0), cache_seqlens)
+        cache_batch_idx = None if cache_batch_idx is None else cache_batch_idx.clamp(0, k_cache.shape[0] - 1)
     cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
     block_table = contract.unit_stride("flash_attention_with_kvcache", "block_table", block_table)
-    cache_leftpad, cache_batch_idx = _copied("cache_leftpad", a["cache_leftpad"]), _copied("cache_batch_idx",
-                                                                                         a["cache_batch_idx"])
+    cache_leftpad, cache_batch_idx = _copied("cache_leftpad", cache_leftpad), _copied("cache_batch_idx", cache_batch_idx)
     num_splits, split_keys = a["num_splits"], 0
     if a["batch_invariant"]:  # the grid covers the capacity; a row's splits past its keys are empty
         split_keys = BATCH_INVARIANT_SPLIT_KEYS

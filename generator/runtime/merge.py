@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from generator.runtime import api, checks, config, contract
+from generator.runtime import api, config, contract
 from generator.runtime.config import MERGE_BLOCK  # noqa: F401  (the block whose merge kernels serve these ops)
 
 
