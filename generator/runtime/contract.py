@@ -103,9 +103,15 @@ def _block_rules(auto: bool):
                    convert=lambda v, c: R.check_block(v, auto=auto), bad=lambda c, n: {n: 64}),)
 
 
+def _score_mod_scale_rule():
+    """A softcap or ALiBi with ``0 < |scale| < 2^-64`` (the kernels' c/scale, slope/scale overflow fp32)."""
+    return R.call("not with 0 < |scale| < 2^-64", lambda n, v, c: R.check_score_mod_scale(
+        c["scale"], softcap=c["softcap"], alibi_slopes=c["alibi_slopes"]), bad=lambda c, n: {"scale": 2.0**-70})
+
+
 def _softcap_rules():
     return (R.call("finite, > 0", lambda n, v, c: R.check_softcap(v), KIND, convert=lambda v, c: R.check_softcap(v),
-                   bad=lambda c, n: {n: -1.0}),)
+                   bad=lambda c, n: {n: -1.0}), _score_mod_scale_rule())
 
 
 def _score_tensor_rules(shapes, *, no_grad_entry: str = ""):
@@ -116,7 +122,7 @@ def _score_tensor_rules(shapes, *, no_grad_entry: str = ""):
         R.check_shape_in(n, v, options, B, Hq)
     rules = (R.call("float32 tensor", lambda n, v, c: R.check_float32(n, v), KIND,
                     bad=lambda c, n: {n: c[n].double()}),
-             R.call("shape", shape, bad=lambda c, n: {n: c[n].new_ones(c[n].numel() + 1)}))
+             R.call("the declared shape", shape, bad=lambda c, n: {n: c[n].new_ones(c[n].numel() + 1)}))
     if no_grad_entry:
         rules += (R.no_grad(no_grad_entry, _INFERENCE_FIX),)
     return rules
@@ -139,7 +145,7 @@ SOFTCAP = Arg("softcap", "None or a finite real > 0", "—", NONE,
 def _alibi(shapes, values: str = "any finite slopes; no gradient; refused with 0 < |scale| < 2^-64 "
            "(slope/scale overflows fp32)", shape: str = "(Hq,) or (B, Hq)") -> Arg:
     return Arg("alibi_slopes", "None or a float32 tensor", shape, ANY, values, ("score_mod_scale",),
-               rules=_score_tensor_rules(shapes))
+               rules=_score_tensor_rules(shapes) + (_score_mod_scale_rule(),))
 
 
 def _sinks(shapes, values: str = "any finite logits; differentiable where the entry point is",
@@ -435,12 +441,24 @@ def _kv_no_grad():
 
 
 def _batch_invariant_splits(n, v, c):
+    from generator.runtime.decode import BATCH_INVARIANT_SPLIT_KEYS  # decode imports this module
+
     if c["batch_invariant"] is True and v != 0:
-        raise ValueError(f"batch_invariant=True fixes the split size (512 keys): leave num_splits at 0, got {v}")
+        raise ValueError(f"batch_invariant=True fixes the split size ({BATCH_INVARIANT_SPLIT_KEYS} keys): leave "
+                         f"num_splits at 0, got {v}")
+
+
+def _cache_rows_rules(meaning: str) -> tuple:
+    """``cache_leftpad`` / ``cache_batch_idx``: an int32 (or int64) ``(B,)`` tensor, contiguous cache only."""
+    return (R.is_tensor(), R.dtype_in((torch.int32, torch.int64), f"it must be int32 (batch,): {meaning}",
+                                      kind=ValueError),
+            R.excludes("block_table", "works on a contiguous cache only, not with a paged cache (block_table), as in "
+                       "FlashAttention", bad=lambda c, n: {n: torch.zeros(c["q"].shape[0], dtype=torch.int32,
+                                                                         device=c["q"].device)}),
+            R.shape_is(lambda c: (c["q"].shape[0],), "(batch,)"))
 
 
 def _kvcache() -> tuple[Arg, ...]:
-    contiguous_only = "works on a contiguous cache only, not with a paged cache (block_table), as in FlashAttention"
     return (
         Arg("q", _dtypes() + ", one dtype for q and the cache", f"(B, N_q, Hq, D), D in 1..{limit('head_dim_max')}",
             ANY, "any", ("dtypes", "head_dim_max", "gqa_divides", "index_int32"),
@@ -499,11 +517,7 @@ def _kvcache() -> tuple[Arg, ...]:
         Arg("cache_leftpad", "None or an int32/int64 tensor", "(B,)", COPIED,
             "0 ≤ cache_leftpad[b] ≤ cache_seqlens[b]: eager check; contiguous cache only",
             rewrite="copied to a fresh int32 tensor",
-            rules=(R.is_tensor(), R.dtype_in((torch.int32, torch.int64), "it must be int32 (batch,): row b's keys "
-                                             "start there", kind=ValueError),
-                   R.excludes("block_table", contiguous_only, bad=lambda c, n: {n: torch.zeros(
-                       c["q"].shape[0], dtype=torch.int32, device=c["q"].device)}),
-                   R.shape_is(lambda c: (c["q"].shape[0],), "(batch,)"),
+            rules=(*_cache_rows_rules("row b's keys start there"),
                    R.values("0 ≤ cache_leftpad[b] ≤ cache_seqlens[b]",
                             lambda v, c: ((v < 0) | (v > c["cache_seqlens"])).any(),
                             lambda n, v, c: f"cache_leftpad must lie in [0, cache_seqlens[b]], got {v.tolist()} with "
@@ -512,11 +526,7 @@ def _kvcache() -> tuple[Arg, ...]:
         Arg("cache_batch_idx", "None or an int32/int64 tensor", "(B,)", COPIED,
             "distinct rows in [0, k_cache.shape[0]): eager check; contiguous cache only",
             rewrite="copied to a fresh int32 tensor",
-            rules=(R.is_tensor(), R.dtype_in((torch.int32, torch.int64), "it must be int32 (batch,): batch b reads "
-                                             "that cache row", kind=ValueError),
-                   R.excludes("block_table", contiguous_only, bad=lambda c, n: {n: torch.zeros(
-                       c["q"].shape[0], dtype=torch.int32, device=c["q"].device)}),
-                   R.shape_is(lambda c: (c["q"].shape[0],), "(batch,)"),
+            rules=(*_cache_rows_rules("batch b reads that cache row"),
                    R.values("rows in [0, k_cache.shape[0])",
                             lambda v, c: ((v < 0) | (v >= c["k_cache"].shape[0])).any(),
                             lambda n, v, c: f"cache_batch_idx must index the cache's {c['k_cache'].shape[0]} rows, "

@@ -193,11 +193,8 @@ def score_mod_launch(device: torch.device, *, softcap, alibi_slopes, sinks, scal
     ``(softcap, slopes, (slope batch stride, slope head stride), sinks)``: the cap as a float
     (0.0, never read, when off), ALiBi slopes ``(Hq,)`` (batch stride 0) or ``(B, Hq)``, and
     one-element placeholders for the tensors not in use (their flags compile the reads out).
-    ``scale``: the launch's softmax scale, checked against ``score_mod_scale`` (every entry point
-    launches through here)."""
-    from generator.runtime import checks  # checks imports this module
-
-    checks.check_score_mod_scale(scale, softcap=softcap, alibi_slopes=alibi_slopes)
+    ``scale``: the launch's softmax scale (``score_mod_scale`` is a rule of the entry points'
+    declared contract, ``generator.runtime.contract``)."""
     placeholder = torch.empty((1,), dtype=torch.float32, device=device)
     slopes = alibi_slopes if alibi_slopes is not None else placeholder
     slope_strides = (0, slopes.stride(0)) if slopes.dim() == 1 else tuple(slopes.stride())
