@@ -108,46 +108,79 @@ def check_device(tensors: dict) -> torch.device:
     return first
 
 
+# flash_attention's (and ring_attention's) q, k, v, one check per constraint: the declared rules
+# (generator.runtime.contract) call them one by one, check_qkv all of them in that order
+def check_rank4(name: str, t) -> None:
+    if t.dim() != 4:
+        raise ValueError(f"{name} must have rank 4 (batch, heads, seq, head_dim), got shape "
+                         f"{tuple(t.shape)}; add the missing axes with unsqueeze")
+
+
+def check_v_like_k(k, v, mla: bool = True) -> None:
+    """v has k's shape (``mla``: a different value head dim, MLA's, named as such)."""
+    if mla and v.shape[:-1] == k.shape[:-1] and v.shape[-1] != k.shape[-1]:
+        raise ValueError(f"v has head_dim {v.shape[-1]} but q and k have {k.shape[-1]}: a value head dim that "
+                         "differs from q/k's (MLA style) is not supported; pad v to k's head_dim (and slice the "
+                         "output)")
+    if v.shape != k.shape:
+        raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+
+
+def check_qk_agree(q, k) -> None:
+    if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in batch (dim 0) and "
+                         "head_dim (dim 3)")
+
+
+def check_some_heads(q, k) -> None:
+    if q.shape[1] == 0 or k.shape[1] == 0:  # (B, H, N, D) and packed (total, H, D) alike
+        raise ValueError(f"q and k need at least one head, got q {tuple(q.shape)}, k {tuple(k.shape)}")
+
+
 def check_qkv(q, k, v):
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(t, name)
-        if t.dim() != 4:
-            raise ValueError(f"{name} must have rank 4 (batch, heads, seq, head_dim), got shape "
-                             f"{tuple(t.shape)}; add the missing axes with unsqueeze")
+        check_rank4(name, t)
     check_dtypes(q, k, v)
-    B, Hq, Nq, D = q.shape
-    Bk, Hkv, Nk, Dk = k.shape
-    if v.shape[:3] == k.shape[:3] and v.shape[3] != Dk:
-        raise ValueError(f"v has head_dim {v.shape[3]} but q and k have {Dk}: a value head dim that differs "
-                         "from q/k's (MLA style) is not supported; pad v to k's head_dim (and slice the output)")
-    if v.shape != k.shape:
-        raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
-    if Bk != B or Dk != D:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in batch (dim 0) and "
-                         "head_dim (dim 3)")
-    if Hq == 0 or Hkv == 0:
-        raise ValueError(f"q and k need at least one head, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    check_heads(Hq, Hkv, D)
-    check_seq_lens(Nq, Nk)
+    check_v_like_k(k, v)
+    check_qk_agree(q, k)
+    check_some_heads(q, k)
+    check_heads(q.shape[1], k.shape[1], q.shape[3])
+    check_seq_lens(q.shape[2], k.shape[2])
+
+
+def check_supported_dtype(name: str, t) -> None:
+    """A supported dtype [dtypes]."""
+    if t.dtype not in DTYPES:
+        raise TypeError(f"{name} has dtype {t.dtype}; supported: {', '.join(limit('dtypes'))} (convert with .to())")
 
 
 def check_dtypes(q, k, v):
     """One supported dtype for q, k, v [dtypes]."""
-    if q.dtype not in DTYPES:
-        raise TypeError(f"q has dtype {q.dtype}; supported: {', '.join(limit('dtypes'))} (convert with .to())")
+    check_supported_dtype("q", q)
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}; "
                         "convert them with .to(q.dtype)")
 
 
+def check_gqa(Hq: int, Hkv: int, kv: str = "key/value heads"):
+    """GQA head counts [gqa_divides]."""
+    if Hq % Hkv:
+        raise ValueError(f"query heads ({Hq}) must be a multiple of {kv} ({Hkv}) for GQA "
+                         f"[{ASSUMPTIONS['gqa_divides'].name}]")
+
+
+def check_head_dim(D: int, of: str = "q, k, v"):
+    """A head dim the kernels support [head_dim_max]."""
+    if not 1 <= D <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {D} outside 1..{MAX_HEAD_DIM} is not supported ({of}: the K/V tiles would not "
+                         "fit on chip); split the heads [head_dim_max]")
+
+
 def check_heads(Hq: int, Hkv: int, D: int):
     """GQA head counts and a head dim the kernels support [gqa_divides, head_dim_max]."""
-    if Hq % Hkv:
-        raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv}) for GQA "
-                         f"[{ASSUMPTIONS['gqa_divides'].name}]")
-    if not 1 <= D <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim {D} outside 1..{MAX_HEAD_DIM} is not supported (the K/V tiles would not "
-                         "fit on chip); split the heads [head_dim_max]")
+    check_gqa(Hq, Hkv)
+    check_head_dim(D)
 
 
 def check_seq_lens(Nq: int, Nk: int):
@@ -369,23 +402,16 @@ def check_num_splits(num_splits) -> int:
 COMPUTE = -1
 
 
-def check_packed_qkv(q, k, v):
-    """``flash_attention_varlen``'s q, k, v: packed ``(total, H, D)``, one dtype, GQA heads."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 3:
-            raise ValueError(f"{name} must have rank 3 (total_tokens, heads, head_dim) in a packed batch, got shape "
-                             f"{tuple(t.shape)}; for a padded (batch, heads, seq, head_dim) batch use flash_attention")
-    check_dtypes(q, k, v)
-    (_, hq, d), (_, hkv, dk) = q.shape, k.shape
-    if v.shape != k.shape:
-        raise ValueError(f"v must have k's shape {tuple(k.shape)} (total_k, Hkv, D), got {tuple(v.shape)}")
-    if dk != d:
+def check_rank3_packed(name: str, t) -> None:
+    """``flash_attention_varlen``'s packed ``(total, H, D)`` tensors."""
+    if t.dim() != 3:
+        raise ValueError(f"{name} must have rank 3 (total_tokens, heads, head_dim) in a packed batch, got shape "
+                         f"{tuple(t.shape)}; for a padded (batch, heads, seq, head_dim) batch use flash_attention")
+
+
+def check_packed_qk_agree(q, k) -> None:
+    if k.shape[2] != q.shape[2]:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in head_dim (dim 2)")
-    if min(hq, hkv, d) < 1:
-        raise ValueError(f"heads and head_dim must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    check_heads(hq, hkv, d)
 
 
 def check_cu_seqlens(name, cu):

@@ -184,21 +184,36 @@ def _lead_tensor(kind_rules=()) -> tuple:
 # flash_attention and ring_attention: q, k, v (B, H, N, D)
 # ----------------------------------------------------------------------------------
 def _dense_qkv(q_shape: str, kv_shape: str, strides: str = ANY) -> tuple[Arg, ...]:
+    """q, k, v ``(B, H, N, D)``: one rule per constraint (``checks.check_qkv`` runs the same checks in
+    the same order, for callers outside an entry point)."""
     qkv = ("dtypes", "head_dim_max", "gqa_divides", "seq_len_int32", "index_int32")
-
-    def together(n, v, c):  # rank 4, one dtype, batch / head dim / GQA / lengths (checks.check_qkv's messages)
-        R.check_qkv(c["q"], c["k"], c["v"])
+    rank4 = R.call("rank 4", lambda n, v, c: R.check_rank4(n, v), KIND, bad=lambda c, n: {n: c[n][0]})
+    one_dtype = R.call("q's dtype", lambda n, v, c: R.check_dtypes(c["q"], c["k"], c["v"]),
+                       bad=lambda c, n: {n: c[n].double()})
+    both = lambda f: (lambda c, n: {"k": f(c["k"]), "v": f(c["v"])})  # noqa: E731  (k and v changed alike)
     return (Arg("q", _dtypes() + ", one dtype for q, k, v", q_shape + f", D in 1..{limit('head_dim_max')}", ANY,
                 "any (keys past a length are never read)", qkv,
-                rules=(R.is_tensor(), R.supported_device(),
-                       R.call("rank 4, supported dtype; k, v agree (batch, heads, head dim, GQA, lengths)", together,
-                              KIND, bad=lambda c, n: {n: c[n][0]}),
+                rules=(R.is_tensor(), R.supported_device(), rank4,
+                       R.call("a supported dtype", lambda n, v, c: R.check_supported_dtype(n, v), KIND,
+                              bad=lambda c, n: {n: c[n].double()}),
+                       R.call(f"D in 1..{limit('head_dim_max')}", lambda n, v, c: R.check_head_dim(v.shape[3]), bad=lambda c, n: {n: c[n][..., :0], **both(
+                               lambda t: t[..., :0])(c, n)}),
+                       R.call("N_q + N_k ≤ 2^29", lambda n, v, c: R.check_seq_lens(v.shape[2], c["k"].shape[2]),
+                              bad=lambda c, n: _lower("seq_len_int32", 1)),
                        R.call("in-slice offsets of q, k, v, mask, out fit int32", lambda n, v, c: R.check_index_width(
                            q=v, k=c["k"], v=c["v"], mask=c.get("mask"), out=tuple(v.shape)),
                            bad=lambda c, n: _lower("index_int32", 0)))),
-            # k's and v's relations are q's rule (one check_qkv: its errors name k and v)
-            Arg("k", "q's", kv_shape + ", Hq % Hkv = 0 (GQA)", strides, "any", qkv, rules=(R.is_tensor(),)),
-            Arg("v", "q's", "k's", strides, "any", qkv, rules=(R.is_tensor(),)))
+            Arg("k", "q's", kv_shape + ", Hq % Hkv = 0 (GQA)", strides, "any", qkv,
+                rules=(R.is_tensor(), rank4, one_dtype,
+                       R.call("q's batch and head_dim", lambda n, v, c: R.check_qk_agree(c["q"], v),
+                              bad=both(lambda t: t[..., :1])),
+                       R.call("Hkv ≥ 1", lambda n, v, c: R.check_some_heads(c["q"], v), bad=both(lambda t: t[:, :0])),
+                       R.call("Hq % Hkv = 0", lambda n, v, c: R.check_gqa(c["q"].shape[1], v.shape[1]),
+                              bad=both(lambda t: torch.cat([t] * 3, 1))))),
+            Arg("v", "q's", "k's", strides, "any", qkv,
+                rules=(R.is_tensor(), rank4, one_dtype,
+                       R.call("k's shape (no MLA head dim)", lambda n, v, c: R.check_v_like_k(c["k"], v),
+                              bad=lambda c, n: {n: c[n][..., :1]}))))
 
 
 def _ring_qkv(args):
@@ -262,10 +277,6 @@ def _varlen_sizes(c):
     return c["cu_seqlens_q"].numel() - 1, c["q"].shape[1]
 
 
-def _varlen_packed(n, v, c):
-    R.check_packed_qkv(c["q"], c["k"], c["v"])
-
-
 def _paged_cache_capacity(c) -> int:
     return c["block_table"].shape[1] * c["k"].shape[1]
 
@@ -302,31 +313,31 @@ def _page_size_check(n, v, c):
         raise ValueError(f"page_size ({n} dim 1) must be {_PAGE_SIZES}, got {v.shape[1]} [page_sizes]")
 
 
+#: flash_attention_varlen's packed (total, H, D) tensors
+_rank3 = R.call("rank 3", lambda n, v, c: R.check_rank3_packed(n, v), KIND, bad=lambda c, n: {n: c[n][None]})
+_varlen_one_dtype = R.call("q's dtype", lambda n, v, c: R.check_dtypes(c["q"], c["k"], c["v"]),
+                           bad=lambda c, n: {n: c[n].double()})
+
+
 def _paged_varlen_rules(name: str) -> tuple:
     """``k`` / ``v`` of ``flash_attention_varlen`` with ``block_table``: paged caches."""
-    rules = (R.call("paged: rank 4 (num_pages, page_size, Hkv, D)", lambda n, v, c: R.rank(
-        4, "(num_pages, page_size, Hkv, D): a paged cache, with block_table").check(n, v, c), KIND, when=_paged,
-        bad=lambda c, n: {n: c[n][0]}),
-             R.call("paged: q's dtype", lambda n, v, c: R.same_dtype("q").check(n, v, c), KIND, when=_paged,
-                    bad=lambda c, n: {n: c[n].double()}),
+    rules = (replace(R.rank(4, "(num_pages, page_size, Hkv, D): a paged cache, with block_table"), text="paged: rank 4",
+                     when=_paged),
              replace(R.no_grad("flash_attention_varlen with block_table (paged K/V)", _INFERENCE_FIX), when=_paged))
     if name == "k":
         def gqa(n, v, c):
             Hq, D = c["q"].shape[1:]
             if v.shape[3] != D:
                 raise ValueError(f"k {tuple(v.shape)} must have q's head_dim {D} (dim 3)")
-            if v.shape[2] < 1 or Hq % v.shape[2]:
-                raise ValueError(f"query heads ({Hq}) must be a multiple of k's KV heads ({v.shape[2]}) for GQA "
-                                 "[gqa_divides]")
+            if v.shape[2] < 1:
+                raise ValueError(f"k {tuple(v.shape)} needs at least one KV head (dim 2)")
+            R.check_gqa(Hq, v.shape[2], "k's KV heads, k.shape[2]")
         rules += (R.call("paged: Hq % Hkv = 0, q's D", gqa, when=_paged, bad=lambda c, n: {n: c[n][..., :1]}),
                   R.call("paged: page_size " + _pow2s("page_sizes"), _page_size_check, when=_paged,
                          bad=lambda c, n: {n: c[n][:, :12], "v": c["v"][:, :12]}),
                   R.call("in-slice offsets fit int32", lambda n, v, c: R.check_index_width(
                       k=v.transpose(1, 2), v=c["v"].transpose(1, 2)), when=_paged,
                          bad=lambda c, n: _lower("index_int32", 0)))
-    else:
-        rules += (R.call("paged: k's shape", lambda n, v, c: R.shape_is(
-            lambda c: c["k"].shape, "k's").check(n, v, c), when=_paged, bad=lambda c, n: {n: c[n][..., :1]}),)
     return rules
 
 
@@ -368,18 +379,16 @@ def _kv_q_dims(n, v, c):
     B, Nq, Hq, D = v.shape
     if min(B, Nq, Hq) < 1:
         raise ValueError(f"every dimension of q must be >= 1, got q {tuple(v.shape)}")
-    if not 1 <= D <= R.MAX_HEAD_DIM:
-        raise ValueError(f"head_dim {D} outside 1..{R.MAX_HEAD_DIM} is not supported (the K/V tiles would not "
-                         "fit on chip); split the heads [head_dim_max]")
+    R.check_head_dim(D, "q and the cache")
 
 
 def _kv_cache_dims(n, v, c):
     B, _, Hq, D = c["q"].shape
     if v.shape[3] != D:
         raise ValueError(f"q {tuple(c['q'].shape)} and {n} {tuple(v.shape)} must agree in head_dim (dim 3)")
-    if v.shape[2] < 1 or Hq % v.shape[2]:
-        raise ValueError(f"query heads ({Hq}) must be a multiple of the cache's KV heads ({v.shape[2]}) for GQA "
-                         "[gqa_divides]")
+    if v.shape[2] < 1:
+        raise ValueError(f"{n} {tuple(v.shape)} needs at least one KV head (dim 2)")
+    R.check_gqa(Hq, v.shape[2], f"the cache's KV heads, {n}.shape[2]")
 
 
 def _kv_cache_rows(n, v, c):
@@ -608,26 +617,34 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
         "flash_attention_varlen": (
             Arg("q", _dtypes() + ", one dtype for q, k, v", f"(total_q, Hq, D), D in 1..{limit('head_dim_max')}", ANY,
                 "any", ("dtypes", "head_dim_max", "gqa_divides", "seq_len_int32", "index_int32"),
-                rules=(R.is_tensor(), R.supported_device(),
-                       R.call("packed: rank 3, supported dtype; k, v agree", _varlen_packed, KIND, when=_packed,
-                              bad=lambda c, n: {n: c[n][None]}),
-                       R.call("paged: rank 3 (total_q, Hq, D)", lambda n, v, c: R.rank(
-                           3, "(total_q, Hq, D): packed queries").check(n, v, c), KIND, when=_paged,
-                           bad=lambda c, n: {n: c[n][None]}),
-                       R.call("paged: supported dtype", lambda n, v, c: R.dtype_in(R.DTYPES, _SUPPORTED).check(
-                           n, v, c), KIND, when=_paged, bad=lambda c, n: {n: c[n].double(), "k": c["k"].double(),
-                                                                          "v": c["v"].double()}),
-                       R.call("paged: Hq, D ≥ 1; D in 1..max", lambda n, v, c: _kv_q_dims(n, v[None], c),
-                              when=_paged, bad=lambda c, n: {n: c[n][:, :0]}),
+                rules=(R.is_tensor(), R.supported_device(), _rank3,
+                       R.call("a supported dtype", lambda n, v, c: R.check_supported_dtype(n, v), KIND,
+                              bad=lambda c, n: {n: c[n].double()}),
+                       R.call("Hq ≥ 1", lambda n, v, c: None if v.shape[1] else R._raise(
+                           ValueError, f"q {tuple(v.shape)} needs at least one head (dim 1)"),
+                           bad=lambda c, n: {n: c[n][:, :0]}),
+                       R.call(f"D in 1..{limit('head_dim_max')}", lambda n, v, c: R.check_head_dim(v.shape[2]),
+                              bad=lambda c, n: {n: c[n][..., :0], "k": c["k"][..., :0], "v": c["v"][..., :0]}),
                        replace(R.no_grad("flash_attention_varlen with block_table (paged K/V)", _INFERENCE_FIX),
                                when=_paged),
                        R.call("total_q + total_k ≤ 2^29", lambda n, v, c: R.check_seq_lens(
                            v.shape[0], c["k"].shape[0]), when=_packed, bad=lambda c, n: _lower("seq_len_int32", 1)))),
             Arg("k", "q's", "(total_k, Hkv, D), Hq % Hkv = 0 (GQA); with block_table a paged cache (num_pages, "
                 "page_size, Hkv, D)", ANY, "any", ("dtypes", "gqa_divides", "page_sizes", "index_int32"),
-                rules=(R.is_tensor(), *_paged_varlen_rules("k"))),  # packed: q's rule checks k and v
+                rules=(R.is_tensor(), replace(_rank3, when=_packed), _varlen_one_dtype,
+                       R.call("packed: q's head_dim", lambda n, v, c: R.check_packed_qk_agree(c["q"], v), when=_packed,
+                              bad=lambda c, n: {n: c[n][..., :1], "v": c["v"][..., :1]}),
+                       R.call("packed: Hkv ≥ 1", lambda n, v, c: R.check_some_heads(c["q"], v), when=_packed,
+                              bad=lambda c, n: {n: c[n][:, :0], "v": c["v"][:, :0]}),
+                       R.call("packed: Hq % Hkv = 0", lambda n, v, c: R.check_gqa(c["q"].shape[1], v.shape[1]),
+                              when=_packed, bad=lambda c, n: {n: torch.cat([c[n]] * 3, 1),
+                                                              "v": torch.cat([c["v"]] * 3, 1)}),
+                       *_paged_varlen_rules("k"))),
             Arg("v", "q's", "k's", ANY, "any", ("index_int32",),
-                rules=(R.is_tensor(), *_paged_varlen_rules("v"))),
+                rules=(R.is_tensor(), replace(_rank3, when=_packed), _varlen_one_dtype,
+                       R.call("k's shape", lambda n, v, c: R.check_v_like_k(c["k"], v, mla=False),
+                              bad=lambda c, n: {n: c[n][..., :1]}),
+                       *_paged_varlen_rules("v"))),
             Arg("cu_seqlens_q", "int32 tensor", "(B + 1,), B ≥ 1", COPIED,
                 "from 0, non-decreasing, ending at total_q (read on the host, one sync, also under torch.compile); "
                 "each segment's rows within int32 offsets", ("index_int32",),
