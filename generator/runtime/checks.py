@@ -451,35 +451,35 @@ def check_max_seqlen(name, value):
 # ----------------------------------------------------------------------------------
 # merge_state / merge_states
 # ----------------------------------------------------------------------------------
-def check_merge_pair(name: str, o: torch.Tensor, lse: torch.Tensor, lead: int = 0) -> None:
-    """A partial result ``(o{name}, lse{name})`` of ``merge_state(s)``: o ``(..., D)``, lse float32 ``(...)``."""
-    for what, t in ((f"o{name}", o), (f"lse{name}", lse)):
-        check_tensor(t, what)
-    if o.dtype not in DTYPES:
-        raise TypeError(f"o{name} has dtype {o.dtype}; supported: float16, bfloat16, float32 (convert with .to())")
-    if lse.dtype != torch.float32:
-        raise TypeError(f"lse{name} must be float32 (natural-log LSE), got {lse.dtype}; convert with "
-                        ".float() (FlashInfer's base-2 lse: multiply by math.log(2) first)")
-    if o.dim() < 1 + lead or tuple(lse.shape) != tuple(o.shape[:-1]):
-        raise ValueError(f"lse{name} must have o{name}'s shape without its last (head_dim) axis: o{name} "
-                         f"{tuple(o.shape)} needs lse{name} {tuple(o.shape[:-1])}, got {tuple(lse.shape)}")
+def check_merge_o(name: str, o: torch.Tensor, lead: int = 0) -> None:
+    """A partial output of ``merge_state(s)``: a supported dtype, ``(..., D)`` (``lead`` leading split
+    axes before), ``D`` within the merge kernel's tile [dtypes, merge_head_dim_max]."""
+    check_supported_dtype(name, o)
+    if o.dim() < 1 + lead:
+        raise ValueError(f"{name} must have shape {'(S, ..., head_dim)' if lead else '(..., head_dim)'}, got "
+                         f"{tuple(o.shape)}")
     if o.shape[-1] > limit("merge_head_dim_max"):
-        raise ValueError(f"head_dim {o.shape[-1]} > {limit('merge_head_dim_max')} is not supported by the merge "
-                         "kernel; split the last axis [merge_head_dim_max]")
+        raise ValueError(f"{name} has head_dim {o.shape[-1]} > {limit('merge_head_dim_max')}: not supported by the "
+                         "merge kernel; split the last axis [merge_head_dim_max]")
+
+
+def check_merge_lse(name: str, lse: torch.Tensor, o_name: str, o: torch.Tensor) -> None:
+    """The lse of a partial output: float32, natural log, ``o``'s shape without its head dim."""
+    if lse.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32 (natural-log LSE), got {lse.dtype}; convert with "
+                        ".float() (FlashInfer's base-2 lse: multiply by math.log(2) first)")
+    if tuple(lse.shape) != tuple(o.shape[:-1]):
+        raise ValueError(f"{name} must have {o_name}'s shape without its last (head_dim) axis: {o_name} "
+                         f"{tuple(o.shape)} needs {name} {tuple(o.shape[:-1])}, got {tuple(lse.shape)}")
 
 
 # ----------------------------------------------------------------------------------
 # softmax
 # ----------------------------------------------------------------------------------
-def check_softmax_input(x) -> None:
-    """``softmax``'s x: a tensor of a supported dtype, rank >= 1 (a ``dim`` out of range raises
-    ``IndexError`` at the move)."""
-    check_tensor(x, "x")
-    if x.dtype not in DTYPES:
-        raise TypeError(f"x has dtype {x.dtype}; supported: {', '.join(limit('dtypes'))} (convert with .to()) "
-                        "[dtypes]")
+def check_not_scalar(name: str, x) -> None:
+    """``softmax``'s x has at least one dimension (a ``dim`` out of range raises ``IndexError`` at the move)."""
     if x.dim() == 0:
-        raise ValueError("softmax needs at least one dimension; x is a scalar")
+        raise ValueError(f"softmax needs at least one dimension; {name} is a scalar")
 
 
 # ----------------------------------------------------------------------------------

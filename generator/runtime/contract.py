@@ -216,6 +216,24 @@ def _dense_qkv(q_shape: str, kv_shape: str, strides: str = ANY) -> tuple[Arg, ..
                               bad=lambda c, n: {n: c[n][..., :1]}))))
 
 
+def _merge_o(lead: int = 0) -> tuple:
+    """``merge_state``'s ``o_a`` / ``merge_states``' ``o``: a supported dtype, rank, head dim."""
+    o = R.call("a supported dtype, (S, ..., D), D ≤ merge_head_dim_max" if lead else
+               "a supported dtype, (..., D), D ≤ merge_head_dim_max", lambda n, v, c: R.check_merge_o(n, v, lead), KIND,
+               bad=lambda c, n: {n: c[n].double()})
+    big = R.call("D ≤ merge_head_dim_max", lambda n, v, c: R.check_merge_o(n, v, lead), KIND,
+                 bad=lambda c, n: _lower("merge_head_dim_max", 1))
+    return (o, big)
+
+
+def _merge_lse(o_name: str) -> tuple:
+    return (R.is_tensor(),
+            R.call("float32 (natural log)", lambda n, v, c: R.check_merge_lse(n, v, o_name, c[o_name]), KIND,
+                   bad=lambda c, n: {n: c[n].double()}),
+            R.call(f"{o_name}'s shape without D", lambda n, v, c: R.check_merge_lse(n, v, o_name, c[o_name]),
+                   bad=lambda c, n: {n: c[n][..., :1]}))
+
+
 def _ring_qkv(args):
     """``ring_attention``'s q, k, v: the dense ones, k's shard as long as q's."""
     q, k, v = args
@@ -694,29 +712,22 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
         "flash_attention_with_kvcache": _kvcache(),
         "merge_state": (
             Arg("o_a", _dtypes(), f"(..., D), D ≤ {limit('merge_head_dim_max')} (0 allowed: lse only)", ROWS,
-                "normalised partial outputs", ("dtypes", "merge_head_dim_max"),
-                rules=_lead_tensor((R.call("a supported dtype; lse_a o_a's shape without D", lambda n, v, c:
-                                           R.check_merge_pair("_a", v, c["lse_a"]), KIND,
-                                           bad=lambda c, n: {n: c[n].double()}),))),
+                "normalised partial outputs", ("dtypes", "merge_head_dim_max"), rules=_lead_tensor(_merge_o())),
             Arg("lse_a", "float32", "o_a's without D", COPIED, "natural log; −inf for a part with no key",
-                rules=(R.is_tensor(),)),  # its dtype and shape: o_a's rule (check_merge_pair names lse_a)
+                rules=_merge_lse("o_a")),
             Arg("o_b", "o_a's", "o_a's", ROWS, "as o_a",
-                rules=(R.is_tensor(), R.call("o_a's shape and dtype", lambda n, v, c: R.check_merge_pair(
-                    "_b", v, c["lse_b"]) if (v.shape == c["o_a"].shape and v.dtype == c["o_a"].dtype) else R._raise(
+                rules=(R.is_tensor(), R.call("o_a's shape and dtype", lambda n, v, c: None if (
+                    v.shape == c["o_a"].shape and v.dtype == c["o_a"].dtype) else R._raise(
                     ValueError, f"o_a and o_b must share shape and dtype, got {tuple(c['o_a'].shape)} {c['o_a'].dtype} "
-                    f"and {tuple(v.shape)} {v.dtype}"), bad=lambda c, n: {n: c[n][..., :1]}),)),
-            Arg("lse_b", "float32", "lse_a's", COPIED, "as lse_a",
-                rules=(R.is_tensor(),)),  # its dtype and shape: o_b's rule
+                    f"and {tuple(v.shape)} {v.dtype}"), KIND, bad=lambda c, n: {n: c[n][..., :1]}))),
+            Arg("lse_b", "float32", "lse_a's", COPIED, "as lse_a", rules=_merge_lse("o_b")),
         ),
         "merge_states": (
             Arg("o", _dtypes(), f"(S, ..., D), D ≤ {limit('merge_head_dim_max')} (0 allowed: lse only); S = 0: the "
                 "identity", ROWS, "S normalised partial outputs", ("dtypes", "merge_head_dim_max"),
-                rules=_lead_tensor((R.call("a supported dtype, (S, ..., D)", lambda n, v, c: R.check_merge_pair(
-                    "", v, c["lse"], lead=1) if v.dim() >= 2 else R._raise(
-                    ValueError, f"o must have shape (S, ..., head_dim), got {tuple(v.shape)}"), KIND,
-                    bad=lambda c, n: {n: c[n].double()}),))),
+                rules=_lead_tensor(_merge_o(lead=1))),
             Arg("lse", "float32", "o's without D", COPIED, "natural log; −inf for a part with no key",
-                rules=(R.is_tensor(),)),  # its dtype and shape: o's rule
+                rules=_merge_lse("o")),
         ),
         "ring_attention": _ring_qkv(_dense_qkv("(B, Hq, N/P, D): this rank's shard", "(B, Hkv, N/P, D), q's N/P",
                                                COPIED + "; sent around the ring")) + (
@@ -732,8 +743,10 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
         ),
         "softmax": (
             Arg("x", _dtypes(), "any, rank ≥ 1", ROWS, "any; a row of only −inf gives zeros", ("dtypes",),
-                rules=_lead_tensor((R.call("a supported dtype, rank ≥ 1", lambda n, v, c: R.check_softmax_input(v),
-                                   KIND, bad=lambda c, n: {n: c[n].double()}),))),
+                rules=_lead_tensor((R.call("a supported dtype", lambda n, v, c: R.check_supported_dtype(n, v), KIND,
+                                           bad=lambda c, n: {n: c[n].double()}),
+                                    R.call("rank ≥ 1", lambda n, v, c: R.check_not_scalar(n, v), KIND,
+                                           bad=lambda c, n: {n: c[n][0, 0, 0]})))),
             Arg("dim", "an int (numpy ints too)", "−x.dim() ≤ dim < x.dim()", NONE, "an empty dim gives an empty "
                 "result", rules=(R.call("an int", lambda n, v, c: R._as_int(v, "dim"), KIND,
                                         convert=lambda v, c: R._as_int(v, "dim"), bad=lambda c, n: {n: 1.0}),)),
