@@ -1,14 +1,16 @@
-"""The public PyTorch entry points: input checks, then dispatch to a generated package.
+"""The public PyTorch entry points: the declared contract, then dispatch to a generated package.
 
 ``flash_attention`` has the semantics of ``spec.reference.attention`` (same argument names
-and meaning). Every bad input raises an error that names the problem and the fix; the
-checks and normalisations live in ``generator.runtime.checks`` and read their limits from
-``spec.assumptions``. The kernels themselves assume checked inputs.
+and meaning). Every bad input raises an error that names the problem and the fix: each
+argument's rules are declared in ``generator.runtime.contract`` and enforced by
+``contract.enforce`` (their building blocks and the normalisations live in
+``generator.runtime.checks`` and read their limits from ``spec.assumptions``). The kernels
+themselves assume checked inputs.
 
 Non-contiguous inputs are accepted as they are: the kernels index q, k, v (and the mask)
 through their strides, so no copy is made. Outputs are freshly allocated and contiguous.
 
-Import order, no cycles: ``checks`` <- ``dispatch`` <- ``custom_op`` <- ``autograd`` <- ``api``.
+Import order, no cycles: ``checks`` <- ``contract``; ``checks`` <- ``dispatch`` <- ``custom_op`` <- ``autograd`` <- ``api``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``flash_attention_with_kvcache``: attention of a few new query tokens over a KV cache.
 
-One op per file (Liger-Kernel style): the input checks, the split heuristic and the launcher
-of the generated decode kernel (``generated/attention_decode_br*_bc*.py``), whose splits write
+One op per file (Liger-Kernel style): the call of the declared contract (every input check is a
+rule of ``generator.runtime.contract``, enforced by ``contract.enforce``), the split heuristic and
+the launcher of the generated decode kernel (``generated/attention_decode_br*_bc*.py``), whose splits write
 normalised partial results that ``merge_state``'s fold (``generated/merge_state_br*.py``)
 combines. Both kernels print their arithmetic from the spec (claims ``lse_merge``,
 ``paged_kv_reads`` and the dense forward's; the score modifications' ``score_mod_invariant``,

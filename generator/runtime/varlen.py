@@ -1,14 +1,15 @@
 """``flash_attention_varlen``: packed variable-length batches, FlashAttention's ``cu_seqlens`` layout.
 
-One file for the op (Liger-Kernel style): the input checks, the custom ops
+One file for the op (Liger-Kernel style): the call of the declared contract, the custom ops
 ``flashproof::flash_attention_varlen`` and ``..._backward`` (with fake implementations, so
 ``torch.compile`` traces through them) and their autograd. The kernels are the dense ones of
 ``generated/attention_{fwd,bwd}_*.py`` with ``IS_VARLEN=True`` (``forward_varlen``,
 ``backward_varlen``): a program per (tile, segment x head), the segment's lengths and
 bottom-right shift printed from ``spec.varlen.SEGMENT`` (claim ``varlen_segments_sound``).
 
-Checks in two places: the Python entry point checks what it can without reading a tensor
-(types, ranks, dtypes, devices, shapes); the op checks the offsets' *values*
+Checks in two places: the Python entry point enforces the declared contract
+(``generator.runtime.contract``: types, ranks, dtypes, devices, shapes; with ``block_table``, the
+page ids and key counts' values in eager mode); the op checks the offsets' *values*
 (``spec.varlen.segments``: from 0, non-decreasing, ending at the totals; the max_seqlen hints
 against the real lengths), one host read of the two small offset vectors, so the check also
 runs inside a compiled graph.
