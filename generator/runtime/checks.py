@@ -163,10 +163,10 @@ def check_dtypes(q, k, v):
                         "convert them with .to(q.dtype)")
 
 
-def check_gqa(Hq: int, Hkv: int, kv: str = "key/value heads"):
+def check_gqa(Hq: int, Hkv: int, kv: str = "key/value heads", of: str = "q and k"):
     """GQA head counts [gqa_divides]."""
     if Hq % Hkv:
-        raise ValueError(f"query heads ({Hq}) must be a multiple of {kv} ({Hkv}) for GQA "
+        raise ValueError(f"query heads ({Hq}) must be a multiple of {kv} ({Hkv}) for GQA, the head counts of {of} "
                          f"[{ASSUMPTIONS['gqa_divides'].name}]")
 
 

@@ -349,7 +349,7 @@ def _paged_varlen_rules(name: str) -> tuple:
                 raise ValueError(f"k {tuple(v.shape)} must have q's head_dim {D} (dim 3)")
             if v.shape[2] < 1:
                 raise ValueError(f"k {tuple(v.shape)} needs at least one KV head (dim 2)")
-            R.check_gqa(Hq, v.shape[2], "k's KV heads, k.shape[2]")
+            R.check_gqa(Hq, v.shape[2], "k's KV heads", "q and k")
         rules += (R.call("paged: Hq % Hkv = 0, q's D", gqa, when=_paged, bad=lambda c, n: {n: c[n][..., :1]}),
                   R.call("paged: page_size " + _pow2s("page_sizes"), _page_size_check, when=_paged,
                          bad=lambda c, n: {n: c[n][:, :12], "v": c["v"][:, :12]}),
@@ -406,7 +406,7 @@ def _kv_cache_dims(n, v, c):
         raise ValueError(f"q {tuple(c['q'].shape)} and {n} {tuple(v.shape)} must agree in head_dim (dim 3)")
     if v.shape[2] < 1:
         raise ValueError(f"{n} {tuple(v.shape)} needs at least one KV head (dim 2)")
-    R.check_gqa(Hq, v.shape[2], f"the cache's KV heads, {n}.shape[2]")
+    R.check_gqa(Hq, v.shape[2], "the cache's KV heads", f"q and {n}")
 
 
 def _kv_cache_rows(n, v, c):
