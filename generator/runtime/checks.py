@@ -486,8 +486,10 @@ def check_not_scalar(name: str, x) -> None:
 # Rules: the building blocks of the declared contract (``generator.runtime.contract``)
 # ----------------------------------------------------------------------------------
 #: the stages of ``contract.enforce``, in order: what an argument is (type, dtype, rank), its relations
-#: to the others (shapes, devices, pairs), the values of its elements (eager only, one host sync)
-KIND, RELATION, VALUES = 0, 1, 2
+#: to the others (shapes, devices, pairs), the values of its elements (eager only, one host sync);
+#: ``IN_OP``: a value the op itself must read on the host, also under ``torch.compile`` (varlen's
+#: offsets size its grid): declared here, checked by the op with the same function, not by ``enforce``
+KIND, RELATION, VALUES, IN_OP = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -634,6 +636,12 @@ def values(text: str, flags: Callable, error: Callable, when=None, bad=None) -> 
     def check(name, v, ctx):
         raise ValueError(error(name, v, ctx))
     return Rule(text, check, VALUES, flags=flags, when=when, bad=bad)
+
+
+def in_op(text: str, fn: Callable, bad: Callable, when=None) -> Rule:
+    """A rule the op checks (``IN_OP``): ``fn(name, value, ctx)`` is what it runs, named here so the
+    declaration lists it and the contract test derives its refused input."""
+    return Rule(text + " (checked by the op)", fn, IN_OP, when=when, bad=bad)
 
 
 def call(text: str, fn: Callable, stage: int = RELATION, convert=None, when=None, bad=None) -> Rule:

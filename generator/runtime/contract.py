@@ -39,7 +39,7 @@ import torch
 from spec.assumptions import ASSUMPTIONS, limit
 
 from generator.runtime import checks as R
-from generator.runtime.checks import KIND, RELATION, VALUES
+from generator.runtime.checks import IN_OP, KIND, RELATION, VALUES
 
 #: the kernel reads the tensor through its strides (permuted, sliced, expanded views: no copy)
 ANY = "any (read through the strides, no copy)"
@@ -329,6 +329,26 @@ _PAGE_SIZES = "a power of two from 16 to 512"
 def _page_size_check(n, v, c):
     if v.shape[1] not in limit("page_sizes"):
         raise ValueError(f"page_size ({n} dim 1) must be {_PAGE_SIZES}, got {v.shape[1]} [page_sizes]")
+
+
+def _segments(c):
+    """``spec.varlen.segments`` of the call's offsets (what the op runs; it reads them on the host)."""
+    from spec import varlen as spec_varlen
+
+    cu_k = c["cu_seqlens_k"].cpu()
+    return spec_varlen.segments(c["cu_seqlens_q"].cpu(), cu_k, c["q"].shape[0],
+                                c["k"].shape[0] if _packed(c) else int(cu_k[-1]))
+
+
+def _offsets_in_op():
+    return R.in_op("from 0, non-decreasing, ending at the packed total (read on the host, also under torch.compile)",
+                   lambda n, v, c: _segments(c), bad=lambda c, n: {n: c[n].flip(0)})
+
+
+def _hint_in_op(side: int, when=None):
+    def check(n, v, c):
+        R.check_hint(n, v, max(seg[2 * side + 1] - seg[2 * side] for seg in _segments(c)))
+    return R.in_op("≥ the longest segment", check, bad=lambda c, n: {n: 1}, when=when)
 
 
 #: flash_attention_varlen's packed (total, H, D) tensors
@@ -667,12 +687,12 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                 "from 0, non-decreasing, ending at total_q (read on the host, one sync, also under torch.compile); "
                 "each segment's rows within int32 offsets", ("index_int32",),
                 rules=(R.call("int32 (B + 1,), B ≥ 1", lambda n, v, c: R.check_cu_seqlens(n, v), KIND,
-                              bad=lambda c, n: {n: c[n].long()}),)),
+                              bad=lambda c, n: {n: c[n].long()}), _offsets_in_op())),
             Arg("cu_seqlens_k", "int32 tensor", "cu_seqlens_q's", COPIED,
                 "as cu_seqlens_q, ending at total_k; with block_table each sequence's key count ≤ its pages' "
                 "capacity (eager check)", ("index_int32", "cache_len_range"),
                 rules=(R.call("int32 (B + 1,), B ≥ 1", lambda n, v, c: R.check_cu_seqlens(n, v), KIND,
-                              bad=lambda c, n: {n: c[n].long()}),
+                              bad=lambda c, n: {n: c[n].long()}), _offsets_in_op(),
                        R.call("cu_seqlens_q's length", lambda n, v, c: None if v.numel() == c[
                            "cu_seqlens_q"].numel() else R._raise(ValueError, f"cu_seqlens_q has "
                            f"{c['cu_seqlens_q'].numel()} entries and cu_seqlens_k {v.numel()}; both must hold B + 1 "
@@ -687,10 +707,12 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
             Arg("max_seqlen_q", "None or an int ≥ 0", "—", NONE,
                 "None (computed) or ≥ the longest query segment",
                 rules=(R.call("None or an int ≥ 0", lambda n, v, c: R.check_max_seqlen(n, v), KIND,
-                              convert=lambda v, c: R.check_max_seqlen("max_seqlen_q", v), bad=lambda c, n: {n: -1}),)),
+                              convert=lambda v, c: R.check_max_seqlen("max_seqlen_q", v), bad=lambda c, n: {n: -1}),
+                       _hint_in_op(0))),
             Arg("max_seqlen_k", "None or an int ≥ 0", "—", NONE, "None (computed) or ≥ the longest key segment",
                 rules=(R.call("None or an int ≥ 0", lambda n, v, c: R.check_max_seqlen(n, v), KIND,
-                              convert=lambda v, c: R.check_max_seqlen("max_seqlen_k", v), bad=lambda c, n: {n: 2.5}),)),
+                              convert=lambda v, c: R.check_max_seqlen("max_seqlen_k", v), bad=lambda c, n: {n: 2.5}),
+                       _hint_in_op(1, when=_packed))),
             CAUSAL, WINDOW, SCALE, RETURN_LSE, _block('(64, 64); "auto" allowed', True), SOFTCAP,
             _alibi(varlen_alibi_shapes, shape="(Hq,) or (B, Hq), B the segments"),
             _sinks(lambda c: (((c["q"].shape[1],),), _varlen_sizes(c))),
@@ -797,6 +819,8 @@ def enforce(entry: str, arguments: dict) -> dict:
     ctx = dict(arguments)
     pending = []
     for name, optional, rule in _ORDER[entry]:
+        if rule.stage == IN_OP:
+            break  # the last stage: the op checks these itself
         value = ctx[name]
         if value is None and optional:
             continue
@@ -855,7 +879,7 @@ def markdown() -> str:
     """One table per entry point: argument, dtype, shape, strides, accepted values and their
     enforcement, the normalisation, and the assumptions (``spec/assumptions.py``) it answers to."""
     out = []
-    stages = {KIND: "", RELATION: "", VALUES: " (eager)"}
+    stages = {KIND: "", RELATION: "", VALUES: " (eager)", IN_OP: ""}
     for entry, args in _with_devices(entry_points()).items():
         out += [f"**`{entry}`**", "", "| argument | dtype | shape | strides | values | normalised | assumptions | "
                 "rules enforced |", "|---|---|---|---|---|---|---|---|"]
