@@ -760,7 +760,9 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                                              f"got {type(v).__name__}"), KIND, bad=lambda c, n: {n: "world"}),)),
             CAUSAL, SCALE,
             Arg("layout", "str", "—", NONE, '"zigzag" (N divisible by 2P) or "contiguous" (by P)',
-                rules=(R.call("one of LAYOUTS", lambda n, v, c: _ring_layout(v), KIND, bad=lambda c, n: {n: "ring"}),)),
+                rules=(R.call("one of LAYOUTS", lambda n, v, c: _ring_layout(v), KIND, bad=lambda c, n: {n: "ring"}),
+                       R.in_op("zigzag: N divisible by 2P (an even shard length)", _ring_chunks,
+                               bad=lambda c, n: {n: "zigzag", **{t: c[t][:, :, :-1] for t in ("q", "k", "v")}}))),
             RETURN_LSE, _block('(64, 64); "auto" allowed', True),
         ),
         "softmax": (
@@ -781,6 +783,17 @@ def _ring_layout(layout):
     from generator.runtime.ring import _check_layout
 
     _check_layout(layout)
+
+
+def _ring_chunks(n, v, c):
+    """The layout's equal chunks of the whole sequence (P shards): what ``ring_attention`` checks once its
+    process group is known."""
+    import torch.distributed as dist
+
+    from generator.runtime.ring import _chunk_size
+
+    P = dist.get_world_size(c["group"])
+    _chunk_size(c["q"].shape[2] * P, P, v, "the sequence (P x the shard length)")
 
 
 def _ring_shards(n, v, c):
