@@ -395,6 +395,20 @@ def check_num_splits(num_splits) -> int:
     return num_splits
 
 
+def cache_arguments(cache_seqlens, block_table, capacity: int, num_pages: int):
+    """``(cache_seqlens, block_table)`` as the decode kernel reads them: fresh, contiguous int32,
+    clamped on the device to ``[0, capacity]`` and ``[0, num_pages - 1]`` (what keeps a traced
+    graph, where the declared value rules do not run, inside the cache; eager values are checked)."""
+    from generator.runtime import contract  # contract imports this module
+
+    if torch.compiler.is_compiling():
+        cache_seqlens = cache_seqlens.clamp(0, capacity)
+        block_table = None if block_table is None else block_table.clamp(0, num_pages - 1)
+    if cache_seqlens.dtype != torch.int32 or not cache_seqlens.is_contiguous():
+        cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
+    return cache_seqlens, contract.unit_stride("flash_attention_with_kvcache", "block_table", block_table)
+
+
 # ----------------------------------------------------------------------------------
 # flash_attention_varlen (packed batches)
 # ----------------------------------------------------------------------------------

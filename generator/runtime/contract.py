@@ -823,7 +823,19 @@ _ORDER = {entry: tuple(sorted(((a.name, a.optional, r) for a in args for r in a.
           for entry, args in ENTRY_POINTS.items()}
 
 
-def enforce(entry: str, arguments: dict) -> dict:
+def enforce_values(entry: str, arguments: dict) -> None:
+    """Only the value rules of ``entry`` (one host sync; eager only): what a call whose other rules a
+    plan cache has already seen (``generator.runtime.plans``) still checks every time, since values
+    can change in place. ``arguments`` as the entry point goes on with them (tensors converted)."""
+    if torch.compiler.is_compiling():
+        return
+    pending = [(name, rule) for name, optional, rule in _ORDER[entry] if rule.stage == VALUES
+               and not (arguments[name] is None and optional) and (rule.when is None or rule.when(arguments))]
+    if pending:
+        check_values(pending, arguments)
+
+
+def enforce(entry: str, arguments: dict, values: bool = True) -> dict:
     """Every declared rule of ``entry`` on ``arguments`` (name -> value, the whole signature):
     the first broken one raises its error (naming the argument, the problem and the fix). Returns
     the arguments as the call goes on with them (the rules' conversions: ``scale`` a float,
@@ -846,7 +858,7 @@ def enforce(entry: str, arguments: dict) -> dict:
             rule.check(name, value, ctx)
         else:  # checks and converts in one call
             ctx[name] = rule.convert(value, ctx)
-    if pending and not torch.compiler.is_compiling():
+    if values and pending and not torch.compiler.is_compiling():
         check_values(pending, ctx)
     return ctx
 

@@ -49,11 +49,9 @@ def flash_attention_varlen_paged(package, a: dict):
     dest = (seg * max_q + (max_q - n_q[seg]) + local).to(q.device)
     q_pad = q.new_zeros((B * max_q, Hq, D)).index_copy_(0, dest, q).view(B, max_q, Hq, D)
     n_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
-    out, lse = decode.run(package, dict(
-        q=q_pad, k_cache=a["k"], v_cache=a["v"], cache_seqlens=n_k, k=None, v=None, rotary_cos=None, rotary_sin=None,
-        rotary_interleaved=True, cache_leftpad=None, cache_batch_idx=None, block_table=a["block_table"],
-        causal=a["causal"], window=a["window"], scale=a["scale"], num_splits=0, return_lse=True,
-        softcap=a["softcap"], alibi_slopes=a["alibi_slopes"], sinks=a["sinks"], batch_invariant=a["batch_invariant"]))
+    out, lse = decode._kvcache(package, q_pad, a["k"], a["v"], n_k, block_table=a["block_table"], causal=a["causal"],
+                               window=a["window"], scale=a["scale"], return_lse=True, softcap=a["softcap"],
+                               alibi_slopes=a["alibi_slopes"], sinks=a["sinks"], batch_invariant=a["batch_invariant"])
     out = out.reshape(B * max_q, Hq, D)[dest]
     if not a["return_lse"]:
         return out
