@@ -823,14 +823,18 @@ _ORDER = {entry: tuple(sorted(((a.name, a.optional, r) for a in args for r in a.
           for entry, args in ENTRY_POINTS.items()}
 
 
+#: per entry point, its value rules only (what a cached call runs)
+_VALUE_RULES = {entry: tuple(x for x in order if x[2].stage == VALUES) for entry, order in _ORDER.items()}
+
+
 def enforce_values(entry: str, arguments: dict) -> None:
     """Only the value rules of ``entry`` (one host sync; eager only): what a call whose other rules a
     plan cache has already seen (``generator.runtime.plans``) still checks every time, since values
     can change in place. ``arguments`` as the entry point goes on with them (tensors converted)."""
     if torch.compiler.is_compiling():
         return
-    pending = [(name, rule) for name, optional, rule in _ORDER[entry] if rule.stage == VALUES
-               and not (arguments[name] is None and optional) and (rule.when is None or rule.when(arguments))]
+    pending = [(name, rule) for name, optional, rule in _VALUE_RULES[entry]
+               if not (arguments[name] is None and optional) and (rule.when is None or rule.when(arguments))]
     if pending:
         check_values(pending, arguments)
 
@@ -866,6 +870,11 @@ def enforce(entry: str, arguments: dict, values: bool = True) -> dict:
 def check_values(pending, ctx) -> None:
     """The value rules of one call: their flags computed on the device and read back together, the
     call's one host sync (eager only: under ``torch.compile`` the entry points clamp on the device)."""
+    if len(pending) == 1:  # one rule: its flag read back alone (no stack)
+        name, rule = pending[0]
+        if rule.flags(ctx[name], ctx).item():
+            rule.check(name, ctx[name], ctx)
+        return
     flags = torch.stack([rule.flags(ctx[name], ctx) for name, rule in pending]).tolist()
     for (name, rule), broken in zip(pending, flags):
         if broken:
