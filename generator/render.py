@@ -19,6 +19,7 @@ from spec import structure as S
 from spec import terms as T
 from spec.fingerprint import spec_hash_prefix
 from spec.mask_mod import resolve
+from spec import score_mods as SM
 # the tile classifier's kernel terms (claim mask_tiles_sound)
 from spec.masks import (
     BOUNDS_INIT, KEEP_INIT, ROW_BOUNDS_INIT, ROW_TILE_LOOP, TILE_LOOP, bounds_terms, keep_term, row_bounds_terms)
@@ -118,6 +119,24 @@ def mask_mod_context(variant: Variant) -> dict | None:
             "mask_term": print_term(M.MASK_TERM, {"keep": "keep_mm"})}
 
 
+#: a score_mod's batch entry and query head, as the kernels name them (i, j: the helpers' arguments)
+SCORE_MOD_NAMES = SM.KERNEL_NAMES
+
+
+def score_mod_user_context(variant: Variant) -> dict | None:
+    """The printed slots of a file that compiles in a user score_mod (None: it does not): the
+    forward lines, the derived dS line and, per tensor read, its gradient and entry (spec.score_mods;
+    claim score_mod_derived), and the scatter into the program's gradient row."""
+    if variant.score_mod is None:
+        return None
+    sm = SM.resolve(variant.score_mod)
+    grads = [{"g": print_term(g, SCORE_MOD_NAMES), "idx": print_term(ix, SCORE_MOD_NAMES), "g_name": g.name,
+              "idx_name": ix.name} for g, ix in sm.grad_terms()]
+    return {"name": sm.name, "expr": repr(str(sm.expr)), "params": repr(sm.params),
+            "forward": _lines(sm.forward_terms(), SCORE_MOD_NAMES), "ds": print_term(sm.ds_term(), SCORE_MOD_NAMES),
+            "grads": grads, "scatter": _lines(SM.SCATTER)}
+
+
 def _acc_index(tile) -> int:
     """Where the forward tile's ``acc`` update stands: dropout's ``p`` line goes just before it."""
     return next(i for i, t in enumerate(tile) if t.name == "acc")
@@ -162,6 +181,7 @@ def forward_context(variant: Variant) -> dict:
         **score_mod_context(),
         **dropout_context(),
         "mask_mod": mask_mod_context(variant),
+        "user_score": score_mod_user_context(variant),
         # every load and store offset of the dense forward (claim forward_addresses)
         "addresses": {name: _lines(group) for name, group in AD.FORWARD_GROUPS.items()},
     }
@@ -214,7 +234,8 @@ def backward_context(variant: Variant) -> dict:
         **{key: fwd[key] for key in ("qk_scale", "qk", "bounds_init", "tile_loop", "has_lengths", "dense",
                                      "mask_term", "dense_mask_term", "varlen_segment", "segment_loads",
                                      "rows_past_end",
-                                     "gqa_head", "stages", "score_mod", "dropout", "mask_mod", "addresses")},
+                                     "gqa_head", "stages", "score_mod", "dropout", "mask_mod", "user_score",
+                                     "addresses")},
         "keys_past_end": print_term(KEYS_PAST_END),
         # the preprocess's offsets (claim backward_addresses)
         "addresses_bwd": {name: _lines(group) for name, group in AD.BACKWARD_GROUPS.items()},
@@ -346,7 +367,7 @@ def render_variant(variant: Variant, source: str | None = None) -> str:
     """One kernel file; ``source``: render this template text instead of the variant's template
     (a test's hand-edited copy, for the hygiene check)."""
     c = variant.config
-    ctx = {"mask_mod": None, **CONTEXTS[variant.kind.name](variant)}
+    ctx = {"mask_mod": None, "user_score": None, **CONTEXTS[variant.kind.name](variant)}
     template = ENV.from_string(source) if source is not None else ENV.get_template(variant.kind.template)
     return template.render(
         header=header(c.command), command=c.command,
@@ -363,6 +384,15 @@ def render_config(config: BlockConfig) -> dict[str, str]:
 
 
 INDEX_COMMAND = "python -m generator"
+
+
+def _score_mod_modules(config: BlockConfig) -> dict:
+    """``{score_mod name: {kernel kind: module}}`` of one block config."""
+    out = {}
+    for v in config.variants():
+        if v.score_mod is not None:
+            out.setdefault(v.score_mod.partition(":")[2], {})[v.kind.name] = v.module_name
+    return out
 
 
 def _mask_mod_modules(config: BlockConfig) -> dict:
@@ -382,8 +412,10 @@ def render_index(configs: list[BlockConfig]) -> str:
     for c in sorted(configs, key=lambda c: (len(c.masks), c.key)):
         served[(c.block_m, c.block_n)] = c
     blocks = [
-        {"block": block, "modules": {v.kind.name: v.module_name for v in c.variants() if v.mask_mod is None},
-         "mask_mods": _mask_mod_modules(c), "masks": list(c.masks), "command": c.command}
+        {"block": block, "modules": {v.kind.name: v.module_name for v in c.variants()
+                                     if v.mask_mod is None and v.score_mod is None},
+         "mask_mods": _mask_mod_modules(c), "score_mods": _score_mod_modules(c), "masks": list(c.masks),
+         "command": c.command}
         for block, c in sorted(served.items())
     ]
     return ENV.get_template("index.py.jinja").render(

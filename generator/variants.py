@@ -238,6 +238,8 @@ class BlockConfig:
     masks: tuple[str, ...] = MASKS
     #: user mask_mods (``module:name``, ``--mask-mod``) emitted beside the built-ins of spec.mask_mod
     mask_mods: tuple[str, ...] = ()
+    #: user score_mods (``module:name``, ``--score-mod``): forward and backward kernels for each
+    score_mods: tuple[str, ...] = ()
 
     def __post_init__(self):
         _check("--br (B_r, block_m)", self.block_m, ALLOWED_BLOCKS)
@@ -260,6 +262,15 @@ class BlockConfig:
         clash = sorted({x for x in names if names.count(x) > 1})
         if clash:
             raise ValueError(f"--mask-mod: more than one mask_mod named {clash} (their files would collide); "
+                             "rename one")
+        bad = [ref for ref in self.score_mods if ref.count(":") != 1 or not all(ref.split(":"))]
+        if bad:
+            raise ValueError(f"--score-mod takes module:name (e.g. mymods:rel_bias), got {bad}")
+        object.__setattr__(self, "score_mods", tuple(sorted(set(self.score_mods))))
+        names = [ref.partition(":")[2] for ref in self.score_mods]
+        clash = sorted({x for x in names if names.count(x) > 1})
+        if clash:
+            raise ValueError(f"--score-mod: more than one score_mod named {clash} (their files would collide); "
                              "rename one")
 
     def all_mask_mods(self) -> tuple[str, ...]:
@@ -337,18 +348,22 @@ class BlockConfig:
             cmd += f" --num-stages {self.num_stages}"
         if self.mask_mods:
             cmd += " --mask-mod " + " ".join(self.mask_mods)
+        if self.score_mods:
+            cmd += " --score-mod " + " ".join(self.score_mods)
         return cmd
 
     def variants(self) -> list["Variant"]:
         plain = [Variant(kind, self) for kind in KINDS.values()]
         return plain + [Variant(kind, self, ref) for ref in self.all_mask_mods()
-                        for kind in KINDS.values() if kind.takes_mask_mod]
+                        for kind in KINDS.values() if kind.takes_mask_mod] + \
+            [Variant(kind, self, None, ref) for ref in self.score_mods for kind in KINDS.values() if kind.takes_mask_mod]
 
     def to_json(self) -> dict:
         """The manifest entry: the CLI options as given (``None``: default) and, under
         ``launch``, the settings each kernel file was emitted with after the defaults applied."""
         return {"block": [self.block_m, self.block_n], "num_warps": self.num_warps,
                 "num_stages": self.num_stages, "masks": list(self.masks), "mask_mods": list(self.mask_mods),
+                **({"score_mods": list(self.score_mods)} if self.score_mods else {}),
                 "launch": {kind: {f"sm_{arch}": {str(dim): entry for dim, entry in per_dim.items()}
                                   for arch, per_dim in table.items()}
                            for kind, table in (("fwd", self.fwd_settings), ("bwd", self.bwd_settings),
@@ -357,7 +372,7 @@ class BlockConfig:
     @classmethod
     def from_json(cls, d: dict) -> "BlockConfig":
         return cls(d["block"][0], d["block"][1], d["num_warps"], d["num_stages"], tuple(d["masks"]),
-                   tuple(d.get("mask_mods", ())))
+                   tuple(d.get("mask_mods", ())), tuple(d.get("score_mods", ())))
 
 
 @dataclass(frozen=True)
@@ -367,12 +382,14 @@ class Variant:
     kind: KernelKind
     config: BlockConfig = field(default_factory=BlockConfig)
     mask_mod: str | None = None  # ``module:name`` of the mask_mod compiled in, if any
+    score_mod: str | None = None  # ``module:name`` of the user score_mod compiled in, if any
 
     @property
     def module_name(self) -> str:
         c = self.config
         masks = "".join(f"_{m}" for m in c.masks) if self.kind.uses_masks and c.masks != MASKS else ""
         mm = f"_maskmod_{self.mask_mod.partition(':')[2]}" if self.mask_mod else ""
+        mm += f"_scoremod_{self.score_mod.partition(':')[2]}" if self.score_mod else ""
         return f"{self.kind.prefix}{masks}{mm}_br{c.block_m}_bc{c.block_n}"
 
     @property

@@ -38,7 +38,7 @@ def _dense():
                 alignment="top_left", window=(2, 3), key_lengths=torch.tensor([12, 7]),
                 mask=torch.ones(2, 1, 8, 12, dtype=torch.bool), scale=0.5, return_lse=False, block=(64, 64),
                 tma="auto", softcap=5.0, alibi_slopes=torch.rand(2, 2), sinks=torch.zeros(2), mask_mod=None,
-                mask_args=None, dropout_p=0.1, return_dropout_mask=False)
+                mask_args=None, dropout_p=0.1, return_dropout_mask=False, score_mod=None, score_args=None)
     return [base, {**base, "mask_mod": prefix_lm, "mask_args": {"prefix": 3}, "dropout_p": 0.0}]
 
 

@@ -1309,3 +1309,41 @@ def test_backward_address_launch_bugs_are_refuted():
 
     failing = _failing(PAD.prove_backward_addresses(row_tensors=lse2_transposed))
     assert "dense: row offset is lse2[b, h, i]" in failing, failing
+
+# ----------------------------------------------------------------------------------
+# User score_mods (issue 28): claims score_mod_derived and score_mod_builtins
+# ----------------------------------------------------------------------------------
+def _score_mod_mutants():
+    from spec import score_mods as SM
+
+    class Doubled(SM.ScoreMod):
+        """rel_bias whose printed dS factor is doubled (the forward unchanged)."""
+
+        def ds_term(self, ds=n.ds):
+            t = SM.ScoreMod.ds_term(self, ds)
+            return replace(t, expr=2 * t.expr)
+
+    class NextEntry(SM.ScoreMod):
+        """temperature whose gradient lands on the next head's entry."""
+
+        def grad_terms(self):
+            return tuple((g, replace(ix, expr=ix.expr + 1)) for g, ix in SM.ScoreMod.grad_terms(self))
+
+    as_mutant = lambda cls, sm: cls(*[getattr(sm, f) for f in sm.__dataclass_fields__])  # noqa: E731
+    return {"dS factor doubled": as_mutant(Doubled, SM.rel_bias),
+            "gradient on the next entry": as_mutant(NextEntry, SM.temperature)}
+
+
+@pytest.mark.parametrize("mutant", ["dS factor doubled", "gradient on the next entry"])
+def test_score_mod_derived_refutes_a_mutated_instance(mutant):
+    from spec.proofs import score_mod_user as PSU
+
+    assert_failed(PSU.prove_score_mod_derived(examples=(_score_mod_mutants()[mutant],)))
+
+
+def test_score_mod_builtins_refutes_a_swapped_instance():
+    from spec import score_mods as SM
+    from spec.proofs import score_mod_user as PSU
+
+    assert_failed(PSU.prove_score_mod_builtins(tanh_cap=SM.temperature))
+    assert_failed(PSU.prove_score_mod_builtins(alibi=SM.rel_bias))

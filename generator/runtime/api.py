@@ -114,18 +114,20 @@ def _signature(package, q, k, v, causal, alignment, window, key_lengths, scale, 
 
 def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,
                softcap=None, alibi_slopes=None, sinks=None,
-               mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False):
+               mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False, score_mod=None,
+               score_args=None):
     # the checks of shapes, dtypes, strides, devices and options: once per call signature (plans)
     key = None
     if mask is None and mask_mod is None and mask_args is None and type(dropout_p) is float and dropout_p == 0.0 \
-            and return_dropout_mask is False:
+            and return_dropout_mask is False and score_mod is None and score_args is None:
         key = _signature(package, q, k, v, causal, alignment, window, key_lengths, scale, return_lse, block, tma,
                          softcap, alibi_slopes, sinks)
     entry = _PLANS.get(key) if key is not None else None
-    packed = philox = None
+    packed = philox = score_f = score_i = None
     arguments = dict(q=q, k=k, v=v, causal=causal, alignment=alignment, window=window, key_lengths=key_lengths,
                      mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma, softcap=softcap,
-                     alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, mask_args=mask_args,
+                     alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, mask_args=mask_args, score_mod=score_mod,
+                     score_args=score_args,
                      dropout_p=dropout_p, return_dropout_mask=return_dropout_mask)
     if entry is not None:  # the declared value rules: every call (an edit in place is caught)
         contract.enforce_values("flash_attention", arguments)
@@ -140,6 +142,7 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
         # each window side clamped to N_q + N_k (claim window_clamp: the same keys, int32 bounds)
         window = checks.normalise_window(a["window"], spec_launch.dense_window, q, k)
         packed = a.get("packed_mask_args")  # mask_args packed by the mask_mod rule
+        score_f, score_i = a.get("packed_score_args", (None, None))  # packed by the score_mod rule
         B, Hq, Nq, _ = q.shape
         if q.numel() == 0 or k.shape[2] == 0:
             # nothing to attend (B, N_q or N_k is 0): rows with no key are zeros with lse -inf, like key_lengths 0
@@ -176,13 +179,14 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, sinks)):
             out, lse = DirectForward.apply(q, k, v, None, key_lengths, causal, alignment, window, scale, block[0],
                                            block[1], tma, package, softcap, alibi_slopes, sinks, None, None,
-                                           dropout_p, philox, entry[1])
+                                           dropout_p, philox, None, None, None, entry[1])
         else:
             out, lse = entry[1](q, k, v, key_lengths, alibi_slopes, sinks)
     else:
         out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment, window, scale, block[0], block[1],
                                       tma, package, softcap, alibi_slopes, sinks,
-                                      None if mask_mod is None else mask_mod.name, packed, dropout_p, philox)
+                                      None if mask_mod is None else mask_mod.name, packed, dropout_p, philox,
+                                      None if score_mod is None else score_mod.name, score_f, score_i)
     result = (out, lse) if return_lse else out
     if return_dropout_mask:
         keep = dispatch.dropout_mask(block, package, philox, dropout_p, (q.shape[0], q.shape[1], q.shape[2],
@@ -194,7 +198,8 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
 @_named_keywords
 def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
                     scale=None, return_lse=False, block="auto", tma="auto", softcap=None, alibi_slopes=None,
-                    sinks=None, mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False):
+                    sinks=None, mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False,
+                    score_mod=None, score_args=None):
     """Softmax attention through the generated FlashAttention-2 kernels.
 
     Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k, v (B, Hkv, N_k, D)``
@@ -239,6 +244,13 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     ``@mask_mod``) with its parameters ``mask_args`` (``{name: int | (B,) | (B, N) tensor}``) is
     AND-ed with every other mask; its tiles are classified at their corners (claim mask_mod_sound).
 
+    ``score_mod`` (your own ``@score_mod`` of ``spec.score_mods``, its kernels emitted with
+    ``python -m generator --score-mod module:name``) with its parameters ``score_args``
+    (``{name: int | float | float tensor}``) rewrites the scaled score ``s`` to ``f(s, b, h, i, j,
+    shift, ...)`` after softcap and ALiBi, before the masks; its backward is derived by ``sp.diff``
+    (claim ``score_mod_derived``) and the tensors it reads get gradients (no atomics). Not with a
+    ``mask_mod`` in the same call yet.
+
     ``dropout_p`` (FlashAttention 2's attention dropout, ``0 <= p < 1``): after the softmax each
     weight ``P_ij`` is kept with probability ``1 − p`` and scaled by ``1/(1 − p)``; ``lse`` is the
     undropped one. The randomness is a Philox seed and offset drawn from torch's default
@@ -252,7 +264,7 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
                       key_lengths=key_lengths, mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma,
                       softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
                       mask_mod=mask_mod, mask_args=mask_args, dropout_p=dropout_p,
-                      return_dropout_mask=return_dropout_mask)
+                      return_dropout_mask=return_dropout_mask, score_mod=score_mod, score_args=score_args)
 
 
 def _softmax(package, x, dim, *, block):

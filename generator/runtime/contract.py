@@ -274,6 +274,12 @@ def _mask_mod_check(n, v, c):
     c["packed_mask_args"] = R.check_mask_mod(v, c["mask_args"], c["q"], c["k"])
 
 
+def _score_mod_check(n, v, c):
+    """The score_mod's type (not with mask_mod), and its ``score_args`` packed for the kernels
+    (``ScoreMod.pack`` names every problem); the packed pair is left in ``ctx``."""
+    c["packed_score_args"] = R.check_score_mod(v, c["score_args"], c["q"], c["mask_mod"])
+
+
 def _mask_args_check(n, v, c):
     if c["mask_mod"] is None:
         raise ValueError("mask_args given without mask_mod; pass mask_mod=prefix_lm (or another "
@@ -651,6 +657,16 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                 rules=(R.call("with mask_mod", _mask_args_check, when=lambda c: c["mask_mod"] is None,
                               bad=lambda c, n: {n: {"prefix": 1}}),)),
             *_dropout(lambda c: c["q"].shape[0] * c["q"].shape[1] * c["q"].shape[2] * c["k"].shape[2]),
+            Arg("score_mod", "None or a spec.score_mods.score_mod", "—", NONE, "an expression of the class, its "
+                "backward derived (claim `score_mod_derived`), with its kernels generated; not with mask_mod",
+                rules=(R.call("a spec.score_mods.score_mod, not with mask_mod; its score_args packed (the call reads "
+                              "them as packed_score_args)", _score_mod_check, bad=lambda c, n: {n: (lambda *a: 0)}),)),
+            Arg("score_args", "None or {name: int | float | float tensor}", "a tensor: as many dims as its reads, "
+                "each axis longer than its clamp", NONE, "ints where a table index uses them; tensors "
+                "differentiable (gradients reduced without atomics)", (),
+                "packed into fresh fp32 / int32 vectors (tensors flattened, contiguous)",
+                rules=(R.call("with score_mod", lambda n, v, c: R.check_score_mod(None, v, c["q"]),
+                              when=lambda c: c["score_mod"] is None, bad=lambda c, n: {n: {"a": 1.0}}),)),
         ),
         "flash_attention_varlen": (
             Arg("q", _dtypes() + ", one dtype for q, k, v", f"(total_q, Hq, D), D in 1..{limit('head_dim_max')}", ANY,

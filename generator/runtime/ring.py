@@ -209,10 +209,11 @@ def _attend(step: _Step, q, k, v, opts):
 
 def _attend_backward(step: _Step, grad_out, grad_lse, q, k, v, out, lse, opts):
     """This step's share of (dQ rows, dK cols, dV cols): the generated backward op with the
-    global out and lse (its fourth output, dsinks, is empty: a ring step has no sinks)."""
+    global out and lse (its fourth and fifth outputs, dsinks and a score_mod's dscore_f, are empty: a ring
+    step has neither)."""
     bm, bn = opts["block"]
     r, c = step.rows, step.cols
-    dq, dk, dv, _ = flash_attention_backward_op(grad_out[:, :, r], None if grad_lse is None else grad_lse[:, :, r],
+    dq, dk, dv, *_ = flash_attention_backward_op(grad_out[:, :, r], None if grad_lse is None else grad_lse[:, :, r],
                                        q[:, :, r], k[:, :, c], v[:, :, c], out[:, :, r], lse[:, :, r], None, None,
                                        step.causal, "top_left", None, opts["scale"], bm, bn, opts["package"])
     return dq, dk, dv
