@@ -21,12 +21,13 @@ import torch
 
 from generator.runtime import checks
 from generator.runtime.autograd import DirectForward, flash_attention_backward_op  # noqa: F401  (registers the backward)
-from generator.runtime.checks import DEFAULT_BLOCK, DTYPES, check_inputs  # noqa: F401  (public aliases)
+from generator.runtime.checks import DEFAULT_BLOCK, DTYPES  # noqa: F401  (public aliases)
 from generator.runtime.custom_op import flash_attention_op
 from generator.runtime.dispatch import DEFAULT_PACKAGE, EMPTY, FULL, PARTIAL, block_map, mask_arguments  # noqa: F401
 from generator.runtime.dispatch import attention_forward, module_for  # noqa: F401
 from generator.runtime import config, contract, dispatch, launch, plans
 from generator.runtime.softmax_op import softmax_op
+from spec import launch as spec_launch
 
 # the launch configuration lives in one module (generator.runtime.config); its names stay importable here
 from generator.runtime.config import AUTO_BLOCKS, FP32_BLOCK, auto_block, dense_auto_block  # noqa: E402,F401
@@ -49,7 +50,7 @@ def _named_keywords(fn):
 def _autocast(device_type: str, *tensors):
     """The tensors in autocast's lower-precision dtype where autocast is on for their device
     (as SDPA is cast: float32 inputs become float16 on CUDA, bfloat16 on CPU by default)."""
-    if not torch.is_autocast_enabled(device_type):
+    if device_type not in ("cpu", "cuda") or not torch.is_autocast_enabled(device_type):  # others: refused later
         return tensors
     dtype = torch.get_autocast_dtype(device_type)
     return tuple(t.to(dtype) if t.is_floating_point() else t for t in tensors)
@@ -123,22 +124,26 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
                          softcap, alibi_slopes, sinks)
     entry = _PLANS.get(key) if key is not None else None
     packed = philox = score_f = score_i = None
-    if entry is not None:
-        if key_lengths is not None:  # its values: every call (an edit in place is caught)
-            checks.check_key_lengths(key_lengths, q.shape[0], k.shape[2])
+    arguments = dict(q=q, k=k, v=v, causal=causal, alignment=alignment, window=window, key_lengths=key_lengths,
+                     mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma, softcap=softcap,
+                     alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, mask_args=mask_args, score_mod=score_mod,
+                     score_args=score_args,
+                     dropout_p=dropout_p, return_dropout_mask=return_dropout_mask)
+    if entry is not None:  # the declared value rules: every call (an edit in place is caught)
+        contract.enforce_values("flash_attention", arguments)
     else:
         for name, t in (("q", q), ("k", k), ("v", v)):
             checks.check_tensor(t, name)
         _unsupported_autograd_modes("flash_attention", q, k, v)
         q, k, v = _autocast(q.device.type, q, k, v)
-        window, scale, block = check_inputs(q, k, v, causal=causal, alignment=alignment, window=window,
-                                            key_lengths=key_lengths, mask=mask, scale=scale, block=block, tma=tma,
-                                            return_lse=return_lse)
-        softcap = checks.check_score_mods(q, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
-        packed = checks.check_mask_mod(mask_mod, mask_args, q, k)
-        score_f, score_i = checks.check_score_mod(score_mod, score_args, q, mask_mod)
+        # every input check: the declared contract (generator.runtime.contract), none here
+        a = contract.enforce("flash_attention", {**arguments, "q": q, "k": k, "v": v})
+        scale, block, softcap, dropout_p = a["scale"], a["block"], a["softcap"], a["dropout_p"]
+        # each window side clamped to N_q + N_k (claim window_clamp: the same keys, int32 bounds)
+        window = checks.normalise_window(a["window"], spec_launch.dense_window, q, k)
+        packed = a.get("packed_mask_args")  # mask_args packed by the mask_mod rule
+        score_f, score_i = a.get("packed_score_args", (None, None))  # packed by the score_mod rule
         B, Hq, Nq, _ = q.shape
-        dropout_p = checks.check_dropout(dropout_p, return_dropout_mask, B * Hq * Nq * k.shape[2])
         if q.numel() == 0 or k.shape[2] == 0:
             # nothing to attend (B, N_q or N_k is 0): rows with no key are zeros with lse -inf, like key_lengths 0
             # (lse = sink with sinks); the `0 *` keeps the result attached to q, k, v so backward gives (empty or
@@ -263,7 +268,8 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
 
 
 def _softmax(package, x, dim, *, block):
-    dim, block = checks.check_softmax(x, dim, block)
+    a = contract.enforce("softmax", dict(x=x, dim=dim, block=block))  # the declared contract
+    dim, block = a["dim"], a["block"]
     _unsupported_autograd_modes("softmax", x)
     moved = x.movedim(dim, -1)  # IndexError names a bad dim
     if moved.numel() == 0:

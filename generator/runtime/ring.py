@@ -49,7 +49,7 @@ import torch.distributed as dist
 
 from spec import ring as spec_ring
 
-from generator.runtime import api, checks, config
+from generator.runtime import api, checks, config, contract
 from generator.runtime.autograd import flash_attention_backward_op
 from generator.runtime.custom_op import flash_attention_op
 from generator.runtime.merge import merge_state_op
@@ -390,13 +390,10 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, layout="zig
 
 def _ring(package, q, k, v, *, group=None, causal=False, scale=None, layout="zigzag", return_lse=False,
           block=checks.DEFAULT_BLOCK):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        checks.check_tensor(t, name)
-    _, scale, block = checks.check_inputs(q, k, v, causal=causal, scale=scale, block=block, return_lse=return_lse)
-    _check_layout(layout)
-    if q.shape[2] != k.shape[2]:
-        raise ValueError(f"ring_attention needs q and k shards of one length (each rank holds the same positions "
-                         f"of q, k and v), got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    # every input check: the declared contract (generator.runtime.contract), none here
+    a = contract.enforce("ring_attention", dict(q=q, k=k, v=v, group=group, causal=causal, scale=scale, layout=layout,
+                                                return_lse=return_lse, block=block))
+    scale, block = a["scale"], a["block"]
     ring = _Ring(group)
     tma = config.memory_path("auto", q.device)  # as flash_attention's tma="auto"
     if block == "auto":

@@ -1,14 +1,15 @@
 """``flash_attention_varlen``: packed variable-length batches, FlashAttention's ``cu_seqlens`` layout.
 
-One file for the op (Liger-Kernel style): the input checks, the custom ops
+One file for the op (Liger-Kernel style): the call of the declared contract, the custom ops
 ``flashproof::flash_attention_varlen`` and ``..._backward`` (with fake implementations, so
 ``torch.compile`` traces through them) and their autograd. The kernels are the dense ones of
 ``generated/attention_{fwd,bwd}_*.py`` with ``IS_VARLEN=True`` (``forward_varlen``,
 ``backward_varlen``): a program per (tile, segment x head), the segment's lengths and
 bottom-right shift printed from ``spec.varlen.SEGMENT`` (claim ``varlen_segments_sound``).
 
-Checks in two places: the Python entry point checks what it can without reading a tensor
-(types, ranks, dtypes, devices, shapes); the op checks the offsets' *values*
+Checks in two places: the Python entry point enforces the declared contract
+(``generator.runtime.contract``: types, ranks, dtypes, devices, shapes; with ``block_table``, the
+page ids and key counts' values in eager mode); the op checks the offsets' *values*
 (``spec.varlen.segments``: from 0, non-decreasing, ending at the totals; the max_seqlen hints
 against the real lengths), one host read of the two small offset vectors, so the check also
 runs inside a compiled graph.
@@ -38,29 +39,6 @@ COMPUTE = checks.COMPUTE
 KEY_SIDE = ("k", "v", "dk", "dv")
 
 
-def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
-                 window=None, scale=None, block=api.DEFAULT_BLOCK, softcap=None, alibi_slopes=None, sinks=None):
-    """The checks that read no tensor's values; returns ``(window, max_seqlen_q, max_seqlen_k,
-    softcap)`` normalised (``COMPUTE`` for an omitted hint, ``softcap`` a float or None)."""
-    checks.check_packed_qkv(q, k, v)
-    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        checks.check_cu_seqlens(name, cu)
-    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
-        raise ValueError(f"cu_seqlens_q has {cu_seqlens_q.numel()} entries and cu_seqlens_k "
-                         f"{cu_seqlens_k.numel()}; both must hold B + 1 (one query segment per key segment)")
-    checks.check_device({"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k})
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False, got {causal!r}")
-    checks.check_scale(scale)
-    checks.check_block(block, auto=True)
-    hints = (checks.check_max_seqlen("max_seqlen_q", max_seqlen_q),
-             checks.check_max_seqlen("max_seqlen_k", max_seqlen_k))
-    # the dense checks, on a (B, Hq) stand-in of no element: B segments, Hq query heads
-    softcap = checks.check_score_mods(q.new_empty((cu_seqlens_q.numel() - 1, q.shape[1], 0)), softcap=softcap,
-                                   alibi_slopes=alibi_slopes, sinks=sinks)
-    return (None if window is None else checks.check_window(window)), *hints, softcap
-
-
 def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **rows) -> tuple[int, int]:
     """The offsets checked by value (``spec.varlen.segments``) and the grid's max_seqlen pair:
     computed where the hint is ``COMPUTE``, else the hint, which may not be below a real segment
@@ -73,13 +51,8 @@ def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     for name, t in {"q": q, "k": k, **rows}.items():
         n = longest[1] if name in KEY_SIDE else longest[0]
         checks.check_index_width(**{name: ((n, t.shape[2]), (t.stride(0), t.stride(2)))})
-    out = []
-    for name, hint, real in (("max_seqlen_q", max_seqlen_q, longest[0]), ("max_seqlen_k", max_seqlen_k, longest[1])):
-        if hint != COMPUTE and hint < real:
-            raise ValueError(f"{name}={hint} is smaller than the longest segment ({real}); pass {real} or more, "
-                             f"or None to compute it")
-        out.append(real if hint == COMPUTE else hint)
-    return out[0], out[1]
+    return (checks.check_hint("max_seqlen_q", max_seqlen_q, longest[0]),
+            checks.check_hint("max_seqlen_k", max_seqlen_k, longest[1]))
 
 
 def _kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p=0.0, philox=None) -> dict:
@@ -217,27 +190,23 @@ def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
             causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
             softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, return_dropout_mask=False,
             batch_invariant=False, block_table=None):
-    if not isinstance(batch_invariant, bool):
-        raise ValueError(f"batch_invariant must be True or False, got {batch_invariant!r}")
+    # every input check: the declared contract (generator.runtime.contract), none here
+    a = contract.enforce("flash_attention_varlen", dict(
+        q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k, causal=causal, window=window, scale=scale, return_lse=return_lse, block=block,
+        softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p,
+        return_dropout_mask=return_dropout_mask, batch_invariant=batch_invariant, block_table=block_table))
     if block_table is not None:  # k, v are paged caches (FlashAttention 2's form): the decode kernel's gather
-        if dropout_p != 0.0 or return_dropout_mask:
-            raise ValueError("block_table (paged K/V) is forward inference only: pass dropout_p=0.0 and "
-                             "return_dropout_mask=False, or use contiguous k, v for dropout")
         from generator.runtime.varlen_paged import flash_attention_varlen_paged
 
-        return flash_attention_varlen_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, block_table,
-                                            causal=causal, window=window, scale=scale, return_lse=return_lse,
-                                            softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
-                                            batch_invariant=batch_invariant, package=package)
-    window, max_q, max_k, softcap = check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                                 causal=causal, window=window, scale=scale, block=block,
-                                                 softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
+        return flash_attention_varlen_paged(package, a)
+    window, scale, block, softcap, dropout_p = a["window"], a["scale"], a["block"], a["softcap"], a["dropout_p"]
+    max_q, max_k = (COMPUTE if a[n] is None else a[n] for n in ("max_seqlen_q", "max_seqlen_k"))
     if block == "auto":
         block = api.auto_block(q.device, q.shape[-1], tma=False, dtype=q.dtype)  # the packed kernels: pointers
-    checks.check_seq_lens(q.shape[0], k.shape[0])
     # the proven host rewrites of flash_attention: a scale <= 0 becomes a positive one (scale_sign_rewrite);
     # window sides clamp to total_q + total_k, at least every segment's n_q + n_k (window_clamp)
-    q, scale = checks.normalise_scale(q, checks.check_scale(scale))
+    q, scale = checks.normalise_scale(q, scale)
     window = checks.normalise_window(window, spec_launch.varlen_window, q, k)
     # the declared stride policy: the kernels read the offsets and the sinks at unit stride
     cu_seqlens_q, cu_seqlens_k, sinks = (contract.unit_stride("flash_attention_varlen", name, t) for name, t in
@@ -245,7 +214,6 @@ def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
                                           ("sinks", sinks)))
     # dropout's box is (1, Hq, total_q, total_k): the packed rows and keys, global
     box = (1, q.shape[1], q.shape[0], k.shape[0])
-    dropout_p = checks.check_dropout(dropout_p, return_dropout_mask, box[1] * box[2] * box[3])
     philox = checks.draw_philox(q.device) if dropout_p > 0 else None
     out, lse = flash_attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window,
                                          scale, int(block[0]), int(block[1]), softcap, alibi_slopes, sinks, package,
