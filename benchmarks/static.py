@@ -871,11 +871,24 @@ def pointer_spill_bound(row: dict) -> int | None:
     return POINTER_SPILLS.get((row["module"].rsplit(".", 1)[-1], row["kernel"], row["head_dim"], bool(row.get("tma"))))
 
 
+#: spills a default launch still has, measured, as (store, load) bytes no run may exceed, by (module,
+#: kernel, arch, dtype, head dim, mask, TMA): the sm_90 fp16 head-dim-128 128x128 TMA forward with all
+#: three score modifications at once sits at 255 registers since softcap's rational tanh (issue 23,
+#: row 8: tl.where keeps both branches live); 8 warps at 2 or 3 stages spill the same (``--module
+#: attention_fwd_br128_bc128 --arch 90 --dtype fp16 --head-dim 128 --mask softcap+alibi+sinks --tma on
+#: --num-warps 8 --num-stages 2 3``). An open cost, listed on docs/verification.md; each modification
+#: alone is spill-free.
+MOD_SPILLS = {("attention_fwd_br128_bc128", "_attn_fwd", 90, "fp16", 128, "softcap+alibi+sinks", True): (4, 12)}
+
+
 def reviewed_spill(row: dict) -> bool:
-    """Whether ``row`` is a ``POINTER_SPILLS`` kernel spilling within its bound."""
+    """Whether ``row`` is a ``POINTER_SPILLS`` or ``MOD_SPILLS`` kernel spilling within its bound."""
     bound = pointer_spill_bound(row)
-    return bound is not None and row["spill_store_bytes"] <= bound and verdict(row)["fits_shared"] \
-        and verdict(row)["tensor_cores"]
+    mod = MOD_SPILLS.get((row["module"].rsplit(".", 1)[-1], row["kernel"], row["arch"], row["dtype"], row["head_dim"],
+                          row["mask"], bool(row.get("tma"))))
+    within = (bound is not None and row["spill_store_bytes"] <= bound) or (
+        mod is not None and row["spill_store_bytes"] <= mod[0] and row["spill_load_bytes"] <= mod[1])
+    return within and verdict(row)["fits_shared"] and verdict(row)["tensor_cores"]
 
 
 #: Triton tutorial 06 (fused attention), compiled by issue 18's side-by-side AOT study (triton

@@ -485,6 +485,7 @@ GROUP_FAMILY = {"qk_scale": "fwd", "qk": "fwd", "forward_tile": "fwd", "forward_
                 "merge_state": "merge",
                 # score modifications (docs/softcap.md, alibi.md, sinks.md)
                 "softcap_scalars": "fwd", "softcap": "fwd", "alibi_scalar": "fwd", "alibi": "fwd",
+                "score_log2_scalar": "fwd", "score_log2": "fwd", "mod_tile_scale": "fwd",
                 "sink_fold": "fwd", "sink_grad": "bwd", "softcap_ds": "bwd", "softcap_ds_t": "bwd",
                 # split-KV decode's sink, after the combine's fold (docs/decoding.md)
                 "sink_partial": "merge",

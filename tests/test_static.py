@@ -520,14 +520,16 @@ def test_varlen_kernels_compile_clean(suite):
 # ---- the score modifications (issue 15), at the defaults ------------------------------------
 def test_each_score_mod_is_spill_free_at_the_defaults(suite):
     """Every default kernel with one score modification or all three compiles, fits shared memory,
-    runs its dots on tensor cores, does not spill (the softcap's sm_90 dK/dV kernel runs one stage
+    runs its dots on tensor cores, does not spill (but ``static.MOD_SPILLS``, held to its bytes; the softcap's sm_90 dK/dV kernel runs one stage
     above head dim 64 for that: launch_settings(softcap=True)), and its steady-state loop issues at
     most 1.05 MMA work per product it needs (head dim 256: test_head_dims_above_128_fit_at_the_defaults)."""
     rows = suite["score"]
     errors = [f"{_name(r)}: {r['error']}" for r in rows if "error" in r]
     assert not errors, "\n".join(errors)
-    bad = [f"{_name(r)}: {static.verdict(r)}, {r['regs']} regs, MMA issued/needed {r.get('mma_issued_per_needed')}"
-           for r in rows if not all(static.verdict(r).values())
+    bad = [f"{_name(r)}: {static.verdict(r)}, {r['regs']} regs, spill {r['spill_store_bytes']}/"
+           f"{r['spill_load_bytes']} B, MMA issued/needed {r.get('mma_issued_per_needed')}"
+           for r in rows if not all(ok or (name == "no_spill" and static.reviewed_spill(r))
+                                    for name, ok in static.verdict(r).items())
            or (r["kernel"] not in NO_DOT and not (r.get("mma_issued_per_needed") or 99) <= 1.05)]
     assert not bad, "\n".join(bad)
     assert {r["mask"] for r in rows} == {"none", *SCORE_MOD_KERNELS, ALL_MODS}
