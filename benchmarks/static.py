@@ -881,11 +881,15 @@ def pointer_spill_bound(row: dict) -> int | None:
 MOD_SPILLS = {("attention_fwd_br128_bc128", "_attn_fwd", 90, "fp16", 128, "softcap+alibi+sinks", True): (4, 12)}
 
 
+def mod_spill_bound(row: dict) -> tuple[int, int] | None:
+    """The ``MOD_SPILLS`` (store, load) bytes of ``row``'s kernel (None: it must not spill)."""
+    return MOD_SPILLS.get((row["module"].rsplit(".", 1)[-1], row["kernel"], row["arch"], row["dtype"], row["head_dim"],
+                           row["mask"], bool(row.get("tma"))))
+
+
 def reviewed_spill(row: dict) -> bool:
     """Whether ``row`` is a ``POINTER_SPILLS`` or ``MOD_SPILLS`` kernel spilling within its bound."""
-    bound = pointer_spill_bound(row)
-    mod = MOD_SPILLS.get((row["module"].rsplit(".", 1)[-1], row["kernel"], row["arch"], row["dtype"], row["head_dim"],
-                          row["mask"], bool(row.get("tma"))))
+    bound, mod = pointer_spill_bound(row), mod_spill_bound(row)
     within = (bound is not None and row["spill_store_bytes"] <= bound) or (
         mod is not None and row["spill_store_bytes"] <= mod[0] and row["spill_load_bytes"] <= mod[1])
     return within and verdict(row)["fits_shared"] and verdict(row)["tensor_cores"]
