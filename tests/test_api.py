@@ -117,4 +117,4 @@ def test_softmax_entry_point():
     x = torch.randn(3, 5, 7)
     torch.testing.assert_close(on_device(generated.softmax, x, dim=1), torch.softmax(x, dim=1), rtol=1e-5, atol=1e-6)
     with pytest.raises(TypeError, match="supported: float16"):
-        generated.softmax(x.double())
+        generated.softmax(to_device(x.double()))  # on the test device: the device is checked first
