@@ -125,8 +125,9 @@ def symbolic(name: str, shape) -> Strided:
 # Decode (_decode_fwd): the program's rows, and every load and store offset.
 # ----------------------------------------------------------------------------------
 #: kernel names: program ids, lanes, strides as the kernel's parameters (spec.launch.decode_launch)
-off_b, off_kvh, offs_m, offs_d, offs_n = (_int(s, nonnegative=True) for s in
-                                         ("off_b", "off_kvh", "offs_m", "offs_d", "offs_n"))
+off_b, off_kvh, offs_m, offs_d, offs_dv, offs_n = (_int(s, nonnegative=True) for s in
+                                                  ("off_b", "off_kvh", "offs_m", "offs_d", "offs_dv", "offs_n"))
+#: offs_d runs over q/k's head dim D, offs_dv over v/out's D_v (MLA: D_v != D, v may be a view of k)
 tok, head, page, k_rows, v_rows = (_int(s) for s in ("tok", "head", "page", "k_rows", "v_rows"))
 q_off, k_off, v_off, o_off, lse_off, bt_off = (_int(s) for s in
                                                ("q_off", "k_off", "v_off", "o_off", "lse_off", "bt_off"))
@@ -172,13 +173,13 @@ CONTIGUOUS_ROWS = (
 KV_OFFSETS = (
     Term(k_off, off_kvh * S_["stride_kh"] + col(k_rows) + row(offs_d) * S_["stride_kd"], CLAIM_DECODE,
          "k_cache[row, kv head, d]"),
-    Term(v_off, off_kvh * S_["stride_vh"] + col(v_rows) + row(offs_d) * S_["stride_vd"], CLAIM_DECODE,
-         "v_cache[row, kv head, d]"),
+    Term(v_off, off_kvh * S_["stride_vh"] + col(v_rows) + row(offs_dv) * S_["stride_vd"], CLAIM_DECODE,
+         "v_cache[row, kv head, dv]"),
 )
 #: the split's partial result: out[split, b, tok, head, d] and lse[split, b, tok, head]
 OUT_OFFSETS = (
     Term(o_off, P.split * S_["stride_os"] + off_b * S_["stride_ob"] + col(tok) * S_["stride_on"]
-         + col(head) * S_["stride_oh"] + row(offs_d) * S_["stride_od"], CLAIM_DECODE, "out[split, b, tok, head, d]"),
+         + col(head) * S_["stride_oh"] + row(offs_dv) * S_["stride_od"], CLAIM_DECODE, "out[split, b, tok, head, dv]"),
     Term(lse_off, P.split * S_["stride_ls"] + off_b * S_["stride_lb"] + tok * S_["stride_ln"]
          + head * S_["stride_lh"], CLAIM_DECODE, "lse[split, b, tok, head]"),
 )
@@ -202,16 +203,16 @@ SEGMENT_LOADS = (
     Term(V.seq_end_k, CuSeqlensK[off_b + 1], CLAIM_VARLEN, "cu_seqlens_k[b + 1]"),
 )
 #: the row-stride parameters of the varlen kernels: which tensor's spec.launch.packed_strides feeds each
-#: (the launch passes them in the kernel's parameter order; dv is passed with dk's strides)
+#: (the launch passes them in the kernel's parameter order)
 ROW_STRIDES = {"stride_qm": "q", "stride_kn": "k", "stride_vn": "v", "stride_om": "out", "stride_dom": "do",
-               "stride_dqm": "dq", "stride_dkn": "dk"}
-#: which tensor each pointer addresses (DV: dk's strides, as the launch passes them)
-POINTER_TENSOR = {"Q": "q", "K": "k", "V": "v", "Out": "out", "DO": "do", "DQ": "dq", "DK": "dk", "DV": "dk"}
+               "stride_dqm": "dq", "stride_dkn": "dk", "stride_dvn": "dv"}
+#: which tensor each pointer addresses
+POINTER_TENSOR = {"Q": "q", "K": "k", "V": "v", "Out": "out", "DO": "do", "DQ": "dq", "DK": "dk", "DV": "dv"}
 #: pointer -> (the segment start it moves by, the row stride it scales, the tensor's rows: q or k)
 _POINTERS = {
     "fwd": (("Q", "q", "stride_qm"), ("K", "k", "stride_kn"), ("V", "k", "stride_vn"), ("Out", "q", "stride_om")),
     "dkdv": (("Q", "q", "stride_qm"), ("DO", "q", "stride_dom"), ("K", "k", "stride_kn"), ("V", "k", "stride_vn"),
-             ("DK", "k", "stride_dkn"), ("DV", "k", "stride_dkn")),
+             ("DK", "k", "stride_dkn"), ("DV", "k", "stride_dvn")),
     "dq": (("Q", "q", "stride_qm"), ("DO", "q", "stride_dom"), ("DQ", "q", "stride_dqm"), ("K", "k", "stride_kn"),
            ("V", "k", "stride_vn")),
 }

@@ -1135,3 +1135,28 @@ GRAD_MUTANTS = {
 @pytest.mark.parametrize("mutant", list(GRAD_MUTANTS))
 def test_dropout_gradient_mutant_is_refuted(mutant):
     assert_failed(PD.prove_dropout_grads(**GRAD_MUTANTS[mutant]))
+
+
+def test_decode_value_and_out_offsets_at_the_key_head_dim_are_refuted():
+    """MLA (issue 27): v and out printed at offs_d, q/k's head dim lane (the single-head-dim kernel),
+    instead of offs_dv: the element is wrong (offs_d ≠ offs_dv) and, with D > D_v, outside v and out."""
+    kv = swap(AD.KV_OFFSETS, AD.v_off, AD.off_kvh * AD.S_["stride_vh"] + terms.col(AD.v_rows)
+              + terms.row(AD.offs_d) * AD.S_["stride_vd"])
+    failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, kv_offsets=kv)))
+    assert sorted(failing) == ["contiguous: v offset is v_cache[off_bc, j, kvh, dv]",
+                               "paged: v offset is v_cache[block_table[b, j // PS], j % PS, kvh, dv]"], failing
+    o_term, l_term = AD.OUT_OFFSETS
+    out = (AD.Term(AD.o_off, o_term.expr.xreplace({AD.offs_dv: AD.offs_d}), AD.CLAIM_DECODE, "at offs_d"), l_term)
+    failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, out_offsets=out)))
+    assert sorted(failing) == ["contiguous: out offset is out[split, b, tok, head, dv]",
+                               "paged: out offset is out[split, b, tok, head, dv]"], failing
+
+
+def test_varlen_dv_moved_by_dk_row_stride_is_refuted():
+    """MLA (issue 27): the dK/dV kernel's DV pointer moved by dK's row stride (the old launch passed dv
+    with dk's strides): wrong once dv (total_k, Hkv, D_v) and dk (total_k, Hkv, D) differ."""
+    pointers = dict(AD.SEGMENT_POINTERS)
+    pointers["dkdv"] = swap(pointers["dkdv"], sp.Symbol("DV"),
+                            sp.Symbol("DV") + V.seq_start_k * sp.Symbol("stride_dkn", integer=True))
+    failing = _failing(PAD.prove_varlen_addresses(pointers=pointers))
+    assert failing == ["dkdv: DV reaches dv[cu_seqlens_k[b] + i, h, d]"], failing

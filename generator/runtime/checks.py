@@ -117,17 +117,15 @@ def check_qkv(q, k, v):
     check_dtypes(q, k, v)
     B, Hq, Nq, D = q.shape
     Bk, Hkv, Nk, Dk = k.shape
-    if v.shape[:3] == k.shape[:3] and v.shape[3] != Dk:
-        raise ValueError(f"v has head_dim {v.shape[3]} but q and k have {Dk}: a value head dim that differs "
-                         "from q/k's (MLA style) is not supported; pad v to k's head_dim (and slice the output)")
-    if v.shape != k.shape:
-        raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    if v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"v must have k's (batch, heads, seq) {tuple(k.shape[:3])} with any head_dim, got "
+                         f"{tuple(v.shape)}")
     if Bk != B or Dk != D:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in batch (dim 0) and "
                          "head_dim (dim 3)")
     if Hq == 0 or Hkv == 0:
         raise ValueError(f"q and k need at least one head, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    check_heads(Hq, Hkv, D)
+    check_heads(Hq, Hkv, D, v.shape[3])
     check_seq_lens(Nq, Nk)
 
 
@@ -140,14 +138,21 @@ def check_dtypes(q, k, v):
                         "convert them with .to(q.dtype)")
 
 
-def check_heads(Hq: int, Hkv: int, D: int):
-    """GQA head counts and a head dim the kernels support [gqa_divides, head_dim_max]."""
+def check_heads(Hq: int, Hkv: int, D: int, Dv: int | None = None, *, assumption: str = "head_dim_max"):
+    """GQA head counts and head dims the kernels support [gqa_divides, head_dim_max]: q/k's ``D`` and
+    v's ``Dv`` (None: ``D``), each in range on its own (they may differ: MLA). ``assumption``: whose
+    limits (``head_dim_max``: one bound for both; ``decode_head_dim_max``: a pair (D, D_v))."""
     if Hq % Hkv:
         raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv}) for GQA "
                          f"[{ASSUMPTIONS['gqa_divides'].name}]")
-    if not 1 <= D <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim {D} outside 1..{MAX_HEAD_DIM} is not supported (the K/V tiles would not "
-                         "fit on chip); split the heads [head_dim_max]")
+    bound = limit(assumption)
+    max_d, max_dv = bound if isinstance(bound, tuple) else (bound, bound)
+    if not 1 <= D <= max_d:
+        raise ValueError(f"head_dim {D} outside 1..{max_d} is not supported (the K/V tiles would not "
+                         f"fit on chip); split the heads [{assumption}]")
+    if Dv is not None and not 1 <= Dv <= max_dv:
+        raise ValueError(f"v's head_dim {Dv} outside 1..{max_dv} is not supported (the V tiles would not "
+                         f"fit on chip); split the value columns [{assumption}]")
 
 
 def check_seq_lens(Nq: int, Nk: int):
@@ -277,7 +282,7 @@ def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, ke
         check_mask(mask, (B, Hq, Nq, Nk))
     if key_lengths is not None:
         check_key_lengths(key_lengths, B, Nk)
-    check_index_width(q=q, k=k, v=v, mask=mask, out=tuple(q.shape))
+    check_index_width(q=q, k=k, v=v, mask=mask, out=(*q.shape[:3], v.shape[3]))  # out: v's head dim
     scale = check_scale(scale)
     block = check_block(block, auto=True)  # whether it is generated: checked by the op (no imports while tracing)
     window = None if window is None else normalise_window(check_window(window), spec_launch.dense_window, q, k)
@@ -441,13 +446,14 @@ def check_packed_qkv(q, k, v):
                              f"{tuple(t.shape)}; for a padded (batch, heads, seq, head_dim) batch use flash_attention")
     check_dtypes(q, k, v)
     (_, hq, d), (_, hkv, dk) = q.shape, k.shape
-    if v.shape != k.shape:
-        raise ValueError(f"v must have k's shape {tuple(k.shape)} (total_k, Hkv, D), got {tuple(v.shape)}")
+    if v.shape[:2] != k.shape[:2]:
+        raise ValueError(f"v must have k's (total_k, Hkv) {tuple(k.shape[:2])} with any head_dim D_v, got "
+                         f"{tuple(v.shape)}")
     if dk != d:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in head_dim (dim 2)")
     if min(hq, hkv, d) < 1:
         raise ValueError(f"heads and head_dim must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    check_heads(hq, hkv, d)
+    check_heads(hq, hkv, d, v.shape[2])
 
 
 def check_cu_seqlens(name, cu):
@@ -486,8 +492,10 @@ def check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, cache_batch_i
                              "the cache (batch, N_cache, Hkv, D) or, paged, (num_pages, page_size, Hkv, D) "
                              "(FlashAttention's layouts)")
     check_dtypes(q, k_cache, v_cache)
-    if v_cache.shape != k_cache.shape:
-        raise ValueError(f"v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
+    if v_cache.shape[:3] != k_cache.shape[:3]:
+        raise ValueError(f"v_cache must have k_cache's {tuple(k_cache.shape[:3])} in its first three dims with "
+                         f"any head_dim D_v (k_cache[..., :D_v] of an MLA latent cache works), got "
+                         f"{tuple(v_cache.shape)}")
     B, Nq, Hq, D = q.shape
     _, n_cache, Hkv, Dk = k_cache.shape
     if Dk != D:
@@ -498,7 +506,7 @@ def check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, cache_batch_i
     if Hq % Hkv:
         raise ValueError(f"query heads ({Hq}) must be a multiple of the cache's KV heads ({Hkv}) for GQA "
                          "[gqa_divides]")
-    check_heads(Hq, Hkv, D)
+    check_heads(Hq, Hkv, D, v_cache.shape[3], assumption="decode_head_dim_max")
     if block_table is None:
         if k_cache.shape[0] != B and cache_batch_idx is None:  # with cache_batch_idx: any number of rows
             raise ValueError(f"a contiguous cache must have q's batch ({B}) in dim 0, got {tuple(k_cache.shape)}; "
@@ -519,8 +527,9 @@ def check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, cache_batch_i
         raise ValueError(f"cache_seqlens must be an int or an int32 tensor of shape (batch,) = ({B},), got "
                          f"{cache_seqlens!r}")
     # int32 offsets inside one (batch, head) slice: q's tokens, the cache's keys (or a page's slots)
+    Dv = v_cache.shape[3]  # out has v's head dim
     check_index_width(q=q.transpose(1, 2), k_cache=k_cache.transpose(1, 2), v_cache=v_cache.transpose(1, 2),
-                             out=((Hq, Nq, D), (D, Hq * D, 1)))
+                      out=((Hq, Nq, Dv), (Dv, Hq * Dv, 1)))
     return capacity, num_pages
 
 

@@ -64,7 +64,7 @@ def _int32_rows(t, name: str, B: int, device, extra: str):
     return t.to(torch.int32).contiguous()
 
 
-def _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, rotary_interleaved, cache_leftpad, cache_batch_idx,
+def _check_append(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, rotary_interleaved, cache_leftpad, cache_batch_idx,
                   block_table, cache_seqlens, capacity):
     """FlashAttention's KV-cache extras: the new keys and values ``k``, ``v`` ``(B, N_new, Hkv, D)``,
     the rotary tables ``(seqlen_ro, rotary_dim / 2)``, ``cache_leftpad`` and ``cache_batch_idx``
@@ -79,11 +79,12 @@ def _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, rotary_interleaved, 
                                  f"{tuple(getattr(t, 'shape', ())) or type(t).__name__}")
             if t.dtype != k_cache.dtype:
                 raise TypeError(f"{name} has dtype {t.dtype}, the cache {k_cache.dtype}; convert with .to()")
-            if t.shape[0] != B or t.shape[2:] != k_cache.shape[2:]:
-                raise ValueError(f"{name} {tuple(t.shape)} must be (batch={B}, N_new, Hkv={k_cache.shape[2]}, "
-                                 f"D={D}) to append into the cache")
-        if v.shape != k.shape:
-            raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape")
+            cache = k_cache if name == "k" else v_cache
+            if t.shape[0] != B or t.shape[2:] != cache.shape[2:]:
+                raise ValueError(f"{name} {tuple(t.shape)} must be (batch={B}, N_new, Hkv={cache.shape[2]}, "
+                                 f"{cache.shape[3]}) to append into the {name} cache")
+        if v.shape[:3] != k.shape[:3]:
+            raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree in (batch, N_new, Hkv)")
     if (rotary_cos is None) != (rotary_sin is None):
         raise ValueError("pass both rotary_cos and rotary_sin (or neither)")
     if rotary_cos is not None:
@@ -152,7 +153,11 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
     the GPU's SMs when ``B x Hkv`` is small). The result depends on ``num_splits`` only by
     rounding.
 
-    Returns ``out`` ``(B, N_q, Hq, D)`` in q's dtype (zeros for a token with no key), or
+    MLA (DeepSeek's absorbed decode): ``v_cache`` may have its own head dim ``D_v`` (``D <= 576``,
+    ``D_v <= 512``), and may be a view of ``k_cache``'s storage, ``v_cache = k_cache[..., :D_v]``: it is
+    read through its strides, never copied.
+
+    Returns ``out`` ``(B, N_q, Hq, D_v)`` in q's dtype (zeros for a token with no key), or
     ``(out, lse)`` with ``return_lse=True``, ``lse`` float32 ``(B, Hq, N_q)``, natural log.
     Inference only: raises if gradients are requested.
 
@@ -202,7 +207,7 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
                                    device=q.device)
     capacity, num_pages = checks.check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, cache_batch_idx)
     n_new = k.shape[1] if isinstance(k, torch.Tensor) and k.dim() == 4 else 0
-    cache_leftpad, cache_batch_idx = _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, rotary_interleaved,
+    cache_leftpad, cache_batch_idx = _check_append(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, rotary_interleaved,
                                                    cache_leftpad, cache_batch_idx, block_table, cache_seqlens,
                                                    capacity)
     if not isinstance(batch_invariant, bool):
@@ -314,9 +319,10 @@ def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ca
         capacity = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
         num_splits = default_num_splits(B * k_cache.shape[2] * math.ceil(rows / per_program), capacity,
                                         _num_sms(q.device), per_program)
-    if num_splits > 1:  # the fp32 partials (S, B, N_q, Hq, D): split s starts at s·B·N_q·Hq·D (int32)
-        checks.check_index_width(o_partials=((num_splits, B * Nq * Hq * D), (B * Nq * Hq * D, 1)))
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    Dv = v_cache.shape[3]  # v's head dim (MLA: D_v != D; v_cache may be a view of k_cache)
+    if num_splits > 1:  # the fp32 partials (S, B, N_q, Hq, D_v): split s starts at s·B·N_q·Hq·D_v (int32)
+        checks.check_index_width(o_partials=((num_splits, B * Nq * Hq * Dv), (B * Nq * Hq * Dv, 1)))
+    out = torch.empty((B, Nq, Hq, Dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
     args = dict(sm_scale=sm_scale, num_splits=num_splits, causal=causal,
                 window=None if window is None else tuple(window), softcap=softcap, alibi_slopes=alibi_slopes,
@@ -326,8 +332,8 @@ def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ca
     if num_splits == 1 and split_keys == 0:  # the split's partial result is the output: written in place, no merge
         module.forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, out[None],
                               lse.transpose(1, 2)[None], sinks=sinks, **args)
-    else:  # fp32 partials (S, B, N_q, Hq, D), then merge_state's fold over the splits
-        o_part = torch.empty((num_splits, B, Nq, Hq, D), dtype=torch.float32, device=q.device)
+    else:  # fp32 partials (S, B, N_q, Hq, D_v), then merge_state's fold over the splits
+        o_part = torch.empty((num_splits, B, Nq, Hq, Dv), dtype=torch.float32, device=q.device)
         lse_part = torch.empty((num_splits, B, Nq, Hq), dtype=torch.float32, device=q.device)
         module.forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, **args)
         merge = api.module_for("merge", block, package, q.device)
@@ -344,4 +350,4 @@ def _(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale,
       alibi_slopes=None, sinks=None, package=config.DEFAULT_PACKAGE, cache_leftpad=None, cache_batch_idx=None,
       split_keys=0):
     B, Nq, Hq, _ = q.shape
-    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, Hq, Nq), dtype=torch.float32)
+    return q.new_empty((B, Nq, Hq, v_cache.shape[3])), q.new_empty((B, Hq, Nq), dtype=torch.float32)

@@ -59,9 +59,10 @@ class _Z3A(_Z3):
 # ----------------------------------------------------------------------------------
 def _decode_tensors(paged: bool):
     q = A.symbolic("q", ("B", "N_q", "Hq", "D"))
-    cache = ("NP", "PS", "Hkv", "D") if paged else ("B_cache", "N_cache", "Hkv", "D")
-    k, v = A.symbolic("k", cache), A.symbolic("v", cache)
-    out = A.symbolic("out", ("S", "B", "N_q", "Hq", "D"))
+    rows = ("NP", "PS", "Hkv") if paged else ("B_cache", "N_cache", "Hkv")
+    # two head dims: k's D and v's D_v (MLA; any strides, so v may be a view of k's storage)
+    k, v = A.symbolic("k", (*rows, "D")), A.symbolic("v", (*rows, "Dv"))
+    out = A.symbolic("out", ("S", "B", "N_q", "Hq", "Dv"))
     lse = A.symbolic("lse", ("S", "B", "N_q", "Hq"))
     cs = A.symbolic("cache_seqlens", ("B",))
     bt = A.symbolic("block_table", ("B", "MP")) if paged else None
@@ -72,16 +73,17 @@ def _decode_tensors(paged: bool):
 
 @claim(A.CLAIM_DECODE,
        "decode's addresses: for all shapes and non-negative strides of q (B, N_q, Hq, D), a contiguous "
-       "(B_cache, N_cache, Hkv, D) or paged (num_pages, PAGE_SIZE, Hkv, D) cache, out (S, B, N_q, Hq, D), "
+       "(B_cache, N_cache, Hkv, D) or paged (num_pages, PAGE_SIZE, Hkv, D) k cache and a v cache of the same "
+       "rows with its own head dim D_v (two head dims, any strides: v may be a view of k), out (S, B, N_q, Hq, D_v), "
        "lse (S, B, N_q, Hq), cache_seqlens, cache_leftpad, cache_batch_idx (B,) and block_table (B, max_pages), with the strides, sizes and "
        "grid spec.launch.decode_launch passes (the function the launcher calls), every printed offset of "
        "_decode_fwd (spec.addresses: q, cache_seqlens, cache_leftpad, cache_batch_idx, block_table, k/v rows, "
        "out, lse) is the offset of the element the reference reads — q[b, tok, head, d], cache_seqlens[b], "
        "cache_leftpad[b], cache_batch_idx[b], block_table[b, j // PAGE_SIZE], "
        "k_cache[block_table[b, j // PAGE_SIZE], j % PAGE_SIZE, kvh, d] (paged) or k_cache[off_bc, j, kvh, d] "
-       "(off_bc = b, or cache_batch_idx[b] with HAS_BATCH_IDX), "
-       "out/lse[split, b, tok, head], sinks[head] — and that element lies inside the tensor's shape for every program of "
-       "the grid and every lane its mask lets through (given Hq = GROUP·Hkv, 0 <= cache_seqlens[b] <= "
+       "(off_bc = b, or cache_batch_idx[b] with HAS_BATCH_IDX), v_cache likewise at dv, "
+       "out[split, b, tok, head, dv], lse[split, b, tok, head], sinks[head] — and that element lies inside the "
+       "tensor's shape for every program of the grid and every lane its mask lets through (d < D, dv < D_v) (given Hq = GROUP·Hkv, 0 <= cache_seqlens[b] <= "
        "capacity, B_cache = B without cache_batch_idx, cache_batch_idx entries in [0, B_cache) and, paged, "
        "block_table entries in [0, num_pages)); the rows (GROUP heads x N_q tokens) "
        "map one to one onto the (head, token) pairs of the KV head; and the merge's row views "
@@ -117,7 +119,7 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
             value = _lanes(term.expr).xreplace({A.tok: tok, A.head: head}).xreplace(extra or {})
             return sp.expand(value.xreplace(launched).xreplace(launched))
 
-        d, j = A.offs_d, n.j
+        d, dv, j = A.offs_d, A.offs_dv, n.j
         # --- the element each offset reaches (polynomial identities) -------------------------------
         (key_len,) = groups["key_len"]
         (q_term,) = groups["q_offset"]
@@ -141,29 +143,30 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
                           difference(bt_at, sp.expand(bt.offset_of((A.off_b, gather[P.page_idx]))))))
             page = page_of(bt_at)
             index = lambda x: (page_of(sp.expand(bt.offset_of((A.off_b, gather[P.page_idx])))),  # noqa: E731
-                               gather[P.slot], A.off_kvh, d)
+                               gather[P.slot], A.off_kvh, x)
             sub = {A.page: page, P.slot: gather[P.slot], P.page_idx: gather[P.page_idx]}
         else:
-            index = lambda x: (A.off_bc, j, A.off_kvh, d)  # noqa: E731  (off_bc: b, or cache_batch_idx[b])
+            index = lambda x: (A.off_bc, j, A.off_kvh, x)  # noqa: E731  (off_bc: b, or cache_batch_idx[b])
             sub = {A.offs_n: j}
-        for side, tensor, rows_sym, off_sym in (("k", k, A.k_rows, A.k_off), ("v", v, A.v_rows, A.v_off)):
+        for side, tensor, rows_sym, off_sym, lane in (("k", k, A.k_rows, A.k_off, d), ("v", v, A.v_rows, A.v_off, dv)):
             value = at(kv[off_sym], {rows_sym: _lanes(rows[rows_sym].expr)}).xreplace(sub)
             value = sp.expand(value.xreplace(launched))
             cases.append((f"{tag}: {side} offset is {side}_cache[{'block_table[b, j // PS], j % PS' if paged else 'off_bc, j'}"
-                          f", kvh, d]", difference(value, sp.expand(tensor.offset_of(index(None))))))
+                          f", kvh, {'d' if lane == d else 'dv'}]",
+                          difference(value, sp.expand(tensor.offset_of(index(lane))))))
         (sink_term,) = groups["sink_offset"]
         cases.append((f"{tag}: sink offset is sinks[head]",
                       difference(at(sink_term), sp.expand(sinks.offset_of((head,))))))
         o_term, l_term = (t for t in groups["out_offsets"])
-        cases.append((f"{tag}: out offset is out[split, b, tok, head, d]",
-                      difference(at(o_term), sp.expand(out.offset_of((P.split, A.off_b, tok, head, d))))))
+        cases.append((f"{tag}: out offset is out[split, b, tok, head, dv]",
+                      difference(at(o_term), sp.expand(out.offset_of((P.split, A.off_b, tok, head, dv))))))
         cases.append((f"{tag}: lse offset is lse[split, b, tok, head]",
                       difference(at(l_term), sp.expand(lse.offset_of((P.split, A.off_b, tok, head))))))
         # --- the extents (z3) ----------------------------------------------------------------------
         z = _Z3A()
-        Bz, Nqz, Hqz, Dz, Hkvz, bm = (z(x) for x in (B, N_q, Hq, D, Hkv, block_m))
+        Bz, Nqz, Hqz, Dz, Dvz, Hkvz, bm = (z(x) for x in (B, N_q, Hq, D, v.shape[3], Hkv, block_m))
         g_true = z3.Int("group_true")
-        hyp = [x >= 1 for x in (Bz, Nqz, Hqz, Dz, Hkvz, bm, g_true)] + [Hqz == g_true * Hkvz]
+        hyp = [x >= 1 for x in (Bz, Nqz, Hqz, Dz, Dvz, Hkvz, bm, g_true)] + [Hqz == g_true * Hkvz]
         split, pid1, pid2, lane = z3.Ints("split pid1 pid2 lane")
         Gz = z(sp.sympify(ints["GROUP"]))
         grid_z = [z(sp.sympify(x)) for x in grid]
@@ -175,8 +178,9 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         hyp.append(z(A.offs_m) >= 0)
         tok_z, head_z = zsub(tok.xreplace(launched)), zsub(head.xreplace(launched))
         row_ok = m < Gz * z(sp.sympify(ints["N_Q"]))
-        dz = z(d)
+        dz, dvz = z(d), z(dv)
         d_ok = z3.And(0 <= dz, dz < Dz)
+        dv_ok = z3.And(0 <= dvz, dvz < Dvz)
         inside = lambda idx, shape: z3.And(*[z3.And(0 <= i, i < s) for i, s in zip(idx, shape)])  # noqa: E731
         cases.append(_decide(f"{tag}: q[b, tok, head, d] inside q (lanes row_ok & d_ok)", hyp + [row_ok, d_ok],
                              inside((offb, tok_z, head_z, dz), (Bz, Nqz, Hqz, Dz))))
@@ -184,9 +188,9 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         cases.append(_decide(f"{tag}: cache_leftpad[b], cache_batch_idx[b] inside theirs (B,)", hyp,
                              inside((offb,), (Bz,))))
         S_z = z(out.shape[0])
-        cases.append(_decide(f"{tag}: out/lse[split, b, tok, head, d] inside out and lse (lanes row_ok & d_ok)",
-                             hyp + [row_ok, d_ok, S_z >= 1],
-                             inside((split, offb, tok_z, head_z, dz), (S_z, Bz, Nqz, Hqz, Dz))))
+        cases.append(_decide(f"{tag}: out/lse[split, b, tok, head, dv] inside out and lse (lanes row_ok & dv_ok)",
+                             hyp + [row_ok, dv_ok, S_z >= 1],
+                             inside((split, offb, tok_z, head_z, dvz), (S_z, Bz, Nqz, Hqz, Dvz))))
         # the rows map one to one onto (query head of this KV head, token): row g·N_q + t is in the grid
         g2, t2, mz = z3.Int("g2"), z3.Int("t2"), z(A.offs_m)
         tok_m = z3.substitute(z(tok.xreplace(launched)), (z(A.off_kvh), kvh))
@@ -204,8 +208,10 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
                              0 <= page_z, page_z < NPz]
             cases.append(_decide(f"{tag}: block_table[b, j // PAGE_SIZE] inside block_table (lanes key_ok)", key_hyp,
                                  inside((offb, jz / PSz), (Bz, MPz))))
-            cases.append(_decide(f"{tag}: k/v_cache[page, j % PAGE_SIZE, kvh, d] inside the cache (lanes key_ok & d_ok)",
+            cases.append(_decide(f"{tag}: k_cache[page, j % PAGE_SIZE, kvh, d] inside the cache (lanes key_ok & d_ok)",
                                  key_hyp + [d_ok], inside((page_z, jz % PSz, kvh, dz), (NPz, PSz, Hkvz, Dz))))
+            cases.append(_decide(f"{tag}: v_cache[page, j % PAGE_SIZE, kvh, dv] inside the cache (lanes key_ok & dv_ok)",
+                                 key_hyp + [dv_ok], inside((page_z, jz % PSz, kvh, dvz), (NPz, PSz, Hkvz, Dvz))))
         else:
             Ncz, Bcz, offbc = z(k.shape[1]), z(k.shape[0]), z3.Int("off_bc_value")
             key_hyp = hyp + [0 <= jz, jz < key_len_z, key_len_z <= Ncz]
@@ -213,9 +219,12 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
             # else the loaded cache_batch_idx[b], assumed in [0, cache batch) (checked by the host)
             for what, row_hyp in (("b (B_cache = B)", [offbc == offb, Bcz == Bz]),
                                   ("cache_batch_idx[b] in [0, B_cache)", [0 <= offbc, offbc < Bcz])):
-                cases.append(_decide(f"{tag}: k/v_cache[off_bc, j, kvh, d] inside the cache, off_bc = {what} "
+                cases.append(_decide(f"{tag}: k_cache[off_bc, j, kvh, d] inside the cache, off_bc = {what} "
                                      "(lanes key_ok & d_ok)",
                                      key_hyp + row_hyp + [d_ok], inside((offbc, jz, kvh, dz), (Bcz, Ncz, Hkvz, Dz))))
+                cases.append(_decide(f"{tag}: v_cache[off_bc, j, kvh, dv] inside the cache, off_bc = {what} "
+                                     "(lanes key_ok & dv_ok)",
+                                     key_hyp + row_hyp + [dv_ok], inside((offbc, jz, kvh, dvz), (Bcz, Ncz, Hkvz, Dvz))))
     # --- the merge of the splits: row views (polynomial identities on contiguous partials) --------
     S, B, N_q, Hq, D = (sp.Symbol(s, integer=True, positive=True) for s in ("S", "B", "N_q", "Hq", "D"))
     o_part = A.Strided("o_part", (S, B, N_q, Hq, D), A.contiguous_strides((S, B, N_q, Hq, D)))
@@ -240,7 +249,8 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
 # Varlen.
 # ----------------------------------------------------------------------------------
 @claim(A.CLAIM_VARLEN,
-       "varlen's addresses: for all packed q (total_q, Hq, D), k, v (total_k, Hkv, D) with any non-negative "
+       "varlen's addresses: for all packed q (total_q, Hq, D), k (total_k, Hkv, D), v (total_k, Hkv, D_v) "
+       "(two head dims) with any non-negative "
        "strides and cu_seqlens_q/k (B + 1,) with any stride, the segment block's printed loads read "
        "cu_seqlens_q/k[b] and [b + 1] of the tensors spec.launch.varlen_cu_seqlens passes (inside their shape "
        "for every program of spec.launch.varlen_grid's grid), and every pointer the segment moves "
@@ -263,7 +273,7 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
     strides = L.packed_strides if strides is None else strides
     grid = L.varlen_grid if grid is None else grid
     tensors = {"q": A.symbolic("q", ("total_q", "Hq", "D")), "k": A.symbolic("k", ("total_k", "Hkv", "D")),
-               "v": A.symbolic("v", ("total_k", "Hkv", "D"))}
+               "v": A.symbolic("v", ("total_k", "Hkv", "Dv"))}
     cu_in = {side: A.symbolic(f"cu_{side}", ("B1",)) for side in "qk"}
     passed = dict(zip("qk", cu_seqlens(cu_in["q"], cu_in["k"])))
     mem = {"q": sp.Function("cu_seqlens_q_at"), "k": sp.Function("cu_seqlens_k_at")}  # value at an element offset
@@ -285,8 +295,9 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
                       difference(got, mem[side](sp.expand(passed[side].offset_of((idx,)))))))
     # the pointers: element (cu[b] + i, h, d) of the tensor
     q_shape, k_shape = ("total_q", "Hq", "D"), ("total_k", "Hkv", "D")
-    tensors.update(out=A.symbolic("out", q_shape), do=A.symbolic("do", q_shape), dq=A.symbolic("dq", q_shape),
-                   dk=A.symbolic("dk", k_shape))
+    o_shape, v_shape = ("total_q", "Hq", "Dv"), ("total_k", "Hkv", "Dv")  # v's head dim D_v (MLA)
+    tensors.update(out=A.symbolic("out", o_shape), do=A.symbolic("do", o_shape), dq=A.symbolic("dq", q_shape),
+                   dk=A.symbolic("dk", k_shape), dv=A.symbolic("dv", v_shape))
     row_stride = {sp.Symbol(name, integer=True): strides(tensors[t])[2] for name, t in A.ROW_STRIDES.items()}
     starts = {V.seq_start_q: values.get(V.seq_start_q, V.seq_start_q),
               V.seq_start_k: values.get(V.seq_start_k, V.seq_start_k)}
