@@ -95,7 +95,7 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
         # (lse = sink with sinks); the `0 *` keeps the result attached to q, k, v so backward gives (empty or
         # zero) gradients
         attached = (q.sum() + k.sum() + v.sum()) * 0
-        out = q.new_zeros(q.shape) + attached
+        out = q.new_zeros((B, Hq, Nq, v.shape[3])) + attached  # v's head dim D_v
         lse = torch.full((B, Hq, Nq), float("-inf"), dtype=torch.float32, device=q.device)
         if sinks is not None:
             lse = sinks[None, :, None].expand(B, Hq, Nq) + attached.float()
