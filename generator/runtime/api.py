@@ -126,8 +126,9 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
                     sinks=None, mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False):
     """Softmax attention through the generated FlashAttention-2 kernels.
 
-    Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k, v (B, Hkv, N_k, D)``
-    with ``Hq % Hkv == 0`` (GQA/MQA, no K/V copies); ``causal`` with ``alignment`` top_left
+    Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k (B, Hkv, N_k, D)``,
+    ``v (B, Hkv, N_k, D_v)`` with ``Hq % Hkv == 0`` (GQA/MQA, no K/V copies) and ``D_v`` v's own head dim
+    (DeepSeek's MLA trains at ``D = 192, D_v = 128``: out is ``(B, Hq, N_q, D_v)``, dv has ``D_v``); ``causal`` with ``alignment`` top_left
     (query i sees keys j <= i) or bottom_right (j <= i + N_k - N_q); ``window=(left, right)``:
     keys with -left <= j - (i + shift) <= right; ``key_lengths`` (B,) ints: keys j >= length
     are padding; ``mask`` bool broadcastable to (B, Hq, N_q, N_k), True = attend; ``scale``
@@ -141,7 +142,7 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     blocks are honoured on either path (above head dim 128 a large one may not fit shared memory,
     which Triton reports as OutOfResources). float32 inputs on a GPU run 16x32 (``FP32_BLOCK``:
     exact IEEE dots on the CUDA cores, slow; cast to fp16/bf16 for speed).
-    Inputs: fp16, bf16 or fp32 (one dtype), D in 1..256, any strides (no copies are made),
+    Inputs: fp16, bf16 or fp32 (one dtype), D and D_v in 1..256, any strides (no copies are made),
     CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``. Any finite ``scale`` (a scale
     <= 0 is rewritten to a positive one, claim ``scale_sign_rewrite``); keys at index >=
     ``key_lengths[b]`` are never read (NaN or inf there cannot leak); empty ``B``/``N`` give

@@ -97,18 +97,19 @@ def _block(default: str) -> Arg:
                f"command that emits a missing one); default {default}", ("block_sizes",))
 
 
-def _dense_qkv(q_shape: str, kv_shape: str, strides: str = ANY) -> tuple[Arg, ...]:
+def _dense_qkv(q_shape: str, kv_shape: str, v_shape: str, strides: str = ANY) -> tuple[Arg, ...]:
     qkv = ("dtypes", "head_dim_max", "gqa_divides", "seq_len_int32", "index_int32")
     return (Arg("q", _dtypes() + ", one dtype for q, k, v", q_shape + f", D in 1..{limit('head_dim_max')}", ANY,
                 "any (keys past a length are never read)", qkv),
             Arg("k", "q's", kv_shape + ", Hq % Hkv = 0 (GQA)", strides, "any", qkv),
-            Arg("v", "q's", "k's", strides, "any", qkv))
+            Arg("v", "q's", v_shape + f", D_v in 1..{limit('head_dim_max')}: k's but its own head dim (MLA: "
+                "D_v ≠ D; out and dv have D_v)", strides, "any", qkv))
 
 
 def entry_points() -> dict[str, tuple[Arg, ...]]:
     """The declaration, with the limits as ``spec.assumptions`` holds them now."""
     return {
-        "flash_attention": _dense_qkv("(B, Hq, N_q, D)", "(B, Hkv, N_k, D)") + (
+        "flash_attention": _dense_qkv("(B, Hq, N_q, D)", "(B, Hkv, N_k, D)", "(B, Hkv, N_k, D_v)") + (
             CAUSAL,
             Arg("alignment", "str", "—", NONE, '"top_left" (shift 0) or "bottom_right" (shift N_k − N_q)',
                 ("alignment_shift",)),
@@ -131,7 +132,7 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                 ("mask_args_int32",), "packed into one fresh int32 (B, L) tensor"),
             DROPOUT_P, RETURN_DROPOUT_MASK,
         ),
-        "flash_attention_varlen": _dense_qkv("(total_q, Hq, D)", "(total_k, Hkv, D)") + (
+        "flash_attention_varlen": _dense_qkv("(total_q, Hq, D)", "(total_k, Hkv, D)", "(total_k, Hkv, D_v)") + (
             Arg("cu_seqlens_q", "int32 tensor", "(B + 1,), B ≥ 1", COPIED,
                 "from 0, non-decreasing, ending at total_q (read on the host, one sync, also under torch.compile); "
                 "each segment's rows within int32 offsets", ("index_int32",)),
@@ -150,11 +151,15 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                 "forward only, no dropout", ("page_sizes", "page_ids_range")),
         ),
         "flash_attention_with_kvcache": (
-            Arg("q", _dtypes() + ", one dtype for q and the cache", f"(B, N_q, Hq, D), D in 1..{limit('head_dim_max')}",
-                ANY, "any", ("dtypes", "head_dim_max", "gqa_divides", "index_int32")),
+            Arg("q", _dtypes() + ", one dtype for q and the cache",
+                f"(B, N_q, Hq, D), D in 1..{limit('decode_head_dim_max')[0]}",
+                ANY, "any", ("dtypes", "decode_head_dim_max", "gqa_divides", "index_int32")),
             Arg("k_cache", "q's", "(B, N_cache, Hkv, D), or paged (num_pages, page_size, Hkv, D)", ANY,
                 "any (slots past cache_seqlens[b] are never read)", ("gqa_divides", "page_sizes", "index_int32")),
-            Arg("v_cache", "q's", "k_cache's", ANY, "any", ("index_int32",)),
+            Arg("v_cache", "q's", f"k_cache's with its own head dim D_v in 1..{limit('decode_head_dim_max')[1]} "
+                "(MLA's absorbed decode: D = 576, D_v = 512); out has D_v",
+                ANY, "any; a view of k_cache's storage (k_cache[..., :D_v]) is read as it is, no copy",
+                ("decode_head_dim_max", "index_int32")),
             Arg("cache_seqlens", "an int (numpy ints too) or an int32/int64 tensor", "(B,)", COPIED,
                 "0 ≤ cache_seqlens[b] ≤ capacity (N_cache, or max_pages·page_size), less N_new with k: eager "
                 "check; under torch.compile clamped on the device", ("cache_len_range",),
@@ -197,7 +202,7 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                 "identity", ROWS, "S normalised partial outputs", ("dtypes", "merge_head_dim_max")),
             Arg("lse", "float32", "o's without D", COPIED, "natural log; −inf for a part with no key"),
         ),
-        "ring_attention": _dense_qkv("(B, Hq, N/P, D): this rank's shard", "(B, Hkv, N/P, D)",
+        "ring_attention": _dense_qkv("(B, Hq, N/P, D): this rank's shard", "(B, Hkv, N/P, D)", "(B, Hkv, N/P, D_v)",
                                      COPIED + "; sent around the ring") + (
             Arg("group", "None or a torch.distributed process group", "—", NONE,
                 "every rank passes the same shapes and options (checked by one all_gather)"),

@@ -28,7 +28,7 @@ def flash_attention_varlen_paged(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k
                                  causal, window, scale, return_lse, softcap, alibi_slopes, sinks, batch_invariant,
                                  package):
     """See ``flash_attention_varlen``; ``k_cache``, ``v_cache`` paged with ``block_table`` int32
-    ``(B, max_pages)``. Returns ``out`` ``(total_q, Hq, D)`` (and ``lse`` float32 ``(Hq, total_q)``)."""
+    ``(B, max_pages)``. Returns ``out`` ``(total_q, Hq, D_v)`` (and ``lse`` float32 ``(Hq, total_q)``)."""
     if not isinstance(q, torch.Tensor) or q.dim() != 3:
         raise ValueError(f"q must be packed (total_q, Hq, D), got {tuple(getattr(q, 'shape', ())) or type(q).__name__}")
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
@@ -58,7 +58,7 @@ def flash_attention_varlen_paged(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k
     out, lse = decode._kvcache(package, q_pad, k_cache, v_cache, n_k, block_table=block_table, causal=causal,
                                             window=window, scale=scale, return_lse=True, softcap=softcap,
                                             alibi_slopes=alibi_slopes, sinks=sinks, batch_invariant=batch_invariant)
-    out = out.reshape(B * max_q, Hq, D)[dest]
+    out = out.reshape(B * max_q, Hq, out.shape[-1])[dest]  # v_cache's head dim D_v (MLA: D_v != D)
     if not return_lse:
         return out
     return out, lse.transpose(1, 2).reshape(B * max_q, Hq)[dest].t().contiguous()
