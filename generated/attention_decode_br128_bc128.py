@@ -41,10 +41,12 @@ MAX_BLOCK_M = 128
 SETTINGS = {
     80: {
         256: {'num_warps': 8, 'num_stages': 2},
+        1024: {'num_warps': 8, 'num_stages': 1},
     },
     90: {
         64: {'num_warps': 8, 'num_stages': 2},
         256: {'num_warps': 8, 'num_stages': 2},
+        1024: {'num_warps': 8, 'num_stages': 2},
     },
 }
 

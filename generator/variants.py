@@ -215,9 +215,18 @@ def default_decode_settings(block_m: int, block_n: int) -> dict:
     spill 4 B with ALiBi in the contiguous-cache kernel of the 64x64 block (the one
     ``flash_attention_with_kvcache`` launches: ``runtime.decode.DECODE_BLOCK``; 80 registers) and 2
     stages do not (1.109 warp-instructions per element against 1.098; `python -m benchmarks.static
-    --module attention_decode_br64_bc64 --arch 90 --head-dim 64 --mask alibi --num-stages 2 3 4`)."""
+    --module attention_decode_br64_bc64 --arch 90 --head-dim 64 --mask alibi --num-stages 2 3 4`).
+
+    Above head dim 256 (MLA's absorbed decode, D = 576 padded to 1024, D_v = 512: issue 27) 8 warps:
+    at the 64x64 block on sm_90, bf16, 4 warps spill at every stage count (52-12804 B) and 3 stages
+    overflow shared memory (419 KB); 8 warps on 2 stages neither spill (207 registers) nor overflow
+    (227.0 KB of 227), 1 stage spills 136 B (`python -m benchmarks.static --module
+    attention_decode_br64_bc64 --arch 90 --dtype bf16 --head-dim 576 --mask D_v=512 --num-warps 4 8
+    --num-stages 1 2`). sm_80 (163 KB) cannot hold 2 stages: 1 stage."""
     base = {"num_warps": default_num_warps(block_m, block_n), "num_stages": default_num_stages(block_m, block_n)}
-    return {80: {256: base}, 90: {64: {**base, "num_stages": min(base["num_stages"], 2)}, 256: base}}
+    return {80: {256: base, 1024: {"num_warps": 8, "num_stages": 1}},
+            90: {64: {**base, "num_stages": min(base["num_stages"], 2)}, 256: base,
+                 1024: {"num_warps": 8, "num_stages": 2}}}
 
 
 def builtin_mask_mods() -> tuple[str, ...]:
