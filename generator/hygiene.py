@@ -71,7 +71,7 @@ INDEX_NAME = re.compile(
     # merged with varlen / decode / merge (see the module docstring)
     r"lse_row0|lse_off_b|seq_start_[qk]|n_q|n_k|tok|head|split|page|page_idx|slot|k_rows|v_rows|s|"
     # the printed address terms (issue 24, spec.addresses)
-    r"q_off|k_off|v_off|o_off|lse_off|bt_off|cs_off|sink_off|lp_off|bi_off|"
+    r"q_off|k_off|v_off|o_off|lse_off|bt_off|cs_off|sink_off|lp_off|bi_off|q_tail_off|k_tail_off|"
     # merged with mask_mod (#16): the mask_mod's integer tile class (0 skip / 1 partial / 2 full)
     r"mm_state)$")
 #: (function, statement) pairs that assign a printed term's name without a printed term: reviewed

@@ -125,9 +125,11 @@ def symbolic(name: str, shape) -> Strided:
 # Decode (_decode_fwd): the program's rows, and every load and store offset.
 # ----------------------------------------------------------------------------------
 #: kernel names: program ids, lanes, strides as the kernel's parameters (spec.launch.decode_launch)
-off_b, off_kvh, offs_m, offs_d, offs_dv, offs_n = (_int(s, nonnegative=True) for s in
-                                                  ("off_b", "off_kvh", "offs_m", "offs_d", "offs_dv", "offs_n"))
-#: offs_d runs over q/k's head dim D, offs_dv over v/out's D_v (MLA: D_v != D, v may be a view of k)
+off_b, off_kvh, offs_m, offs_d, offs_dv, offs_dt, offs_n = (_int(s, nonnegative=True) for s in (
+    "off_b", "off_kvh", "offs_m", "offs_d", "offs_dv", "offs_dt", "offs_n"))
+#: offs_d runs over q/k's head dim D, offs_dv over v/out's D_v (MLA: D_v != D, v may be a view of k); with the
+#: head dim split (MLA, D > D_v: claim head_dim_split) offs_d runs over q/k's first D_v columns and offs_dt
+#: over their tail [D_v, D)
 tok, head, page, k_rows, v_rows = (_int(s) for s in ("tok", "head", "page", "k_rows", "v_rows"))
 q_off, k_off, v_off, o_off, lse_off, bt_off = (_int(s) for s in
                                                ("q_off", "k_off", "v_off", "o_off", "lse_off", "bt_off"))
@@ -170,12 +172,17 @@ CONTIGUOUS_ROWS = (
     Term(k_rows, off_bc * S_["stride_kb"] + offs_n * S_["stride_kn"], CLAIM_DECODE, "k_cache[off_bc, j]"),
     Term(v_rows, off_bc * S_["stride_vb"] + offs_n * S_["stride_vn"], CLAIM_DECODE, "v_cache[off_bc, j]"),
 )
+#: the split head dim's tail (MLA): q[b, tok, head, dt] and k_cache[row, kvh, dt], dt in [D_v, D)
+q_tail_off, k_tail_off = _int("q_tail_off"), _int("k_tail_off")
+Q_TAIL_OFFSET = Term(q_tail_off, Q_OFFSET.expr.xreplace({offs_d: offs_dt}), CLAIM_DECODE, "q[b, tok, head, dt]")
 KV_OFFSETS = (
     Term(k_off, off_kvh * S_["stride_kh"] + col(k_rows) + row(offs_d) * S_["stride_kd"], CLAIM_DECODE,
          "k_cache[row, kv head, d]"),
     Term(v_off, off_kvh * S_["stride_vh"] + col(v_rows) + row(offs_dv) * S_["stride_vd"], CLAIM_DECODE,
          "v_cache[row, kv head, dv]"),
 )
+K_TAIL_OFFSET = Term(k_tail_off, off_kvh * S_["stride_kh"] + col(k_rows) + row(offs_dt) * S_["stride_kd"], CLAIM_DECODE,
+                     "k_cache[row, kv head, dt]")
 #: the split's partial result: out[split, b, tok, head, d] and lse[split, b, tok, head]
 OUT_OFFSETS = (
     Term(o_off, P.split * S_["stride_os"] + off_b * S_["stride_ob"] + col(tok) * S_["stride_on"]
@@ -189,6 +196,7 @@ SINK_OFFSET = Term(sink_off, head * S_["stride_sink"], CLAIM_DECODE, "sinks[head
 DECODE_GROUPS = {"rows": DECODE_ROWS, "sink_offset": (SINK_OFFSET,), "key_len": (KEY_LEN,),
                  "leftpad_offset": (LEFTPAD_OFFSET,), "batch_idx_offset": (BATCH_IDX_OFFSET,), "q_offset": (Q_OFFSET,), "bt_offset": (BT_OFFSET,),
                  "paged_rows": PAGED_ROWS, "contiguous_rows": CONTIGUOUS_ROWS, "kv_offsets": KV_OFFSETS,
+                 "q_tail_offset": (Q_TAIL_OFFSET,), "k_tail_offset": (K_TAIL_OFFSET,),
                  "out_offsets": OUT_OFFSETS}
 
 # ----------------------------------------------------------------------------------

@@ -193,6 +193,8 @@ def test_absorbed_decode_with_a_paged_latent_cache(num_splits, dtype, monkeypatc
                                             num_splits=num_splits, return_lse=True)
     out, lse = to_cpu((out, lse))
     assert seen == [(True, True, 64)]  # the view itself, not a copy
+    # the kernel splits q/k's head dim at D_v (64 + a tail of 8, not padded to 128) and uses its K tile as V
+    assert module.head_dims(q, kc, vc) == (64, 8, True) and module.head_dims(q, kc, vc.clone())[2] is False
     ref_out, ref_lse, _, _ = reference.kvcache_attention(q, kc, vc, lens, block_table=table, causal=True)
     assert out.shape == (2, 2, 16, 64) and out.dtype == dtype
     # attention_failures wants (B, H, N, D_v) and (B, H, N): the decode layout is (B, N_q, Hq, D_v)

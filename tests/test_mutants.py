@@ -1160,3 +1160,20 @@ def test_varlen_dv_moved_by_dk_row_stride_is_refuted():
                             sp.Symbol("DV") + V.seq_start_k * sp.Symbol("stride_dkn", integer=True))
     failing = _failing(PAD.prove_varlen_addresses(pointers=pointers))
     assert failing == ["dkdv: DV reaches dv[cu_seqlens_k[b] + i, h, d]"], failing
+
+
+def test_head_dim_split_mutants_are_refuted():
+    """MLA (issue 27), claim head_dim_split: the tail's product dropped, or taken with the main q columns."""
+    from spec.claims import REGISTRY
+
+    for bad in (terms.QK_TAIL.expr.xreplace({n.q_tail: n.q}), n.qk):
+        tail = (replace(terms.QK_TAIL, expr=bad),)
+        assert_failed(REGISTRY["head_dim_split"].prove(qk_tail=tail))
+
+
+def test_decode_tail_offset_at_the_main_lane_is_refuted():
+    """MLA: k's tail addressed at offs_d (the main columns) instead of offs_dt."""
+    k_tail = (AD.Term(AD.k_tail_off, AD.K_TAIL_OFFSET.expr.xreplace({AD.offs_dt: AD.offs_d}), AD.CLAIM_DECODE, "x"),)
+    failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, k_tail_offset=k_tail)))
+    assert sorted(failing) == ["contiguous: k tail offset is k_cache[..., kvh, dt]",
+                               "paged: k tail offset is k_cache[..., kvh, dt]"], failing

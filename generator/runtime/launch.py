@@ -97,8 +97,9 @@ def aot_args(fn, pointers: dict[str, str], floats: tuple[str, ...], constexprs: 
     if loop is not None:
         rows, keys, products, over_v = (*loop, 0) if len(loop) == 3 else loop
         width_v = constexprs.get("BLOCK_DV", constexprs["BLOCK_D"])
+        tail = constexprs["BLOCK_DT"] if constexprs.get("HEAD_DIM_TAIL") else 0  # a split head dim's tail product
         args["loop"] = {"rows": rows, "keys": keys,
-                        "macs": rows * keys * ((products - over_v) * constexprs["BLOCK_D"] + over_v * width_v)}
+                        "macs": rows * keys * ((products - over_v) * constexprs["BLOCK_D"] + over_v * width_v + tail)}
     return args
 
 

@@ -83,7 +83,10 @@ def _decode_tensors(paged: bool):
        "k_cache[block_table[b, j // PAGE_SIZE], j % PAGE_SIZE, kvh, d] (paged) or k_cache[off_bc, j, kvh, d] "
        "(off_bc = b, or cache_batch_idx[b] with HAS_BATCH_IDX), v_cache likewise at dv, "
        "out[split, b, tok, head, dv], lse[split, b, tok, head], sinks[head] — and that element lies inside the "
-       "tensor's shape for every program of the grid and every lane its mask lets through (d < D, dv < D_v) (given Hq = GROUP·Hkv, 0 <= cache_seqlens[b] <= "
+       "tensor's shape for every program of the grid and every lane its mask lets through (d < D, dv < D_v); "
+       "with the head dim split at D_v (MLA, claim head_dim_split) the tails q[b, tok, head, dt] and "
+       "k_cache[..., kvh, dt] for HEAD_DIM <= dt < D; and with v_cache = k_cache[..., :D_v] (k's pointer and "
+       "strides) the v offset at lane d is the k offset (the kernel uses its K tile as V) (given Hq = GROUP·Hkv, 0 <= cache_seqlens[b] <= "
        "capacity, B_cache = B without cache_batch_idx, cache_batch_idx entries in [0, B_cache) and, paged, "
        "block_table entries in [0, num_pages)); the rows (GROUP heads x N_q tokens) "
        "map one to one onto the (head, token) pairs of the KV head; and the merge's row views "
@@ -148,12 +151,28 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         else:
             index = lambda x: (A.off_bc, j, A.off_kvh, x)  # noqa: E731  (off_bc: b, or cache_batch_idx[b])
             sub = {A.offs_n: j}
+        kv_values = {}  # the k and v offsets at their lanes, as the launch passes the strides
         for side, tensor, rows_sym, off_sym, lane in (("k", k, A.k_rows, A.k_off, d), ("v", v, A.v_rows, A.v_off, dv)):
             value = at(kv[off_sym], {rows_sym: _lanes(rows[rows_sym].expr)}).xreplace(sub)
             value = sp.expand(value.xreplace(launched))
             cases.append((f"{tag}: {side} offset is {side}_cache[{'block_table[b, j // PS], j % PS' if paged else 'off_bc, j'}"
                           f", kvh, {'d' if lane == d else 'dv'}]",
                           difference(value, sp.expand(tensor.offset_of(index(lane))))))
+            kv_values[side] = value
+        # the head dim split at D_v (MLA, claim head_dim_split): the tails' offsets at lane dt in [D_v, D)
+        dt = A.offs_dt
+        (q_tail_term,), (k_tail_term,) = groups["q_tail_offset"], groups["k_tail_offset"]
+        cases.append((f"{tag}: q tail offset is q[b, tok, head, dt]",
+                      difference(at(q_tail_term), sp.expand(q.offset_of((A.off_b, tok, head, dt))))))
+        k_tail = sp.expand(at(k_tail_term, {A.k_rows: _lanes(rows[A.k_rows].expr)}).xreplace(sub).xreplace(launched))
+        cases.append((f"{tag}: k tail offset is k_cache[..., kvh, dt]",
+                      difference(k_tail, sp.expand(k.offset_of(index(dt))))))
+        # V_IS_K (the absorbed layout, v_cache = k_cache[..., :D_v]: k's pointer and strides): the V tile at
+        # lane d is the K tile's, so the kernel may use the K tile it loaded as V
+        as_view = dict(zip(v.strides, k.strides))
+        v_is_k = sp.expand(kv_values["v"].xreplace(as_view).xreplace({dv: d}))
+        cases.append((f"{tag}: v_cache = k_cache[..., :D_v]: v offset at lane d is k's",
+                      difference(v_is_k, kv_values["k"])))
         (sink_term,) = groups["sink_offset"]
         cases.append((f"{tag}: sink offset is sinks[head]",
                       difference(at(sink_term), sp.expand(sinks.offset_of((head,))))))
@@ -184,6 +203,11 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         inside = lambda idx, shape: z3.And(*[z3.And(0 <= i, i < s) for i, s in zip(idx, shape)])  # noqa: E731
         cases.append(_decide(f"{tag}: q[b, tok, head, d] inside q (lanes row_ok & d_ok)", hyp + [row_ok, d_ok],
                              inside((offb, tok_z, head_z, dz), (Bz, Nqz, Hqz, Dz))))
+        # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL = D (the launch's split of D)
+        dtz, main_z = z(A.offs_dt), z3.Int("HEAD_DIM")
+        dt_ok = z3.And(1 <= main_z, main_z <= Dz, main_z <= dtz, dtz < Dz)
+        cases.append(_decide(f"{tag}: q[b, tok, head, dt] inside q (lanes row_ok & dt_ok)", hyp + [row_ok, dt_ok],
+                             inside((offb, tok_z, head_z, dtz), (Bz, Nqz, Hqz, Dz))))
         cases.append(_decide(f"{tag}: cache_seqlens[b] inside cache_seqlens", hyp, inside((offb,), (Bz,))))
         cases.append(_decide(f"{tag}: cache_leftpad[b], cache_batch_idx[b] inside theirs (B,)", hyp,
                              inside((offb,), (Bz,))))
@@ -212,6 +236,8 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
                                  key_hyp + [d_ok], inside((page_z, jz % PSz, kvh, dz), (NPz, PSz, Hkvz, Dz))))
             cases.append(_decide(f"{tag}: v_cache[page, j % PAGE_SIZE, kvh, dv] inside the cache (lanes key_ok & dv_ok)",
                                  key_hyp + [dv_ok], inside((page_z, jz % PSz, kvh, dvz), (NPz, PSz, Hkvz, Dvz))))
+            cases.append(_decide(f"{tag}: k_cache[page, j % PAGE_SIZE, kvh, dt] inside the cache (lanes key_ok & dt_ok)",
+                                 key_hyp + [dt_ok], inside((page_z, jz % PSz, kvh, dtz), (NPz, PSz, Hkvz, Dz))))
         else:
             Ncz, Bcz, offbc = z(k.shape[1]), z(k.shape[0]), z3.Int("off_bc_value")
             key_hyp = hyp + [0 <= jz, jz < key_len_z, key_len_z <= Ncz]
@@ -225,6 +251,9 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
                 cases.append(_decide(f"{tag}: v_cache[off_bc, j, kvh, dv] inside the cache, off_bc = {what} "
                                      "(lanes key_ok & dv_ok)",
                                      key_hyp + row_hyp + [dv_ok], inside((offbc, jz, kvh, dvz), (Bcz, Ncz, Hkvz, Dvz))))
+                cases.append(_decide(f"{tag}: k_cache[off_bc, j, kvh, dt] inside the cache, off_bc = {what} "
+                                     "(lanes key_ok & dt_ok)",
+                                     key_hyp + row_hyp + [dt_ok], inside((offbc, jz, kvh, dtz), (Bcz, Ncz, Hkvz, Dz))))
     # --- the merge of the splits: row views (polynomial identities on contiguous partials) --------
     S, B, N_q, Hq, D = (sp.Symbol(s, integer=True, positive=True) for s in ("S", "B", "N_q", "Hq", "D"))
     o_part = A.Strided("o_part", (S, B, N_q, Hq, D), A.contiguous_strides((S, B, N_q, Hq, D)))
