@@ -12,9 +12,9 @@ merge kernels): each split program reads its KV head's query rows (all ``Hq / Hk
 a paged cache adds one int32 of ``block_table`` per page. With ``S > 1`` every split writes
 a fp32 partial ``(o, lse)`` per query row and the merge kernel reads them all back once
 and writes out (in q's dtype) and lse; with ``S = 1`` the split writes out and lse directly.
-``S`` is ``default_num_splits`` unless given. The kernel loads the K tile (``D`` columns) and the V
-tile (``D_v`` columns) with two loads, so in the absorbed layout the V columns are requested a
-second time (the model counts them; L2 may serve some of them).
+``S`` is ``default_num_splits`` unless given. In the absorbed layout the kernel loads the K tile
+(``D`` columns, split as ``D_v`` + the tail) and uses its first ``D_v`` columns as the V tile
+(``V_IS_K``): each latent row is requested once.
 
     python -m benchmarks.hbm_decode     # the table at 4k ... 128k keys
 """
@@ -64,7 +64,8 @@ def model_bytes(shape: DecodeShape, keys: int, splits: int) -> dict[str, int]:
     rows = s.n_q * s.heads_q  # query rows of one sequence (all KV heads)
     out = {
         "q": splits * rows * s.head_dim * s.elem,  # each split program reads its KV head's rows
-        "kv": keys * s.heads_kv * (s.head_dim + s.dv) * s.elem,  # a K tile and a V tile per key tile
+        # a K tile and a V tile per key tile; V_IS_K (v in k): the K tile serves as V, no V load
+        "kv": keys * s.heads_kv * (s.head_dim + (0 if s.v_in_k else s.dv)) * s.elem,
         "block_table": (-(-keys // s.page_size) * INDEX_BYTES * s.heads_kv) if s.page_size else 0,
         "out": rows * s.dv * s.elem + rows * FP32,  # out and lse
         "partials": 2 * splits * rows * (s.dv + 1) * FP32 if splits > 1 else 0,  # written + read back

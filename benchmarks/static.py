@@ -80,6 +80,8 @@ MLA_TRAIN = ((192, 128), (128, 64))
 MLA_DECODE = (576, 512)
 MLA = {f"{causal}D_v={dv}": {"head_dim_v": dv, **({"causal": True} if causal else {})}
        for dv in sorted({dv for _, dv in (*MLA_TRAIN, MLA_DECODE)}) for causal in ("", "causal, ")}
+#: decode at MLA_DECODE with a v cache of its own (not k_cache[..., :D_v]): the kernel loads a V tile too
+MLA[f"D_v={MLA_DECODE[1]}, separate v"] = {"head_dim_v": MLA_DECODE[1], "v_is_k": False}
 MASKS.update(MLA)
 #: the constexprs of the score modifications: a row whose job ``deletes`` them is compiled from the
 #: module's source with every ``if HAS_...:`` block of them deleted (``delete_constexpr_branches``)
@@ -281,7 +283,7 @@ def mla_jobs(archs=TMA_ARCHS, dtypes=("bf16",)) -> list[Job]:
             jobs += make_jobs(of_block(modules, backward_block(arch, wide), "attention_bwd"), **at)
         d, dv = MLA_DECODE
         jobs += make_jobs(of_block(modules, served["decode"], "attention_decode"), archs=(arch,), dtypes=dtypes,
-                          head_dims=(d,), masks=(f"D_v={dv}", f"causal, D_v={dv}"))
+                          head_dims=(d,), masks=(f"D_v={dv}", f"causal, D_v={dv}", f"D_v={dv}, separate v"))
     return jobs
 
 

@@ -41,21 +41,24 @@ MAX_BLOCK_M = 16
 SETTINGS = {
     80: {
         256: {'num_warps': 4, 'num_stages': 3},
-        1024: {'num_warps': 8, 'num_stages': 1},
+        1024: {'num_warps': 4, 'num_stages': 2},
     },
     90: {
         64: {'num_warps': 4, 'num_stages': 2},
         256: {'num_warps': 4, 'num_stages': 3},
-        1024: {'num_warps': 8, 'num_stages': 2},
+        1024: {'num_warps': 4, 'num_stages': 2},
     },
 }
 
 
-def launch_settings(arch: int, block_d: int, dtype: torch.dtype) -> dict:
+def launch_settings(arch: int, block_d: int, dtype: torch.dtype, v_is_k: bool = True) -> dict:
     """``SETTINGS`` for ``arch`` at ``block_d``; a float32 cache (4-byte tiles) at BLOCK_D 256 on at
     most 2 stages: 3 need 276 KB of shared memory (sm_80 has 163 KB, sm_90 227 KB; the launch would
-    fail), 2 need 148 KB."""
+    fail), 2 need 148 KB. Above BLOCK_D 256 (MLA's absorbed decode) one stage unless the K tile
+    serves as V (``v_is_k``): a separate V tile of 512 columns doubles each stage's bytes."""
     settings = launch.pick_settings(SETTINGS, arch, block_d)
+    if block_d > 256 and (not v_is_k or dtype == torch.float32):
+        return dict(settings, num_stages=1)
     if dtype == torch.float32 and block_d > 128:
         return dict(settings, num_stages=min(settings["num_stages"], 2))
     return settings
@@ -307,7 +310,7 @@ def forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, *,
         **ints, HEAD_DIM=head_dim, BLOCK_D=block_d, HEAD_DIM_V=D_V, BLOCK_DV=block_dv, HEAD_DIM_TAIL=tail,
         BLOCK_DT=block_dt, V_IS_K=v_is_k, BLOCK_N=BLOCK_N, **constexprs, IS_CAUSAL=causal,
         HAS_WINDOW=window is not None, **launch.dot_constants(q.dtype), **score_flags,
-        **launch_settings(launch.settings_arch(q.device), max(block_d, block_dv, block_dt), k_cache.dtype))
+        **launch_settings(launch.settings_arch(q.device), max(block_d, block_dv, block_dt), k_cache.dtype, v_is_k))
 
 
 #: new tokens per program of the append kernel
@@ -407,25 +410,27 @@ AOT_ROWS = 16
 
 
 def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, rows=AOT_ROWS, page_size=16,
-                     softcap=False, alibi=False, sinks=False, arch=90, head_dim_v=None) -> dict:
+                     softcap=False, alibi=False, sinks=False, arch=90, head_dim_v=None, v_is_k=None) -> dict:
     """Arguments to compile ``_decode_fwd`` ahead of time without a GPU (``benchmarks.static``):
     ``{kernel name: dict(fn, signature, constexprs, num_warps, num_stages)}`` for the contiguous
     and the paged cache (``page_size``), ``rows`` query rows per program (GQA group x N_q).
     ``softcap``, ``alibi``, ``sinks``: the score modifications compiled in. ``arch``: whose launch
     settings (``SETTINGS``) to compile with. ``head_dim_v``: the v cache's head dim D_v (None: ``head_dim``;
-    the absorbed MLA decode is (576, 512))."""
+    the absorbed MLA decode is (576, 512)). ``v_is_k``: the v cache is the k cache's first D_v columns
+    (None: whenever D > D_v, the absorbed layout)."""
     torch_dtype, name = launch.tl_dtype_of(dtype)
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     # D > D_v: the split head dim, and the absorbed layout (v_cache = k_cache[..., :D_v]: V_IS_K)
     main, tail = min(head_dim, head_dim_v), head_dim - min(head_dim, head_dim_v)
     block_d, block_dv, block_dt = launch.block_d(main), launch.block_d(head_dim_v), launch.block_d(max(tail, 1))
+    v_is_k = tail > 0 if v_is_k is None else v_is_k
     pointers = {"Q": name, "K": name, "V": name, "Out": "fp32", "Lse": "fp32", "CacheSeqlens": "i32",
                 "BlockTable": "i32", "CacheLeftpad": "i32", "CacheBatchIdx": "i32", "Slopes": "fp32", "Sinks": "fp32"}
-    settings = launch_settings(arch, max(block_d, block_dv, block_dt), torch_dtype)
+    settings = launch_settings(arch, max(block_d, block_dv, block_dt), torch_dtype, v_is_k)
     out = {}
     for label, paged in (("_decode_fwd", False), (f"_decode_fwd[paged{page_size}]", True)):
         constexprs = {"HEAD_DIM": main, "BLOCK_D": block_d, "HEAD_DIM_V": head_dim_v, "BLOCK_DV": block_dv,
-                      "HEAD_DIM_TAIL": tail, "BLOCK_DT": block_dt, "V_IS_K": tail > 0, "BLOCK_M": block_m(rows),
+                      "HEAD_DIM_TAIL": tail, "BLOCK_DT": block_dt, "V_IS_K": v_is_k, "BLOCK_M": block_m(rows),
                       "BLOCK_N": BLOCK_N, "PAGED": paged, "PAGE_SIZE": page_size if paged else 1,
                       "IS_CAUSAL": bool(causal), "HAS_WINDOW": bool(window),
                       **launch.dot_constants(torch_dtype, interpret=False),
