@@ -54,11 +54,17 @@ SETTINGS = {
 def launch_settings(arch: int, block_d: int, dtype: torch.dtype, v_is_k: bool = True) -> dict:
     """``SETTINGS`` for ``arch`` at ``block_d``; a float32 cache (4-byte tiles) at BLOCK_D 256 on at
     most 2 stages: 3 need 276 KB of shared memory (sm_80 has 163 KB, sm_90 227 KB; the launch would
-    fail), 2 need 148 KB. Above BLOCK_D 256 (MLA's absorbed decode) one stage unless the K tile
-    serves as V (``v_is_k``): a separate V tile of 512 columns doubles each stage's bytes."""
+    fail), 2 need 148 KB. Above BLOCK_D 256 (MLA's decode at (576, 512)) with a v cache of its own
+    (not ``v_is_k``: a 512-column V tile beside the K tile) 8 warps on 2 stages: 4 warps spill on
+    either arch at 1 stage and on sm_90's paged kernel at 2; 8 warps on 2 stages do not (156-157 KB,
+    bf16, `python -m benchmarks.static --module attention_decode_br64_bc64 --arch 80 90 --head-dim
+    576 --mask "D_v=512, separate v" --num-warps 4 8 --num-stages 1 2`). A float32 cache above 256:
+    one stage (not measured: the fewest bytes)."""
     settings = launch.pick_settings(SETTINGS, arch, block_d)
-    if block_d > 256 and (not v_is_k or dtype == torch.float32):
+    if block_d > 256 and dtype == torch.float32:
         return dict(settings, num_stages=1)
+    if block_d > 256 and not v_is_k:
+        return dict(settings, num_warps=8, num_stages=2)
     if dtype == torch.float32 and block_d > 128:
         return dict(settings, num_stages=min(settings["num_stages"], 2))
     return settings

@@ -224,7 +224,7 @@ def default_decode_settings(block_m: int, block_n: int) -> dict:
     on sm_80, 3.62 on sm_90; 4 warps on 1 stage spill 4-20 B on sm_80; `python -m benchmarks.static
     --module attention_decode_br64_bc64 --arch 80 90 --dtype bf16 --head-dim 576 --mask D_v=512
     "causal, D_v=512" --num-warps 4 8 --num-stages 1 2`). A separate v cache at that width loads a
-    V tile too: the launch takes one stage then (``launch_settings``)."""
+    V tile too: the launch takes 8 warps then (the decode module's ``launch_settings``)."""
     base = {"num_warps": default_num_warps(block_m, block_n), "num_stages": default_num_stages(block_m, block_n)}
     wide = {"num_warps": 4, "num_stages": 2}
     return {80: {256: base, 1024: wide},

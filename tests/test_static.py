@@ -489,10 +489,10 @@ def test_head_dims_above_128_fit_at_the_defaults(suite):
 
 
 def test_mla_absorbed_decode_is_clean_at_its_default(suite):
-    """The absorbed MLA decode (576, 512) at its default settings (8 warps, 2 stages on sm_90:
-    generator.variants.default_decode_settings' 1024 bucket): compiles, no spill, fits the 227 KB
-    (4 warps spilled at every stage count, 3 stages needed 419 KB), tensor cores, MMA issued/needed
-    <= 1.05 against the padded head dim."""
+    """The absorbed MLA decode (576, 512: the head dim split as 512 + 64, the K tile serving as V) at its
+    default settings (4 warps, 2 stages: generator.variants.default_decode_settings' 1024 bucket):
+    compiles, no spill, fits shared memory (padded to 1024 with a V tile of its own it needed 419 KB on
+    3 stages and spilled on 4 warps), tensor cores, MMA issued/needed <= 1.05 (512 + 64 + 512 columns)."""
     rows = suite["mla"]
     assert rows and {r["head_dim"] for r in rows} == {static.MLA_DECODE[0]}
     bad = [f"{_name(r)}: {r.get('error') or static.verdict(r)}, MMA {r.get('mma_issued_per_needed')}" for r in rows
