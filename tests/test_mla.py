@@ -214,3 +214,23 @@ def test_decode_contiguous_cache_with_a_wider_value():
     assert out.shape == (2, 1, 4, 40)
     assert attention_failures(out.transpose(1, 2), lse, ref_out.transpose(1, 2), ref_lse,
                               torch.nan_to_num(vc)) == []
+
+
+def test_paged_varlen_with_a_latent_cache():
+    """flash_attention_varlen(..., block_table=) (FlashAttention 2's paged form, through the decode kernel)
+    at D = 40, D_v = 32 with v_cache = k_cache[..., :32]: two sequences of 5 and 3 new tokens on 21 and 9
+    keys, causal; vs varlen_attention on the gathered keys."""
+    g = torch.Generator().manual_seed(10)
+    page, lens_k, lens_q = 16, (21, 9), (5, 3)
+    kc = torch.randn(5, page, 2, 40, generator=g)
+    table = torch.tensor([[3, 1], [4, 0]], dtype=torch.int32)
+    q = torch.randn(sum(lens_q), 4, 40, generator=g)
+    cu_q = torch.tensor([0, 5, 8], dtype=torch.int32)
+    cu_k = torch.tensor([0, 21, 30], dtype=torch.int32)
+    out = to_cpu(flash_attention_varlen(*to_device((q, kc, kc[..., :32], cu_q, cu_k)), causal=True,
+                                        block_table=to_device(table)))
+    keys = torch.cat([torch.cat([kc[table[b, j // page], j % page][None] for j in range(n)]) for b, n in enumerate(lens_k)])
+    ref_out, _ = reference.varlen_attention(q.double(), keys.double(), keys[..., :32].double(), cu_q, cu_k, causal=True)
+    assert out.shape == (8, 4, 32)
+    err = (out.double() - ref_out).abs().max().item() / keys[..., :32].abs().max().item()
+    assert err <= 1e-5, err
