@@ -154,7 +154,6 @@ def test_readme_states_the_number_of_reviewed_exceptions():
      "X + offs_m[:, None] * stride_xr + offs_n[None, :]"),
     ("merge", "lse_a = tl.load(LSE_A + la_off,", "lse_a = tl.load(LSE_A + offs_m,", "LSE_A + offs_m"),
     ("merge", "sink = tl.load(Sinks + msink_off,", "sink = tl.load(Sinks + offs_m % H,", "Sinks + offs_m % H"),
->>>>>>> main
 ])
 def test_unprinted_pointer_arithmetic_is_caught(kind, old, new, sign):
     """Rule 4 in the converted functions; in a kernel still on POINTER_GAPS, a printed pointer move
