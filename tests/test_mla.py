@@ -181,14 +181,14 @@ def test_absorbed_decode_with_a_paged_latent_cache(num_splits, dtype, monkeypatc
 
     module = api.module_for("decode", config.block_for("decode"), config.DEFAULT_PACKAGE, to_device(q).device)
     seen = []
-    launch = module.forward_splits
+    launch = module.launch_splits
 
-    def spy(q_, k_cache, v_cache, *args, **kwargs):
+    def spy(plan, q_, k_cache, v_cache, *args, **kwargs):
         seen.append((v_cache.data_ptr() == k_cache.data_ptr(), v_cache.stride() == k_cache.stride(),
                      v_cache.shape[-1]))
-        return launch(q_, k_cache, v_cache, *args, **kwargs)
+        return launch(plan, q_, k_cache, v_cache, *args, **kwargs)
 
-    monkeypatch.setattr(module, "forward_splits", spy)
+    monkeypatch.setattr(module, "launch_splits", spy)
     out, lse = flash_attention_with_kvcache(*to_device((q, kc, vc, lens)), block_table=to_device(table), causal=True,
                                             num_splits=num_splits, return_lse=True)
     out, lse = to_cpu((out, lse))
@@ -234,3 +234,18 @@ def test_paged_varlen_with_a_latent_cache():
     assert out.shape == (8, 4, 32)
     err = (out.double() - ref_out).abs().max().item() / keys[..., :32].abs().max().item()
     assert err <= 1e-5, err
+
+
+def test_a_cached_plan_reads_a_separate_v_of_the_views_strides():
+    """The decode plan is kept per call signature (shapes, strides), never per address: after a call with
+    v_cache = k_cache[..., :64] (the K tile serves as V), a call with a separate v of the same shape and
+    strides but other values must read that v (V_IS_K is chosen per call)."""
+    kc, vc, table, lens = _latent_cache(11, torch.float32)
+    q = torch.randn(2, 1, 16, 72, generator=torch.Generator().manual_seed(12))
+    other = torch.empty_strided(vc.shape, vc.stride())
+    other.copy_(torch.randn(vc.shape, generator=torch.Generator().manual_seed(13)))
+    for v in (vc, other):
+        out = to_cpu(flash_attention_with_kvcache(*to_device((q, kc, v, lens)), block_table=to_device(table)))
+        ref, _, _, _ = reference.kvcache_attention(q, kc, v, lens, block_table=table)
+        err = (out.double() - ref).abs().max().item() / torch.nan_to_num(v).abs().max().item()
+        assert err <= 1e-5, err
