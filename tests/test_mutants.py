@@ -999,7 +999,10 @@ def test_contiguous_rows_of_b_not_the_cache_batch_row_are_refuted():
     """cache_batch_idx ignored: the contiguous rows at off_b·stride_kb, not off_bc·stride_kb."""
     rows = swap(AD.CONTIGUOUS_ROWS, AD.k_rows, AD.off_b * AD.S_["stride_kb"] + AD.offs_n * AD.S_["stride_kn"])
     failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, contiguous_rows=rows)))
-    assert failing == ["contiguous: k offset is k_cache[off_bc, j, kvh, d]"], failing
+    # the k rows also carry the split head dim's tail (MLA) and, V_IS_K, stand in for v's
+    assert failing == ["contiguous: k offset is k_cache[off_bc, j, kvh, d]",
+                       "contiguous: k tail offset is k_cache[..., kvh, dt]",
+                       "contiguous: v_cache = k_cache[..., :D_v]: v offset at lane d is k's"], failing
 
 
 def test_leftpad_and_batch_index_offsets_are_refuted():
@@ -1164,11 +1167,12 @@ def test_varlen_dv_moved_by_dk_row_stride_is_refuted():
 
 def test_head_dim_split_mutants_are_refuted():
     """MLA (issue 27), claim head_dim_split: the tail's product dropped, or taken with the main q columns."""
-    from spec.claims import REGISTRY
+    from spec.proofs.kernel import prove_head_dim_split
 
+    assert prove_head_dim_split().proved
     for bad in (terms.QK_TAIL.expr.xreplace({n.q_tail: n.q}), n.qk):
         tail = (replace(terms.QK_TAIL, expr=bad),)
-        assert_failed(REGISTRY["head_dim_split"].prove(qk_tail=tail))
+        assert_failed(prove_head_dim_split(qk_tail=tail))
 
 
 def test_decode_tail_offset_at_the_main_lane_is_refuted():
@@ -1229,7 +1233,7 @@ def test_forward_address_launch_bugs_are_refuted():
         grid, ints = LA.forward_launch(q, k, v, *rest, **kw)
         return grid, dict(ints, **dict(zip(LA.FORWARD_STRIDE_NAMES["v"], LA.attention_strides(k))))
 
-    assert _forward_failing(launch=v_as_k) == ["v offset is v[b, off_kvh, j, d]"]
+    assert _forward_failing(launch=v_as_k) == ["v offset is v[b, off_kvh, j, dv]"]
 
     def rounded_down(*args, **kw):
         grid, ints = LA.forward_launch(*args, **kw)
