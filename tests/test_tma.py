@@ -289,8 +289,10 @@ def test_signature_spelling_matches_the_jit():
     assert launch.tma_signature("bf16", 64, 64) == mangle_type(TensorDescriptor(t, list(t.shape), list(t.stride()),
                                                                                 [1, 1, 64, 64]))
     args = forward_module().aot_compile_args("bf16", 40, tma=True)
-    assert {p: args["signature"][p] for p in ("Q", "K", "Out", "Lse")} == {
-        "Q": "tensordesc<bf16[1, 1, 64, 64]>", "K": "tensordesc<bf16[1, 1, 64, 64]>",
+    # head dim 40 is split 32 + 8 (launch.head_dim_split): Q and K boxes 32 wide, their tails' 16
+    assert {p: args["signature"][p] for p in ("Q", "K", "QTail", "KTail", "Out", "Lse")} == {
+        "Q": "tensordesc<bf16[1, 1, 64, 32]>", "K": "tensordesc<bf16[1, 1, 64, 32]>",
+        "QTail": "tensordesc<bf16[1, 1, 64, 16]>", "KTail": "tensordesc<bf16[1, 1, 64, 16]>",
         "Out": "tensordesc<bf16[1, 1, 64, 64]>", "Lse": "*fp32"}
     assert args["constexprs"]["USE_TMA"] is True
     assert forward_module().aot_compile_args("bf16", 40)["constexprs"]["USE_TMA"] is False
