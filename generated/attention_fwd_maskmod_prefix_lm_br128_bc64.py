@@ -22,6 +22,13 @@ over their real ``(B, H, N, D)`` shape and strides, so the copy engine zero-fill
 the O store to the tensor. Triton compiles only the constexpr branch taken: one kernel, two
 memory paths, the same printed arithmetic. See docs/performance/hopper.md.
 
+A head dim that one power of two would pad wastefully (``launch.head_dim_split``: 192, 160, 96, 48, 40)
+is split (constexprs ``HEAD_DIM``, ``HEAD_DIM_TAIL``; claim ``head_dim_split``): Q and K tiles of the
+first ``HEAD_DIM`` columns (a power of two) and tails ``q_tail``, ``k_tail`` of the rest, each padded
+on its own, their products added into the scores, so 192 = 128 + 64 multiplies 192 columns, not 256.
+The tails cross HBM once more per tile, no byte more than the unsplit tiles; ``HEAD_DIM_TAIL = 0``
+compiles them out. See docs/mla.md.
+
 ``IS_VARLEN`` (``forward_varlen``, a packed batch with FlashAttention's ``cu_seqlens``): each
 program's batch index is a segment; a block at the kernel's start offsets Q, K, V, O to the
 segment's first row and sets ``N_Q``, ``N_K``, ``shift`` to its own (``spec.varlen.SEGMENT``,

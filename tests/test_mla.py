@@ -320,3 +320,16 @@ def test_a_dropped_tail_in_the_forward_is_caught(monkeypatch, tmp_path):
     out, lse = mutant.forward(q, k, v, sm_scale=48 ** -0.5)
     ref_out, ref_lse = reference.attention(q.double(), k.double(), v.double())
     assert attention_failures(out, lse, ref_out, ref_lse, v, q=q, k=k) != []
+
+
+def test_split_head_dim_varlen_forward():
+    """The packed-batch forward with the head dim split (48 = 32 + 16): the tails are read through the
+    segment-moved Q and K pointers, causal, GQA 4/2, D_v = 32, fp32, against float64."""
+    g = torch.Generator().manual_seed(10)
+    cu_q, cu_k = torch.tensor([0, 5, 17], dtype=torch.int32), torch.tensor([0, 9, 30], dtype=torch.int32)
+    q, k, v = torch.randn(17, 4, 48, generator=g), torch.randn(30, 2, 48, generator=g), torch.randn(30, 2, 32, generator=g)
+    out, lse = flash_attention_varlen(*to_device((q, k, v, cu_q, cu_k)), causal=True, return_lse=True, block=BLOCK)
+    out, lse = to_cpu((out, lse))
+    ref_out, ref_lse = reference.varlen_attention(q.double(), k.double(), v.double(), cu_q, cu_k, causal=True)
+    assert out.shape == (17, 4, 32)
+    assert attention_failures(out[None], lse.T[None], ref_out[None], ref_lse.T[None], v) == []

@@ -164,8 +164,8 @@ def test_strided_layout_is_what_it_claims():
 #: wrong TMA lines in the generated forward: (text, replacement, the case that must catch it)
 MUTANTS = {
     # the causal diagonal's K/V read through the query head: GQA heads past H_KV read zeros
-    "kv_by_query_head": ("off_b, off_kvh, offs_m, offs_d, full_hi, kv_hi",
-                         "off_b, off_h, offs_m, offs_d, full_hi, kv_hi", CASES["gqa"]),
+    "kv_by_query_head": ("off_b, off_kvh, offs_m, offs_d, offs_dv,\n        full_hi, kv_hi",
+                         "off_b, off_h, offs_m, offs_d, offs_dv,\n        full_hi, kv_hi", CASES["gqa"]),
     # V's tile read from K's descriptor
     "v_from_k": ("v = _tma_tile(V,", "v = _tma_tile(K,", {}),
 }
