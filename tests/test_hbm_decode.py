@@ -44,3 +44,38 @@ def test_decode_rows_of_the_hbm_page_are_the_model():
         assert 1.0 <= float(row[-1]) <= 1.05, row
         if splits > 1:  # the mutant: K/V read once per split instead of each key once
             assert (sum(model.values()) + (splits - 1) * kv_ideal) / ideal_bytes(shape, keys) > 1.05
+
+
+def test_a_prefill_chunk_reads_the_keys_once_per_row_tile():
+    """A KV head's query rows past one program's MAX_BLOCK_M are further programs (the decode
+    kernel's grid dimension 2), each reading the split's K/V and pages: a chunk of 512 tokens on a
+    GQA group of 4 is 2048 rows, 32 tiles of 64. A decode step is one tile: its K/V term stays ideal."""
+    from benchmarks.hbm_decode import MAX_BLOCK_M, row_tiles
+
+    chunk = DecodeShape(n_q=512, heads_q=32, heads_kv=8, page_size=256)
+    kv_once = 2 * 4608 * 8 * 128 * 2
+    assert row_tiles(chunk) == 512 * 4 // MAX_BLOCK_M
+    assert model_bytes(chunk, 4608, 1)["kv"] == row_tiles(chunk) * kv_once
+    assert model_bytes(chunk, 4608, 1)["block_table"] == row_tiles(chunk) * (4608 // 256) * 4 * 8
+    assert row_tiles(DecodeShape(n_q=4, heads_q=64, heads_kv=8)) == 1  # 32 rows: one program
+
+
+def test_append_bytes_by_hand():
+    """k, v read and written (4 B N_new Hkv D e), q read and its rotated copy written (2 B N_q Hq D e),
+    each rotated row's rotary_dim table elements (B (N_new Hkv + N_q Hq) r e)."""
+    from benchmarks.hbm_decode import append_bytes
+
+    s = DecodeShape(batch=2, n_q=3, heads_q=4, heads_kv=2, head_dim=8, elem=2)
+    assert append_bytes(s, 3, 4) == {"kv_append": 4 * 2 * 3 * 2 * 8 * 2, "q_rotation": 2 * 2 * 3 * 4 * 8 * 2,
+                                     "tables": 2 * (3 * 2 + 3 * 4) * 4 * 2}
+
+
+def test_serving_page_holds_the_model_rows():
+    """docs/serving.md's HBM table is what python -m benchmarks.hbm_decode --serving prints."""
+    from pathlib import Path
+
+    from benchmarks.hbm_decode import serving_table
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "serving.md").read_text()
+    assert serving_table() in page, "docs/serving.md's HBM table is stale: paste python -m benchmarks.hbm_decode " \
+                                    "--serving"
