@@ -32,7 +32,8 @@ def test_signature_is_exactly_the_documented_one():
     assert str(inspect.signature(flash_attention)) == (
         "(q, k, v, *, causal=False, alignment='top_left', window=None, key_lengths=None, mask=None, "
         "scale=None, return_lse=False, block='auto', tma='auto', softcap=None, alibi_slopes=None, sinks=None, "
-        "mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False)")
+        "mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False, q_descale=None, k_descale=None, "
+        "v_descale=None, out_dtype=None)")
 
 
 @pytest.mark.parametrize("block", sorted(generated.KERNELS), ids=str)

@@ -405,6 +405,10 @@ ENFORCED = {
     "num_splits_max": _decode_rejects(r"0\.\.64.*num_splits_max", num_splits=65),
     "merge_head_dim_max": _merge_head_dim_max,
     "mask_args_int32": _mask_args_int32,
+    # FP8 (issue 30): a descale <= 0 (claim fp8_descale's descales are positive)
+    "fp8_descales": _rejects(r"finite and > 0.*fp8_descales", q=inputs()[0].to(torch.float8_e4m3fn),
+                             k=inputs()[1].to(torch.float8_e4m3fn), v=inputs()[2].to(torch.float8_e4m3fn),
+                             k_descale=-torch.ones(inputs()[1].shape[:2])),
     "dtypes": _rejects("supported: float16, bfloat16, float32", q=inputs()[0].double(), k=inputs()[1].double(),
                        v=inputs()[2].double()),
     "head_dim_max": _rejects("head_dim 257 outside 1..256", q=torch.zeros(1, 1, 4, 257), k=torch.zeros(1, 1, 4, 257),

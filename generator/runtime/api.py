@@ -76,11 +76,51 @@ def _with_dropout_mask(result, keep):
     return (*result, keep) if isinstance(result, tuple) else (result, keep)
 
 
+def _attention_fp8(package, q, k, v, descales, out_dtype, *, causal, alignment, window, key_lengths, mask, scale,
+                   return_lse, block, unsupported):
+    """The FP8 forward (issue 30): q, k, v quantised with FlashAttention 3's float32 ``(B, Hkv)`` descales
+    (claim ``fp8_descale``: the result is attention on q·q_descale, k·k_descale, v·v_descale), out in
+    ``out_dtype`` (bf16 for FP8 q, q's dtype on the mixed path), the pointer path, no backward."""
+    requires_grad = any(t is not None and t.requires_grad for t in (q, k, v, *descales))
+    checks.check_fp8_call(out_dtype, scale, requires_grad=requires_grad, unsupported=unsupported)
+    window, scale, block = check_inputs(q, k, v, causal=causal, alignment=alignment, window=window,
+                                        key_lengths=key_lengths, mask=mask, scale=scale, block=block, tma=False,
+                                        return_lse=return_lse, fp8=True)
+    B, Hq, Nq, D = q.shape
+    descales = tuple(contract.unit_stride("flash_attention", name, d) for name, d in
+                     zip(("q_descale", "k_descale", "v_descale"), checks.check_fp8_descales(descales, B, k.shape[1],
+                                                                                            q.device)))
+    out_dtype = out_dtype or (torch.bfloat16 if q.dtype in checks.launch.FP8_FORMATS else q.dtype)
+    if q.numel() == 0 or k.shape[2] == 0:  # nothing to attend: zeros, lse -inf (as the dense path)
+        out = torch.zeros(q.shape, dtype=out_dtype, device=q.device)
+        lse = torch.full((B, Hq, Nq), float("-inf"), dtype=torch.float32, device=q.device)
+        return (out, lse) if return_lse else out
+    scale = D ** -0.5 if scale is None else scale
+    if block == "auto":
+        block = dense_auto_block(q, k, v, False)
+    module = dispatch.module_for("fwd", block, package, q.device)
+    out, lse = dispatch.attention_forward(module, q, k, v, causal=causal, alignment=alignment, window=window,
+                                          key_lengths=key_lengths, mask=mask, scale=scale, descales=descales,
+                                          out_dtype=out_dtype)
+    return (out, lse) if return_lse else out
+
+
 def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,
                softcap=None, alibi_slopes=None, sinks=None,
-               mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False):
+               mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False,
+               q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
     for name, t in (("q", q), ("k", k), ("v", v)):
         checks.check_tensor(t, name)
+    if checks.fp8_mode(k, (q_descale, k_descale, v_descale)):
+        return _attention_fp8(package, q, k, v, (q_descale, k_descale, v_descale), out_dtype, causal=causal,
+                              alignment=alignment, window=window, key_lengths=key_lengths, mask=mask, scale=scale,
+                              return_lse=return_lse, block=block,
+                              unsupported={"softcap": softcap is not None, "alibi_slopes": alibi_slopes is not None,
+                                           "sinks": sinks is not None, "mask_mod": mask_mod is not None,
+                                           "dropout_p": dropout_p != 0, "return_dropout_mask": return_dropout_mask})
+    if out_dtype is not None:
+        raise TypeError(f"out_dtype is the FP8 forward's (q, k, v in float8 with descales), got {out_dtype} for "
+                        f"{q.dtype} inputs; the output has q's dtype, convert it with .to()")
     _unsupported_autograd_modes("flash_attention", q, k, v)
     q, k, v = _autocast(q.device.type, q, k, v)
     window, scale, block = check_inputs(q, k, v, causal=causal, alignment=alignment, window=window,
@@ -123,7 +163,8 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
 @_named_keywords
 def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
                     scale=None, return_lse=False, block="auto", tma="auto", softcap=None, alibi_slopes=None,
-                    sinks=None, mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False):
+                    sinks=None, mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False,
+                    q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
     """Softmax attention through the generated FlashAttention-2 kernels.
 
     Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k, v (B, Hkv, N_k, D)``
@@ -176,12 +217,21 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     (claim ``dropout_mask_same``). Pass ``dropout_p=0.0`` at evaluation (it is the default: the
     kernels then compile the dropout out). ``return_dropout_mask=True`` (small problems) appends
     the bool keep mask ``(B, Hq, N_q, N_k)`` the kernels used to the result.
+
+    FP8 (FlashAttention 3's forward, docs/fp8.md): ``q, k, v`` in ``torch.float8_e4m3fn`` (or
+    ``float8_e5m2``) with ``q_descale, k_descale, v_descale`` float32 ``(B, Hkv)`` (each None: 1) compute
+    attention on ``q·q_descale, k·k_descale, v·v_descale`` with both products on the fp8 tiles (claim
+    ``fp8_descale``), ``out`` in ``out_dtype`` (default bf16), lse float32, within the proven bound
+    ``spec.error_bound.forward_bound("e4m3", ...)``; an fp16/bf16 ``q`` on FP8 ``k, v`` upcasts K and V
+    exactly (out in q's dtype). No backward (as FlashAttention 3): inputs that require grad are refused;
+    causal, window, key_lengths and mask combine with it, the score modifications and dropout do not yet.
     """
     return _attention(DEFAULT_PACKAGE, q, k, v, causal=causal, alignment=alignment, window=window,
                       key_lengths=key_lengths, mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma,
                       softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
                       mask_mod=mask_mod, mask_args=mask_args, dropout_p=dropout_p,
-                      return_dropout_mask=return_dropout_mask)
+                      return_dropout_mask=return_dropout_mask, q_descale=q_descale, k_descale=k_descale,
+                      v_descale=v_descale, out_dtype=out_dtype)
 
 
 def _softmax(package, x, dim, *, block):

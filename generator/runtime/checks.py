@@ -108,13 +108,13 @@ def check_device(tensors: dict) -> torch.device:
     return first
 
 
-def check_qkv(q, k, v):
+def check_qkv(q, k, v, *, fp8=False):
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(t, name)
         if t.dim() != 4:
             raise ValueError(f"{name} must have rank 4 (batch, heads, seq, head_dim), got shape "
                              f"{tuple(t.shape)}; add the missing axes with unsqueeze")
-    check_dtypes(q, k, v)
+    check_dtypes(q, k, v, fp8=fp8)
     B, Hq, Nq, D = q.shape
     Bk, Hkv, Nk, Dk = k.shape
     if v.shape[:3] == k.shape[:3] and v.shape[3] != Dk:
@@ -131,13 +131,83 @@ def check_qkv(q, k, v):
     check_seq_lens(Nq, Nk)
 
 
-def check_dtypes(q, k, v):
-    """One supported dtype for q, k, v [dtypes]."""
+def check_dtypes(q, k, v, *, fp8=False):
+    """One supported dtype for q, k, v [dtypes]; ``fp8``: the FP8 forward's rule instead (``check_fp8_dtypes``)."""
+    if fp8:
+        return check_fp8_dtypes(q, k, v)
+    if q.dtype in launch.FP8_FORMATS or k.dtype in launch.FP8_FORMATS:
+        raise TypeError(f"q, k, v have dtypes {q.dtype}, {k.dtype}, {v.dtype}: FP8 inputs run the FP8 forward of "
+                        "flash_attention, flash_attention_varlen and flash_attention_with_kvcache only (no backward); "
+                        "elsewhere convert them with .to(torch.bfloat16) and multiply by their descales")
     if q.dtype not in DTYPES:
         raise TypeError(f"q has dtype {q.dtype}; supported: {', '.join(limit('dtypes'))} (convert with .to())")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}; "
                         "convert them with .to(q.dtype)")
+
+
+# ----------------------------------------------------------------------------------
+# FP8 forward (issue 30): FlashAttention 3's descales
+# ----------------------------------------------------------------------------------
+#: the output dtypes the FP8 forward stores (default bf16, as FlashAttention 3)
+FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def fp8_mode(k, descales) -> bool:
+    """Whether a call runs the FP8 forward: K/V in an FP8 dtype, or any descale given."""
+    return k.dtype in launch.FP8_FORMATS or any(d is not None for d in descales)
+
+
+def check_fp8_dtypes(q, k, v):
+    """The FP8 forward's dtypes [fp8_descales]: k and v in one FP8 format (float8_e4m3fn or float8_e5m2);
+    q in that format too (both products in fp8), or float16/bfloat16 (an fp8 K/V cache upcast exactly)."""
+    names = ", ".join(str(t) for t in launch.FP8_FORMATS)
+    if k.dtype not in launch.FP8_FORMATS or v.dtype != k.dtype:
+        raise TypeError(f"descales were given, so k and v must share one FP8 dtype ({names}), got {k.dtype}, "
+                        f"{v.dtype}; quantise them (x / descale).to(torch.float8_e4m3fn) or drop the descales "
+                        "[fp8_descales]")
+    if q.dtype != k.dtype and q.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"q has dtype {q.dtype} with FP8 k, v ({k.dtype}): q must be {k.dtype} (FP8 products) or "
+                        "float16/bfloat16 (the mixed path: K and V upcast exactly); convert q [fp8_descales]")
+
+
+def check_fp8_descales(descales, B: int, Hkv: int, device) -> tuple:
+    """``(q_descale, k_descale, v_descale)``: each None (1, as FlashAttention 3) or a float32 ``(B, Hkv)``
+    tensor of finite values > 0 [fp8_descales] (an eager check: one host sync), any strides; returned
+    checked, None as ones (the entry point gives them unit stride by the contract: one stride pair)."""
+    out = []
+    for name, d in zip(("q_descale", "k_descale", "v_descale"), descales):
+        if d is None:
+            out.append(torch.ones((B, Hkv), dtype=torch.float32, device=device))
+            continue
+        check_tensor(d, name)
+        if d.dtype != torch.float32 or tuple(d.shape) != (B, Hkv):
+            raise TypeError(f"{name} must be a float32 tensor of shape (batch, kv_heads) = {(B, Hkv)} "
+                            f"(FlashAttention 3's layout), got {d.dtype} {tuple(d.shape)} [fp8_descales]")
+        if d.device != device:
+            raise ValueError(f"{name} is on {d.device}, q on {device}; move it with .to(q.device)")
+        if not torch.compiler.is_compiling() and d.numel() and not bool(((d > 0) & torch.isfinite(d)).all()):
+            raise ValueError(f"{name} must be finite and > 0 (a descale multiplies the dequantised tensor), got "
+                             f"min {d.min().item()}, max {d.max().item()} [fp8_descales]")
+        out.append(d)
+    return tuple(out)
+
+
+def check_fp8_call(out_dtype, scale, *, requires_grad, unsupported: dict):
+    """The FP8 forward's other rules: no backward, an out dtype it stores, a positive scale, and the
+    features it does not combine with (``unsupported``: name -> whether the call uses it)."""
+    if requires_grad:
+        raise RuntimeError("FP8 has no backward (as FlashAttention 3): q, k, v or a descale requires grad; run "
+                           "the FP8 forward under torch.no_grad() (or .detach() the inputs), and train in bf16/fp16")
+    if out_dtype is not None and out_dtype not in FP8_OUT_DTYPES:
+        raise TypeError(f"out_dtype must be one of torch.bfloat16, torch.float16, torch.float32 (FP8 output is "
+                        f"stored in bf16 by default), got {out_dtype}")
+    if scale is not None and not scale > 0:
+        raise ValueError(f"scale must be > 0 with FP8 inputs, got {scale}; fold a sign into q before quantising")
+    used = [name for name, on in unsupported.items() if on]
+    if used:
+        raise NotImplementedError(f"the FP8 forward does not support {', '.join(used)} yet; run in bf16/fp16 "
+                                  "(dequantise: x.to(torch.bfloat16) * descale) for those")
 
 
 def check_heads(Hq: int, Hkv: int, D: int):
@@ -259,9 +329,10 @@ def normalise_scale(q: torch.Tensor, scale: float | None):
 
 
 def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
-                 scale=None, block="auto", tma="auto", return_lse=False):
-    """Every check of ``flash_attention``; returns ``(window, scale, block)`` normalised."""
-    check_qkv(q, k, v)
+                 scale=None, block="auto", tma="auto", return_lse=False, fp8=False):
+    """Every check of ``flash_attention``; returns ``(window, scale, block)`` normalised (``fp8``: the
+    FP8 forward's dtype rule)."""
+    check_qkv(q, k, v, fp8=fp8)
     check_tensor(mask, "mask", optional=True)
     check_tensor(key_lengths, "key_lengths", optional=True)
     check_device({"q": q, "k": k, "v": v, "mask": mask, "key_lengths": key_lengths})
@@ -431,7 +502,7 @@ def cache_arguments(cache_seqlens, block_table, capacity: int, num_pages: int):
 COMPUTE = -1
 
 
-def check_packed_qkv(q, k, v):
+def check_packed_qkv(q, k, v, *, fp8=False):
     """``flash_attention_varlen``'s q, k, v: packed ``(total, H, D)``, one dtype, GQA heads."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -439,7 +510,7 @@ def check_packed_qkv(q, k, v):
         if t.dim() != 3:
             raise ValueError(f"{name} must have rank 3 (total_tokens, heads, head_dim) in a packed batch, got shape "
                              f"{tuple(t.shape)}; for a padded (batch, heads, seq, head_dim) batch use flash_attention")
-    check_dtypes(q, k, v)
+    check_dtypes(q, k, v, fp8=fp8)
     (_, hq, d), (_, hkv, dk) = q.shape, k.shape
     if v.shape != k.shape:
         raise ValueError(f"v must have k's shape {tuple(k.shape)} (total_k, Hkv, D), got {tuple(v.shape)}")

@@ -91,16 +91,25 @@ RETURN_DROPOUT_MASK = Arg("return_dropout_mask", "bool", "—", NONE,
                           "elements: small problems)")
 
 
+#: the FP8 forward (issue 30): FlashAttention 3's descales and the output dtype
+FP8_ARGS = tuple(Arg(name, "None or a float32 tensor", "(B, Hkv) (varlen: B the segments)", COPIED,
+                     "finite and > 0: eager check (one sync); None: 1; with FP8 k, v only", ("fp8_descales",))
+                 for name in ("q_descale", "k_descale", "v_descale")) + (
+    Arg("out_dtype", "None or torch.bfloat16 / float16 / float32", "—", NONE,
+        "FP8 inputs only; None: bf16 (q's dtype with an fp16/bf16 q)"),)
+
+
 def _block(default: str) -> Arg:
     return Arg("block", "a pair of ints (numpy ints too)" + (' or "auto"' if "auto" in default else ""),
                "(B_r, B_c)", NONE, f"a generated block ({_pow2s('block_sizes')}, powers of two; the error names the "
                f"command that emits a missing one); default {default}", ("block_sizes",))
 
 
-def _dense_qkv(q_shape: str, kv_shape: str, strides: str = ANY) -> tuple[Arg, ...]:
-    qkv = ("dtypes", "head_dim_max", "gqa_divides", "seq_len_int32", "index_int32")
-    return (Arg("q", _dtypes() + ", one dtype for q, k, v", q_shape + f", D in 1..{limit('head_dim_max')}", ANY,
-                "any (keys past a length are never read)", qkv),
+def _dense_qkv(q_shape: str, kv_shape: str, strides: str = ANY, fp8: bool = False) -> tuple[Arg, ...]:
+    qkv = ("dtypes", "head_dim_max", "gqa_divides", "seq_len_int32", "index_int32") + (("fp8_descales",) if fp8 else ())
+    fp8_rule = "; or FP8: k, v float8_e4m3fn/e5m2, q in that dtype or fp16/bf16 (no backward)" if fp8 else ""
+    return (Arg("q", _dtypes() + ", one dtype for q, k, v" + fp8_rule, q_shape + f", D in 1..{limit('head_dim_max')}",
+                ANY, "any (keys past a length are never read)", qkv),
             Arg("k", "q's", kv_shape + ", Hq % Hkv = 0 (GQA)", strides, "any", qkv),
             Arg("v", "q's", "k's", strides, "any", qkv))
 
@@ -108,7 +117,7 @@ def _dense_qkv(q_shape: str, kv_shape: str, strides: str = ANY) -> tuple[Arg, ..
 def entry_points() -> dict[str, tuple[Arg, ...]]:
     """The declaration, with the limits as ``spec.assumptions`` holds them now."""
     return {
-        "flash_attention": _dense_qkv("(B, Hq, N_q, D)", "(B, Hkv, N_k, D)") + (
+        "flash_attention": _dense_qkv("(B, Hq, N_q, D)", "(B, Hkv, N_k, D)", fp8=True) + (
             CAUSAL,
             Arg("alignment", "str", "—", NONE, '"top_left" (shift 0) or "bottom_right" (shift N_k − N_q)',
                 ("alignment_shift",)),
@@ -129,9 +138,9 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
             Arg("mask_args", "None or {name: int | integer tensor}", "int, (B,), or (B, N_q) / (B, N_k) per parameter",
                 COPIED, f"|v| ≤ {limit('mask_args_int32')}: eager check; under torch.compile clamped on the device",
                 ("mask_args_int32",), "packed into one fresh int32 (B, L) tensor"),
-            DROPOUT_P, RETURN_DROPOUT_MASK,
+            DROPOUT_P, RETURN_DROPOUT_MASK, *FP8_ARGS,
         ),
-        "flash_attention_varlen": _dense_qkv("(total_q, Hq, D)", "(total_k, Hkv, D)") + (
+        "flash_attention_varlen": _dense_qkv("(total_q, Hq, D)", "(total_k, Hkv, D)", fp8=True) + (
             Arg("cu_seqlens_q", "int32 tensor", "(B + 1,), B ≥ 1", COPIED,
                 "from 0, non-decreasing, ending at total_q (read on the host, one sync, also under torch.compile); "
                 "each segment's rows within int32 offsets", ("index_int32",)),
@@ -148,6 +157,7 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
             Arg("block_table", "None or an int32 tensor", "(B, max_pages)", COPIED,
                 "k, v then paged caches (num_pages, page_size 16..512, Hkv, D), cu_seqlens_k their key counts; "
                 "forward only, no dropout", ("page_sizes", "page_ids_range")),
+            *FP8_ARGS,
         ),
         "flash_attention_with_kvcache": (
             Arg("q", _dtypes() + ", one dtype for q and the cache", f"(B, N_q, Hq, D), D in 1..{limit('head_dim_max')}",

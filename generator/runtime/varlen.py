@@ -39,10 +39,12 @@ KEY_SIDE = ("k", "v", "dk", "dv")
 
 
 def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
-                 window=None, scale=None, block=api.DEFAULT_BLOCK, softcap=None, alibi_slopes=None, sinks=None):
+                 window=None, scale=None, block=api.DEFAULT_BLOCK, softcap=None, alibi_slopes=None, sinks=None,
+                 fp8=False):
     """The checks that read no tensor's values; returns ``(window, max_seqlen_q, max_seqlen_k,
-    softcap)`` normalised (``COMPUTE`` for an omitted hint, ``softcap`` a float or None)."""
-    checks.check_packed_qkv(q, k, v)
+    softcap)`` normalised (``COMPUTE`` for an omitted hint, ``softcap`` a float or None); ``fp8``: the
+    FP8 forward's dtype rule."""
+    checks.check_packed_qkv(q, k, v, fp8=fp8)
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         checks.check_cu_seqlens(name, cu)
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
@@ -172,7 +174,8 @@ torch.library.register_autograd("flashproof::flash_attention_varlen", _backward,
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
                            causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
                            softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, return_dropout_mask=False,
-                           batch_invariant=False, block_table=None):
+                           batch_invariant=False, block_table=None, q_descale=None, k_descale=None, v_descale=None,
+                           out_dtype=None):
     """Attention over a packed batch of variable-length sequences (FlashAttention's
     ``flash_attn_varlen_func`` layout and conventions), through the generated kernels.
 
@@ -206,19 +209,60 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     kernels are always batch invariant: no split, each program reduces over its own segment's keys
     from the segment's first key (claim ``varlen_segments_sound``: a segment is the dense problem on
     its slice), so a sequence's rows are bitwise the same alone and packed with any others.
+
+    FP8 (``flash_attention``'s, FlashAttention 3's ``flash_attn_varlen_func``): ``q, k, v`` in
+    ``float8_e4m3fn`` / ``float8_e5m2`` (or an fp16/bf16 ``q``) with float32 ``(B, Hkv)`` descales, B the
+    segments; out in ``out_dtype`` (bf16 by default), forward only (docs/fp8.md).
     """
     return _varlen(api.DEFAULT_PACKAGE, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                    causal=causal, window=window, scale=scale, return_lse=return_lse, block=block, softcap=softcap,
                    alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p, return_dropout_mask=return_dropout_mask,
-                   batch_invariant=batch_invariant, block_table=block_table)
+                   batch_invariant=batch_invariant, block_table=block_table, q_descale=q_descale,
+                   k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype)
+
+
+def _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, descales, out_dtype, *,
+                causal, window, scale, return_lse, block, unsupported):
+    """The FP8 forward on a packed batch (issue 30): ``api._attention_fp8``'s rules, the packed kernel."""
+    requires_grad = any(t is not None and t.requires_grad for t in (q, k, v, *descales))
+    checks.check_fp8_call(out_dtype, scale, requires_grad=requires_grad, unsupported=unsupported)
+    window, max_q, max_k, _ = check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                           causal=causal, window=window, scale=scale, block=block, fp8=True)
+    descales = tuple(contract.unit_stride("flash_attention_varlen", name, d) for name, d in
+                     zip(("q_descale", "k_descale", "v_descale"),
+                         checks.check_fp8_descales(descales, cu_seqlens_q.numel() - 1, k.shape[1], q.device)))
+    out_dtype = out_dtype or (torch.bfloat16 if q.dtype in checks.launch.FP8_FORMATS else q.dtype)
+    if block == "auto":
+        block = api.auto_block(q.device, q.shape[-1], tma=False, dtype=q.dtype)
+    checks.check_seq_lens(q.shape[0], k.shape[0])
+    window = checks.normalise_window(window, spec_launch.varlen_window, q, k)
+    cu_seqlens_q, cu_seqlens_k = (contract.unit_stride("flash_attention_varlen", name, t) for name, t in
+                                  (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)))
+    module = api.module_for("fwd", (int(block[0]), int(block[1])), package, q.device)
+    max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_q, max_k, v=v,
+                                  out=torch.empty(q.shape, device="meta"))
+    out, lse = module.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
+                                     **_kernel_options(q, causal, window, scale, None, None, None),
+                                     descales=descales, out_dtype=out_dtype)
+    return (out, lse) if return_lse else out
 
 
 def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
             causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
             softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, return_dropout_mask=False,
-            batch_invariant=False, block_table=None):
+            batch_invariant=False, block_table=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
     if not isinstance(batch_invariant, bool):
         raise ValueError(f"batch_invariant must be True or False, got {batch_invariant!r}")
+    if checks.fp8_mode(k, (q_descale, k_descale, v_descale)):
+        return _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           (q_descale, k_descale, v_descale), out_dtype, causal=causal, window=window, scale=scale,
+                           return_lse=return_lse, block=block,
+                           unsupported={"softcap": softcap is not None, "alibi_slopes": alibi_slopes is not None,
+                                        "sinks": sinks is not None, "dropout_p": dropout_p != 0,
+                                        "return_dropout_mask": return_dropout_mask, "block_table": block_table is not None})
+    if out_dtype is not None:
+        raise TypeError(f"out_dtype is the FP8 forward's (q, k, v in float8 with descales), got {out_dtype} for "
+                        f"{q.dtype} inputs; the output has q's dtype, convert it with .to()")
     if block_table is not None:  # k, v are paged caches (FlashAttention 2's form): the decode kernel's gather
         if dropout_p != 0.0 or return_dropout_mask:
             raise ValueError("block_table (paged K/V) is forward inference only: pass dropout_p=0.0 and "
