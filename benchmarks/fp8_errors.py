@@ -90,12 +90,38 @@ def rows(device="cpu"):
 
 HEADER = ["inputs", "regime", "out error / max abs v", "bound", "lse error", "lse bound"]
 
+#: the FP8 forward's extra HBM bytes per program: its three fp32 descales
+DESCALE_BYTES = 3 * 4
+
+
+def hbm_rows(n=(4096, 16384), d=128, block=(128, 64)):
+    """The HBM model (``benchmarks.hbm.flash_forward``) of one (batch, head) at the default block: bf16
+    q, k, v; FP8 q, k, v (1 byte each, out in bf16, three fp32 descales per program); a bf16 q on an FP8
+    K/V (the mixed path: out in bf16)."""
+    from benchmarks.hbm import flash_forward
+
+    out = []
+    for length in n:
+        for kinds, label in (((), "none"), (("causal",), "causal")):
+            bf16 = flash_forward(length, d, *block, kinds, dtype_bytes=2)
+            tiles_q = -(-length // block[0])
+            fp8 = bf16.k // 2 + bf16.v // 2 + bf16.q // 2 + bf16.o + bf16.lse + tiles_q * DESCALE_BYTES
+            mixed = bf16.k // 2 + bf16.v // 2 + bf16.q + bf16.o + bf16.lse + tiles_q * DESCALE_BYTES
+            out.append([length, label, f"{bf16.total / 1e6:.1f}", f"{fp8 / 1e6:.1f}", f"{fp8 / bf16.total:.3f}",
+                        f"{mixed / 1e6:.1f}", f"{mixed / bf16.total:.3f}"])
+    return out
+
+
+HBM_HEADER = ["N", "mask", "bf16 MB", "FP8 MB", "FP8 / bf16", "bf16 q + FP8 K/V MB", "mixed / bf16"]
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.fp8_errors", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
     print(markdown_table(HEADER, rows(args.device)))
+    print()
+    print(markdown_table(HBM_HEADER, hbm_rows()))
     return 0
 
 
