@@ -252,3 +252,12 @@ def test_the_interpreter_fp8_cast_is_rounded_to_nearest():
         assert torch.from_numpy(buggy).view(dtype).float()[0] == 64  # the interpreter's carry bug, still there
         fixed = torch.from_numpy(interpreter._convert_float(x, tl.float32, tl_dtype, rtne)).view(dtype)
         assert torch.equal(fixed.float(), torch.from_numpy(x).to(dtype).float())
+
+
+def test_torch_compile_runs_the_fp8_forward():
+    """Under torch.compile the FP8 launch runs eagerly (a graph break), bitwise the eager result."""
+    q, k, v = inputs("unit")
+    q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
+    kd = torch.full((1, 1), 0.5)
+    compiled = torch.compile(lambda q, k, v, kd: flash_attention(q, k, v, k_descale=kd, causal=True, block=BLOCK))
+    assert torch.equal(compiled(q8, k8, v8, kd), flash_attention(q8, k8, v8, k_descale=kd, causal=True, block=BLOCK))

@@ -68,7 +68,7 @@ def test_spill_bytes_from_sass(monkeypatch):
     got = static.resource_usage(b"not a real cubin")
     assert got == dict(regs=255, stack_bytes=8, static_shared=1024, local_bytes=0,
                        spill_store_bytes=4 + 8 + 16, spill_load_bytes=4 + 8, sass_hmma=1, sass_hgmma=1,
-                       sass_instructions=7)
+                       sass_qgmma=0, sass_instructions=7)
 
 
 TTGIR = """
@@ -336,7 +336,8 @@ def test_hopper_dots_are_wgmma_where_the_tile_allows(rows):
         if r["arch"] == 80:
             ok = r["dots_wgmma"] == 0 and r["mma_version"] == 2
         elif wgmma_rows(r) >= 64:
-            ok = r["dots_wgmma"] == r["dots"] and r["sass_hgmma"] > 0 and r["sass_hmma"] == 0
+            # fp16/bf16 wgmma is HGMMA in SASS, the FP8 forward's (e4m3 / e5m2) QGMMA
+            ok = r["dots_wgmma"] == r["dots"] and r["sass_hgmma"] + r.get("sass_qgmma", 0) > 0 and r["sass_hmma"] == 0
         else:
             ok = r["mma_version"] == 2
         checked.add((r["arch"], r["arch"] == 80 or wgmma_rows(r) >= 64))

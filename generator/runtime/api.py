@@ -99,10 +99,14 @@ def _attention_fp8(package, q, k, v, descales, out_dtype, *, causal, alignment, 
     if block == "auto":
         block = dense_auto_block(q, k, v, False)
     module = dispatch.module_for("fwd", block, package, q.device)
-    out, lse = dispatch.attention_forward(module, q, k, v, causal=causal, alignment=alignment, window=window,
-                                          key_lengths=key_lengths, mask=mask, scale=scale, descales=descales,
-                                          out_dtype=out_dtype)
+    out, lse = _fp8_launch(module, q, k, v, causal=causal, alignment=alignment, window=window,
+                           key_lengths=key_lengths, mask=mask, scale=scale, descales=descales, out_dtype=out_dtype)
     return (out, lse) if return_lse else out
+
+
+#: the FP8 launch runs eagerly under torch.compile (a graph break: it is not a custom op, so dynamo
+#: must not trace into Triton's launcher)
+_fp8_launch = torch.compiler.disable(dispatch.attention_forward)
 
 
 def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,

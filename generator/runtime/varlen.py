@@ -241,9 +241,10 @@ def _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     module = api.module_for("fwd", (int(block[0]), int(block[1])), package, q.device)
     max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_q, max_k, v=v,
                                   out=torch.empty(q.shape, device="meta"))
-    out, lse = module.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
-                                     **_kernel_options(q, causal, window, scale, None, None, None),
-                                     descales=descales, out_dtype=out_dtype)
+    launch = torch.compiler.disable(module.forward_varlen)  # eager under torch.compile (api._fp8_launch)
+    out, lse = launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, **_kernel_options(q, causal, window, scale, None,
+                                                                                    None, None),
+                      descales=descales, out_dtype=out_dtype)
     return (out, lse) if return_lse else out
 
 
