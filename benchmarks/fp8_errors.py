@@ -28,9 +28,10 @@ FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 REGIMES = ("unit", "small", "large", "outliers")
 
 
-def inputs(regime, B=1, Hq=4, Hkv=2, N=128, D=64, seed=0):
+def inputs(regime, B=1, Hq=4, Hkv=2, Nq=128, Nk=128, D=64, seed=0):
+    """float32 ``q, k, v`` of one regime (``REGIMES``)."""
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(B, h, N, D, generator=g) for h in (Hq, Hkv, Hkv))
+    q, k, v = (torch.randn(B, h, n, D, generator=g) for h, n in ((Hq, Nq), (Hkv, Nk), (Hkv, Nk)))
     if regime == "small":
         q, k, v = q * 1e-2, k * 1e-2, v * 1e-2
     elif regime == "large":
@@ -71,7 +72,7 @@ def measure(fmt, regime, *, causal=True, q_dtype=None, block=(64, 64), device="c
     name = fmt if q_dtype is None else {torch.bfloat16: "bf16", torch.float16: "fp16"}[q_dtype]
     tol, lse_tol = case_tolerances(qq, kk, vv, block_n=block[1], ref_lse=ref_lse, dtype=name, descaled=True)
     out_err, lse_err = attention_errors(out.cpu(), lse.cpu(), ref_out, ref_lse, vv)
-    return dict(out_err=out_err, out_bound=tol, lse_err=lse_err, lse_bound=lse_tol)
+    return dict(out_err=out_err, out_bound=tol, lse_err=lse_err, lse_bound=lse_tol, out=out)
 
 
 def rows(device="cpu"):

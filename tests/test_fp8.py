@@ -22,70 +22,25 @@ import torch
 import triton.language as tl
 
 from generated import flash_attention
+from benchmarks.fp8_errors import FORMATS, inputs, measure
 from generator.checking import attention_errors, case_tolerances
 from generator.runtime import launch
 from spec.error_bound import FP8
-from spec.reference import attention as reference
 
 pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")
 
 BLOCK = (16, 32)
-FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
-#: input regimes: standard normal, small, large, and normal with a few large outliers per tensor
+#: input regimes (benchmarks.fp8_errors): standard normal, small, large, and a few large outliers per tensor
 SCALES = ("unit", "small", "large", "outliers")
+#: the interpreter's sizes: GQA 2:1, ragged N_q / N_k, head dim 32
+SIZES = dict(B=1, Hq=2, Hkv=1, Nq=24, Nk=40, D=32)
 
 
-def inputs(regime, B=1, Hq=2, Hkv=1, Nq=24, Nk=40, D=32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(B, h, n, D, generator=g) for h, n in ((Hq, Nq), (Hkv, Nk), (Hkv, Nk)))
-    if regime == "small":
-        q, k, v = q * 1e-2, k * 1e-2, v * 1e-2
-    elif regime == "large":
-        q, k, v = q * 8, k * 8, v * 100
-    elif regime == "outliers":
-        for t in (q, k, v):
-            flat = t.view(-1)
-            flat[torch.randint(0, flat.numel(), (4,), generator=g)] *= 30
-    return q, k, v
-
-
-def quantise(x, dtype, Hkv):
-    """``(x8, descale)``: x / descale in ``dtype`` with descale = amax / max per (batch, KV head)
-    (a query head's descale is its KV head's, as FlashAttention 3's ``(B, Hkv)``)."""
-    fmax = FP8[launch.FP8_FORMATS[dtype]].max
-    B, H = x.shape[:2]
-    amax = x.abs().reshape(B, Hkv, -1).amax(-1).clamp_min(1e-12)
-    descale = (amax / fmax).float()
-    per_head = descale.repeat_interleave(H // Hkv, dim=1)[:, :, None, None]
-    return (x / per_head).to(dtype), descale
-
-
-def dequantise(x8, descale):
-    per_head = descale.double().repeat_interleave(x8.shape[1] // descale.shape[1], dim=1)[:, :, None, None]
-    return x8.double() * per_head
-
-
-def fp8_case(fmt, regime, *, causal=False, q_dtype=None, **kw):
-    """Run one case: ``(out error / max|v|, lse error, out bound, lse bound)`` on the dequantised inputs."""
-    dtype = FORMATS[fmt]
-    q, k, v = inputs(regime, **kw)
-    Hkv = k.shape[1]
-    k8, kd = quantise(k, dtype, Hkv)
-    v8, vd = quantise(v, dtype, Hkv)
-    if q_dtype is None:
-        q8, qd = quantise(q, dtype, Hkv)
-        qq = dequantise(q8, qd)
-    else:  # the mixed path: an fp16/bf16 query on the fp8 K/V
-        q8, qd = q.to(q_dtype), None
-        qq = q8.double()
-    kk, vv = dequantise(k8, kd), dequantise(v8, vd)
-    out, lse = flash_attention(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal,
-                               return_lse=True, block=BLOCK)
-    ref_out, ref_lse = reference(qq, kk, vv, causal=causal)
-    bound_dtype = fmt if q_dtype is None else {torch.bfloat16: "bf16", torch.float16: "fp16"}[q_dtype]
-    tol, lse_tol = case_tolerances(qq, kk, vv, block_n=BLOCK[1], ref_lse=ref_lse, dtype=bound_dtype, descaled=True)
-    out_err, lse_err = attention_errors(out, lse, ref_out, ref_lse, vv)
-    return out, out_err, lse_err, tol, lse_tol
+def fp8_case(fmt, regime, *, causal=False, q_dtype=None):
+    """One case of ``benchmarks.fp8_errors.measure`` at the tests' sizes: ``(out, out error / max|v|, lse
+    error, out bound, lse bound)`` against the reference on the dequantised inputs."""
+    m = measure(fmt, regime, causal=causal, q_dtype=q_dtype, block=BLOCK, **SIZES)
+    return m["out"], m["out_err"], m["lse_err"], m["out_bound"], m["lse_bound"]
 
 
 def test_the_interpreter_executes_an_fp8_dot():
@@ -123,7 +78,7 @@ def test_mixed_query_on_an_fp8_kv_cache(q_dtype):
 def test_descales_fold_exactly():
     """Descales that are powers of two change nothing but the scale: q_descale = 2, k_descale = 1/2,
     v_descale = 4 gives exactly 4× the result with all descales 1 (every fold exact in fp32)."""
-    q, k, v = inputs("unit")
+    q, k, v = inputs("unit", **SIZES)
     q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
     ones = torch.ones(1, 1)
     base, base_lse = flash_attention(q8, k8, v8, q_descale=ones, k_descale=ones, v_descale=ones, return_lse=True,
@@ -141,7 +96,7 @@ def test_descales_fold_exactly():
 
 @pytest.mark.parametrize("out_dtype", [torch.float16, torch.float32])
 def test_out_dtype(out_dtype):
-    q, k, v = inputs("unit")
+    q, k, v = inputs("unit", **SIZES)
     q8, k8, v8 = (t.to(torch.float8_e5m2) for t in (q, k, v))
     out = flash_attention(q8, k8, v8, k_descale=torch.ones(1, 1), block=BLOCK, out_dtype=out_dtype)
     assert out.dtype == out_dtype and out.shape == q.shape
@@ -256,7 +211,7 @@ def test_the_interpreter_fp8_cast_is_rounded_to_nearest():
 
 def test_torch_compile_runs_the_fp8_forward():
     """Under torch.compile the FP8 launch runs eagerly (a graph break), bitwise the eager result."""
-    q, k, v = inputs("unit")
+    q, k, v = inputs("unit", **SIZES)
     q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
     kd = torch.full((1, 1), 0.5)
     compiled = torch.compile(lambda q, k, v, kd: flash_attention(q, k, v, k_descale=kd, causal=True, block=BLOCK))

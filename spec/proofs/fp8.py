@@ -33,7 +33,7 @@ import z3
 
 from spec import error_bound, structure, terms
 from spec import notation as n
-from spec.proofs.float import _roundings, _verdict
+from spec.proofs.float import _roundings, _verdict, symbolic_numbers
 from spec.proofs.symbolic import D, R, ROWMAX, Q, V, a_, d, j, run, sum_zero, w_
 from spec.proofs.tools import ZERO, result
 from spec.registry import claim
@@ -233,20 +233,7 @@ def _composition_cases(bound, out_bound, formats, scale_roundings):
     nk, bc, dd = sp.symbols("N_k B_c D", integer=True, positive=True)
     lse = sp.Symbol("lse", real=True)
     gam = lambda m: m * u / (1 - m * u)  # noqa: E731
-
-    class Symbolic(error_bound.Numbers):
-        U, U_FUNC = u, uf
-        unit_roundoff = {dtype: up for dtype in error_bound.UNIT_ROUNDOFF}
-        u_store = {dtype: uo for dtype in error_bound.U_STORE}
-        p_abs = {dtype: pa for dtype in error_bound.UNIT_ROUNDOFF}
-        gamma = staticmethod(gam)
-        ceil = staticmethod(sp.ceiling)
-        max = staticmethod(sp.Max)
-        abs = staticmethod(sp.Abs)
-        exp = staticmethod(sp.exp)
-        log = staticmethod(sp.log)
-        log1p = staticmethod(lambda x: sp.log(1 + x))
-        expm1 = staticmethod(lambda x: sp.exp(x) - 1)
+    Symbolic = symbolic_numbers(u, uf, up, uo, pa)
 
     T = sp.Max(1, sp.ceiling(nk / bc))
     E = sA * error_bound.score_factor(gam(dd), gam(scale_roundings), u) + (T + 1) * (-sp.log(1 - uf))
