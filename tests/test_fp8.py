@@ -132,6 +132,8 @@ def _fp8(*shape):
     (lambda: flash_attention(_fp8(1, 2, 4, 32), _fp8(1, 1, 4, 32), torch.randn(1, 1, 4, 32)), "one FP8 dtype"),
     (lambda: flash_attention(_fp8(1, 2, 4, 32), _fp8(1, 1, 4, 32), _fp8(1, 1, 4, 32), softcap=30.0),
      "does not support softcap"),
+    (lambda: flash_attention(_fp8(1, 2, 4, 32), _fp8(1, 1, 4, 32), _fp8(1, 1, 4, 32), scale=-1.0),
+     "scale must be > 0 with FP8"),
     (lambda: flash_attention(torch.randn(1, 2, 4, 32), torch.randn(1, 1, 4, 32), torch.randn(1, 1, 4, 32),
                              out_dtype=torch.float16), "out_dtype is the FP8 forward's"),
     (lambda: flash_attention(torch.randn(1, 2, 4, 32), torch.randn(1, 1, 4, 32), torch.randn(1, 1, 4, 32),

@@ -81,11 +81,11 @@ def _attention_fp8(package, q, k, v, descales, out_dtype, *, causal, alignment, 
     """The FP8 forward (issue 30): q, k, v quantised with FlashAttention 3's float32 ``(B, Hkv)`` descales
     (claim ``fp8_descale``: the result is attention on q·q_descale, k·k_descale, v·v_descale), out in
     ``out_dtype`` (bf16 for FP8 q, q's dtype on the mixed path), the pointer path, no backward."""
-    requires_grad = any(t is not None and t.requires_grad for t in (q, k, v, *descales))
-    checks.check_fp8_call(out_dtype, scale, requires_grad=requires_grad, unsupported=unsupported)
     window, scale, block = check_inputs(q, k, v, causal=causal, alignment=alignment, window=window,
                                         key_lengths=key_lengths, mask=mask, scale=scale, block=block, tma=False,
                                         return_lse=return_lse, fp8=True)
+    requires_grad = any(t is not None and t.requires_grad for t in (q, k, v, *descales))
+    checks.check_fp8_call(out_dtype, scale, requires_grad=requires_grad, unsupported=unsupported)
     B, Hq, Nq, D = q.shape
     descales = tuple(contract.unit_stride("flash_attention", name, d) for name, d in
                      zip(("q_descale", "k_descale", "v_descale"), checks.check_fp8_descales(descales, B, k.shape[1],

@@ -224,10 +224,10 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
 def _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, descales, out_dtype, *,
                 causal, window, scale, return_lse, block, unsupported):
     """The FP8 forward on a packed batch (issue 30): ``api._attention_fp8``'s rules, the packed kernel."""
-    requires_grad = any(t is not None and t.requires_grad for t in (q, k, v, *descales))
-    checks.check_fp8_call(out_dtype, scale, requires_grad=requires_grad, unsupported=unsupported)
     window, max_q, max_k, _ = check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                            causal=causal, window=window, scale=scale, block=block, fp8=True)
+    requires_grad = any(t is not None and t.requires_grad for t in (q, k, v, *descales))
+    checks.check_fp8_call(out_dtype, checks.check_scale(scale), requires_grad=requires_grad, unsupported=unsupported)
     descales = tuple(contract.unit_stride("flash_attention_varlen", name, d) for name, d in
                      zip(("q_descale", "k_descale", "v_descale"),
                          checks.check_fp8_descales(descales, cu_seqlens_q.numel() - 1, k.shape[1], q.device)))
