@@ -1139,7 +1139,7 @@ def test_dropout_gradient_mutant_is_refuted(mutant):
 
 # ---------------------------------------------------------------- FP8 forward (issue 30)
 from spec import error_bound as EB  # noqa: E402
-from spec.proofs import fp8 as PF  # noqa: E402
+from spec.proofs import fp8 as P8  # noqa: E402
 
 #: one wrong version of each FP8 term: claim fp8_descale must fail on each
 DESCALE_MUTANTS = {
@@ -1162,7 +1162,7 @@ DESCALE_MUTANTS = {
 
 @pytest.mark.parametrize("mutant", list(DESCALE_MUTANTS))
 def test_fp8_descale_mutant_is_refuted(mutant):
-    assert_failed(PF.prove_fp8_descale(**DESCALE_MUTANTS[mutant]))
+    assert_failed(P8.prove_fp8_descale(**DESCALE_MUTANTS[mutant]))
 
 
 def _bound_without_subnormals(dtype, *args, num=EB.FLOATS, **kw):
@@ -1196,4 +1196,4 @@ BOUND_MUTANTS = {
 
 @pytest.mark.parametrize("mutant", list(BOUND_MUTANTS))
 def test_fp8_error_bound_mutant_is_refuted(mutant):
-    assert_failed(PF.prove_fp8_error_bound(**BOUND_MUTANTS[mutant]))
+    assert_failed(P8.prove_fp8_error_bound(**BOUND_MUTANTS[mutant]))
