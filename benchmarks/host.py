@@ -102,11 +102,15 @@ class HostSyncGuard(TorchDispatchMode):
     ``SYNC_METHODS`` and ``SYNC_FUNCTIONS`` (``t[mask]`` and ``t[mask] = x`` with a boolean mask),
     and, as a dispatch mode, the ``SYNC_OPS``, boolean indexing and copies to the CPU of a tensor on
     another device. With ``fail=True`` raises ``AssertionError`` at the first one not made inside a
-    function named in ``allowed`` (the syncs that are there by design)."""
+    function named in ``allowed`` (the syncs that are there by design).
 
-    def __init__(self, fail: bool = False, allowed: tuple[str, ...] = ()):
+    ``dispatch=False``: the patched methods and functions only, no dispatch mode. An active dispatch
+    mode sends an eager call through its custom op (``generator.runtime.plans.direct``), so that is
+    how the path a plain eager call takes, which runs the op's body itself, is watched."""
+
+    def __init__(self, fail: bool = False, allowed: tuple[str, ...] = (), dispatch: bool = True):
         super().__init__()
-        self.fail, self.allowed, self.syncs = fail, allowed, []
+        self.fail, self.allowed, self.syncs, self.dispatch = fail, allowed, [], dispatch
         self._patched: list[tuple[object, str, object]] = []
         self._depth = 0  # inside a patched call: its aten ops are the same sync, not another
 
@@ -156,7 +160,7 @@ class HostSyncGuard(TorchDispatchMode):
             self._patch(torch.Tensor, name, f"Tensor.{name}()")
         for name in SYNC_FUNCTIONS:
             self._patch(torch, name, f"torch.{name}()")
-        return super().__enter__()
+        return super().__enter__() if self.dispatch else self
 
     def __exit__(self, *exc):
         for owner, name, original in reversed(self._patched):
@@ -165,7 +169,7 @@ class HostSyncGuard(TorchDispatchMode):
             else:
                 setattr(owner, name, original)
         self._patched.clear()
-        return super().__exit__(*exc)
+        return super().__exit__(*exc) if self.dispatch else None
 
 
 # ----------------------------------------------------------------------------------------
@@ -202,6 +206,28 @@ def _dense(s: Sizes) -> Callable:
     k = torch.empty(q.shape[0], s.heads_kv, s.seq, s.head_dim, dtype=s.dtype)
     v = torch.empty_like(k)
     return lambda: flash_attention(q, k, v, causal=True)
+
+
+def _dense_grad(s: Sizes) -> Callable:
+    """The training forward: q, k, v require grad, so the call records the op's autograd
+    (``autograd.DirectForward`` in eager mode, past the custom op's dispatch)."""
+    from generated import flash_attention
+
+    q = torch.randn(s.batch // 4 or 1, s.heads_q, s.seq, s.head_dim, dtype=s.dtype, requires_grad=True)
+    k = torch.empty(q.shape[0], s.heads_kv, s.seq, s.head_dim, dtype=s.dtype, requires_grad=True)
+    v = torch.empty_like(k, requires_grad=True)
+    return lambda: flash_attention(q, k, v, causal=True)
+
+
+def _compiled(build: Callable) -> Callable:
+    """The case ``build`` makes, under ``torch.compile(backend="eager", fullgraph=True)``: the host
+    cost a compiled graph pays per call (dynamo's guards, the device clamps that replace the value
+    checks, the custom op's dispatch and its body's planned launch) without inductor's codegen."""
+    def case(s: Sizes) -> Callable:
+        call = build(s)
+        compiled = torch.compile(lambda: call(), backend="eager", fullgraph=True)
+        return compiled
+    return case
 
 
 def _varlen(s: Sizes) -> Callable:
@@ -249,6 +275,10 @@ CASES: dict[str, tuple[str, Callable[[Sizes], Callable]]] = {
     "decode-splits": ("flash_attention_with_kvcache, num_splits=4", lambda s: _decode(s, 4)),
     "decode-auto": ("flash_attention_with_kvcache, num_splits=0 (heuristic)", lambda s: _decode(s, 0)),
     "dense": ("flash_attention forward, causal", _dense),
+    "dense-grad": ("flash_attention forward, causal, inputs requiring grad (the op's autograd)", _dense_grad),
+    "decode-compiled": ("the decode case under torch.compile(backend='eager', fullgraph=True)",
+                        _compiled(lambda s: _decode(s, 1))),
+    "dense-compiled": ("the dense case under torch.compile(backend='eager', fullgraph=True)", _compiled(_dense)),
     "varlen": ("flash_attention_varlen forward, causal", _varlen),
     "merge": ("merge_state", _merge),
     "custom-op": ("a bare torch.library.custom_op (the floor)", _bare_custom_op),
@@ -288,6 +318,7 @@ def flash_attn_cases(s: Sizes) -> dict[str, Callable] | str:
     lengths = torch.full((s.batch,), s.cache - 1, dtype=torch.int32)
     qd = torch.randn(s.batch // 4 or 1, s.seq, s.heads_q, s.head_dim, dtype=s.dtype)
     kd = torch.empty(qd.shape[0], s.seq, s.heads_kv, s.head_dim, dtype=s.dtype)
+    qg, kg = qd.clone().requires_grad_(), kd.clone().requires_grad_()
     total = s.batch * s.seq
     qv, kv = torch.randn(total, s.heads_q, s.head_dim, dtype=s.dtype), torch.empty(total, s.heads_kv, s.head_dim, dtype=s.dtype)
     cu = torch.arange(0, total + 1, s.seq, dtype=torch.int32)
@@ -297,6 +328,7 @@ def flash_attn_cases(s: Sizes) -> dict[str, Callable] | str:
                                                             num_splits=4),
         "decode-auto": lambda: fa.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=lengths, causal=True),
         "dense": lambda: fa.flash_attn_func(qd, kd, kd, causal=True),
+        "dense-grad": lambda: fa.flash_attn_func(qg, kg, kg, causal=True),
         "varlen": lambda: fa.flash_attn_varlen_func(qv, kv, kv, cu, cu, s.seq, s.seq, causal=True),
     }
 
@@ -330,7 +362,7 @@ def measure(sizes: Sizes = Sizes(), number: int = 200, repeat: int = 7, cases=tu
             call = build(sizes)
             call()  # first call: imports, module lookups
             launched.clear()
-            with HostSyncGuard() as guard:
+            with HostSyncGuard(dispatch=False) as guard:  # the path timed (a dispatch mode would divert it)
                 call()
             row = dict(case=name, what=what, launches=list(launched), syncs=[f"{s.what} at {s.where}" for s in guard.syncs])
             row["us"], row["wall_us"] = time_call(call, number, repeat)
@@ -359,8 +391,10 @@ def profile(name: str, sizes: Sizes = Sizes(), calls: int = 2000, top: int = 25)
 
 
 def report(rows: list[dict], flash_note: str | None) -> str:
-    header = ["case", "CPU µs/call", "wall µs/call", "FlashAttention CPU µs/call", "launches", "host syncs", "what"]
+    header = ["case", "CPU µs/call", "wall µs/call", "FlashAttention CPU µs/call", "ratio (ours / FlashAttention)",
+              "launches", "host syncs", "what"]
     cells = [[r["case"], f"{r['us']:.1f}", f"{r['wall_us']:.1f}", f"{r['flash_attn_us']:.1f}" if "flash_attn_us" in r else "-",
+              f"{r['us'] / r['flash_attn_us']:.2f}" if r.get("flash_attn_us") else "-",
               len(r["launches"]), len(r["syncs"]), r["what"]] for r in rows]
     lines = [text_table(header, cells), ""]
     for r in rows:

@@ -44,3 +44,12 @@ def proved():
     from spec.claims import prove_all
 
     return {r.id: r for r in prove_all()}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_plans():
+    """Every test starts without host-path plans (``generator.runtime.plans``): a test that lowers a
+    limit of ``spec.assumptions`` sees the checks run, not a plan an earlier test recorded."""
+    from generator.runtime import plans
+
+    plans.clear()

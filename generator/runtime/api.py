@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import functools
 import inspect
+from typing import NamedTuple, Optional
 
 import torch
 
 from generator.runtime import checks
-from generator.runtime.autograd import flash_attention_backward_op  # noqa: F401  (registers the backward)
+from generator.runtime.autograd import DirectForward, flash_attention_backward_op  # noqa: F401  (registers the backward)
 from generator.runtime.checks import DEFAULT_BLOCK, DTYPES, check_inputs  # noqa: F401  (public aliases)
 from generator.runtime.custom_op import flash_attention_op
 from generator.runtime.dispatch import DEFAULT_PACKAGE, EMPTY, FULL, PARTIAL, block_map, mask_arguments  # noqa: F401
 from generator.runtime.dispatch import attention_forward, module_for  # noqa: F401
-from generator.runtime import config, contract, dispatch
+from generator.runtime import config, contract, dispatch, launch, plans
 from generator.runtime.softmax_op import softmax_op
 
 # the launch configuration lives in one module (generator.runtime.config); its names stay importable here
@@ -109,13 +110,47 @@ def _attention_fp8(package, q, k, v, descales, out_dtype, *, causal, alignment, 
 _fp8_launch = torch.compiler.disable(dispatch.attention_forward)
 
 
+class _Checked(NamedTuple):
+    """What ``flash_attention``'s checks derive from a call's metadata and options (no values)."""
+    window: Optional[list]
+    scale: Optional[float]
+    block: tuple
+    tma: bool
+    softcap: Optional[float]
+
+
+#: per call signature (``_signature``): the ``_Checked`` of a call that passed every check, and the planned
+#: launch (``dispatch.planned_forward``) once an eager call has run the op's body directly (``generator.runtime.plans``)
+_PLANS = plans.PlanCache()
+
+
+def _signature(package, q, k, v, causal, alignment, window, key_lengths, scale, return_lse, block, tma, softcap,
+               alibi_slopes, sinks):
+    """The key of a call without a dense mask, mask_mod or dropout, outside autocast, forward-mode AD
+    and functorch transforms (their effects are per call), or None: not cached (the full path)."""
+    if torch.compiler.is_compiling() or torch.autograd.forward_ad._current_level >= 0 \
+            or torch._C._functorch.peek_interpreter_stack() is not None:
+        return None
+    try:
+        if torch.is_autocast_enabled(q.device.type):
+            return None
+        # a TMA launch's block depends on the addresses' 16-byte alignment (launch.takes_tma_path)
+        aligned = q.data_ptr() % 16 == 0 and k.data_ptr() % 16 == 0 and v.data_ptr() % 16 == 0
+        options = plans.options_key(causal, alignment, window, scale, return_lse, block, tma, softcap)
+        return (package, plans.tensor_key(q), plans.tensor_key(k), plans.tensor_key(v), plans.tensor_key(key_lengths),
+                plans.tensor_key(alibi_slopes), plans.tensor_key(sinks), aligned, torch.is_grad_enabled(),
+                launch.interpreting(), options) if options is not None else None
+    except (TypeError, AttributeError, RuntimeError):  # an argument that is no tensor, an option that is no key
+        return None
+
+
 def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,
                softcap=None, alibi_slopes=None, sinks=None,
                mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False,
                q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        checks.check_tensor(t, name)
-    if checks.fp8_mode(k, (q_descale, k_descale, v_descale)):
+    if checks.fp8_mode(k, (q_descale, k_descale, v_descale)):  # the FP8 forward: its own checks, no plan cache
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            checks.check_tensor(t, name)
         return _attention_fp8(package, q, k, v, (q_descale, k_descale, v_descale), out_dtype, causal=causal,
                               alignment=alignment, window=window, key_lengths=key_lengths, mask=mask, scale=scale,
                               return_lse=return_lse, block=block,
@@ -124,42 +159,76 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
                                            "dropout_p": dropout_p != 0, "return_dropout_mask": return_dropout_mask})
     if out_dtype is not None:
         raise TypeError(f"out_dtype is the FP8 forward's (q, k, v in float8 with descales), got {out_dtype} for "
-                        f"{q.dtype} inputs; the output has q's dtype, convert it with .to()")
-    _unsupported_autograd_modes("flash_attention", q, k, v)
-    q, k, v = _autocast(q.device.type, q, k, v)
-    window, scale, block = check_inputs(q, k, v, causal=causal, alignment=alignment, window=window,
-                                        key_lengths=key_lengths, mask=mask, scale=scale, block=block, tma=tma,
-                                        return_lse=return_lse)
-    softcap = checks.check_score_mods(q, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
-    packed = checks.check_mask_mod(mask_mod, mask_args, q, k)
-    B, Hq, Nq, _ = q.shape
-    dropout_p = checks.check_dropout(dropout_p, return_dropout_mask, B * Hq * Nq * k.shape[2])
-    if q.numel() == 0 or k.shape[2] == 0:
-        # nothing to attend (B, N_q or N_k is 0): rows with no key are zeros with lse -inf, like key_lengths 0
-        # (lse = sink with sinks); the `0 *` keeps the result attached to q, k, v so backward gives (empty or
-        # zero) gradients
-        attached = (q.sum() + k.sum() + v.sum()) * 0
-        out = q.new_zeros(q.shape) + attached
-        lse = torch.full((B, Hq, Nq), float("-inf"), dtype=torch.float32, device=q.device)
-        if sinks is not None:
-            lse = sinks[None, :, None].expand(B, Hq, Nq) + attached.float()
-        result = (out, lse) if return_lse else out
-        if return_dropout_mask:  # no element to drop
-            return _with_dropout_mask(result, torch.ones((B, Hq, Nq, k.shape[2]), dtype=torch.bool, device=q.device))
-        return result
+                        f"{getattr(q, 'dtype', type(q).__name__)} inputs; the output has q's dtype, convert it with .to()")
+    # the checks of shapes, dtypes, strides, devices and options: once per call signature (plans)
+    key = None
+    if mask is None and mask_mod is None and mask_args is None and type(dropout_p) is float and dropout_p == 0.0 \
+            and return_dropout_mask is False:
+        key = _signature(package, q, k, v, causal, alignment, window, key_lengths, scale, return_lse, block, tma,
+                         softcap, alibi_slopes, sinks)
+    entry = _PLANS.get(key) if key is not None else None
+    packed = philox = None
+    if entry is not None:
+        if key_lengths is not None:  # its values: every call (an edit in place is caught)
+            checks.check_key_lengths(key_lengths, q.shape[0], k.shape[2])
+    else:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            checks.check_tensor(t, name)
+        _unsupported_autograd_modes("flash_attention", q, k, v)
+        q, k, v = _autocast(q.device.type, q, k, v)
+        window, scale, block = check_inputs(q, k, v, causal=causal, alignment=alignment, window=window,
+                                            key_lengths=key_lengths, mask=mask, scale=scale, block=block, tma=tma,
+                                            return_lse=return_lse)
+        softcap = checks.check_score_mods(q, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
+        packed = checks.check_mask_mod(mask_mod, mask_args, q, k)
+        B, Hq, Nq, _ = q.shape
+        dropout_p = checks.check_dropout(dropout_p, return_dropout_mask, B * Hq * Nq * k.shape[2])
+        if q.numel() == 0 or k.shape[2] == 0:
+            # nothing to attend (B, N_q or N_k is 0): rows with no key are zeros with lse -inf, like key_lengths 0
+            # (lse = sink with sinks); the `0 *` keeps the result attached to q, k, v so backward gives (empty or
+            # zero) gradients
+            attached = (q.sum() + k.sum() + v.sum()) * 0
+            out = q.new_zeros(q.shape) + attached
+            lse = torch.full((B, Hq, Nq), float("-inf"), dtype=torch.float32, device=q.device)
+            if sinks is not None:
+                lse = sinks[None, :, None].expand(B, Hq, Nq) + attached.float()
+            result = (out, lse) if return_lse else out
+            if return_dropout_mask:  # no element to drop
+                return _with_dropout_mask(result, torch.ones((B, Hq, Nq, k.shape[2]), dtype=torch.bool,
+                                                             device=q.device))
+            return result
+        tma = config.memory_path(tma, q.device)
+        if block == "auto":
+            block = dense_auto_block(q, k, v, tma)
+        entry = _PLANS.record(key, [_Checked(window, scale, block, tma, softcap), None])
+    window, scale, block, tma, softcap = entry[0]
     q, scale = checks.normalise_scale(q, scale)  # s <= 0: the proven rewrite to s' > 0 (scale_sign_rewrite)
     sinks = contract.unit_stride("flash_attention", "sinks", sinks)  # the declared stride policy
-    tma = config.memory_path(tma, q.device)
-    if block == "auto":
-        block = dense_auto_block(q, k, v, tma)
     # dropout: this call's Philox seed and offset, from torch's generator for q's device
-    philox = checks.draw_philox(q.device) if dropout_p > 0 else None
-    out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment, window, scale, block[0], block[1],
-                                  tma, package, softcap, alibi_slopes, sinks,
-                                  None if mask_mod is None else mask_mod.name, packed, dropout_p, philox)
+    if dropout_p > 0:
+        philox = checks.draw_philox(q.device)
+    if key is not None and plans.direct(q, k, v, key_lengths, alibi_slopes, sinks, autograd=True):
+        # eager, nothing for the dispatcher to do: the op's body itself, with the launch plan of this
+        # signature (a gradient to record: the op's own autograd functions, autograd.DirectForward)
+        if entry[1] is None:
+            entry[1] = dispatch.planned_forward(
+                dispatch.module_for("fwd", block, package, q.device), q, k, v, causal=causal, alignment=alignment,
+                window=window, key_lengths=key_lengths, scale=scale, tma=tma, softcap=softcap,
+                alibi_slopes=alibi_slopes, sinks=sinks)
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, sinks)):
+            out, lse = DirectForward.apply(q, k, v, None, key_lengths, causal, alignment, window, scale, block[0],
+                                           block[1], tma, package, softcap, alibi_slopes, sinks, None, None,
+                                           dropout_p, philox, entry[1])
+        else:
+            out, lse = entry[1](q, k, v, key_lengths, alibi_slopes, sinks)
+    else:
+        out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment, window, scale, block[0], block[1],
+                                      tma, package, softcap, alibi_slopes, sinks,
+                                      None if mask_mod is None else mask_mod.name, packed, dropout_p, philox)
     result = (out, lse) if return_lse else out
     if return_dropout_mask:
-        keep = dispatch.dropout_mask(block, package, philox, dropout_p, (B, Hq, Nq, k.shape[2]))
+        keep = dispatch.dropout_mask(block, package, philox, dropout_p, (q.shape[0], q.shape[1], q.shape[2],
+                                                                         k.shape[2]))
         return _with_dropout_mask(result, keep.to(q.device))
     return result
 

@@ -277,7 +277,8 @@ def check_key_lengths(key_lengths, batch, n_k):
         raise ValueError(f"key_lengths must have shape (batch,) = ({batch},), got {tuple(key_lengths.shape)}")
     if torch.compiler.is_compiling():
         return  # no data-dependent check in a traced graph: the op clamps to [0, N_k] on the device
-    if bool((key_lengths < 0).any()) or bool((key_lengths > n_k).any()):  # one sync, like the reference
+    lengths = key_lengths.tolist()  # the one sync: B ints read back (fewer device ops than a reduction)
+    if lengths and (min(lengths) < 0 or max(lengths) > n_k):
         raise ValueError(f"key_lengths must lie in [0, N_k={n_k}], got {key_lengths.tolist()} [key_len_range]")
 
 
@@ -464,12 +465,13 @@ def check_cache_values(cache_seqlens, block_table, capacity: int, page_size: int
     Under ``torch.compile`` nothing is read here: ``cache_arguments`` clamps on the device."""
     if torch.compiler.is_compiling():
         return
-    bad_len = (cache_seqlens < 0) | (cache_seqlens > capacity)
     if block_table is None:
-        if bool(bad_len.any()):
+        lengths = cache_seqlens.tolist()  # the one sync: B ints read back (fewer device ops than a reduction)
+        if lengths and (min(lengths) < 0 or max(lengths) > capacity):
             raise ValueError(f"cache_seqlens must lie in [0, {capacity}] (the cache's capacity in keys), got "
-                             f"{cache_seqlens.tolist()} [cache_len_range]")
+                             f"{lengths} [cache_len_range]")
         return
+    bad_len = (cache_seqlens < 0) | (cache_seqlens > capacity)
     pages_used = (cache_seqlens.clamp(0, capacity) + page_size - 1) // page_size
     used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < pages_used[:, None]
     bad_page = used & ((block_table < 0) | (block_table >= num_pages))
@@ -491,8 +493,9 @@ def cache_arguments(cache_seqlens, block_table, capacity: int, num_pages: int):
     if torch.compiler.is_compiling():
         cache_seqlens = cache_seqlens.clamp(0, capacity)
         block_table = None if block_table is None else block_table.clamp(0, num_pages - 1)
-    return (cache_seqlens.to(torch.int32).contiguous(),
-            contract.unit_stride("flash_attention_with_kvcache", "block_table", block_table))
+    if cache_seqlens.dtype != torch.int32 or not cache_seqlens.is_contiguous():
+        cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
+    return cache_seqlens, contract.unit_stride("flash_attention_with_kvcache", "block_table", block_table)
 
 
 # ----------------------------------------------------------------------------------

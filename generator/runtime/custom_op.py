@@ -19,7 +19,11 @@ from typing import Optional
 
 import torch
 
-from generator.runtime import dispatch
+from generator.runtime import dispatch, plans
+
+#: the op's launch per signature of its inputs (``generator.runtime.plans``; the calls through the op:
+#: torch.compile's graphs, dispatch modes, tensor subclasses)
+_PLANS = plans.PlanCache()
 
 
 def outputs_like(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,6 +43,17 @@ def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
                        sinks: Optional[torch.Tensor] = None, mask_mod: Optional[str] = None,
                        mask_args: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
                        philox: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    if mask is None and mask_mod is None and philox is None:  # nothing value-dependent: planned per signature
+        window = None if window is None else tuple(window)
+        key = plans.signature((q, k, v, key_lengths, alibi_slopes, sinks),
+                              (causal, alignment, window, scale, block_m, block_n, tma, package, softcap))
+        run = _PLANS.get(key) if key is not None else None
+        if run is None:
+            run = _PLANS.record(key, dispatch.planned_forward(
+                dispatch.module_for("fwd", (block_m, block_n), package, q.device), q, k, v, causal=causal,
+                alignment=alignment, window=window, key_lengths=key_lengths, scale=scale, tma=tma, softcap=softcap,
+                alibi_slopes=alibi_slopes, sinks=sinks))
+        return run(q, k, v, key_lengths, alibi_slopes, sinks)
     module = (dispatch.module_for("fwd", (block_m, block_n), package, q.device) if mask_mod is None else
               dispatch.mask_mod_module_for("fwd", (block_m, block_n), package, q.device, mask_mod))
     return dispatch.attention_forward(module, q, k, v, causal=causal, alignment=alignment,

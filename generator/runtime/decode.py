@@ -11,11 +11,11 @@ combines. Both kernels print their arithmetic from the spec (claims ``lse_merge`
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
-from generator.runtime import api, checks, config, contract
+from generator.runtime import api, checks, config, contract, launch, plans
 from generator.runtime.config import DECODE_BLOCK  # noqa: F401  (the block whose decode kernel serves this op)
 from spec import launch as spec_launch
 
@@ -192,14 +192,44 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
                     softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, batch_invariant=batch_invariant)
 
 
-def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rotary_cos=None, rotary_sin=None,
-             rotary_interleaved=True, cache_leftpad=None, cache_batch_idx=None, block_table=None, causal=False,
-             window=None, scale=None, num_splits=0, return_lse=False, softcap=None, alibi_slopes=None, sinks=None,
-             batch_invariant=False):
-    checks.check_tensor(q, "q")
-    if not isinstance(cache_seqlens, torch.Tensor):  # an int (numpy integers too): every sequence's length
-        cache_seqlens = torch.full((q.shape[0],), checks._as_int(cache_seqlens, "cache_seqlens"), dtype=torch.int32,
-                                   device=q.device)
+class _Checked(NamedTuple):
+    """What ``flash_attention_with_kvcache``'s checks derive from a call's metadata (no values)."""
+    capacity: int
+    num_pages: int
+    n_new: int
+    softcap: Optional[float]
+    scale: Optional[float]
+    num_splits: int
+    window: Optional[list]
+    split_keys: int
+
+
+#: per call signature (``_signature``): the ``_Checked`` of a call that passed every check, and its launch
+#: plan (``_Launch``) once an eager call has run the op's body directly (``generator.runtime.plans``)
+_PLANS = plans.PlanCache()
+
+
+def _signature(package, q, k_cache, v_cache, cache_seqlens, block_table, causal, window, scale, num_splits,
+               return_lse, softcap, alibi_slopes, sinks, batch_invariant, rotary_interleaved):
+    """The key of a call whose checks read nothing but these (no append, no rotary, no leftpad or
+    batch index: their checks read values), or None (not cached: the full path every call)."""
+    options = plans.options_key(causal, window, scale, num_splits, return_lse, softcap, batch_invariant,
+                                rotary_interleaved)
+    if options is None:
+        return None
+    try:
+        return (package, plans.tensor_key(q), plans.tensor_key(k_cache), plans.tensor_key(v_cache),
+                plans.tensor_key(cache_seqlens), plans.tensor_key(block_table), plans.tensor_key(alibi_slopes),
+                plans.tensor_key(sinks), torch.is_grad_enabled(), launch.interpreting(), options)
+    except AttributeError:  # an argument that is no tensor: the full path names it
+        return None
+
+
+def _check(package, q, k_cache, v_cache, cache_seqlens, *, k, v, rotary_cos, rotary_sin, rotary_interleaved,
+           cache_leftpad, cache_batch_idx, block_table, causal, window, scale, num_splits, return_lse, softcap,
+           alibi_slopes, sinks, batch_invariant):
+    """Every check of a call but ``check_cache_values``; returns ``(_Checked, cache_leftpad,
+    cache_batch_idx)`` (those two as contiguous int32, their values checked in eager mode)."""
     capacity, num_pages = checks.check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, cache_batch_idx)
     n_new = k.shape[1] if isinstance(k, torch.Tensor) and k.dim() == 4 else 0
     cache_leftpad, cache_batch_idx = _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, rotary_interleaved,
@@ -224,35 +254,71 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
     softcap = checks.check_score_mods(q.transpose(1, 2), softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
     scale = checks.check_scale(scale)
     num_splits = checks.check_num_splits(num_splits)
-    B, Nq, Hq, D = q.shape
-    page_size = k_cache.shape[1]
-    # eager: one sync; with an append, the lengths after it must fit (and their pages be valid)
-    checks.check_cache_values(cache_seqlens + n_new, block_table, capacity, page_size, num_pages)
-    # the proven host rewrites of flash_attention: s <= 0 -> s' > 0 (scale_sign_rewrite); each window side
-    # clamped to N_q + capacity, at least every sequence's N_q + cache_seqlens[b] (window_clamp)
-    q, scale = checks.normalise_scale(q, scale)
+    # each window side clamped to N_q + capacity, at least every sequence's N_q + cache_seqlens[b] (window_clamp)
     # (the clamp at this call site is spec.launch.decode_window, the one claim window_clamp evaluates)
     window = None if window is None else checks.normalise_window(checks.check_window(window),
                                                                  spec_launch.decode_window, q, capacity)
-    # lengths and page ids as the kernel reads them (clamped on the device under torch.compile), the
-    # block table and the sinks at unit stride (copies of strided views)
-    cache_seqlens, block_table = checks.cache_arguments(cache_seqlens, block_table, capacity - n_new, num_pages)
     split_keys = 0
     if batch_invariant:  # the grid covers the capacity; a row's splits past its keys are empty
         split_keys = BATCH_INVARIANT_SPLIT_KEYS
         num_splits = max(1, math.ceil(capacity / split_keys))
+    return (_Checked(capacity, num_pages, n_new, softcap, scale, num_splits, window, split_keys),
+            cache_leftpad, cache_batch_idx)
+
+
+def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rotary_cos=None, rotary_sin=None,
+             rotary_interleaved=True, cache_leftpad=None, cache_batch_idx=None, block_table=None, causal=False,
+             window=None, scale=None, num_splits=0, return_lse=False, softcap=None, alibi_slopes=None, sinks=None,
+             batch_invariant=False):
+    checks.check_tensor(q, "q")
+    if not isinstance(cache_seqlens, torch.Tensor):  # an int (numpy integers too): every sequence's length
+        cache_seqlens = torch.full((q.shape[0],), checks._as_int(cache_seqlens, "cache_seqlens"), dtype=torch.int32,
+                                   device=q.device)
+    # the checks of shapes, dtypes, strides, devices and options: once per call signature (plans)
+    key = None
+    if k is None and v is None and rotary_cos is None and rotary_sin is None and cache_leftpad is None \
+            and cache_batch_idx is None and not torch.compiler.is_compiling():
+        key = _signature(package, q, k_cache, v_cache, cache_seqlens, block_table, causal, window, scale, num_splits,
+                         return_lse, softcap, alibi_slopes, sinks, batch_invariant, rotary_interleaved)
+    entry = _PLANS.get(key) if key is not None else None
+    if entry is None:
+        checked, cache_leftpad, cache_batch_idx = _check(
+            package, q, k_cache, v_cache, cache_seqlens, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+            rotary_interleaved=rotary_interleaved, cache_leftpad=cache_leftpad, cache_batch_idx=cache_batch_idx,
+            block_table=block_table, causal=causal, window=window, scale=scale, num_splits=num_splits,
+            return_lse=return_lse, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
+            batch_invariant=batch_invariant)
+        entry = _PLANS.record(key, [checked, None])
+    checked = entry[0]
+    capacity, n_new = checked.capacity, checked.n_new
+    # eager: one sync (every call: values can change in place); with an append, the lengths after it must fit
+    checks.check_cache_values(cache_seqlens + n_new if n_new else cache_seqlens, block_table, capacity,
+                              k_cache.shape[1], checked.num_pages)
+    # the proven host rewrite of flash_attention: s <= 0 -> s' > 0 (scale_sign_rewrite)
+    q, scale = checks.normalise_scale(q, checked.scale)
+    # lengths and page ids as the kernel reads them (clamped on the device under torch.compile), the
+    # block table and the sinks at unit stride (copies of strided views)
+    cache_seqlens, block_table = checks.cache_arguments(cache_seqlens, block_table, capacity - n_new,
+                                                        checked.num_pages)
+    sinks = contract.unit_stride("flash_attention_with_kvcache", "sinks", sinks)
     if k is not None:
         # the append: k (rotated) and v written in place at keys cache_seqlens[b] + t, then attended
         kvcache_append_op(k_cache, v_cache, k, v, cache_seqlens, block_table, cache_batch_idx, rotary_cos,
                           rotary_sin, rotary_interleaved, package)
         if rotary_cos is not None:  # q at cache_seqlens[b] + t (causal / windowed), else all at cache_seqlens[b]
             q = rotary_q_op(q, cache_seqlens, rotary_cos, rotary_sin, rotary_interleaved,
-                            causal or window is not None, package)
+                            causal or checked.window is not None, package)
         cache_seqlens = cache_seqlens + n_new
-    out, lse = kvcache_op(q, k_cache, v_cache, cache_seqlens, block_table, causal, window,
-                          checks.sm_scale_of(scale, D), num_splits, softcap, alibi_slopes,
-                          contract.unit_stride("flash_attention_with_kvcache", "sinks", sinks), package,
-                          cache_leftpad, cache_batch_idx, split_keys)
+    options = (causal, checked.window, checks.sm_scale_of(scale, q.shape[3]), checked.num_splits, checked.softcap)
+    if key is not None and plans.direct(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks):
+        # eager, nothing for the dispatcher to do: the op's body itself, with the launch plan of this signature
+        if entry[1] is None:
+            entry[1] = _plan(q, k_cache, v_cache, cache_seqlens, block_table, *options, alibi_slopes, sinks, package,
+                             None, None, checked.split_keys)
+        out, lse = _run(entry[1], q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, None, None)
+    else:
+        out, lse = kvcache_op(q, k_cache, v_cache, cache_seqlens, block_table, *options, alibi_slopes, sinks,
+                              package, cache_leftpad, cache_batch_idx, checked.split_keys)
     return (out, lse) if return_lse else out
 
 
@@ -296,15 +362,21 @@ def _(q, cache_seqlens, rotary_cos, rotary_sin, rotary_interleaved, per_token, p
 api.IMPLEMENTATIONS["flash_attention_with_kvcache"] = _kvcache
 
 
-@torch.library.custom_op("flashproof::flash_attention_with_kvcache", mutates_args=())
-def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
-               block_table: Optional[torch.Tensor], causal: bool, window: Optional[list[int]], sm_scale: float,
-               num_splits: int, softcap: Optional[float] = None, alibi_slopes: Optional[torch.Tensor] = None,
-               sinks: Optional[torch.Tensor] = None,
-               package: str = config.DEFAULT_PACKAGE, cache_leftpad: Optional[torch.Tensor] = None,
-               cache_batch_idx: Optional[torch.Tensor] = None, split_keys: int = 0
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The launches on checked inputs (a custom op with a fake, so torch.compile traces through)."""
+class _Launch(NamedTuple):
+    """A decode call's launch plan: a function of its tensors' metadata and options only."""
+    module: object  # the generated decode module
+    merge: object  # the generated merge module (None: one split, no merge)
+    num_splits: int
+    splits: tuple  # the decode module's splits_plan
+    lse_shape: tuple  # (B, Hq, N_q)
+    merging: tuple = ()  # the merge module's merge_states_plan (with splits)
+    lse_merged_in_place: bool = False  # the merge's (R,) lse is the output's layout (N_q = 1): no copy
+
+
+def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale, num_splits, softcap, alibi_slopes, sinks, package,
+          cache_leftpad, cache_batch_idx, split_keys) -> _Launch:
+    """The launch plan of ``kvcache_op``'s body for these tensors (their metadata) and options:
+    the modules, the number of splits (the heuristic for 0) and the decode module's ``splits_plan``."""
     B, Nq, Hq, D = q.shape
     block = config.block_for("decode", package)
     module = api.module_for("decode", block, package, q.device)
@@ -316,27 +388,88 @@ def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ca
                                         _num_sms(q.device), per_program)
     if num_splits > 1:  # the fp32 partials (S, B, N_q, Hq, D): split s starts at s·B·N_q·Hq·D (int32)
         checks.check_index_width(o_partials=((num_splits, B * Nq * Hq * D), (B * Nq * Hq * D, 1)))
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
-    args = dict(sm_scale=sm_scale, num_splits=num_splits, causal=causal,
-                window=None if window is None else tuple(window), softcap=softcap, alibi_slopes=alibi_slopes,
-                cache_leftpad=cache_leftpad, cache_batch_idx=cache_batch_idx, split_keys=split_keys)
     # the sink is merged exactly once per row: by the unsplit kernel's epilogue, or after the merge;
     # batch_invariant (split_keys > 0) always merges, so a row's path does not depend on the grid
-    if num_splits == 1 and split_keys == 0:  # the split's partial result is the output: written in place, no merge
-        module.forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, out[None],
-                              lse.transpose(1, 2)[None], sinks=sinks, **args)
-    else:  # fp32 partials (S, B, N_q, Hq, D), then merge_state's fold over the splits
-        o_part = torch.empty((num_splits, B, Nq, Hq, D), dtype=torch.float32, device=q.device)
-        lse_part = torch.empty((num_splits, B, Nq, Hq), dtype=torch.float32, device=q.device)
-        module.forward_splits(q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, **args)
-        merge = api.module_for("merge", block, package, q.device)
-        # rows ordered (B, N_q, Hq): row r's query head is r % Hq, its sink sinks[r % Hq]
-        # the rows and the layouts back: spec.launch's views (claim decode_addresses)
-        o_rows, lse_rows = spec_launch.decode_partial_rows(o_part, lse_part)
-        _, merged_lse = merge.merge_states_rows(o_rows, lse_rows, out=spec_launch.decode_merged_out(out), sinks=sinks)
-        lse.copy_(spec_launch.decode_merged_lse(merged_lse, B, Nq, Hq))
+    merged = not (num_splits == 1 and split_keys == 0)
+    # the layouts the kernel writes: out and lse's (B, N_q, Hq) view in place for one split, else the fp32
+    # partials (S, B, N_q, Hq[, D]); only their strides enter the plan (meta tensors: no memory)
+    if merged:
+        o_part = torch.empty((num_splits, B, Nq, Hq, D), dtype=torch.float32, device="meta")
+        lse_part = torch.empty((num_splits, B, Nq, Hq), dtype=torch.float32, device="meta")
+    else:
+        o_part = torch.empty(q.shape, dtype=q.dtype, device="meta")[None]
+        lse_part = torch.empty((B, Hq, Nq), dtype=torch.float32, device="meta").transpose(1, 2)[None]
+    splits = module.splits_plan(q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, sm_scale=sm_scale,
+                                num_splits=num_splits, causal=causal, window=None if window is None else tuple(window),
+                                softcap=softcap, alibi_slopes=alibi_slopes, sinks=None if merged else sinks,
+                                cache_leftpad=cache_leftpad, cache_batch_idx=cache_batch_idx, split_keys=split_keys)
+    if not merged:
+        return _Launch(module, None, num_splits, splits, (B, Hq, Nq))
+    # the merge of the splits' rows into out: spec.launch's views (claim decode_addresses)
+    merge = api.module_for("merge", block, package, q.device)
+    o_rows, lse_rows = spec_launch.decode_partial_rows(o_part, lse_part)
+    merging = merge.merge_states_plan(o_rows, lse_rows, spec_launch.decode_merged_out(
+        torch.empty(q.shape, dtype=q.dtype, device="meta")), sinks)
+    # the merged lse (R,) seen as the output's (B, Hq, N_q): where it is that layout (N_q = 1, every
+    # dim of size > 1 at the contiguous stride), the merge writes the output's lse itself
+    as_output = spec_launch.decode_merged_lse(torch.empty(lse_rows.shape[1:], device="meta"), B, Nq, Hq)
+    contiguous = torch.empty((B, Hq, Nq), device="meta").stride()
+    in_place = all(a == b for size, a, b in zip(as_output.shape, as_output.stride(), contiguous) if size > 1)
+    return _Launch(module, merge, num_splits, splits, (B, Hq, Nq), merging, in_place)
+
+
+def _run(plan: _Launch, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, cache_leftpad,
+         cache_batch_idx):
+    """``(out, lse)``: the launches of ``plan`` on these tensors (of the plan's metadata)."""
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
+    if plan.merge is None:  # one split: the kernel writes out and lse in place (the plan holds their views)
+        plan.module.launch_splits(plan.splits, q, k_cache, v_cache, cache_seqlens, block_table, out, lse,
+                                  alibi_slopes=alibi_slopes, sinks=sinks, cache_leftpad=cache_leftpad,
+                                  cache_batch_idx=cache_batch_idx)
+        return out, lse
+    # fp32 partials (S, B, N_q, Hq, D), then merge_state's fold over the splits
+    B, Hq, Nq = plan.lse_shape
+    o_part = torch.empty((plan.num_splits, B, Nq, Hq, q.shape[3]), dtype=torch.float32, device=q.device)
+    lse_part = torch.empty((plan.num_splits, B, Nq, Hq), dtype=torch.float32, device=q.device)
+    plan.module.launch_splits(plan.splits, q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part,
+                              alibi_slopes=alibi_slopes, cache_leftpad=cache_leftpad, cache_batch_idx=cache_batch_idx)
+    # rows ordered (B, N_q, Hq): row r's query head is r % Hq, its sink sinks[r % Hq]; the plan holds the
+    # strides of spec.launch's row views of o_part, lse_part and out (claim decode_addresses)
+    if plan.lse_merged_in_place:
+        plan.merge.launch_merge_states(plan.merging, o_part, lse_part, out, lse, sinks)
+        return out, lse
+    merged_lse = torch.empty((B * Nq * Hq,), dtype=torch.float32, device=q.device)
+    plan.merge.launch_merge_states(plan.merging, o_part, lse_part, out, merged_lse, sinks)
+    lse.copy_(spec_launch.decode_merged_lse(merged_lse, B, Nq, Hq))
     return out, lse
+
+
+#: ``kvcache_op``'s launch plans per signature of its inputs (the calls through the op: torch.compile's
+#: graphs, dispatch modes, tensor subclasses)
+_LAUNCHES = plans.PlanCache()
+
+
+@torch.library.custom_op("flashproof::flash_attention_with_kvcache", mutates_args=())
+def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+               block_table: Optional[torch.Tensor], causal: bool, window: Optional[list[int]], sm_scale: float,
+               num_splits: int, softcap: Optional[float] = None, alibi_slopes: Optional[torch.Tensor] = None,
+               sinks: Optional[torch.Tensor] = None,
+               package: str = config.DEFAULT_PACKAGE, cache_leftpad: Optional[torch.Tensor] = None,
+               cache_batch_idx: Optional[torch.Tensor] = None, split_keys: int = 0
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The launches on checked inputs (a custom op with a fake, so torch.compile traces through), planned
+    once per signature of its inputs (``_LAUNCHES``)."""
+    key = plans.signature((q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, cache_leftpad,
+                           cache_batch_idx), (causal, None if window is None else tuple(window), sm_scale,
+                                              num_splits, softcap, package, split_keys))
+    plan = _LAUNCHES.get(key) if key is not None else None
+    if plan is None:
+        plan = _LAUNCHES.record(key, _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale,
+                                           num_splits, softcap, alibi_slopes, sinks, package, cache_leftpad,
+                                           cache_batch_idx, split_keys))
+    return _run(plan, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, cache_leftpad,
+                cache_batch_idx)
 
 
 @kvcache_op.register_fake

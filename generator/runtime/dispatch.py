@@ -150,6 +150,22 @@ def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths
                           **mask_mod_arguments(mask_args))
 
 
+def planned_forward(module, q, k, v, *, causal, alignment, window, key_lengths, scale, tma=False, softcap=None,
+                    alibi_slopes=None, sinks=None):
+    """``run(q, k, v, key_lengths, alibi_slopes, sinks) -> (out, lse)``: ``attention_forward`` without a
+    dense mask, mask_mod or dropout for tensors of these shapes, strides, dtypes and device and these
+    options, with its launch planned once (``module.forward_plan``: nothing of it depends on a value)."""
+    plan = module.forward_plan(q, k, v, causal=causal, window=window, tma=tma, softcap=softcap,
+                               alibi_slopes=alibi_slopes, sinks=sinks,
+                               key_lengths=lengths_argument(key_lengths, k.shape[2]),
+                               **mask_arguments(module, q, k, alignment=alignment, mask=None, scale=scale))
+
+    def run(q, k, v, key_lengths, alibi_slopes, sinks):
+        return module.launch_forward(plan, q, k, v, key_lengths=lengths_argument(key_lengths, k.shape[2]),
+                                     alibi_slopes=alibi_slopes, sinks=sinks, tma=tma)
+    return run
+
+
 def attention_backward(module, grad_out, grad_lse, q, k, v, out, lse, *, causal, alignment, window, key_lengths,
                        mask, scale, softcap=None, alibi_slopes=None, sinks=None, mask_args=None, dropout_p=0.0,
                        philox=None):

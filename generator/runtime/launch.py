@@ -71,6 +71,23 @@ def block_d(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
+def by_position(kernel, first: int, arguments: dict) -> tuple[tuple, dict]:
+    """``arguments`` (parameters of ``kernel`` from its ``first``-th on, by name, and launch options such
+    as ``num_warps``) as ``(values of the parameters first, first + 1, ... in the kernel's order, the
+    rest by name)``: what a launch plan keeps, since a tuple unpacked per call costs a fraction of a
+    dict of ~50 keywords."""
+    values = []
+    for name in kernel.arg_names[first:]:
+        if name not in arguments:
+            break
+        values.append(arguments[name])
+    named = set(kernel.arg_names[first:first + len(values)])
+    early = [name for name in kernel.arg_names[:first] if name in arguments]
+    if early:  # the call passes those by position: by name too would be "multiple values"
+        raise ValueError(f"{kernel.arg_names[:first]} are the call's positional arguments, not a plan's: {early}")
+    return tuple(values), {name: value for name, value in arguments.items() if name not in named}
+
+
 def aot_args(fn, pointers: dict[str, str], floats: tuple[str, ...], constexprs: dict,
              num_warps: int, num_stages: int, descriptors: dict[str, str] | None = None,
              loop: tuple[int, int, int] | None = None) -> dict:
