@@ -155,7 +155,7 @@ FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 def fp8_mode(k, descales) -> bool:
     """Whether a call runs the FP8 forward: K/V in an FP8 dtype, or any descale given."""
-    return k.dtype in launch.FP8_FORMATS or any(d is not None for d in descales)
+    return (isinstance(k, torch.Tensor) and k.dtype in launch.FP8_FORMATS) or any(d is not None for d in descales)
 
 
 def check_fp8_dtypes(q, k, v):
