@@ -22,8 +22,10 @@
 4. **pointer arithmetic printed** (issue 24). In a function not on ``POINTER_GAPS``, the pointer of
    every ``tl.load`` / ``tl.store`` is a pointer parameter alone or ``pointer + offset`` with
    ``offset`` a name a printed address term assigns (``spec.addresses``, claims
-   ``decode_addresses`` / ``varlen_addresses``), and no other statement computes on a pointer
-   (a pointer is a parameter some load or store of the function reads through). Integer arithmetic
+   ``decode_addresses`` / ``forward_addresses`` / ``rows_addresses`` / ``append_addresses`` /
+   ``varlen_addresses``), and no other statement computes on a pointer
+   (a pointer is a parameter some load or store of the function reads through, or that it hands
+   to a helper of the file at a pointer parameter's place: ``_file_pointers``). Integer arithmetic
    on pointers that is not printed is refused, as unprinted float arithmetic is.
 
 The allow-list (reviewed; keep it short):
@@ -70,8 +72,9 @@ INDEX_NAME = re.compile(
     r"[A-Z][A-Za-z0-9]*(_[a-z]+)?|[A-Z][A-Z0-9]*(_[A-Z0-9]+)+|\w+_ptrs|out_ptrs|tile|"
     # merged with varlen / decode / merge (see the module docstring)
     r"lse_row0|lse_off_b|seq_start_[qk]|n_q|n_k|tok|head|split|page|page_idx|slot|k_rows|v_rows|s|"
-    # the printed address terms (issue 24, spec.addresses)
-    r"q_off|k_off|v_off|o_off|lse_off|bt_off|cs_off|sink_off|lp_off|bi_off|"
+    # the printed address terms (issue 24, spec.addresses): offsets `*_off`, per-program bases `*_base`,
+    # the forward's query tile index (rule 4 lets a pointer move only by a printed `*_off`)
+    r"[a-z]\w*_off|[a-z]\w*_base|pid_m|"
     # merged with mask_mod (#16): the mask_mod's integer tile class (0 skip / 1 partial / 2 full)
     r"mm_state)$")
 #: (function, statement) pairs that assign a printed term's name without a printed term: reviewed
@@ -96,25 +99,15 @@ EXCEPTIONS = frozenset({
 #: jit functions whose pointer and offset lines are not yet printed address terms (rule 4 skips them):
 #: the reviewed gaps of issue 24, each listed on docs/verification.md ("what remains outside the proofs")
 POINTER_GAPS = {
-    "_attn_fwd": "dense forward: Q/K/V/O/lse, key_lengths, mask and block-map pointers (the varlen segment "
-                 "offsets are printed)",
-    "_attn_fwd_tile": "dense forward tile: K/V tile pointers", "_attn_fwd_stage": "forward stage: pointer advance",
-    "_attn_bwd_preprocess": "backward preprocess: O/dO/dlse/Δ/lse2/sinks rows",
     "_attn_bwd_dkdv": "dK/dV kernel: Q/K/V/dO/dK/dV/lse2/Δ pointers (varlen segment offsets printed)",
     "_attn_bwd_dq": "dQ kernel: Q/K/V/dO/dQ/lse2/Δ pointers (varlen segment offsets printed)",
     "_attn_bwd_dkdv_stage": "dK/dV stage: Q/dO tile pointers", "_attn_bwd_dq_stage": "dQ stage: K/V tile pointers",
     "_attn_bwd_rows": "backward rows: lse2/Δ loads", "_attn_bwd_mask": "backward dense mask tile",
-    "_mask_mod_keep": "mask_mod parameter rows", "_mask_mod_state": "mask_mod parameter rows",
-    "_merge_state": "merge_state: o/lse rows", "_merge_states": "merge_states: split partial rows",
-    "_score_mod": "score modifications (no pointer)", "_score_mod_scalars": "ALiBi slope row",
-    "_softmax_one_pass": "softmax rows", "_softmax_two_pass": "softmax rows", "_softmax_update": "softmax rows",
-    "_tma_tile": "TMA descriptor coordinates",
-    # merged with serving (#26) and dropout (#29): not yet printed address terms
-    "_append_rows": "KV-cache append: x/cache rows, cache_seqlens, block_table, cache_batch_idx, cos/sin rows",
-    "_dropout_keep": "dropout: the Philox seed/offset words and the returned keep-mask rows",
+    "_tma_tile": "TMA descriptor coordinates (a load)", "_tma_store": "TMA descriptor coordinates (a store)",
+    "_fp8_descales": "FP8 forward (issue 30): the (batch, KV head) offset of the three descales",
 }
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
-ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses")
+ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses", "rows_addresses", "append_addresses", "backward_addresses")
 #: calls that do not compute on values (everything else — tl.exp2, tl.dot, tl.where, tl.math.*, ... —
 #: is arithmetic unless every name it touches is index math); the reviewed allow-list
 ALLOWED_CALLS = {"arange", "program_id", "multiple_of", "zeros", "trans", "reshape", "to", "range", "store"}
@@ -195,10 +188,38 @@ def _pointers(fn: ast.FunctionDef) -> set[str]:
     return out
 
 
-def _pointer_problems(fn: ast.FunctionDef, lines, printed: set[str], addresses: set[str]) -> list[str]:
+def _file_pointers(jit: list[ast.FunctionDef]) -> dict[str, set[str]]:
+    """``{function: its pointer parameters}``: those a load or store reads through, a TMA descriptor's
+    ``.load``/``.store`` is called on, or that the function hands to a helper of the file at a pointer
+    parameter's place (to a fixed point: ``K`` of ``_attn_fwd`` reaches a load only in ``_attn_fwd_tile``)."""
+    params = {fn.name: [a.arg for a in fn.args.args] for fn in jit}
+    out = {fn.name: _pointers(fn) for fn in jit}
+    for fn in jit:
+        for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                     and c.func.attr in ("load", "store") and isinstance(c.func.value, ast.Name)
+                     and c.func.value.id in params[fn.name]):
+            out[fn.name].add(call.func.value.id)  # desc.load([...]), Out.store([...], ...)
+    changed = True
+    while changed:
+        changed = False
+        for fn in jit:
+            for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                         and c.func.id in params):
+                callee = params[call.func.id]
+                for k, arg in enumerate(call.args):
+                    if (k < len(callee) and callee[k] in out[call.func.id] and isinstance(arg, ast.Name)
+                            and arg.id in params[fn.name] and arg.id not in out[fn.name]):
+                        out[fn.name].add(arg.id)
+                        changed = True
+    return out
+
+
+def _pointer_problems(fn: ast.FunctionDef, lines, printed: set[str], addresses: set[str],
+                      pointers: set[str] | None = None) -> list[str]:
     """Rule 4 for one function: loads and stores through ``pointer`` or ``pointer + <printed offset>``,
-    no other arithmetic on a pointer outside printed lines."""
-    pointers = _pointers(fn)
+    no other arithmetic on a pointer outside printed lines (``pointers``: the function's pointer
+    parameters, ``_file_pointers``; by default those it loads or stores through)."""
+    pointers = _pointers(fn) if pointers is None else pointers
     problems = []
     for stmt in (x for x in ast.walk(fn) if isinstance(x, ast.stmt)
                  and not isinstance(x, (ast.If, ast.For, ast.While, ast.FunctionDef))):
@@ -234,12 +255,13 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
     helpers = {fn.name for fn in jit}
     stage_names = {name for triple in stages for name in triple[:2]}
     problems = []
+    file_pointers = _file_pointers(jit)
     addresses = {name for name in (line.split("=", 1)[0].strip() for line in printed
                                    if any(f"(claim: {c})" in line for c in ADDRESS_CLAIMS))
                  if name.endswith("_off")}  # the offsets of spec.addresses (OFFSET_SUFFIX), not its indices
     for fn in jit:
         if fn.name not in POINTER_GAPS:
-            problems += _pointer_problems(fn, lines, printed, addresses)
+            problems += _pointer_problems(fn, lines, printed, addresses, file_pointers[fn.name])
         for stmt in ast.walk(fn):
             if not isinstance(stmt, ast.stmt) or isinstance(stmt, (ast.FunctionDef, ast.If, ast.For)):
                 if isinstance(stmt, (ast.If, ast.For)):  # their headers: conditions and ranges

@@ -82,6 +82,8 @@ def score_mod_context() -> dict:
         "alibi_scalar": print_term(T.ALIBI_SCALAR),
         "alibi": _lines(T.ALIBI),
         "sink_fold": _lines(T.SINK_FOLD),
+        # the ALiBi slope's offset for the (b, h) the caller passes (claim forward_addresses)
+        "slope_offset": print_term(AD.SLOPE_OFFSET[0]),
         "sink_grad": _lines(T.SINK_GRAD),
         "softcap_ds": _lines(T.SOFTCAP_DS),
         "softcap_ds_t": _lines(T.SOFTCAP_DS_T),
@@ -100,6 +102,8 @@ def dropout_context() -> dict:
         "dp": print_term(T.DROPOUT_DP),
         "dv_t": _lines(T.DROPOUT_DV_T),
         "dp_t": print_term(T.DROPOUT_DP_T),
+        # the counter offset's word of the Philox pair (claim forward_addresses)
+        "rng_offset": print_term(AD.FWD_RNG_OFFSET[0]),
     }}
 
 
@@ -166,6 +170,8 @@ def forward_context(variant: Variant) -> dict:
         **dropout_context(),
         **fp8_context(),
         "mask_mod": mask_mod_context(variant),
+        # every load and store offset of the dense forward (claim forward_addresses)
+        "addresses": {name: _lines(group) for name, group in AD.FORWARD_GROUPS.items()},
     }
 
 
@@ -184,6 +190,8 @@ def softmax_context(variant: Variant) -> dict:
         "neg_inf": print_expr(n.NEG_INF),
         "one_pass": _lines([t for t in T.SOFTMAX_NORMALISE if t.name in ("l_safe", "a")], SOFTMAX_NAMES),
         "init": _inits(S.FORWARD_INIT, {"m_i": "[BLOCK_M]", "l_i": "[BLOCK_M]"}),
+        # every load and store offset (claim rows_addresses)
+        "addresses": {"softmax": _lines(AD.SOFTMAX_OFFSETS)},
     }
 
 
@@ -214,8 +222,10 @@ def backward_context(variant: Variant) -> dict:
         **{key: fwd[key] for key in ("qk_scale", "qk", "bounds_init", "tile_loop", "has_lengths", "dense",
                                      "mask_term", "dense_mask_term", "varlen_segment", "segment_loads",
                                      "rows_past_end",
-                                     "gqa_head", "stages", "score_mod", "dropout", "mask_mod")},
+                                     "gqa_head", "stages", "score_mod", "dropout", "mask_mod", "addresses")},
         "keys_past_end": print_term(KEYS_PAST_END),
+        # the preprocess's offsets (claim backward_addresses)
+        "addresses_bwd": {name: _lines(group) for name, group in AD.BACKWARD_GROUPS.items()},
         "segment_pointers_dkdv": _lines(AD.SEGMENT_POINTERS["dkdv"]),
         "segment_pointers_dq": _lines(AD.SEGMENT_POINTERS["dq"]),
         "row_stages": _stages(S.ROW_STAGES),
@@ -281,6 +291,9 @@ def merge_context(variant: Variant) -> dict:
         # split-KV decode's sink, merged once after the fold (claim sink_once_combine)
         "sink_partial": _lines(T.SINK_PARTIAL),
         "torch_merge": [print_term(t, comment=False, printer_class=TorchPrinter) for t in T.MERGE_STATE],
+        # every load and store offset (claim rows_addresses)
+        "addresses": {name: _lines(AD.ROWS_GROUPS[name]) for name in ("merge", "merge_out", "merge_split",
+                                                                    "merge_sink")},
     }
 
 
@@ -319,6 +332,8 @@ def decode_context(variant: Variant) -> dict:
         "keep_window": keeps["window"],
         # every load and store offset (claim decode_addresses)
         "addresses": {name: _lines(group) for name, group in AD.DECODE_GROUPS.items()},
+        # the append kernel's offsets (claim append_addresses)
+        "append": {name: _lines(group) for name, group in AD.APPEND_GROUPS.items()},
     }
 
 

@@ -91,6 +91,10 @@ class Strided:
             raise ValueError(f"view {shape} of {self.name} {self.shape}: a different number of elements")
         return Strided(self.name, shape, contiguous_strides(shape))
 
+    def new_empty(self, shape, **_) -> "Strided":
+        """A new tensor of ``shape``, contiguous (as ``torch.Tensor.new_empty`` makes it)."""
+        return Strided(f"new_{self.name}", shape, contiguous_strides(tuple(sp.sympify(s) for s in shape)))
+
     def transpose(self, a: int, b: int) -> "Strided":
         shape, strides = list(self.shape), list(self.strides)
         shape[a], shape[b] = shape[b], shape[a]
@@ -204,12 +208,13 @@ SEGMENT_LOADS = (
 #: the row-stride parameters of the varlen kernels: which tensor's spec.launch.packed_strides feeds each
 #: (the launch passes them in the kernel's parameter order; dv is passed with dk's strides)
 ROW_STRIDES = {"stride_qm": "q", "stride_kn": "k", "stride_vn": "v", "stride_om": "out", "stride_dom": "do",
-               "stride_dqm": "dq", "stride_dkn": "dk"}
+               "stride_dqm": "dq", "stride_dkn": "dk", "stride_lm": "lse"}
 #: which tensor each pointer addresses (DV: dk's strides, as the launch passes them)
-POINTER_TENSOR = {"Q": "q", "K": "k", "V": "v", "Out": "out", "DO": "do", "DQ": "dq", "DK": "dk", "DV": "dk"}
+POINTER_TENSOR = {"Q": "q", "K": "k", "V": "v", "Out": "out", "Lse": "lse", "DO": "do", "DQ": "dq", "DK": "dk", "DV": "dk"}
 #: pointer -> (the segment start it moves by, the row stride it scales, the tensor's rows: q or k)
 _POINTERS = {
-    "fwd": (("Q", "q", "stride_qm"), ("K", "k", "stride_kn"), ("V", "k", "stride_vn"), ("Out", "q", "stride_om")),
+    "fwd": (("Q", "q", "stride_qm"), ("K", "k", "stride_kn"), ("V", "k", "stride_vn"), ("Out", "q", "stride_om"),
+            ("Lse", "q", "stride_lm")),
     "dkdv": (("Q", "q", "stride_qm"), ("DO", "q", "stride_dom"), ("K", "k", "stride_kn"), ("V", "k", "stride_vn"),
              ("DK", "k", "stride_dkn"), ("DV", "k", "stride_dkn")),
     "dq": (("Q", "q", "stride_qm"), ("DO", "q", "stride_dom"), ("DQ", "q", "stride_dqm"), ("K", "k", "stride_kn"),
@@ -230,3 +235,193 @@ def segment_pointers(kernel: str) -> tuple[Term, ...]:
 
 
 SEGMENT_POINTERS = {kernel: segment_pointers(kernel) for kernel in _POINTERS}
+
+
+# ----------------------------------------------------------------------------------
+# The dense forward (_attn_fwd, _attn_fwd_stage, _attn_fwd_tile, _score_mod_scalars): every load and
+# store offset, for the strides spec.launch.forward_launch passes (claim forward_addresses).
+# ----------------------------------------------------------------------------------
+CLAIM_FORWARD = "forward_addresses"
+#: the program's (batch, query head) and its K/V head (int64: spec.structure.GRID_LINES, GQA_HEAD),
+#: its query tile's index, a key tile's first key
+off_h = _int("off_h", nonnegative=True)
+pid_m, start_n = _int("pid_m", nonnegative=True), _int("start_n", nonnegative=True)
+#: the per-program parts of an offset, printed once before the key loop and passed to the stages
+k_base, v_base, mask_base, map_base = (_int(s) for s in ("k_base", "v_base", "mask_base", "map_base"))
+kl_off, slope_off, mask_off, map_off = (_int(s) for s in ("kl_off", "slope_off", "mask_off", "map_off"))
+FORWARD_STRIDES = {name: _int(name) for name in (
+    "stride_qb", "stride_qh", "stride_qm", "stride_qd", "stride_kb", "stride_kh", "stride_kn", "stride_kd",
+    "stride_vb", "stride_vh", "stride_vn", "stride_vd", "stride_ob", "stride_oh", "stride_om", "stride_od",
+    "stride_lb", "stride_lh", "stride_lm", "stride_mb", "stride_mh", "stride_mm", "stride_mn",
+    "stride_map_b", "stride_map_h", "stride_map_m", "stride_map_n", "stride_sb", "stride_sh",
+    "stride_kl", "stride_sink", "stride_mmb", "stride_keep_b", "stride_keep_h", "stride_keep_m", "stride_keep_n")}
+F_ = FORWARD_STRIDES
+#: the Q tile (loaded once) and the O tile (stored once): rows offs_m of head off_h of batch off_b
+FWD_Q_OFFSET = (Term(q_off, off_b * F_["stride_qb"] + off_h * F_["stride_qh"] + col(offs_m) * F_["stride_qm"]
+                     + row(offs_d) * F_["stride_qd"], CLAIM_FORWARD, "q[b, h, i, d]"),)
+FWD_OUT_OFFSETS = (
+    Term(o_off, off_b * F_["stride_ob"] + off_h * F_["stride_oh"] + col(offs_m) * F_["stride_om"]
+         + row(offs_d) * F_["stride_od"], CLAIM_FORWARD, "out[b, h, i, d]"),
+    Term(lse_off, off_b * F_["stride_lb"] + off_h * F_["stride_lh"] + offs_m * F_["stride_lm"], CLAIM_FORWARD,
+         "lse[b, h, i]"),
+)
+#: this program's K/V head (int64 scalars), then a tile's keys offs_n in it
+FWD_KV_BASE = (
+    Term(k_base, off_b * F_["stride_kb"] + off_kvh * F_["stride_kh"], CLAIM_FORWARD, "k[b, kv head]"),
+    Term(v_base, off_b * F_["stride_vb"] + off_kvh * F_["stride_vh"], CLAIM_FORWARD, "v[b, kv head]"),
+)
+FWD_KV_OFFSETS = (
+    Term(k_off, k_base + col(offs_n) * F_["stride_kn"] + row(offs_d) * F_["stride_kd"], CLAIM_FORWARD,
+         "k[b, kv head, j, d]"),
+    Term(v_off, v_base + col(offs_n) * F_["stride_vn"] + row(offs_d) * F_["stride_vd"], CLAIM_FORWARD,
+         "v[b, kv head, j, d]"),
+)
+#: the dense bool mask's rows of this program (BLOCK_M x 1), then a partial tile's bits
+FWD_MASK_BASE = (Term(mask_base, off_b * F_["stride_mb"] + off_h * F_["stride_mh"] + col(offs_m) * F_["stride_mm"],
+                      CLAIM_FORWARD, "mask[b, h, i]"),)
+FWD_MASK_OFFSET = (Term(mask_off, mask_base + row(offs_n) * F_["stride_mn"], CLAIM_FORWARD, "mask[b, h, i, j]"),)
+#: the block map's row of this query tile, then one byte per key tile
+FWD_MAP_BASE = (Term(map_base, off_b * F_["stride_map_b"] + off_h * F_["stride_map_h"] + pid_m * F_["stride_map_m"],
+                     CLAIM_FORWARD, "block_map[b, h, query tile]"),)
+FWD_MAP_OFFSET = (Term(map_off, map_base + sp.floor(start_n / n.B_c) * F_["stride_map_n"], CLAIM_FORWARD,
+                       "block_map[b, h, query tile, key tile]"),)
+#: key_lengths[b], sinks[h], the ALiBi slope of (b, h) ((Hq,) slopes: stride_sb = 0)
+FWD_KEY_LEN = (Term(kl_off, off_b * F_["stride_kl"], CLAIM_FORWARD, "key_lengths[b]"),)
+fsink_off = _int("fsink_off")
+FWD_SINK = (Term(fsink_off, off_h * F_["stride_sink"], CLAIM_FORWARD, "sinks[h]"),)
+SLOPE_OFFSET = (Term(slope_off, off_b * F_["stride_sb"] + off_h * F_["stride_sh"], CLAIM_FORWARD,
+                     "alibi_slopes[b, h]"),)
+#: the mask_mod's parameter row of batch entry b (int32; the printed predicate reads entries of it)
+MaskModArgs, MM_row = sp.Symbol("MaskModArgs"), sp.Symbol("MM_row")
+FWD_MM_ROW = (Term(MM_row, MaskModArgs + off_b * F_["stride_mmb"], CLAIM_FORWARD, "mask_mod_args[b]"),)
+#: dropout's counter offset: word 1 of the Philox (seed, offset) pair (spec.launch.philox_words passes it contiguous)
+rng_off = _int("rng_off")
+FWD_RNG_OFFSET = (Term(rng_off, sp.Integer(1), CLAIM_FORWARD, "philox[1]: the counter offset"),)
+#: _dropout_keep: the keep mask's element (b, h, i, j), its row index in int64 (offs_m64 = offs_m.to(int64))
+offs_m64, keep_off = _int("offs_m64", nonnegative=True), _int("keep_off")
+KEEP_OFFSET = (Term(keep_off, off_b * F_["stride_keep_b"] + off_h * F_["stride_keep_h"] + col(offs_m64)
+                    * F_["stride_keep_m"] + row(offs_n) * F_["stride_keep_n"], CLAIM_FORWARD, "keep[b, h, i, j]"),)
+FORWARD_GROUPS = {"q_offset": FWD_Q_OFFSET, "out_offsets": FWD_OUT_OFFSETS, "kv_base": FWD_KV_BASE,
+                  "kv_offsets": FWD_KV_OFFSETS, "mask_base": FWD_MASK_BASE, "mask_offset": FWD_MASK_OFFSET,
+                  "map_base": FWD_MAP_BASE, "map_offset": FWD_MAP_OFFSET, "key_len": FWD_KEY_LEN,
+                  "sink_offset": FWD_SINK, "slope_offset": SLOPE_OFFSET, "mm_row": FWD_MM_ROW,
+                  "rng_offset": FWD_RNG_OFFSET, "keep_offset": KEEP_OFFSET}
+
+
+# ----------------------------------------------------------------------------------
+# Softmax (_softmax_one_pass, _softmax_two_pass) and the merge kernels (_merge_state, _merge_states):
+# row-major tiles of 2-D / 3-D tensors, every stride as spec.launch passes it (claim rows_addresses).
+# ----------------------------------------------------------------------------------
+CLAIM_ROWS = "rows_addresses"
+s_split = _int("s", nonnegative=True)
+ROW_STRIDES_2D = {name: _int(name) for name in (
+    "stride_xr", "stride_xc", "stride_yr", "stride_yc",
+    "stride_oa", "stride_oad", "stride_ob", "stride_obd", "stride_o", "stride_od", "stride_la", "stride_lb",
+    "stride_l", "stride_os", "stride_or", "stride_osd", "stride_ls", "stride_lr", "stride_sink")}
+R_ = ROW_STRIDES_2D
+x_off, y_off = _int("x_off"), _int("y_off")
+SOFTMAX_OFFSETS = (
+    Term(x_off, col(offs_m) * R_["stride_xr"] + row(offs_n) * R_["stride_xc"], CLAIM_ROWS, "x[r, c]"),
+    Term(y_off, col(offs_m) * R_["stride_yr"] + row(offs_n) * R_["stride_yc"], CLAIM_ROWS, "y[r, c]"),
+)
+oa_off, ob_off, la_off, lb_off, mo_off, ml_off = (_int(s) for s in ("oa_off", "ob_off", "la_off", "lb_off",
+                                                                    "mo_off", "ml_off"))
+#: merge_state: side a and side b of row r, and the merged row
+MERGE_OFFSETS = (
+    Term(la_off, offs_m * R_["stride_la"], CLAIM_ROWS, "lse_a[r]"),
+    Term(lb_off, offs_m * R_["stride_lb"], CLAIM_ROWS, "lse_b[r]"),
+    Term(oa_off, col(offs_m) * R_["stride_oa"] + row(offs_d) * R_["stride_oad"], CLAIM_ROWS, "o_a[r, d]"),
+    Term(ob_off, col(offs_m) * R_["stride_ob"] + row(offs_d) * R_["stride_obd"], CLAIM_ROWS, "o_b[r, d]"),
+)
+MERGE_OUT_OFFSETS = (
+    Term(mo_off, col(offs_m) * R_["stride_o"] + row(offs_d) * R_["stride_od"], CLAIM_ROWS, "o[r, d]"),
+    Term(ml_off, offs_m * R_["stride_l"], CLAIM_ROWS, "lse[r]"),
+)
+#: merge_states: split s's partial of row r, and row r's sink (rows ordered with the query head last)
+ls_off, os_off, msink_off = _int("ls_off"), _int("os_off"), _int("msink_off")
+H_ = _int("H", positive=True)
+MERGE_SPLIT_OFFSETS = (
+    Term(ls_off, s_split * R_["stride_ls"] + offs_m * R_["stride_lr"], CLAIM_ROWS, "lse_s[s, r]"),
+    Term(os_off, s_split * R_["stride_os"] + col(offs_m) * R_["stride_or"] + row(offs_d) * R_["stride_osd"],
+         CLAIM_ROWS, "o_s[s, r, d]"),
+)
+MERGE_SINK_OFFSET = (Term(msink_off, sp.Mod(offs_m, H_) * R_["stride_sink"], CLAIM_ROWS, "sinks[r % H]"),)
+ROWS_GROUPS = {"softmax": SOFTMAX_OFFSETS, "merge": MERGE_OFFSETS, "merge_out": MERGE_OUT_OFFSETS,
+               "merge_split": MERGE_SPLIT_OFFSETS, "merge_sink": MERGE_SINK_OFFSET}
+
+
+# ----------------------------------------------------------------------------------
+# The KV-cache append (_append_rows): new rows x (B, N_new, H, D) into the cache (contiguous or paged) or
+# into a tensor of x's shape, the rotary tables' rows; every stride as spec.launch.append_launch passes it.
+# ----------------------------------------------------------------------------------
+CLAIM_APPEND = "append_addresses"
+off_head, offs_t, offs_j = _int("off_head", nonnegative=True), _int("offs_t", nonnegative=True), _int("offs_j")
+offs_pair, offs_freq, offs_pos = (_int(s, nonnegative=True) for s in ("offs_pair", "offs_freq", "offs_pos"))
+APPEND_STRIDES = {name: _int(name) for name in (
+    "stride_xb", "stride_xn", "stride_xh", "stride_xd", "stride_db", "stride_dn", "stride_dh", "stride_dd",
+    "stride_bt_b", "stride_bt_p", "stride_cs", "stride_bi", "stride_cos_n", "stride_cos_d", "stride_sin_n",
+    "stride_sin_d")}
+AP_ = APPEND_STRIDES
+acs_off, abi_off, abt_off = _int("acs_off"), _int("abi_off"), _int("abt_off")
+x_base, dst_base = _int("x_base"), _int("dst_base")
+xa_off, xp_off, dst_off, cos_off, sin_off = (_int(s) for s in ("xa_off", "xp_off", "dst_off", "cos_off", "sin_off"))
+APPEND_LOOKUPS = (
+    Term(acs_off, off_b * AP_["stride_cs"], CLAIM_APPEND, "cache_seqlens[b]"),
+    Term(abi_off, off_b * AP_["stride_bi"], CLAIM_APPEND, "cache_batch_idx[b]"),
+    Term(abt_off, off_b * AP_["stride_bt_b"] + P.page_idx * AP_["stride_bt_p"], CLAIM_APPEND,
+         "block_table[b, page_idx]"),
+)
+#: the new rows (token t of head off_head), then a lane d or its rotary partner
+APPEND_X = (
+    Term(x_base, off_b * AP_["stride_xb"] + col(offs_t) * AP_["stride_xn"] + off_head * AP_["stride_xh"],
+         CLAIM_APPEND, "x[b, t, head]"),
+    Term(xa_off, x_base + row(offs_d) * AP_["stride_xd"], CLAIM_APPEND, "x[b, t, head, d]"),
+    Term(xp_off, x_base + row(offs_pair) * AP_["stride_xd"], CLAIM_APPEND, "x[b, t, head, pair of d]"),
+)
+#: the destination's rows: a paged cache (page, slot), a contiguous cache (row off_bc, key j), a tensor like x
+APPEND_DST_PAGED = (
+    Term(dst_base, col(page) * AP_["stride_db"] + col(P.slot) * AP_["stride_dn"] + off_head * AP_["stride_dh"],
+         CLAIM_APPEND, "cache[page, slot, head]"),)
+APPEND_DST_CACHE = (Term(dst_base, off_bc * AP_["stride_db"] + col(offs_j) * AP_["stride_dn"]
+                         + off_head * AP_["stride_dh"], CLAIM_APPEND, "cache[off_bc, j, head]"),)
+APPEND_DST_TENSOR = (Term(dst_base, off_b * AP_["stride_db"] + col(offs_t) * AP_["stride_dn"]
+                          + off_head * AP_["stride_dh"], CLAIM_APPEND, "out[b, t, head]"),)
+APPEND_DST = (Term(dst_off, dst_base + row(offs_d) * AP_["stride_dd"], CLAIM_APPEND, "dst[row, head, d]"),)
+APPEND_TABLES = (
+    Term(cos_off, col(offs_pos) * AP_["stride_cos_n"] + row(offs_freq) * AP_["stride_cos_d"], CLAIM_APPEND,
+         "cos[pos, freq]"),
+    Term(sin_off, col(offs_pos) * AP_["stride_sin_n"] + row(offs_freq) * AP_["stride_sin_d"], CLAIM_APPEND,
+         "sin[pos, freq]"),
+)
+APPEND_GROUPS = {"lookups": APPEND_LOOKUPS, "x": APPEND_X, "dst_paged": APPEND_DST_PAGED,
+                 "dst_cache": APPEND_DST_CACHE, "dst_tensor": APPEND_DST_TENSOR, "dst": APPEND_DST,
+                 "tables": APPEND_TABLES}
+
+
+# ----------------------------------------------------------------------------------
+# The backward's preprocess (_attn_bwd_preprocess): O, dO, dL/dlse, the saved lse, the backward's own rows
+# (Δ, lse2, dsink: one layout, made by spec.launch.backward_row_tensors) and the sinks, for the strides
+# spec.launch.preprocess_launch passes (claim backward_addresses). The dK/dV and dQ kernels: a listed gap.
+# ----------------------------------------------------------------------------------
+CLAIM_BACKWARD = "backward_addresses"
+BACKWARD_STRIDES = {name: _int(name) for name in (
+    "stride_ob", "stride_oh", "stride_om", "stride_od", "stride_dob", "stride_doh", "stride_dom", "stride_dod",
+    "stride_lb", "stride_lh", "stride_lm", "stride_slb", "stride_slh", "stride_slm", "stride_rb", "stride_rh",
+    "stride_rm", "stride_sink")}
+B_ = BACKWARD_STRIDES
+bo_off, bdo_off, dlse_off, slse_off, brow_off, bsink_off = (_int(s) for s in (
+    "bo_off", "bdo_off", "dlse_off", "slse_off", "brow_off", "bsink_off"))
+PREPROCESS_OFFSETS = (
+    Term(bo_off, off_b * B_["stride_ob"] + off_h * B_["stride_oh"] + col(offs_m) * B_["stride_om"]
+         + row(offs_d) * B_["stride_od"], CLAIM_BACKWARD, "out[b, h, i, d]"),
+    Term(bdo_off, off_b * B_["stride_dob"] + off_h * B_["stride_doh"] + col(offs_m) * B_["stride_dom"]
+         + row(offs_d) * B_["stride_dod"], CLAIM_BACKWARD, "grad_out[b, h, i, d]"),
+    Term(dlse_off, off_b * B_["stride_lb"] + off_h * B_["stride_lh"] + offs_m * B_["stride_lm"], CLAIM_BACKWARD,
+         "grad_lse[b, h, i]"),
+    Term(slse_off, off_b * B_["stride_slb"] + off_h * B_["stride_slh"] + offs_m * B_["stride_slm"],
+         CLAIM_BACKWARD, "lse[b, h, i] (saved by the forward)"),
+    Term(brow_off, off_b * B_["stride_rb"] + off_h * B_["stride_rh"] + offs_m * B_["stride_rm"], CLAIM_BACKWARD,
+         "delta, lse2, dsink[b, h, i]"),
+    Term(bsink_off, off_h * B_["stride_sink"], CLAIM_BACKWARD, "sinks[h]"),
+)
+BACKWARD_GROUPS = {"preprocess": PREPROCESS_OFFSETS}

@@ -116,3 +116,154 @@ def varlen_grid(max_seqlen, block, cu_seqlens, heads):
     """``(cdiv(max_seqlen, block), B x heads)``: one program per tile of ``block`` rows (queries for the
     forward and dQ, keys for dK/dV) and per (segment, head); ``B = len(cu_seqlens) - 1``."""
     return cdiv(max_seqlen, block), (cu_seqlens.shape[0] - 1) * heads
+
+
+# ----------------------------------------------------------------------------------
+# The dense forward (_attn_fwd), dense or packed: every stride and size it takes, and its grid.
+# ----------------------------------------------------------------------------------
+def attention_strides(t):
+    """``(batch, head, row, dim)`` strides of an attention operand: a ``(B, H, N, D)`` tensor's own, a
+    packed ``(total, H, D)`` one's by ``packed_strides``."""
+    return tuple(t.stride()) if t.dim() == 4 else packed_strides(t)
+
+
+def lse_strides(lse):
+    """``(batch, head, row)`` strides of an lse: ``(B, H, N)`` as it is, a packed ``(H, total)`` with batch
+    stride 0 (the varlen block moves the pointer to the segment's first row)."""
+    return tuple(lse.stride()) if lse.dim() == 3 else (0, lse.stride(0), lse.stride(1))
+
+
+def slope_strides(slopes):
+    """``(batch, head)`` strides of ALiBi slopes ``(Hq,)`` (batch stride 0) or ``(B, Hq)``."""
+    return (0, slopes.stride(0)) if slopes.dim() == 1 else tuple(slopes.stride())
+
+
+#: the forward's stride parameters, per tensor, in its signature's order
+FORWARD_STRIDE_NAMES = {
+    "q": ("stride_qb", "stride_qh", "stride_qm", "stride_qd"), "k": ("stride_kb", "stride_kh", "stride_kn", "stride_kd"),
+    "v": ("stride_vb", "stride_vh", "stride_vn", "stride_vd"), "out": ("stride_ob", "stride_oh", "stride_om", "stride_od"),
+    "lse": ("stride_lb", "stride_lh", "stride_lm"), "mask": ("stride_mb", "stride_mh", "stride_mm", "stride_mn"),
+    "block_map": ("stride_map_b", "stride_map_h", "stride_map_m", "stride_map_n"), "slopes": ("stride_sb", "stride_sh"),
+    "key_lengths": ("stride_kl",), "sinks": ("stride_sink",)}
+
+
+def philox_words(philox):
+    """Dropout's ``(seed, counter offset)`` int64 pair as the kernels read it: contiguous (word w at offset w)."""
+    return philox.contiguous()
+
+
+def dropout_mask_launch(keep, block_m):
+    """``(grid, ints)`` of ``_dropout_keep`` writing ``keep`` ``(B, H, N_Q, N_K)`` (a packed batch: ``(1, H,
+    total_q, total_k)``): its strides, sizes and grid ``(cdiv(N_Q, block_m), B x H)``."""
+    B, H, N_Q, N_K = keep.shape
+    ints = dict(zip(("stride_keep_b", "stride_keep_h", "stride_keep_m", "stride_keep_n"), keep.stride()))
+    ints.update(H=H, N_Q=N_Q, N_K=N_K)
+    return (cdiv(N_Q, block_m), B * H), ints
+
+
+def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sinks, block_m, mask_mod_args=None,
+                   cu_seqlens_q=None, max_seqlen_q=None):
+    """``(grid, ints)`` of one ``_attn_fwd`` launch: ``ints`` its integer parameters by name (every
+    stride as the tensor has it, the heads, ``GROUP``, ``N_Q``, ``N_K``).
+
+    Dense: q ``(B, Hq, N_Q, D)``, k/v ``(B, Hkv, N_K, D)``, out like q, lse ``(B, Hq, N_Q)``, grid
+    ``(cdiv(N_Q, block_m), B x Hq)``. Packed (``cu_seqlens_q`` given): q ``(total_q, Hq, D)``, k/v
+    ``(total_k, Hkv, D)``, lse ``(Hq, total_q)``, batch strides 0, ``N_Q``/``N_K`` the totals and
+    ``varlen_grid``'s grid. ``key_lengths`` ``(B,)``, ``mask`` ``(B, Hq, N_Q, N_K)`` and ``block_map``
+    ``(B, Hq, cdiv(N_Q, BLOCK_M), cdiv(N_K, BLOCK_N))`` (broadcast: stride 0), ``slopes`` ``(Hq,)`` or
+    ``(B, Hq)``, ``sinks`` ``(Hq,)``, ``mask_mod_args`` ``(B, P)``: the tensors as passed (a one-element
+    placeholder where a flag compiles the read out)."""
+    packed = cu_seqlens_q is not None
+    ints = {}
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        ints.update(zip(FORWARD_STRIDE_NAMES[name], attention_strides(t)))
+    ints.update(zip(FORWARD_STRIDE_NAMES["lse"], lse_strides(lse)))
+    ints.update(zip(FORWARD_STRIDE_NAMES["mask"], mask.stride()))
+    ints.update(zip(FORWARD_STRIDE_NAMES["block_map"], block_map.stride()))
+    ints.update(zip(FORWARD_STRIDE_NAMES["slopes"], slope_strides(slopes)))
+    ints.update(stride_kl=key_lengths.stride(0), stride_sink=sinks.stride(0))
+    if mask_mod_args is not None:
+        ints["stride_mmb"] = mask_mod_args.stride(0)
+    H, H_KV = q.shape[1], k.shape[1]
+    n_q, n_k = (q.shape[0], k.shape[0]) if packed else (q.shape[2], k.shape[2])
+    ints.update(H=H, GROUP=H // H_KV, N_Q=n_q, N_K=n_k)
+    grid = varlen_grid(max_seqlen_q, block_m, cu_seqlens_q, H) if packed else (cdiv(n_q, block_m), q.shape[0] * H)
+    return grid, ints
+
+
+# ----------------------------------------------------------------------------------
+# Softmax and the merge kernels: every stride of their row-major tensors, and their grids.
+# ----------------------------------------------------------------------------------
+def softmax_launch(x, y, block_m):
+    """``(grid, ints)`` of ``_softmax_one_pass`` / ``_softmax_two_pass`` on x, y ``(R, N)``."""
+    R, N = x.shape
+    ints = dict(zip(("stride_xr", "stride_xc"), x.stride()))
+    ints.update(zip(("stride_yr", "stride_yc"), y.stride()))
+    ints.update(R=R, N=N)
+    return (cdiv(R, block_m),), ints
+
+
+def merge_state_launch(o_a, lse_a, o_b, lse_b, o, lse, block_m):
+    """``(grid, ints)`` of ``_merge_state``: o_a, o_b, o ``(R, D)``, lse_a, lse_b, lse ``(R,)``."""
+    R, D = o_a.shape
+    ints = dict(zip(("stride_oa", "stride_oad"), o_a.stride()))
+    ints.update(zip(("stride_ob", "stride_obd"), o_b.stride()))
+    ints.update(zip(("stride_o", "stride_od"), o.stride()))
+    ints.update(stride_la=lse_a.stride(0), stride_lb=lse_b.stride(0), stride_l=lse.stride(0), R=R, D=D)
+    return (cdiv(R, block_m),), ints
+
+
+def merge_states_launch(o_s, lse_s, o, lse, sinks, block_m):
+    """``(grid, ints)`` of ``_merge_states``: o_s ``(S, R, D)``, lse_s ``(S, R)``, o ``(R, D)``, lse
+    ``(R,)``, sinks ``(H,)`` (row r's sink is ``sinks[r % H]``) or None (H = 1, never read)."""
+    S, R, D = o_s.shape
+    ints = dict(zip(("stride_os", "stride_or", "stride_osd"), o_s.stride()))
+    ints.update(zip(("stride_ls", "stride_lr"), lse_s.stride()))
+    ints.update(zip(("stride_o", "stride_od"), o.stride()))
+    ints.update(stride_l=lse.stride(0), stride_sink=sinks.stride(0) if sinks is not None else 0,
+                H=sinks.shape[0] if sinks is not None else 1, S=S, R=R, D=D)
+    return (cdiv(R, block_m),), ints
+
+
+# ----------------------------------------------------------------------------------
+# The KV-cache append (_append_rows): every stride and size, and the grid.
+# ----------------------------------------------------------------------------------
+def append_launch(x, dst, cache_seqlens, table, batch_idx, cos, sin, block_t):
+    """``(grid, ints)`` of ``_append_rows``: x ``(B, N_new, H, D)``, dst the cache ``(B_cache, N_cache, H, D)``,
+    a paged cache ``(num_pages, PAGE_SIZE, H, D)`` or a tensor like x; ``cache_seqlens`` ``(B,)``; ``table``
+    the block table ``(B, max_pages)``, ``batch_idx`` ``cache_batch_idx`` ``(B,)``, ``cos``/``sin`` the rotary
+    tables ``(seqlen_ro, rotary_dim / 2)`` (one-element placeholders where a flag compiles the read out:
+    their strides are passed, never used). Grid ``(B, H, cdiv(N_new, block_t))``."""
+    B, N_NEW, H, _ = x.shape
+    ints = dict(zip(("stride_xb", "stride_xn", "stride_xh", "stride_xd"), x.stride()))
+    ints.update(zip(("stride_db", "stride_dn", "stride_dh", "stride_dd"), dst.stride()))
+    ints.update(stride_bt_b=table.stride(0), stride_bt_p=table.stride(-1), stride_cs=cache_seqlens.stride(0),
+                stride_bi=batch_idx.stride(0), stride_cos_n=cos.stride(0), stride_cos_d=cos.stride(-1),
+                stride_sin_n=sin.stride(0), stride_sin_d=sin.stride(-1), N_NEW=N_NEW)
+    return (B, H, cdiv(N_NEW, block_t)), ints
+
+
+# ----------------------------------------------------------------------------------
+# The backward's preprocess (_attn_bwd_preprocess): its own row tensors, every stride, the grid.
+# ----------------------------------------------------------------------------------
+def backward_row_tensors(lse, sinks: bool):
+    """The backward's per-row fp32 tensors in ``lse``'s shape, contiguous (``new_empty``): Δ, lse2 and,
+    with sinks, each row's part of dL/dsink (else None). The preprocess writes them with Δ's strides."""
+    return lse.new_empty(lse.shape), lse.new_empty(lse.shape), lse.new_empty(lse.shape) if sinks else None
+
+
+def preprocess_launch(out, do, grad_lse, lse, delta, sinks, block_m):
+    """``(grid, ints)`` of ``_attn_bwd_preprocess``: out, do ``(B, Hq, N_Q, D)`` or packed ``(total_q, Hq,
+    D)``; grad_lse, lse and delta ``(B, Hq, N_Q)`` or packed ``(Hq, total_q)`` (Δ, lse2, dsink share Δ's
+    layout: ``backward_row_tensors``); ``sinks`` ``(Hq,)`` (a placeholder when off). A packed batch runs as
+    one batch: grid ``(cdiv(total_q, block_m), Hq)``, else ``(cdiv(N_Q, block_m), B x Hq)``."""
+    packed = out.dim() == 3
+    ints = dict(zip(("stride_ob", "stride_oh", "stride_om", "stride_od"), attention_strides(out)))
+    ints.update(zip(("stride_dob", "stride_doh", "stride_dom", "stride_dod"), attention_strides(do)))
+    ints.update(zip(("stride_lb", "stride_lh", "stride_lm"), lse_strides(grad_lse)))
+    ints.update(zip(("stride_slb", "stride_slh", "stride_slm"), lse_strides(lse)))
+    ints.update(zip(("stride_rb", "stride_rh", "stride_rm"), lse_strides(delta)))
+    H = out.shape[1]
+    N_Q = out.shape[0] if packed else out.shape[2]
+    ints.update(stride_sink=sinks.stride(0), H=H, N_Q=N_Q)
+    return (cdiv(N_Q, block_m), H if packed else out.shape[0] * H), ints

@@ -19,8 +19,12 @@ def term_groups() -> dict[str, tuple]:
                    "varlen.SEGMENT": varlen.SEGMENT})
     groups.update({f"paged.{name}": group for name, group in paged.GROUPS.items()})
     groups.update({f"rotary.{name}": group for name, group in rotary.GROUPS.items()})
-    # the printed addresses (issue 24): decode's offsets, varlen's cu_seqlens loads and pointer moves
+    # the printed addresses (issue 24): decode's and the dense forward's offsets, varlen's cu_seqlens loads and pointer moves
     groups.update({f"addresses.{name}": group for name, group in addresses.DECODE_GROUPS.items()})
+    groups.update({f"addresses.FORWARD.{name}": group for name, group in addresses.FORWARD_GROUPS.items()})
+    groups.update({f"addresses.ROWS.{name}": group for name, group in addresses.ROWS_GROUPS.items()})
+    groups.update({f"addresses.APPEND.{name}": group for name, group in addresses.APPEND_GROUPS.items()})
+    groups.update({f"addresses.BACKWARD.{name}": group for name, group in addresses.BACKWARD_GROUPS.items()})
     groups["addresses.SEGMENT_LOADS"] = addresses.SEGMENT_LOADS
     groups.update({f"addresses.SEGMENT_POINTERS.{k}": group for k, group in addresses.SEGMENT_POINTERS.items()})
     return groups

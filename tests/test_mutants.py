@@ -1137,6 +1137,180 @@ def test_dropout_gradient_mutant_is_refuted(mutant):
     assert_failed(PD.prove_dropout_grads(**GRAD_MUTANTS[mutant]))
 
 
+# ---------------------------------------------------------------- issue 24: the dense forward's addresses
+# Each edit is one a real bug would make (the hand-written lines they replace assumed it), applied to the
+# printed term or to spec.launch.forward_launch, and refuted by claim forward_addresses.
+FG = AD.FORWARD_GROUPS
+
+
+def _forward_failing(**kw):
+    return _failing(PAD.prove_forward_addresses(**kw))
+
+
+def test_forward_address_lse_assumed_contiguous_is_refuted():
+    """The old kernel's lse row, (off_b·H + off_h)·N_Q + offs_m: right only for a contiguous (B, H, N_Q)."""
+    H, N_Q = sp.Symbol("H", integer=True), sp.Symbol("N_Q", integer=True)
+    outs = swap(FG["out_offsets"], AD.lse_off, (AD.off_b * H + AD.off_h) * N_Q + AD.offs_m)
+    assert _forward_failing(groups=dict(FG, out_offsets=outs)) == ["lse offset is lse[b, h, i]"]
+
+
+def test_forward_address_kv_of_the_query_head_is_refuted():
+    """GQA dropped: K's head from off_h, not off_kvh = off_h // GROUP."""
+    base = swap(FG["kv_base"], AD.k_base, AD.off_b * AD.F_["stride_kb"] + AD.off_h * AD.F_["stride_kh"])
+    failing = _forward_failing(groups=dict(FG, kv_base=base))
+    assert failing == ["k offset is k[b, off_kvh, j, d]"], failing
+
+
+def test_forward_address_mask_without_its_head_stride_is_refuted():
+    """The dense mask read as if broadcast over heads (its head stride dropped)."""
+    base = swap(FG["mask_base"], AD.mask_base, AD.off_b * AD.F_["stride_mb"] + terms.col(AD.offs_m) * AD.F_["stride_mm"])
+    assert _forward_failing(groups=dict(FG, mask_base=base)) == ["mask offset is mask[b, h, i, j]"]
+
+
+def test_forward_address_block_map_by_key_not_tile_is_refuted():
+    """The block map indexed by the tile's first key instead of its tile number."""
+    off = swap(FG["map_offset"], AD.map_off, AD.map_base + AD.start_n * AD.F_["stride_map_n"])
+    failing = _forward_failing(groups=dict(FG, map_offset=off))
+    assert failing == ["block map offset is block_map[b, h, pid_m, start_n // BLOCK_N]"], failing
+
+
+def test_forward_address_key_lengths_at_b_is_refuted():
+    """The old kernel's KeyLens + off_b: right only for a contiguous key_lengths."""
+    kl = swap(FG["key_len"], AD.kl_off, AD.off_b)
+    assert _forward_failing(groups=dict(FG, key_len=kl)) == ["key_lengths offset is key_lengths[b]"]
+
+
+def test_forward_address_launch_bugs_are_refuted():
+    """spec.launch.forward_launch edited: v passed with k's strides; the grid rounded down; slopes (Hq,)
+    passed with their strides swapped; the Philox pair passed as given (the kernel reads word 1 at +1)."""
+    def v_as_k(q, k, v, *rest, **kw):
+        grid, ints = LA.forward_launch(q, k, v, *rest, **kw)
+        return grid, dict(ints, **dict(zip(LA.FORWARD_STRIDE_NAMES["v"], LA.attention_strides(k))))
+
+    assert _forward_failing(launch=v_as_k) == ["v offset is v[b, off_kvh, j, d]"]
+
+    def rounded_down(*args, **kw):
+        grid, ints = LA.forward_launch(*args, **kw)
+        return (sp.floor(ints["N_Q"] / args[10]), grid[1]), ints
+
+    assert _forward_failing(launch=rounded_down) == [
+        "the grid covers every (b, h, i): grid[0]·BLOCK_M >= N_Q, grid[1] = B·Hq"]
+
+    def swapped_slopes(*args, **kw):
+        grid, ints = LA.forward_launch(*args, **kw)
+        return grid, dict(ints, stride_sb=ints["stride_sh"], stride_sh=ints["stride_sb"])
+
+    assert "slopes (Hq,): slope offset is alibi_slopes[h]" in _forward_failing(launch=swapped_slopes)
+    assert _forward_failing(philox_words=lambda p: p) == ["rng_off is philox[1] (as spec.launch.philox_words passes it)"]
+
+
+# ---------------------------------------------------------------- issue 24: softmax's and the merges' addresses
+RG = AD.ROWS_GROUPS
+
+
+def test_rows_address_unit_column_stride_is_refuted():
+    """The old kernels' `X + r·stride_r + c`: right only for a unit column stride."""
+    soft = swap(RG["softmax"], AD.x_off, terms.col(AD.offs_m) * AD.R_["stride_xr"] + terms.row(AD.offs_n))
+    assert _failing(PAD.prove_rows_addresses(groups=dict(RG, softmax=soft))) == ["softmax: x offset is x[r, c]"]
+    merge = swap(RG["merge"], AD.la_off, AD.offs_m)
+    assert _failing(PAD.prove_rows_addresses(groups=dict(RG, merge=merge))) == ["merge_state: lse_a offset is lse_a[r]"]
+
+
+def test_rows_address_sink_of_the_row_not_its_head_is_refuted():
+    """merge_states' sink read at floor(r / H) (the token) instead of r % H (the query head)."""
+    sink = swap(RG["merge_sink"], AD.msink_off, sp.floor(AD.offs_m / AD.H_) * AD.R_["stride_sink"])
+    failing = _failing(PAD.prove_rows_addresses(groups=dict(RG, merge_sink=sink)))
+    assert failing == ["merge_states: sink offset is sinks[r % H]"], failing
+
+
+def test_rows_address_launch_bugs_are_refuted():
+    """The launch functions edited: y written with x's strides; the split stride of lse_s from o_s; the grid
+    rounded down."""
+    def y_as_x(x, y, block_m):
+        grid, ints = LA.softmax_launch(x, y, block_m)
+        return grid, dict(ints, stride_yr=ints["stride_xr"], stride_yc=ints["stride_xc"])
+
+    assert _failing(PAD.prove_rows_addresses(softmax_launch=y_as_x)) == ["softmax: y offset is y[r, c]"]
+
+    def lse_split_from_o(*args):
+        grid, ints = LA.merge_states_launch(*args)
+        return grid, dict(ints, stride_ls=ints["stride_os"])
+
+    failing = _failing(PAD.prove_rows_addresses(merge_states_launch=lse_split_from_o))
+    assert failing == ["merge_states: lse_s offset is lse_s[s, r]"], failing
+
+    def rounded_down(*args):
+        grid, ints = LA.merge_state_launch(*args)
+        return (sp.floor(ints["R"] / args[-1]),), ints
+
+    failing = _failing(PAD.prove_rows_addresses(merge_state_launch=rounded_down))
+    assert failing == ["merge_state: the grid covers every row"], failing
+
+
+def test_forward_address_dropout_keep_assumed_contiguous_is_refuted():
+    """_dropout_keep's old row, (b·H + h)·N_Q·N_K + i·N_K + j: right only for a contiguous keep mask."""
+    H, N_Q, N_K = (sp.Symbol(x, integer=True) for x in ("H", "N_Q", "N_K"))
+    keep = swap(FG["keep_offset"], AD.keep_off, (AD.off_b * H + AD.off_h) * N_Q * N_K
+                + terms.col(AD.offs_m64) * N_K + terms.row(AD.offs_n))
+    assert _forward_failing(groups=dict(FG, keep_offset=keep)) == ["_dropout_keep: keep offset is keep[b, h, i, j]"]
+
+
+# ---------------------------------------------------------------- issue 24: the KV-cache append's addresses
+APG = AD.APPEND_GROUPS
+
+
+def test_append_address_block_table_without_its_column_stride_is_refuted():
+    """The old append kernel's block-table entry, off_b·stride_bt_b + page_idx (column stride 1)."""
+    look = swap(APG["lookups"], AD.abt_off, AD.off_b * AD.AP_["stride_bt_b"] + AD.P.page_idx)
+    failing = _failing(PAD.prove_append_addresses(groups=dict(APG, lookups=look)))
+    # the page read from the wrong entry moves the cache row too
+    assert failing == ["paged: block_table offset is block_table[b, j // PAGE_SIZE]",
+                       "paged: cache offset is cache[block_table[b, j // PS], j % PS, head, d]"], failing
+
+
+def test_append_address_cache_seqlens_at_b_is_refuted():
+    """The old kernel's CacheSeqlens + off_b: right only for a contiguous cache_seqlens."""
+    look = swap(APG["lookups"], AD.acs_off, AD.off_b)
+    failing = _failing(PAD.prove_append_addresses(groups=dict(APG, lookups=look)))
+    assert sorted(failing) == [f"{k}: cache_seqlens offset is cache_seqlens[b]" for k in ("cache", "paged", "tensor")]
+
+
+def test_append_address_launch_with_sin_read_by_cos_strides_is_refuted():
+    def bad(x, dst, cs, table, bi, cos, sin, block_t):
+        grid, ints = LA.append_launch(x, dst, cs, table, bi, cos, sin, block_t)
+        return grid, dict(ints, stride_sin_n=ints["stride_cos_n"], stride_sin_d=ints["stride_cos_d"])
+
+    failing = _failing(PAD.prove_append_addresses(launch=bad))
+    assert sorted(failing) == [f"{k}: sin offset is sin[pos, freq]" for k in ("cache", "paged", "tensor")]
+
+
+# ---------------------------------------------------------------- issue 24: the backward preprocess's addresses
+def test_backward_address_rows_assumed_contiguous_are_refuted():
+    """The old preprocess's rows, off_bh·N_Q + offs_m, for the saved lse: right only for a contiguous (B, H, N_Q)."""
+    H, N_Q = sp.Symbol("H", integer=True), sp.Symbol("N_Q", integer=True)
+    pre = swap(AD.PREPROCESS_OFFSETS, AD.slse_off, (AD.off_b * H + AD.off_h) * N_Q + AD.offs_m)
+    failing = _failing(PAD.prove_backward_addresses(groups={"preprocess": pre}))
+    assert failing == ["dense: lse offset is lse[b, h, i]", "packed: lse offset is lse[b, h, i]"], failing
+
+
+def test_backward_address_launch_bugs_are_refuted():
+    """dL/dlse passed with the saved lse's strides (the autograd one may be expanded); lse2 made in another
+    layout than Δ's (the preprocess writes both with Δ's strides)."""
+    def dlse_as_lse(out, do, grad_lse, lse, delta, sinks, block_m):
+        grid, ints = LA.preprocess_launch(out, do, grad_lse, lse, delta, sinks, block_m)
+        return grid, dict(ints, stride_lb=ints["stride_slb"], stride_lh=ints["stride_slh"], stride_lm=ints["stride_slm"])
+
+    failing = _failing(PAD.prove_backward_addresses(launch=dlse_as_lse))
+    assert failing == ["dense: grad_lse offset is grad_lse[b, h, i]", "packed: grad_lse offset is grad_lse[b, h, i]"]
+
+    def lse2_transposed(lse, sinks):
+        delta, lse2, dsink = LA.backward_row_tensors(lse, sinks)
+        return delta, lse2.transpose(0, 1), dsink
+
+    failing = _failing(PAD.prove_backward_addresses(row_tensors=lse2_transposed))
+    assert "dense: row offset is lse2[b, h, i]" in failing, failing
+
+
 # ---------------------------------------------------------------- FP8 forward (issue 30)
 from spec import error_bound as EB  # noqa: E402
 from spec.proofs import fp8 as P8  # noqa: E402

@@ -167,7 +167,7 @@ MUTANTS = {
     "kv_by_query_head": ("off_b, off_kvh, offs_m, offs_d, full_hi, kv_hi",
                          "off_b, off_h, offs_m, offs_d, full_hi, kv_hi", CASES["gqa"]),
     # V's tile read from K's descriptor
-    "v_from_k": ("v = _tma_tile(V_tile,", "v = _tma_tile(K_tile,", {}),
+    "v_from_k": ("v = _tma_tile(V,", "v = _tma_tile(K,", {}),
 }
 
 

@@ -222,7 +222,7 @@ def score_mod_launch(device: torch.device, *, softcap, alibi_slopes, sinks, scal
     checks.check_score_mod_scale(scale, softcap=softcap, alibi_slopes=alibi_slopes)
     placeholder = torch.empty((1,), dtype=torch.float32, device=device)
     slopes = alibi_slopes if alibi_slopes is not None else placeholder
-    slope_strides = (0, slopes.stride(0)) if slopes.dim() == 1 else tuple(slopes.stride())
+    slope_strides = spec_launch.slope_strides(slopes)  # the one home: spec.launch (claim forward_addresses)
     flags = score_mod_constexprs(softcap is not None, alibi_slopes is not None, sinks is not None)
     return flags, (0.0 if softcap is None else float(softcap), slopes, slope_strides,
                    sinks if sinks is not None else placeholder)
@@ -245,7 +245,8 @@ def dropout_launch(device: torch.device, *, dropout_p, philox) -> tuple[dict, tu
     ``philox`` (int64 ``(2,)``: seed, counter offset, drawn by ``checks.draw_philox``) is given
     and ``dropout_p > 0``; off, a placeholder the kernels never read and ``p = 0.0``."""
     on = philox is not None and float(dropout_p) > 0
-    arg = philox if on else torch.zeros((2,), dtype=torch.int64, device=device)
+    # the pair as the kernels read it (spec.launch.philox_words: claim forward_addresses)
+    arg = spec_launch.philox_words(philox) if on else torch.zeros((2,), dtype=torch.int64, device=device)
     return dropout_constexprs(on), (arg, float(dropout_p) if on else 0.0)
 
 

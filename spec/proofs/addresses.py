@@ -245,8 +245,10 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
        "cu_seqlens_q/k[b] and [b + 1] of the tensors spec.launch.varlen_cu_seqlens passes (inside their shape "
        "for every program of spec.launch.varlen_grid's grid), and every pointer the segment moves "
        "(spec.addresses.SEGMENT_POINTERS: Q, K, V, Out of the forward, Q, dO, K, V, dK, dV of dK/dV, Q, dO, "
-       "dQ, K, V of dQ), with the dense kernels' address form off_b·stride_b + h·stride_h + i·stride_row + "
-       "d·stride_d and spec.launch.packed_strides' strides, reaches element (cu[b] + i, h, d) of its tensor "
+       "dQ, K, V of dQ; Lse (Hq, total_q) of the forward), followed by the forward's printed offsets "
+       "(spec.addresses.FORWARD_GROUPS, for the strides spec.launch.forward_launch passes a packed batch) or the "
+       "backward's address form off_b·stride_b + h·stride_h + i·stride_row + d·stride_d with "
+       "spec.launch.packed_strides' strides, reaches element (cu[b] + i, h, d) of its tensor (lse: (h, cu[b] + i)) "
        "— the segment's row i, queries from cu_seqlens_q and keys from cu_seqlens_k — inside the tensor for "
        "0 <= i < the segment's length, given the host's check of the offsets (non-decreasing, from 0 to the "
        "totals); the grid's cdiv(max_seqlen, B) tiles cover every segment no longer than max_seqlen",
@@ -256,9 +258,11 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
                                                                     for t in g})),
        scope="symbolic totals, heads, head dim, strides (>= 0), segment and offsets' values (uninterpreted), "
              "grid (SymPy canonical zero for the elements, z3 for the extents); mathematical integers Z (the "
-             "segment starts are int64 when they scale a stride); the dense address form is the kernels' "
+             "segment starts are int64 when they scale a stride); the backward's dense address form is its "
              "hand-written pointer lines (a listed gap)")
-def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, cu_seqlens=None, strides=None, grid=None):
+def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, cu_seqlens=None, strides=None, grid=None,
+                           forward_groups=A.FORWARD_GROUPS, forward_launch=None):
+    forward_launch = L.forward_launch if forward_launch is None else forward_launch
     cu_seqlens = L.varlen_cu_seqlens if cu_seqlens is None else cu_seqlens
     strides = L.packed_strides if strides is None else strides
     grid = L.varlen_grid if grid is None else grid
@@ -287,22 +291,45 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
     q_shape, k_shape = ("total_q", "Hq", "D"), ("total_k", "Hkv", "D")
     tensors.update(out=A.symbolic("out", q_shape), do=A.symbolic("do", q_shape), dq=A.symbolic("dq", q_shape),
                    dk=A.symbolic("dk", k_shape))
-    row_stride = {sp.Symbol(name, integer=True): strides(tensors[t])[2] for name, t in A.ROW_STRIDES.items()}
+    tensors["lse"] = A.symbolic("lse", ("Hq", "total_q"))
+    row_stride = {sp.Symbol(name, integer=True): strides(tensors[t])[2] for name, t in A.ROW_STRIDES.items()
+                  if t != "lse"}
     starts = {V.seq_start_q: values.get(V.seq_start_q, V.seq_start_q),
               V.seq_start_k: values.get(V.seq_start_k, V.seq_start_k)}
     i, h, d = (sp.Symbol(x, integer=True, nonnegative=True) for x in ("i", "h", "d"))
+    # the forward: its own launch (spec.launch.forward_launch, packed) and printed offsets (FORWARD_GROUPS)
+    placeholder = lambda name, dims: A.symbolic(name, (1,) * dims)  # noqa: E731  (flags compile the reads out)
+    _, fints = forward_launch(tensors["q"], tensors["k"], tensors["v"], tensors["out"], tensors["lse"],
+                              placeholder("key_lengths", 1), placeholder("mask", 4), placeholder("block_map", 4),
+                              placeholder("alibi_slopes", 1), placeholder("sinks", 1), n.B_r,
+                              cu_seqlens_q=passed["q"], max_seqlen_q=sp.Symbol("max_seqlen", integer=True))
+    flaunched = {sym: sp.sympify(fints[name]) for name, sym in A.F_.items() if name in fints}
+    fg = {t.symbol: t for group in forward_groups.values() for t in group}
+    fwd_offset = {"Q": (A.q_off,), "K": (A.k_off, A.k_base), "V": (A.v_off, A.v_base), "Out": (A.o_off,),
+                  "Lse": (A.lse_off,)}
     for kernel, group in pointers.items():
         for term in group:
             ptr = term.symbol.name
             name = A.POINTER_TENSOR[ptr]
             tensor = tensors[name]
-            side = "q" if tensor.shape[0].name == "total_q" else "k"
-            sb, sh, sm, sd = strides(tensor)
-            moved = sp.expand(term.expr - term.symbol).xreplace(row_stride).xreplace(starts)
-            address = sp.expand(moved + A.off_b * sb + h * sh + i * sm + d * sd)  # the dense kernel's address form
+            side = "q" if "total_q" in {str(x) for x in tensor.shape} else "k"
             start = mem[side](sp.expand(passed[side].offset_of((A.off_b,))))
-            cases.append((f"{kernel}: {ptr} reaches {name}[cu_seqlens_{side}[b] + i, h, d]",
-                          difference(address, sp.expand(tensor.offset_of((start + i, h, d))))))
+            if kernel == "fwd":  # the pointer moved by the printed move, then the printed dense offset
+                off, *bases = fwd_offset[ptr]
+                offset = _lanes(fg[off].expr)
+                for base in bases:
+                    offset = offset.xreplace({base: _lanes(fg[base].expr)})
+                offset = offset.xreplace({A.offs_m: i, A.offs_n: i, A.offs_d: d, A.off_h: h, A.off_kvh: h})
+                moved = sp.expand(term.expr - term.symbol).xreplace(flaunched).xreplace(starts)
+                address = sp.expand(moved + offset.xreplace(flaunched))
+            else:  # dK/dV, dQ: the backward's hand-written address form (a listed gap)
+                sb, sh, sm, sd = strides(tensor)
+                moved = sp.expand(term.expr - term.symbol).xreplace(row_stride).xreplace(starts)
+                address = sp.expand(moved + A.off_b * sb + h * sh + i * sm + d * sd)
+            index = (h, start + i) if name == "lse" else (start + i, h, d)
+            where = "h, cu_seqlens_q[b] + i" if name == "lse" else f"cu_seqlens_{side}[b] + i, h, d"
+            cases.append((f"{kernel}: {ptr} reaches {name}[{where}]",
+                          difference(address, sp.expand(tensor.offset_of(index)))))
     # the extents (z3): the program's segment b has cu[b + 1] inside cu_seqlens; a row i < length inside
     z = _Z3A()
     B1, H = z(cu_in["q"].shape[0]), z3.Int("Hq")
@@ -325,3 +352,450 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
                          g0 * block >= length))
     return result(A.CLAIM_VARLEN, cases, "elements by SymPy (canonical zero, uninterpreted loaded values), "
                                          "extents by z3")
+
+
+# ----------------------------------------------------------------------------------
+# The dense forward.
+# ----------------------------------------------------------------------------------
+#: names the kernel holds in int64 (cast at the grid split, or sums with such a term): a product with one
+#: of them is int64; every other product is int32 (the lanes, the strides, pid_m, start_n)
+_INT64 = {A.off_b, A.off_h, A.off_kvh, A.k_base, A.v_base, A.mask_base, A.map_base}
+
+
+def _int32_part(expr) -> sp.Expr:
+    """The terms of an offset with no int64 factor: the products the kernel computes in int32."""
+    return sp.Add(*[t for t in sp.Add.make_args(sp.expand(_lanes(expr))) if not (t.free_symbols & _INT64)])
+
+
+def _forward_tensors():
+    q = A.symbolic("q", ("B", "Hq", "N_Q", "D"))
+    k, v = A.symbolic("k", ("B", "Hkv", "N_K", "D")), A.symbolic("v", ("B", "Hkv", "N_K", "D"))
+    out, lse = A.symbolic("out", q.shape), A.symbolic("lse", q.shape[:3])
+    B, Hq, N_Q, N_K = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    mask = A.symbolic("mask", (B, Hq, N_Q, N_K))
+    block_map = A.symbolic("block_map", (B, Hq, sp.ceiling(N_Q / n.B_r), sp.ceiling(N_K / n.B_c)))
+    slopes = {"(Hq,)": A.symbolic("alibi_slopes", (Hq,)), "(B, Hq)": A.symbolic("alibi_slopes", (B, Hq))}
+    return dict(q=q, k=k, v=v, out=out, lse=lse, key_lengths=A.symbolic("key_lengths", (B,)), mask=mask,
+                block_map=block_map, slopes=slopes, sinks=A.symbolic("sinks", (Hq,)),
+                mask_mod_args=A.symbolic("mask_mod_args", (B, "P")), philox=A.symbolic("philox", (2,)))
+
+
+@claim(A.CLAIM_FORWARD,
+       "the dense forward's addresses: for all shapes and non-negative strides of q, out (B, Hq, N_Q, D), k, v "
+       "(B, Hkv, N_K, D), lse (B, Hq, N_Q), key_lengths (B,), the dense mask (B, Hq, N_Q, N_K) and its block map "
+       "(B, Hq, cdiv(N_Q, BLOCK_M), cdiv(N_K, BLOCK_N)) (broadcast: stride 0), ALiBi slopes (Hq,) or (B, Hq), sinks "
+       "(Hq,), mask_mod_args (B, P) and the Philox pair (2,), with the strides, sizes and grid "
+       "spec.launch.forward_launch passes (the function both launchers call; philox through "
+       "spec.launch.philox_words), every printed offset of _attn_fwd, _attn_fwd_stage, _attn_fwd_tile and "
+       "_score_mod_scalars (spec.addresses.FORWARD_GROUPS) is the offset of the element the reference reads — "
+       "q/out[b, h, i, d], lse[b, h, i], k/v[b, h // GROUP, j, d], mask[b, h, i, j], block_map[b, h, i // BLOCK_M, "
+       "j0 // BLOCK_N], key_lengths[b], sinks[h], slopes[h] or [b, h], mask_mod_args[b, 0], philox[1], and "
+       "_dropout_keep's keep[b, h, i, j] for the strides and grid spec.launch.dropout_mask_launch passes — and lies "
+       "inside the tensor for every program of the grid and every lane the load or store lets through (rows "
+       "i < N_Q, keys j < N_K, d < HEAD_DIM = D; key tiles start inside [0, N_K), as the stages visit them: claim "
+       "mask_tiles_sound), given Hq = GROUP·Hkv; the grid covers every (b, h, i); the int32 part of "
+       "q/out/k/v/mask's offsets is exactly the in-head offset row·stride_row + col·stride_col that assumption index_int32 bounds (claim int32)",
+       r"\mathrm{off}(X, (b, h, i, d)) = b\,s_b + h\,s_h + i\,s_i + d\,s_d,\quad 0\le\mathrm{idx}<\mathrm{shape}",
+       terms=tuple(t.name for g in A.FORWARD_GROUPS.values() for t in g),
+       scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 over "
+             "unbounded integers for the extents); off_b, off_h, off_kvh and the per-program bases are int64, the "
+             "in-head products int32 (bounded by index_int32 for q, out, k, v and mask; lse's offs_m·stride_lm, "
+             "the block map's tile products and the slope/sink/key_lengths offsets of an int64 factor are not "
+             "bounded by it: lse and the block map are made by the runtime, contiguous and small); the packed "
+             "(varlen) form is claim varlen_addresses'")
+def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=None, dropout_mask_launch=None):
+    launch = L.forward_launch if launch is None else launch
+    dropout_mask_launch = L.dropout_mask_launch if dropout_mask_launch is None else dropout_mask_launch
+    philox_words = L.philox_words if philox_words is None else philox_words
+    t = _forward_tensors()
+    q, k, v, out, lse = (t[x] for x in ("q", "k", "v", "out", "lse"))
+    B, Hq, N_Q, D = q.shape
+    Hkv, N_K = k.shape[1], k.shape[2]
+    cases = []
+    g = {name: {term.symbol: term for term in group} for name, group in groups.items()}
+    i, j, d = A.offs_m, A.offs_n, A.offs_d
+    for tag, slopes in t["slopes"].items():
+        grid, ints = launch(q, k, v, out, lse, t["key_lengths"], t["mask"], t["block_map"], slopes, t["sinks"], n.B_r,
+                            t["mask_mod_args"])
+        launched = {sym: sp.sympify(ints[name]) for name, sym in A.F_.items() if name in ints}
+        launched.update({A.GROUP: sp.sympify(ints["GROUP"])})
+
+        def at(term, *chained):
+            """A printed offset, with the chained base terms, the lanes and the launch's strides."""
+            e = _lanes(term.expr)
+            for base in chained:
+                e = e.xreplace({base.symbol: _lanes(base.expr)})
+            return sp.expand(e.xreplace(launched))
+
+        def same(name, got, tensor, index):
+            cases.append((name, difference(got, sp.expand(tensor.offset_of(index)))))
+
+        if tag == "(Hq,)":
+            same("q offset is q[b, h, i, d]", at(g["q_offset"][A.q_off]), q, (A.off_b, A.off_h, i, d))
+            same("out offset is out[b, h, i, d]", at(g["out_offsets"][A.o_off]),
+                 out, (A.off_b, A.off_h, i, d))
+            same("lse offset is lse[b, h, i]", at(g["out_offsets"][A.lse_off]), lse,
+                 (A.off_b, A.off_h, i))
+            for side, tensor, off, base in (("k", k, A.k_off, A.k_base), ("v", v, A.v_off, A.v_base)):
+                same(f"{side} offset is {side}[b, off_kvh, j, d]", at(g["kv_offsets"][off], g["kv_base"][base]),
+                     tensor, (A.off_b, A.off_kvh, j, d))
+            same("mask offset is mask[b, h, i, j]", at(g["mask_offset"][A.mask_off], g["mask_base"][A.mask_base]),
+                 t["mask"], (A.off_b, A.off_h, i, j))
+            same("block map offset is block_map[b, h, pid_m, start_n // BLOCK_N]",
+                 at(g["map_offset"][A.map_off], g["map_base"][A.map_base]), t["block_map"],
+                 (A.off_b, A.off_h, A.pid_m, sp.floor(A.start_n / n.B_c)))
+            same("key_lengths offset is key_lengths[b]", at(g["key_len"][A.kl_off]), t["key_lengths"], (A.off_b,))
+            same("sink offset is sinks[h]", at(g["sink_offset"][A.fsink_off]), t["sinks"], (A.off_h,))
+            (mm,) = groups["mm_row"]
+            same("MM_row is row b of mask_mod_args", at(mm) - A.MaskModArgs, t["mask_mod_args"], (A.off_b, 0))
+            (rng,) = groups["rng_offset"]
+            same("rng_off is philox[1] (as spec.launch.philox_words passes it)", at(rng), philox_words(t["philox"]),
+                 (1,))
+            # the int32 part of each offset is the in-head offset assumption index_int32 bounds
+            for name, got, want in (
+                    ("q", _int32_part(at(g["q_offset"][A.q_off])), i * ints["stride_qm"] + d * ints["stride_qd"]),
+                    ("out", _int32_part(at(g["out_offsets"][A.o_off])), i * ints["stride_om"] + d * ints["stride_od"]),
+                    ("k", _int32_part(g["kv_offsets"][A.k_off].expr.xreplace(launched)),
+                     j * ints["stride_kn"] + d * ints["stride_kd"]),
+                    ("v", _int32_part(g["kv_offsets"][A.v_off].expr.xreplace(launched)),
+                     j * ints["stride_vn"] + d * ints["stride_vd"]),
+                    ("mask", _int32_part(g["mask_base"][A.mask_base].expr.xreplace(launched))
+                     + _int32_part(g["mask_offset"][A.mask_off].expr.xreplace(launched)),
+                     i * ints["stride_mm"] + j * ints["stride_mn"])):
+                cases.append((f"{name}: the int32 products are the in-head offset row·stride_row + col·stride_col",
+                              difference(got, sp.expand(want))))
+        same(f"slopes {tag}: slope offset is alibi_slopes[{'h' if tag == '(Hq,)' else 'b, h'}]",
+             at(g["slope_offset"][A.slope_off]), slopes, (A.off_h,) if tag == "(Hq,)" else (A.off_b, A.off_h))
+        # --- the extents (z3) ----------------------------------------------------------------------
+        if tag != "(Hq,)":
+            cases.append(_decide("slopes (B, Hq): [b, h] inside", _grid_hyp(grid, ints, q, k)[0],
+                                 _inside(_grid_hyp(grid, ints, q, k)[1][:2], (B, Hq))))
+            continue
+        hyp, (offb, offh, offkvh, pidm, row) = _grid_hyp(grid, ints, q, k)
+        z = _Z3A()
+        jz, dz, sn = z(j), z(d), z(A.start_n)
+        row_ok, d_ok, key_ok = row < z(N_Q), z3.And(0 <= dz, dz < z(D)), z3.And(0 <= jz, jz < z(N_K))
+        cases.append(_decide("q/out[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)", hyp + [row_ok, d_ok],
+                             _inside((offb, offh, row, dz), q.shape)))
+        cases.append(_decide("lse[b, h, i] inside (lanes i < N_Q)", hyp + [row_ok], _inside((offb, offh, row), lse.shape)))
+        cases.append(_decide("k/v[b, off_kvh, j, d] inside (lanes j < N_K, d < HEAD_DIM)", hyp + [key_ok, d_ok],
+                             _inside((offb, offkvh, jz, dz), k.shape)))
+        cases.append(_decide("mask[b, h, i, j] inside (lanes i < N_Q, j < N_K)", hyp + [row_ok, key_ok],
+                             _inside((offb, offh, row, jz), t["mask"].shape)))
+        tile = [sn >= 0, sn < z(N_K), sn % z(n.B_c) == 0]
+        cases.append(_decide("block_map[b, h, pid_m, start_n // BLOCK_N] inside (a visited key tile starts in [0, N_K))",
+                             hyp + tile, _inside((offb, offh, pidm, sn / z(n.B_c)), t["block_map"].shape)))
+        cases.append(_decide("key_lengths[b], sinks[h], slopes[h], mask_mod_args[b, 0] inside", hyp + [z(sp.Symbol(
+            "P", integer=True, positive=True)) >= 1], z3.And(_inside((offb,), (B,)), _inside((offh,), (Hq,)),
+                                                             _inside((offb, 0), t["mask_mod_args"].shape))))
+        cases.append(_decide("philox[1] inside philox (2,)", [], _inside((z3.IntVal(1),), (2,))))
+        # the grid covers every row of every (batch, query head): cdiv(N_Q, BLOCK_M) tiles, B x Hq programs
+        cases.append(_decide("the grid covers every (b, h, i): grid[0]·BLOCK_M >= N_Q, grid[1] = B·Hq",
+                             [x >= 1 for x in (z(B), z(Hq), z(N_Q), z(n.B_r))],
+                             z3.And(z(sp.sympify(grid[0])) * z(n.B_r) >= z(N_Q),
+                                    z(sp.sympify(grid[1])) == z(B) * z(Hq))))
+    # _dropout_keep: the keep mask (B, H, N_Q, N_K) it writes, at the strides dropout_mask_launch passes
+    keep = A.symbolic("keep", ("B", "Hq", "N_Q", "N_K"))
+    kgrid, kints = dropout_mask_launch(keep, n.B_r)
+    klaunched = {sym: sp.sympify(kints[name]) for name, sym in A.F_.items() if name in kints}
+    (keep_term,) = groups["keep_offset"]
+    got = sp.expand(_lanes(keep_term.expr).xreplace({A.offs_m64: i}).xreplace(klaunched))
+    cases.append(("_dropout_keep: keep offset is keep[b, h, i, j]",
+                  difference(got, sp.expand(keep.offset_of((A.off_b, A.off_h, i, j))))))
+    hyp, (offb, offh, _, pidm, row) = _grid_hyp(kgrid, kints, q, k)
+    z = _Z3A()
+    cases.append(_decide("_dropout_keep: keep[b, h, i, j] inside (lanes i < N_Q, j < N_K), the grid covers every row",
+                         hyp + [row < z(N_Q), 0 <= z(j), z(j) < z(N_K)],
+                         z3.And(_inside((offb, offh, row, z(j)), keep.shape),
+                                z(sp.sympify(kgrid[0])) * z(n.B_r) >= z(N_Q))))
+    return result(A.CLAIM_FORWARD, cases, "offsets by SymPy (canonical zero), extents by z3")
+
+
+def _inside(idx, shape):
+    z = _Z3A()
+    return z3.And(*[z3.And(0 <= x, x < (z(sp.sympify(s)) if not isinstance(s, z3.ArithRef) else s))
+                    for x, s in zip(idx, shape)])
+
+
+def _grid_hyp(grid, ints, q, k):
+    """Hypotheses of one program of ``grid`` and one row lane: ``(hyp, (off_b, off_h, off_kvh, pid_m, row))``
+    in z3, the program split as spec.structure.GRID_LINES and GQA_HEAD print it."""
+    from spec import structure as S
+
+    z = _Z3A()
+    B, Hq, Hkv = (z(x) for x in (q.shape[0], q.shape[1], k.shape[1]))
+    group_true, pidm, pid1, lane = z3.Ints("group_true pid_m_value pid1 lane")
+    hyp = [x >= 1 for x in (B, Hq, Hkv, z(q.shape[2]), z(q.shape[3]), z(k.shape[2]), z(n.B_r), z(n.B_c), group_true)]
+    hyp += [Hq == group_true * Hkv, 0 <= pidm, pidm < z(sp.sympify(grid[0])), 0 <= pid1, pid1 < z(sp.sympify(grid[1])),
+            0 <= lane, lane < z(n.B_r)]
+    H = z(sp.sympify(ints["H"]))
+    offb, offh = pid1 / H, pid1 % H
+    offkvh = z3.substitute(z(S.GQA_HEAD.expr.xreplace({S.group: sp.sympify(ints.get("GROUP", 1))})),
+                           (z(A.off_h), offh))
+    return hyp, (offb, offh, offkvh, pidm, pidm * z(n.B_r) + lane)
+
+
+# ----------------------------------------------------------------------------------
+# Softmax and the merge kernels.
+# ----------------------------------------------------------------------------------
+@claim(A.CLAIM_ROWS,
+       "softmax's and the merge kernels' addresses: for all shapes and non-negative strides of softmax's x, y "
+       "(R, N), merge_state's o_a, o_b, o (R, D) and lse_a, lse_b, lse (R,), merge_states' o_s (S, R, D), lse_s "
+       "(S, R), o (R, D), lse (R,) and sinks (H,), with the strides, sizes and grids spec.launch.softmax_launch, "
+       "merge_state_launch and merge_states_launch pass (the functions the launchers call), every printed "
+       "offset (spec.addresses.ROWS_GROUPS) is the offset of the element the reference reads — x/y[r, c], "
+       "o_a/o_b/o[r, d], lse_a/lse_b/lse[r], o_s[s, r, d], lse_s[s, r], sinks[r % H] — inside the tensor for "
+       "every program of the grid, split s < S and lane the mask lets through (r < R, c < N, d < D), and the "
+       "grid covers every row",
+       r"\mathrm{off}(X, (r, c)) = r\,s_r + c\,s_c,\quad 0\le r<R,\ 0\le c<N",
+       terms=tuple(t.name for g in A.ROWS_GROUPS.values() for t in g),
+       scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 for the "
+             "extents); mathematical integers Z: the kernels' products are int32 (offs_m, s and the strides) and "
+             "no claim bounds them by 2^31 (the tensors of one call are assumed smaller)")
+def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_launch=None,
+                         merge_states_launch=None):
+    softmax_launch = L.softmax_launch if softmax_launch is None else softmax_launch
+    merge_state_launch = L.merge_state_launch if merge_state_launch is None else merge_state_launch
+    merge_states_launch = L.merge_states_launch if merge_states_launch is None else merge_states_launch
+    block_m = n.B_r
+    r, c, d, s = A.offs_m, A.offs_n, A.offs_d, A.s_split
+    cases = []
+
+    def check(kernel, grid, ints, pairs, lanes):
+        """``pairs``: (name, printed term, tensor, index); ``lanes``: (symbol, bound) of the load masks."""
+        launched = {sym: sp.sympify(ints[name]) for name, sym in A.R_.items() if name in ints}
+        launched.update({A.H_: sp.sympify(ints.get("H", 1))})
+        for name, term, tensor, index in pairs:
+            got = sp.expand(_lanes(term.expr).xreplace(launched))
+            cases.append((f"{kernel}: {name}", difference(got, sp.expand(tensor.offset_of(index)))))
+        z = _Z3A()
+        pid, lane = z3.Ints("pid lane")
+        rows = z(sp.sympify(ints["R"]))
+        hyp = [rows >= 1, z(block_m) >= 1, 0 <= pid, pid < z(sp.sympify(grid[0])), 0 <= lane, lane < z(block_m)]
+        row = pid * z(block_m) + lane
+        sub = lambda e: z3.substitute(z(e), (z(r), row))  # noqa: E731
+        lane_hyp = [row < rows] + [z3.And(0 <= z(x), z(x) < z(sp.sympify(bound))) for x, bound in lanes]
+        for name, term, tensor, index in pairs:
+            hyp_t = hyp + lane_hyp + [z(x) >= 1 for x in tensor.shape]
+            cases.append(_decide(f"{kernel}: {name.split(' is ')[-1]} inside (lanes r < R"
+                                 + "".join(f", {x} < {b}" for x, b in lanes) + ")", hyp_t,
+                                 _inside([sub(sp.sympify(i)) for i in index], tensor.shape)))
+        cases.append(_decide(f"{kernel}: the grid covers every row", [rows >= 1, z(block_m) >= 1],
+                             z(sp.sympify(grid[0])) * z(block_m) >= rows))
+
+    def offsets(group):
+        return {t.symbol: t for t in groups[group]}
+
+    # softmax
+    x, y = A.symbolic("x", ("R", "N")), A.symbolic("y", ("R", "N"))
+    grid, ints = softmax_launch(x, y, block_m)
+    g = offsets("softmax")
+    check("softmax", grid, ints, [("x offset is x[r, c]", g[A.x_off], x, (r, c)),
+                                  ("y offset is y[r, c]", g[A.y_off], y, (r, c))], [(c, x.shape[1])])
+    # merge_state
+    o_a, o_b, o = (A.symbolic(nm, ("R", "D")) for nm in ("o_a", "o_b", "o"))
+    l_a, l_b, lse = (A.symbolic(nm, ("R",)) for nm in ("lse_a", "lse_b", "lse"))
+    grid, ints = merge_state_launch(o_a, l_a, o_b, l_b, o, lse, block_m)
+    g, go = offsets("merge"), offsets("merge_out")
+    check("merge_state", grid, ints, [
+        ("lse_a offset is lse_a[r]", g[A.la_off], l_a, (r,)), ("lse_b offset is lse_b[r]", g[A.lb_off], l_b, (r,)),
+        ("o_a offset is o_a[r, d]", g[A.oa_off], o_a, (r, d)), ("o_b offset is o_b[r, d]", g[A.ob_off], o_b, (r, d)),
+        ("o offset is o[r, d]", go[A.mo_off], o, (r, d)), ("lse offset is lse[r]", go[A.ml_off], lse, (r,))],
+        [(d, o.shape[1])])
+    # merge_states
+    o_s, l_s = A.symbolic("o_s", ("S", "R", "D")), A.symbolic("lse_s", ("S", "R"))
+    o, lse, sinks = A.symbolic("o", ("R", "D")), A.symbolic("lse", ("R",)), A.symbolic("sinks", ("H",))
+    grid, ints = merge_states_launch(o_s, l_s, o, lse, sinks, block_m)
+    g, gs = offsets("merge_split"), offsets("merge_sink")
+    check("merge_states", grid, ints, [
+        ("lse_s offset is lse_s[s, r]", g[A.ls_off], l_s, (s, r)), ("o_s offset is o_s[s, r, d]", g[A.os_off], o_s,
+                                                                   (s, r, d)),
+        ("o offset is o[r, d]", go[A.mo_off], o, (r, d)), ("lse offset is lse[r]", go[A.ml_off], lse, (r,)),
+        ("sink offset is sinks[r % H]", gs[A.msink_off], sinks, (sp.Mod(r, sinks.shape[0]),))],
+        [(d, o.shape[1]), (s, o_s.shape[0])])
+    return result(A.CLAIM_ROWS, cases, "offsets by SymPy (canonical zero), extents by z3")
+
+
+# ----------------------------------------------------------------------------------
+# The KV-cache append.
+# ----------------------------------------------------------------------------------
+@claim(A.CLAIM_APPEND,
+       "the KV-cache append's addresses: for all shapes and non-negative strides of x (B, N_new, H, D), the "
+       "destination (a contiguous cache (B_cache, N_cache, H, D), a paged cache (num_pages, PAGE_SIZE, H, D) or a "
+       "tensor like x), cache_seqlens and cache_batch_idx (B,), block_table (B, max_pages) and the rotary tables "
+       "cos, sin (seqlen_ro, R), with the strides and grid spec.launch.append_launch passes (the function the "
+       "launcher calls), every printed offset of _append_rows (spec.addresses.APPEND_GROUPS) is the offset of the "
+       "element the reference reads or writes — cache_seqlens[b], cache_batch_idx[b], block_table[b, j // "
+       "PAGE_SIZE], x[b, t, head, d] and its rotary partner x[b, t, head, pair], cache[block_table[b, j // "
+       "PAGE_SIZE], j % PAGE_SIZE, head, d] (paged), cache[off_bc, j, head, d] (contiguous; off_bc = b or "
+       "cache_batch_idx[b]), out[b, t, head, d], cos/sin[pos, freq] — with j = cache_seqlens[b] + t; and x, the "
+       "destination, cache_seqlens, cache_batch_idx and block_table are read or written inside their shapes for "
+       "every program of the grid and every lane t < N_new, d < D (given cache_seqlens[b] + N_new <= the "
+       "capacity, page ids in [0, num_pages), cache_batch_idx entries in [0, B_cache), B_cache = B without it; "
+       "the rotary partner and table lanes pair < D, pos < seqlen_ro, freq < R are claim rotary_rotation's)",
+       r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d",
+       terms=tuple(t.name for g in A.APPEND_GROUPS.values() for t in g),
+       scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the offsets, "
+             "z3 for the extents); mathematical integers Z (off_b, off_head, page and off_bc are int64; t·stride, "
+             "j·stride, d·stride and the table products are int32 products no claim bounds by 2^31)")
+def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
+    launch = L.append_launch if launch is None else launch
+    block_t = sp.Symbol("BLOCK_T", integer=True, positive=True)
+    x = A.symbolic("x", ("B", "N_new", "H", "D"))
+    B, N_new, H, D = x.shape
+    cs, bi, bt = A.symbolic("cache_seqlens", (B,)), A.symbolic("cache_batch_idx", (B,)), A.symbolic(
+        "block_table", (B, "MP"))
+    cos, sin = A.symbolic("cos", ("seqlen_ro", "R")), A.symbolic("sin", ("seqlen_ro", "R"))
+    dsts = {"paged": A.symbolic("cache", ("NP", "PS", H, D)), "cache": A.symbolic("cache", ("B_cache", "N_cache", H, D)),
+            "tensor": A.symbolic("out", x.shape)}
+    t, d, j = A.offs_t, A.offs_d, A.offs_j
+    lookups = {term.symbol: term for term in groups["lookups"]}
+    xs = {term.symbol: term for term in groups["x"]}
+    (dst_term,) = groups["dst"]
+    tables = {term.symbol: term for term in groups["tables"]}
+    cases = []
+    page_of = sp.Function("block_table_at")
+    for kind, dst in dsts.items():
+        grid, ints = launch(x, dst, cs, bt if kind == "paged" else cs, bi, cos, sin, block_t)
+        launched = {sym: sp.sympify(ints[name]) for name, sym in A.AP_.items() if name in ints}
+
+        def at(term, sub=None):
+            e = _lanes(term.expr)
+            for base, value in (sub or {}).items():
+                e = e.xreplace({base: value})
+            return sp.expand(e.xreplace(launched))
+
+        def same(name, got, tensor, index):
+            cases.append((f"{kind}: {name}", difference(got, sp.expand(tensor.offset_of(index)))))
+
+        x_rows = {A.x_base: _lanes(xs[A.x_base].expr)}
+        same("x offset is x[b, t, head, d]", at(xs[A.xa_off], x_rows), x, (A.off_b, t, A.off_head, d))
+        same("partner offset is x[b, t, head, pair]", at(xs[A.xp_off], x_rows), x, (A.off_b, t, A.off_head,
+                                                                                   A.offs_pair))
+        same("cache_seqlens offset is cache_seqlens[b]", at(lookups[A.acs_off]), cs, (A.off_b,))
+        for name, term, tensor in (("cos", tables[A.cos_off], cos), ("sin", tables[A.sin_off], sin)):
+            same(f"{name} offset is {name}[pos, freq]", at(term), tensor, (A.offs_pos, A.offs_freq))
+        z = _Z3A()
+        b0, h0, pid2, lane = z3.Ints("pid_b pid_h pid_t lane")
+        dims = [z(sp.sympify(s_)) >= 1 for s_ in (B, N_new, H, D, block_t)]
+        hyp = dims + [0 <= b0, b0 < z(sp.sympify(grid[0])), 0 <= h0, h0 < z(sp.sympify(grid[1])), 0 <= pid2,
+                      pid2 < z(sp.sympify(grid[2])), 0 <= lane, lane < z(block_t)]
+        tz = pid2 * z(block_t) + lane
+        lanes = [tz < z(N_new), 0 <= z(d), z(d) < z(D)]
+        cases.append(_decide(f"{kind}: x[b, t, head, d] inside (lanes t < N_new, d < D)", hyp + lanes,
+                             _inside((b0, tz, h0, z(d)), x.shape)))
+        cases.append(_decide(f"{kind}: cache_seqlens[b] inside", hyp, _inside((b0,), (B,))))
+        cases.append(_decide(f"{kind}: the grid covers every (b, head, t)", dims,
+                             z3.And(z(sp.sympify(grid[0])) == z(B), z(sp.sympify(grid[1])) == z(H),
+                                    z(sp.sympify(grid[2])) * z(block_t) >= z(N_new))))
+        dst_rows = {term.symbol: term for term in groups[f"dst_{kind}"]}[A.dst_base]
+        start, jz = z3.Int("cache_seqlens_value"), z3.Int("j_value")
+        if kind == "paged":
+            gather = {s_: e.xreplace(launched) for s_, e in terms.chain(P.PAGE_GATHER).items()}
+            gather = {s_: e.xreplace({n.j: j, P.page_size: dst.shape[1]}) for s_, e in gather.items()}
+            bt_at = at(lookups[A.abt_off], {P.page_idx: gather[P.page_idx]})
+            same("block_table offset is block_table[b, j // PAGE_SIZE]", bt_at, bt, (A.off_b, gather[P.page_idx]))
+            page = page_of(sp.expand(bt.offset_of((A.off_b, gather[P.page_idx]))))
+            got = at(dst_term, {A.dst_base: _lanes(dst_rows.expr)}).xreplace(
+                {A.page: page_of(bt_at), P.slot: gather[P.slot], P.page_idx: gather[P.page_idx]})
+            same("cache offset is cache[block_table[b, j // PS], j % PS, head, d]", sp.expand(got), dst,
+                 (page, gather[P.slot], A.off_head, d))
+            PSz, MPz, NPz, pz = z(dst.shape[1]), z(bt.shape[1]), z(dst.shape[0]), z3.Int("page_value")
+            cap = [0 <= start, jz == start + tz, start + z(N_new) <= MPz * PSz, PSz >= 1, MPz >= 1, NPz >= 1,
+                   0 <= pz, pz < NPz]
+            cases.append(_decide("paged: block_table[b, j // PS] and cache[page, j % PS, head, d] inside "
+                                 "(lanes t < N_new, d < D)", hyp + lanes + cap,
+                                 z3.And(_inside((b0, jz / PSz), bt.shape),
+                                        _inside((pz, jz % PSz, h0, z(d)), (NPz, PSz, z(H), z(D))))))
+        elif kind == "cache":
+            same("cache_batch_idx offset is cache_batch_idx[b]", at(lookups[A.abi_off]), bi, (A.off_b,))
+            got = at(dst_term, {A.dst_base: _lanes(dst_rows.expr)})
+            same("cache offset is cache[off_bc, j, head, d]", got, dst, (A.off_bc, j, A.off_head, d))
+            Ncz, Bcz, offbc = z(dst.shape[1]), z(dst.shape[0]), z3.Int("off_bc_value")
+            cap = [0 <= start, jz == start + tz, start + z(N_new) <= Ncz]
+            for what, row_hyp in (("b (B_cache = B)", [offbc == b0, Bcz == z(B)]),
+                                  ("cache_batch_idx[b] in [0, B_cache)", [0 <= offbc, offbc < Bcz])):
+                cases.append(_decide(f"cache: cache[off_bc, j, head, d] inside, off_bc = {what} (lanes t < N_new, "
+                                     "d < D)", hyp + lanes + cap + row_hyp,
+                                     z3.And(_inside((offbc, jz, h0, z(d)), (Bcz, Ncz, z(H), z(D))),
+                                            _inside((b0,), (B,)))))
+        else:
+            got = at(dst_term, {A.dst_base: _lanes(dst_rows.expr)})
+            same("out offset is out[b, t, head, d]", got, dst, (A.off_b, t, A.off_head, d))
+            cases.append(_decide("tensor: out[b, t, head, d] inside (lanes t < N_new, d < D)", hyp + lanes,
+                                 _inside((b0, tz, h0, z(d)), dst.shape)))
+    return result(A.CLAIM_APPEND, cases, "offsets by SymPy (canonical zero), extents by z3")
+
+
+# ----------------------------------------------------------------------------------
+# The backward's preprocess.
+# ----------------------------------------------------------------------------------
+@claim(A.CLAIM_BACKWARD,
+       "the backward preprocess's addresses: for all shapes and non-negative strides of out, grad_out (B, Hq, N_Q, D) "
+       "or packed (total_q, Hq, D), grad_lse and the saved lse (B, Hq, N_Q) or packed (Hq, total_q) and sinks (Hq,), "
+       "with Δ, lse2 and dsink made by spec.launch.backward_row_tensors and the strides and grid "
+       "spec.launch.preprocess_launch passes (the functions both launchers call), every printed offset of "
+       "_attn_bwd_preprocess (spec.addresses.BACKWARD_GROUPS) is the offset of the element the reference reads or "
+       "writes — out/grad_out[b, h, i, d], grad_lse/lse/Δ/lse2/dsink[b, h, i] (packed: [i, h, d], [h, i]), "
+       "sinks[h] — inside the tensor for every program of the grid and every lane i < N_Q, d < D, and the grid "
+       "covers every (b, h, i); the dK/dV and dQ kernels' pointer lines are a listed gap",
+       r"\mathrm{off}(X, (b, h, i)) = b\,s_b + h\,s_h + i\,s_i",
+       terms=tuple(t.name for g in A.BACKWARD_GROUPS.values() for t in g),
+       scope="symbolic shapes, strides (>= 0), grid and lanes, dense and packed (SymPy canonical zero for the "
+             "offsets, z3 for the extents); mathematical integers Z (off_b, off_h int64; the in-row products "
+             "int32, bounded by index_int32 for out and grad_out only)")
+def prove_backward_addresses(groups=A.BACKWARD_GROUPS, launch=None, row_tensors=None):
+    launch = L.preprocess_launch if launch is None else launch
+    row_tensors = L.backward_row_tensors if row_tensors is None else row_tensors
+    g = {t.symbol: t for t in groups["preprocess"]}
+    i, d = A.offs_m, A.offs_d
+    cases = []
+    for packed in (False, True):
+        tag = "packed" if packed else "dense"
+        if packed:
+            out, do = A.symbolic("out", ("total_q", "Hq", "D")), A.symbolic("do", ("total_q", "Hq", "D"))
+            rows_shape = (out.shape[1], out.shape[0])
+        else:
+            out, do = A.symbolic("out", ("B", "Hq", "N_Q", "D")), A.symbolic("do", ("B", "Hq", "N_Q", "D"))
+            rows_shape = out.shape[:3]
+        dlse, lse, sinks = A.symbolic("grad_lse", rows_shape), A.symbolic("lse", rows_shape), A.symbolic(
+            "sinks", (out.shape[1],))
+        delta, lse2, dsink = row_tensors(lse, True)
+        grid, ints = launch(out, do, dlse, lse, delta, sinks, n.B_r)
+        launched = {sym: sp.sympify(ints[name]) for name, sym in A.B_.items() if name in ints}
+        b = sp.Integer(0) if packed else A.off_b  # a packed batch runs as one batch (batch strides 0)
+        full = (lambda t: (i, A.off_h, d)) if packed else (lambda t: (A.off_b, A.off_h, i, d))  # noqa: E731
+        row = (lambda t: (A.off_h, i)) if packed else (lambda t: (A.off_b, A.off_h, i))  # noqa: E731
+
+        def same(name, sym, tensor, index):
+            got = sp.expand(_lanes(g[sym].expr).xreplace(launched).xreplace({A.off_b: b}))
+            cases.append((f"{tag}: {name}", difference(got, sp.expand(tensor.offset_of(index)))))
+
+        same("out offset is out[b, h, i, d]", A.bo_off, out, full(out))
+        same("grad_out offset is grad_out[b, h, i, d]", A.bdo_off, do, full(do))
+        same("grad_lse offset is grad_lse[b, h, i]", A.dlse_off, dlse, row(dlse))
+        same("lse offset is lse[b, h, i]", A.slse_off, lse, row(lse))
+        for name, t in (("delta", delta), ("lse2", lse2), ("dsink", dsink)):
+            same(f"row offset is {name}[b, h, i]", A.brow_off, t, row(t))
+        same("sink offset is sinks[h]", A.bsink_off, sinks, (A.off_h,))
+        # extents: program (pid_m, pid1) of the grid; off_b = pid1 // H, off_h = pid1 % H
+        z = _Z3A()
+        pidm, pid1, lane = z3.Ints("pid_m pid1 lane")
+        H, N = z(sp.sympify(ints["H"])), z(sp.sympify(ints["N_Q"]))
+        dims = [z(x) >= 1 for x in (*out.shape, n.B_r)]
+        hyp = dims + [0 <= pidm, pidm < z(sp.sympify(grid[0])), 0 <= pid1, pid1 < z(sp.sympify(grid[1])),
+                      0 <= lane, lane < z(n.B_r)]
+        offb, offh, iz = pid1 / H, pid1 % H, pidm * z(n.B_r) + lane
+        lanes = [iz < N, 0 <= z(d), z(d) < z(out.shape[-1])]
+        if packed:
+            cases.append(_decide("packed: the one batch: pid1 < Hq is the head", hyp, offb == 0))
+        idx_full = (iz, offh, z(d)) if packed else (offb, offh, iz, z(d))
+        idx_row = (offh, iz) if packed else (offb, offh, iz)
+        cases.append(_decide(f"{tag}: out/grad_out[b, h, i, d] inside (lanes i < N_Q, d < D)", hyp + lanes,
+                             _inside(idx_full, out.shape)))
+        cases.append(_decide(f"{tag}: grad_lse/lse/delta/lse2/dsink[b, h, i] and sinks[h] inside (lanes i < N_Q)",
+                             hyp + lanes, z3.And(_inside(idx_row, rows_shape), _inside((offh,), sinks.shape))))
+        bh = z(sp.sympify(out.shape[0])) * z(sp.sympify(out.shape[1])) if not packed else z(sp.sympify(out.shape[1]))
+        cases.append(_decide(f"{tag}: the grid covers every (b, h, i)", dims,
+                             z3.And(z(sp.sympify(grid[0])) * z(n.B_r) >= N, z(sp.sympify(grid[1])) == bh)))
+    return result(A.CLAIM_BACKWARD, cases, "offsets by SymPy (canonical zero), extents by z3")
