@@ -36,6 +36,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 
@@ -71,8 +72,10 @@ def cuda_problem() -> str | None:
 def environment() -> dict:
     torch = _torch()
     major, minor = torch.cuda.get_device_capability()
+    # a device machine gets a copy of the working tree without .git: the caller says the commit
+    commit = os.environ.get("GPU_REPORT_COMMIT")
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+        commit = commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                 text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown (not a git checkout)"
@@ -94,23 +97,63 @@ def _workers(requested: int | None) -> list[str]:
 # ----------------------------------------------------------------------------------------
 # The steps
 # ----------------------------------------------------------------------------------------
+#: ``--limit``: seconds a step may run (None: no limit). A lent GPU comes with minutes, not hours.
+LIMIT: dict = {"s": None}
+
+
+def _run(cmd: list[str], env=None, stdout=None) -> tuple[int, bool]:
+    """Run ``cmd`` in its own process group; past ``LIMIT`` the whole group (pytest's workers, the
+    compilers) is killed. Returns (exit status, whether the limit stopped it)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=stdout, stderr=subprocess.STDOUT if stdout else None,
+                            text=True, start_new_session=True)
+    try:
+        return proc.wait(timeout=LIMIT["s"]), False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        print(f"stopped at the {LIMIT['s']} s limit: {shlex.join(cmd[1:])}", flush=True)
+        return 124, True
+
+
+#: pytest -v's result lines, with or without xdist's ``[gw3] [ 12%]`` prefix
+RESULT = re.compile(r"\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
+
+
+def _partial_summary(log: str) -> str:
+    """What a run stopped at its time limit had done: counts of pytest -v's result lines."""
+    counts: dict = {}
+    for line in log.splitlines():
+        m = RESULT.search(line)
+        if m and "::" in line:
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    done = ", ".join(f"{n} {word.lower()}" for word, n in sorted(counts.items())) or "no test finished"
+    return f"stopped at the {LIMIT['s']} s time limit: {done} before it"
+
+
 def run_tests(workers: int | None, extra: list[str]) -> dict:
     """The kernel test files on the GPU; the pytest summary, failures and exit status."""
     env = {**os.environ, "FLASHPROOF_TEST_DEVICE": "cuda"}
     env.pop("TRITON_INTERPRET", None)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *_workers(workers), *TEST_FILES, *extra]
+    verbosity = "-v" if LIMIT["s"] else "-q"  # -v: a run stopped at its limit still says which tests ran
+    cmd = [sys.executable, "-m", "pytest", verbosity, "-rfE", "-p", "no:cacheprovider", *_workers(workers),
+           *TEST_FILES, *extra]
     print("$ FLASHPROOF_TEST_DEVICE=cuda " + shlex.join(cmd[1:]), flush=True)
     # pytest writes straight into the log file, so a run stopped by a time limit leaves what it printed
     STATE.mkdir(parents=True, exist_ok=True)
     with open(STATE / "pytest.log", "w") as log_file:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True)
+        returncode, stopped = _run(cmd, env=env, stdout=log_file)
     log = (STATE / "pytest.log").read_text()
     print(log[-4000:])
     lines = [line.strip("= ") for line in log.splitlines()]
     summaries = [line for line in lines if SUMMARY.search(line)]
-    return dict(command="FLASHPROOF_TEST_DEVICE=cuda python " + shlex.join(cmd[1:]), returncode=proc.returncode,
-                summary=summaries[-1] if summaries else f"no pytest summary (exit {proc.returncode}); see the log",
-                failures=[line for line in lines if line.startswith(("FAILED ", "ERROR "))][:40])
+    if stopped:
+        summary = _partial_summary(log)
+        failures = [line for line in lines if "::" in line and re.search(r"\b(FAILED|ERROR)\b", line)]
+    else:
+        summary = summaries[-1] if summaries else f"no pytest summary (exit {returncode}); see the log"
+        failures = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    return dict(command="FLASHPROOF_TEST_DEVICE=cuda python " + shlex.join(cmd[1:]), returncode=returncode,
+                summary=summary, failures=failures[:40])
 
 
 def run_bench(extra: list[str]) -> dict:
@@ -119,9 +162,10 @@ def run_bench(extra: list[str]) -> dict:
     cmd = [sys.executable, "-m", "benchmarks.attention", "--json", str(out.relative_to(ROOT)), *extra]
     command = shlex.join(cmd[2:])  # what follows `python -m`, as the page prints it
     print("$ python -m " + command, flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT)
-    if proc.returncode != 0 or not out.exists():
-        return dict(command=command, returncode=proc.returncode or 1, rows=_kept("bench").get("rows", []))
+    returncode, _ = _run(cmd)
+    if returncode != 0 or not out.exists():
+        return dict(command=command, returncode=returncode or 1, rows=_kept("bench").get("rows", []),
+                    decode=_kept("bench").get("decode", {}))
     part = json.loads(out.read_text())
     key = lambda r: (r["n"], r["d"], r["causal"], r["dtype"], r["mode"])  # noqa: E731
     rows = {key(r): r for r in _kept("bench").get("rows", [])}
@@ -135,9 +179,9 @@ def run_decode_bench() -> dict:
     cmd = [sys.executable, "-m", "benchmarks.decode", "--json", str(out.relative_to(ROOT))]
     command = shlex.join(cmd[2:])
     print("$ python -m " + command, flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT)
-    if proc.returncode != 0 or not out.exists():
-        return dict(command=command, returncode=proc.returncode or 1,
+    returncode, _ = _run(cmd)
+    if returncode != 0 or not out.exists():
+        return dict(command=command, returncode=returncode or 1,
                     rows=_kept("bench").get("decode", {}).get("rows", []))
     return dict(command=command, returncode=0, rows=json.loads(out.read_text())["rows"])
 
@@ -147,9 +191,9 @@ def run_packed() -> dict:
     out = STATE / "packed_part.json"
     cmd = [sys.executable, "-m", "benchmarks.packed", "--json", str(out.relative_to(ROOT))]
     print("$ python -m " + shlex.join(cmd[2:]), flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT)
-    if proc.returncode != 0 or not out.exists():
-        return dict(_kept("packed"), returncode=proc.returncode or 1)
+    returncode, _ = _run(cmd)
+    if returncode != 0 or not out.exists():
+        return dict(_kept("packed"), returncode=returncode or 1)
     return dict(json.loads(out.read_text()), returncode=0)
 
 
@@ -248,7 +292,10 @@ def main(argv=None) -> int:
     ap.add_argument("--pytest-args", default="", help="extra pytest arguments, e.g. '-x -k forward'")
     ap.add_argument("--bench-args", default="", help="arguments for benchmarks.attention, e.g. '--n 4096'")
     ap.add_argument("--no-plot", action="store_true", help="skip the benchmark plot (no matplotlib)")
+    ap.add_argument("--limit", type=float, help="seconds each command may run (the tests, each benchmark); "
+                    "a command past it is killed with its workers and the page says so")
     args = ap.parse_args(argv)
+    LIMIT["s"] = args.limit
 
     problem = cuda_problem()
     if problem:

@@ -18,6 +18,7 @@ holds a directive, an HTML comment on a line of its own::
     <!-- fp:ring-layouts -->               spec.ring's layouts (P = 4) and each rank's plan per step
     <!-- fp:mask-mod-builtins -->          the built-in mask_mods: predicate, atoms, corner classifier
     <!-- fp:mask-mod-tiles -->             each built-in's tiles classified at their corners (pictures)
+    <!-- fp:score-mod-examples -->         the example score_mods: f, its derivatives, the printed lines
     <!-- fp:terms-kernel forward_tile -->  each spec.terms term beside its generated line
     <!-- fp:generated-source fwd -->       a checked-in generated kernel, verbatim
     <!-- fp:generator-help -->             the output of `python -m generator --help`
@@ -484,12 +485,15 @@ GROUP_FAMILY = {"qk_scale": "fwd", "qk": "fwd", "forward_tile": "fwd", "forward_
                 "merge_state": "merge",
                 # score modifications (docs/softcap.md, alibi.md, sinks.md)
                 "softcap_scalars": "fwd", "softcap": "fwd", "alibi_scalar": "fwd", "alibi": "fwd",
+                "score_log2_scalar": "fwd", "score_log2": "fwd", "mod_tile_scale": "fwd",
                 "sink_fold": "fwd", "sink_grad": "bwd", "softcap_ds": "bwd", "softcap_ds_t": "bwd",
                 # split-KV decode's sink, after the combine's fold (docs/decoding.md)
                 "sink_partial": "merge",
                 # attention dropout (docs/dropout.md)
                 "dropout_scale": "fwd", "dropout_base": "fwd", "dropout_keep": "fwd", "dropout_p": "fwd",
                 "dropout_dp": "bwd", "dropout_dv_t": "bwd", "dropout_dp_t": "bwd",
+                # MLA's split head dim, in the decode kernel (docs/mla.md)
+                "qk_tail": "decode",
                 # the FP8 forward's descales (docs/fp8.md)
                 "fp8_qk_scale": "fwd", "fp8_p": "fwd", "fp8_v_scale": "fwd", "fp8_out": "fwd"}
 FAMILY_GLOB = {"fwd": "attention_fwd_*.py", "bwd": "attention_bwd_*.py", "softmax": "softmax_*.py",
@@ -833,6 +837,28 @@ def mask_mod_builtins() -> str:
     return "\n".join(out)
 
 
+def score_mod_examples() -> str:
+    """The example score_mods of spec.score_mods: f, its derivatives by sp.diff, and the lines the
+    generator prints for them (forward, dS, and per tensor read its gradient and entry)."""
+    import sympy as sp
+
+    from spec import score_mods as SM
+    from spec.printer import print_term
+
+    names = SM.KERNEL_NAMES
+    out = []
+    for sm in SM.EXAMPLES:
+        reads = "".join(math_block(rf"\frac{{\partial f}}{{\partial {tex(sp.IndexedBase(r.tensor)[r.indices])}}} = "
+                                   + tex(d)) for r, d in zip(sm.reads, sm.derivatives_reads()))
+        lines = [print_term(t, names) for t in sm.forward_terms()] + [print_term(sm.ds_term(), names)]
+        lines += [print_term(t, names) for pair in sm.grad_terms() for t in pair]
+        out.append(f"### `{sm.name}`\n\n{md_text(sm.doc)}\n\n" + math_block(rf"f = {tex(sm.expr)}")
+                   + math_block(rf"\frac{{\partial f}}{{\partial s}} = {tex(sm.derivative_s())}") + reads
+                   + "\nPrinted (forward, then the backward's dS and, per tensor read, its gradient and entry):\n\n"
+                   + "```python\n" + "\n".join(lines) + "\n```\n")
+    return "\n".join(out)
+
+
 def mask_mod_tiles() -> str:
     """Every tile of each built-in classified by its corners (MaskMod.classify), over its dense mask."""
     import numpy as np
@@ -882,6 +908,7 @@ DIRECTIVES = {
     "ring-layouts": ring_layouts,
     "mask-mod-builtins": mask_mod_builtins,
     "mask-mod-tiles": mask_mod_tiles,
+    "score-mod-examples": score_mod_examples,
     "terms-kernel": terms_kernel,
     "generated-source": generated_source,
     "generator-help": generator_help,

@@ -15,6 +15,7 @@ examples:
   python -m generator --br 64 --bc 64 --mask causal,lengths   # or --mask causal --mask lengths
   python -m generator --br 64 --bc 64 --num-warps 8 --num-stages 2
   python -m generator --br 64 --bc 64 --mask-mod mymasks:prefix_2d   # a user mask_mod (spec.masks.mask_mod)
+  python -m generator --br 64 --bc 64 --score-mod mymods:rel_bias    # a user score_mod (spec.score_mods.score_mod)
   python -m generator --br 64 --bc 64 --out /tmp/kernels
   python -m generator --check                  # exit 1 if generated/ is stale or edited
   python -m generator --regenerate             # after a spec or template change: re-emit every config on disk
@@ -71,6 +72,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mask-mod", nargs="+", default=[], metavar="MODULE:NAME",
                    help="user mask_mods (functions decorated with spec.masks.mask_mod) to emit forward and "
                         "backward kernels for, beside the built-ins prefix_lm, chunked, sink_window, document")
+    p.add_argument("--score-mod", nargs="+", action="extend", default=[], metavar="MODULE:NAME",
+                   help="user score_mods (functions decorated with spec.score_mods.score_mod) to emit forward and "
+                        "backward kernels for, their gradients derived by sp.diff and checked before printing")
     p.add_argument("--out", type=Path, default=None, help="output directory (default: generated/)")
     p.add_argument("--check", action="store_true",
                    help="re-render every MANIFEST.json entry in memory; exit 1 listing stale or edited "
@@ -113,7 +117,7 @@ def _run(args, out, manifest) -> int:
     else:
         masks = [kind for group in args.mask for kind in group] if args.mask else list(MASKS)
         configs = [BlockConfig(args.br, args.bc, args.num_warps, args.num_stages, tuple(masks),
-                               tuple(args.mask_mod))]
+                               tuple(args.mask_mod), tuple(args.score_mod))]
         manifest.load(out)  # a corrupt manifest or an --out that is a file: exit 2 before the proofs run
     from spec.mask_mod import NotInClass, resolve
     for ref in {ref for config in configs for ref in config.mask_mods}:  # importable, in the class
@@ -122,6 +126,20 @@ def _run(args, out, manifest) -> int:
         except (ImportError, ValueError, NotInClass) as e:
             print(f"--mask-mod {ref}: {e}", file=sys.stderr)
             return 2
+
+    from spec import score_mods
+    from spec.proofs.score_mod_user import derivative_cases
+    for ref in {ref for config in configs for ref in config.score_mods}:  # importable, in the class, derived
+        try:
+            sm = score_mods.resolve(ref)
+        except (ImportError, ValueError, score_mods.NotInClass) as e:
+            print(f"--score-mod {ref}: {e}", file=sys.stderr)
+            return 2
+        bad = [(name, r) for name, r in derivative_cases(sm) if r != 0]
+        if bad:
+            print(f"--score-mod {ref}: its printed backward is not the derivative of its printed forward "
+                  f"(claim score_mod_derived's cases): {bad[0][0]} leaves {bad[0][1]}", file=sys.stderr)
+            return 1
 
     from spec.claims import prove_all  # kernels are printed from proven terms only
     failed = [r for r in prove_all() if not r.proved]

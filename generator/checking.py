@@ -9,6 +9,11 @@ to the input dtype), relative to ``max|v|`` (the output is a convex combination 
 * without, ``TOLERANCES[dtype]``: the bound at the test regime ``spec.error_bound.REGIME``
   (N_k <= 4096, D <= 128, any B_c, scaled scores of standard-normal inputs).
 
+With the softcap (``softcap=True``) the bound is ``forward_bound(softcap=True)``: the printed cap's error is
+relative for every cap (claims ``softcap_accuracy``, ``forward_error_bound``). **ALiBi is not covered**:
+with ALiBi slopes the tests use these same tolerances, which are then **empirical** for the bias (no claim
+bounds the rounding of ``slope·|i + shift − j|``).
+
 ``lse`` must be ``-inf`` exactly on the rows where the reference's is, and elsewhere within the
 bound's absolute lse error (measured, as before, relative to ``max(1, |lse|)``).
 
@@ -35,12 +40,12 @@ LSE_TOLERANCES = {dtype: regime_bound(name).lse_abs for dtype, name in DTYPE_NAM
 GRAD_TOLERANCES_EMPIRICAL = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 4e-2}
 
 
-def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None, dtype=None,
+def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None, softcap=False, dtype=None,
                     descaled=None) -> tuple[float, float]:
     """``(out, lse)`` tolerances of one case from the bound: its sizes and its data (``block_n``
-    None: the largest bound over the block sizes a kernel may use). ``dtype`` (a name of
-    ``spec.error_bound.UNIT_ROUNDOFF``, default v's) and ``descaled``: the FP8 forward's case, with
-    q, k, v the dequantised tensors (``forward_bound``'s arguments)."""
+    None: the largest bound over the block sizes a kernel may use; ``softcap``: the scores capped).
+    ``dtype`` (a name of ``spec.error_bound.UNIT_ROUNDOFF``, default v's) and ``descaled``: the FP8
+    forward's case, with q, k, v the dequantised tensors (``forward_bound``'s arguments)."""
     D = q.shape[-1]
     s = abs(scale) if scale is not None else 1 / math.sqrt(D)
     group = q.shape[1] // k.shape[1]
@@ -49,7 +54,8 @@ def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None, dtype=No
     finite = ref_lse[torch.isfinite(ref_lse)] if ref_lse is not None else torch.zeros(1)
     lse_max = finite.abs().max().item() if finite.numel() else 0.0
     blocks = REGIME["block_ns"] if block_n is None else (block_n,)
-    bounds = [forward_bound(dtype or DTYPE_NAMES[v.dtype], k.shape[2], bn, D, scaled_abs, lse_max, descaled=descaled)
+    bounds = [forward_bound(dtype or DTYPE_NAMES[v.dtype], k.shape[2], bn, D, scaled_abs, lse_max, softcap=softcap,
+                            descaled=descaled)
               for bn in blocks]
     return max(b.out for b in bounds), max(b.lse_abs for b in bounds)
 
@@ -71,10 +77,11 @@ def attention_errors(out, lse, ref_out, ref_lse, v) -> tuple[float, float]:
     return out_err, lse_err
 
 
-def attention_failures(out, lse, ref_out, ref_lse, v, *, q=None, k=None, scale=None, block_n=None) -> list[str]:
+def attention_failures(out, lse, ref_out, ref_lse, v, *, q=None, k=None, scale=None, block_n=None,
+                       softcap=False) -> list[str]:
     """Human-readable failures (empty when the kernel matches the reference within the bound)."""
     if q is not None and k is not None:
-        tol, lse_tol = case_tolerances(q, k, v, scale=scale, block_n=block_n, ref_lse=ref_lse)
+        tol, lse_tol = case_tolerances(q, k, v, scale=scale, block_n=block_n, ref_lse=ref_lse, softcap=softcap)
     else:
         tol, lse_tol = TOLERANCES[v.dtype], LSE_TOLERANCES[v.dtype]
     out_err, lse_err = attention_errors(out, lse, ref_out, ref_lse, v)

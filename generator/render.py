@@ -19,6 +19,7 @@ from spec import structure as S
 from spec import terms as T
 from spec.fingerprint import spec_hash_prefix
 from spec.mask_mod import resolve
+from spec import score_mods as SM
 # the tile classifier's kernel terms (claim mask_tiles_sound)
 from spec.masks import (
     BOUNDS_INIT, KEEP_INIT, ROW_BOUNDS_INIT, ROW_TILE_LOOP, TILE_LOOP, bounds_terms, keep_term, row_bounds_terms)
@@ -78,7 +79,10 @@ def score_mod_context() -> dict:
     helper ``_score_mod`` takes them broadcast to the layout of its tile."""
     return {"score_mod": {
         "softcap_scalars": _lines(T.SOFTCAP_SCALARS),
+        "score_log2_scalar": print_term(T.SCORE_LOG2_SCALAR),
         "softcap": _lines(T.SOFTCAP),
+        "score_log2": _lines(T.SCORE_LOG2),
+        "mod_tile_scale": print_term(T.MOD_TILE_SCALE),
         "alibi_scalar": print_term(T.ALIBI_SCALAR),
         "alibi": _lines(T.ALIBI),
         "sink_fold": _lines(T.SINK_FOLD),
@@ -125,6 +129,24 @@ def mask_mod_context(variant: Variant) -> dict | None:
             "mask_term": print_term(M.MASK_TERM, {"keep": "keep_mm"})}
 
 
+#: a score_mod's batch entry and query head, as the kernels name them (i, j: the helpers' arguments)
+SCORE_MOD_NAMES = SM.KERNEL_NAMES
+
+
+def score_mod_user_context(variant: Variant) -> dict | None:
+    """The printed slots of a file that compiles in a user score_mod (None: it does not): the
+    forward lines, the derived dS line and, per tensor read, its gradient and entry (spec.score_mods;
+    claim score_mod_derived), and the scatter into the program's gradient row."""
+    if variant.score_mod is None:
+        return None
+    sm = SM.resolve(variant.score_mod)
+    grads = [{"g": print_term(g, SCORE_MOD_NAMES), "idx": print_term(ix, SCORE_MOD_NAMES), "g_name": g.name,
+              "idx_name": ix.name} for g, ix in sm.grad_terms()]
+    return {"name": sm.name, "expr": repr(str(sm.expr)), "params": repr(sm.params),
+            "forward": _lines(sm.forward_terms(), SCORE_MOD_NAMES), "ds": print_term(sm.ds_term(), SCORE_MOD_NAMES),
+            "grads": grads, "scatter": _lines(SM.SCATTER)}
+
+
 def _acc_index(tile) -> int:
     """Where the forward tile's ``acc`` update stands: dropout's ``p`` line goes just before it."""
     return next(i for i, t in enumerate(tile) if t.name == "acc")
@@ -161,7 +183,7 @@ def forward_context(variant: Variant) -> dict:
         "segment_loads": _lines(AD.SEGMENT_LOADS),
         "segment_pointers": _lines(AD.SEGMENT_POINTERS["fwd"]),
         "rows_past_end": print_term(ROWS_PAST_END),
-        "init": _inits(S.FORWARD_INIT, {"m_i": "[BLOCK_M]", "l_i": "[BLOCK_M]", "acc": "[BLOCK_M, BLOCK_D]"}),
+        "init": _inits(S.FORWARD_INIT, {"m_i": "[BLOCK_M]", "l_i": "[BLOCK_M]", "acc": "[BLOCK_M, BLOCK_DV]"}),
         "gqa_head": print_term(S.GQA_HEAD),
         "stages": _stages(S.KEY_STAGES),
         "index": TILE_NAMES,
@@ -170,6 +192,7 @@ def forward_context(variant: Variant) -> dict:
         **dropout_context(),
         **fp8_context(),
         "mask_mod": mask_mod_context(variant),
+        "user_score": score_mod_user_context(variant),
         # every load and store offset of the dense forward (claim forward_addresses)
         "addresses": {name: _lines(group) for name, group in AD.FORWARD_GROUPS.items()},
     }
@@ -222,7 +245,8 @@ def backward_context(variant: Variant) -> dict:
         **{key: fwd[key] for key in ("qk_scale", "qk", "bounds_init", "tile_loop", "has_lengths", "dense",
                                      "mask_term", "dense_mask_term", "varlen_segment", "segment_loads",
                                      "rows_past_end",
-                                     "gqa_head", "stages", "score_mod", "dropout", "mask_mod", "addresses")},
+                                     "gqa_head", "stages", "score_mod", "dropout", "mask_mod", "user_score",
+                                     "addresses")},
         "keys_past_end": print_term(KEYS_PAST_END),
         # the preprocess's offsets (claim backward_addresses)
         "addresses_bwd": {name: _lines(group) for name, group in AD.BACKWARD_GROUPS.items()},
@@ -230,7 +254,7 @@ def backward_context(variant: Variant) -> dict:
         "segment_pointers_dq": _lines(AD.SEGMENT_POINTERS["dq"]),
         "row_stages": _stages(S.ROW_STAGES),
         "gqa_group_head": print_term(S.GQA_GROUP_HEAD),
-        "init_dkdv": _inits(S.GRAD_INIT, {"dk": "[BLOCK_N, BLOCK_D]", "dv": "[BLOCK_N, BLOCK_D]"}),
+        "init_dkdv": _inits(S.GRAD_INIT, {"dk": "[BLOCK_N, BLOCK_D]", "dv": "[BLOCK_N, BLOCK_DV]"}),
         "init_dq": _inits(S.GRAD_INIT, {"dq": "[BLOCK_M, BLOCK_D]"}),
         # the mask helper takes i, j broadcast to the tile's layout: the spec's names, unrenamed
         "kinds": [dict(kind, keep=print_term(keep_term(kind["name"])),
@@ -314,6 +338,7 @@ def decode_context(variant: Variant) -> dict:
     keeps = {kind: print_term(keep_term(kind), DECODE_NAMES) for kind in ("causal", "window")}
     return {
         **{key: fwd[key] for key in ("qk_scale", "qk", "tile", "epilogue", "mask_term", "init", "score_mod")},
+        "qk_tail": print_term(T.QK_TAIL),  # MLA: the split head dim's tail (claim head_dim_split)
         "score_index": DECODE_SCORE_NAMES,
         "split_range": _lines(P.SPLIT_RANGE),
         "split_range_fixed": _lines(P.SPLIT_RANGE_FIXED),
@@ -354,7 +379,7 @@ def render_variant(variant: Variant, source: str | None = None) -> str:
     """One kernel file; ``source``: render this template text instead of the variant's template
     (a test's hand-edited copy, for the hygiene check)."""
     c = variant.config
-    ctx = {"mask_mod": None, **CONTEXTS[variant.kind.name](variant)}
+    ctx = {"mask_mod": None, "user_score": None, **CONTEXTS[variant.kind.name](variant)}
     template = ENV.from_string(source) if source is not None else ENV.get_template(variant.kind.template)
     return template.render(
         header=header(c.command), command=c.command,
@@ -371,6 +396,15 @@ def render_config(config: BlockConfig) -> dict[str, str]:
 
 
 INDEX_COMMAND = "python -m generator"
+
+
+def _score_mod_modules(config: BlockConfig) -> dict:
+    """``{score_mod name: {kernel kind: module}}`` of one block config."""
+    out = {}
+    for v in config.variants():
+        if v.score_mod is not None:
+            out.setdefault(v.score_mod.partition(":")[2], {})[v.kind.name] = v.module_name
+    return out
 
 
 def _mask_mod_modules(config: BlockConfig) -> dict:
@@ -390,8 +424,10 @@ def render_index(configs: list[BlockConfig]) -> str:
     for c in sorted(configs, key=lambda c: (len(c.masks), c.key)):
         served[(c.block_m, c.block_n)] = c
     blocks = [
-        {"block": block, "modules": {v.kind.name: v.module_name for v in c.variants() if v.mask_mod is None},
-         "mask_mods": _mask_mod_modules(c), "masks": list(c.masks), "command": c.command}
+        {"block": block, "modules": {v.kind.name: v.module_name for v in c.variants()
+                                     if v.mask_mod is None and v.score_mod is None},
+         "mask_mods": _mask_mod_modules(c), "score_mods": _score_mod_modules(c), "masks": list(c.masks),
+         "command": c.command}
         for block, c in sorted(served.items())
     ]
     return ENV.get_template("index.py.jinja").render(

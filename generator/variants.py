@@ -215,9 +215,20 @@ def default_decode_settings(block_m: int, block_n: int) -> dict:
     spill 4 B with ALiBi in the contiguous-cache kernel of the 64x64 block (the one
     ``flash_attention_with_kvcache`` launches: ``runtime.decode.DECODE_BLOCK``; 80 registers) and 2
     stages do not (1.109 warp-instructions per element against 1.098; `python -m benchmarks.static
-    --module attention_decode_br64_bc64 --arch 90 --head-dim 64 --mask alibi --num-stages 2 3 4`)."""
+    --module attention_decode_br64_bc64 --arch 90 --head-dim 64 --mask alibi --num-stages 2 3 4`).
+
+    Above head dim 256 (MLA's absorbed decode, D = 576 split as 512 + 64, D_v = 512, the K tile serving
+    as V: issue 27) 4 warps on 2 stages: at the 64x64 block, bf16, contiguous and paged, unmasked and
+    causal, neither spill on sm_80 nor on sm_90 (92-93 KB of shared memory, 167-226 registers) and
+    their loops are the cheapest of 4 or 8 warps on 1 or 2 stages (3.49 warp-instructions per element
+    on sm_80, 3.62 on sm_90; 4 warps on 1 stage spill 4-20 B on sm_80; `python -m benchmarks.static
+    --module attention_decode_br64_bc64 --arch 80 90 --dtype bf16 --head-dim 576 --mask D_v=512
+    "causal, D_v=512" --num-warps 4 8 --num-stages 1 2`). A separate v cache at that width loads a
+    V tile too: the launch takes 8 warps then (the decode module's ``launch_settings``)."""
     base = {"num_warps": default_num_warps(block_m, block_n), "num_stages": default_num_stages(block_m, block_n)}
-    return {80: {256: base}, 90: {64: {**base, "num_stages": min(base["num_stages"], 2)}, 256: base}}
+    wide = {"num_warps": 4, "num_stages": 2}
+    return {80: {256: base, 1024: wide},
+            90: {64: {**base, "num_stages": min(base["num_stages"], 2)}, 256: base, 1024: wide}}
 
 
 def builtin_mask_mods() -> tuple[str, ...]:
@@ -238,6 +249,8 @@ class BlockConfig:
     masks: tuple[str, ...] = MASKS
     #: user mask_mods (``module:name``, ``--mask-mod``) emitted beside the built-ins of spec.mask_mod
     mask_mods: tuple[str, ...] = ()
+    #: user score_mods (``module:name``, ``--score-mod``): forward and backward kernels for each
+    score_mods: tuple[str, ...] = ()
 
     def __post_init__(self):
         _check("--br (B_r, block_m)", self.block_m, ALLOWED_BLOCKS)
@@ -260,6 +273,15 @@ class BlockConfig:
         clash = sorted({x for x in names if names.count(x) > 1})
         if clash:
             raise ValueError(f"--mask-mod: more than one mask_mod named {clash} (their files would collide); "
+                             "rename one")
+        bad = [ref for ref in self.score_mods if ref.count(":") != 1 or not all(ref.split(":"))]
+        if bad:
+            raise ValueError(f"--score-mod takes module:name (e.g. mymods:rel_bias), got {bad}")
+        object.__setattr__(self, "score_mods", tuple(sorted(set(self.score_mods))))
+        names = [ref.partition(":")[2] for ref in self.score_mods]
+        clash = sorted({x for x in names if names.count(x) > 1})
+        if clash:
+            raise ValueError(f"--score-mod: more than one score_mod named {clash} (their files would collide); "
                              "rename one")
 
     def all_mask_mods(self) -> tuple[str, ...]:
@@ -337,18 +359,22 @@ class BlockConfig:
             cmd += f" --num-stages {self.num_stages}"
         if self.mask_mods:
             cmd += " --mask-mod " + " ".join(self.mask_mods)
+        if self.score_mods:
+            cmd += " --score-mod " + " ".join(self.score_mods)
         return cmd
 
     def variants(self) -> list["Variant"]:
         plain = [Variant(kind, self) for kind in KINDS.values()]
         return plain + [Variant(kind, self, ref) for ref in self.all_mask_mods()
-                        for kind in KINDS.values() if kind.takes_mask_mod]
+                        for kind in KINDS.values() if kind.takes_mask_mod] + \
+            [Variant(kind, self, None, ref) for ref in self.score_mods for kind in KINDS.values() if kind.takes_mask_mod]
 
     def to_json(self) -> dict:
         """The manifest entry: the CLI options as given (``None``: default) and, under
         ``launch``, the settings each kernel file was emitted with after the defaults applied."""
         return {"block": [self.block_m, self.block_n], "num_warps": self.num_warps,
                 "num_stages": self.num_stages, "masks": list(self.masks), "mask_mods": list(self.mask_mods),
+                **({"score_mods": list(self.score_mods)} if self.score_mods else {}),
                 "launch": {kind: {f"sm_{arch}": {str(dim): entry for dim, entry in per_dim.items()}
                                   for arch, per_dim in table.items()}
                            for kind, table in (("fwd", self.fwd_settings), ("bwd", self.bwd_settings),
@@ -357,7 +383,7 @@ class BlockConfig:
     @classmethod
     def from_json(cls, d: dict) -> "BlockConfig":
         return cls(d["block"][0], d["block"][1], d["num_warps"], d["num_stages"], tuple(d["masks"]),
-                   tuple(d.get("mask_mods", ())))
+                   tuple(d.get("mask_mods", ())), tuple(d.get("score_mods", ())))
 
 
 @dataclass(frozen=True)
@@ -367,12 +393,14 @@ class Variant:
     kind: KernelKind
     config: BlockConfig = field(default_factory=BlockConfig)
     mask_mod: str | None = None  # ``module:name`` of the mask_mod compiled in, if any
+    score_mod: str | None = None  # ``module:name`` of the user score_mod compiled in, if any
 
     @property
     def module_name(self) -> str:
         c = self.config
         masks = "".join(f"_{m}" for m in c.masks) if self.kind.uses_masks and c.masks != MASKS else ""
         mm = f"_maskmod_{self.mask_mod.partition(':')[2]}" if self.mask_mod else ""
+        mm += f"_scoremod_{self.score_mod.partition(':')[2]}" if self.score_mod else ""
         return f"{self.kind.prefix}{masks}{mm}_br{c.block_m}_bc{c.block_n}"
 
     @property

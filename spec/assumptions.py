@@ -36,7 +36,11 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
     Assumption("fp8_descales", "FP8 inputs (issue 30): k, v in one of float8_e4m3fn / float8_e5m2, q in that "
                "format or float16/bfloat16; q_descale, k_descale, v_descale float32 (B, Hkv), finite and > 0 "
                "(claim fp8_descale's positive descales)", "reject"),
-    Assumption("head_dim_max", "1 <= head_dim <= 256 (the K/V tiles of a program fit on chip)", "reject", 256),
+    Assumption("head_dim_max", "1 <= head_dim <= 256 for q/k's head dim D and for v's D_v, which may differ "
+               "(MLA), on the training paths (the K/V tiles of a program fit on chip)", "reject", 256),
+    Assumption("decode_head_dim_max", "flash_attention_with_kvcache: 1 <= D <= 576 and 1 <= D_v <= 512 (the "
+               "absorbed MLA decode: 512 latent + 64 rope columns, v the first 512; the decode kernel holds "
+               "a few query rows, not a B_r x D tile)", "reject", (576, 512)),
     Assumption("gqa_divides", "the query heads are a multiple of the key/value heads", "reject"),
     Assumption("scale_finite", "the softmax scale s is a finite real number", "reject"),
     Assumption("scale_positive",
@@ -56,7 +60,8 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
                "reject", 2**29),
     Assumption("index_int32",
                "inside one (batch, head) slice every element offset of q, k, v, out, mask and grad_out, "
-               "(N - 1)·|stride_N| + (D - 1)·|stride_D|, is <= 2^31 - 1 (int32 pointer arithmetic)",
+               "(N - 1)·|stride_N| + (D - 1)·|stride_D|, is <= 2^31 - 1 (int32 pointer arithmetic), D that "
+               "tensor's own head dim (q/k's D for q, k; v's D_v for v, out, grad_out)",
                "reject", INT32_MAX),
     # --- added by the verification issue (#12): facts the z3 int32 proofs also rely on
     Assumption("block_sizes", "B_r, B_c and the backward's row / key steps are powers of two, 16 <= B <= 256 "
@@ -91,13 +96,6 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
                "cannot overflow int32",
                "reject (eager); clamp: under torch.compile each value is clamped to [-2^30, 2^30] on the "
                "device", 2**30),
-    # --- issue 23, row 9: the score modifications' raw-score units
-    Assumption("score_mod_scale",
-               "with a softcap or ALiBi slopes, |s| >= 2^-64: the kernels carry the modified score in raw-score "
-               "units (c/s, slope/s) multiplied by qk_scale = s·log2 e, which stay finite, normal fp32 numbers "
-               "for c < 2^64 and |slope|·(N_q + N_k) < 2^64 (slope/s overflowed for s <= 1e-38); s = 0 is "
-               "accepted (rewritten to s' = 1 with q' = 0, claim scale_sign_rewrite)",
-               "reject", 2.0**-64),
 )}
 
 

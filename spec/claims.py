@@ -42,6 +42,7 @@ from spec.proofs import kernel, masks, rewrites, ring, softmax, varlen, paged  #
 # ... then the verification claims (issue 12) and later ones, reported after the fixed ids in this order
 from spec.proofs import symbolic, backward, epilogue, structure, int32, float as float_, score_mods, mask_mod, sink_combine, dropout, rotary  # noqa: E402,I001
 from spec.proofs import addresses  # noqa: E402,I001
+from spec.proofs import score_mod_user  # noqa: E402,I001
 from spec.proofs import fp8  # noqa: E402,I001
 
 __all__ = ["CLAIM_IDS", "REGISTRY", "Claim", "Result", "claim", "prove_all"]
@@ -52,7 +53,8 @@ if _missing:
 #: the proof modules in report order: the newer claims (not in CLAIM_IDS) report in this module
 #: order, then in definition order, whichever module another import (a test's) loaded first
 _MODULES = [m.__name__ for m in (kernel, masks, rewrites, ring, softmax, varlen, paged, symbolic, backward, epilogue,
-                                 structure, int32, float_, score_mods, mask_mod, sink_combine, dropout, rotary, addresses, fp8)]
+                                 structure, int32, float_, score_mods, mask_mod, sink_combine, dropout, rotary, addresses,
+                                 score_mod_user, fp8)]
 _newer = sorted((c for c in REGISTRY.values() if c.id not in CLAIM_IDS), key=lambda c: _MODULES.index(c.prove.__module__))
 _ordered = [REGISTRY[cid] for cid in CLAIM_IDS] + _newer
 REGISTRY.clear()  # in place: anyone holding a reference sees the ordered registry

@@ -122,6 +122,7 @@ class Numbers:
 
     U = U
     U_FUNC = U_FUNC
+    SOFTCAP_REL = None  # set below, once softcap_rel is defined
     unit_roundoff = UNIT_ROUNDOFF
     u_store = U_STORE
     gamma = staticmethod(gamma)
@@ -143,13 +144,19 @@ def n_tiles(n_k, block_n, num: Numbers = FLOATS):
     return num.max(1, num.ceil(n_k / block_n))
 
 
-def exponent_error(head_dim: int, n_tiles: int, scaled_abs: float, num: Numbers = FLOATS,
+def exponent_error(head_dim: int, n_tiles: int, scaled_abs: float, num: Numbers = FLOATS, softcap: bool = False,
                    scale_roundings: int = SCALE_ROUNDINGS) -> float:
     """``E``: every exponent's absolute error (natural units), from ``s·A`` (``scaled_abs``), plus the
-    relative error of the at most ``T + 1`` exp2 factors of a weight (``p`` and the rescales);
-    ``scale_roundings``: those of ``x·qk_scale`` (``SCALE_ROUNDINGS_DESCALED`` with FP8's descales)."""
-    return (scaled_abs * score_factor(num.gamma(head_dim), num.gamma(scale_roundings), num.U)
-            - (n_tiles + 1) * num.log1p(-num.U_FUNC))
+    relative error of the at most ``T + 1`` exp2 factors of a weight (``p`` and the rescales); with
+    ``softcap``, the capped score's factor (``softcap_score_factor``); ``scale_roundings``: those of
+    ``x·qk_scale`` (``SCALE_ROUNDINGS_DESCALED`` with FP8's descales, which take no softcap)."""
+    if softcap:
+        if scale_roundings != SCALE_ROUNDINGS:
+            raise ValueError("exponent_error: the softcap is bounded without FP8's descales only")
+        factor = softcap_score_factor(num.gamma(head_dim), num.gamma(2), num.gamma(5), num.SOFTCAP_REL, num.U)
+    else:
+        factor = score_factor(num.gamma(head_dim), num.gamma(scale_roundings), num.U)
+    return scaled_abs * factor - (n_tiles + 1) * num.log1p(-num.U_FUNC)
 
 
 def weight_factor(rho_w, rho):
@@ -207,16 +214,23 @@ def lse_bound(exponent, log_den, log_n, lse_abs, u=U, u_func=U_FUNC):
 
 
 def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs: float, lse: float = 0.0,
-                  num: Numbers = FLOATS, *, out_dtype: str | None = None, descaled: bool | None = None) -> Bound:
+                  num: Numbers = FLOATS, softcap: bool = False, *, out_dtype: str | None = None,
+                  descaled: bool | None = None) -> Bound:
     """The bound for one row: ``dtype`` in ``UNIT_ROUNDOFF`` (the dtype of the products' operands and of
     P's cast: ``"e4m3"``/``"e5m2"`` for FP8), ``scaled_abs = s·max_j Σ_d |q_d k_jd|`` on the dequantised
     inputs (``num``: the arithmetic, floats unless claims ``forward_error_bound`` / ``fp8_error_bound``
-    check the composition). ``out_dtype``: the stored output's (default: ``dtype``'s ``U_STORE``: bf16
-    for FP8). ``descaled``: FP8's descales (``spec.terms.FP8_*``; default: ``dtype`` is FP8): two more
-    roundings in ``qk_scale`` and one more multiply of ``out``; an FP8 ``dtype`` adds P's subnormal error."""
+    check the composition); ``softcap``: the scores capped by the printed softcap (any cap:
+    ``|c·tanh(s x/c)| <= s·|x|``, its error relative). ``out_dtype``: the stored output's (default:
+    ``dtype``'s ``U_STORE``: bf16 for FP8). ``descaled``: FP8's descales (``spec.terms.FP8_*``; default:
+    ``dtype`` is FP8): two more roundings in ``qk_scale`` and one more multiply of ``out``; an FP8 ``dtype``
+    adds P's subnormal error. FP8 takes no softcap (refused: ``ValueError``). ALiBi is not covered: its
+    tolerances are empirical (``generator.checking``)."""
     descaled = dtype in FP8 if descaled is None else descaled
+    if softcap and descaled:
+        raise ValueError("forward_bound: FP8's descaled forward takes no softcap (nothing is bounded there)")
     tiles = n_tiles(n_k, block_n, num)
-    E = exponent_error(head_dim, tiles, scaled_abs, num, SCALE_ROUNDINGS_DESCALED if descaled else SCALE_ROUNDINGS)
+    E = exponent_error(head_dim, tiles, scaled_abs, num, softcap,
+                       SCALE_ROUNDINGS_DESCALED if descaled else SCALE_ROUNDINGS)
     rho_w = num.expm1(E)
     rho_num = carried_factor(weight_factor(num.unit_roundoff[dtype], num.gamma(block_n)), tiles, num.gamma)
     rho_den = carried_factor(num.gamma(block_n), tiles, num.gamma)
@@ -226,6 +240,44 @@ def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs:
     lse_abs = lse_bound(E, -num.log1p(-weight_factor(rho_w, rho_den)), num.log(num.max(n_k, 1)), num.abs(lse),
                         num.U, num.U_FUNC)
     return Bound(out, lse_abs, E)
+
+
+# ----------------------------------------------------------------------------------
+# The softcap (issue 23 row 8): the printed t = tanh(y) (spec.terms.SOFTCAP) is relatively accurate,
+# so the capped score c·t carries an error relative to |c·t| <= s·|x|, like the plain score.
+# ----------------------------------------------------------------------------------
+#: Lambert's convergent C_4 is within SOFTCAP_CF·C of tanh on |y| < 1 (claim softcap_accuracy)
+SOFTCAP_CF = 2 * U
+#: the γ-indices of the rational branch's numerator y·(945 + y²(105 + y²)) and denominator
+#: 945 + y²(420 + 15y²), Horner with positive terms, y² rounded once (claim softcap_accuracy counts them)
+SOFTCAP_NUM_ROUNDINGS = 6
+SOFTCAP_DEN_ROUNDINGS = 6
+#: the exp2 branch (|y| >= 1): 1 − 2/(2^z + 1) relative to tanh at z's own argument, for exp2 within
+#: U_FUNC = 4u (claim softcap_accuracy); its argument z = 2y·fl(log2 e) adds γ_2
+SOFTCAP_EXP2 = 16 * U
+
+
+def softcap_rel(u=U, cf=SOFTCAP_CF, exp2_branch=SOFTCAP_EXP2):
+    """``ρ_t``: the printed t within ``tanh(y^)·(1 ± ρ_t)`` (``y^`` the computed argument), the larger of
+    the rational branch's ``(1+ε_CF)(1+γ_6)(1+u)/(1−γ_6) − 1`` and the exp2 branch's ``(1+γ_2)(1+16u) − 1``."""
+    g = lambda m: m * u / (1 - m * u)  # noqa: E731
+    rational = (1 + cf) * (1 + g(SOFTCAP_NUM_ROUNDINGS)) * (1 + u) / (1 - g(SOFTCAP_DEN_ROUNDINGS)) - 1
+    return max(rational, (1 + g(2)) * (1 + exp2_branch) - 1)
+
+
+#: the printed t's relative error bound
+SOFTCAP_REL = softcap_rel()
+Numbers.SOFTCAP_REL = SOFTCAP_REL
+
+
+def softcap_score_factor(g_d, g_2, g_4, rho_t, u):
+    """The capped score's exponent error relative to ``s·A``: the dot (``γ_D``), the argument
+    ``y = fl(x·fl(s/c))`` (``γ_2``; tanh is 1-Lipschitz and ``|tanh y| <= |y|``), t's relative error
+    ``ρ_t``, then ``fl(log2 e)``, ``fl(c·log2 e)``, ``t·softcap_out`` and the tile's exact product by ``qk_scale = 1``
+    (3 roundings; ``γ_5`` an upper count), and
+    ``2u·max|t^|`` from the max's subtraction and the rescales, as ``score_factor`` (claim
+    ``forward_error_bound``)."""
+    return (1 + g_d) * (1 + g_2) * (1 + rho_t) * (1 + g_4) * (1 + 2 * u) - 1
 
 
 #: the regime the fixed tolerances (``generator.checking.TOLERANCES``) are computed at: the tests'

@@ -603,12 +603,7 @@ class MaskMod:
         from spec.assumptions import limit
 
         values_checked = not torch.compiler.is_compiling()
-        given = dict(mask_args or {})
-        missing = [p for p in self.params if p not in given]
-        extra = [p for p in given if p not in self.params]
-        if missing or extra:
-            raise ValueError(f"mask_mod {self.name} takes mask_args {list(self.params)}; "
-                             + (f"missing {missing}" if missing else f"unknown {extra}"))
+        given = given_args(mask_args, self.params, f"mask_mod {self.name}", "mask_args")
         cols = []
         for p in self.params:
             v = given[p]
@@ -743,23 +738,46 @@ def mask_mod(fn):
     Emit its kernels with ``python -m generator --br 64 --bc 64 --mask-mod module:name``, then
     ``flash_attention(q, k, v, mask_mod=fn, mask_args={...})``.
     """
+    return decorate(fn, INDEX_ARGS, Param, analyse, REGISTRY)
+
+
+def given_args(args, params, who: str, keyword: str) -> dict:
+    """``args`` as a dict holding exactly ``params``; ValueError naming the missing or unknown ones."""
+    given = dict(args or {})
+    missing = [p for p in params if p not in given]
+    extra = [p for p in given if p not in params]
+    if missing or extra:
+        raise ValueError(f"{who} takes {keyword} {list(params)}; "
+                         + (f"missing {missing}" if missing else f"unknown {extra}"))
+    return given
+
+
+def decorate(fn, index_args: dict, param, analyse_fn, registry: dict):
+    """The decorators' common part (``mask_mod``, ``spec.score_mods.score_mod``): call ``fn`` on the
+    index symbols and a ``param`` symbol per other argument, analyse the result, register it by name."""
     args = list(inspect.signature(fn).parameters)
-    params = [a for a in args if a not in INDEX_ARGS]
-    symbols = {a: INDEX_ARGS[a] if a in INDEX_ARGS else Param(a) for a in args}
-    mm = analyse(fn(**symbols), fn.__name__, params, fn.__module__, inspect.getdoc(fn) or "")
-    REGISTRY[mm.name] = mm
-    return mm
+    params = [a for a in args if a not in index_args]
+    symbols = {a: index_args[a] if a in index_args else param(a) for a in args}
+    mod = analyse_fn(fn(**symbols), fn.__name__, params, fn.__module__, inspect.getdoc(fn) or "")
+    registry[mod.name] = mod
+    return mod
+
+
+def resolve_ref(ref: str, cls, option: str, example: str, home: str):
+    """``"module:name"`` -> the ``cls`` object defined there; ValueError naming ``option``'s form."""
+    module, _, name = ref.partition(":")
+    if not module or not name:
+        raise ValueError(f"--{option} takes module:name (e.g. {example}), got {ref!r}")
+    obj = getattr(importlib.import_module(module), name, None)
+    if not isinstance(obj, cls):
+        what = option.replace("-", "_")
+        raise ValueError(f"{ref} is not a {what} (define it with the @{what} decorator of {home})")
+    return obj
 
 
 def resolve(ref: str) -> MaskMod:
     """``"module:name"`` -> the MaskMod defined there."""
-    module, _, name = ref.partition(":")
-    if not module or not name:
-        raise ValueError(f"--mask-mod takes module:name (e.g. spec.masks:prefix_lm), got {ref!r}")
-    obj = getattr(importlib.import_module(module), name, None)
-    if not isinstance(obj, MaskMod):
-        raise ValueError(f"{ref} is not a mask_mod (define it with the @mask_mod decorator of spec.masks)")
-    return obj
+    return resolve_ref(ref, MaskMod, "mask-mod", "spec.masks:prefix_lm", "spec.masks")
 
 
 # ----------------------------------------------------------------------------------

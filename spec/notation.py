@@ -47,6 +47,8 @@ qk = sp.Symbol("qk", extended_real=True)  # a tile of raw scores q.k (masked: -o
 sm_scale = sp.Symbol("sm_scale", positive=True)  # softmax scale
 qk_scale = sp.Symbol("qk_scale", positive=True)  # sm_scale * LOG2E
 q, k, v, vT = sp.symbols("q k v vT", real=True)  # operand tiles
+#: MLA (issue 27): the q/k columns past v's head dim, [D_v, D) (the rope part of an absorbed latent)
+q_tail, k_tail = sp.symbols("q_tail k_tail", real=True)
 
 # --- epilogue ----------------------------------------------------------------------
 a = sp.Symbol("a", nonnegative=True)  # seed 000's softmax output a_i (a tile of them)
@@ -101,11 +103,13 @@ GLOSSARY = {
 
 # --- score modifications (issue 15): softcap, ALiBi, attention sinks ------------------
 softcap = sp.Symbol("softcap", positive=True)  # the cap c of s = c·tanh(scale·x / c)
-softcap_in = sp.Symbol("softcap_in", real=True)  # 2·log2(e)·scale / c, once per launch
-softcap_out = sp.Symbol("softcap_out", real=True)  # c / scale, once per launch
+softcap_in = sp.Symbol("softcap_in", real=True)  # scale / c, once per launch
+softcap_out = sp.Symbol("softcap_out", real=True)  # into log2 units: c·log2 e (cap), scale·log2 e (ALiBi alone)
+y = sp.Symbol("y", real=True)  # scale·x / c, the argument of the cap's tanh (a tile)
+y2 = sp.Symbol("y2", nonnegative=True)  # y², the rational branch's variable (a tile)
 t = sp.Symbol("t", real=True)  # tanh(scale·x / c), a tile of them (kept for the backward's 1 − t²)
 slope = sp.Symbol("slope", nonnegative=True)  # the ALiBi slope of this (batch, query head)
-alibi_coef = sp.Symbol("alibi_coef", real=True)  # slope / scale: the bias in raw-score units
+alibi_coef = sp.Symbol("alibi_coef", real=True)  # slope·log2 e: the bias in log2 units
 sink = sp.Symbol("sink", real=True)  # the learnable sink logit of this query head (natural log)
 sink2 = sp.Symbol("sink2", real=True)  # the sink in log2 units
 dsink = sp.Symbol("dsink", real=True)  # this query row's part of dL/dsink

@@ -7,7 +7,7 @@ a group added to a kernel is added here once and all three see it.
 
 from __future__ import annotations
 
-from spec import addresses, masks, paged, rotary, structure, terms, varlen
+from spec import addresses, masks, paged, rotary, score_mods, structure, terms, varlen
 
 
 def term_groups() -> dict[str, tuple]:
@@ -27,6 +27,9 @@ def term_groups() -> dict[str, tuple]:
     groups.update({f"addresses.BACKWARD.{name}": group for name, group in addresses.BACKWARD_GROUPS.items()})
     groups["addresses.SEGMENT_LOADS"] = addresses.SEGMENT_LOADS
     groups.update({f"addresses.SEGMENT_POINTERS.{k}": group for k, group in addresses.SEGMENT_POINTERS.items()})
+    # a user score_mod's gradient scatter (issue 28); its per-instance lines are checked per score_mod
+    # (spec.proofs.score_mod_user.derivative_cases) when the generator prints them
+    groups["score_mods.SCATTER"] = score_mods.SCATTER
     return groups
 
 

@@ -17,7 +17,8 @@ SymPy node                  Triton
 ``Piecewise``               nested ``tl.where``
 ``-oo`` / ``oo``            ``float("-inf")`` / ``float("inf")``
 ``exp2``/``log2``/``exp``/``log``  ``tl.exp2`` / ``tl.log2`` / ``tl.exp`` / ``tl.log``
-``Abs`` / ``x**2``          ``tl.abs(x)`` / ``x * x``
+``Abs`` / ``x**2``          ``tl.abs(x)`` / ``x * x`` (``x**n``, ``|n| <= 8``: multiplies; ``x**±1/2``: ``tl.sqrt``)
+``tanh``/``sin``/``cos``    ``1 - 2 / (tl.exp(2 * x) + 1)`` / ``tl.sin`` / ``tl.cos`` (score_mods)
 constants (``1/log 2``)     a float literal (``1.4426950408889634``)
 ``Eq``/``Le``/``Lt``        ``==`` / ``<=`` / ``<``
 ``And`` / ``Or``            ``&`` / ``|`` of parenthesised operands
@@ -31,6 +32,8 @@ constants (``1/log 2``)     a float literal (``1.4426950408889634``)
 ``Indexed`` ``p[x]``        ``tl.load(p + x)`` (a mask_mod parameter read)
 ``floor_div(a, c)``         ``tl.where(a < 0, -1 - (-1 - a) // c, a // c)``: the floor
                             for ``c >= 1`` whichever way ``//`` rounds (spec.mask_mod)
+``onehot_sum(g, idx, e)``   ``tl.sum(tl.sum(tl.where(idx[:, :, None] == e[None, None, :], g[:, :, None],
+                            0.0), 0), 0)``: a score_mod's gradient scatter (spec.score_mods)
 ``philox_uniform(s, o)``    ``tl.rand(s, o)``: Triton's Philox uniform in [0, 1) (dropout's
                             keep decision, spec.terms.DROPOUT_KEEP; the only draw a kernel makes)
 ==========================  ===============================================
@@ -49,6 +52,7 @@ from sympy.printing.pycode import PythonCodePrinter
 
 from spec import terms as T
 from spec.mask_mod import floor_div
+from spec.score_mods import onehot_sum
 
 
 class UnsupportedNode(TypeError):
@@ -149,6 +153,15 @@ class TritonPrinter(PythonCodePrinter):
         if e == 2:  # a square (softcap's 1 − t²): one multiply, as written
             b = self.parenthesize(base, PRECEDENCE['Mul'], strict=True)
             return f"{b} * {b}"
+        if e.is_Integer and 3 <= e <= 8:  # a score_mod's small power: repeated multiplies
+            b = self.parenthesize(base, PRECEDENCE['Mul'], strict=True)
+            return " * ".join([b] * int(e))
+        if e.is_Integer and -8 <= e <= -2:
+            return f"1 / ({self._print(sp.Pow(base, -e, evaluate=False))})"
+        if e == sp.Rational(1, 2):
+            return f"tl.sqrt({self._print(base)})"
+        if e == -sp.Rational(1, 2):
+            return f"1 / tl.sqrt({self._print(base)})"
         raise UnsupportedNode(f"no Triton rule for the power {expr}")
 
     def _print_Max(self, expr):
@@ -178,6 +191,14 @@ class TritonPrinter(PythonCodePrinter):
     _print_log2 = _call("tl.log2({})")
     _print_exp = _call("tl.exp({})")
     _print_log = _call("tl.log({})")
+    _print_sin = _call("tl.sin({})")
+    _print_cos = _call("tl.cos({})")
+
+    def _print_tanh(self, expr):
+        # tanh(x) = 1 − 2/(e^{2x} + 1): no NaN for any x (e^{+inf} gives 1, e^{-inf} gives −1), the
+        # built-in softcap's form; Triton has no tanh of its own on every backend
+        x = self.parenthesize(expr.args[0], PRECEDENCE["Mul"], strict=True)
+        return f"(1 - 2 / (tl.exp(2 * {x}) + 1))"
 
     def _print_floor(self, expr):
         num, den = sp.fraction(sp.together(expr.args[0]))
@@ -195,6 +216,12 @@ class TritonPrinter(PythonCodePrinter):
     def _print_Indexed(self, expr):
         (index,) = expr.indices
         return f"tl.load({self._print(expr.base.label)} + {self.parenthesize(index, PRECEDENCE['Add'])})"
+
+    def _print_onehot_sum(self, expr):
+        g, idx, e = (self._print(x) for x in expr.args)
+        # per entry e_c of the chunk: the sum over the tile of g where idx == e_c (a (rows, keys, chunk)
+        # select, reduced over rows and keys)
+        return f"tl.sum(tl.sum(tl.where({idx}[:, :, None] == {e}[None, None, :], {g}[:, :, None], 0.0), 0), 0)"
 
     def _print_philox_uniform(self, expr):
         seed, offset = (self._print(x) for x in expr.args)

@@ -220,7 +220,7 @@ def _normalise(m, d, o):
 # ----------------------------------------------------------------------------------
 def attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None,
               mask=None, scale=None, softcap=None, alibi_slopes=None, sinks=None, mask_mod=None, mask_args=None,
-              dropout_mask=None, dropout_p=0.0):
+              dropout_mask=None, dropout_p=0.0, score_mod=None, score_args=None):
     """Attention from the safe-softmax definition, in float64. Returns ``(out, lse)``.
 
     ``causal``: query ``i`` sees key ``j <= i + shift`` with ``shift = 0`` for
@@ -236,12 +236,17 @@ def attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_l
     (e^{sink} + Σ_j e^{s_ij})``, ``lse_i = log(e^{sink} + Σ_j e^{s_ij})`` (a row with no key:
     out 0, lse = sink). Torch ``sinks`` keep their autograd graph.
     ``mask_mod`` (``spec.masks.mask_mod``) with ``mask_args``: its predicate, evaluated on every entry.
+    ``score_mod`` (``spec.score_mods.score_mod``) with ``score_args``: ``s ← f(s, b, h, i, j, shift, ...)``
+    on every entry after softcap and ALiBi, before the masks (torch tensors in ``score_args`` keep their
+    autograd graph: the reference's gradients of captured tensors).
     ``dropout_mask`` (bool, broadcastable to (B, Hq, Nq, Nk), True = kept) with ``dropout_p``
     (FlashAttention 2's dropout): after normalisation ``P ← dropout_mask ∘ P / (1 − p)``, so
     ``out = (Z ∘ P/(1 − p)) V``; ``lse`` is the undropped one.
     """
     prob = _prepare(q, k, v, causal, alignment, window, key_lengths, mask, scale, mask_mod, mask_args)
     s = _modified_scores(prob, prob.scale * prob.q @ prob.k.transpose(-1, -2), alignment, softcap, alibi_slopes)
+    if score_mod is not None:
+        s = score_mod.apply_torch(s, masks.alignment_shift(alignment, s.shape[2], s.shape[3]), dict(score_args or {}))
     if prob.attend is not None:
         s = s.masked_fill(~prob.attend, MASKED_LOGIT)
     m = s.amax(-1, keepdim=True)  # pass 1: the row max (-inf for a row with no key)
@@ -525,7 +530,8 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
                       causal=False, window=None, scale=None, softcap=None, alibi_slopes=None, sinks=None):
     """FlashAttention's ``flash_attn_with_kvcache`` in float64. Returns ``(out, lse, k_cache, v_cache)``:
     ``out`` ``(B, N_q, Hq, D)``, ``lse`` ``(B, Hq, N_q)``, and new float64 copies of the caches with
-    the appended rows (the inputs are not modified).
+    the appended rows (the inputs are not modified). ``v_cache`` may have its own head dim ``D_v`` (MLA);
+    then ``out`` is ``(B, N_q, Hq, D_v)``.
 
     ``q`` ``(B, N_q, Hq, D)``; the cache ``(B_cache, N_cache, Hkv, D)`` or, with ``block_table``
     ``(B, pages)``, paged ``(num_pages, page_size, Hkv, D)``; ``cache_seqlens`` ``(B,)``. ``k``, ``v``
@@ -571,7 +577,7 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
         vv = torch.stack([vc[where(b, j)] for j in range(L)]) if L else vc.new_zeros((0,) + vc.shape[2:])
         keys = torch.arange(L) >= pad[b]
         if not bool(keys.any()) or Nq == 0:
-            outs.append(torch.zeros(Nq, Hq, D, dtype=torch.float64))
+            outs.append(torch.zeros(Nq, Hq, vc.shape[-1], dtype=torch.float64))  # v's head dim D_v
             lse_b = torch.full((Hq, Nq), -math.inf, dtype=torch.float64)
             if sinks is not None:
                 lse_b = lse_b.clone().copy_(torch.as_tensor(sinks, dtype=torch.float64)[:, None].expand(Hq, Nq))

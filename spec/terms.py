@@ -86,6 +86,13 @@ QK_SCALE = Term(n.qk_scale, n.sm_scale * n.LOG2E, "exp2_rewrite",
 QK = Term(n.qk, dot(n.q, trans(n.k)), "block_update",
           "x = q . k_j for the whole tile, accumulated in fp32")
 
+#: MLA (issue 27): the head dim split at D_v, q = [q | q_tail], k = [k | k_tail] with q, k the first D_v
+#: columns and the tails [D_v, D) (DeepSeek's rope part: 64 of 576); the tail's product is added, so
+#: S is the whole inner product without padding D to a power of two (claim head_dim_split)
+QK_TAIL = Term(n.qk, n.qk + dot(n.q_tail, trans(n.k_tail)), "head_dim_split",
+               "S += q_tail . k_tail_j: the columns [D_v, D), accumulated in fp32")
+QK_TAIL_GROUP = (QK_TAIL,)
+
 #: the tile update, in the order the kernel runs it
 FORWARD_TILE = (
     Term(n.m_ij, sp.Max(n.m_i, rowmax(n.qk) * n.qk_scale), "online_softmax_invariant",
@@ -219,6 +226,7 @@ MERGE_IDENTITY = (sp.Integer(0), n.NEG_INF)
 GROUPS = {
     "qk_scale": (QK_SCALE,),
     "qk": (QK,),
+    "qk_tail": QK_TAIL_GROUP,
     "forward_tile": FORWARD_TILE,
     "forward_epilogue": FORWARD_EPILOGUE,
     "softmax_normalise": SOFTMAX_NORMALISE,
@@ -252,36 +260,62 @@ def chain(terms) -> dict[sp.Symbol, sp.Expr]:
 # with the softcap applied after scaling and before masking, the bias after the cap, and
 # the sink an extra natural-log logit per row (not scaled) with value 0.
 #
-# The kernels keep the raw-score variable ``qk`` and the later terms ``qk · qk_scale``
-# unchanged: a modification rewrites ``qk`` in raw-score units (divided by the scale), so
-# ``qk · qk_scale = s · log2(e)`` (claim score_mod_invariant). With a modification off, its
-# constexpr compiles the lines out and the kernel is the unmodified one, line for line.
-# Each group is a list of printed lines, so any template (the forward, the backward, and
-# any later kernel: varlen, decode) prints them through the one jinja include
+# A modification turns the raw score ``qk`` into the modified score in log2 units (the cap's
+# ``c·log2 e·t``, or ``qk·scale·log2 e`` when only ALiBi is on, minus ``slope·log2 e·|i + shift − j|``),
+# and the kernel then runs its tile lines with ``qk_scale = 1`` (MOD_TILE_SCALE), so ``qk ·
+# qk_scale = s · log2(e)`` (claim score_mod_invariant). No quotient by the scale is formed: the
+# raw-score units c/scale and slope/scale overflowed fp32 for tiny scales (issue 23, row 9). With
+# a modification off, its constexpr compiles the lines out and the kernel is the unmodified one,
+# line for line. Each group is a list of printed lines, so any template (the forward, the
+# backward, and any later kernel: varlen, decode) prints them through the one jinja include
 # ``score_mod.jinja``.
 # ----------------------------------------------------------------------------------
-#: once per launch: the constants of the cap, folded with the scale and log2(e)
+#: once per launch: the constants of the cap
 SOFTCAP_SCALARS = (
-    Term(n.softcap_in, 2 * n.LOG2E * n.sm_scale / n.softcap, "score_mod_invariant",
-         "2·log2(e)·scale / c: tanh(y) = 1 − 2 / (2^{2 y log2 e} + 1), y = scale·x / c"),
-    Term(n.softcap_out, n.softcap / n.sm_scale, "score_mod_invariant",
-         "c / scale: the capped score back in raw-score units (qk·qk_scale = s·log2 e)"),
+    Term(n.softcap_in, n.sm_scale / n.softcap, "score_mod_invariant",
+         "scale / c: the argument y = scale·x / c of tanh"),
+    Term(n.softcap_out, n.softcap * n.LOG2E, "score_mod_invariant",
+         "c·log2 e: the capped score c·t in log2 units"),
 )
-#: per tile, after QK and before the mask: the cap (t is kept for the backward's 1 − t²)
+#: once per launch, ALiBi without the cap: the factor that takes the raw score into log2 units
+SCORE_LOG2_SCALAR = Term(n.softcap_out, n.sm_scale * n.LOG2E, "score_mod_invariant",
+                         "scale·log2 e: without the cap, the raw score into log2 units")
+#: where the cap's t switches from Lambert's rational form (|y| below it) to the exp2 form
+SOFTCAP_SPLIT = sp.Integer(1)
+#: Lambert's continued fraction tanh y = y/(1 + y²/(3 + y²/(5 + y²/(7 + y²/(9 + ...))))), cut after 9: its
+#: convergent C_4(y) = y·(945 + 105 y² + y⁴) / (945 + 420 y² + 15 y⁴), positive integer coefficients
+#: (exact in fp32, no cancellation: relative error O(u), claim softcap_accuracy), in Horner form
+SOFTCAP_RATIONAL = n.y * (945 + n.y2 * (105 + n.y2)) / (945 + n.y2 * (420 + 15 * n.y2))
+#: the exp2 form of tanh: exact, and relatively accurate where |y| >= SOFTCAP_SPLIT (no cancellation)
+SOFTCAP_EXP2 = 1 - 2 / (exp2(n.y * 2 * n.LOG2E) + 1)
+#: per tile, after QK and before the mask: the cap (t is kept for the backward's 1 − t²). tanh by
+#: exp2 alone, 1 − 2/(2^{2y log2 e} + 1), has an absolute error ~u: relative u/|y| for small y, so
+#: c·t erred by ~c·u (issue 23 row 8); below |y| = 1 the rational form is relatively accurate
 SOFTCAP = (
-    Term(n.t, 1 - 2 / (exp2(n.qk * n.softcap_in) + 1), "score_mod_bounds",
-         "t = tanh(scale·x / c) by exp2; in [−1, 1], no NaN for any x (2^{+inf} gives 1)"),
+    Term(n.y, n.qk * n.softcap_in, "softcap_accuracy", "y = scale·x / c"),
+    Term(n.y2, n.y * n.y, "softcap_accuracy", "y², the rational form's variable"),
+    Term(n.t, sp.Piecewise((SOFTCAP_RATIONAL, sp.Abs(n.y) < SOFTCAP_SPLIT), (SOFTCAP_EXP2, True)), "softcap_accuracy",
+         "t = tanh(y): Lambert's convergent for |y| < 1, else by exp2; relative error <= SOFTCAP_REL, "
+         "in [−1, 1], no NaN selected for any x (2^{+inf} gives 1)"),
     Term(n.qk, n.t * n.softcap_out, "score_mod_invariant",
-         "s = c·t, applied after scaling and before masking"),
+         "s·log2 e = c·t·log2 e, applied after scaling and before masking"),
 )
-#: once per (batch, query head): the ALiBi slope in raw-score units
-ALIBI_SCALAR = Term(n.alibi_coef, n.slope / n.sm_scale, "score_mod_invariant",
-                    "slope / scale: the bias enters qk, which the kernel multiplies by the scale")
-#: per tile, after the cap and before the mask: the bias −slope·|i + shift − j|
+#: per tile, ALiBi without the cap: the raw score into log2 units
+SCORE_LOG2 = (
+    Term(n.qk, n.qk * n.softcap_out, "score_mod_invariant", "s·log2 e = x·scale·log2 e, before the bias"),
+)
+#: once per (batch, query head): the ALiBi slope in log2 units (no division by the scale)
+ALIBI_SCALAR = Term(n.alibi_coef, n.slope * n.LOG2E, "score_mod_invariant",
+                    "slope·log2 e: the bias enters the score in log2 units")
+#: per tile, after the cap (or SCORE_LOG2) and before the mask: the bias −slope·|i + shift − j|
 ALIBI = (
     Term(n.qk, n.qk - n.alibi_coef * sp.Abs(n.i + n.shift - n.j), "score_mod_invariant",
-         "s −= slope·|i + shift − j|: shift = N_k − N_q bottom-right, 0 top-left"),
+         "s −= slope·|i + shift − j| (log2 units): shift = N_k − N_q bottom-right, 0 top-left"),
 )
+#: once per program, with a modification on: the modified scores are in log2 units already, so the
+#: tile lines (FORWARD_TILE, BACKWARD_TILE, BACKWARD_TILE_T) run with the scale 1
+MOD_TILE_SCALE = Term(n.qk_scale, sp.Integer(1), "score_mod_invariant",
+                      "the modified scores are in log2 units: the tile's qk·qk_scale is qk")
 #: the epilogue of an unsplit kernel, before FORWARD_EPILOGUE: the sink as the state
 #: (sink, 1, 0) merged by ⊕ exactly once per row (claim sink_once). A finite sink makes m_ij
 #: finite (a row with no key gets l_i = 1, acc = 0, lse = sink); a sink of -inf on a row with
@@ -326,9 +360,12 @@ SOFTCAP_DS_T = (
 
 GROUPS.update({
     "softcap_scalars": SOFTCAP_SCALARS,
+    "score_log2_scalar": (SCORE_LOG2_SCALAR,),
     "softcap": SOFTCAP,
+    "score_log2": SCORE_LOG2,
     "alibi_scalar": (ALIBI_SCALAR,),
     "alibi": ALIBI,
+    "mod_tile_scale": (MOD_TILE_SCALE,),
     "sink_fold": SINK_FOLD,
     "sink_partial": SINK_PARTIAL,
     "sink_grad": SINK_GRAD,

@@ -120,9 +120,9 @@ def _fp8(*shape):
 
 @pytest.mark.parametrize("call, match", [
     (lambda: flash_attention(_fp8(1, 2, 4, 32).requires_grad_(), _fp8(1, 1, 4, 32), _fp8(1, 1, 4, 32)),
-     "FP8 has no backward"),
+     "FP8 forward is inference only and has no backward"),
     (lambda: flash_attention(torch.randn(1, 2, 4, 32, requires_grad=True).bfloat16(), _fp8(1, 1, 4, 32),
-                             _fp8(1, 1, 4, 32)), "FP8 has no backward"),
+                             _fp8(1, 1, 4, 32)), "FP8 forward is inference only and has no backward"),
     (lambda: flash_attention(_fp8(1, 2, 4, 32), _fp8(1, 1, 4, 32), _fp8(1, 1, 4, 32), k_descale=-torch.ones(1, 1)),
      r"finite and > 0.*fp8_descales"),
     (lambda: flash_attention(_fp8(1, 2, 4, 32), _fp8(1, 1, 4, 32), _fp8(1, 1, 4, 32), v_descale=torch.ones(1, 2)),
@@ -131,13 +131,13 @@ def _fp8(*shape):
      "float16/bfloat16"),
     (lambda: flash_attention(_fp8(1, 2, 4, 32), _fp8(1, 1, 4, 32), torch.randn(1, 1, 4, 32)), "one FP8 dtype"),
     (lambda: flash_attention(_fp8(1, 2, 4, 32), _fp8(1, 1, 4, 32), _fp8(1, 1, 4, 32), softcap=30.0),
-     "does not support softcap"),
+     "softcap is not supported with FP8 inputs"),
     (lambda: flash_attention(_fp8(1, 2, 4, 32), _fp8(1, 1, 4, 32), _fp8(1, 1, 4, 32), scale=-1.0),
      "scale must be > 0 with FP8"),
     (lambda: flash_attention(torch.randn(1, 2, 4, 32), torch.randn(1, 1, 4, 32), torch.randn(1, 1, 4, 32),
                              out_dtype=torch.float16), "out_dtype is the FP8 forward's"),
     (lambda: flash_attention(torch.randn(1, 2, 4, 32), torch.randn(1, 1, 4, 32), torch.randn(1, 1, 4, 32),
-                             k_descale=torch.ones(1, 1)), "k and v must share one FP8 dtype"),
+                             k_descale=torch.ones(1, 1)), "k_descale is given but k has dtype torch.float32"),
 ])
 def test_fp8_input_errors_name_the_fix(call, match):
     with pytest.raises((TypeError, ValueError, RuntimeError, NotImplementedError), match=match):

@@ -6,11 +6,11 @@ graph. ``HostSyncGuard`` fails on each such call (kernel launches stubbed, CPU t
 
 * under ``torch.compile(fullgraph=True)`` the decode path (one split and four) and the dense forward
   (with ``key_lengths``) make none at all: what a captured graph replays;
-* in eager mode two checks sync **by design**: the range checks on the values of
-  ``cache_seqlens`` and the used page ids (``flash_attention_with_kvcache``,
-  ``checks.check_cache_values``: one sync) and of ``key_lengths`` (``flash_attention``,
-  ``checks.check_key_lengths``), which raise the named error before a kernel reads past the
-  cache or the keys. The test allows those two functions and nothing else;
+* in eager mode the declared value rules sync **by design**, once per call
+  (``generator.runtime.contract.check_values``): the ranges of ``cache_seqlens`` and the used page
+  ids (``flash_attention_with_kvcache``) and of ``key_lengths`` (``flash_attention``), which raise
+  the named error before a kernel reads past the cache or the keys. The test allows that function
+  and nothing else;
   without a value tensor to check (dense, no ``key_lengths``) the eager path makes none.
 """
 
@@ -25,7 +25,7 @@ from generator.runtime import launch
 pytestmark = pytest.mark.skipif(not launch.interpreting(), reason="CPU tensors need TRITON_INTERPRET=1")
 
 #: the eager value checks that sync by design (module docstring)
-BY_DESIGN = ("check_cache_values", "check_key_lengths")
+BY_DESIGN = ("check_values",)
 
 
 def test_the_host_benchmark_runs_at_tiny_sizes(capsys):
@@ -130,10 +130,10 @@ def test_eager_call_paths_sync_only_in_their_value_checks():
     with host.stubbed_launches() as launched:
         with host.HostSyncGuard(fail=True, allowed=BY_DESIGN) as guard:
             flash_attention_with_kvcache(q, k_cache, v_cache, lengths, causal=True, num_splits=4)
-        assert guard.syncs and all(s.where.endswith(" check_cache_values") for s in guard.syncs), guard.syncs
+        assert guard.syncs and all(s.where.endswith(" check_values") for s in guard.syncs), guard.syncs
         with host.HostSyncGuard(fail=True, allowed=BY_DESIGN) as guard:
             flash_attention(qd, k, v, causal=True, key_lengths=key_lengths)
-        assert guard.syncs and all(s.where.endswith(" check_key_lengths") for s in guard.syncs), guard.syncs
+        assert guard.syncs and all(s.where.endswith(" check_values") for s in guard.syncs), guard.syncs
         with host.HostSyncGuard(fail=True) as guard:  # no value tensor to check: no sync at all
             flash_attention(qd, k, v, causal=True)
     assert guard.syncs == [] and launched == ["_decode_fwd", "_merge_states", "_attn_fwd", "_attn_fwd"]
@@ -161,10 +161,10 @@ def test_eager_direct_path_skips_the_op_and_syncs_only_in_its_value_checks(monke
         for _ in range(2):  # the first call records the plans, the second uses them
             with host.HostSyncGuard(fail=True, allowed=BY_DESIGN, dispatch=False) as guard:
                 flash_attention_with_kvcache(q, k_cache, v_cache, lengths, causal=True, num_splits=4)
-            assert guard.syncs and all(s.where.endswith(" check_cache_values") for s in guard.syncs), guard.syncs
+            assert guard.syncs and all(s.where.endswith(" check_values") for s in guard.syncs), guard.syncs
             with host.HostSyncGuard(fail=True, allowed=BY_DESIGN, dispatch=False) as guard:
                 flash_attention(qd, k, v, causal=True, key_lengths=key_lengths)
-            assert guard.syncs and all(s.where.endswith(" check_key_lengths") for s in guard.syncs), guard.syncs
+            assert guard.syncs and all(s.where.endswith(" check_values") for s in guard.syncs), guard.syncs
             with host.HostSyncGuard(fail=True, dispatch=False) as guard:
                 flash_attention(qd, k, v, causal=True)
             assert guard.syncs == []

@@ -140,6 +140,28 @@ def test_leftpad_keys_are_never_read_and_rotary_counts_from_index_0():
         torch.testing.assert_close(kc2[b, lens[b]:lens[b] + k.shape[1]].double(), want[b], atol=1e-5, rtol=1e-5)
 
 
+def test_rotary_positions_with_leftpad_are_flashattentions_not_shifted_by_the_padding():
+    """FlashAttention's convention, read at its source (csrc/flash_attn/src/block_info.h subtracts
+    leftpad_k from the cache length and flash_fwd_kernel.h adds it back to the cos/sin row of both
+    k and q; tests/test_flash_attn.py::test_flash_attn_kvcache rotates with seqlen_offsets=
+    cache_seqlens whatever cache_leftpad): the new keys and the queries are rotated at table row
+    cache_seqlens[b] + t, counted from the row's index 0, not from cache_leftpad[b]. The output is
+    the float64 reference's with that convention and measurably not the one with positions
+    shifted by the padding (old keys in the cache are not re-rotated, so the two differ)."""
+    q, k, v, kc, vc, lens, cos, sin, _, pad, _ = make(17, rotary_dim=32, leftpad=[8, 30], dtype=torch.float32)
+    out = flash_attention_with_kvcache(q, kc.clone(), vc.clone(), lens, k=k, v=v, rotary_cos=cos, rotary_sin=sin,
+                                       cache_leftpad=pad, causal=True)
+    want, _, _, _ = reference.kvcache_attention(q, kc, vc, lens, k=k, v=v, rotary_cos=cos, rotary_sin=sin,
+                                                cache_leftpad=pad, causal=True)
+    torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=1e-5)
+    for b in range(2):  # the other convention, row by row: table row p holds what row p - pad[b] holds
+        shifted = [torch.cat([t[:int(pad[b])], t[:t.shape[0] - int(pad[b])]]) for t in (cos, sin)]
+        other, _, _, _ = reference.kvcache_attention(q[b:b + 1], kc[b:b + 1], vc[b:b + 1], lens[b:b + 1],
+                                                     k=k[b:b + 1], v=v[b:b + 1], rotary_cos=shifted[0],
+                                                     rotary_sin=shifted[1], cache_leftpad=pad[b:b + 1], causal=True)
+        assert (out[b].double() - other[0]).abs().max() > 1e-2
+
+
 def test_rotary_reference_is_complex_multiplication():
     """The reference's rotation, against its definition: pair f as a complex number times e^{iθ}."""
     g = torch.Generator().manual_seed(3)

@@ -447,6 +447,57 @@ def test_sink_once_combine_catches(mutant):
         assert any(label.startswith("step:") for label in failing), failing
 
 
+# issue 23 row 8: the cap's t, its rational branch and the counts behind SOFTCAP_REL
+SOFTCAP_EXP2_ONLY = swap(terms.SOFTCAP, n.t, terms.SOFTCAP_EXP2)  # the old line: absolute error ~u
+SOFTCAP_CF_COEF = swap(terms.SOFTCAP, n.t, sp.Piecewise(
+    (n.y * (945 + n.y2 * (105 + n.y2)) / (945 + n.y2 * (420 + 14 * n.y2)), sp.Abs(n.y) < 1), (terms.SOFTCAP_EXP2, True)))
+SOFTCAP_SHORT_CF = swap(terms.SOFTCAP, n.t, sp.Piecewise(  # C_3, cut after 7: ~100u at |y| = 1
+    (n.y * (105 + 10 * n.y2) / (105 + n.y2 * (45 + n.y2)), sp.Abs(n.y) < 1), (terms.SOFTCAP_EXP2, True)))
+SOFTCAP_SPLIT_LOW = swap(terms.SOFTCAP, n.t, sp.Piecewise(
+    (terms.SOFTCAP_RATIONAL, sp.Abs(n.y) < sp.Rational(1, 8)), (terms.SOFTCAP_EXP2, True)))
+SOFTCAP_Y_UNSCALED = swap(terms.SOFTCAP, n.y, n.qk)
+SOFTCAP_Y2_WRONG = swap(terms.SOFTCAP, n.y2, n.y)
+
+
+@pytest.mark.parametrize("mutant", ["exp2_only", "cf_coefficient", "short_cf", "split_low", "y_unscaled", "y2_wrong",
+                                    "fewer_roundings", "smaller_cf_bound", "exp2_bound_too_small"])
+def test_softcap_accuracy_catches(mutant):
+    kw = {"exp2_only": dict(softcap_terms=SOFTCAP_EXP2_ONLY), "cf_coefficient": dict(softcap_terms=SOFTCAP_CF_COEF),
+          "short_cf": dict(softcap_terms=SOFTCAP_SHORT_CF), "split_low": dict(softcap_terms=SOFTCAP_SPLIT_LOW),
+          "y_unscaled": dict(softcap_terms=SOFTCAP_Y_UNSCALED), "y2_wrong": dict(softcap_terms=SOFTCAP_Y2_WRONG),
+          "fewer_roundings": dict(num_roundings=5), "smaller_cf_bound": dict(cf=2.0**-30),
+          "exp2_bound_too_small": dict(exp2_branch=2.0**-24)}[mutant]
+    assert_failed(PSM.prove_softcap_accuracy(**kw))
+
+
+# issue 23 row 9: the modified score in log2 units, the tile at scale 1, no quotient by the scale
+@pytest.mark.parametrize("mutant", ["tile_scale_kept", "score_log2_dropped", "score_log2_scalar_unfolded",
+                                    "alibi_raw_units", "softcap_raw_units"])
+def test_score_mod_log2_units_catch(mutant):
+    kw = {"tile_scale_kept": dict(mod_tile_scale=replace(terms.MOD_TILE_SCALE, expr=terms.QK_SCALE.expr)),
+          "score_log2_dropped": dict(score_log2=swap(terms.SCORE_LOG2, n.qk, n.qk)),
+          "score_log2_scalar_unfolded": dict(score_log2_scalar=replace(terms.SCORE_LOG2_SCALAR, expr=n.sm_scale)),
+          # the old raw-score units: slope / scale and c / scale (they overflowed fp32 for tiny scales)
+          "alibi_raw_units": dict(alibi_scalar=replace(terms.ALIBI_SCALAR, expr=n.slope / n.sm_scale)),
+          "softcap_raw_units": dict(softcap_scalars=swap(terms.SOFTCAP_SCALARS, n.softcap_out,
+                                                         n.softcap / n.sm_scale))}[mutant]
+    assert_failed(PSM.prove_score_mod_invariant(**kw))
+
+
+def test_softcap_bounds_and_error_bound_catch():
+    # a rational branch that leaves [-1, 1]: y·(945 + ...)/(945 − ...) grows past 1 before |y| = 1
+    wide = swap(terms.SOFTCAP, n.t, sp.Piecewise(
+        (n.y * (945 + n.y2 * (105 + n.y2)) / (945 + n.y2 * (15 * n.y2 - 420)), sp.Abs(n.y) < 1), (terms.SOFTCAP_EXP2, True)))
+    assert_failed(PSM.prove_score_mod_bounds(softcap_terms=wide))
+    # the error bound's softcap factor without t's error (or without the output roundings)
+    from spec import error_bound as EB
+    assert_failed(PF.prove_forward_error_bound(softcap_factor=lambda gd, g2, g5, rho, u: EB.score_factor(gd, g2, u)))
+    assert_failed(PF.prove_forward_error_bound(
+        softcap_factor=lambda gd, g2, g5, rho, u: (1 + gd) * (1 + g2) * (1 + rho) * (1 + 2 * u) - 1))
+    # forward_bound ignoring the softcap: not the stated composition
+    assert_failed(PF.prove_forward_error_bound(bound=lambda *a, softcap=False, **kw: EB.forward_bound(*a, **kw)))
+
+
 def test_gradient_claims_catch():
     assert_failed(PSM.prove_softcap_grad(softcap_ds=SOFTCAP_DS_DROPPED))
     assert_failed(PSM.prove_softcap_grad(softcap_terms=SOFTCAP_DROPPED))
@@ -999,7 +1050,10 @@ def test_contiguous_rows_of_b_not_the_cache_batch_row_are_refuted():
     """cache_batch_idx ignored: the contiguous rows at off_b·stride_kb, not off_bc·stride_kb."""
     rows = swap(AD.CONTIGUOUS_ROWS, AD.k_rows, AD.off_b * AD.S_["stride_kb"] + AD.offs_n * AD.S_["stride_kn"])
     failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, contiguous_rows=rows)))
-    assert failing == ["contiguous: k offset is k_cache[off_bc, j, kvh, d]"], failing
+    # the k rows also carry the split head dim's tail (MLA) and, V_IS_K, stand in for v's
+    assert failing == ["contiguous: k offset is k_cache[off_bc, j, kvh, d]",
+                       "contiguous: k tail offset is k_cache[..., kvh, dt]",
+                       "contiguous: v_cache = k_cache[..., :D_v]: v offset at lane d is k's"], failing
 
 
 def test_leftpad_and_batch_index_offsets_are_refuted():
@@ -1137,6 +1191,49 @@ def test_dropout_gradient_mutant_is_refuted(mutant):
     assert_failed(PD.prove_dropout_grads(**GRAD_MUTANTS[mutant]))
 
 
+def test_decode_value_and_out_offsets_at_the_key_head_dim_are_refuted():
+    """MLA (issue 27): v and out printed at offs_d, q/k's head dim lane (the single-head-dim kernel),
+    instead of offs_dv: the element is wrong (offs_d ≠ offs_dv) and, with D > D_v, outside v and out."""
+    kv = swap(AD.KV_OFFSETS, AD.v_off, AD.off_kvh * AD.S_["stride_vh"] + terms.col(AD.v_rows)
+              + terms.row(AD.offs_d) * AD.S_["stride_vd"])
+    failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, kv_offsets=kv)))
+    assert sorted(failing) == ["contiguous: v offset is v_cache[off_bc, j, kvh, dv]",
+                               "paged: v offset is v_cache[block_table[b, j // PS], j % PS, kvh, dv]"], failing
+    o_term, l_term = AD.OUT_OFFSETS
+    out = (AD.Term(AD.o_off, o_term.expr.xreplace({AD.offs_dv: AD.offs_d}), AD.CLAIM_DECODE, "at offs_d"), l_term)
+    failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, out_offsets=out)))
+    assert sorted(failing) == ["contiguous: out offset is out[split, b, tok, head, dv]",
+                               "paged: out offset is out[split, b, tok, head, dv]"], failing
+
+
+def test_varlen_dv_moved_by_dk_row_stride_is_refuted():
+    """MLA (issue 27): the dK/dV kernel's DV pointer moved by dK's row stride (the old launch passed dv
+    with dk's strides): wrong once dv (total_k, Hkv, D_v) and dk (total_k, Hkv, D) differ."""
+    pointers = dict(AD.SEGMENT_POINTERS)
+    pointers["dkdv"] = swap(pointers["dkdv"], sp.Symbol("DV"),
+                            sp.Symbol("DV") + V.seq_start_k * sp.Symbol("stride_dkn", integer=True))
+    failing = _failing(PAD.prove_varlen_addresses(pointers=pointers))
+    assert failing == ["dkdv: DV reaches dv[cu_seqlens_k[b] + i, h, d]"], failing
+
+
+def test_head_dim_split_mutants_are_refuted():
+    """MLA (issue 27), claim head_dim_split: the tail's product dropped, or taken with the main q columns."""
+    from spec.proofs.kernel import prove_head_dim_split
+
+    assert prove_head_dim_split().proved
+    for bad in (terms.QK_TAIL.expr.xreplace({n.q_tail: n.q}), n.qk):
+        tail = (replace(terms.QK_TAIL, expr=bad),)
+        assert_failed(prove_head_dim_split(qk_tail=tail))
+
+
+def test_decode_tail_offset_at_the_main_lane_is_refuted():
+    """MLA: k's tail addressed at offs_d (the main columns) instead of offs_dt."""
+    k_tail = (AD.Term(AD.k_tail_off, AD.K_TAIL_OFFSET.expr.xreplace({AD.offs_dt: AD.offs_d}), AD.CLAIM_DECODE, "x"),)
+    failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, k_tail_offset=k_tail)))
+    assert sorted(failing) == ["contiguous: k tail offset is k_cache[..., kvh, dt]",
+                               "paged: k tail offset is k_cache[..., kvh, dt]"], failing
+
+
 # ---------------------------------------------------------------- issue 24: the dense forward's addresses
 # Each edit is one a real bug would make (the hand-written lines they replace assumed it), applied to the
 # printed term or to spec.launch.forward_launch, and refuted by claim forward_addresses.
@@ -1187,7 +1284,7 @@ def test_forward_address_launch_bugs_are_refuted():
         grid, ints = LA.forward_launch(q, k, v, *rest, **kw)
         return grid, dict(ints, **dict(zip(LA.FORWARD_STRIDE_NAMES["v"], LA.attention_strides(k))))
 
-    assert _forward_failing(launch=v_as_k) == ["v offset is v[b, off_kvh, j, d]"]
+    assert _forward_failing(launch=v_as_k) == ["v offset is v[b, off_kvh, j, dv]"]
 
     def rounded_down(*args, **kw):
         grid, ints = LA.forward_launch(*args, **kw)
@@ -1309,6 +1406,44 @@ def test_backward_address_launch_bugs_are_refuted():
 
     failing = _failing(PAD.prove_backward_addresses(row_tensors=lse2_transposed))
     assert "dense: row offset is lse2[b, h, i]" in failing, failing
+
+# ----------------------------------------------------------------------------------
+# User score_mods (issue 28): claims score_mod_derived and score_mod_builtins
+# ----------------------------------------------------------------------------------
+def _score_mod_mutants():
+    from spec import score_mods as SM
+
+    class Doubled(SM.ScoreMod):
+        """rel_bias whose printed dS factor is doubled (the forward unchanged)."""
+
+        def ds_term(self, ds=n.ds):
+            t = SM.ScoreMod.ds_term(self, ds)
+            return replace(t, expr=2 * t.expr)
+
+    class NextEntry(SM.ScoreMod):
+        """temperature whose gradient lands on the next head's entry."""
+
+        def grad_terms(self):
+            return tuple((g, replace(ix, expr=ix.expr + 1)) for g, ix in SM.ScoreMod.grad_terms(self))
+
+    as_mutant = lambda cls, sm: cls(*[getattr(sm, f) for f in sm.__dataclass_fields__])  # noqa: E731
+    return {"dS factor doubled": as_mutant(Doubled, SM.rel_bias),
+            "gradient on the next entry": as_mutant(NextEntry, SM.temperature)}
+
+
+@pytest.mark.parametrize("mutant", ["dS factor doubled", "gradient on the next entry"])
+def test_score_mod_derived_refutes_a_mutated_instance(mutant):
+    from spec.proofs import score_mod_user as PSU
+
+    assert_failed(PSU.prove_score_mod_derived(examples=(_score_mod_mutants()[mutant],)))
+
+
+def test_score_mod_builtins_refutes_a_swapped_instance():
+    from spec import score_mods as SM
+    from spec.proofs import score_mod_user as PSU
+
+    assert_failed(PSU.prove_score_mod_builtins(tanh_cap=SM.temperature))
+    assert_failed(PSU.prove_score_mod_builtins(alibi=SM.rel_bias))
 
 
 # ---------------------------------------------------------------- FP8 forward (issue 30)

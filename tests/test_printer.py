@@ -54,7 +54,17 @@ def test_rename_maps_mask_indices():
     assert code == "offs_n[None, :] <= offs_m[:, None] + shift"
 
 
-@pytest.mark.parametrize("expr", [sp.sin(x), x ** 3, sp.sqrt(x), sp.Function("mystery")(x), sp.sign(x),
+def test_score_mod_rules():
+    """The nodes a user score_mod may use (spec.score_mods): small powers as multiplies, sqrt, sin,
+    cos, and tanh in the softcap's NaN-free exp form."""
+    assert print_expr(x ** 3) == "x * x * x"
+    assert print_expr(x ** -2) == "1 / (x * x)"
+    assert print_expr(sp.sqrt(x)) == "tl.sqrt(x)"
+    assert print_expr(sp.sin(x)) == "tl.sin(x)" and print_expr(sp.cos(x)) == "tl.cos(x)"
+    assert print_expr(sp.tanh(x)) == "(1 - 2 / (tl.exp(2 * x) + 1))"
+
+
+@pytest.mark.parametrize("expr", [sp.asin(x), x ** 9, x ** sp.Rational(1, 3), sp.Function("mystery")(x), sp.sign(x),
                                   sp.Piecewise((x, x > 0)), sp.Matrix([[x]])])
 def test_unsupported_nodes_raise(expr):
     with pytest.raises(UnsupportedNode):

@@ -219,7 +219,7 @@ I32 = torch.int32
     ((Q[None], K, VV, CU_Q, CU_K), {}, ValueError, "rank 3"),
     ((Q, K.double(), VV, CU_Q, CU_K), {}, TypeError, "share one dtype"),
     ((Q.int(), K, VV, CU_Q, CU_K), {}, TypeError, "supported: float16"),
-    ((Q, K, VV[:, :, :8], CU_Q, CU_K), {}, ValueError, "v must have k's shape"),
+    ((Q, K, VV[:-1], CU_Q, CU_K), {}, ValueError, r"v must have k's \(total_k, Hkv\)"),  # any D_v (MLA)
     ((Q.repeat(1, 1, 2), K, VV, CU_Q, CU_K), {}, ValueError, "head_dim"),
     ((Q[:, :1].repeat(1, 3, 1), K.repeat(1, 2, 1), VV.repeat(1, 2, 1), CU_Q, CU_K), {}, ValueError, "multiple of"),
     ((Q, K, VV, CU_Q.long(), CU_K), {}, TypeError, "cu_seqlens_q must be int32"),
@@ -331,10 +331,11 @@ def test_score_mods_match_the_per_segment_reference():
 
 
 def test_score_mod_arguments_are_checked():
-    q, k, v, _, cu_q, cu_k = packed([2, 3], [2, 3])
+    # on the test device: the contract checks the device before shapes and dtypes
+    q, k, v, _, cu_q, cu_k = to_device(packed([2, 3], [2, 3]))
     with pytest.raises(ValueError, match=r"alibi_slopes must have shape \(2,\) or \(2, 2\)"):
-        flash_attention_varlen(q, k, v, cu_q, cu_k, alibi_slopes=torch.ones(3))
+        flash_attention_varlen(q, k, v, cu_q, cu_k, alibi_slopes=to_device(torch.ones(3)))
     with pytest.raises(ValueError, match="softcap must be a finite number > 0"):
         flash_attention_varlen(q, k, v, cu_q, cu_k, softcap=-1.0)
     with pytest.raises(TypeError, match="sinks must be float32"):
-        flash_attention_varlen(q, k, v, cu_q, cu_k, sinks=torch.zeros(2, dtype=torch.float64))
+        flash_attention_varlen(q, k, v, cu_q, cu_k, sinks=to_device(torch.zeros(2, dtype=torch.float64)))

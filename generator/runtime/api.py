@@ -21,12 +21,13 @@ import torch
 
 from generator.runtime import checks
 from generator.runtime.autograd import DirectForward, flash_attention_backward_op  # noqa: F401  (registers the backward)
-from generator.runtime.checks import DEFAULT_BLOCK, DTYPES, check_inputs  # noqa: F401  (public aliases)
+from generator.runtime.checks import DEFAULT_BLOCK, DTYPES  # noqa: F401  (public aliases)
 from generator.runtime.custom_op import flash_attention_op
 from generator.runtime.dispatch import DEFAULT_PACKAGE, EMPTY, FULL, PARTIAL, block_map, mask_arguments  # noqa: F401
 from generator.runtime.dispatch import attention_forward, module_for  # noqa: F401
 from generator.runtime import config, contract, dispatch, launch, plans
 from generator.runtime.softmax_op import softmax_op
+from spec import launch as spec_launch
 
 # the launch configuration lives in one module (generator.runtime.config); its names stay importable here
 from generator.runtime.config import AUTO_BLOCKS, FP32_BLOCK, auto_block, dense_auto_block  # noqa: E402,F401
@@ -49,7 +50,7 @@ def _named_keywords(fn):
 def _autocast(device_type: str, *tensors):
     """The tensors in autocast's lower-precision dtype where autocast is on for their device
     (as SDPA is cast: float32 inputs become float16 on CUDA, bfloat16 on CPU by default)."""
-    if not torch.is_autocast_enabled(device_type):
+    if device_type not in ("cpu", "cuda") or not torch.is_autocast_enabled(device_type):  # others: refused later
         return tensors
     dtype = torch.get_autocast_dtype(device_type)
     return tuple(t.to(dtype) if t.is_floating_point() else t for t in tensors)
@@ -77,32 +78,41 @@ def _with_dropout_mask(result, keep):
     return (*result, keep) if isinstance(result, tuple) else (result, keep)
 
 
-def _attention_fp8(package, q, k, v, descales, out_dtype, *, causal, alignment, window, key_lengths, mask, scale,
-                   return_lse, block, unsupported):
-    """The FP8 forward (issue 30): q, k, v quantised with FlashAttention 3's float32 ``(B, Hkv)`` descales
-    (claim ``fp8_descale``: the result is attention on q·q_descale, k·k_descale, v·v_descale), out in
-    ``out_dtype`` (bf16 for FP8 q, q's dtype on the mixed path), the pointer path, no backward."""
-    window, scale, block = check_inputs(q, k, v, causal=causal, alignment=alignment, window=window,
-                                        key_lengths=key_lengths, mask=mask, scale=scale, block=block, tma=False,
-                                        return_lse=return_lse, fp8=True)
-    requires_grad = any(t is not None and t.requires_grad for t in (q, k, v, *descales))
-    checks.check_fp8_call(out_dtype, scale, requires_grad=requires_grad, unsupported=unsupported)
+def fp8_descales(entry: str, a: dict, B: int, Hkv: int, device) -> tuple:
+    """The three descales of a checked FP8 call (``a``: ``contract.enforce``'s values) as the kernel reads
+    them: None is 1 (FlashAttention 3's default), each at unit stride (the declared ``COPIED`` policy: the
+    kernel takes one stride pair for the three)."""
+    return tuple(contract.unit_stride(entry, name, torch.ones((B, Hkv), dtype=torch.float32, device=device)
+                                      if a[name] is None else a[name]) for name in checks.FP8_NAMES)
+
+
+def fp8_out_dtype(q, out_dtype):
+    """The FP8 forward's output dtype: ``out_dtype``, else bf16 for an FP8 q (FlashAttention 3's), q's dtype on
+    the mixed path (an fp16/bf16 q on FP8 k, v)."""
+    return out_dtype or (torch.bfloat16 if q.dtype in launch.FP8_FORMATS else q.dtype)
+
+
+def _attention_fp8(package, q, k, v, a):
+    """The FP8 forward (issue 30) of a call the declared contract has checked (``a``: ``contract.enforce``'s
+    values; its FP8 rules refuse a gradient, the score modifications, a mask_mod, a score_mod, dropout and
+    a scale <= 0): q, k, v quantised with FlashAttention 3's float32 ``(B, Hkv)`` descales (claim
+    ``fp8_descale``: the result is attention on q·q_descale, k·k_descale, v·v_descale), out in
+    ``fp8_out_dtype``, the pointer path, no backward."""
     B, Hq, Nq, D = q.shape
-    descales = tuple(contract.unit_stride("flash_attention", name, d) for name, d in
-                     zip(("q_descale", "k_descale", "v_descale"), checks.check_fp8_descales(descales, B, k.shape[1],
-                                                                                            q.device)))
-    out_dtype = out_dtype or (torch.bfloat16 if q.dtype in checks.launch.FP8_FORMATS else q.dtype)
+    out_dtype = fp8_out_dtype(q, a["out_dtype"])
     if q.numel() == 0 or k.shape[2] == 0:  # nothing to attend: zeros, lse -inf (as the dense path)
-        out = torch.zeros(q.shape, dtype=out_dtype, device=q.device)
+        out = torch.zeros((B, Hq, Nq, v.shape[3]), dtype=out_dtype, device=q.device)
         lse = torch.full((B, Hq, Nq), float("-inf"), dtype=torch.float32, device=q.device)
-        return (out, lse) if return_lse else out
-    scale = D ** -0.5 if scale is None else scale
-    if block == "auto":
-        block = dense_auto_block(q, k, v, False)
+        return (out, lse) if a["return_lse"] else out
+    descales = fp8_descales("flash_attention", a, B, k.shape[1], q.device)
+    window = checks.normalise_window(a["window"], spec_launch.dense_window, q, k)
+    scale = D ** -0.5 if a["scale"] is None else a["scale"]
+    block = dense_auto_block(q, k, v, False) if a["block"] == "auto" else a["block"]
     module = dispatch.module_for("fwd", block, package, q.device)
-    out, lse = _fp8_launch(module, q, k, v, causal=causal, alignment=alignment, window=window,
-                           key_lengths=key_lengths, mask=mask, scale=scale, descales=descales, out_dtype=out_dtype)
-    return (out, lse) if return_lse else out
+    out, lse = _fp8_launch(module, q, k, v, causal=a["causal"], alignment=a["alignment"], window=window,
+                           key_lengths=a["key_lengths"], mask=a["mask"], scale=scale, descales=descales,
+                           out_dtype=out_dtype)
+    return (out, lse) if a["return_lse"] else out
 
 
 #: the FP8 launch runs eagerly under torch.compile (a graph break: it is not a custom op, so dynamo
@@ -146,49 +156,48 @@ def _signature(package, q, k, v, causal, alignment, window, key_lengths, scale, 
 
 def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,
                softcap=None, alibi_slopes=None, sinks=None,
-               mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False,
-               q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
-    if checks.fp8_mode(k, (q_descale, k_descale, v_descale)):  # the FP8 forward: its own checks, no plan cache
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            checks.check_tensor(t, name)
-        return _attention_fp8(package, q, k, v, (q_descale, k_descale, v_descale), out_dtype, causal=causal,
-                              alignment=alignment, window=window, key_lengths=key_lengths, mask=mask, scale=scale,
-                              return_lse=return_lse, block=block,
-                              unsupported={"softcap": softcap is not None, "alibi_slopes": alibi_slopes is not None,
-                                           "sinks": sinks is not None, "mask_mod": mask_mod is not None,
-                                           "dropout_p": dropout_p != 0, "return_dropout_mask": return_dropout_mask})
-    if out_dtype is not None:
-        raise TypeError(f"out_dtype is the FP8 forward's (q, k, v in float8 with descales), got {out_dtype} for "
-                        f"{getattr(q, 'dtype', type(q).__name__)} inputs; the output has q's dtype, convert it with .to()")
-    # the checks of shapes, dtypes, strides, devices and options: once per call signature (plans)
+               mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False, score_mod=None,
+               score_args=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
+    # the checks of shapes, dtypes, strides, devices and options: once per call signature (plans); the FP8
+    # forward (FP8 k, v or descales given) is not planned
+    fp8 = checks.fp8_mode(k, (q_descale, k_descale, v_descale))
     key = None
     if mask is None and mask_mod is None and mask_args is None and type(dropout_p) is float and dropout_p == 0.0 \
-            and return_dropout_mask is False:
+            and return_dropout_mask is False and score_mod is None and score_args is None and not fp8 \
+            and out_dtype is None:
         key = _signature(package, q, k, v, causal, alignment, window, key_lengths, scale, return_lse, block, tma,
                          softcap, alibi_slopes, sinks)
     entry = _PLANS.get(key) if key is not None else None
-    packed = philox = None
-    if entry is not None:
-        if key_lengths is not None:  # its values: every call (an edit in place is caught)
-            checks.check_key_lengths(key_lengths, q.shape[0], k.shape[2])
+    packed = philox = score_f = score_i = None
+    arguments = dict(q=q, k=k, v=v, causal=causal, alignment=alignment, window=window, key_lengths=key_lengths,
+                     mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma, softcap=softcap,
+                     alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, mask_args=mask_args, score_mod=score_mod,
+                     score_args=score_args, dropout_p=dropout_p, return_dropout_mask=return_dropout_mask,
+                     q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype)
+    if entry is not None:  # the declared value rules: every call (an edit in place is caught)
+        contract.enforce_values("flash_attention", arguments)
     else:
         for name, t in (("q", q), ("k", k), ("v", v)):
             checks.check_tensor(t, name)
         _unsupported_autograd_modes("flash_attention", q, k, v)
-        q, k, v = _autocast(q.device.type, q, k, v)
-        window, scale, block = check_inputs(q, k, v, causal=causal, alignment=alignment, window=window,
-                                            key_lengths=key_lengths, mask=mask, scale=scale, block=block, tma=tma,
-                                            return_lse=return_lse)
-        softcap = checks.check_score_mods(q, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
-        packed = checks.check_mask_mod(mask_mod, mask_args, q, k)
+        if not fp8:  # FP8 products run on the dtypes given
+            q, k, v = _autocast(q.device.type, q, k, v)
+        # every input check: the declared contract (generator.runtime.contract), none here
+        a = contract.enforce("flash_attention", {**arguments, "q": q, "k": k, "v": v})
+        if fp8:
+            return _attention_fp8(package, q, k, v, a)
+        scale, block, softcap, dropout_p = a["scale"], a["block"], a["softcap"], a["dropout_p"]
+        # each window side clamped to N_q + N_k (claim window_clamp: the same keys, int32 bounds)
+        window = checks.normalise_window(a["window"], spec_launch.dense_window, q, k)
+        packed = a.get("packed_mask_args")  # mask_args packed by the mask_mod rule
+        score_f, score_i = a.get("packed_score_args", (None, None))  # packed by the score_mod rule
         B, Hq, Nq, _ = q.shape
-        dropout_p = checks.check_dropout(dropout_p, return_dropout_mask, B * Hq * Nq * k.shape[2])
         if q.numel() == 0 or k.shape[2] == 0:
             # nothing to attend (B, N_q or N_k is 0): rows with no key are zeros with lse -inf, like key_lengths 0
             # (lse = sink with sinks); the `0 *` keeps the result attached to q, k, v so backward gives (empty or
             # zero) gradients
             attached = (q.sum() + k.sum() + v.sum()) * 0
-            out = q.new_zeros(q.shape) + attached
+            out = q.new_zeros((B, Hq, Nq, v.shape[3])) + attached  # v's head dim D_v
             lse = torch.full((B, Hq, Nq), float("-inf"), dtype=torch.float32, device=q.device)
             if sinks is not None:
                 lse = sinks[None, :, None].expand(B, Hq, Nq) + attached.float()
@@ -218,13 +227,14 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, sinks)):
             out, lse = DirectForward.apply(q, k, v, None, key_lengths, causal, alignment, window, scale, block[0],
                                            block[1], tma, package, softcap, alibi_slopes, sinks, None, None,
-                                           dropout_p, philox, entry[1])
+                                           dropout_p, philox, None, None, None, entry[1])
         else:
             out, lse = entry[1](q, k, v, key_lengths, alibi_slopes, sinks)
     else:
         out, lse = flash_attention_op(q, k, v, mask, key_lengths, causal, alignment, window, scale, block[0], block[1],
                                       tma, package, softcap, alibi_slopes, sinks,
-                                      None if mask_mod is None else mask_mod.name, packed, dropout_p, philox)
+                                      None if mask_mod is None else mask_mod.name, packed, dropout_p, philox,
+                                      None if score_mod is None else score_mod.name, score_f, score_i)
     result = (out, lse) if return_lse else out
     if return_dropout_mask:
         keep = dispatch.dropout_mask(block, package, philox, dropout_p, (q.shape[0], q.shape[1], q.shape[2],
@@ -237,11 +247,12 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
 def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
                     scale=None, return_lse=False, block="auto", tma="auto", softcap=None, alibi_slopes=None,
                     sinks=None, mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False,
-                    q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
+                    score_mod=None, score_args=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
     """Softmax attention through the generated FlashAttention-2 kernels.
 
-    Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k, v (B, Hkv, N_k, D)``
-    with ``Hq % Hkv == 0`` (GQA/MQA, no K/V copies); ``causal`` with ``alignment`` top_left
+    Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k (B, Hkv, N_k, D)``,
+    ``v (B, Hkv, N_k, D_v)`` with ``Hq % Hkv == 0`` (GQA/MQA, no K/V copies) and ``D_v`` v's own head dim
+    (DeepSeek's MLA trains at ``D = 192, D_v = 128``: out is ``(B, Hq, N_q, D_v)``, dv has ``D_v``); ``causal`` with ``alignment`` top_left
     (query i sees keys j <= i) or bottom_right (j <= i + N_k - N_q); ``window=(left, right)``:
     keys with -left <= j - (i + shift) <= right; ``key_lengths`` (B,) ints: keys j >= length
     are padding; ``mask`` bool broadcastable to (B, Hq, N_q, N_k), True = attend; ``scale``
@@ -255,7 +266,7 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     blocks are honoured on either path (above head dim 128 a large one may not fit shared memory,
     which Triton reports as OutOfResources). float32 inputs on a GPU run 16x32 (``FP32_BLOCK``:
     exact IEEE dots on the CUDA cores, slow; cast to fp16/bf16 for speed).
-    Inputs: fp16, bf16 or fp32 (one dtype), D in 1..256, any strides (no copies are made),
+    Inputs: fp16, bf16 or fp32 (one dtype), D and D_v in 1..256, any strides (no copies are made),
     CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``. Any finite ``scale`` (a scale
     <= 0 is rewritten to a positive one, claim ``scale_sign_rewrite``); keys at index >=
     ``key_lengths[b]`` are never read (NaN or inf there cannot leak); empty ``B``/``N`` give
@@ -282,6 +293,13 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     ``@mask_mod``) with its parameters ``mask_args`` (``{name: int | (B,) | (B, N) tensor}``) is
     AND-ed with every other mask; its tiles are classified at their corners (claim mask_mod_sound).
 
+    ``score_mod`` (your own ``@score_mod`` of ``spec.score_mods``, its kernels emitted with
+    ``python -m generator --score-mod module:name``) with its parameters ``score_args``
+    (``{name: int | float | float tensor}``) rewrites the scaled score ``s`` to ``f(s, b, h, i, j,
+    shift, ...)`` after softcap and ALiBi, before the masks; its backward is derived by ``sp.diff``
+    (claim ``score_mod_derived``) and the tensors it reads get gradients (no atomics). Not with a
+    ``mask_mod`` in the same call yet.
+
     ``dropout_p`` (FlashAttention 2's attention dropout, ``0 <= p < 1``): after the softmax each
     weight ``P_ij`` is kept with probability ``1 − p`` and scaled by ``1/(1 − p)``; ``lse`` is the
     undropped one. The randomness is a Philox seed and offset drawn from torch's default
@@ -297,18 +315,21 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     ``fp8_descale``), ``out`` in ``out_dtype`` (default bf16), lse float32, within the proven bound
     ``spec.error_bound.forward_bound("e4m3", ...)``; an fp16/bf16 ``q`` on FP8 ``k, v`` upcasts K and V
     exactly (out in q's dtype). No backward (as FlashAttention 3): inputs that require grad are refused;
-    causal, window, key_lengths and mask combine with it, the score modifications and dropout do not yet.
+    causal, window, key_lengths and mask combine with it (and D_v ≠ D); the score modifications, a
+    mask_mod, a score_mod and dropout do not yet. Every FP8 limit is a declared rule of the contract
+    (``generator.runtime.contract``: the README's input-contract table).
     """
     return _attention(DEFAULT_PACKAGE, q, k, v, causal=causal, alignment=alignment, window=window,
                       key_lengths=key_lengths, mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma,
                       softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
                       mask_mod=mask_mod, mask_args=mask_args, dropout_p=dropout_p,
-                      return_dropout_mask=return_dropout_mask, q_descale=q_descale, k_descale=k_descale,
-                      v_descale=v_descale, out_dtype=out_dtype)
+                      return_dropout_mask=return_dropout_mask, score_mod=score_mod, score_args=score_args,
+                      q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype)
 
 
 def _softmax(package, x, dim, *, block):
-    dim, block = checks.check_softmax(x, dim, block)
+    a = contract.enforce("softmax", dict(x=x, dim=dim, block=block))  # the declared contract
+    dim, block = a["dim"], a["block"]
     _unsupported_autograd_modes("softmax", x)
     moved = x.movedim(dim, -1)  # IndexError names a bad dim
     if moved.numel() == 0:

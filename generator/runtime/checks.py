@@ -13,16 +13,17 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from spec.assumptions import ASSUMPTIONS, limit
-from spec import launch as spec_launch
 from spec import rewrites
 from spec.mask_mod import MaskMod
-from spec.masks import ALIGNMENTS
+from spec.score_mods import ScoreMod
 
-from generator.runtime import config, contract, launch
+from generator.runtime import config, launch
 
 DTYPES = tuple(getattr(torch, name) for name in limit("dtypes"))
 MAX_HEAD_DIM = limit("head_dim_max")
@@ -104,126 +105,171 @@ def check_device(tensors: dict) -> torch.device:
                 "CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 in the environment before "
                 "importing generated (or move the tensors to a CUDA device)")
     if first.type not in ("cpu", "cuda"):
-        raise ValueError(f"tensors must be on a CUDA device (or CPU with TRITON_INTERPRET=1), got {first}")
+        raise ValueError(f"{', '.join(devices)} must be on a CUDA device (or CPU with TRITON_INTERPRET=1), got {first}")
     return first
 
 
-def check_qkv(q, k, v, *, fp8=False):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(t, name)
-        if t.dim() != 4:
-            raise ValueError(f"{name} must have rank 4 (batch, heads, seq, head_dim), got shape "
-                             f"{tuple(t.shape)}; add the missing axes with unsqueeze")
-    check_dtypes(q, k, v, fp8=fp8)
-    B, Hq, Nq, D = q.shape
-    Bk, Hkv, Nk, Dk = k.shape
-    if v.shape[:3] == k.shape[:3] and v.shape[3] != Dk:
-        raise ValueError(f"v has head_dim {v.shape[3]} but q and k have {Dk}: a value head dim that differs "
-                         "from q/k's (MLA style) is not supported; pad v to k's head_dim (and slice the output)")
-    if v.shape != k.shape:
-        raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
-    if Bk != B or Dk != D:
+# flash_attention's (and ring_attention's) q, k, v, one check per constraint: the declared rules
+# (generator.runtime.contract) call them one by one, check_qkv all of them in that order
+def check_rank4(name: str, t) -> None:
+    if t.dim() != 4:
+        raise ValueError(f"{name} must have rank 4 (batch, heads, seq, head_dim), got shape "
+                         f"{tuple(t.shape)}; add the missing axes with unsqueeze")
+
+
+def check_v_like_k(k, v, k_name: str = "k", v_name: str = "v") -> None:
+    """v has k's shape but for its head dim D_v, which may differ (MLA: D_v ≠ D; checked on its own)."""
+    if v.dim() != k.dim() or v.shape[:-1] != k.shape[:-1]:
+        raise ValueError(f"{v_name} must have {k_name}'s shape {tuple(k.shape[:-1])} in every dim but the last (its own "
+                         f"head_dim D_v), got {tuple(v.shape)}")
+
+
+def check_qk_agree(q, k) -> None:
+    if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in batch (dim 0) and "
                          "head_dim (dim 3)")
-    if Hq == 0 or Hkv == 0:
+
+
+def check_some_heads(q, k) -> None:
+    if q.shape[1] == 0 or k.shape[1] == 0:  # (B, H, N, D) and packed (total, H, D) alike
         raise ValueError(f"q and k need at least one head, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    check_heads(Hq, Hkv, D)
-    check_seq_lens(Nq, Nk)
 
 
-def check_dtypes(q, k, v, *, fp8=False):
-    """One supported dtype for q, k, v [dtypes]; ``fp8``: the FP8 forward's rule instead (``check_fp8_dtypes``)."""
-    if fp8:
+def check_qkv(q, k, v):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(t, name)
+        check_rank4(name, t)
+    check_dtypes(q, k, v)
+    check_v_like_k(k, v)
+    check_qk_agree(q, k)
+    check_some_heads(q, k)
+    check_heads(q.shape[1], k.shape[1], q.shape[3], v.shape[3])
+    check_seq_lens(q.shape[2], k.shape[2])
+
+
+def check_supported_dtype(name: str, t, fp8: bool = False) -> None:
+    """A supported dtype [dtypes] (``fp8``: an entry point with the FP8 forward, which also takes
+    float8_e4m3fn / float8_e5m2 [fp8_descales])."""
+    if t.dtype not in DTYPES and not (fp8 and t.dtype in launch.FP8_FORMATS):
+        also = f" (or {', '.join(map(str, launch.FP8_FORMATS))}: the FP8 forward)" if fp8 else ""
+        raise TypeError(f"{name} has dtype {t.dtype}; supported: {', '.join(limit('dtypes'))}{also} (convert with .to())")
+
+
+def check_dtypes(q, k, v, fp8: bool = False):
+    """One supported dtype for q, k, v [dtypes]; ``fp8`` (``flash_attention``, ``flash_attention_varlen``):
+    FP8 inputs take the FP8 forward's rule instead (``check_fp8_dtypes``)."""
+    if any(t.dtype in launch.FP8_FORMATS for t in (q, k, v)):
+        if not fp8:
+            raise TypeError(f"q, k, v have dtypes {q.dtype}, {k.dtype}, {v.dtype}: FP8 inputs run the FP8 forward of "
+                            "flash_attention and flash_attention_varlen only (no backward); elsewhere convert them "
+                            "with .to(torch.bfloat16) and multiply by their descales")
         return check_fp8_dtypes(q, k, v)
-    if q.dtype in launch.FP8_FORMATS or k.dtype in launch.FP8_FORMATS:
-        raise TypeError(f"q, k, v have dtypes {q.dtype}, {k.dtype}, {v.dtype}: FP8 inputs run the FP8 forward of "
-                        "flash_attention, flash_attention_varlen and flash_attention_with_kvcache only (no backward); "
-                        "elsewhere convert them with .to(torch.bfloat16) and multiply by their descales")
-    if q.dtype not in DTYPES:
-        raise TypeError(f"q has dtype {q.dtype}; supported: {', '.join(limit('dtypes'))} (convert with .to())")
+    check_supported_dtype("q", q)
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}; "
                         "convert them with .to(q.dtype)")
 
 
 # ----------------------------------------------------------------------------------
-# FP8 forward (issue 30): FlashAttention 3's descales
+# FP8 forward (issue 30): FlashAttention 3's descales. The building blocks of the declared rules of
+# q_descale, k_descale, v_descale and out_dtype (generator.runtime.contract)
 # ----------------------------------------------------------------------------------
 #: the output dtypes the FP8 forward stores (default bf16, as FlashAttention 3)
 FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+FP8_NAMES = ("q_descale", "k_descale", "v_descale")
 
 
 def fp8_mode(k, descales) -> bool:
-    """Whether a call runs the FP8 forward: K/V in an FP8 dtype, or any descale given."""
+    """Whether a call asks for the FP8 forward: K/V in an FP8 dtype, or any descale given (the contract
+    then refuses descales on non-FP8 K/V)."""
     return (isinstance(k, torch.Tensor) and k.dtype in launch.FP8_FORMATS) or any(d is not None for d in descales)
 
 
 def check_fp8_dtypes(q, k, v):
     """The FP8 forward's dtypes [fp8_descales]: k and v in one FP8 format (float8_e4m3fn or float8_e5m2);
-    q in that format too (both products in fp8), or float16/bfloat16 (an fp8 K/V cache upcast exactly)."""
+    q in that format too (both products in fp8), or float16/bfloat16 (an fp8 K/V upcast exactly)."""
     names = ", ".join(str(t) for t in launch.FP8_FORMATS)
     if k.dtype not in launch.FP8_FORMATS or v.dtype != k.dtype:
-        raise TypeError(f"descales were given, so k and v must share one FP8 dtype ({names}), got {k.dtype}, "
-                        f"{v.dtype}; quantise them (x / descale).to(torch.float8_e4m3fn) or drop the descales "
-                        "[fp8_descales]")
+        raise TypeError(f"FP8 inputs: k and v must share one FP8 dtype ({names}), got q {q.dtype}, k {k.dtype}, "
+                        f"v {v.dtype}; quantise them (x / descale).to(torch.float8_e4m3fn) [fp8_descales]")
     if q.dtype != k.dtype and q.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"q has dtype {q.dtype} with FP8 k, v ({k.dtype}): q must be {k.dtype} (FP8 products) or "
                         "float16/bfloat16 (the mixed path: K and V upcast exactly); convert q [fp8_descales]")
 
 
-def check_fp8_descales(descales, B: int, Hkv: int, device) -> tuple:
-    """``(q_descale, k_descale, v_descale)``: each None (1, as FlashAttention 3) or a float32 ``(B, Hkv)``
-    tensor of finite values > 0 [fp8_descales] (an eager check: one host sync), any strides; returned
-    checked, None as ones (the entry point gives them unit stride by the contract: one stride pair)."""
-    out = []
-    for name, d in zip(("q_descale", "k_descale", "v_descale"), descales):
-        if d is None:
-            out.append(torch.ones((B, Hkv), dtype=torch.float32, device=device))
-            continue
-        check_tensor(d, name)
-        if d.dtype != torch.float32 or tuple(d.shape) != (B, Hkv):
-            raise TypeError(f"{name} must be a float32 tensor of shape (batch, kv_heads) = {(B, Hkv)} "
-                            f"(FlashAttention 3's layout), got {d.dtype} {tuple(d.shape)} [fp8_descales]")
-        if d.device != device:
-            raise ValueError(f"{name} is on {d.device}, q on {device}; move it with .to(q.device)")
-        if not torch.compiler.is_compiling() and d.numel() and not bool(((d > 0) & torch.isfinite(d)).all()):
-            raise ValueError(f"{name} must be finite and > 0 (a descale multiplies the dequantised tensor), got "
-                             f"min {d.min().item()}, max {d.max().item()} [fp8_descales]")
-        out.append(d)
-    return tuple(out)
+def check_fp8_descale_kv(name: str, k) -> None:
+    """A descale only with FP8 k, v [fp8_descales]."""
+    if k.dtype not in launch.FP8_FORMATS:
+        raise TypeError(f"{name} is given but k has dtype {k.dtype}: descales go with FP8 k, v "
+                        f"({', '.join(map(str, launch.FP8_FORMATS))}); drop {name} or quantise k and v [fp8_descales]")
 
 
-def check_fp8_call(out_dtype, scale, *, requires_grad, unsupported: dict):
-    """The FP8 forward's other rules: no backward, an out dtype it stores, a positive scale, and the
-    features it does not combine with (``unsupported``: name -> whether the call uses it)."""
-    if requires_grad:
-        raise RuntimeError("FP8 has no backward (as FlashAttention 3): q, k, v or a descale requires grad; run "
-                           "the FP8 forward under torch.no_grad() (or .detach() the inputs), and train in bf16/fp16")
-    if out_dtype is not None and out_dtype not in FP8_OUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of torch.bfloat16, torch.float16, torch.float32 (FP8 output is "
-                        f"stored in bf16 by default), got {out_dtype}")
-    if scale is not None and not scale > 0:
-        raise ValueError(f"scale must be > 0 with FP8 inputs, got {scale}; fold a sign into q before quantising")
-    used = [name for name, on in unsupported.items() if on]
-    if used:
-        raise NotImplementedError(f"the FP8 forward does not support {', '.join(used)} yet; run in bf16/fp16 "
-                                  "(dequantise: x.to(torch.bfloat16) * descale) for those")
+def check_fp8_descale_shape(name: str, d, B: int, Hkv: int) -> None:
+    if tuple(d.shape) != (B, Hkv):
+        raise ValueError(f"{name} must have shape (batch, kv_heads) = {(B, Hkv)} (FlashAttention 3's layout), got "
+                         f"{tuple(d.shape)} [fp8_descales]")
 
 
-def check_heads(Hq: int, Hkv: int, D: int):
-    """GQA head counts and a head dim the kernels support [gqa_divides, head_dim_max]."""
+def fp8_descale_flags(d):
+    """A descale's value rule (eager): some element not finite and > 0."""
+    return ~((d > 0) & torch.isfinite(d)).all()
+
+
+def fp8_descale_error(name: str, d) -> str:
+    return (f"{name} must be finite and > 0 (a descale multiplies the dequantised tensor), got min "
+            f"{d.min().item()}, max {d.max().item()} [fp8_descales]")
+
+
+def check_fp8_out_dtype(name: str, out_dtype) -> None:
+    if out_dtype not in FP8_OUT_DTYPES:
+        raise TypeError(f"{name} must be one of torch.bfloat16, torch.float16, torch.float32 (the FP8 output is "
+                        f"stored in bf16 by default), got {out_dtype!r}")
+
+
+def check_fp8_only(name: str, k) -> None:
+    """``out_dtype`` is the FP8 forward's: other inputs give q's dtype."""
+    if k.dtype not in launch.FP8_FORMATS:
+        raise TypeError(f"{name} is the FP8 forward's (k, v in float8 with descales), got it for {k.dtype} inputs; "
+                        "the output has q's dtype, convert it with .to()")
+
+
+def check_not_fp8(name: str, value, on: bool = True) -> None:
+    """A feature the FP8 forward does not combine with (yet): ``on`` whether the call uses it."""
+    if on:
+        raise ValueError(f"{name} is not supported with FP8 inputs (the FP8 forward takes masks only: causal, window, "
+                         f"key_lengths, mask); run in bf16/fp16 (dequantise: x.to(torch.bfloat16) * descale) for "
+                         f"{name}")
+
+
+def check_gqa(Hq: int, Hkv: int, kv: str = "key/value heads", of: str = "q and k"):
+    """GQA head counts [gqa_divides]."""
     if Hq % Hkv:
-        raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv}) for GQA "
+        raise ValueError(f"query heads ({Hq}) must be a multiple of {kv} ({Hkv}) for GQA, the head counts of {of} "
                          f"[{ASSUMPTIONS['gqa_divides'].name}]")
-    if not 1 <= D <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim {D} outside 1..{MAX_HEAD_DIM} is not supported (the K/V tiles would not "
-                         "fit on chip); split the heads [head_dim_max]")
+
+
+def check_head_dim(D: int, of: str = "q, k, v", bound: int | None = None, assumption: str = "head_dim_max"):
+    """A head dim the kernels support [head_dim_max] (``bound``/``assumption``: another limit's, e.g.
+    decode's pair ``decode_head_dim_max``)."""
+    bound = MAX_HEAD_DIM if bound is None else bound
+    if not 1 <= D <= bound:
+        raise ValueError(f"head_dim {D} outside 1..{bound} is not supported ({of}: the K/V tiles would not "
+                         f"fit on chip); split the heads [{assumption}]")
+
+
+def check_heads(Hq: int, Hkv: int, D: int, Dv: int | None = None):
+    """GQA head counts and head dims the kernels support [gqa_divides, head_dim_max]: q/k's ``D`` and
+    v's ``Dv`` (None: ``D``), each in range on its own (they may differ: MLA)."""
+    check_gqa(Hq, Hkv)
+    check_head_dim(D)
+    if Dv is not None:
+        check_head_dim(Dv, "v")
 
 
 def check_seq_lens(Nq: int, Nk: int):
     """Query and key lengths whose int32 tile bounds cannot overflow [seq_len_int32]."""
     if Nq + Nk > limit("seq_len_int32"):
-        raise ValueError(f"N_q + N_k = {Nq + Nk} exceeds {limit('seq_len_int32')} (2^29): the kernels compute "
+        raise ValueError(f"q and k: N_q + N_k = {Nq + Nk} exceeds {limit('seq_len_int32')} (2^29): the kernels compute "
                          "tile bounds in int32 [seq_len_int32]; split the sequence (e.g. ring attention)")
 
 
@@ -267,19 +313,6 @@ def check_mask(mask, shape4):
     if not ok:
         raise ValueError(f"mask of shape {tuple(mask.shape)} is not broadcastable to (batch, q_heads, N_q, N_k) "
                          f"= {shape4}")
-
-
-def check_key_lengths(key_lengths, batch, n_k):
-    check_tensor(key_lengths, "key_lengths")
-    if key_lengths.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"key_lengths must be an int32 or int64 tensor, got {key_lengths.dtype}")
-    if tuple(key_lengths.shape) != (batch,):
-        raise ValueError(f"key_lengths must have shape (batch,) = ({batch},), got {tuple(key_lengths.shape)}")
-    if torch.compiler.is_compiling():
-        return  # no data-dependent check in a traced graph: the op clamps to [0, N_k] on the device
-    lengths = key_lengths.tolist()  # the one sync: B ints read back (fewer device ops than a reduction)
-    if lengths and (min(lengths) < 0 or max(lengths) > n_k):
-        raise ValueError(f"key_lengths must lie in [0, N_k={n_k}], got {key_lengths.tolist()} [key_len_range]")
 
 
 def check_window(window):
@@ -329,31 +362,20 @@ def normalise_scale(q: torch.Tensor, scale: float | None):
     return q, float(scale)
 
 
-def check_inputs(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
-                 scale=None, block="auto", tma="auto", return_lse=False, fp8=False):
-    """Every check of ``flash_attention``; returns ``(window, scale, block)`` normalised (``fp8``: the
-    FP8 forward's dtype rule)."""
-    check_qkv(q, k, v, fp8=fp8)
-    check_tensor(mask, "mask", optional=True)
-    check_tensor(key_lengths, "key_lengths", optional=True)
-    check_device({"q": q, "k": k, "v": v, "mask": mask, "key_lengths": key_lengths})
-    if alignment not in ALIGNMENTS:
-        raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
-    check_bool(causal, "causal")
-    if not isinstance(tma, bool) and not (isinstance(tma, str) and tma == "auto"):
-        raise TypeError(f"tma must be \"auto\", True or False, got {tma!r}")
-    check_bool(return_lse, "return_lse")
-    B, Hq, Nq, _ = q.shape
-    Nk = k.shape[2]
-    if mask is not None:
-        check_mask(mask, (B, Hq, Nq, Nk))
-    if key_lengths is not None:
-        check_key_lengths(key_lengths, B, Nk)
-    check_index_width(q=q, k=k, v=v, mask=mask, out=tuple(q.shape))
-    scale = check_scale(scale)
-    block = check_block(block, auto=True)  # whether it is generated: checked by the op (no imports while tracing)
-    window = None if window is None else normalise_window(check_window(window), spec_launch.dense_window, q, k)
-    return window, scale, block
+def check_score_mod(score_mod, score_args, q, mask_mod=None):
+    """``(score_f, score_i)``: a user score_mod's packed parameters (``ScoreMod.pack``), or ``(None,
+    None)`` without one; every problem names the parameter and the fix."""
+    if score_mod is None:
+        if score_args:
+            raise ValueError("score_args given without score_mod; pass score_mod=<your @score_mod> with them")
+        return None, None
+    if not isinstance(score_mod, ScoreMod):
+        raise TypeError(f"score_mod must be a spec.score_mods.score_mod (a function decorated with @score_mod), "
+                        f"got {type(score_mod).__name__}")
+    if mask_mod is not None:
+        raise ValueError("score_mod and mask_mod in one call have no generated kernel yet; pass the mask as "
+                         "causal/window/key_lengths/mask, or apply one of them")
+    return score_mod.pack(score_args, q.shape[0], q.shape[1], device=q.device)
 
 
 def check_mask_mod(mask_mod, mask_args, q, k) -> torch.Tensor | None:
@@ -369,18 +391,27 @@ def check_mask_mod(mask_mod, mask_args, q, k) -> torch.Tensor | None:
     return mask_mod.pack(mask_args, q.shape[0], q.shape[2], k.shape[2], device=q.device)
 
 
-def check_score_mod_scale(scale, *, softcap=None, alibi_slopes=None):
-    """[score_mod_scale] A softcap or ALiBi with ``0 < |scale| < 2^-64`` is refused: the kernels
-    carry the modified score as ``c/scale`` or ``slope/scale`` in fp32 (claim score_mod_invariant's
-    units), which overflows for so small a scale."""
-    least = limit("score_mod_scale")
-    if scale is None or (softcap is None and alibi_slopes is None) or scale == 0 or abs(scale) >= least:
-        return
-    which = " and ".join(name for name, v in (("softcap", softcap), ("alibi_slopes", alibi_slopes)) if v is not None)
-    raise ValueError(f"scale={scale!r} with {which}: |scale| < 2^-64 is outside score_mod_scale (the kernels carry "
-                     f"the modified score as c/scale or slope/scale in fp32, which overflows); the unmodified "
-                     f"logits scale·q·k are below 2^-64·|q·k| there, so pass scale=0 for the same result "
-                     f"(logits 0, then the cap and the bias)")
+def check_softcap(softcap) -> float:
+    """``softcap``: a finite number > 0, as a float."""
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real) or not 0 < softcap < math.inf:
+        raise ValueError(f"softcap must be a finite number > 0 (Gemma 2 uses 50.0 for attention), got "
+                         f"{softcap!r}; pass softcap=None for no cap")
+    return float(softcap)
+
+
+def check_float32(name: str, t) -> None:
+    """A score modification's tensor (``alibi_slopes``, ``sinks``): float32, FlashAttention's convention."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32 (FlashAttention's convention), got {t.dtype}; "
+                        f"pass {name}.float()")
+
+
+def check_shape_in(name: str, t, shapes, B: int, Hq: int) -> None:
+    if tuple(t.shape) not in shapes:
+        want = " or ".join(str(sh) for sh in shapes)
+        raise ValueError(f"{name} must have shape {want} (Hq = {Hq} query heads, B = {B}), got {tuple(t.shape)}")
 
 
 def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None):
@@ -388,22 +419,12 @@ def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None):
     a finite number > 0, ``alibi_slopes`` float32 ``(Hq,)`` or ``(B, Hq)``, ``sinks`` float32
     ``(Hq,)``, on q's device. Returns ``softcap`` as a float (or None)."""
     B, Hq = q.shape[:2]
-    if softcap is not None:
-        if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real) or not 0 < softcap < math.inf:
-            raise ValueError(f"softcap must be a finite number > 0 (Gemma 2 uses 50.0 for attention), got "
-                             f"{softcap!r}; pass softcap=None for no cap")
-        softcap = float(softcap)
+    softcap = None if softcap is None else check_softcap(softcap)
     for name, t, shapes in (("alibi_slopes", alibi_slopes, ((Hq,), (B, Hq))), ("sinks", sinks, ((Hq,),))):
         if t is None:
             continue
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != torch.float32:
-            raise TypeError(f"{name} must be float32 (FlashAttention's convention), got {t.dtype}; "
-                            f"pass {name}.float()")
-        if tuple(t.shape) not in shapes:
-            want = " or ".join(str(sh) for sh in shapes)
-            raise ValueError(f"{name} must have shape {want} (Hq = {Hq} query heads, B = {B}), got {tuple(t.shape)}")
+        check_float32(name, t)
+        check_shape_in(name, t, shapes, B, Hq)
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move it with .to(q.device)")
     return softcap
@@ -429,7 +450,7 @@ def check_dropout(dropout_p, return_dropout_mask, elements: int) -> float:
                          "dropout_p=0.0 for no dropout")
     check_bool(return_dropout_mask, "return_dropout_mask")
     if p > 0 and elements > limit("dropout_counter"):
-        raise ValueError(f"dropout on B·Hq·N_q·N_k = {elements} elements exceeds 2^62 [dropout_counter]: the Philox "
+        raise ValueError(f"dropout_p > 0 on B·Hq·N_q·N_k = {elements} elements exceeds 2^62 [dropout_counter]: the Philox "
                          "counter of (b, h, i, j) must fit int64; split the batch")
     if return_dropout_mask and elements > DROPOUT_MASK_MAX:
         raise ValueError(f"return_dropout_mask=True would write a {elements}-element mask (B·Hq·N_q·N_k, one byte "
@@ -459,37 +480,12 @@ def check_num_splits(num_splits) -> int:
     return num_splits
 
 
-def check_cache_values(cache_seqlens, block_table, capacity: int, page_size: int, num_pages: int) -> None:
-    """The decode path's value checks, one host sync in eager mode: every length in ``[0, capacity]``
-    [cache_len_range] and every page id a sequence reads in ``[0, num_pages)`` [page_ids_range].
-    Under ``torch.compile`` nothing is read here: ``cache_arguments`` clamps on the device."""
-    if torch.compiler.is_compiling():
-        return
-    if block_table is None:
-        lengths = cache_seqlens.tolist()  # the one sync: B ints read back (fewer device ops than a reduction)
-        if lengths and (min(lengths) < 0 or max(lengths) > capacity):
-            raise ValueError(f"cache_seqlens must lie in [0, {capacity}] (the cache's capacity in keys), got "
-                             f"{lengths} [cache_len_range]")
-        return
-    bad_len = (cache_seqlens < 0) | (cache_seqlens > capacity)
-    pages_used = (cache_seqlens.clamp(0, capacity) + page_size - 1) // page_size
-    used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < pages_used[:, None]
-    bad_page = used & ((block_table < 0) | (block_table >= num_pages))
-    flags = torch.stack([bad_len.any(), bad_page.any()]).tolist()  # the one sync
-    if flags[0]:
-        raise ValueError(f"cache_seqlens must lie in [0, {capacity}] (the cache's capacity in keys), got "
-                         f"{cache_seqlens.tolist()} [cache_len_range]")
-    if flags[1]:
-        b, p = (int(i) for i in bad_page.nonzero()[0])
-        raise ValueError(f"block_table[{b}, {p}] = {int(block_table[b, p])} is a page that sequence {b} reads "
-                         f"(it holds keys {p * page_size}..), outside [0, num_pages={num_pages}) "
-                         "[page_ids_range]; the unused tail of a row may hold anything (e.g. -1)")
-
-
 def cache_arguments(cache_seqlens, block_table, capacity: int, num_pages: int):
     """``(cache_seqlens, block_table)`` as the decode kernel reads them: fresh, contiguous int32,
     clamped on the device to ``[0, capacity]`` and ``[0, num_pages - 1]`` (what keeps a traced
-    graph, where ``check_cache_values`` does not run, inside the cache; eager values are checked)."""
+    graph, where the declared value rules do not run, inside the cache; eager values are checked)."""
+    from generator.runtime import contract  # contract imports this module
+
     if torch.compiler.is_compiling():
         cache_seqlens = cache_seqlens.clamp(0, capacity)
         block_table = None if block_table is None else block_table.clamp(0, num_pages - 1)
@@ -505,23 +501,16 @@ def cache_arguments(cache_seqlens, block_table, capacity: int, num_pages: int):
 COMPUTE = -1
 
 
-def check_packed_qkv(q, k, v, *, fp8=False):
-    """``flash_attention_varlen``'s q, k, v: packed ``(total, H, D)``, one dtype, GQA heads."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 3:
-            raise ValueError(f"{name} must have rank 3 (total_tokens, heads, head_dim) in a packed batch, got shape "
-                             f"{tuple(t.shape)}; for a padded (batch, heads, seq, head_dim) batch use flash_attention")
-    check_dtypes(q, k, v, fp8=fp8)
-    (_, hq, d), (_, hkv, dk) = q.shape, k.shape
-    if v.shape != k.shape:
-        raise ValueError(f"v must have k's shape {tuple(k.shape)} (total_k, Hkv, D), got {tuple(v.shape)}")
-    if dk != d:
+def check_rank3_packed(name: str, t) -> None:
+    """``flash_attention_varlen``'s packed ``(total, H, D)`` tensors."""
+    if t.dim() != 3:
+        raise ValueError(f"{name} must have rank 3 (total_tokens, heads, head_dim) in a packed batch, got shape "
+                         f"{tuple(t.shape)}; for a padded (batch, heads, seq, head_dim) batch use flash_attention")
+
+
+def check_packed_qk_agree(q, k) -> None:
+    if k.shape[2] != q.shape[2]:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in head_dim (dim 2)")
-    if min(hq, hkv, d) < 1:
-        raise ValueError(f"heads and head_dim must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    check_heads(hq, hkv, d)
 
 
 def check_cu_seqlens(name, cu):
@@ -532,6 +521,17 @@ def check_cu_seqlens(name, cu):
                         f"{name}.to(torch.int32)")
     if cu.dim() != 1 or cu.numel() < 2:
         raise ValueError(f"{name} must have shape (B + 1,) with B >= 1 segments, got {tuple(cu.shape)}")
+
+
+def check_hint(name: str, hint: int, real: int) -> int:
+    """A ``max_seqlen`` hint against the longest real segment: ``real`` where it is ``COMPUTE``; a hint
+    below it is refused (a smaller grid would silently drop that segment's last rows)."""
+    if hint == COMPUTE or hint is None:
+        return real
+    if hint < real:
+        raise ValueError(f"{name}={hint} is smaller than the longest segment ({real}); pass {real} or more, "
+                         f"or None to compute it")
+    return hint
 
 
 def check_max_seqlen(name, value):
@@ -548,87 +548,201 @@ def check_max_seqlen(name, value):
 
 
 # ----------------------------------------------------------------------------------
-# flash_attention_with_kvcache
-# ----------------------------------------------------------------------------------
-def check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, cache_batch_idx=None):
-    """``flash_attention_with_kvcache``'s checks that read no tensor's values; returns
-    ``(capacity, num_pages)`` (``num_pages`` 0 for a contiguous cache)."""
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        check_tensor(t, name)
-        if t.dim() != 4:
-            raise ValueError(f"{name} must have rank 4, got shape {tuple(t.shape)}: q is (batch, N_q, Hq, D), "
-                             "the cache (batch, N_cache, Hkv, D) or, paged, (num_pages, page_size, Hkv, D) "
-                             "(FlashAttention's layouts)")
-    check_dtypes(q, k_cache, v_cache)
-    if v_cache.shape != k_cache.shape:
-        raise ValueError(f"v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
-    B, Nq, Hq, D = q.shape
-    _, n_cache, Hkv, Dk = k_cache.shape
-    if Dk != D:
-        raise ValueError(f"q {tuple(q.shape)} and k_cache {tuple(k_cache.shape)} must agree in head_dim (dim 3)")
-    if min(B, Nq, Hq, D, Hkv) < 1:
-        raise ValueError(f"every dimension of q and of the cache's heads must be >= 1, got q {tuple(q.shape)}, "
-                         f"k_cache {tuple(k_cache.shape)}")
-    if Hq % Hkv:
-        raise ValueError(f"query heads ({Hq}) must be a multiple of the cache's KV heads ({Hkv}) for GQA "
-                         "[gqa_divides]")
-    check_heads(Hq, Hkv, D)
-    if block_table is None:
-        if k_cache.shape[0] != B and cache_batch_idx is None:  # with cache_batch_idx: any number of rows
-            raise ValueError(f"a contiguous cache must have q's batch ({B}) in dim 0, got {tuple(k_cache.shape)}; "
-                             "a paged cache (num_pages, page_size, Hkv, D) needs block_table")
-        capacity, num_pages = n_cache, 0
-    else:
-        if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
-                or block_table.shape[0] != B:
-            raise ValueError(f"block_table must be an int32 tensor (batch={B}, max_pages), got "
-                             f"{getattr(block_table, 'dtype', type(block_table).__name__)} "
-                             f"{tuple(getattr(block_table, 'shape', ()))}; convert with .to(torch.int32)")
-        if n_cache not in limit("page_sizes"):
-            raise ValueError(f"page_size (k_cache dim 1) must be a power of two from 16 to 512, got {n_cache} "
-                             "[page_sizes]")
-        capacity, num_pages = block_table.shape[1] * n_cache, k_cache.shape[0]
-    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype not in (torch.int32, torch.int64) \
-            or tuple(cache_seqlens.shape) != (B,):
-        raise ValueError(f"cache_seqlens must be an int or an int32 tensor of shape (batch,) = ({B},), got "
-                         f"{cache_seqlens!r}")
-    # int32 offsets inside one (batch, head) slice: q's tokens, the cache's keys (or a page's slots)
-    check_index_width(q=q.transpose(1, 2), k_cache=k_cache.transpose(1, 2), v_cache=v_cache.transpose(1, 2),
-                             out=((Hq, Nq, D), (D, Hq * D, 1)))
-    return capacity, num_pages
-
-
-# ----------------------------------------------------------------------------------
 # merge_state / merge_states
 # ----------------------------------------------------------------------------------
-def check_merge_pair(name: str, o: torch.Tensor, lse: torch.Tensor, lead: int = 0) -> None:
-    """A partial result ``(o{name}, lse{name})`` of ``merge_state(s)``: o ``(..., D)``, lse float32 ``(...)``."""
-    for what, t in ((f"o{name}", o), (f"lse{name}", lse)):
-        check_tensor(t, what)
-    if o.dtype not in DTYPES:
-        raise TypeError(f"o{name} has dtype {o.dtype}; supported: float16, bfloat16, float32 (convert with .to())")
-    if lse.dtype != torch.float32:
-        raise TypeError(f"lse{name} must be float32 (natural-log LSE), got {lse.dtype}; convert with "
-                        ".float() (FlashInfer's base-2 lse: multiply by math.log(2) first)")
-    if o.dim() < 1 + lead or tuple(lse.shape) != tuple(o.shape[:-1]):
-        raise ValueError(f"lse{name} must have o{name}'s shape without its last (head_dim) axis: o{name} "
-                         f"{tuple(o.shape)} needs lse{name} {tuple(o.shape[:-1])}, got {tuple(lse.shape)}")
+def check_merge_o(name: str, o: torch.Tensor, lead: int = 0) -> None:
+    """A partial output of ``merge_state(s)``: a supported dtype, ``(..., D)`` (``lead`` leading split
+    axes before), ``D`` within the merge kernel's tile [dtypes, merge_head_dim_max]."""
+    check_supported_dtype(name, o)
+    if o.dim() < 1 + lead:
+        raise ValueError(f"{name} must have shape {'(S, ..., head_dim)' if lead else '(..., head_dim)'}, got "
+                         f"{tuple(o.shape)}")
     if o.shape[-1] > limit("merge_head_dim_max"):
-        raise ValueError(f"head_dim {o.shape[-1]} > {limit('merge_head_dim_max')} is not supported by the merge "
-                         "kernel; split the last axis [merge_head_dim_max]")
+        raise ValueError(f"{name} has head_dim {o.shape[-1]} > {limit('merge_head_dim_max')}: not supported by the "
+                         "merge kernel; split the last axis [merge_head_dim_max]")
+
+
+def check_merge_lse(name: str, lse: torch.Tensor, o_name: str, o: torch.Tensor) -> None:
+    """The lse of a partial output: float32, natural log, ``o``'s shape without its head dim."""
+    if lse.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32 (natural-log LSE), got {lse.dtype}; convert with "
+                        ".float() (FlashInfer's base-2 lse: multiply by math.log(2) first)")
+    if tuple(lse.shape) != tuple(o.shape[:-1]):
+        raise ValueError(f"{name} must have {o_name}'s shape without its last (head_dim) axis: {o_name} "
+                         f"{tuple(o.shape)} needs {name} {tuple(o.shape[:-1])}, got {tuple(lse.shape)}")
 
 
 # ----------------------------------------------------------------------------------
 # softmax
 # ----------------------------------------------------------------------------------
-def check_softmax(x, dim, block):
-    """``softmax``'s x (a tensor of a supported dtype, rank >= 1), ``dim`` as an int and ``block``
-    as a pair; returns ``(dim, block)`` (a ``dim`` out of range raises ``IndexError`` at the move)."""
-    check_tensor(x, "x")
-    if x.dtype not in DTYPES:
-        raise TypeError(f"x has dtype {x.dtype}; supported: {', '.join(limit('dtypes'))} (convert with .to()) "
-                        "[dtypes]")
+def check_not_scalar(name: str, x) -> None:
+    """``softmax``'s x has at least one dimension (a ``dim`` out of range raises ``IndexError`` at the move)."""
     if x.dim() == 0:
-        raise ValueError("softmax needs at least one dimension; x is a scalar")
-    check_device({"x": x})
-    return _as_int(dim, "dim"), check_block(block)
+        raise ValueError(f"softmax needs at least one dimension; {name} is a scalar")
+
+
+# ----------------------------------------------------------------------------------
+# Rules: the building blocks of the declared contract (``generator.runtime.contract``)
+# ----------------------------------------------------------------------------------
+#: the stages of ``contract.enforce``, in order: what an argument is (type, dtype, rank), its relations
+#: to the others (shapes, devices, pairs), the values of its elements (eager only, one host sync);
+#: ``IN_OP``: a value the op itself must read on the host, also under ``torch.compile`` (varlen's
+#: offsets size its grid): declared here, checked by the op with the same function, not by ``enforce``
+KIND, RELATION, VALUES, IN_OP = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One declared constraint of one argument (``contract.Arg.rules``).
+
+    ``check(name, value, ctx)`` raises the error that names the argument, the problem and the fix
+    (``ctx``: every argument of the call by name, as checked so far). A ``VALUES`` rule reads the
+    tensor's elements: ``flags(value, ctx)`` is a 0-d bool tensor, True when violated, computed on
+    the device with every other value rule of the call and read back in one sync
+    (``contract.check_values``); only then ``check`` runs (it may sync: it is the error path). Value
+    rules do not run under ``torch.compile`` (a traced graph cannot sync on data): the entry point
+    clamps on the device instead. ``when(ctx)``: the calls the rule applies to; ``convert(value,
+    ctx)``: the value the call goes on with (it checks too: ``enforce`` calls it instead of ``check``);
+    ``bad(ctx, name)``: ``{argument: value}`` changes to a valid
+    call that break this rule (the contract test derives one refused input per rule from it)."""
+    text: str
+    check: Callable
+    stage: int = RELATION
+    flags: Callable | None = None
+    when: Callable | None = None
+    convert: Callable | None = None
+    bad: Callable | None = None
+
+
+def _shape(t) -> tuple:
+    return tuple(getattr(t, "shape", ())) or type(t).__name__
+
+
+def _describe(t) -> str:
+    return f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else f"{type(t).__name__} {t!r}"
+
+
+def _raise(kind, message: str):
+    raise kind(message)
+
+
+def _other_dtype(t: torch.Tensor, allowed) -> torch.Tensor:
+    """``t`` in a dtype outside ``allowed`` (a rule's refused input)."""
+    for dt in (torch.float64, torch.float16, torch.float32, torch.int16, torch.int32):
+        if dt not in allowed:
+            return t.to(dt)
+    raise AssertionError(allowed)
+
+
+def is_tensor(fix: str = "") -> Rule:
+    def check(name, v, ctx):
+        if not isinstance(v, torch.Tensor):
+            wrap = f"; wrap it with torch.tensor({name})" if isinstance(v, (list, tuple)) else ""
+            raise TypeError(f"{name} must be a torch.Tensor{fix}, got {type(v).__name__}{wrap}")
+    return Rule("a torch.Tensor", check, KIND, bad=lambda c, n: {n: [1.0, 2.0]})
+
+
+def is_bool() -> Rule:
+    return Rule("True or False (not 1)", lambda n, v, c: check_bool(v, n), KIND, bad=lambda c, n: {n: 1})
+
+
+def rank(r: int, layout: str, kind=ValueError) -> Rule:
+    def check(name, v, ctx):
+        if v.dim() != r:
+            raise kind(f"{name} must have rank {r} {layout}, got shape {tuple(v.shape)}")
+    return Rule(f"rank {r}", check, KIND, bad=lambda c, n: {n: c[n][None]})
+
+
+def dtype_in(dtypes, fix: str, kind=TypeError) -> Rule:
+    def check(name, v, ctx):
+        if v.dtype not in dtypes:
+            raise kind(f"{name} has dtype {v.dtype}; {fix}")
+    return Rule("dtype " + "/".join(str(d).replace("torch.", "") for d in dtypes), check, KIND,
+                bad=lambda c, n: {n: _other_dtype(c[n], dtypes)})
+
+
+def same_dtype(other: str, kind=TypeError) -> Rule:
+    def check(name, v, ctx):
+        if v.dtype != ctx[other].dtype:
+            raise kind(f"{name} has dtype {v.dtype} but {other} has {ctx[other].dtype}; convert it with "
+                       f".to({other}.dtype)")
+    return Rule(f"{other}'s dtype", check, KIND,
+                bad=lambda c, n: {n: c[n].to(torch.float64 if c[n].dtype != torch.float64 else torch.float32)})
+
+
+def shape_is(expected: Callable, text: str, fix: str = "", bad=None) -> Rule:
+    """``expected(ctx)``: the shape the argument must have (``text`` says it in letters)."""
+    def check(name, v, ctx):
+        want = tuple(expected(ctx))
+        if tuple(v.shape) != want:
+            raise ValueError(f"{name} must have shape {text} = {want}, got {tuple(v.shape)}{fix}")
+
+    def grown(c, n):  # the last dim one longer
+        t = c[n]
+        return {n: torch.cat([t, t.narrow(-1, 0, 1)], -1) if t.dim() and t.shape[-1] else t[None]}
+    return Rule(f"shape {text}", check, bad=bad or grown)
+
+
+def pair(other: str, why: str) -> Rule:
+    """Given only together with ``other`` (``k`` and ``v``, ``rotary_cos`` and ``rotary_sin``)."""
+    def check(name, v, ctx):
+        if ctx[other] is None:
+            raise ValueError(f"{name} given without {other}: pass both {name} and {other} ({why}) or neither")
+    return Rule(f"with {other}", check, KIND, bad=lambda c, n: {other: None})
+
+
+def requires(other: str, why: str, bad: Callable | None = None) -> Rule:
+    def check(name, v, ctx):
+        if ctx[other] is None:
+            raise ValueError(f"{name} needs {other}: {why}")
+    return Rule(f"needs {other}", check, bad=bad or (lambda c, n: {other: None}))
+
+
+def excludes(other: str, why: str, bad: Callable) -> Rule:
+    def check(name, v, ctx):
+        if ctx[other] is not None:
+            raise ValueError(f"{name} with {other}: {name} {why}")
+    return Rule(f"not with {other}", check, when=lambda ctx: ctx[other] is not None, bad=bad)
+
+
+def same_device(first: str) -> Rule:
+    """On the device of ``first`` (the entry point's leading tensor, checked by ``supported_device``)."""
+    def check(name, v, ctx):
+        if v.device != ctx[first].device:
+            raise ValueError(f"{name} is on {v.device} but {first} is on {ctx[first].device}; move it with "
+                             f".to({first}.device)")
+    return Rule(f"on {first}'s device", check, bad=lambda c, n: {n: c[n].to("meta")})
+
+
+def supported_device() -> Rule:
+    def check(name, v, ctx):
+        check_device({name: v})
+    return Rule("a CUDA device (CPU under TRITON_INTERPRET=1)", check, KIND, bad=lambda c, n: {n: c[n].to("meta")})
+
+
+def no_grad(entry: str, fix: str) -> Rule:
+    """Inference only: a tensor that requires a gradient (with grad mode on) is refused."""
+    def check(name, v, ctx):
+        if v.requires_grad and torch.is_grad_enabled():
+            raise RuntimeError(f"{entry} is inference only and has no backward, but {name} requires grad: {fix}")
+    return Rule("no gradient (inference only)", check, KIND,
+                bad=lambda c, n: {n: c[n].detach().clone().requires_grad_() if c[n].is_floating_point() else None})
+
+
+def values(text: str, flags: Callable, error: Callable, when=None, bad=None) -> Rule:
+    """A rule on a tensor's elements (module docstring: eager only, one sync for the call);
+    ``error(name, value, ctx)`` is the message, built on the error path."""
+    def check(name, v, ctx):
+        raise ValueError(error(name, v, ctx))
+    return Rule(text, check, VALUES, flags=flags, when=when, bad=bad)
+
+
+def in_op(text: str, fn: Callable, bad: Callable, when=None) -> Rule:
+    """A rule the op checks (``IN_OP``): ``fn(name, value, ctx)`` is what it runs, named here so the
+    declaration lists it and the contract test derives its refused input."""
+    return Rule(text + " (checked by the op)", fn, IN_OP, when=when, bad=bad)
+
+
+def call(text: str, fn: Callable, stage: int = RELATION, convert=None, when=None, bad=None) -> Rule:
+    """A rule whose check is one of this module's functions: ``fn(name, value, ctx)`` raises."""
+    return Rule(text, fn, stage, when=when, convert=convert, bad=bad)

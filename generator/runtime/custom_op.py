@@ -26,10 +26,11 @@ from generator.runtime import dispatch, plans
 _PLANS = plans.PlanCache()
 
 
-def outputs_like(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(out, lse)`` as both the kernels and the fake allocate them: contiguous, out in q's dtype."""
+def outputs_like(q: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, lse)`` as both the kernels and the fake allocate them: contiguous, out in q's dtype
+    with v's head dim ``(B, Hq, N_q, D_v)``."""
     B, Hq, Nq, _ = q.shape
-    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+    return (torch.empty((B, Hq, Nq, v.shape[-1]), dtype=q.dtype, device=q.device),
             torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device))
 
 
@@ -42,8 +43,10 @@ def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
                        alibi_slopes: Optional[torch.Tensor] = None,
                        sinks: Optional[torch.Tensor] = None, mask_mod: Optional[str] = None,
                        mask_args: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
-                       philox: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    if mask is None and mask_mod is None and philox is None:  # nothing value-dependent: planned per signature
+                       philox: Optional[torch.Tensor] = None, score_mod: Optional[str] = None,
+                       score_f: Optional[torch.Tensor] = None,
+                       score_i: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    if mask is None and mask_mod is None and philox is None and score_mod is None:  # planned per signature
         window = None if window is None else tuple(window)
         key = plans.signature((q, k, v, key_lengths, alibi_slopes, sinks),
                               (causal, alignment, window, scale, block_m, block_n, tma, package, softcap))
@@ -54,16 +57,16 @@ def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
                 alignment=alignment, window=window, key_lengths=key_lengths, scale=scale, tma=tma, softcap=softcap,
                 alibi_slopes=alibi_slopes, sinks=sinks))
         return run(q, k, v, key_lengths, alibi_slopes, sinks)
-    module = (dispatch.module_for("fwd", (block_m, block_n), package, q.device) if mask_mod is None else
-              dispatch.mask_mod_module_for("fwd", (block_m, block_n), package, q.device, mask_mod))
+    module = dispatch.module_of("fwd", (block_m, block_n), package, q.device, mask_mod, score_mod)
     return dispatch.attention_forward(module, q, k, v, causal=causal, alignment=alignment,
                                       window=None if window is None else tuple(window), key_lengths=key_lengths,
                                       mask=mask, scale=scale, tma=tma, softcap=softcap, alibi_slopes=alibi_slopes,
-                                      sinks=sinks, mask_args=mask_args, dropout_p=dropout_p, philox=philox)
+                                      sinks=sinks, mask_args=mask_args, dropout_p=dropout_p, philox=philox,
+                                      score_f=score_f, score_i=score_i)
 
 
 @flash_attention_op.register_fake
 def _(q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, tma=False,
       package=dispatch.DEFAULT_PACKAGE, softcap=None, alibi_slopes=None, sinks=None, mask_mod=None, mask_args=None,
-      dropout_p=0.0, philox=None):
-    return outputs_like(q)
+      dropout_p=0.0, philox=None, score_mod=None, score_f=None, score_i=None):
+    return outputs_like(q, v)

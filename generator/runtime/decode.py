@@ -54,81 +54,6 @@ def _num_sms(device: torch.device) -> int:
     return 1  # the CPU interpreter runs programs one at a time: splitting gains nothing
 
 
-def _int32_rows(t, name: str, B: int, device, extra: str):
-    """``cache_leftpad`` / ``cache_batch_idx``: an int32 tensor ``(B,)`` (contiguous copy), or None."""
-    if t is None:
-        return None
-    if not isinstance(t, torch.Tensor) or t.dtype not in (torch.int32, torch.int64) or tuple(t.shape) != (B,):
-        raise ValueError(f"{name} must be an int32 tensor of shape (batch,) = ({B},), got "
-                         f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}; {extra}")
-    return t.to(torch.int32).contiguous()
-
-
-def _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, rotary_interleaved, cache_leftpad, cache_batch_idx,
-                  block_table, cache_seqlens, capacity):
-    """FlashAttention's KV-cache extras: the new keys and values ``k``, ``v`` ``(B, N_new, Hkv, D)``,
-    the rotary tables ``(seqlen_ro, rotary_dim / 2)``, ``cache_leftpad`` and ``cache_batch_idx``
-    int32 ``(B,)``. Returns ``(cache_leftpad, cache_batch_idx)`` as contiguous int32 tensors."""
-    B, _, _, D = q.shape
-    if (k is None) != (v is None):
-        raise ValueError("pass both k and v (the new keys and values to append) or neither")
-    if k is not None:
-        for name, t in (("k", k), ("v", v)):
-            if not isinstance(t, torch.Tensor) or t.dim() != 4:
-                raise ValueError(f"{name} must be a tensor (batch, N_new, Hkv, D) (the new keys/values), got "
-                                 f"{tuple(getattr(t, 'shape', ())) or type(t).__name__}")
-            if t.dtype != k_cache.dtype:
-                raise TypeError(f"{name} has dtype {t.dtype}, the cache {k_cache.dtype}; convert with .to()")
-            if t.shape[0] != B or t.shape[2:] != k_cache.shape[2:]:
-                raise ValueError(f"{name} {tuple(t.shape)} must be (batch={B}, N_new, Hkv={k_cache.shape[2]}, "
-                                 f"D={D}) to append into the cache")
-        if v.shape != k.shape:
-            raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape")
-    if (rotary_cos is None) != (rotary_sin is None):
-        raise ValueError("pass both rotary_cos and rotary_sin (or neither)")
-    if rotary_cos is not None:
-        if k is None:
-            raise ValueError("rotary_cos/rotary_sin rotate the new keys: pass k and v too (FlashAttention's rule; "
-                             "rotate q yourself when nothing is appended)")
-        for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
-            if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype not in api.DTYPES:
-                raise ValueError(f"{name} must be a float tensor (seqlen_ro, rotary_dim / 2), got "
-                                 f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
-        if rotary_sin.shape != rotary_cos.shape:
-            raise ValueError(f"rotary_cos {tuple(rotary_cos.shape)} and rotary_sin {tuple(rotary_sin.shape)} "
-                             "must have one shape")
-        if not 1 <= 2 * rotary_cos.shape[1] <= D:
-            raise ValueError(f"rotary_dim = 2 x rotary_cos.shape[1] = {2 * rotary_cos.shape[1]} must lie in "
-                             f"[2, head_dim = {D}]")
-        if rotary_cos.shape[0] < capacity:
-            raise ValueError(f"rotary_cos/rotary_sin have {rotary_cos.shape[0]} rows; they must cover the cache's "
-                             f"{capacity} positions (FlashAttention: seqlen_ro >= seqlen_k)")
-    if not isinstance(rotary_interleaved, bool):
-        raise ValueError(f"rotary_interleaved must be True (GPT-J pairs) or False (GPT-NeoX halves), "
-                         f"got {rotary_interleaved!r}")
-    paged = "not with a paged cache (block_table), as in FlashAttention"
-    if block_table is not None and (cache_leftpad is not None or cache_batch_idx is not None):
-        raise ValueError(f"cache_leftpad and cache_batch_idx work on a contiguous cache only, {paged}")
-    cache_leftpad = _int32_rows(cache_leftpad, "cache_leftpad", B, q.device, "row b's keys start there")
-    cache_batch_idx = _int32_rows(cache_batch_idx, "cache_batch_idx", B, q.device, "batch b reads that cache row")
-    if not torch.compiler.is_compiling():  # data-dependent checks (one device sync each): eager only
-        if k is not None and bool((cache_seqlens < 0).any()):
-            raise ValueError(f"cache_seqlens must lie in [0, capacity − N_new], got {cache_seqlens.tolist()} "
-                             "[cache_len_range]")
-        if cache_leftpad is not None and (bool((cache_leftpad < 0).any())
-                                          or bool((cache_leftpad > cache_seqlens).any())):
-            raise ValueError(f"cache_leftpad must lie in [0, cache_seqlens[b]], got {cache_leftpad.tolist()} "
-                             f"with cache_seqlens {cache_seqlens.tolist()}")
-        if cache_batch_idx is not None and (bool((cache_batch_idx < 0).any())
-                                            or bool((cache_batch_idx >= k_cache.shape[0]).any())):
-            raise ValueError(f"cache_batch_idx must index the cache's {k_cache.shape[0]} rows, got "
-                             f"{cache_batch_idx.tolist()}")
-        if cache_batch_idx is not None and k is not None and cache_batch_idx.unique().numel() != B:
-            raise ValueError(f"cache_batch_idx {cache_batch_idx.tolist()} repeats a row: two batch entries would "
-                             "append into one cache row")
-    return cache_leftpad, cache_batch_idx
-
-
 def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rotary_cos=None,
                                  rotary_sin=None, rotary_interleaved=True, cache_leftpad=None, cache_batch_idx=None,
                                  block_table=None, causal=False, window=None, scale=None, num_splits=0,
@@ -152,7 +77,11 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
     the GPU's SMs when ``B x Hkv`` is small). The result depends on ``num_splits`` only by
     rounding.
 
-    Returns ``out`` ``(B, N_q, Hq, D)`` in q's dtype (zeros for a token with no key), or
+    MLA (DeepSeek's absorbed decode): ``v_cache`` may have its own head dim ``D_v`` (``D <= 576``,
+    ``D_v <= 512``), and may be a view of ``k_cache``'s storage, ``v_cache = k_cache[..., :D_v]``: it is
+    read through its strides, never copied.
+
+    Returns ``out`` ``(B, N_q, Hq, D_v)`` in q's dtype (zeros for a token with no key), or
     ``(out, lse)`` with ``return_lse=True``, ``lse`` float32 ``(B, Hq, N_q)``, natural log.
     Inference only: raises if gradients are requested.
 
@@ -225,45 +154,35 @@ def _signature(package, q, k_cache, v_cache, cache_seqlens, block_table, causal,
         return None
 
 
-def _check(package, q, k_cache, v_cache, cache_seqlens, *, k, v, rotary_cos, rotary_sin, rotary_interleaved,
-           cache_leftpad, cache_batch_idx, block_table, causal, window, scale, num_splits, return_lse, softcap,
-           alibi_slopes, sinks, batch_invariant):
-    """Every check of a call but ``check_cache_values``; returns ``(_Checked, cache_leftpad,
-    cache_batch_idx)`` (those two as contiguous int32, their values checked in eager mode)."""
-    capacity, num_pages = checks.check_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, cache_batch_idx)
-    n_new = k.shape[1] if isinstance(k, torch.Tensor) and k.dim() == 4 else 0
-    cache_leftpad, cache_batch_idx = _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, rotary_interleaved,
-                                                   cache_leftpad, cache_batch_idx, block_table, cache_seqlens,
-                                                   capacity)
-    if not isinstance(batch_invariant, bool):
-        raise ValueError(f"batch_invariant must be True or False, got {batch_invariant!r}")
-    if batch_invariant and num_splits != 0:
-        raise ValueError(f"batch_invariant=True fixes the split size ({BATCH_INVARIANT_SPLIT_KEYS} keys): leave "
-                         f"num_splits at 0, got {num_splits}")
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad
-                                       for t in (q, k_cache, v_cache, sinks, k, v, rotary_cos, rotary_sin)):
-        raise RuntimeError("flash_attention_with_kvcache is inference only and has no backward: call it under "
-                           "torch.no_grad() / torch.inference_mode() or detach q, k_cache, v_cache (and sinks); "
-                           "for training use flash_attention (differentiable)")
-    checks.check_device({"q": q, "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens,
-                         "block_table": block_table, "k": k, "v": v, "rotary_cos": rotary_cos,
-                         "rotary_sin": rotary_sin, "cache_leftpad": cache_leftpad, "cache_batch_idx": cache_batch_idx})
-    checks.check_bool(causal, "causal")
-    checks.check_bool(return_lse, "return_lse")
-    # the same checks as flash_attention's (q as (B, Hq, N_q, D): a view, no copy)
-    softcap = checks.check_score_mods(q.transpose(1, 2), softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
-    scale = checks.check_scale(scale)
-    num_splits = checks.check_num_splits(num_splits)
+def _arguments(q, k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin, rotary_interleaved, cache_leftpad,
+               cache_batch_idx, block_table, causal, window, scale, num_splits, return_lse, softcap, alibi_slopes,
+               sinks, batch_invariant) -> dict:
+    return dict(q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens, k=k, v=v, rotary_cos=rotary_cos,
+                rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, cache_leftpad=cache_leftpad,
+                cache_batch_idx=cache_batch_idx, block_table=block_table, causal=causal, window=window, scale=scale,
+                num_splits=num_splits, return_lse=return_lse, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
+                batch_invariant=batch_invariant)
+
+
+def _check(arguments: dict):
+    """Every rule of the declared contract but the value rules (``generator.runtime.contract``);
+    returns ``(_Checked, cache_leftpad, cache_batch_idx)`` (those two as contiguous int32)."""
+    a = contract.enforce("flash_attention_with_kvcache", arguments, values=False)
+    q, k_cache, block_table = a["q"], a["k_cache"], a["block_table"]
+    capacity = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
+    num_pages = k_cache.shape[0] if block_table is not None else 0
+    n_new = 0 if a["k"] is None else a["k"].shape[1]
     # each window side clamped to N_q + capacity, at least every sequence's N_q + cache_seqlens[b] (window_clamp)
     # (the clamp at this call site is spec.launch.decode_window, the one claim window_clamp evaluates)
-    window = None if window is None else checks.normalise_window(checks.check_window(window),
-                                                                 spec_launch.decode_window, q, capacity)
-    split_keys = 0
-    if batch_invariant:  # the grid covers the capacity; a row's splits past its keys are empty
+    window = checks.normalise_window(a["window"], spec_launch.decode_window, q, capacity)
+    num_splits, split_keys = a["num_splits"], 0
+    if a["batch_invariant"]:  # the grid covers the capacity; a row's splits past its keys are empty
         split_keys = BATCH_INVARIANT_SPLIT_KEYS
         num_splits = max(1, math.ceil(capacity / split_keys))
-    return (_Checked(capacity, num_pages, n_new, softcap, scale, num_splits, window, split_keys),
-            cache_leftpad, cache_batch_idx)
+    rows = [contract.unit_stride("flash_attention_with_kvcache", name, a[name]) for name in
+            ("cache_leftpad", "cache_batch_idx")]
+    return (_Checked(capacity, num_pages, n_new, a["softcap"], a["scale"], num_splits, window, split_keys),
+            *[None if t is None else t.to(torch.int32) for t in rows])
 
 
 def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rotary_cos=None, rotary_sin=None,
@@ -281,19 +200,16 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
         key = _signature(package, q, k_cache, v_cache, cache_seqlens, block_table, causal, window, scale, num_splits,
                          return_lse, softcap, alibi_slopes, sinks, batch_invariant, rotary_interleaved)
     entry = _PLANS.get(key) if key is not None else None
+    arguments = _arguments(q, k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin, rotary_interleaved,
+                           cache_leftpad, cache_batch_idx, block_table, causal, window, scale, num_splits, return_lse,
+                           softcap, alibi_slopes, sinks, batch_invariant)
     if entry is None:
-        checked, cache_leftpad, cache_batch_idx = _check(
-            package, q, k_cache, v_cache, cache_seqlens, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-            rotary_interleaved=rotary_interleaved, cache_leftpad=cache_leftpad, cache_batch_idx=cache_batch_idx,
-            block_table=block_table, causal=causal, window=window, scale=scale, num_splits=num_splits,
-            return_lse=return_lse, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
-            batch_invariant=batch_invariant)
+        checked, cache_leftpad, cache_batch_idx = _check(arguments)
         entry = _PLANS.record(key, [checked, None])
     checked = entry[0]
     capacity, n_new = checked.capacity, checked.n_new
-    # eager: one sync (every call: values can change in place); with an append, the lengths after it must fit
-    checks.check_cache_values(cache_seqlens + n_new if n_new else cache_seqlens, block_table, capacity,
-                              k_cache.shape[1], checked.num_pages)
+    # eager: the declared value rules, one sync (every call: values can change in place)
+    contract.enforce_values("flash_attention_with_kvcache", arguments)
     # the proven host rewrite of flash_attention: s <= 0 -> s' > 0 (scale_sign_rewrite)
     q, scale = checks.normalise_scale(q, checked.scale)
     # lengths and page ids as the kernel reads them (clamped on the device under torch.compile), the
@@ -386,18 +302,19 @@ def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_sc
         capacity = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
         num_splits = default_num_splits(B * k_cache.shape[2] * math.ceil(rows / per_program), capacity,
                                         _num_sms(q.device), per_program)
-    if num_splits > 1:  # the fp32 partials (S, B, N_q, Hq, D): split s starts at s·B·N_q·Hq·D (int32)
-        checks.check_index_width(o_partials=((num_splits, B * Nq * Hq * D), (B * Nq * Hq * D, 1)))
+    Dv = v_cache.shape[3]  # v's head dim (MLA: D_v != D; v_cache may be a view of k_cache): out's
+    if num_splits > 1:  # the fp32 partials (S, B, N_q, Hq, D_v): split s starts at s·B·N_q·Hq·D_v (int32)
+        checks.check_index_width(o_partials=((num_splits, B * Nq * Hq * Dv), (B * Nq * Hq * Dv, 1)))
     # the sink is merged exactly once per row: by the unsplit kernel's epilogue, or after the merge;
     # batch_invariant (split_keys > 0) always merges, so a row's path does not depend on the grid
     merged = not (num_splits == 1 and split_keys == 0)
     # the layouts the kernel writes: out and lse's (B, N_q, Hq) view in place for one split, else the fp32
     # partials (S, B, N_q, Hq[, D]); only their strides enter the plan (meta tensors: no memory)
     if merged:
-        o_part = torch.empty((num_splits, B, Nq, Hq, D), dtype=torch.float32, device="meta")
+        o_part = torch.empty((num_splits, B, Nq, Hq, Dv), dtype=torch.float32, device="meta")
         lse_part = torch.empty((num_splits, B, Nq, Hq), dtype=torch.float32, device="meta")
     else:
-        o_part = torch.empty(q.shape, dtype=q.dtype, device="meta")[None]
+        o_part = torch.empty((B, Nq, Hq, Dv), dtype=q.dtype, device="meta")[None]
         lse_part = torch.empty((B, Hq, Nq), dtype=torch.float32, device="meta").transpose(1, 2)[None]
     splits = module.splits_plan(q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, sm_scale=sm_scale,
                                 num_splits=num_splits, causal=causal, window=None if window is None else tuple(window),
@@ -409,7 +326,7 @@ def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_sc
     merge = api.module_for("merge", block, package, q.device)
     o_rows, lse_rows = spec_launch.decode_partial_rows(o_part, lse_part)
     merging = merge.merge_states_plan(o_rows, lse_rows, spec_launch.decode_merged_out(
-        torch.empty(q.shape, dtype=q.dtype, device="meta")), sinks)
+        torch.empty((B, Nq, Hq, Dv), dtype=q.dtype, device="meta")), sinks)
     # the merged lse (R,) seen as the output's (B, Hq, N_q): where it is that layout (N_q = 1, every
     # dim of size > 1 at the contiguous stride), the merge writes the output's lse itself
     as_output = spec_launch.decode_merged_lse(torch.empty(lse_rows.shape[1:], device="meta"), B, Nq, Hq)
@@ -421,7 +338,7 @@ def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_sc
 def _run(plan: _Launch, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, cache_leftpad,
          cache_batch_idx):
     """``(out, lse)``: the launches of ``plan`` on these tensors (of the plan's metadata)."""
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = q.new_empty((*q.shape[:3], v_cache.shape[3]))  # contiguous, v's head dim D_v
     lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
     if plan.merge is None:  # one split: the kernel writes out and lse in place (the plan holds their views)
         plan.module.launch_splits(plan.splits, q, k_cache, v_cache, cache_seqlens, block_table, out, lse,
@@ -430,7 +347,7 @@ def _run(plan: _Launch, q, k_cache, v_cache, cache_seqlens, block_table, alibi_s
         return out, lse
     # fp32 partials (S, B, N_q, Hq, D), then merge_state's fold over the splits
     B, Hq, Nq = plan.lse_shape
-    o_part = torch.empty((plan.num_splits, B, Nq, Hq, q.shape[3]), dtype=torch.float32, device=q.device)
+    o_part = torch.empty((plan.num_splits, B, Nq, Hq, v_cache.shape[3]), dtype=torch.float32, device=q.device)
     lse_part = torch.empty((plan.num_splits, B, Nq, Hq), dtype=torch.float32, device=q.device)
     plan.module.launch_splits(plan.splits, q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part,
                               alibi_slopes=alibi_slopes, cache_leftpad=cache_leftpad, cache_batch_idx=cache_batch_idx)
@@ -477,4 +394,4 @@ def _(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale,
       alibi_slopes=None, sinks=None, package=config.DEFAULT_PACKAGE, cache_leftpad=None, cache_batch_idx=None,
       split_keys=0):
     B, Nq, Hq, _ = q.shape
-    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, Hq, Nq), dtype=torch.float32)
+    return q.new_empty((B, Nq, Hq, v_cache.shape[3])), q.new_empty((B, Hq, Nq), dtype=torch.float32)

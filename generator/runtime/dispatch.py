@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from spec.mask_mod import REGISTRY as MASK_MODS, MaskMod
+from spec.score_mods import REGISTRY as SCORE_MODS, ScoreMod
 from spec.masks import alignment_shift
 
 from generator.runtime import config, launch
@@ -47,6 +48,28 @@ def mask_mod_module_for(kind: str, block, package: str, device: torch.device | N
     return _usable_on(_mask_mod_module(kind, check_block(block), MASK_MODS[mask_mod], package), device)
 
 
+def score_mod_module_for(kind: str, block, package: str, device: torch.device | None, score_mod: str) -> object:
+    """``module_for`` of the file with the user score_mod named ``score_mod`` compiled in (``SCORE_MODS``
+    of the package's index); ValueError naming the command that emits (or regenerates) it."""
+    return _usable_on(_score_mod_module(kind, check_block(block), SCORE_MODS[score_mod], package), device)
+
+
+def _score_mod_module(kind: str, block: tuple[int, int], sm: ScoreMod, package: str) -> object:
+    """The module of ``kind`` with score_mod ``sm`` compiled in; ValueError naming the command that
+    emits it when absent, or that regenerates it when its expression is not ``sm``'s any more."""
+    return _modded_module(kind, block, package, sm, sm.expr, "score_mod", "SCORE_MODS", "SCORE_MOD_EXPR")
+
+
+def module_of(kind: str, block, package: str, device, mask_mod: str | None, score_mod: str | None) -> object:
+    """The generated module of ``kind`` for a call: the plain one, or the one with its mask_mod or
+    its user score_mod compiled in."""
+    if score_mod is not None:
+        return score_mod_module_for(kind, block, package, device, score_mod)
+    if mask_mod is not None:
+        return mask_mod_module_for(kind, block, package, device, mask_mod)
+    return module_for(kind, block, package, device)
+
+
 def _usable_on(module, device: torch.device | None) -> object:
     if device is not None and device.type == "cpu" and launch.compiled_for_gpu(module):
         raise RuntimeError(
@@ -59,17 +82,25 @@ def _usable_on(module, device: torch.device | None) -> object:
 def _mask_mod_module(kind: str, block: tuple[int, int], mm: MaskMod, package: str) -> object:
     """The module of ``kind`` with mask_mod ``mm`` compiled in; ValueError naming the command that
     emits it when absent, or that regenerates it when its predicate is not ``mm``'s any more."""
+    return _modded_module(kind, block, package, mm, mm.predicate, "mask_mod", "MASK_MODS", "MASK_MOD_PREDICATE")
+
+
+def _modded_module(kind: str, block: tuple[int, int], package: str, mod, expr, what: str, table: str,
+                   recorded: str) -> object:
+    """The module of ``kind`` with ``mod`` (a mask_mod or a score_mod: ``what``) compiled in, listed in
+    the package index's ``table``; ValueError naming the command that emits it when absent, or that
+    regenerates it when the module's ``recorded`` expression is not ``expr`` any more."""
     index = importlib.import_module(package)
     command = index.COMMANDS.get(block, f"python -m generator --br {block[0]} --bc {block[1]}")
-    emit = f"`{command} --mask-mod {mm.ref}`"
-    name = index.MASK_MODS.get(block, {}).get(mm.name, {}).get(kind)
+    emit = f"`{command} --{what.replace('_', '-')} {mod.ref}`"
+    name = getattr(index, table, {}).get(block, {}).get(mod.name, {}).get(kind)
     if name is None:
-        raise ValueError(f"mask_mod {mm.name!r} has no generated {kind} kernel for block {block} in {package}; "
+        raise ValueError(f"{what} {mod.name!r} has no generated {kind} kernel for block {block} in {package}; "
                          f"emit it with {emit}")
     module = importlib.import_module(f"{package}.{name}")
-    if module.MASK_MOD_PREDICATE != str(mm.predicate):
-        raise ValueError(f"{package}/{name}.py was emitted for mask_mod {mm.name!r} = {module.MASK_MOD_PREDICATE}, "
-                         f"but {mm.ref} is now {mm.predicate}; regenerate with {emit}")
+    if getattr(module, recorded) != str(expr):
+        raise ValueError(f"{package}/{name}.py was emitted for {what} {mod.name!r} = {getattr(module, recorded)}, "
+                         f"but {mod.ref} is now {expr}; regenerate with {emit}")
     return module
 
 
@@ -120,6 +151,11 @@ def mask_mod_arguments(mask_args) -> dict:
     return {} if mask_args is None else {"mask_mod_args": mask_args}
 
 
+def score_mod_arguments(score_f, score_i) -> dict:
+    """``score_f``, ``score_i`` for a module with a user score_mod compiled in (``ScoreMod.pack``)."""
+    return {} if score_f is None else {"score_f": score_f, "score_i": score_i}
+
+
 def dropout_arguments(dropout_p, philox) -> dict:
     """The dropout keywords of a generated module's launch (none when off: its defaults)."""
     return {} if philox is None else {"dropout_p": dropout_p, "philox": philox}
@@ -136,18 +172,18 @@ def dropout_mask(block, package: str, philox, dropout_p: float, shape) -> torch.
 
 def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, tma=False,
                       softcap=None, alibi_slopes=None, sinks=None, mask_args=None, dropout_p=0.0, philox=None,
-                      descales=None, out_dtype=None):
+                      score_f=None, score_i=None, descales=None, out_dtype=None):
     """Run a generated forward ``module`` on checked inputs: returns ``(out, lse)``.
     ``tma``: the opt-in Hopper TMA path (``generator.runtime.launch.tma_operands`` has its rules);
     ``softcap``, ``alibi_slopes``, ``sinks``: the score modifications (``launch.score_mod_launch``);
     ``mask_args``: a mask_mod's packed parameters (``MaskMod.pack``); ``dropout_p``, ``philox``: the
-    dropout (``checks.draw_philox``); ``descales``, ``out_dtype``: the FP8 forward (``checks.check_fp8_descales``)."""
+    dropout (``checks.draw_philox``); ``descales``, ``out_dtype``: the FP8 forward (declared in ``contract``: ``q_descale``...)."""
     fp8 = {} if descales is None else {"descales": descales, "out_dtype": out_dtype}
     return module.forward(q, k, v, causal=causal, window=window, tma=tma, softcap=softcap, **fp8,
                           alibi_slopes=alibi_slopes, sinks=sinks, **dropout_arguments(dropout_p, philox),
                           key_lengths=lengths_argument(key_lengths, k.shape[2]),
                           **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale),
-                          **mask_mod_arguments(mask_args))
+                          **mask_mod_arguments(mask_args), **score_mod_arguments(score_f, score_i))
 
 
 def planned_forward(module, q, k, v, *, causal, alignment, window, key_lengths, scale, tma=False, softcap=None,
@@ -168,13 +204,14 @@ def planned_forward(module, q, k, v, *, causal, alignment, window, key_lengths, 
 
 def attention_backward(module, grad_out, grad_lse, q, k, v, out, lse, *, causal, alignment, window, key_lengths,
                        mask, scale, softcap=None, alibi_slopes=None, sinks=None, mask_args=None, dropout_p=0.0,
-                       philox=None):
+                       philox=None, score_f=None, score_i=None):
     """Run a generated backward ``module`` on checked inputs: returns ``(dq, dk, dv, dsink_rows)``
-    (``dsink_rows``: each row's part of dL/dsink, ``None`` without sinks)."""
+    (``dsink_rows``: each row's part of dL/dsink, ``None`` without sinks), and with a user score_mod
+    ``dscore_f`` too (the gradient of its packed float parameters)."""
     check_index_width(grad_out=grad_out)  # the one input the forward's checks did not see
     return module.backward(grad_out, q, k, v, out, lse, grad_lse=grad_lse, causal=causal, window=window,
                            softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
                            **dropout_arguments(dropout_p, philox),
                            key_lengths=lengths_argument(key_lengths, k.shape[2]),
                            **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale),
-                           **mask_mod_arguments(mask_args))
+                           **mask_mod_arguments(mask_args), **score_mod_arguments(score_f, score_i))

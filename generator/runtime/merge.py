@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from generator.runtime import api, checks, config
+from generator.runtime import api, config, contract
 from generator.runtime.config import MERGE_BLOCK  # noqa: F401  (the block whose merge kernels serve these ops)
 
 
@@ -96,12 +96,7 @@ def merge_state(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b
 
 
 def _merge_state(package, o_a, lse_a, o_b, lse_b):
-    checks.check_merge_pair("_a", o_a, lse_a)
-    checks.check_merge_pair("_b", o_b, lse_b)
-    if o_a.shape != o_b.shape or o_a.dtype != o_b.dtype:
-        raise ValueError(f"o_a and o_b must share shape and dtype, got {tuple(o_a.shape)} {o_a.dtype} and "
-                         f"{tuple(o_b.shape)} {o_b.dtype}")
-    checks.check_device({"o_a": o_a, "lse_a": lse_a, "o_b": o_b, "lse_b": lse_b})
+    contract.enforce("merge_state", dict(o_a=o_a, lse_a=lse_a, o_b=o_b, lse_b=lse_b))  # the declared contract
     if lse_a.numel() == 0:  # no row: empty results
         return torch.empty_like(o_a), torch.empty_like(lse_a)
     if o_a.shape[-1] == 0:  # rows of head dim 0: only the lse, by the printed PyTorch terms (no kernel launch)
@@ -147,10 +142,7 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
 
 
 def _merge_states(package, o, lse):
-    checks.check_merge_pair("", o, lse, lead=1)
-    if o.dim() < 2:
-        raise ValueError(f"o must have shape (S, ..., head_dim), got {tuple(o.shape)}")
-    checks.check_device({"o": o, "lse": lse})
+    contract.enforce("merge_states", dict(o=o, lse=lse))  # the declared contract
     if o.shape[0] == 0:  # no split: the identity
         return o.new_zeros(o.shape[1:]), lse.new_full(lse.shape[1:], float("-inf"))
     if o.requires_grad or lse.requires_grad or o.shape[-1] == 0:  # a fold of merge_state (head dim 0: lse only)

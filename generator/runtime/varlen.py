@@ -1,14 +1,15 @@
 """``flash_attention_varlen``: packed variable-length batches, FlashAttention's ``cu_seqlens`` layout.
 
-One file for the op (Liger-Kernel style): the input checks, the custom ops
+One file for the op (Liger-Kernel style): the call of the declared contract, the custom ops
 ``flashproof::flash_attention_varlen`` and ``..._backward`` (with fake implementations, so
 ``torch.compile`` traces through them) and their autograd. The kernels are the dense ones of
 ``generated/attention_{fwd,bwd}_*.py`` with ``IS_VARLEN=True`` (``forward_varlen``,
 ``backward_varlen``): a program per (tile, segment x head), the segment's lengths and
 bottom-right shift printed from ``spec.varlen.SEGMENT`` (claim ``varlen_segments_sound``).
 
-Checks in two places: the Python entry point checks what it can without reading a tensor
-(types, ranks, dtypes, devices, shapes); the op checks the offsets' *values*
+Checks in two places: the Python entry point enforces the declared contract
+(``generator.runtime.contract``: types, ranks, dtypes, devices, shapes; with ``block_table``, the
+page ids and key counts' values in eager mode); the op checks the offsets' *values*
 (``spec.varlen.segments``: from 0, non-decreasing, ending at the totals; the max_seqlen hints
 against the real lengths), one host read of the two small offset vectors, so the check also
 runs inside a compiled graph.
@@ -38,31 +39,6 @@ COMPUTE = checks.COMPUTE
 KEY_SIDE = ("k", "v", "dk", "dv")
 
 
-def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
-                 window=None, scale=None, block=api.DEFAULT_BLOCK, softcap=None, alibi_slopes=None, sinks=None,
-                 fp8=False):
-    """The checks that read no tensor's values; returns ``(window, max_seqlen_q, max_seqlen_k,
-    softcap)`` normalised (``COMPUTE`` for an omitted hint, ``softcap`` a float or None); ``fp8``: the
-    FP8 forward's dtype rule."""
-    checks.check_packed_qkv(q, k, v, fp8=fp8)
-    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        checks.check_cu_seqlens(name, cu)
-    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
-        raise ValueError(f"cu_seqlens_q has {cu_seqlens_q.numel()} entries and cu_seqlens_k "
-                         f"{cu_seqlens_k.numel()}; both must hold B + 1 (one query segment per key segment)")
-    checks.check_device({"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k})
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False, got {causal!r}")
-    checks.check_scale(scale)
-    checks.check_block(block, auto=True)
-    hints = (checks.check_max_seqlen("max_seqlen_q", max_seqlen_q),
-             checks.check_max_seqlen("max_seqlen_k", max_seqlen_k))
-    # the dense checks, on a (B, Hq) stand-in of no element: B segments, Hq query heads
-    softcap = checks.check_score_mods(q.new_empty((cu_seqlens_q.numel() - 1, q.shape[1], 0)), softcap=softcap,
-                                   alibi_slopes=alibi_slopes, sinks=sinks)
-    return (None if window is None else checks.check_window(window)), *hints, softcap
-
-
 def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **rows) -> tuple[int, int]:
     """The offsets checked by value (``spec.varlen.segments``) and the grid's max_seqlen pair:
     computed where the hint is ``COMPUTE``, else the hint, which may not be below a real segment
@@ -75,13 +51,8 @@ def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     for name, t in {"q": q, "k": k, **rows}.items():
         n = longest[1] if name in KEY_SIDE else longest[0]
         checks.check_index_width(**{name: ((n, t.shape[2]), (t.stride(0), t.stride(2)))})
-    out = []
-    for name, hint, real in (("max_seqlen_q", max_seqlen_q, longest[0]), ("max_seqlen_k", max_seqlen_k, longest[1])):
-        if hint != COMPUTE and hint < real:
-            raise ValueError(f"{name}={hint} is smaller than the longest segment ({real}); pass {real} or more, "
-                             f"or None to compute it")
-        out.append(real if hint == COMPUTE else hint)
-    return out[0], out[1]
+    return (checks.check_hint("max_seqlen_q", max_seqlen_q, longest[0]),
+            checks.check_hint("max_seqlen_k", max_seqlen_k, longest[1]))
 
 
 def _kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p=0.0, philox=None) -> dict:
@@ -105,7 +76,7 @@ def flash_attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               philox: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     module = api.module_for("fwd", (block_m, block_n), package, q.device)
     max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, v=v,
-                                  out=torch.empty(q.shape, device="meta"))  # out: fresh, contiguous
+                                  out=torch.empty((*q.shape[:2], v.shape[2]), device="meta"))  # out: fresh, contiguous
     return module.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
                                  **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p,
                                                    philox))
@@ -114,7 +85,7 @@ def flash_attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 @flash_attention_varlen_op.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n,
       softcap=None, alibi_slopes=None, sinks=None, package=api.DEFAULT_PACKAGE, dropout_p=0.0, philox=None):
-    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+    return (q.new_empty((*q.shape[:2], v.shape[2])),  # (total_q, Hq, D_v), contiguous
             q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
 
 
@@ -221,68 +192,53 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
                    k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype)
 
 
-def _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, descales, out_dtype, *,
-                causal, window, scale, return_lse, block, unsupported):
-    """The FP8 forward on a packed batch (issue 30): ``api._attention_fp8``'s rules, the packed kernel."""
-    window, max_q, max_k, _ = check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                           causal=causal, window=window, scale=scale, block=block, fp8=True)
-    requires_grad = any(t is not None and t.requires_grad for t in (q, k, v, *descales))
-    checks.check_fp8_call(out_dtype, checks.check_scale(scale), requires_grad=requires_grad, unsupported=unsupported)
-    descales = tuple(contract.unit_stride("flash_attention_varlen", name, d) for name, d in
-                     zip(("q_descale", "k_descale", "v_descale"),
-                         checks.check_fp8_descales(descales, cu_seqlens_q.numel() - 1, k.shape[1], q.device)))
-    out_dtype = out_dtype or (torch.bfloat16 if q.dtype in checks.launch.FP8_FORMATS else q.dtype)
+def _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, a):
+    """The FP8 forward on a packed batch (issue 30) of a call the declared contract has checked (``a``:
+    ``contract.enforce``'s values): ``api._attention_fp8``'s, the packed kernel."""
+    max_q, max_k = (COMPUTE if a[n] is None else a[n] for n in ("max_seqlen_q", "max_seqlen_k"))
+    block = a["block"]
     if block == "auto":
-        block = api.auto_block(q.device, q.shape[-1], tma=False, dtype=q.dtype)
-    checks.check_seq_lens(q.shape[0], k.shape[0])
-    window = checks.normalise_window(window, spec_launch.varlen_window, q, k)
+        block = api.auto_block(q.device, max(q.shape[-1], v.shape[-1]), tma=False, dtype=q.dtype)
+    window = checks.normalise_window(a["window"], spec_launch.varlen_window, q, k)
+    # the declared stride policy: the kernels read the offsets and the descales at unit stride
     cu_seqlens_q, cu_seqlens_k = (contract.unit_stride("flash_attention_varlen", name, t) for name, t in
                                   (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)))
+    descales = api.fp8_descales("flash_attention_varlen", a, cu_seqlens_q.numel() - 1, k.shape[1], q.device)
     module = api.module_for("fwd", (int(block[0]), int(block[1])), package, q.device)
+    # the offsets' values and the hints (the op's IN_OP rules, with the same functions)
     max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_q, max_k, v=v,
-                                  out=torch.empty(q.shape, device="meta"))
+                                  out=torch.empty((*q.shape[:2], v.shape[2]), device="meta"))
     launch = torch.compiler.disable(module.forward_varlen)  # eager under torch.compile (api._fp8_launch)
-    out, lse = launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, **_kernel_options(q, causal, window, scale, None,
-                                                                                    None, None),
-                      descales=descales, out_dtype=out_dtype)
-    return (out, lse) if return_lse else out
+    out, lse = launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
+                      **_kernel_options(q, a["causal"], window, a["scale"], None, None, None),
+                      descales=descales, out_dtype=api.fp8_out_dtype(q, a["out_dtype"]))
+    return (out, lse) if a["return_lse"] else out
 
 
 def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
             causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
             softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, return_dropout_mask=False,
             batch_invariant=False, block_table=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
-    if not isinstance(batch_invariant, bool):
-        raise ValueError(f"batch_invariant must be True or False, got {batch_invariant!r}")
-    if checks.fp8_mode(k, (q_descale, k_descale, v_descale)):
-        return _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                           (q_descale, k_descale, v_descale), out_dtype, causal=causal, window=window, scale=scale,
-                           return_lse=return_lse, block=block,
-                           unsupported={"softcap": softcap is not None, "alibi_slopes": alibi_slopes is not None,
-                                        "sinks": sinks is not None, "dropout_p": dropout_p != 0,
-                                        "return_dropout_mask": return_dropout_mask, "block_table": block_table is not None})
-    if out_dtype is not None:
-        raise TypeError(f"out_dtype is the FP8 forward's (q, k, v in float8 with descales), got {out_dtype} for "
-                        f"{q.dtype} inputs; the output has q's dtype, convert it with .to()")
+    # every input check: the declared contract (generator.runtime.contract), none here
+    a = contract.enforce("flash_attention_varlen", dict(
+        q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k, causal=causal, window=window, scale=scale, return_lse=return_lse, block=block,
+        softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p,
+        return_dropout_mask=return_dropout_mask, batch_invariant=batch_invariant, block_table=block_table,
+        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype))
+    if checks.fp8_mode(k, (q_descale, k_descale, v_descale)):  # FP8 k, v (the contract refused the rest)
+        return _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, a)
     if block_table is not None:  # k, v are paged caches (FlashAttention 2's form): the decode kernel's gather
-        if dropout_p != 0.0 or return_dropout_mask:
-            raise ValueError("block_table (paged K/V) is forward inference only: pass dropout_p=0.0 and "
-                             "return_dropout_mask=False, or use contiguous k, v for dropout")
         from generator.runtime.varlen_paged import flash_attention_varlen_paged
 
-        return flash_attention_varlen_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, block_table,
-                                            causal=causal, window=window, scale=scale, return_lse=return_lse,
-                                            softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
-                                            batch_invariant=batch_invariant, package=package)
-    window, max_q, max_k, softcap = check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                                 causal=causal, window=window, scale=scale, block=block,
-                                                 softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
+        return flash_attention_varlen_paged(package, a)
+    window, scale, block, softcap, dropout_p = a["window"], a["scale"], a["block"], a["softcap"], a["dropout_p"]
+    max_q, max_k = (COMPUTE if a[n] is None else a[n] for n in ("max_seqlen_q", "max_seqlen_k"))
     if block == "auto":
-        block = api.auto_block(q.device, q.shape[-1], tma=False, dtype=q.dtype)  # the packed kernels: pointers
-    checks.check_seq_lens(q.shape[0], k.shape[0])
+        block = api.auto_block(q.device, max(q.shape[-1], v.shape[-1]), tma=False, dtype=q.dtype)  # the packed kernels: pointers
     # the proven host rewrites of flash_attention: a scale <= 0 becomes a positive one (scale_sign_rewrite);
     # window sides clamp to total_q + total_k, at least every segment's n_q + n_k (window_clamp)
-    q, scale = checks.normalise_scale(q, checks.check_scale(scale))
+    q, scale = checks.normalise_scale(q, scale)
     window = checks.normalise_window(window, spec_launch.varlen_window, q, k)
     # the declared stride policy: the kernels read the offsets and the sinks at unit stride
     cu_seqlens_q, cu_seqlens_k, sinks = (contract.unit_stride("flash_attention_varlen", name, t) for name, t in
@@ -290,7 +246,6 @@ def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
                                           ("sinks", sinks)))
     # dropout's box is (1, Hq, total_q, total_k): the packed rows and keys, global
     box = (1, q.shape[1], q.shape[0], k.shape[0])
-    dropout_p = checks.check_dropout(dropout_p, return_dropout_mask, box[1] * box[2] * box[3])
     philox = checks.draw_philox(q.device) if dropout_p > 0 else None
     out, lse = flash_attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window,
                                          scale, int(block[0]), int(block[1]), softcap, alibi_slopes, sinks, package,

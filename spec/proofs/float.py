@@ -188,8 +188,11 @@ def _roundings(expr, carried):
        "(monotone rounding) give e^{−E} <= L <= N_k e^E, so |lse^ − lse| <= lse_bound(E, −log(1 − b), "
        "log N_k, |lse|) = d + γ_3(|lse| + d), d = −log(1 − b) + U_FUNC·(1 + log N_k + E − log(1 − b)) — the "
        "formula forward_bound evaluates; and forward_bound, the function the tolerances call, is that "
-       "composition (T = max(1, ceil(N_k/B_c)) tiles, every term; checked in SymPy on symbolic sizes); the "
-       "backward has no bound (its tolerances are empirical)",
+       "composition (T = max(1, ceil(N_k/B_c)) tiles, every term; checked in SymPy on symbolic sizes); (v) with "
+       "the softcap on, every key's capped score c·tanh(s·x/c) is computed within s·A·softcap_score_factor(γ_D, "
+       "γ_2, γ_5, ρ_t, u) (ρ_t = SOFTCAP_REL, claim softcap_accuracy; tanh 1-Lipschitz and |tanh a| <= |a| as "
+       "hypotheses), for every cap, and forward_bound(softcap=True) is (i)–(iv) with that factor; ALiBi is not "
+       "covered (its tolerances are empirical); the backward has no bound (its tolerances are empirical)",
        r"|\hat o - o| \le \max|v|\left(\frac{a+b}{1-b}(1+u)(1+u_{out}) + (1+u)(1+u_{out}) - 1\right),\ "
        r"a = (1+\rho_w)(1+\rho_{num}) - 1,\ b = (1+\rho_w)(1+\rho_{den}) - 1,\ \rho_w = e^E - 1;\ "
        r"|\widehat{lse} - lse| \le d + \gamma_3(|lse| + d),\ d = \lambda + U_f(1 + \log N_k + E + \lambda),\ "
@@ -200,12 +203,13 @@ def _roundings(expr, carried):
              "inner-product lemma as a hypothesis, p's exponent unfused (FMA: exponent_rounding bounds its "
              "sign only; log2 and ln axioms above); out and lse (rows with a key; the empty row's −∞: "
              "forward_epilogue); spec.error_bound.forward_bound checked symbolically to be this composition for "
-             "every dtype; the backward has no bound (empirical tolerances)",
+             "every dtype, softcap off and on; ALiBi not covered; the backward has no bound (empirical tolerances)",
        assumptions=("scale_positive",))
 def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=terms.FORWARD_TILE,
                               tile_roundings=error_bound.TILE_ROUNDINGS, exponent_factor=error_bound.score_factor,
                               lse_bound=error_bound.lse_bound, forward_epilogue=terms.FORWARD_EPILOGUE,
-                              lse_roundings=error_bound.LSE_ROUNDINGS, bound=None):
+                              lse_roundings=error_bound.LSE_ROUNDINGS, bound=None,
+                              softcap_factor=error_bound.softcap_score_factor):
     chained = {t.symbol: t.expr for t in forward_tile}
     cases = []
     # (1) the printed form the count is about: new keys enter through one dot / rowsum, then one add
@@ -274,7 +278,7 @@ def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=term
     cases.append(("out_bound(ρ_w, ρ_num, ρ_den, u, u_out) >= K·last + last − 1 with K = (a+b)/(1−b)",
                   _verdict(signs + [u > 0, uo >= 0],
                            out_bound(rw, rn, rd, u, uo) >= (a_ + b_) / (1 - b_) * last + last - 1)))
-    cases += _exponent_cases(exponent_factor)
+    cases += _exponent_cases(exponent_factor, softcap_factor)
     cases += _lse_cases(lse_bound, forward_epilogue, lse_roundings)
     cases += _composition_cases(bound or error_bound.forward_bound)
     return result("forward_error_bound", cases, "z3 nonlinear real arithmetic; generic key + finite-sum lemma; "
@@ -315,35 +319,62 @@ def _composition_cases(bound):
     lse = sp.Symbol("lse", real=True)
     gam = lambda m: m * u / (1 - m * u)  # noqa: E731  γ_m
     Symbolic = symbolic_numbers(u, uf, up, uo)
+    rho_t = sp.Symbol("rho_t", positive=True)
+    Symbolic.SOFTCAP_REL = rho_t
     T = sp.Max(1, sp.ceiling(nk / bc))
-    E = sA * exponent_factor(gam(d), gam(2), u) + (T + 1) * (-sp.log(1 - uf))
-    rho_w = sp.exp(E) - 1
-    rho_num = error_bound.carried_factor(error_bound.weight_factor(up, gam(bc)), T, gam)
-    rho_den = error_bound.carried_factor(gam(bc), T, gam)
-    want = error_bound.Bound(
-        out_bound(rho_w, rho_num, rho_den, u, uo),
-        lse_bound(E, -sp.log(1 - error_bound.weight_factor(rho_w, rho_den)), sp.log(sp.Max(nk, 1)), sp.Abs(lse),
-                  u, uf),
-        E)
     cases = []
-    for dtype in error_bound.UNIT_ROUNDOFF:
-        if dtype in error_bound.FP8:
-            continue  # FP8's composition (descales, P's subnormal error): claim fp8_error_bound
-        try:
-            got = bound(dtype, nk, bc, d, sA, lse, num=Symbolic())
-        except Exception as e:  # noqa: BLE001  (a bound that cannot run symbolically is not checked: a failed case)
-            got = error_bound.Bound(*(sp.Symbol(f"{type(e).__name__}: {e}"),) * 3)
-        for field in error_bound.Bound._fields:
-            # the same lemmas applied to the same arguments cancel structurally; anything else is a residual
-            # (expanded, not simplified: a wrong composition is reported, never searched for an identity)
-            residual = getattr(got, field) - getattr(want, field)
-            residual = residual if residual == 0 else sp.expand(residual)
-            cases.append((f"forward_bound({dtype}).{field} is the stated composition (symbolic N_k, B_c, D, s·A, "
-                          f"u, u_p, u_out, U_FUNC)", residual))
+    for softcap in (False, True):
+        factor = (error_bound.softcap_score_factor(gam(d), gam(2), gam(5), rho_t, u) if softcap
+                  else exponent_factor(gam(d), gam(2), u))
+        E = sA * factor + (T + 1) * (-sp.log(1 - uf))
+        rho_w = sp.exp(E) - 1
+        rho_num = error_bound.carried_factor(error_bound.weight_factor(up, gam(bc)), T, gam)
+        rho_den = error_bound.carried_factor(gam(bc), T, gam)
+        want = error_bound.Bound(
+            out_bound(rho_w, rho_num, rho_den, u, uo),
+            lse_bound(E, -sp.log(1 - error_bound.weight_factor(rho_w, rho_den)), sp.log(sp.Max(nk, 1)), sp.Abs(lse),
+                      u, uf),
+            E)
+        for dtype in error_bound.UNIT_ROUNDOFF:
+            if dtype in error_bound.FP8:
+                continue  # FP8's composition (descales, P's subnormal error, no softcap): claim fp8_error_bound
+            try:
+                got = bound(dtype, nk, bc, d, sA, lse, num=Symbolic(), softcap=softcap)
+            except Exception as e:  # noqa: BLE001  (a bound that cannot run symbolically is not checked: a failed case)
+                got = error_bound.Bound(*(sp.Symbol(f"{type(e).__name__}: {e}"),) * 3)
+            for field in error_bound.Bound._fields:
+                # the same lemmas applied to the same arguments cancel structurally; anything else is a residual
+                # (expanded, not simplified: a wrong composition is reported, never searched for an identity)
+                residual = getattr(got, field) - getattr(want, field)
+                residual = residual if residual == 0 else sp.expand(residual)
+                cases.append((f"forward_bound({dtype}{', softcap' if softcap else ''}).{field} is the stated "
+                              f"composition (symbolic N_k, B_c, D, s·A, u, u_p, u_out, U_FUNC{', ρ_t' if softcap else ''})",
+                              residual))
     return cases
 
 
-def _exponent_cases(exponent_factor):
+def _softcap_score_cases(softcap_factor):
+    """The capped score (softcap on), natural units: exact ``P = c·tanh(s x/c)``, computed ``V = Q·f`` with
+    ``Q = c·tanh(y^)``, ``y^ = fl(x^·fl(s/c))`` (so ``c·y^ = s·x^·ℓ``, ``ℓ`` in ``1 ± γ_2``), ``f = (1 + r)·ℓ_5``
+    (t's relative error ``|r| <= ρ_t``, claim softcap_accuracy; ``fl(log2 e)``, ``fl(c·log2 e)``, ``t·softcap_out``,
+    then the tile's product by ``qk_scale = 1``, exact: 3 roundings, ``ℓ_5`` in ``1 ± γ_5`` an upper count). Hypotheses: tanh is 1-Lipschitz and ``|tanh a| <= |a|``,
+    so ``|Q − P| <= |s x^ ℓ − s x| <= F_0`` and ``|Q| <= |s x^ ℓ| <= B_0`` (the score cases above)."""
+    u, sA, gD, g4, rho, Q, P, f, F0, B0 = z3.Reals("u sA g_D g_5 rho Q P f F0 B0")
+    g2 = 2 * u / (1 - 2 * u)
+    phi = error_bound.weight_factor(rho, g4)
+    ab = lambda t: z3.If(t >= 0, t, -t)  # noqa: E731
+    base = [u > 0, u < z3.RealVal("0.01"), sA >= 0, gD >= 0, g4 >= 0, rho >= 0]
+    facts = base + [F0 == sA * ((1 + gD) * (1 + g2) - 1), B0 == sA * (1 + gD) * (1 + g2), ab(Q - P) <= F0,
+                    ab(Q) <= B0, f <= 1 + phi, f >= 1 - phi]
+    return [
+        ("softcap: |Q − P| <= F_0, |Q| <= B_0, f in 1 ± weight_factor(ρ_t, γ_5) => |Q f − P| <= F_0 + B_0·φ, "
+         "|Q f| <= B_0(1 + φ)", _verdict(facts, z3.And(ab(Q * f - P) <= F0 + B0 * phi, ab(Q * f) <= B0 * (1 + phi)))),
+        ("softcap: F_0 + B_0·φ + 2u·B_0(1 + φ) <= s·A·softcap_score_factor(γ_D, γ_2, γ_5, ρ_t, u)",
+         _verdict(facts, F0 + B0 * phi + 2 * u * B0 * (1 + phi) <= sA * softcap_factor(gD, g2, g4, rho, u))),
+    ]
+
+
+def _exponent_cases(exponent_factor, softcap_factor=error_bound.softcap_score_factor):
     """E: a key's computed exponent (log2 units, p's and its rescales' summed) against the exact
     ``y_j − m_T`` relative to the final computed max ``m_T`` (the shift cancels in out)."""
     u, A, c, gD, x, xh, ell, th, m0, mT, S, d, B, F = z3.Reals("u A c g_D x xh ell th m0 mT S delta B F")
@@ -372,6 +403,7 @@ def _exponent_cases(exponent_factor):
     total = c * A * ((1 + gD) * (1 + g2) - 1) + 2 * u * c * A * (1 + gD) * (1 + g2)
     cases.append(("F + 2u·B <= c·A·score_factor(γ_D, γ_2, u)",
                   _verdict(base, total <= c * A * exponent_factor(gD, g2, u))))
+    cases += _softcap_score_cases(softcap_factor)
     cases.append(("c·ln 2 = s: log2 units times ln 2 are natural units (printed qk_scale)",
                   ZERO if sp.simplify(terms.QK_SCALE.expr * n.LN2 - n.sm_scale) == 0 else terms.QK_SCALE.expr))
     P_, q_, w_, r_ = z3.Reals("P q w r")  # (1 + U_FUNC)^n, 1 + U_FUNC, a product so far, one exp2 factor

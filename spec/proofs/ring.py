@@ -28,14 +28,26 @@ from spec.registry import claim
 # SymPy -> z3 for the integer terms of spec.ring and spec.masks.
 # ----------------------------------------------------------------------------------
 def to_z3(e, env: dict):
-    """z3 term of an integer SymPy expression or condition; ``env`` maps its symbols."""
+    """z3 term of an integer SymPy expression or condition; ``env`` maps its symbols. Real terms too
+    (``env`` mapping to z3 reals): rationals, integer powers (negative: a quotient, reals only) and Abs
+    (spec.proofs.score_mods' rational functions)."""
     e = sp.sympify(e)
     if e is sp.true or e is sp.false:
         return z3.BoolVal(bool(e))
     if e.is_Integer:
         return z3.IntVal(int(e))
+    if e.is_Rational:
+        return z3.RealVal(str(e))
     if e.is_Symbol:
         return env[e]
+    if isinstance(e, sp.Pow) and e.exp.is_Integer:
+        base, out = to_z3(e.base, env), z3.RealVal(1)
+        for _ in range(abs(int(e.exp))):
+            out = out * base
+        return out if e.exp >= 0 else 1 / out
+    if isinstance(e, sp.Abs):
+        x = to_z3(e.args[0], env)
+        return z3.If(x >= 0, x, -x)
     args = [to_z3(a, env) for a in e.args] if not isinstance(e, (sp.floor, sp.ceiling, sp.Piecewise)) else None
     if isinstance(e, sp.Add):
         return z3.Sum(args)

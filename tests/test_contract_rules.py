@@ -1,0 +1,178 @@
+"""Issue 23: every declared rule is enforced. For each entry point, each argument and each rule of
+``generator.runtime.contract`` (the declaration the README's input-contract tables are printed
+from), the rule's own ``bad`` gives one input that breaks it; the public entry point must refuse
+that input with an error that names the argument. The inputs are derived from the declaration, so
+an argument declared without a rule, a rule without a refused input, or a rule the entry point
+does not enforce (a new argument passed to the kernels unchecked) fails here.
+
+Nothing launches: the refused calls raise before any kernel (launches are stubbed, so a call that
+is not refused returns instead of raising and the test says which rule let it through). A few
+limits are too large to reach with a small tensor (int32 offsets, the dropout counter); their rules
+lower the limit (``spec.assumptions``) for the call instead.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import generated
+from attention_cases import to_device
+from benchmarks import host
+from generator.runtime import contract
+from spec import assumptions
+from spec.masks import prefix_lm
+
+I32 = torch.int32
+D = 16
+
+
+def _randn(*shape, seed=0):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _dense():
+    base = dict(q=_randn(2, 2, 8, D), k=_randn(2, 1, 12, D, seed=1), v=_randn(2, 1, 12, D, seed=2), causal=False,
+                alignment="top_left", window=(2, 3), key_lengths=torch.tensor([12, 7]),
+                mask=torch.ones(2, 1, 8, 12, dtype=torch.bool), scale=0.5, return_lse=False, block=(64, 64),
+                tma="auto", softcap=5.0, alibi_slopes=torch.rand(2, 2), sinks=torch.zeros(2), mask_mod=None,
+                mask_args=None, dropout_p=0.1, return_dropout_mask=False, score_mod=None, score_args=None)
+    base.update(q_descale=None, k_descale=None, v_descale=None, out_dtype=None)
+    return [base, {**base, "mask_mod": prefix_lm, "mask_args": {"prefix": 3}, "dropout_p": 0.0},
+            {**base, **_fp8_qkv(base), "softcap": None, "alibi_slopes": None, "sinks": None, "dropout_p": 0.0}]
+
+
+def _fp8_qkv(base, batch=2):
+    """The FP8 forward's call on ``base``'s shapes: q, k, v in e4m3 with descales, out in fp16."""
+    fp8 = {n: base[n].to(torch.float8_e4m3fn) for n in ("q", "k", "v")}
+    heads = base["k"].shape[-2] if base["k"].dim() == 3 else base["k"].shape[1]
+    return {**fp8, **{n: torch.rand(batch, heads, generator=torch.Generator().manual_seed(i)) + 0.5
+                      for i, n in enumerate(("q_descale", "k_descale", "v_descale"))}, "out_dtype": torch.float16}
+
+
+def _varlen():
+    packed = dict(q=_randn(9, 2, D), k=_randn(12, 1, D, seed=1), v=_randn(12, 1, D, seed=2),
+                  cu_seqlens_q=torch.tensor([0, 4, 9], dtype=I32), cu_seqlens_k=torch.tensor([0, 5, 12], dtype=I32),
+                  max_seqlen_q=5, max_seqlen_k=7, causal=True, window=(2, 3), scale=0.5, return_lse=False,
+                  block=(64, 64), softcap=5.0, alibi_slopes=torch.rand(2, 2), sinks=torch.zeros(2), dropout_p=0.1,
+                  return_dropout_mask=False, batch_invariant=False, block_table=None)
+    paged = {**packed, "q": _randn(5, 2, D), "k": _randn(6, 16, 1, D, seed=1), "v": _randn(6, 16, 1, D, seed=2),
+             "cu_seqlens_q": torch.tensor([0, 3, 5], dtype=I32), "cu_seqlens_k": torch.tensor([0, 30, 47], dtype=I32),
+             "max_seqlen_q": None, "max_seqlen_k": None, "dropout_p": 0.0,
+             "block_table": torch.tensor([[4, 0, 2], [1, 5, 3]], dtype=I32)}
+    packed.update(q_descale=None, k_descale=None, v_descale=None, out_dtype=None)
+    paged.update(q_descale=None, k_descale=None, v_descale=None, out_dtype=None)
+    fp8 = {**packed, **_fp8_qkv(packed), "softcap": None, "alibi_slopes": None, "sinks": None, "dropout_p": 0.0}
+    return [packed, paged, fp8]
+
+
+def _kvcache():
+    q = _randn(2, 2, 2, D)
+    angle = torch.rand(40, 4, generator=torch.Generator().manual_seed(3))
+    extras = dict(q=q, k_cache=_randn(3, 40, 1, D, seed=1), v_cache=_randn(3, 40, 1, D, seed=2),
+                  cache_seqlens=torch.tensor([20, 10], dtype=I32), k=_randn(2, 3, 1, D, seed=4),
+                  v=_randn(2, 3, 1, D, seed=5), rotary_cos=angle.cos(), rotary_sin=angle.sin(),
+                  rotary_interleaved=False, cache_leftpad=torch.tensor([2, 0], dtype=I32),
+                  cache_batch_idx=torch.tensor([2, 0], dtype=I32), block_table=None, causal=True, window=None,
+                  scale=0.5, num_splits=2, return_lse=False, softcap=5.0, alibi_slopes=torch.rand(2),
+                  sinks=torch.zeros(2), batch_invariant=False)
+    plain = {**extras, "k_cache": _randn(2, 40, 1, D, seed=1), "v_cache": _randn(2, 40, 1, D, seed=2), "k": None,
+             "v": None, "rotary_cos": None, "rotary_sin": None, "cache_leftpad": None, "cache_batch_idx": None,
+             "window": (2, 3), "num_splits": 0, "batch_invariant": True, "alibi_slopes": torch.rand(2, 2)}
+    paged = {**plain, "k_cache": _randn(6, 16, 1, D, seed=1), "v_cache": _randn(6, 16, 1, D, seed=2),
+             "cache_seqlens": torch.tensor([30, 17], dtype=I32),
+             "block_table": torch.tensor([[4, 0, 2], [1, 5, 3]], dtype=I32), "batch_invariant": False}
+    return [extras, plain, paged]
+
+
+def _merge_state():
+    return [dict(o_a=_randn(3, 4, D), lse_a=_randn(3, 4, seed=1), o_b=_randn(3, 4, D, seed=2),
+                 lse_b=_randn(3, 4, seed=3))]
+
+
+def _merge_states():
+    return [dict(o=_randn(2, 3, 4, D), lse=_randn(2, 3, 4, seed=1))]
+
+
+def _ring():
+    return [dict(q=_randn(1, 2, 8, D), k=_randn(1, 1, 8, D, seed=1), v=_randn(1, 1, 8, D, seed=2), group=None,
+                 causal=True, scale=0.5, layout="contiguous", return_lse=False, block=(64, 64))]
+
+
+def _softmax():
+    return [dict(x=_randn(3, 5, 7), dim=1, block=(64, 64))]
+
+
+#: valid calls of each entry point (a rule is tried on the first one it applies to)
+BASES = {"flash_attention": _dense, "flash_attention_varlen": _varlen, "flash_attention_with_kvcache": _kvcache,
+         "merge_state": _merge_state, "merge_states": _merge_states, "ring_attention": _ring, "softmax": _softmax}
+
+RULES = [(entry, a.name, i) for entry, args in contract.ENTRY_POINTS.items() for a in args
+         for i in range(len(a.rules))]
+
+
+def test_every_argument_of_every_entry_point_has_rules():
+    assert set(BASES) == set(contract.ENTRY_POINTS)
+    for entry, args in contract.ENTRY_POINTS.items():
+        for a in args:
+            assert a.rules, f"{entry}: argument {a.name} is declared without a rule that enforces it"
+            for r in a.rules:
+                assert r.bad is not None, f"{entry}.{a.name}: rule {r.text!r} has no refused input"
+
+
+def test_the_bases_are_valid_calls():
+    """The refused inputs below differ from these by one rule's change: each base passes every rule."""
+    for entry, bases in BASES.items():
+        for base in bases():
+            contract.enforce(entry, to_device(base))
+
+
+def _refused_input(entry: str, name: str, index: int):
+    """The first base of ``entry`` the rule applies to, with the rule's ``bad`` change: ``(call, limits)``."""
+    arg = next(a for a in contract.ENTRY_POINTS[entry] if a.name == name)
+    rule = arg.rules[index]
+    for base in BASES[entry]():
+        base = to_device(base)
+        try:
+            changes = dict(rule.bad(base, name))
+        except (AttributeError, TypeError, IndexError):  # the change needs the argument this base leaves out
+            continue
+        limits = changes.pop("__limits__", {})
+        call = {**base, **changes}
+        if call[name] is None and arg.optional:
+            continue
+        if rule.when is not None and not rule.when(call):
+            continue
+        return rule, call, limits
+    raise AssertionError(f"{entry}.{name}: no base call exercises the rule {rule.text!r}; add one to BASES")
+
+
+@pytest.fixture(scope="module")
+def process_group(tmp_path_factory):
+    """A one-rank gloo group (ring_attention's rules that the op checks once it knows the group)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        yield
+        return
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path_factory.mktemp('ring') / 'store'}", rank=0,
+                            world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("entry, name, index", RULES, ids=[f"{e}-{n}-{i}" for e, n, i in RULES])
+def test_each_declared_rule_refuses_its_input_naming_the_argument(entry, name, index, monkeypatch, process_group):
+    rule, call, limits = _refused_input(entry, name, index)
+    for assumption, value in limits.items():
+        old = assumptions.ASSUMPTIONS[assumption]
+        monkeypatch.setitem(assumptions.ASSUMPTIONS, assumption,
+                            assumptions.Assumption(assumption, old.statement, old.enforcement, value))
+    with host.stubbed_launches() as launched, torch.enable_grad():  # grad mode on: the no-gradient rules apply
+        with pytest.raises((ValueError, TypeError, RuntimeError)) as raised:
+            getattr(generated, entry)(**call)
+    assert launched == [], (entry, name, rule.text)
+    named = re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", str(raised.value))  # the name as a word
+    assert named, f"{entry}: rule {rule.text!r} of {name} raised without naming it: {raised.value}"

@@ -1,0 +1,361 @@
+"""User score_mods (spec.score_mods, issue 28): the class, the derived backward, the kernels.
+
+* The decorator refuses, with the reason, what is outside the class (not differentiable in ``s``
+  or a float parameter, ``-inf``, a table index that can leave the table) and accepts the examples.
+* Claim ``score_mod_derived`` holds and catches mutants of the printed forward, dS, gradient and
+  scatter terms; claim ``score_mod_builtins`` (softcap and ALiBi as score_mods) catches a swap.
+* ``python -m generator --score-mod`` emits forward and backward kernels (into a temporary package:
+  the examples are not part of ``generated/``), hygiene-clean and ``--check``-clean.
+* The kernels agree with the float64 reference (``spec.reference.attention(score_mod=...)``) in the
+  output and in every gradient, the captured tensors' included (autograd through the reference),
+  with causal, window, key lengths, bottom-right alignment and GQA; the captured gradients are
+  bitwise repeatable; the outputs agree with PyTorch's FlexAttention (CPU eager, forward).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+import sympy as sp
+import torch
+
+from spec import notation as n
+from spec import score_mods as SM
+from spec.proofs import score_mod_user as P
+from spec.reference import attention as reference
+from spec.score_mods import NotInClass, score_mod
+from spec.terms import Term
+
+EXAMPLES = ("rel_bias", "temperature", "tanh_cap", "batch_scale", "alibi")
+B, H, HK, N, D = 2, 2, 1, 40, 16  # GQA: two query heads per K/V head
+BLOCK = (16, 32)
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory, proved):
+    """The examples' kernels, emitted by the CLI into a package of their own (the proofs: the
+    session's one ``prove_all()`` run, ``proved``)."""
+    from generator import __main__ as cli
+    from spec import claims
+
+    root = tmp_path_factory.mktemp("score_mods")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(claims, "prove_all", lambda: list(proved.values()))
+        refs = [f"spec.score_mods:{name}" for name in EXAMPLES]
+        assert cli.main(["--br", str(BLOCK[0]), "--bc", str(BLOCK[1]), "--score-mod", *refs,
+                         "--out", str(root / "sm_kernels")]) == 0
+    sys.path.insert(0, str(root))
+    try:
+        yield importlib.import_module("sm_kernels")
+    finally:
+        sys.path.remove(str(root))
+        for name in [m for m in sys.modules if m == "sm_kernels" or m.startswith("sm_kernels.")]:
+            del sys.modules[name]
+
+
+def args_for(name, gen, dtype=torch.float32):
+    """Parameters of each example, tensors requiring grad."""
+    if name == "rel_bias":
+        return {"table": torch.randn(H, 9, generator=gen).requires_grad_(), "max_dist": 4}
+    if name == "temperature":
+        return {"inv_t": (torch.rand(H, generator=gen) + 0.5).requires_grad_()}
+    if name == "tanh_cap":
+        return {"cap": 3.0}
+    if name == "batch_scale":
+        return {"gain": (torch.rand(B, generator=gen) + 0.5).requires_grad_()}
+    return {"slopes": (torch.rand(H, generator=gen) * 0.3).requires_grad_()}
+
+
+def as_double(args):
+    return {p: (x.double() if torch.is_tensor(x) else x) for p, x in args.items()}
+
+
+# ----------------------------------------------------------------------------------
+# The class
+# ----------------------------------------------------------------------------------
+def test_examples_are_analysed():
+    assert SM.rel_bias.ints == ("max_dist",) and SM.rel_bias.tensors == {"table": 2}
+    assert SM.rel_bias.reads[0].bounds == (SM.HEADS - 1, 2 * SM.Param("max_dist"))
+    assert SM.temperature.tensors == {"inv_t": 1} and SM.tanh_cap.floats == ("cap",)
+    assert SM.batch_scale.reads[0].bounds == (SM.BATCH - 1,)
+    assert SM.temperature.derivative_s() == SM.Param("inv_t").__getitem__(SM.H_IDX)
+
+
+def _refused(fn, match):
+    with pytest.raises(NotInClass, match=match):
+        score_mod(fn)
+
+
+def test_outside_the_class_is_refused_with_the_reason():
+    _refused(lambda s: sp.Abs(s), "not differentiable")
+    _refused(lambda s, c: sp.Max(s, c), "not differentiable")
+    _refused(lambda s, i, j: s + sp.floor(s), "not differentiable")
+    _refused(lambda s, i, j: sp.Piecewise((s, i >= j), (0, True)), "Piecewise")
+    _refused(lambda s: s ** s, "powers")
+    _refused(lambda s, i, j: s + (-sp.oo), "mask_mod")
+    _refused(lambda s, i, j: i < j, "not an expression")
+    _refused(lambda s, i, j, t: s + t[j - i], "can leave the table")
+    _refused(lambda s, i, j, t: s + t[sp.Min(sp.Max(j - i, -1), 3)], r"can leave \[0, 3\]")
+    _refused(lambda s, h, i, j, t, c: s + t[h, sp.Min(sp.Max(j - i + c, 0), 2 * c)] * c, "index and as a value")
+    _refused(lambda s, i, j, t: s + t[sp.Min(sp.Max(s, 0), 3)], "integer expression")
+    _refused(lambda i, j: i + j, "must take the score")
+
+
+def test_clamped_and_per_head_reads_are_accepted():
+    @score_mod
+    def two_tables(s, b, h, i, j, shift, bias, gain, width):
+        return s * gain[b, h] + bias[sp.Min(sp.Max(i + shift - j, 0), width)]
+
+    assert two_tables.tensors == {"bias": 1, "gain": 2} and two_tables.ints == ("width",)
+    assert [r.bounds for r in two_tables.reads] == [(SM.Param("width"),), (SM.BATCH - 1, SM.HEADS - 1)]
+
+
+# ----------------------------------------------------------------------------------
+# The claims and their mutants
+# ----------------------------------------------------------------------------------
+def test_claims_hold(proved):
+    assert proved["score_mod_derived"].proved and proved["score_mod_builtins"].proved
+
+
+def _fails(cases):
+    return any(r != 0 for _, r in cases)
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_derivative_cases_catch_mutated_printed_terms(name):
+    sm = getattr(SM, name)
+    assert not _fails(P.derivative_cases(sm))
+    us_term, qk_term = sm.forward_terms()
+    bad_fwd = (us_term, Term(qk_term.symbol, qk_term.expr + n.qk, qk_term.claim))
+    assert _fails(P.derivative_cases(sm, forward=bad_fwd))  # the forward printed is not f
+    ds = sm.ds_term()
+    assert _fails(P.derivative_cases(sm, ds_term=Term(ds.symbol, 2 * ds.expr, ds.claim)))
+    for k, (g, ix) in enumerate(sm.grad_terms()):
+        grads = list(sm.grad_terms())
+        grads[k] = (Term(g.symbol, 2 * g.expr, g.claim), ix)
+        assert _fails(P.derivative_cases(sm, grads=grads)), "a doubled gradient"
+        grads[k] = (g, Term(ix.symbol, ix.expr + 1, ix.claim))
+        assert _fails(P.derivative_cases(sm, grads=grads)), "a gradient written to the next entry"
+        assert _fails(P.derivative_cases(sm, grads=[])), "a read without its gradient"
+
+
+def test_scatter_mutants_fail_the_claim():
+    part, acc = SM.SCATTER
+    assert not P.prove_score_mod_derived(scatter=(Term(part.symbol, 2 * part.expr, part.claim), acc)).proved
+    assert not P.prove_score_mod_derived(scatter=(part, Term(acc.symbol, SM.sgpart, acc.claim))).proved
+
+
+def test_builtins_claim_catches_a_swapped_instance():
+    assert not P.prove_score_mod_builtins(tanh_cap=SM.temperature).proved
+    assert not P.prove_score_mod_builtins(alibi=SM.rel_bias).proved
+
+
+def test_reference_hook_matches_the_builtins():
+    """The reference's score_mod hook with ALiBi and the tanh cap written as score_mods equals its
+    built-in alibi_slopes and softcap (float64)."""
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(B, H, N, D, generator=gen, dtype=torch.float64) for _ in range(3))
+    slopes = torch.rand(H, generator=gen, dtype=torch.float64)
+    for kw in ({"causal": True}, {"causal": True, "alignment": "bottom_right"}):
+        a, _ = reference(q, k[:, :, :30], v[:, :, :30], score_mod=SM.alibi, score_args={"slopes": slopes}, **kw)
+        b, _ = reference(q, k[:, :, :30], v[:, :, :30], alibi_slopes=slopes, **kw)
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+    a, _ = reference(q, k, v, score_mod=SM.tanh_cap, score_args={"cap": 2.5})
+    b, _ = reference(q, k, v, softcap=2.5)
+    torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------------
+# The generator
+# ----------------------------------------------------------------------------------
+def test_emitted_files_are_clean(package):
+    from generator import hygiene, manifest
+    from generator.render import CONTEXTS
+    from generator.variants import BlockConfig
+    from pathlib import Path
+
+    out = Path(package.__file__).parent
+    assert manifest.check(out) == []
+    config = BlockConfig(*BLOCK, score_mods=tuple(f"spec.score_mods:{x}" for x in EXAMPLES))
+    printed, assigned, stages = hygiene.printed_lines()
+    lines = set()
+
+    def collect(value):
+        if isinstance(value, str):
+            lines.add(value.strip())
+        elif isinstance(value, dict):
+            [collect(x) for x in value.values()]
+        elif isinstance(value, (list, tuple)):
+            [collect(x) for x in value]
+
+    variants = [v for v in config.variants() if v.score_mod]
+    for v in variants:
+        collect(CONTEXTS[v.kind.name](v))
+    mine = {line for line in lines if "(claim: " in line}
+    for v in variants:
+        source = (out / v.filename).read_text()
+        assert hygiene.check_source(source, set(printed) | mine,
+                                    set(assigned) | {x.split("=", 1)[0].strip() for x in mine}, set(stages)) == []
+    fwd = importlib.import_module("sm_kernels.attention_fwd_scoremod_rel_bias_br16_bc32")
+    assert fwd.SCORE_MOD == "rel_bias" and "--score-mod" in fwd.COMMAND
+
+
+def test_generator_refuses_a_score_mod_outside_the_class(tmp_path, monkeypatch):
+    from generator import __main__ as cli
+
+    (tmp_path / "bad_mods.py").write_text(
+        "import sympy as sp\nfrom spec.score_mods import score_mod\n\n"
+        "def not_decorated(s):\n    return s\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cli.main(["--br", "16", "--bc", "32", "--score-mod", "bad_mods:not_decorated",
+                     "--out", str(tmp_path / "gen")]) == 2
+    assert cli.main(["--br", "16", "--bc", "32", "--score-mod", "bad_mods:absent",
+                     "--out", str(tmp_path / "gen")]) == 2
+    sys.modules.pop("bad_mods", None)
+
+
+def test_un_emitted_score_mod_raises_the_command_to_run():
+    @score_mod
+    def diagonal_bonus(s, i, j, bonus):
+        return s + bonus
+
+    q = torch.randn(1, 1, 16, 16)
+    from generated import flash_attention
+
+    with pytest.raises(ValueError, match=r"python -m generator --br 64 --bc 64 --score-mod "
+                                         r"test_user_score_mods:diagonal_bonus"):
+        flash_attention(q, q, q, score_mod=diagonal_bonus, score_args={"bonus": 1.0}, block=(64, 64))
+
+
+# ----------------------------------------------------------------------------------
+# The kernels
+# ----------------------------------------------------------------------------------
+def run_and_compare(package, name, dtype, tol, **kw):
+    gen = torch.Generator().manual_seed(EXAMPLES.index(name))
+    nk = kw.pop("nk", N)
+    q = torch.randn(B, H, N, D, generator=gen).to(dtype).requires_grad_()
+    k, v = (torch.randn(B, HK, nk, D, generator=gen).to(dtype).requires_grad_() for _ in range(2))
+    args = args_for(name, gen)
+    sm = getattr(SM, name)
+    out = package.flash_attention(q, k, v, score_mod=sm, score_args=args, block=BLOCK, **kw)
+    want, _ = reference(q.double(), k.double(), v.double(), score_mod=sm, score_args=as_double(args), **kw)
+    g = torch.randn(out.shape, generator=gen).to(dtype)
+    tensors = [p for p, x in args.items() if torch.is_tensor(x)]
+    got = torch.autograd.grad(out, (q, k, v, *[args[p] for p in tensors]), g)
+    ref = torch.autograd.grad(want, (q, k, v, *[args[p] for p in tensors]), g.double())
+    torch.testing.assert_close(out.double(), want, atol=tol, rtol=tol)
+    for label, a, b in zip(["q", "k", "v", *tensors], got, ref):
+        scale = max(1.0, float(b.abs().max()))  # a summed parameter gradient grows with N²
+        torch.testing.assert_close(a.double(), b.double(), atol=4 * tol * scale, rtol=4 * tol,
+                                   msg=lambda m: f"{name} d{label}: {m}")
+    return got
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_kernels_match_the_reference_with_every_gradient(package, name):
+    run_and_compare(package, name, torch.float32, 2e-5, causal=True)
+
+
+@pytest.mark.parametrize("name, dtype, tol", [("rel_bias", torch.float16, 5e-3),
+                                              ("temperature", torch.bfloat16, 4e-2)])
+def test_half_precision(package, name, dtype, tol):
+    run_and_compare(package, name, dtype, tol, causal=True)
+
+
+def test_with_window_key_lengths_bottom_right_and_gqa(package):
+    run_and_compare(package, "rel_bias", torch.float32, 2e-5, causal=True, alignment="bottom_right", nk=56,
+                    window=(9, 0), key_lengths=torch.tensor([50, 33]))
+    run_and_compare(package, "batch_scale", torch.float32, 2e-5, window=(5, 7), key_lengths=torch.tensor([40, 17]))
+
+
+def test_captured_gradients_are_bitwise_repeatable(package):
+    first = run_and_compare(package, "rel_bias", torch.float32, 2e-5, causal=True)
+    again = run_and_compare(package, "rel_bias", torch.float32, 2e-5, causal=True)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+def test_alibi_as_a_score_mod_is_the_builtin(package):
+    """The ALiBi score_mod's kernels and the built-in ALiBi kernels agree to fp32 rounding."""
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(B, H, N, D, generator=gen) for _ in range(3))
+    slopes = torch.rand(H, generator=gen) * 0.3
+    ours = package.flash_attention(q, k, v, causal=True, score_mod=SM.alibi, score_args={"slopes": slopes},
+                                   block=BLOCK)
+    builtin = package.flash_attention(q, k, v, causal=True, alibi_slopes=slopes, block=BLOCK)
+    torch.testing.assert_close(ours, builtin, atol=2e-6, rtol=2e-6)
+
+
+def flex_score_mod(name, args):
+    """The same modification as a FlexAttention score_mod(score, b, h, q_idx, kv_idx)."""
+    if name == "rel_bias":
+        table, d = args["table"], args["max_dist"]
+        return lambda score, b, h, qi, ki: score + table[h, torch.clamp(ki - qi + d, 0, 2 * d)]
+    if name == "temperature":
+        return lambda score, b, h, qi, ki: score * args["inv_t"][h]
+    if name == "tanh_cap":
+        return lambda score, b, h, qi, ki: args["cap"] * torch.tanh(score / args["cap"])
+    if name == "batch_scale":
+        return lambda score, b, h, qi, ki: score * args["gain"][b]
+    return lambda score, b, h, qi, ki: score - args["slopes"][h] * torch.abs(qi - ki)
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_outputs_agree_with_flex_attention_on_cpu(package, name):
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(B, H, N, D, generator=gen) for _ in range(3))
+    args = {p: (x.detach() if torch.is_tensor(x) else x) for p, x in args_for(name, gen).items()}
+    block_mask = flex.create_block_mask(lambda b, h, qi, ki: ki <= qi, B, None, N, N, device="cpu", BLOCK_SIZE=16)
+    theirs = flex.flex_attention(q, k, v, score_mod=flex_score_mod(name, args), block_mask=block_mask)
+    ours = package.flash_attention(q, k, v, causal=True, score_mod=getattr(SM, name), score_args=args, block=BLOCK)
+    torch.testing.assert_close(ours, theirs, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("args, error, match", [
+    ({}, ValueError, "missing"),
+    ({"table": torch.zeros(H, 9), "max_dist": 4, "x": 1}, ValueError, "unknown"),
+    ({"table": torch.zeros(H, 8), "max_dist": 4}, ValueError, "at least 9"),
+    ({"table": torch.zeros(1, 9), "max_dist": 4}, ValueError, "at least 2"),
+    ({"table": torch.zeros(H, 9), "max_dist": -1}, ValueError, "< 0"),
+    ({"table": torch.zeros(H, 9), "max_dist": 4.0}, TypeError, "Python int"),
+    ({"table": torch.zeros(H, 9, dtype=torch.int64), "max_dist": 4}, TypeError, "float tensor"),
+    ({"table": torch.zeros(H * 9), "max_dist": 4}, ValueError, "2 dims"),
+])
+def test_bad_score_args_are_named(package, args, error, match):
+    q = torch.randn(B, H, N, D)
+    with pytest.raises(error, match=match):
+        package.flash_attention(q, q, q, score_mod=SM.rel_bias, score_args=args, block=BLOCK)
+
+
+def test_score_args_without_score_mod_and_with_a_mask_mod_are_refused(package):
+    from spec.masks import prefix_lm
+
+    q = torch.randn(B, H, N, D)
+    with pytest.raises(ValueError, match="without score_mod"):
+        package.flash_attention(q, q, q, score_args={"cap": 1.0}, block=BLOCK)
+    with pytest.raises(ValueError, match="mask_mod"):
+        package.flash_attention(q, q, q, score_mod=SM.tanh_cap, score_args={"cap": 1.0}, mask_mod=prefix_lm,
+                                mask_args={"prefix": 3}, block=BLOCK)
+
+
+def test_score_mod_under_torch_compile(package):
+    """fullgraph: the parameters are packed in the graph (the bounds check is plain Python, no SymPy
+    at call time); the op and its backward trace through their fake implementations, and the
+    captured tensor's gradient flows out of the compiled graph."""
+    gen = torch.Generator().manual_seed(9)
+    q = torch.randn(B, H, N, D, generator=gen, requires_grad=True)
+    k, v = (torch.randn(B, HK, N, D, generator=gen) for _ in range(2))
+    table = torch.randn(H, 9, generator=gen, requires_grad=True)
+
+    def f(q, k, v, table):
+        out = package.flash_attention(q, k, v, causal=True, score_mod=SM.rel_bias,
+                                      score_args={"table": table, "max_dist": 4}, block=BLOCK)
+        return out.sum()
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    got = torch.autograd.grad(compiled(q, k, v, table), (q, table))
+    want = torch.autograd.grad(f(q, k, v, table), (q, table))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
