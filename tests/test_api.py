@@ -52,7 +52,8 @@ q0, k0, v0 = qkv()
 BAD_INPUTS = [
     (dict(q=q0[0]), ValueError, "q must have rank 4"),
     (dict(v=v0[:, :, :10]), ValueError, "v must have k's shape \\(1, 1, 30\\) in every dim but the last"),
-    (dict(v=torch.zeros(*v0.shape[:3], 257)), ValueError, "head_dim 257 outside 1..256 is not supported \\(v:"),  # D_v != D
+    (dict(v=torch.zeros(*v0.shape[:3], 257)), ValueError,
+     "head_dim 257 outside 1..256 is not supported \\(v:"),  # D_v != D: MLA
     (dict(k=k0[..., :8], v=v0[..., :8]), ValueError, "must agree in batch"),
     (dict(q=qkv(Hq=3, Hkv=2)[0], k=qkv(Hkv=2)[1], v=qkv(Hkv=2)[2]), ValueError, "multiple of key/value heads"),
     (dict(k=k0.half()), TypeError, "must share one dtype"),

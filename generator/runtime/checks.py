@@ -152,7 +152,8 @@ def check_supported_dtype(name: str, t, fp8: bool = False) -> None:
     float8_e4m3fn / float8_e5m2 [fp8_descales])."""
     if t.dtype not in DTYPES and not (fp8 and t.dtype in launch.FP8_FORMATS):
         also = f" (or {', '.join(map(str, launch.FP8_FORMATS))}: the FP8 forward)" if fp8 else ""
-        raise TypeError(f"{name} has dtype {t.dtype}; supported: {', '.join(limit('dtypes'))}{also} (convert with .to())")
+        raise TypeError(f"{name} has dtype {t.dtype}; supported: {', '.join(limit('dtypes'))}{also} "
+                        "(convert with .to())")
 
 
 def check_dtypes(q, k, v, fp8: bool = False):

@@ -212,7 +212,8 @@ def _fp8_args(sizes) -> tuple[Arg, ...]:
                           R.call("(B, Hkv)", lambda n, v, c: R.check_fp8_descale_shape(n, v, *sizes(c)),
                                  bad=lambda c, n: {n: torch.cat([c[n], c[n]], 1)}),
                           R.values("finite and > 0", lambda v, c: R.fp8_descale_flags(v),
-                                   lambda n, v, c: R.fp8_descale_error(n, v), bad=lambda c, n: {n: c[n].clone().fill_(0)}),
+                                   lambda n, v, c: R.fp8_descale_error(n, v),
+                                   bad=lambda c, n: {n: c[n].clone().fill_(0)}),
                           _fp8_no_grad()))
     return (*(descale(name) for name in R.FP8_NAMES),
             Arg("out_dtype", "None or torch.bfloat16 / float16 / float32", "—", NONE,
