@@ -249,7 +249,8 @@ class BlockConfig:
     masks: tuple[str, ...] = MASKS
     #: user mask_mods (``module:name``, ``--mask-mod``) emitted beside the built-ins of spec.mask_mod
     mask_mods: tuple[str, ...] = ()
-    #: user score_mods (``module:name``, ``--score-mod``): forward and backward kernels for each
+    #: user score_mods (``module:name``, ``--score-mod``): forward and backward kernels for each, alone
+    #: and with each mask_mod of the config
     score_mods: tuple[str, ...] = ()
 
     def __post_init__(self):
@@ -364,10 +365,14 @@ class BlockConfig:
         return cmd
 
     def variants(self) -> list["Variant"]:
+        """Every file of the config: the plain kernels, each mask_mod's forward and backward, and each
+        score_mod's forward and backward alone and with each mask_mod of the config (so a score_mod
+        combines with any of them in one call)."""
         plain = [Variant(kind, self) for kind in KINDS.values()]
-        return plain + [Variant(kind, self, ref) for ref in self.all_mask_mods()
-                        for kind in KINDS.values() if kind.takes_mask_mod] + \
-            [Variant(kind, self, None, ref) for ref in self.score_mods for kind in KINDS.values() if kind.takes_mask_mod]
+        modded = [kind for kind in KINDS.values() if kind.takes_mask_mod]
+        return plain + [Variant(kind, self, ref) for ref in self.all_mask_mods() for kind in modded] + \
+            [Variant(kind, self, mm, ref) for ref in self.score_mods for mm in (None, *self.all_mask_mods())
+             for kind in modded]
 
     def to_json(self) -> dict:
         """The manifest entry: the CLI options as given (``None``: default) and, under

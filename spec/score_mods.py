@@ -508,6 +508,12 @@ def score_mod(fn) -> ScoreMod:
     return decorate(fn, INDEX_ARGS, Param, analyse, REGISTRY)
 
 
+def index_key(score_mod: str, mask_mod: str | None = None) -> str:
+    """A generated package's ``SCORE_MODS`` key of the files with score_mod ``score_mod`` compiled in,
+    alone or with the mask_mod named ``mask_mod`` (``rel_bias``, ``rel_bias+prefix_lm``)."""
+    return score_mod if mask_mod is None else f"{score_mod}+{mask_mod}"
+
+
 def resolve(ref: str) -> ScoreMod:
     """``"module:name"`` -> the ScoreMod defined there."""
     return resolve_ref(ref, ScoreMod, "score-mod", "spec.score_mods:rel_bias", "spec.score_mods")

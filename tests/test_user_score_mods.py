@@ -329,15 +329,38 @@ def test_bad_score_args_are_named(package, args, error, match):
         package.flash_attention(q, q, q, score_mod=SM.rel_bias, score_args=args, block=BLOCK)
 
 
-def test_score_args_without_score_mod_and_with_a_mask_mod_are_refused(package):
-    from spec.masks import prefix_lm
-
+def test_score_args_without_score_mod_are_refused(package):
     q = torch.randn(B, H, N, D)
     with pytest.raises(ValueError, match="without score_mod"):
         package.flash_attention(q, q, q, score_args={"cap": 1.0}, block=BLOCK)
-    with pytest.raises(ValueError, match="mask_mod"):
-        package.flash_attention(q, q, q, score_mod=SM.tanh_cap, score_args={"cap": 1.0}, mask_mod=prefix_lm,
-                                mask_args={"prefix": 3}, block=BLOCK)
+
+
+def test_with_a_mask_mod(package):
+    """A score_mod and a mask_mod in one call: the pair's kernels (emitted with every mask_mod of the
+    config), output and every gradient against the reference with both."""
+    from spec.masks import document, prefix_lm
+
+    run_and_compare(package, "rel_bias", torch.float32, 2e-5, causal=True, mask_mod=prefix_lm,
+                    mask_args={"prefix": 11})
+    doc = torch.tensor([[0] * 15 + [1] * 25, [0] * 30 + [1] * 10])
+    run_and_compare(package, "temperature", torch.float32, 2e-5, mask_mod=document,
+                    mask_args={"doc_q": doc, "doc_k": doc})
+
+
+def test_a_pair_not_emitted_prints_the_command(package, tmp_path, monkeypatch):
+    """A user mask_mod the package was not emitted with: the error names the command emitting the pair."""
+    from spec.masks import mask_mod
+
+    @mask_mod
+    def band3(i, j, shift):
+        return j <= i + shift + 3
+
+    q = torch.randn(B, H, N, D)
+    with pytest.raises(ValueError, match=r"score_mod 'tanh_cap' with mask_mod 'band3' has no generated fwd kernel"
+                                         r".*--score-mod spec.score_mods:tanh_cap --mask-mod "
+                                         r"test_user_score_mods:band3"):
+        package.flash_attention(q, q, q, score_mod=SM.tanh_cap, score_args={"cap": 1.0}, mask_mod=band3,
+                                block=BLOCK)
 
 
 def test_score_mod_under_torch_compile(package):

@@ -282,7 +282,7 @@ def normalise_scale(q: torch.Tensor, scale: float | None):
     return q, float(scale)
 
 
-def check_score_mod(score_mod, score_args, q, mask_mod=None):
+def check_score_mod(score_mod, score_args, q):
     """``(score_f, score_i)``: a user score_mod's packed parameters (``ScoreMod.pack``), or ``(None,
     None)`` without one; every problem names the parameter and the fix."""
     if score_mod is None:
@@ -292,9 +292,6 @@ def check_score_mod(score_mod, score_args, q, mask_mod=None):
     if not isinstance(score_mod, ScoreMod):
         raise TypeError(f"score_mod must be a spec.score_mods.score_mod (a function decorated with @score_mod), "
                         f"got {type(score_mod).__name__}")
-    if mask_mod is not None:
-        raise ValueError("score_mod and mask_mod in one call have no generated kernel yet; pass the mask as "
-                         "causal/window/key_lengths/mask, or apply one of them")
     return score_mod.pack(score_args, q.shape[0], q.shape[1], device=q.device)
 
 

@@ -270,9 +270,9 @@ def _mask_mod_check(n, v, c):
 
 
 def _score_mod_check(n, v, c):
-    """The score_mod's type (not with mask_mod), and its ``score_args`` packed for the kernels
-    (``ScoreMod.pack`` names every problem); the packed pair is left in ``ctx``."""
-    c["packed_score_args"] = R.check_score_mod(v, c["score_args"], c["q"], c["mask_mod"])
+    """The score_mod's type, and its ``score_args`` packed for the kernels (``ScoreMod.pack`` names
+    every problem); the packed pair is left in ``ctx``."""
+    c["packed_score_args"] = R.check_score_mod(v, c["score_args"], c["q"])
 
 
 def _mask_args_check(n, v, c):
@@ -661,8 +661,9 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                               bad=lambda c, n: {n: {"prefix": 1}}),)),
             *_dropout(lambda c: c["q"].shape[0] * c["q"].shape[1] * c["q"].shape[2] * c["k"].shape[2]),
             Arg("score_mod", "None or a spec.score_mods.score_mod", "—", NONE, "an expression of the class, its "
-                "backward derived (claim `score_mod_derived`), with its kernels generated; not with mask_mod",
-                rules=(R.call("a spec.score_mods.score_mod, not with mask_mod; its score_args packed (the call reads "
+                "backward derived (claim `score_mod_derived`), with its kernels generated (with mask_mod: the "
+                "pair's, `--score-mod` emits them)",
+                rules=(R.call("a spec.score_mods.score_mod; its score_args packed (the call reads "
                               "them as packed_score_args)", _score_mod_check, bad=lambda c, n: {n: (lambda *a: 0)}),)),
             Arg("score_args", "None or {name: int | float | float tensor}", "a tensor: as many dims as its reads, "
                 "each axis longer than its clamp", NONE, "ints where a table index uses them; tensors "
