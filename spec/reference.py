@@ -463,8 +463,18 @@ def _store(dst: torch.Tensor, rows: slice, value: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------
 # Packed variable-length batches (FlashAttention's cu_seqlens layout)
 # ----------------------------------------------------------------------------------
+class _AtSegment:
+    """A score_mod seen from one segment of a packed batch: its batch entry ``b`` is the segment."""
+
+    def __init__(self, score_mod, segment: int):
+        self.score_mod, self.segment = score_mod, segment
+
+    def apply_torch(self, s, shift, score_args):
+        return self.score_mod.apply_torch(s, shift, score_args, batch=self.segment)
+
+
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, window=None, scale=None,
-                     dropout_mask=None, dropout_p=0.0):
+                     dropout_mask=None, dropout_p=0.0, score_mod=None, score_args=None):
     """``attention`` on each segment of a packed batch, in float64. Returns ``(out, lse)``.
 
     ``q (total_q, Hq, D)``, ``k (total_k, Hkv, D)``, ``v (total_k, Hkv, Dv)`` (torch tensors);
@@ -475,7 +485,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
     output 0 and ``lse = -inf``, one without queries nothing. Rows of other segments are never
     read, so whatever they hold (NaN included) cannot reach a segment's output or gradient.
     ``dropout_mask`` (bool ``(Hq, total_q, total_k)``, global rows and keys) with ``dropout_p``:
-    ``attention``'s dropout, each segment taking its own block of the mask.
+    ``attention``'s dropout, each segment taking its own block of the mask. ``score_mod`` with ``score_args``:
+    ``attention``'s, on each segment with ``b`` the segment's index (``i``, ``j``, ``shift`` its own).
     """
     q, k, v = _as_tensor(q, "q"), _as_tensor(k, "k"), _as_tensor(v, "v")
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -484,7 +495,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
                              f"{tuple(x.shape)}")
     segments = varlen.segments(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0])
     outs, lses = [], []
-    for q0, q1, k0, k1 in segments:
+    for segment, (q0, q1, k0, k1) in enumerate(segments):
         nq, hq, dv = q1 - q0, q.shape[1], v.shape[-1]
         if nq == 0:
             continue
@@ -495,7 +506,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
         seg = [x[a:b].transpose(0, 1)[None] for x, (a, b) in ((q, (q0, q1)), (k, (k0, k1)), (v, (k0, k1)))]
         keep = None if dropout_mask is None else _as_tensor(dropout_mask, "dropout_mask")[None, :, q0:q1, k0:k1]
         out, lse = attention(*seg, causal=causal, alignment=varlen.ALIGNMENT, window=window, scale=scale,
-                             dropout_mask=keep, dropout_p=dropout_p)
+                             dropout_mask=keep, dropout_p=dropout_p, score_args=score_args,
+                             score_mod=None if score_mod is None else _AtSegment(score_mod, segment))
         outs.append(out[0].transpose(0, 1))
         lses.append(lse[0])
     if not outs:

@@ -367,14 +367,17 @@ class ScoreMod:
         return sf, si
 
     # --- the reference (float64, torch) --------------------------------------------------
-    def apply_torch(self, s, shift: int, score_args: dict):
+    def apply_torch(self, s, shift: int, score_args: dict, batch: int | None = None):
         """``f`` on a ``(B, H, N_q, N_k)`` tensor of scaled scores ``s`` (any float dtype, autograd
-        through ``s`` and the tensors); the reference's hook (``spec.reference.attention``)."""
+        through ``s`` and the tensors); the reference's hook (``spec.reference.attention``).
+        ``batch``: the batch entry ``b`` of a one-entry ``s`` (a packed batch's segment), else
+        ``0..B-1``."""
         import torch
 
         B, H, Nq, Nk = s.shape
         dev = s.device
-        env = {S: s, B_IDX: torch.arange(B, device=dev).view(B, 1, 1, 1),
+        b = torch.arange(B, device=dev) if batch is None else torch.full((B,), batch, device=dev)
+        env = {S: s, B_IDX: b.view(B, 1, 1, 1),
                H_IDX: torch.arange(H, device=dev).view(1, H, 1, 1),
                n.i: torch.arange(Nq, device=dev).view(1, 1, Nq, 1),
                n.j: torch.arange(Nk, device=dev).view(1, 1, 1, Nk), n.shift: shift}

@@ -47,7 +47,7 @@ def _varlen():
                   cu_seqlens_q=torch.tensor([0, 4, 9], dtype=I32), cu_seqlens_k=torch.tensor([0, 5, 12], dtype=I32),
                   max_seqlen_q=5, max_seqlen_k=7, causal=True, window=(2, 3), scale=0.5, return_lse=False,
                   block=(64, 64), softcap=5.0, alibi_slopes=torch.rand(2, 2), sinks=torch.zeros(2), dropout_p=0.1,
-                  return_dropout_mask=False, batch_invariant=False, block_table=None)
+                  return_dropout_mask=False, batch_invariant=False, block_table=None, score_mod=None, score_args=None)
     paged = {**packed, "q": _randn(5, 2, D), "k": _randn(6, 16, 1, D, seed=1), "v": _randn(6, 16, 1, D, seed=2),
              "cu_seqlens_q": torch.tensor([0, 3, 5], dtype=I32), "cu_seqlens_k": torch.tensor([0, 30, 47], dtype=I32),
              "max_seqlen_q": None, "max_seqlen_k": None, "dropout_p": 0.0,
