@@ -349,6 +349,9 @@ def decode_context(variant: Variant) -> dict:
         "keep_window": keeps["window"],
         # every load and store offset (claim decode_addresses)
         "addresses": {name: _lines(group) for name, group in AD.DECODE_GROUPS.items()},
+        # a user score_mod (spec.score_mods): its forward lines only (the decode kernel has no backward)
+        "user_score": fwd["user_score"],
+        "user_score_index": {"i": "tok[:, None]", "j": "offs_n[None, :]", "h": "head_safe[:, None]"},
         # the append kernel's offsets (claim append_addresses)
         "append": {name: _lines(group) for name, group in AD.APPEND_GROUPS.items()},
     }

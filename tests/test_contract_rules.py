@@ -64,7 +64,7 @@ def _kvcache():
                   rotary_interleaved=False, cache_leftpad=torch.tensor([2, 0], dtype=I32),
                   cache_batch_idx=torch.tensor([2, 0], dtype=I32), block_table=None, causal=True, window=None,
                   scale=0.5, num_splits=2, return_lse=False, softcap=5.0, alibi_slopes=torch.rand(2),
-                  sinks=torch.zeros(2), batch_invariant=False)
+                  sinks=torch.zeros(2), batch_invariant=False, score_mod=None, score_args=None)
     plain = {**extras, "k_cache": _randn(2, 40, 1, D, seed=1), "v_cache": _randn(2, 40, 1, D, seed=2), "k": None,
              "v": None, "rotary_cos": None, "rotary_sin": None, "cache_leftpad": None, "cache_batch_idx": None,
              "window": (2, 3), "num_splits": 0, "batch_invariant": True, "alibi_slopes": torch.rand(2, 2)}

@@ -431,3 +431,41 @@ def test_varlen_refusals(package):
                                        score_args={"gain": torch.ones(2)}, block=BLOCK)
     with pytest.raises(ValueError, match="without score_mod"):
         package.flash_attention_varlen(q, k, k, cu_q, cu_k, score_args={"gain": torch.ones(3)}, block=BLOCK)
+
+
+# ----------------------------------------------------------------------------------
+# The decode path (flash_attention_with_kvcache: inference, forward only)
+# ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, kw", [("rel_bias", {"causal": True, "num_splits": 2}),
+                                      ("batch_scale", {"window": (7, 0), "num_splits": 1}),
+                                      ("temperature", {"causal": True, "num_splits": 1})])
+def test_decode_matches_the_reference(package, name, kw):
+    """``flash_attention_with_kvcache(score_mod=...)``: ``b`` the batch entry, ``h`` the query head,
+    ``i`` the new token, ``j`` the cache key, ``shift = cache_seqlens[b] − N_q``; out and lse, unsplit
+    and split (the splits' partials merged)."""
+    from spec.reference import kvcache_attention
+
+    gen = torch.Generator().manual_seed(31)
+    q = torch.randn(B, 3, H, D, generator=gen)
+    k_cache, v_cache = (torch.randn(B, N, HK, D, generator=gen) for _ in range(2))
+    lens = torch.tensor([29, 17], dtype=torch.int32)
+    args = {p: (x.detach() if torch.is_tensor(x) else x) for p, x in args_for(name, gen).items()}
+    sm = getattr(SM, name)
+    out, lse = package.flash_attention_with_kvcache(q, k_cache, v_cache, lens, score_mod=sm, score_args=args,
+                                                    return_lse=True, **kw)
+    kw.pop("num_splits")
+    want, want_lse, _, _ = kvcache_attention(q, k_cache, v_cache, lens, score_mod=sm, score_args=as_double(args),
+                                             **kw)
+    torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(lse.double(), want_lse, atol=2e-5, rtol=2e-5)
+
+
+def test_decode_refusals(package):
+    q = torch.randn(B, 3, H, D)
+    cache = torch.randn(B, N, HK, D)
+    lens = torch.tensor([29, 17], dtype=torch.int32)
+    with pytest.raises(ValueError, match="at least 2"):  # a bare b reads an axis of B = 2 entries
+        package.flash_attention_with_kvcache(q, cache, cache, lens, score_mod=SM.batch_scale,
+                                             score_args={"gain": torch.ones(1)})
+    with pytest.raises(ValueError, match="without score_mod"):
+        package.flash_attention_with_kvcache(q, cache, cache, lens, score_args={"gain": torch.ones(2)})

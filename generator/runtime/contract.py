@@ -637,6 +637,8 @@ def _kvcache() -> tuple[Arg, ...]:
                no_grad_entry="flash_attention_with_kvcache"),
         Arg("batch_invariant", "bool", "—", NONE, "True: fixed 512-key splits, num_splits 0 "
             "(claim `batch_invariant_splits`)", rules=(R.is_bool(),)),
+        *_score_mod(lambda c: (c["q"].shape[0], c["q"].shape[2]),
+                    values="; b the batch entry, i the new token, shift = cache_seqlens[b] − N_q (inference only)"),
     )
 
 
