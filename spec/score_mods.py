@@ -28,7 +28,8 @@ reason, never accepted silently):
 * no ``±inf`` or NaN constant (a mask is a ``mask_mod``'s job);
 * every table index stays inside its table (``index_bounds``, by z3, for all integer
   ``i``, ``j``, ``shift``, all ``0 <= h < H``, ``0 <= b < B`` and all integer scalars): a bare
-  ``h`` (``b``) reads an axis of at least ``H`` (``B``) entries; any other index must be clamped,
+  ``h`` (``b``) reads an axis of at least ``H`` (``B``) entries, a constant ``c >= 0`` one of more than
+  ``c`` (``t[0]``: a learnable scalar); any other index must be clamped,
   ``Min(Max(x, 0), U)`` with ``U`` an expression of the integer scalars, and the axis must hold
   more than ``U`` entries (checked per call on the host, O(1)).
 
@@ -176,9 +177,12 @@ def _integer_index(e, ints: set, name: str):
 
 def upper_bound(index) -> sp.Expr | None:
     """The largest value the index may take, read off its clamp: ``H − 1`` for a bare ``h``,
-    ``B − 1`` for a bare ``b``, ``U`` for ``Min(..., U)`` (inside a ``Max(·, lo)`` too) with ``U``
-    free of the positions; None when there is no such clamp."""
+    ``B − 1`` for a bare ``b``, ``c`` for a constant ``c`` (a learnable scalar ``t[0]``), ``U`` for
+    ``Min(..., U)`` (inside a ``Max(·, lo)`` too) with ``U`` free of the positions; None when there
+    is no such clamp."""
     positions = {B_IDX, H_IDX, n.i, n.j, n.shift}
+    if isinstance(index, sp.Integer):
+        return index if index >= 0 else None
     if index == H_IDX:
         return HEADS - 1
     if index == B_IDX:

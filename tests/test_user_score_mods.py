@@ -103,6 +103,21 @@ def test_outside_the_class_is_refused_with_the_reason():
     _refused(lambda i, j: i + j, "must take the score")
 
 
+def test_a_learnable_scalar_is_a_constant_index():
+    """``t[0]``: a learnable scalar (a constant index, in the table when the tensor has an entry);
+    a negative constant is refused with z3's reason."""
+    @score_mod
+    def global_temperature(s, t):
+        return s * t[0]
+
+    assert global_temperature.reads[0].bounds == (0,)
+    assert global_temperature.derivative_s() == SM.Param("t")[0]
+    with pytest.raises(ValueError, match="at least 1"):
+        global_temperature.pack({"t": torch.ones(0)}, B, H)
+    assert torch.equal(global_temperature.pack({"t": torch.full((1,), 2.0)}, B, H)[0], torch.tensor([2.0]))
+    _refused(lambda s, t: s * t[-1], "can leave")
+
+
 def test_clamped_and_per_head_reads_are_accepted():
     @score_mod
     def two_tables(s, b, h, i, j, shift, bias, gain, width):
@@ -268,6 +283,29 @@ def test_with_window_key_lengths_bottom_right_and_gqa(package):
     run_and_compare(package, "rel_bias", torch.float32, 2e-5, causal=True, alignment="bottom_right", nk=56,
                     window=(9, 0), key_lengths=torch.tensor([50, 33]))
     run_and_compare(package, "batch_scale", torch.float32, 2e-5, window=(5, 7), key_lengths=torch.tensor([40, 17]))
+
+
+def test_with_the_builtin_modifications_and_sinks(package):
+    """After softcap and ALiBi, with a learnable sink: output and every gradient, the sink's and the
+    table's included."""
+    gen = torch.Generator().manual_seed(17)
+    q = torch.randn(B, H, N, D, generator=gen).requires_grad_()
+    k, v = (torch.randn(B, HK, N, D, generator=gen).requires_grad_() for _ in range(2))
+    sinks = torch.randn(H, generator=gen).requires_grad_()
+    slopes = torch.rand(H, generator=gen) * 0.3
+    args = args_for("rel_bias", gen)
+    kw = dict(causal=True, softcap=4.0, alibi_slopes=slopes)
+    out = package.flash_attention(q, k, v, sinks=sinks, score_mod=SM.rel_bias, score_args=args, block=BLOCK, **kw)
+    want, _ = reference(q.double(), k.double(), v.double(), sinks=sinks.double(), score_mod=SM.rel_bias,
+                        score_args=as_double(args), **{**kw, "alibi_slopes": slopes.double()})
+    g = torch.randn(out.shape, generator=gen)
+    inputs = (q, k, v, sinks, args["table"])
+    got = torch.autograd.grad(out, inputs, g)
+    ref = torch.autograd.grad(want, inputs, g.double())
+    torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=2e-5)
+    for label, a, b in zip(["q", "k", "v", "sinks", "table"], got, ref):
+        scale = max(1.0, float(b.abs().max()))
+        torch.testing.assert_close(a.double(), b.double(), atol=8e-5 * scale, rtol=8e-5, msg=lambda m: f"d{label}: {m}")
 
 
 def test_captured_gradients_are_bitwise_repeatable(package):
