@@ -8,8 +8,12 @@
   the examples are not part of ``generated/``), hygiene-clean and ``--check``-clean.
 * The kernels agree with the float64 reference (``spec.reference.attention(score_mod=...)``) in the
   output and in every gradient, the captured tensors' included (autograd through the reference),
-  with causal, window, key lengths, bottom-right alignment and GQA; the captured gradients are
-  bitwise repeatable; the outputs agree with PyTorch's FlexAttention (CPU eager, forward).
+  with causal, window, key lengths, bottom-right alignment and GQA, after softcap and ALiBi with a
+  learnable sink, and with a mask_mod in the same call; the captured gradients are bitwise
+  repeatable; the outputs agree with PyTorch's FlexAttention (CPU eager, forward: it has no CPU
+  backward).
+* The varlen path (per segment, gradients included) and the decode path (unsplit and split) agree
+  with their float64 references.
 """
 
 from __future__ import annotations
