@@ -512,3 +512,32 @@ def test_decode_refusals(package):
                                              score_args={"gain": torch.ones(1)})
     with pytest.raises(ValueError, match="without score_mod"):
         package.flash_attention_with_kvcache(q, cache, cache, lens, score_args={"gain": torch.ones(2)})
+
+
+def test_varlen_and_decode_under_torch_compile(package):
+    """fullgraph: the varlen ops (their fakes return the score_mod's parameter gradient too) and the
+    decode op trace with a score_mod; the captured table's gradient flows out of the compiled graph."""
+    gen = torch.Generator().manual_seed(41)
+    cu_q, cu_k = (torch.tensor(c, dtype=torch.int32) for c in (CU_Q, CU_K))
+    q = torch.randn(CU_Q[-1], H, D, generator=gen, requires_grad=True)
+    k, v = (torch.randn(CU_K[-1], HK, D, generator=gen) for _ in range(2))
+    table = torch.randn(H, 9, generator=gen, requires_grad=True)
+
+    def packed(q, k, v, table):
+        return package.flash_attention_varlen(q, k, v, cu_q, cu_k, causal=True, score_mod=SM.rel_bias,
+                                              score_args={"table": table, "max_dist": 4}, block=BLOCK).sum()
+
+    got = torch.autograd.grad(torch.compile(packed, fullgraph=True, backend="aot_eager")(q, k, v, table), (q, table))
+    want = torch.autograd.grad(packed(q, k, v, table), (q, table))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    qd, cache = torch.randn(B, 3, H, D, generator=gen), torch.randn(B, N, HK, D, generator=gen)
+    lens = torch.tensor([29, 17], dtype=torch.int32)
+
+    def decode(qd, cache, table):
+        return package.flash_attention_with_kvcache(qd, cache, cache, lens, causal=True, score_mod=SM.rel_bias,
+                                                    score_args={"table": table, "max_dist": 4}, num_splits=2)
+
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(decode, fullgraph=True, backend="aot_eager")(qd, cache, table),
+                                   decode(qd, cache, table))
