@@ -358,6 +358,9 @@ def decode_context(variant: Variant) -> dict:
         "keep_window": keeps["window"],
         # every load and store offset (claim decode_addresses)
         "addresses": {name: _lines(group) for name, group in AD.DECODE_GROUPS.items()},
+        # a user score_mod (spec.score_mods): its forward lines only (the decode kernel has no backward)
+        "user_score": fwd["user_score"],
+        "user_score_index": {"i": "tok[:, None]", "j": "offs_n[None, :]", "h": "head_safe[:, None]"},
         # the append kernel's offsets (claim append_addresses)
         "append": {name: _lines(group) for name, group in AD.APPEND_GROUPS.items()},
     }
@@ -400,19 +403,20 @@ INDEX_COMMAND = "python -m generator"
 
 
 def _score_mod_modules(config: BlockConfig) -> dict:
-    """``{score_mod name: {kernel kind: module}}`` of one block config."""
+    """``{score_mod name, or name+mask_mod name (SM.index_key): {kernel kind: module}}`` of one block config."""
     out = {}
     for v in config.variants():
         if v.score_mod is not None:
-            out.setdefault(v.score_mod.partition(":")[2], {})[v.kind.name] = v.module_name
+            key = SM.index_key(v.score_mod.partition(":")[2], v.mask_mod and v.mask_mod.partition(":")[2])
+            out.setdefault(key, {})[v.kind.name] = v.module_name
     return out
 
 
 def _mask_mod_modules(config: BlockConfig) -> dict:
-    """``{mask_mod name: {kernel kind: module}}`` of one block config."""
+    """``{mask_mod name: {kernel kind: module}}`` of one block config (without a score_mod)."""
     out = {}
     for v in config.variants():
-        if v.mask_mod is not None:
+        if v.mask_mod is not None and v.score_mod is None:
             out.setdefault(v.mask_mod.partition(":")[2], {})[v.kind.name] = v.module_name
     return out
 

@@ -30,17 +30,18 @@ class KernelKind:
     prefix: str  # file name prefix
     uses_masks: bool  # file name carries the mask kinds when not all of them
     takes_mask_mod: bool = False  # emitted once more per mask_mod of the config (attention kernels)
+    takes_score_mod: bool = False  # emitted once more per user score_mod of the config
 
 
 #: every kind a block config emits, in emission order (the backward adds entries here)
 KINDS: dict[str, KernelKind] = {
-    "fwd": KernelKind("fwd", "attention_fwd.py.jinja", "attention_fwd", True, True),
+    "fwd": KernelKind("fwd", "attention_fwd.py.jinja", "attention_fwd", True, True, True),
     # softmax ignores masks, but its file is named by the config's mask set too: two configs of one
     # block (keyed by block and mask set) must never write the same file
     "softmax": KernelKind("softmax", "softmax.py.jinja", "softmax", True),
-    "bwd": KernelKind("bwd", "attention_bwd.py.jinja", "attention_bwd", True, True),
+    "bwd": KernelKind("bwd", "attention_bwd.py.jinja", "attention_bwd", True, True, True),
     "merge": KernelKind("merge", "merge_state.py.jinja", "merge_state", True),
-    "decode": KernelKind("decode", "attention_decode.py.jinja", "attention_decode", True),
+    "decode": KernelKind("decode", "attention_decode.py.jinja", "attention_decode", True, False, True),
 }
 
 
@@ -249,7 +250,8 @@ class BlockConfig:
     masks: tuple[str, ...] = MASKS
     #: user mask_mods (``module:name``, ``--mask-mod``) emitted beside the built-ins of spec.mask_mod
     mask_mods: tuple[str, ...] = ()
-    #: user score_mods (``module:name``, ``--score-mod``): forward and backward kernels for each
+    #: user score_mods (``module:name``, ``--score-mod``): forward and backward kernels for each, alone
+    #: and with each mask_mod of the config
     score_mods: tuple[str, ...] = ()
 
     def __post_init__(self):
@@ -364,10 +366,14 @@ class BlockConfig:
         return cmd
 
     def variants(self) -> list["Variant"]:
+        """Every file of the config: the plain kernels, each mask_mod's forward and backward, and each
+        score_mod's forward, backward and decode kernels alone and its forward and backward with each
+        mask_mod of the config (so a score_mod combines with any of them in one call)."""
         plain = [Variant(kind, self) for kind in KINDS.values()]
-        return plain + [Variant(kind, self, ref) for ref in self.all_mask_mods()
-                        for kind in KINDS.values() if kind.takes_mask_mod] + \
-            [Variant(kind, self, None, ref) for ref in self.score_mods for kind in KINDS.values() if kind.takes_mask_mod]
+        modded = [kind for kind in KINDS.values() if kind.takes_mask_mod]
+        return plain + [Variant(kind, self, ref) for ref in self.all_mask_mods() for kind in modded] + \
+            [Variant(kind, self, mm, ref) for ref in self.score_mods for mm in (None, *self.all_mask_mods())
+             for kind in KINDS.values() if kind.takes_score_mod and (mm is None or kind.takes_mask_mod)]
 
     def to_json(self) -> dict:
         """The manifest entry: the CLI options as given (``None``: default) and, under

@@ -463,8 +463,19 @@ def _store(dst: torch.Tensor, rows: slice, value: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------
 # Packed variable-length batches (FlashAttention's cu_seqlens layout)
 # ----------------------------------------------------------------------------------
+class _AtBatch:
+    """A score_mod seen from one batch entry (a packed batch's segment, a KV cache's row) run as a
+    problem of its own: its ``b`` is that entry."""
+
+    def __init__(self, score_mod, batch: int):
+        self.score_mod, self.batch = score_mod, batch
+
+    def apply_torch(self, s, shift, score_args):
+        return self.score_mod.apply_torch(s, shift, score_args, batch=self.batch)
+
+
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, window=None, scale=None,
-                     dropout_mask=None, dropout_p=0.0):
+                     dropout_mask=None, dropout_p=0.0, score_mod=None, score_args=None):
     """``attention`` on each segment of a packed batch, in float64. Returns ``(out, lse)``.
 
     ``q (total_q, Hq, D)``, ``k (total_k, Hkv, D)``, ``v (total_k, Hkv, Dv)`` (torch tensors);
@@ -475,7 +486,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
     output 0 and ``lse = -inf``, one without queries nothing. Rows of other segments are never
     read, so whatever they hold (NaN included) cannot reach a segment's output or gradient.
     ``dropout_mask`` (bool ``(Hq, total_q, total_k)``, global rows and keys) with ``dropout_p``:
-    ``attention``'s dropout, each segment taking its own block of the mask.
+    ``attention``'s dropout, each segment taking its own block of the mask. ``score_mod`` with ``score_args``:
+    ``attention``'s, on each segment with ``b`` the segment's index (``i``, ``j``, ``shift`` its own).
     """
     q, k, v = _as_tensor(q, "q"), _as_tensor(k, "k"), _as_tensor(v, "v")
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -484,7 +496,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
                              f"{tuple(x.shape)}")
     segments = varlen.segments(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0])
     outs, lses = [], []
-    for q0, q1, k0, k1 in segments:
+    for segment, (q0, q1, k0, k1) in enumerate(segments):
         nq, hq, dv = q1 - q0, q.shape[1], v.shape[-1]
         if nq == 0:
             continue
@@ -495,7 +507,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
         seg = [x[a:b].transpose(0, 1)[None] for x, (a, b) in ((q, (q0, q1)), (k, (k0, k1)), (v, (k0, k1)))]
         keep = None if dropout_mask is None else _as_tensor(dropout_mask, "dropout_mask")[None, :, q0:q1, k0:k1]
         out, lse = attention(*seg, causal=causal, alignment=varlen.ALIGNMENT, window=window, scale=scale,
-                             dropout_mask=keep, dropout_p=dropout_p)
+                             dropout_mask=keep, dropout_p=dropout_p, score_args=score_args,
+                             score_mod=None if score_mod is None else _AtBatch(score_mod, segment))
         outs.append(out[0].transpose(0, 1))
         lses.append(lse[0])
     if not outs:
@@ -527,7 +540,8 @@ def rotary(x, cos, sin, positions, interleaved: bool = True) -> torch.Tensor:
 
 def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rotary_cos=None, rotary_sin=None,
                       rotary_interleaved=True, cache_leftpad=None, cache_batch_idx=None, block_table=None,
-                      causal=False, window=None, scale=None, softcap=None, alibi_slopes=None, sinks=None):
+                      causal=False, window=None, scale=None, softcap=None, alibi_slopes=None, sinks=None,
+                      score_mod=None, score_args=None):
     """FlashAttention's ``flash_attn_with_kvcache`` in float64. Returns ``(out, lse, k_cache, v_cache)``:
     ``out`` ``(B, N_q, Hq, D)``, ``lse`` ``(B, Hq, N_q)``, and new float64 copies of the caches with
     the appended rows (the inputs are not modified). ``v_cache`` may have its own head dim ``D_v`` (MLA);
@@ -540,7 +554,8 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
     ``q`` is rotated at ``cache_seqlens[b] + t`` when ``causal`` or ``window``, else at
     ``cache_seqlens[b]``. Row ``b`` then attends its keys ``[cache_leftpad[b], cache_seqlens[b] +
     N_new)`` with causal / window / ALiBi bottom-right aligned (query ``i`` at key index
-    ``cache_seqlens[b] + N_new − N_q + i``)."""
+    ``cache_seqlens[b] + N_new − N_q + i``). ``score_mod`` with ``score_args``: ``attention``'s, with
+    ``b`` the batch entry, ``i`` the new token, ``j`` the cache key and the bottom-right shift."""
     q = _as_tensor(q, "q")
     B, Nq, Hq, D = q.shape
     kc, vc = _as_tensor(k_cache, "k_cache").to(torch.float64).clone(), _as_tensor(v_cache, "v_cache").to(torch.float64).clone()
@@ -590,7 +605,8 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
             slopes = slopes[b:b + 1] if slopes.dim() == 2 else slopes
         o, lse = attention(q64[b:b + 1].transpose(1, 2), kk[None].transpose(1, 2), vv[None].transpose(1, 2),
                            causal=causal, alignment="bottom_right", window=window, mask=keys[None, None, None, :],
-                           scale=scale, softcap=softcap, alibi_slopes=slopes, sinks=sinks)
+                           scale=scale, softcap=softcap, alibi_slopes=slopes, sinks=sinks, score_args=score_args,
+                           score_mod=None if score_mod is None else _AtBatch(score_mod, b))
         outs.append(o[0].transpose(0, 1))
         lses.append(lse[0])
     return torch.stack(outs), torch.stack(lses), kc, vc

@@ -28,7 +28,8 @@ reason, never accepted silently):
 * no ``±inf`` or NaN constant (a mask is a ``mask_mod``'s job);
 * every table index stays inside its table (``index_bounds``, by z3, for all integer
   ``i``, ``j``, ``shift``, all ``0 <= h < H``, ``0 <= b < B`` and all integer scalars): a bare
-  ``h`` (``b``) reads an axis of at least ``H`` (``B``) entries; any other index must be clamped,
+  ``h`` (``b``) reads an axis of at least ``H`` (``B``) entries, a constant ``c >= 0`` one of more than
+  ``c`` (``t[0]``: a learnable scalar); any other index must be clamped,
   ``Min(Max(x, 0), U)`` with ``U`` an expression of the integer scalars, and the axis must hold
   more than ``U`` entries (checked per call on the host, O(1)).
 
@@ -176,9 +177,12 @@ def _integer_index(e, ints: set, name: str):
 
 def upper_bound(index) -> sp.Expr | None:
     """The largest value the index may take, read off its clamp: ``H − 1`` for a bare ``h``,
-    ``B − 1`` for a bare ``b``, ``U`` for ``Min(..., U)`` (inside a ``Max(·, lo)`` too) with ``U``
-    free of the positions; None when there is no such clamp."""
+    ``B − 1`` for a bare ``b``, ``c`` for a constant ``c`` (a learnable scalar ``t[0]``), ``U`` for
+    ``Min(..., U)`` (inside a ``Max(·, lo)`` too) with ``U`` free of the positions; None when there
+    is no such clamp."""
     positions = {B_IDX, H_IDX, n.i, n.j, n.shift}
+    if isinstance(index, sp.Integer):
+        return index if index >= 0 else None
     if index == H_IDX:
         return HEADS - 1
     if index == B_IDX:
@@ -367,14 +371,17 @@ class ScoreMod:
         return sf, si
 
     # --- the reference (float64, torch) --------------------------------------------------
-    def apply_torch(self, s, shift: int, score_args: dict):
+    def apply_torch(self, s, shift: int, score_args: dict, batch: int | None = None):
         """``f`` on a ``(B, H, N_q, N_k)`` tensor of scaled scores ``s`` (any float dtype, autograd
-        through ``s`` and the tensors); the reference's hook (``spec.reference.attention``)."""
+        through ``s`` and the tensors); the reference's hook (``spec.reference.attention``).
+        ``batch``: the batch entry ``b`` of a one-entry ``s`` (a packed batch's segment), else
+        ``0..B-1``."""
         import torch
 
         B, H, Nq, Nk = s.shape
         dev = s.device
-        env = {S: s, B_IDX: torch.arange(B, device=dev).view(B, 1, 1, 1),
+        b = torch.arange(B, device=dev) if batch is None else torch.full((B,), batch, device=dev)
+        env = {S: s, B_IDX: b.view(B, 1, 1, 1),
                H_IDX: torch.arange(H, device=dev).view(1, H, 1, 1),
                n.i: torch.arange(Nq, device=dev).view(1, 1, Nq, 1),
                n.j: torch.arange(Nk, device=dev).view(1, 1, 1, Nk), n.shift: shift}
@@ -506,6 +513,12 @@ def score_mod(fn) -> ScoreMod:
     if "s" not in inspect.signature(fn).parameters:
         raise NotInClass(f"score_mod {fn.__name__} must take the score s as an argument")
     return decorate(fn, INDEX_ARGS, Param, analyse, REGISTRY)
+
+
+def index_key(score_mod: str, mask_mod: str | None = None) -> str:
+    """A generated package's ``SCORE_MODS`` key of the files with score_mod ``score_mod`` compiled in,
+    alone or with the mask_mod named ``mask_mod`` (``rel_bias``, ``rel_bias+prefix_lm``)."""
+    return score_mod if mask_mod is None else f"{score_mod}+{mask_mod}"
 
 
 def resolve(ref: str) -> ScoreMod:

@@ -57,7 +57,7 @@ def _varlen():
                   cu_seqlens_q=torch.tensor([0, 4, 9], dtype=I32), cu_seqlens_k=torch.tensor([0, 5, 12], dtype=I32),
                   max_seqlen_q=5, max_seqlen_k=7, causal=True, window=(2, 3), scale=0.5, return_lse=False,
                   block=(64, 64), softcap=5.0, alibi_slopes=torch.rand(2, 2), sinks=torch.zeros(2), dropout_p=0.1,
-                  return_dropout_mask=False, batch_invariant=False, block_table=None)
+                  return_dropout_mask=False, batch_invariant=False, block_table=None, score_mod=None, score_args=None)
     paged = {**packed, "q": _randn(5, 2, D), "k": _randn(6, 16, 1, D, seed=1), "v": _randn(6, 16, 1, D, seed=2),
              "cu_seqlens_q": torch.tensor([0, 3, 5], dtype=I32), "cu_seqlens_k": torch.tensor([0, 30, 47], dtype=I32),
              "max_seqlen_q": None, "max_seqlen_k": None, "dropout_p": 0.0,
@@ -77,7 +77,7 @@ def _kvcache():
                   rotary_interleaved=False, cache_leftpad=torch.tensor([2, 0], dtype=I32),
                   cache_batch_idx=torch.tensor([2, 0], dtype=I32), block_table=None, causal=True, window=None,
                   scale=0.5, num_splits=2, return_lse=False, softcap=5.0, alibi_slopes=torch.rand(2),
-                  sinks=torch.zeros(2), batch_invariant=False)
+                  sinks=torch.zeros(2), batch_invariant=False, score_mod=None, score_args=None)
     plain = {**extras, "k_cache": _randn(2, 40, 1, D, seed=1), "v_cache": _randn(2, 40, 1, D, seed=2), "k": None,
              "v": None, "rotary_cos": None, "rotary_sin": None, "cache_leftpad": None, "cache_batch_idx": None,
              "window": (2, 3), "num_splits": 0, "batch_invariant": True, "alibi_slopes": torch.rand(2, 2)}

@@ -8,8 +8,12 @@
   the examples are not part of ``generated/``), hygiene-clean and ``--check``-clean.
 * The kernels agree with the float64 reference (``spec.reference.attention(score_mod=...)``) in the
   output and in every gradient, the captured tensors' included (autograd through the reference),
-  with causal, window, key lengths, bottom-right alignment and GQA; the captured gradients are
-  bitwise repeatable; the outputs agree with PyTorch's FlexAttention (CPU eager, forward).
+  with causal, window, key lengths, bottom-right alignment and GQA, after softcap and ALiBi with a
+  learnable sink, and with a mask_mod in the same call; the captured gradients are bitwise
+  repeatable; the outputs agree with PyTorch's FlexAttention (CPU eager, forward: it has no CPU
+  backward).
+* The varlen path (per segment, gradients included) and the decode path (unsplit and split) agree
+  with their float64 references.
 """
 
 from __future__ import annotations
@@ -103,6 +107,21 @@ def test_outside_the_class_is_refused_with_the_reason():
     _refused(lambda i, j: i + j, "must take the score")
 
 
+def test_a_learnable_scalar_is_a_constant_index():
+    """``t[0]``: a learnable scalar (a constant index, in the table when the tensor has an entry);
+    a negative constant is refused with z3's reason."""
+    @score_mod
+    def global_temperature(s, t):
+        return s * t[0]
+
+    assert global_temperature.reads[0].bounds == (0,)
+    assert global_temperature.derivative_s() == SM.Param("t")[0]
+    with pytest.raises(ValueError, match="at least 1"):
+        global_temperature.pack({"t": torch.ones(0)}, B, H)
+    assert torch.equal(global_temperature.pack({"t": torch.full((1,), 2.0)}, B, H)[0], torch.tensor([2.0]))
+    _refused(lambda s, t: s * t[-1], "can leave")
+
+
 def test_clamped_and_per_head_reads_are_accepted():
     @score_mod
     def two_tables(s, b, h, i, j, shift, bias, gain, width):
@@ -190,7 +209,8 @@ def test_emitted_files_are_clean(package):
         elif isinstance(value, (list, tuple)):
             [collect(x) for x in value]
 
-    variants = [v for v in config.variants() if v.score_mod]
+    # every file of rel_bias (alone, with each mask_mod, decode); of the others, those without a mask_mod
+    variants = [v for v in config.variants() if v.score_mod and (v.mask_mod is None or v.score_mod.endswith(":rel_bias"))]
     for v in variants:
         collect(CONTEXTS[v.kind.name](v))
     mine = {line for line in lines if "(claim: " in line}
@@ -270,6 +290,29 @@ def test_with_window_key_lengths_bottom_right_and_gqa(package):
     run_and_compare(package, "batch_scale", torch.float32, 2e-5, window=(5, 7), key_lengths=torch.tensor([40, 17]))
 
 
+def test_with_the_builtin_modifications_and_sinks(package):
+    """After softcap and ALiBi, with a learnable sink: output and every gradient, the sink's and the
+    table's included."""
+    gen = torch.Generator().manual_seed(17)
+    q = torch.randn(B, H, N, D, generator=gen).requires_grad_()
+    k, v = (torch.randn(B, HK, N, D, generator=gen).requires_grad_() for _ in range(2))
+    sinks = torch.randn(H, generator=gen).requires_grad_()
+    slopes = torch.rand(H, generator=gen) * 0.3
+    args = args_for("rel_bias", gen)
+    kw = dict(causal=True, softcap=4.0, alibi_slopes=slopes)
+    out = package.flash_attention(q, k, v, sinks=sinks, score_mod=SM.rel_bias, score_args=args, block=BLOCK, **kw)
+    want, _ = reference(q.double(), k.double(), v.double(), sinks=sinks.double(), score_mod=SM.rel_bias,
+                        score_args=as_double(args), **{**kw, "alibi_slopes": slopes.double()})
+    g = torch.randn(out.shape, generator=gen)
+    inputs = (q, k, v, sinks, args["table"])
+    got = torch.autograd.grad(out, inputs, g)
+    ref = torch.autograd.grad(want, inputs, g.double())
+    torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=2e-5)
+    for label, a, b in zip(["q", "k", "v", "sinks", "table"], got, ref):
+        scale = max(1.0, float(b.abs().max()))
+        torch.testing.assert_close(a.double(), b.double(), atol=8e-5 * scale, rtol=8e-5, msg=lambda m: f"d{label}: {m}")
+
+
 def test_captured_gradients_are_bitwise_repeatable(package):
     first = run_and_compare(package, "rel_bias", torch.float32, 2e-5, causal=True)
     again = run_and_compare(package, "rel_bias", torch.float32, 2e-5, causal=True)
@@ -329,15 +372,38 @@ def test_bad_score_args_are_named(package, args, error, match):
         package.flash_attention(q, q, q, score_mod=SM.rel_bias, score_args=args, block=BLOCK)
 
 
-def test_score_args_without_score_mod_and_with_a_mask_mod_are_refused(package):
-    from spec.masks import prefix_lm
-
+def test_score_args_without_score_mod_are_refused(package):
     q = torch.randn(B, H, N, D)
     with pytest.raises(ValueError, match="without score_mod"):
         package.flash_attention(q, q, q, score_args={"cap": 1.0}, block=BLOCK)
-    with pytest.raises(ValueError, match="mask_mod"):
-        package.flash_attention(q, q, q, score_mod=SM.tanh_cap, score_args={"cap": 1.0}, mask_mod=prefix_lm,
-                                mask_args={"prefix": 3}, block=BLOCK)
+
+
+def test_with_a_mask_mod(package):
+    """A score_mod and a mask_mod in one call: the pair's kernels (emitted with every mask_mod of the
+    config), output and every gradient against the reference with both."""
+    from spec.masks import document, prefix_lm
+
+    run_and_compare(package, "rel_bias", torch.float32, 2e-5, causal=True, mask_mod=prefix_lm,
+                    mask_args={"prefix": 11})
+    doc = torch.tensor([[0] * 15 + [1] * 25, [0] * 30 + [1] * 10])
+    run_and_compare(package, "temperature", torch.float32, 2e-5, mask_mod=document,
+                    mask_args={"doc_q": doc, "doc_k": doc})
+
+
+def test_a_pair_not_emitted_prints_the_command(package, tmp_path, monkeypatch):
+    """A user mask_mod the package was not emitted with: the error names the command emitting the pair."""
+    from spec.masks import mask_mod
+
+    @mask_mod
+    def band3(i, j, shift):
+        return j <= i + shift + 3
+
+    q = torch.randn(B, H, N, D)
+    with pytest.raises(ValueError, match=r"score_mod 'tanh_cap' with mask_mod 'band3' has no generated fwd kernel"
+                                         r".*--score-mod spec.score_mods:tanh_cap --mask-mod "
+                                         r"test_user_score_mods:band3"):
+        package.flash_attention(q, q, q, score_mod=SM.tanh_cap, score_args={"cap": 1.0}, mask_mod=band3,
+                                block=BLOCK)
 
 
 def test_score_mod_under_torch_compile(package):
@@ -359,3 +425,119 @@ def test_score_mod_under_torch_compile(package):
     want = torch.autograd.grad(f(q, k, v, table), (q, table))
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
+
+
+# ----------------------------------------------------------------------------------
+# The packed (varlen) path
+# ----------------------------------------------------------------------------------
+CU_Q, CU_K = [0, 13, 13, 40], [0, 20, 29, 44]  # three segments, the middle one without queries
+
+
+def _varlen_args(name, gen):
+    """As ``args_for``, with a per-batch tensor over the segments (``b`` is the segment)."""
+    if name == "batch_scale":
+        return {"gain": (torch.rand(len(CU_Q) - 1, generator=gen) + 0.5).requires_grad_()}
+    return args_for(name, gen)
+
+
+@pytest.mark.parametrize("name, kw", [("rel_bias", {"causal": True}), ("batch_scale", {"window": (6, 3)})])
+def test_varlen_matches_the_reference_with_every_gradient(package, name, kw):
+    """``flash_attention_varlen(score_mod=...)``: per segment (``b`` the segment, ``i``, ``j`` and
+    ``shift`` its own), output and every gradient, the captured tensors' included."""
+    from spec.reference import varlen_attention
+
+    gen = torch.Generator().manual_seed(21)
+    cu_q, cu_k = (torch.tensor(c, dtype=torch.int32) for c in (CU_Q, CU_K))
+    q = torch.randn(CU_Q[-1], H, D, generator=gen).requires_grad_()
+    k, v = (torch.randn(CU_K[-1], HK, D, generator=gen).requires_grad_() for _ in range(2))
+    args = _varlen_args(name, gen)
+    sm = getattr(SM, name)
+    out = package.flash_attention_varlen(q, k, v, cu_q, cu_k, score_mod=sm, score_args=args, block=BLOCK, **kw)
+    want, _ = varlen_attention(q.double(), k.double(), v.double(), cu_q, cu_k, score_mod=sm,
+                               score_args=as_double(args), **kw)
+    g = torch.randn(out.shape, generator=gen)
+    tensors = [p for p, x in args.items() if torch.is_tensor(x)]
+    got = torch.autograd.grad(out, (q, k, v, *[args[p] for p in tensors]), g)
+    ref = torch.autograd.grad(want, (q, k, v, *[args[p] for p in tensors]), g.double())
+    torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=2e-5)
+    for label, a, b in zip(["q", "k", "v", *tensors], got, ref):
+        scale = max(1.0, float(b.abs().max()))
+        torch.testing.assert_close(a.double(), b.double(), atol=8e-5 * scale, rtol=8e-5, msg=lambda m: f"d{label}: {m}")
+
+
+def test_varlen_refusals(package):
+    q = torch.randn(CU_Q[-1], H, D)
+    k = torch.randn(CU_K[-1], HK, D)
+    cu_q, cu_k = (torch.tensor(c, dtype=torch.int32) for c in (CU_Q, CU_K))
+    with pytest.raises(ValueError, match="at least 3"):  # a bare b reads an axis of B = 3 segments
+        package.flash_attention_varlen(q, k, k, cu_q, cu_k, score_mod=SM.batch_scale,
+                                       score_args={"gain": torch.ones(2)}, block=BLOCK)
+    with pytest.raises(ValueError, match="without score_mod"):
+        package.flash_attention_varlen(q, k, k, cu_q, cu_k, score_args={"gain": torch.ones(3)}, block=BLOCK)
+
+
+# ----------------------------------------------------------------------------------
+# The decode path (flash_attention_with_kvcache: inference, forward only)
+# ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, kw", [("rel_bias", {"causal": True, "num_splits": 2}),
+                                      ("batch_scale", {"window": (7, 0), "num_splits": 1}),
+                                      ("temperature", {"causal": True, "num_splits": 1})])
+def test_decode_matches_the_reference(package, name, kw):
+    """``flash_attention_with_kvcache(score_mod=...)``: ``b`` the batch entry, ``h`` the query head,
+    ``i`` the new token, ``j`` the cache key, ``shift = cache_seqlens[b] − N_q``; out and lse, unsplit
+    and split (the splits' partials merged)."""
+    from spec.reference import kvcache_attention
+
+    gen = torch.Generator().manual_seed(31)
+    q = torch.randn(B, 3, H, D, generator=gen)
+    k_cache, v_cache = (torch.randn(B, N, HK, D, generator=gen) for _ in range(2))
+    lens = torch.tensor([29, 17], dtype=torch.int32)
+    args = {p: (x.detach() if torch.is_tensor(x) else x) for p, x in args_for(name, gen).items()}
+    sm = getattr(SM, name)
+    out, lse = package.flash_attention_with_kvcache(q, k_cache, v_cache, lens, score_mod=sm, score_args=args,
+                                                    return_lse=True, **kw)
+    kw.pop("num_splits")
+    want, want_lse, _, _ = kvcache_attention(q, k_cache, v_cache, lens, score_mod=sm, score_args=as_double(args),
+                                             **kw)
+    torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(lse.double(), want_lse, atol=2e-5, rtol=2e-5)
+
+
+def test_decode_refusals(package):
+    q = torch.randn(B, 3, H, D)
+    cache = torch.randn(B, N, HK, D)
+    lens = torch.tensor([29, 17], dtype=torch.int32)
+    with pytest.raises(ValueError, match="at least 2"):  # a bare b reads an axis of B = 2 entries
+        package.flash_attention_with_kvcache(q, cache, cache, lens, score_mod=SM.batch_scale,
+                                             score_args={"gain": torch.ones(1)})
+    with pytest.raises(ValueError, match="without score_mod"):
+        package.flash_attention_with_kvcache(q, cache, cache, lens, score_args={"gain": torch.ones(2)})
+
+
+def test_varlen_and_decode_under_torch_compile(package):
+    """fullgraph: the varlen ops (their fakes return the score_mod's parameter gradient too) and the
+    decode op trace with a score_mod; the captured table's gradient flows out of the compiled graph."""
+    gen = torch.Generator().manual_seed(41)
+    cu_q, cu_k = (torch.tensor(c, dtype=torch.int32) for c in (CU_Q, CU_K))
+    q = torch.randn(CU_Q[-1], H, D, generator=gen, requires_grad=True)
+    k, v = (torch.randn(CU_K[-1], HK, D, generator=gen) for _ in range(2))
+    table = torch.randn(H, 9, generator=gen, requires_grad=True)
+
+    def packed(q, k, v, table):
+        return package.flash_attention_varlen(q, k, v, cu_q, cu_k, causal=True, score_mod=SM.rel_bias,
+                                              score_args={"table": table, "max_dist": 4}, block=BLOCK).sum()
+
+    got = torch.autograd.grad(torch.compile(packed, fullgraph=True, backend="aot_eager")(q, k, v, table), (q, table))
+    want = torch.autograd.grad(packed(q, k, v, table), (q, table))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    qd, cache = torch.randn(B, 3, H, D, generator=gen), torch.randn(B, N, HK, D, generator=gen)
+    lens = torch.tensor([29, 17], dtype=torch.int32)
+
+    def decode(qd, cache, table):
+        return package.flash_attention_with_kvcache(qd, cache, cache, lens, causal=True, score_mod=SM.rel_bias,
+                                                    score_args={"table": table, "max_dist": 4}, num_splits=2)
+
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(decode, fullgraph=True, backend="aot_eager")(qd, cache, table),
+                                   decode(qd, cache, table))

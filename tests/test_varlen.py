@@ -58,8 +58,8 @@ def test_signature_is_exactly_the_issues():
     assert str(inspect.signature(flash_attention_varlen)) == (
         "(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False, "
         "window=None, scale=None, return_lse=False, block=(64, 64), softcap=None, alibi_slopes=None, sinks=None, "
-        "dropout_p=0.0, return_dropout_mask=False, batch_invariant=False, block_table=None, q_descale=None, "
-        "k_descale=None, v_descale=None, out_dtype=None)")
+        "dropout_p=0.0, return_dropout_mask=False, batch_invariant=False, block_table=None, score_mod=None, "
+        "score_args=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None)")
 
 
 # ----------------------------------------------------------------------------------
@@ -219,7 +219,7 @@ I32 = torch.int32
     ((Q[None], K, VV, CU_Q, CU_K), {}, ValueError, "rank 3"),
     ((Q, K.double(), VV, CU_Q, CU_K), {}, TypeError, "share one dtype"),
     ((Q.int(), K, VV, CU_Q, CU_K), {}, TypeError, "supported: float16"),
-    ((Q, K, VV[:-1], CU_Q, CU_K), {}, ValueError, r"v must have k's \(total_k, Hkv\)"),  # any D_v (MLA)
+    ((Q, K, VV[:-1], CU_Q, CU_K), {}, ValueError, r"v must have k's shape \(\d+, \d+\) in every dim but the last"),  # any D_v (MLA)
     ((Q.repeat(1, 1, 2), K, VV, CU_Q, CU_K), {}, ValueError, "head_dim"),
     ((Q[:, :1].repeat(1, 3, 1), K.repeat(1, 2, 1), VV.repeat(1, 2, 1), CU_Q, CU_K), {}, ValueError, "multiple of"),
     ((Q, K, VV, CU_Q.long(), CU_K), {}, TypeError, "cu_seqlens_q must be int32"),

@@ -297,8 +297,9 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     ``python -m generator --score-mod module:name``) with its parameters ``score_args``
     (``{name: int | float | float tensor}``) rewrites the scaled score ``s`` to ``f(s, b, h, i, j,
     shift, ...)`` after softcap and ALiBi, before the masks; its backward is derived by ``sp.diff``
-    (claim ``score_mod_derived``) and the tensors it reads get gradients (no atomics). Not with a
-    ``mask_mod`` in the same call yet.
+    (claim ``score_mod_derived``) and the tensors it reads get gradients (no atomics). With a
+    ``mask_mod`` in the same call: the kernels of the pair (``--score-mod`` emits each score_mod with
+    every mask_mod of its config, the built-ins and ``--mask-mod``'s).
 
     ``dropout_p`` (FlashAttention 2's attention dropout, ``0 <= p < 1``): after the softmax each
     weight ``P_ij`` is kept with probability ``1 − p`` and scaled by ``1/(1 − p)``; ``lse`` is the

@@ -363,9 +363,10 @@ def normalise_scale(q: torch.Tensor, scale: float | None):
     return q, float(scale)
 
 
-def check_score_mod(score_mod, score_args, q, mask_mod=None):
-    """``(score_f, score_i)``: a user score_mod's packed parameters (``ScoreMod.pack``), or ``(None,
-    None)`` without one; every problem names the parameter and the fix."""
+def check_score_mod(score_mod, score_args, batch, heads, device):
+    """``(score_f, score_i)``: a user score_mod's packed parameters (``ScoreMod.pack`` for ``batch``
+    entries, or segments, and ``heads`` query heads, on ``device``), or ``(None, None)`` without one;
+    every problem names the parameter and the fix."""
     if score_mod is None:
         if score_args:
             raise ValueError("score_args given without score_mod; pass score_mod=<your @score_mod> with them")
@@ -373,10 +374,7 @@ def check_score_mod(score_mod, score_args, q, mask_mod=None):
     if not isinstance(score_mod, ScoreMod):
         raise TypeError(f"score_mod must be a spec.score_mods.score_mod (a function decorated with @score_mod), "
                         f"got {type(score_mod).__name__}")
-    if mask_mod is not None:
-        raise ValueError("score_mod and mask_mod in one call have no generated kernel yet; pass the mask as "
-                         "causal/window/key_lengths/mask, or apply one of them")
-    return score_mod.pack(score_args, q.shape[0], q.shape[1], device=q.device)
+    return score_mod.pack(score_args, int(batch), int(heads), device=device)
 
 
 def check_mask_mod(mask_mod, mask_args, q, k) -> torch.Tensor | None:

@@ -374,10 +374,33 @@ def _mask_mod_check(n, v, c):
     c["packed_mask_args"] = R.check_mask_mod(v, c["mask_args"], c["q"], c["k"])
 
 
-def _score_mod_check(n, v, c):
-    """The score_mod's type (not with mask_mod), and its ``score_args`` packed for the kernels
-    (``ScoreMod.pack`` names every problem); the packed pair is left in ``ctx``."""
-    c["packed_score_args"] = R.check_score_mod(v, c["score_args"], c["q"], c["mask_mod"])
+def _example_score_mod():
+    """A valid score_mod (a rule's refused input pairs it with another argument)."""
+    from spec.score_mods import tanh_cap
+
+    return tanh_cap
+
+
+def _score_mod(sizes, extra=(), values: str = "") -> tuple[Arg, Arg]:
+    """``score_mod`` and ``score_args``; ``sizes(ctx)``: the ``(B, Hq)`` a bare ``b``, ``h`` read is
+    bounded by; ``extra``: further rules of the entry point; ``values``: the end of its values column. The score_mod rule packs ``score_args``
+    for the kernels (``ScoreMod.pack`` names every problem) and leaves the pair in ``ctx`` as
+    ``packed_score_args``."""
+    def pack(n, v, c):
+        c["packed_score_args"] = R.check_score_mod(v, c["score_args"], *sizes(c), c["q"].device)
+
+    return (
+        Arg("score_mod", "None or a spec.score_mods.score_mod", "—", NONE, "an expression of the class, its "
+            "backward derived (claim `score_mod_derived`), with its kernels generated" + values,
+            rules=(R.call("a spec.score_mods.score_mod; its score_args packed (the call reads them as "
+                          "packed_score_args)", pack, bad=lambda c, n: {n: (lambda *a: 0)}), *extra)),
+        Arg("score_args", "None or {name: int | float | float tensor}", "a tensor: as many dims as its reads, "
+            "each axis longer than its clamp", NONE, "ints where a table index uses them; tensors "
+            "differentiable (gradients reduced without atomics)", (),
+            "packed into fresh fp32 / int32 vectors (tensors flattened, contiguous)",
+            rules=(R.call("with score_mod", lambda n, v, c: R.check_score_mod(None, v, *sizes(c), c["q"].device),
+                          when=lambda c: c["score_mod"] is None, bad=lambda c, n: {n: {"a": 1.0}}),)),
+    )
 
 
 def _mask_args_check(n, v, c):
@@ -724,6 +747,8 @@ def _kvcache() -> tuple[Arg, ...]:
                no_grad_entry="flash_attention_with_kvcache"),
         Arg("batch_invariant", "bool", "—", NONE, "True: fixed 512-key splits, num_splits 0 "
             "(claim `batch_invariant_splits`)", rules=(R.is_bool(),)),
+        *_score_mod(lambda c: (c["q"].shape[0], c["q"].shape[2]),
+                    values="; b the batch entry, i the new token, shift = cache_seqlens[b] − N_q (inference only)"),
     )
 
 
@@ -771,16 +796,7 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                 rules=(R.call("with mask_mod", _mask_args_check, when=lambda c: c["mask_mod"] is None,
                               bad=lambda c, n: {n: {"prefix": 1}}),)),
             *_dropout(lambda c: c["q"].shape[0] * c["q"].shape[1] * c["q"].shape[2] * c["k"].shape[2]),
-            Arg("score_mod", "None or a spec.score_mods.score_mod", "—", NONE, "an expression of the class, its "
-                "backward derived (claim `score_mod_derived`), with its kernels generated; not with mask_mod",
-                rules=(R.call("a spec.score_mods.score_mod, not with mask_mod; its score_args packed (the call reads "
-                              "them as packed_score_args)", _score_mod_check, bad=lambda c, n: {n: (lambda *a: 0)}),)),
-            Arg("score_args", "None or {name: int | float | float tensor}", "a tensor: as many dims as its reads, "
-                "each axis longer than its clamp", NONE, "ints where a table index uses them; tensors "
-                "differentiable (gradients reduced without atomics)", (),
-                "packed into fresh fp32 / int32 vectors (tensors flattened, contiguous)",
-                rules=(R.call("with score_mod", lambda n, v, c: R.check_score_mod(None, v, c["q"]),
-                              when=lambda c: c["score_mod"] is None, bad=lambda c, n: {n: {"a": 1.0}}),)),
+            *_score_mod(lambda c: c["q"].shape[:2], values=" (with mask_mod: the pair's, `--score-mod` emits them)"),
             *_fp8_args(lambda c: (c["q"].shape[0], c["k"].shape[1])),
         )),
         "flash_attention_varlen": _with_fp8_limits((
@@ -864,6 +880,11 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                            "return_dropout_mask"] else R._raise(ValueError, "block_table (paged K/V) is forward "
                            "inference only: pass dropout_p=0.0 and return_dropout_mask=False, or use contiguous k, v "
                            "for dropout"), bad=lambda c, n: {"dropout_p": 0.5}))),
+            *_score_mod(lambda c: (c["cu_seqlens_q"].numel() - 1, c["q"].shape[1]), extra=(
+                R.call("not with block_table (the paged form runs the decode kernel)", lambda n, v, c: R._raise(
+                    ValueError, "score_mod with block_table (paged K/V) has no generated kernel: pass contiguous "
+                    "packed k, v"), when=_paged, bad=lambda c, n: {n: _example_score_mod(), "score_args": {"cap": 2.0}}),),
+                values="; per segment (b the segment; i, j, shift its own); not with block_table"),
             *_fp8_args(lambda c: (c["cu_seqlens_q"].numel() - 1, c["k"].shape[1])),
         )),
         "flash_attention_with_kvcache": _kvcache(),

@@ -15,7 +15,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from generator.runtime import api, checks, config, contract, launch, plans
+from generator.runtime import api, checks, config, contract, dispatch, launch, plans
 from generator.runtime.config import DECODE_BLOCK  # noqa: F401  (the block whose decode kernel serves this op)
 from spec import launch as spec_launch
 
@@ -58,7 +58,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
                                  rotary_sin=None, rotary_interleaved=True, cache_leftpad=None, cache_batch_idx=None,
                                  block_table=None, causal=False, window=None, scale=None, num_splits=0,
                                  return_lse=False, softcap=None, alibi_slopes=None, sinks=None,
-                                 batch_invariant=False):
+                                 batch_invariant=False, score_mod=None, score_args=None):
     """Attention of ``N_q`` new tokens over a KV cache (decode, speculative decoding, chunked prefill).
 
     FlashAttention's layouts and names: ``q`` ``(B, N_q, Hq, D)``; a contiguous cache ``k_cache``,
@@ -113,12 +113,18 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
     ``BATCH_INVARIANT_SPLIT_KEYS`` keys from ``cache_leftpad[b]`` and merged in order, so each row's
     reduction order is a function of its own lengths only and a request's output is bitwise the
     same whatever else is in the batch (claim ``batch_invariant_splits``); ``num_splits`` must be 0.
+
+    ``score_mod`` with ``score_args``: as ``flash_attention``'s (your own ``@score_mod``, its decode
+    kernel emitted with ``python -m generator --score-mod module:name``), with ``b`` the batch entry,
+    ``h`` the query head, ``i`` the new token (``0 … N_q − 1``), ``j`` the cache key and ``shift =
+    cache_seqlens[b] − N_q`` (after an append: its new length); inference only, like the rest.
     """
     return _kvcache(config.DEFAULT_PACKAGE, q, k_cache, v_cache, cache_seqlens, k=k, v=v, rotary_cos=rotary_cos,
                     rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, cache_leftpad=cache_leftpad,
                     cache_batch_idx=cache_batch_idx, block_table=block_table,
                     causal=causal, window=window, scale=scale, num_splits=num_splits, return_lse=return_lse,
-                    softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, batch_invariant=batch_invariant)
+                    softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, batch_invariant=batch_invariant,
+                    score_mod=score_mod, score_args=score_args)
 
 
 class _Checked(NamedTuple):
@@ -156,12 +162,12 @@ def _signature(package, q, k_cache, v_cache, cache_seqlens, block_table, causal,
 
 def _arguments(q, k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin, rotary_interleaved, cache_leftpad,
                cache_batch_idx, block_table, causal, window, scale, num_splits, return_lse, softcap, alibi_slopes,
-               sinks, batch_invariant) -> dict:
+               sinks, batch_invariant, score_mod=None, score_args=None) -> dict:
     return dict(q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens, k=k, v=v, rotary_cos=rotary_cos,
                 rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, cache_leftpad=cache_leftpad,
                 cache_batch_idx=cache_batch_idx, block_table=block_table, causal=causal, window=window, scale=scale,
                 num_splits=num_splits, return_lse=return_lse, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
-                batch_invariant=batch_invariant)
+                batch_invariant=batch_invariant, score_mod=score_mod, score_args=score_args)
 
 
 def _check(arguments: dict):
@@ -182,13 +188,13 @@ def _check(arguments: dict):
     rows = [contract.unit_stride("flash_attention_with_kvcache", name, a[name]) for name in
             ("cache_leftpad", "cache_batch_idx")]
     return (_Checked(capacity, num_pages, n_new, a["softcap"], a["scale"], num_splits, window, split_keys),
-            *[None if t is None else t.to(torch.int32) for t in rows])
+            *[None if t is None else t.to(torch.int32) for t in rows], a.get("packed_score_args", (None, None)))
 
 
 def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rotary_cos=None, rotary_sin=None,
              rotary_interleaved=True, cache_leftpad=None, cache_batch_idx=None, block_table=None, causal=False,
              window=None, scale=None, num_splits=0, return_lse=False, softcap=None, alibi_slopes=None, sinks=None,
-             batch_invariant=False):
+             batch_invariant=False, score_mod=None, score_args=None):
     checks.check_tensor(q, "q")
     if not isinstance(cache_seqlens, torch.Tensor):  # an int (numpy integers too): every sequence's length
         cache_seqlens = torch.full((q.shape[0],), checks._as_int(cache_seqlens, "cache_seqlens"), dtype=torch.int32,
@@ -196,15 +202,17 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
     # the checks of shapes, dtypes, strides, devices and options: once per call signature (plans)
     key = None
     if k is None and v is None and rotary_cos is None and rotary_sin is None and cache_leftpad is None \
-            and cache_batch_idx is None and not torch.compiler.is_compiling():
+            and cache_batch_idx is None and score_mod is None and score_args is None \
+            and not torch.compiler.is_compiling():
         key = _signature(package, q, k_cache, v_cache, cache_seqlens, block_table, causal, window, scale, num_splits,
                          return_lse, softcap, alibi_slopes, sinks, batch_invariant, rotary_interleaved)
     entry = _PLANS.get(key) if key is not None else None
     arguments = _arguments(q, k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin, rotary_interleaved,
                            cache_leftpad, cache_batch_idx, block_table, causal, window, scale, num_splits, return_lse,
-                           softcap, alibi_slopes, sinks, batch_invariant)
+                           softcap, alibi_slopes, sinks, batch_invariant, score_mod, score_args)
+    score_f = score_i = None
     if entry is None:
-        checked, cache_leftpad, cache_batch_idx = _check(arguments)
+        checked, cache_leftpad, cache_batch_idx, (score_f, score_i) = _check(arguments)
         entry = _PLANS.record(key, [checked, None])
     checked = entry[0]
     capacity, n_new = checked.capacity, checked.n_new
@@ -234,7 +242,8 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
         out, lse = _run(entry[1], q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, None, None)
     else:
         out, lse = kvcache_op(q, k_cache, v_cache, cache_seqlens, block_table, *options, alibi_slopes, sinks,
-                              package, cache_leftpad, cache_batch_idx, checked.split_keys)
+                              package, cache_leftpad, cache_batch_idx, checked.split_keys,
+                              None if score_mod is None else score_mod.name, score_f, score_i)
     return (out, lse) if return_lse else out
 
 
@@ -290,12 +299,13 @@ class _Launch(NamedTuple):
 
 
 def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale, num_splits, softcap, alibi_slopes, sinks, package,
-          cache_leftpad, cache_batch_idx, split_keys) -> _Launch:
+          cache_leftpad, cache_batch_idx, split_keys, score_mod=None) -> _Launch:
     """The launch plan of ``kvcache_op``'s body for these tensors (their metadata) and options:
-    the modules, the number of splits (the heuristic for 0) and the decode module's ``splits_plan``."""
+    the modules (``score_mod``: the decode module with that user score_mod compiled in), the number of
+    splits (the heuristic for 0) and the decode module's ``splits_plan``."""
     B, Nq, Hq, D = q.shape
     block = config.block_for("decode", package)
-    module = api.module_for("decode", block, package, q.device)
+    module = dispatch.module_of("decode", block, package, q.device, None, score_mod)
     if num_splits == 0:  # the heuristic, here in the op (torch.compile does not trace the package lookup)
         rows = Hq // k_cache.shape[2] * Nq  # the query rows of one KV head
         per_program = min(rows, block[0])  # at most B_r rows per program (the kernel's MAX_BLOCK_M)
@@ -336,21 +346,24 @@ def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_sc
 
 
 def _run(plan: _Launch, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, cache_leftpad,
-         cache_batch_idx):
-    """``(out, lse)``: the launches of ``plan`` on these tensors (of the plan's metadata)."""
+         cache_batch_idx, score_f=None, score_i=None):
+    """``(out, lse)``: the launches of ``plan`` on these tensors (of the plan's metadata); ``score_f``,
+    ``score_i``: a user score_mod's packed parameters (its module's launch takes them)."""
+    scored = dispatch.score_mod_arguments(score_f, score_i)
     out = q.new_empty((*q.shape[:3], v_cache.shape[3]))  # contiguous, v's head dim D_v
     lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
     if plan.merge is None:  # one split: the kernel writes out and lse in place (the plan holds their views)
         plan.module.launch_splits(plan.splits, q, k_cache, v_cache, cache_seqlens, block_table, out, lse,
                                   alibi_slopes=alibi_slopes, sinks=sinks, cache_leftpad=cache_leftpad,
-                                  cache_batch_idx=cache_batch_idx)
+                                  cache_batch_idx=cache_batch_idx, **scored)
         return out, lse
     # fp32 partials (S, B, N_q, Hq, D), then merge_state's fold over the splits
     B, Hq, Nq = plan.lse_shape
     o_part = torch.empty((plan.num_splits, B, Nq, Hq, v_cache.shape[3]), dtype=torch.float32, device=q.device)
     lse_part = torch.empty((plan.num_splits, B, Nq, Hq), dtype=torch.float32, device=q.device)
     plan.module.launch_splits(plan.splits, q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part,
-                              alibi_slopes=alibi_slopes, cache_leftpad=cache_leftpad, cache_batch_idx=cache_batch_idx)
+                              alibi_slopes=alibi_slopes, cache_leftpad=cache_leftpad, cache_batch_idx=cache_batch_idx,
+                              **scored)
     # rows ordered (B, N_q, Hq): row r's query head is r % Hq, its sink sinks[r % Hq]; the plan holds the
     # strides of spec.launch's row views of o_part, lse_part and out (claim decode_addresses)
     if plan.lse_merged_in_place:
@@ -373,25 +386,26 @@ def kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ca
                num_splits: int, softcap: Optional[float] = None, alibi_slopes: Optional[torch.Tensor] = None,
                sinks: Optional[torch.Tensor] = None,
                package: str = config.DEFAULT_PACKAGE, cache_leftpad: Optional[torch.Tensor] = None,
-               cache_batch_idx: Optional[torch.Tensor] = None, split_keys: int = 0
+               cache_batch_idx: Optional[torch.Tensor] = None, split_keys: int = 0, score_mod: Optional[str] = None,
+               score_f: Optional[torch.Tensor] = None, score_i: Optional[torch.Tensor] = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """The launches on checked inputs (a custom op with a fake, so torch.compile traces through), planned
     once per signature of its inputs (``_LAUNCHES``)."""
     key = plans.signature((q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, cache_leftpad,
                            cache_batch_idx), (causal, None if window is None else tuple(window), sm_scale,
-                                              num_splits, softcap, package, split_keys))
+                                              num_splits, softcap, package, split_keys, score_mod))
     plan = _LAUNCHES.get(key) if key is not None else None
     if plan is None:
         plan = _LAUNCHES.record(key, _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale,
                                            num_splits, softcap, alibi_slopes, sinks, package, cache_leftpad,
-                                           cache_batch_idx, split_keys))
+                                           cache_batch_idx, split_keys, score_mod))
     return _run(plan, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, cache_leftpad,
-                cache_batch_idx)
+                cache_batch_idx, score_f, score_i)
 
 
 @kvcache_op.register_fake
 def _(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale, num_splits, softcap=None,
       alibi_slopes=None, sinks=None, package=config.DEFAULT_PACKAGE, cache_leftpad=None, cache_batch_idx=None,
-      split_keys=0):
+      split_keys=0, score_mod=None, score_f=None, score_i=None):
     B, Nq, Hq, _ = q.shape
     return q.new_empty((B, Nq, Hq, v_cache.shape[3])), q.new_empty((B, Hq, Nq), dtype=torch.float32)

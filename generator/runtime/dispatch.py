@@ -14,8 +14,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from spec.mask_mod import REGISTRY as MASK_MODS, MaskMod
-from spec.score_mods import REGISTRY as SCORE_MODS, ScoreMod
+from spec.mask_mod import BUILTINS as MASK_MOD_BUILTINS, REGISTRY as MASK_MODS, MaskMod
+from spec.score_mods import REGISTRY as SCORE_MODS, index_key as SM_index_key
 from spec.masks import alignment_shift
 
 from generator.runtime import config, launch
@@ -48,23 +48,27 @@ def mask_mod_module_for(kind: str, block, package: str, device: torch.device | N
     return _usable_on(_mask_mod_module(kind, check_block(block), MASK_MODS[mask_mod], package), device)
 
 
-def score_mod_module_for(kind: str, block, package: str, device: torch.device | None, score_mod: str) -> object:
-    """``module_for`` of the file with the user score_mod named ``score_mod`` compiled in (``SCORE_MODS``
-    of the package's index); ValueError naming the command that emits (or regenerates) it."""
-    return _usable_on(_score_mod_module(kind, check_block(block), SCORE_MODS[score_mod], package), device)
-
-
-def _score_mod_module(kind: str, block: tuple[int, int], sm: ScoreMod, package: str) -> object:
-    """The module of ``kind`` with score_mod ``sm`` compiled in; ValueError naming the command that
-    emits it when absent, or that regenerates it when its expression is not ``sm``'s any more."""
-    return _modded_module(kind, block, package, sm, sm.expr, "score_mod", "SCORE_MODS", "SCORE_MOD_EXPR")
+def score_mod_module_for(kind: str, block, package: str, device: torch.device | None, score_mod: str,
+                         mask_mod: str | None = None) -> object:
+    """``module_for`` of the file with the user score_mod named ``score_mod`` compiled in, and the
+    mask_mod named ``mask_mod`` with it when given (``SCORE_MODS`` of the package's index); ValueError
+    naming the command that emits (or regenerates) it."""
+    block = check_block(block)
+    sm = SCORE_MODS[score_mod]
+    module = _modded_module(kind, block, package, sm, sm.expr, "score_mod", "SCORE_MODS", "SCORE_MOD_EXPR",
+                            key=SM_index_key(score_mod, mask_mod))
+    mm = None if mask_mod is None else MASK_MODS[mask_mod]
+    if mm is not None and module.MASK_MOD_PREDICATE != str(mm.predicate):  # the mask_mod beside it: still the caller's
+        raise ValueError(f"{module.__name__} was emitted for mask_mod {mask_mod!r} = {module.MASK_MOD_PREDICATE}, "
+                         f"but {mm.ref} is now {mm.predicate}; regenerate with `{module.COMMAND}`")
+    return _usable_on(module, device)
 
 
 def module_of(kind: str, block, package: str, device, mask_mod: str | None, score_mod: str | None) -> object:
-    """The generated module of ``kind`` for a call: the plain one, or the one with its mask_mod or
-    its user score_mod compiled in."""
+    """The generated module of ``kind`` for a call: the plain one, or the one with its mask_mod, its
+    user score_mod, or both compiled in."""
     if score_mod is not None:
-        return score_mod_module_for(kind, block, package, device, score_mod)
+        return score_mod_module_for(kind, block, package, device, score_mod, mask_mod)
     if mask_mod is not None:
         return mask_mod_module_for(kind, block, package, device, mask_mod)
     return module_for(kind, block, package, device)
@@ -86,16 +90,22 @@ def _mask_mod_module(kind: str, block: tuple[int, int], mm: MaskMod, package: st
 
 
 def _modded_module(kind: str, block: tuple[int, int], package: str, mod, expr, what: str, table: str,
-                   recorded: str) -> object:
+                   recorded: str, key: str | None = None) -> object:
     """The module of ``kind`` with ``mod`` (a mask_mod or a score_mod: ``what``) compiled in, listed in
-    the package index's ``table``; ValueError naming the command that emits it when absent, or that
+    the package index's ``table`` under ``key`` (default: its name; a score_mod with a mask_mod:
+    ``spec.score_mods.index_key``); ValueError naming the command that emits it when absent, or that
     regenerates it when the module's ``recorded`` expression is not ``expr`` any more."""
     index = importlib.import_module(package)
     command = index.COMMANDS.get(block, f"python -m generator --br {block[0]} --bc {block[1]}")
-    emit = f"`{command} --{what.replace('_', '-')} {mod.ref}`"
-    name = getattr(index, table, {}).get(block, {}).get(mod.name, {}).get(kind)
+    key = mod.name if key is None else key
+    with_mm = key.partition("+")[2]  # the mask_mod a score_mod is asked with: a user one is named too
+    extra = "" if not with_mm or any(m.name == with_mm for m in MASK_MOD_BUILTINS) else \
+        f" --mask-mod {MASK_MODS[with_mm].ref}"
+    emit = f"`{command} --{what.replace('_', '-')} {mod.ref}{extra}`"
+    name = getattr(index, table, {}).get(block, {}).get(key, {}).get(kind)
     if name is None:
-        raise ValueError(f"{what} {mod.name!r} has no generated {kind} kernel for block {block} in {package}; "
+        both = f" with mask_mod {with_mm!r}" if with_mm else ""
+        raise ValueError(f"{what} {mod.name!r}{both} has no generated {kind} kernel for block {block} in {package}; "
                          f"emit it with {emit}")
     module = importlib.import_module(f"{package}.{name}")
     if getattr(module, recorded) != str(expr):

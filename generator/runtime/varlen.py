@@ -55,11 +55,13 @@ def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
             checks.check_hint("max_seqlen_k", max_seqlen_k, longest[1]))
 
 
-def _kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p=0.0, philox=None) -> dict:
+def _kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p=0.0, philox=None, score_f=None,
+                    score_i=None) -> dict:
     """The keywords ``forward_varlen`` and ``backward_varlen`` both take, from the ops' arguments."""
     return {"sm_scale": checks.sm_scale_of(scale, q.shape[-1]), "causal": causal,
             "window": None if window is None else tuple(window), "softcap": softcap,
-            "alibi_slopes": alibi_slopes, "sinks": sinks, **dispatch.dropout_arguments(dropout_p, philox)}
+            "alibi_slopes": alibi_slopes, "sinks": sinks, **dispatch.dropout_arguments(dropout_p, philox),
+            **dispatch.score_mod_arguments(score_f, score_i)}
 
 
 # ----------------------------------------------------------------------------------
@@ -73,18 +75,21 @@ def flash_attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               alibi_slopes: Optional[torch.Tensor] = None,
                               sinks: Optional[torch.Tensor] = None,
                               package: str = api.DEFAULT_PACKAGE, dropout_p: float = 0.0,
-                              philox: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    module = api.module_for("fwd", (block_m, block_n), package, q.device)
+                              philox: Optional[torch.Tensor] = None, score_mod: Optional[str] = None,
+                              score_f: Optional[torch.Tensor] = None,
+                              score_i: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    module = dispatch.module_of("fwd", (block_m, block_n), package, q.device, None, score_mod)
     max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, v=v,
                                   out=torch.empty((*q.shape[:2], v.shape[2]), device="meta"))  # out: fresh, contiguous
     return module.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
                                  **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p,
-                                                   philox))
+                                                   philox, score_f, score_i))
 
 
 @flash_attention_varlen_op.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n,
-      softcap=None, alibi_slopes=None, sinks=None, package=api.DEFAULT_PACKAGE, dropout_p=0.0, philox=None):
+      softcap=None, alibi_slopes=None, sinks=None, package=api.DEFAULT_PACKAGE, dropout_p=0.0, philox=None,
+      score_mod=None, score_f=None, score_i=None):
     return (q.new_empty((*q.shape[:2], v.shape[2])),  # (total_q, Hq, D_v), contiguous
             q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
 
@@ -97,46 +102,54 @@ def flash_attention_varlen_backward_op(
         scale: Optional[float], block_m: int, block_n: int, softcap: Optional[float] = None,
         alibi_slopes: Optional[torch.Tensor] = None, sinks: Optional[torch.Tensor] = None,
         package: str = api.DEFAULT_PACKAGE, dropout_p: float = 0.0, philox: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(dq, dk, dv, dsinks)``; ``dsinks`` is ``(Hq,)`` fp32, empty ``(0,)`` without sinks."""
-    module = api.module_for("bwd", (block_m, block_n), package, q.device)
+        score_mod: Optional[str] = None, score_f: Optional[torch.Tensor] = None, score_i: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv, dsinks, dscore_f)``; ``dsinks`` is ``(Hq,)`` fp32, empty ``(0,)`` without sinks;
+    ``dscore_f`` the gradient of a user score_mod's packed float parameters (``score_f``'s shape), empty
+    ``(0,)`` without one."""
+    module = dispatch.module_of("bwd", (block_m, block_n), package, q.device, None, score_mod)
     max_q, max_k = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, v=v,
                                       out=out, grad_out=grad_out)
-    dq, dk, dv, dsink_rows = module.backward_varlen(
+    dq, dk, dv, dsink_rows, *dscore_f = module.backward_varlen(
         grad_out, q, k, v, out, lse.contiguous(), cu_seqlens_q, cu_seqlens_k, max_q, max_k, grad_lse=grad_lse,
-        **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p, philox))
+        **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p, philox, score_f, score_i))
     # dL/dsink of a head: the sum over its packed rows (all segments) of the kernel's per-row parts
     dsinks = dsink_rows.sum(1) if dsink_rows is not None else q.new_empty((0,), dtype=torch.float32)
-    return dq, dk, dv, dsinks
+    return dq, dk, dv, dsinks, dscore_f[0] if score_mod is not None else q.new_empty((0,), dtype=torch.float32)
 
 
 @flash_attention_varlen_backward_op.register_fake
 def _(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
       window, scale, block_m, block_n, softcap=None, alibi_slopes=None, sinks=None, package=api.DEFAULT_PACKAGE,
-      dropout_p=0.0, philox=None):
+      dropout_p=0.0, philox=None, score_mod=None, score_f=None, score_i=None):
     dsinks = q.new_empty((0,) if sinks is None else (q.shape[1],), dtype=torch.float32)
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
+    dscore_f = q.new_empty((0,) if score_mod is None else tuple(score_f.shape), dtype=torch.float32)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks, dscore_f
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v, cu_seqlens_q, cu_seqlens_k, *options = inputs
     out, lse = output
-    *options, alibi_slopes, sinks, package, dropout_p, philox = options
+    *options, alibi_slopes, sinks, package, dropout_p, philox, score_mod, score_f, score_i = options
     # the dropout's seed and offset are saved: the backward regenerates the forward's mask from them
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, philox)
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, philox, score_f,
+                          score_i)
     ctx.options = options  # max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n, softcap
     ctx.package = package
     ctx.dropout_p = dropout_p
+    ctx.score_mod = score_mod
 
 
 def _backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, philox = ctx.saved_tensors
-    dq, dk, dv, dsinks = flash_attention_varlen_backward_op(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q,
-                                                            cu_seqlens_k, *ctx.options, alibi_slopes, sinks,
-                                                            ctx.package, ctx.dropout_p, philox)
-    # gradients for (q, k, v) and the sinks; the offsets, the options, alibi_slopes, the package and the
-    # dropout's p and seed are not differentiable
-    return dq, dk, dv, *([None] * (3 + len(ctx.options))), dsinks if sinks is not None else None, None, None, None
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, philox, score_f, score_i = ctx.saved_tensors
+    dq, dk, dv, dsinks, dscore_f = flash_attention_varlen_backward_op(
+        grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.options, alibi_slopes, sinks,
+        ctx.package, ctx.dropout_p, philox, ctx.score_mod, score_f, score_i)
+    # gradients for (q, k, v), the sinks and a score_mod's packed float parameters (autograd carries them
+    # back to each tensor packed); the offsets, the options, alibi_slopes, the package, the dropout's p
+    # and seed, the score_mod's name and integer parameters are not differentiable
+    return (dq, dk, dv, *([None] * (3 + len(ctx.options))), dsinks if sinks is not None else None, None, None, None,
+            None, dscore_f if ctx.score_mod is not None else None, None)
 
 
 torch.library.register_autograd("flashproof::flash_attention_varlen", _backward, setup_context=_setup_context)
@@ -145,8 +158,8 @@ torch.library.register_autograd("flashproof::flash_attention_varlen", _backward,
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
                            causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
                            softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, return_dropout_mask=False,
-                           batch_invariant=False, block_table=None, q_descale=None, k_descale=None, v_descale=None,
-                           out_dtype=None):
+                           batch_invariant=False, block_table=None, score_mod=None, score_args=None, q_descale=None,
+                           k_descale=None, v_descale=None, out_dtype=None):
     """Attention over a packed batch of variable-length sequences (FlashAttention's
     ``flash_attn_varlen_func`` layout and conventions), through the generated kernels.
 
@@ -176,6 +189,12 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     and ``cu_seqlens_k`` counts each sequence's keys, which live in its pages ``block_table[b]``; run
     by the KV-cache decode kernel (``generator.runtime.varlen_paged``, claim ``paged_kv_reads``).
 
+    ``score_mod`` with ``score_args``: as ``flash_attention``'s (your own ``@score_mod``, its kernels
+    emitted with ``python -m generator --score-mod module:name``), per segment: ``b`` is the segment,
+    ``i``, ``j`` its own query row and key, ``shift`` its ``n_k − n_q``; a bare ``b`` reads an axis of
+    at least B (segments) entries. Differentiable in the tensors it reads (no atomics). Not with
+    ``block_table``.
+
     ``batch_invariant``: accepted for symmetry with ``flash_attention_with_kvcache``; the packed
     kernels are always batch invariant: no split, each program reduces over its own segment's keys
     from the segment's first key (claim ``varlen_segments_sound``: a segment is the dense problem on
@@ -188,7 +207,8 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     return _varlen(api.DEFAULT_PACKAGE, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                    causal=causal, window=window, scale=scale, return_lse=return_lse, block=block, softcap=softcap,
                    alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p, return_dropout_mask=return_dropout_mask,
-                   batch_invariant=batch_invariant, block_table=block_table, q_descale=q_descale,
+                   batch_invariant=batch_invariant, block_table=block_table, score_mod=score_mod,
+                   score_args=score_args, q_descale=q_descale,
                    k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype)
 
 
@@ -218,14 +238,16 @@ def _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, a):
 def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
             causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
             softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, return_dropout_mask=False,
-            batch_invariant=False, block_table=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
+            batch_invariant=False, block_table=None, score_mod=None, score_args=None, q_descale=None, k_descale=None,
+            v_descale=None, out_dtype=None):
     # every input check: the declared contract (generator.runtime.contract), none here
     a = contract.enforce("flash_attention_varlen", dict(
         q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
         max_seqlen_k=max_seqlen_k, causal=causal, window=window, scale=scale, return_lse=return_lse, block=block,
         softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p,
         return_dropout_mask=return_dropout_mask, batch_invariant=batch_invariant, block_table=block_table,
-        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype))
+        score_mod=score_mod, score_args=score_args, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+        out_dtype=out_dtype))
     if checks.fp8_mode(k, (q_descale, k_descale, v_descale)):  # FP8 k, v (the contract refused the rest)
         return _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, a)
     if block_table is not None:  # k, v are paged caches (FlashAttention 2's form): the decode kernel's gather
@@ -247,9 +269,11 @@ def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     # dropout's box is (1, Hq, total_q, total_k): the packed rows and keys, global
     box = (1, q.shape[1], q.shape[0], k.shape[0])
     philox = checks.draw_philox(q.device) if dropout_p > 0 else None
+    score_f, score_i = a.get("packed_score_args", (None, None))  # packed by the score_mod rule
     out, lse = flash_attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window,
                                          scale, int(block[0]), int(block[1]), softcap, alibi_slopes, sinks, package,
-                                         dropout_p, philox)
+                                         dropout_p, philox, None if score_mod is None else score_mod.name, score_f,
+                                         score_i)
     result = (out, lse) if return_lse else out
     if return_dropout_mask:
         keep = dispatch.dropout_mask((int(block[0]), int(block[1])), package, philox, dropout_p, box)
