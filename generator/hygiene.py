@@ -99,10 +99,8 @@ EXCEPTIONS = frozenset({
 #: jit functions whose pointer and offset lines are not yet printed address terms (rule 4 skips them):
 #: the reviewed gaps of issue 24, each listed on docs/verification.md ("what remains outside the proofs")
 POINTER_GAPS = {
-    "_attn_bwd_dkdv": "dK/dV kernel: Q/K/V/dO/dK/dV/lse2/Δ pointers (varlen segment offsets printed)",
-    "_attn_bwd_dq": "dQ kernel: Q/K/V/dO/dQ/lse2/Δ pointers (varlen segment offsets printed)",
-    "_attn_bwd_dkdv_stage": "dK/dV stage: Q/dO tile pointers", "_attn_bwd_dq_stage": "dQ stage: K/V tile pointers",
-    "_attn_bwd_rows": "backward rows: lse2/Δ loads", "_attn_bwd_mask": "backward dense mask tile",
+    # (the backward's dK/dV and dQ kernels, their stages, _attn_bwd_rows and _attn_bwd_mask print their offsets
+    # since issue 24: claim backward_kernel_addresses)
     "_tma_tile": "TMA descriptor coordinates (a load)", "_tma_store": "TMA descriptor coordinates (a store)",
     # a user score_mod (issue 28): its SF/SI parameter reads are inside its printed terms; the gradient
     # row of the dQ program and the scatter's chunk pointers are not yet printed address terms
@@ -110,7 +108,8 @@ POINTER_GAPS = {
     "_user_score_grads": "score_mod parameter reads", "_score_param_scatter": "score_mod gradient row of the program",
 }
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
-ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses", "rows_addresses", "append_addresses", "backward_addresses")
+ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses", "rows_addresses", "append_addresses",
+                  "backward_addresses", "backward_kernel_addresses")
 #: calls that do not compute on values (everything else — tl.exp2, tl.dot, tl.where, tl.math.*, ... —
 #: is arithmetic unless every name it touches is index math); the reviewed allow-list
 ALLOWED_CALLS = {"arange", "program_id", "multiple_of", "zeros", "trans", "reshape", "to", "range", "store"}
