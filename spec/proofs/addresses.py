@@ -367,6 +367,11 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
                   "dq": {"Q": (A.q_rows_off, A.bq_base), "DO": (A.do_rows_off, A.bdo_base), "DQ": (A.dq_off,),
                          "K": (A.bk_off, A.bk_base), "V": (A.bvt_off, A.bv_base), "Lse2": rows, "Delta": rows}}
     for kernel, group in pointers.items():
+        # every pointer the kernel addresses is moved (a pointer left at row 0 reads segment 0's rows)
+        addressed = set(fwd_offset) if kernel == "fwd" else set(bwd_offset[kernel])
+        unmoved = sorted(addressed - {t.symbol.name for t in group})
+        cases.append((f"{kernel}: every pointer the kernel addresses is moved to its segment",
+                      sp.Symbol(f"unmoved: {', '.join(unmoved)}") if unmoved else sp.Integer(0)))
         for term in group:
             ptr = term.symbol.name
             name = A.POINTER_TENSOR[ptr]
