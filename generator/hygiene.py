@@ -23,7 +23,8 @@
    every ``tl.load`` / ``tl.store`` is a pointer parameter alone or ``pointer + offset`` with
    ``offset`` a name a printed address term assigns (``spec.addresses``, claims
    ``decode_addresses`` / ``forward_addresses`` / ``rows_addresses`` / ``append_addresses`` /
-   ``varlen_addresses``), and no other statement computes on a pointer
+   ``backward_addresses`` / ``backward_kernel_addresses`` / ``varlen_addresses``), and no other statement
+   computes on a pointer
    (a pointer is a parameter some load or store of the function reads through, or that it hands
    to a helper of the file at a pointer parameter's place: ``_file_pointers``). Integer arithmetic
    on pointers that is not printed is refused, as unprinted float arithmetic is.

@@ -8,11 +8,12 @@ evaluate that function on a symbolic tensor (``Strided``: a shape and strides of
 and prove that each printed offset is the offset of the element the reference reads,
 ``Σ_d index_d · stride_d``, at an index inside the tensor's shape.
 
-Covered so far: the decode kernel (``_decode_fwd``: Q, the paged ``block_table``,
-``cache_seqlens``, K and V of a contiguous or a paged cache, the partial ``o`` and ``lse``) and the
-varlen segment block (the ``cu_seqlens`` loads and the segment offsets of every Q/K/V/O/dO/dQ/dK/dV
-pointer). The dense kernels' own pointer lines are not yet printed terms: ``generator.hygiene``
-lists them as reviewed gaps (``POINTER_GAPS``), and so does ``docs/verification.md``.
+Covered: the decode kernel (``_decode_fwd``: Q, the paged ``block_table``, ``cache_seqlens``, K and V
+of a contiguous or a paged cache, the partial ``o`` and ``lse``), the varlen segment block (the
+``cu_seqlens`` loads and the segment offsets of every Q/K/V/O/dO/dQ/dK/dV/lse/lse2/Δ pointer), the dense
+forward, softmax and the merges, the KV append, the backward preprocess and the backward dK/dV and dQ
+kernels. What is not yet a printed term ``generator.hygiene`` lists as reviewed gaps (``POINTER_GAPS``:
+the TMA descriptors' coordinates, a user score_mod's scatter), and so does ``docs/verification.md``.
 
 ``Strided`` implements the few tensor methods the launch functions use (``shape``, ``stride()``,
 ``view``, ``transpose``, ``contiguous``), so ``spec.launch`` runs unchanged on a torch tensor (the
@@ -214,10 +215,6 @@ SEGMENT_LOADS = (
     Term(V.seq_start_k, CuSeqlensK[off_b], CLAIM_VARLEN, "cu_seqlens_k[b]"),
     Term(V.seq_end_k, CuSeqlensK[off_b + 1], CLAIM_VARLEN, "cu_seqlens_k[b + 1]"),
 )
-#: the row-stride parameters of the varlen kernels: which tensor's spec.launch.packed_strides feeds each
-#: (the launch passes them in the kernel's parameter order)
-ROW_STRIDES = {"stride_qm": "q", "stride_kn": "k", "stride_vn": "v", "stride_om": "out", "stride_dom": "do",
-               "stride_dqm": "dq", "stride_dkn": "dk", "stride_dvn": "dv", "stride_lm": "lse"}
 #: which tensor each pointer addresses
 POINTER_TENSOR = {"Q": "q", "K": "k", "V": "v", "Out": "out", "Lse": "lse", "DO": "do", "DQ": "dq", "DK": "dk", "DV": "dv",
                   "Lse2": "lse2", "Delta": "delta"}
@@ -412,7 +409,7 @@ APPEND_GROUPS = {"lookups": APPEND_LOOKUPS, "x": APPEND_X, "dst_paged": APPEND_D
 # ----------------------------------------------------------------------------------
 # The backward's preprocess (_attn_bwd_preprocess): O, dO, dL/dlse, the saved lse, the backward's own rows
 # (Δ, lse2, dsink: one layout, made by spec.launch.backward_row_tensors) and the sinks, for the strides
-# spec.launch.preprocess_launch passes (claim backward_addresses). The dK/dV and dQ kernels: a listed gap.
+# spec.launch.preprocess_launch passes (claim backward_addresses). The dK/dV and dQ kernels: below.
 # ----------------------------------------------------------------------------------
 CLAIM_BACKWARD = "backward_addresses"
 BACKWARD_STRIDES = {name: _int(name) for name in (

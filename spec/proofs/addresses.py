@@ -284,10 +284,12 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
        "cu_seqlens_q/k[b] and [b + 1] of the tensors spec.launch.varlen_cu_seqlens passes (inside their shape "
        "for every program of spec.launch.varlen_grid's grid), and every pointer the segment moves "
        "(spec.addresses.SEGMENT_POINTERS: Q, K, V, Out of the forward, Q, dO, K, V, dK, dV of dK/dV, Q, dO, "
-       "dQ, K, V of dQ; Lse (Hq, total_q) of the forward), followed by the forward's printed offsets "
+       "dQ, K, V of dQ; Lse (Hq, total_q) of the forward, Lse2 and Δ (Hq, total_q) of both backward kernels; "
+       "every pointer a kernel addresses is moved), followed by the forward's printed offsets "
        "(spec.addresses.FORWARD_GROUPS, for the strides spec.launch.forward_launch passes a packed batch) or the "
-       "backward's address form off_b·stride_b + h·stride_h + i·stride_row + d·stride_d with "
-       "spec.launch.packed_strides' strides, reaches element (cu[b] + i, h, d) of its tensor (lse: (h, cu[b] + i)) "
+       "backward kernels' printed offsets (spec.addresses.BACKWARD_KERNEL_GROUPS, for the strides "
+       "spec.launch.dkdv_launch and dq_launch pass a packed batch), reaches element (cu[b] + i, h, d) of its tensor "
+       "(lse, lse2, Δ: (h, cu[b] + i)) "
        "— the segment's row i, queries from cu_seqlens_q and keys from cu_seqlens_k — inside the tensor for "
        "0 <= i < the segment's length, given the host's check of the offsets (non-decreasing, from 0 to the "
        "totals); the grid's cdiv(max_seqlen, B) tiles cover every segment no longer than max_seqlen",
@@ -297,8 +299,7 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
                                                                     for t in g})),
        scope="symbolic totals, heads, head dim, strides (>= 0), segment and offsets' values (uninterpreted), "
              "grid (SymPy canonical zero for the elements, z3 for the extents); mathematical integers Z (the "
-             "segment starts are int64 when they scale a stride); the backward's dense address form is its "
-             "hand-written pointer lines (a listed gap)")
+             "segment starts are int64 when they scale a stride)")
 def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, cu_seqlens=None, grid=None,
                            forward_groups=A.FORWARD_GROUPS, forward_launch=None, backward_groups=A.BACKWARD_KERNEL_GROUPS,
                            dkdv_launch=None, dq_launch=None):
@@ -816,7 +817,7 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
        "_attn_bwd_preprocess (spec.addresses.BACKWARD_GROUPS) is the offset of the element the reference reads or "
        "writes — out/grad_out[b, h, i, d], grad_lse/lse/Δ/lse2/dsink[b, h, i] (packed: [i, h, d], [h, i]), "
        "sinks[h] — inside the tensor for every program of the grid and every lane i < N_Q, d < D, and the grid "
-       "covers every (b, h, i); the dK/dV and dQ kernels' pointer lines are a listed gap",
+       "covers every (b, h, i); the dK/dV and dQ kernels' offsets are claim backward_kernel_addresses'",
        r"\mathrm{off}(X, (b, h, i)) = b\,s_b + h\,s_h + i\,s_i",
        terms=tuple(t.name for g in A.BACKWARD_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid and lanes, dense and packed (SymPy canonical zero for the "
@@ -924,9 +925,9 @@ def _backward_tensors():
        terms=tuple(t.name for g in A.BACKWARD_KERNEL_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grids, GQA groups and lanes (SymPy canonical zero for the offsets, "
              "z3 over unbounded integers for the extents); off_b, off_kvh, off_h and the per-program bases are int64, "
-             "the in-head products int32 (bounded by index_int32 for q, k, v and the mask only; dq, dk, dv and "
-             "grad_out have q's, k's, v's and out's shapes, Δ/lse2 are contiguous and small, the block map's tile "
-             "products are small); dense launches (the packed form: claim varlen_addresses)")
+             "the in-head products int32 (bounded by index_int32 for q, k, v, grad_out and the mask; dq, dk, dv are "
+             "made contiguous in q's, k's, v's shapes; Δ/lse2's row products, the mask tile's and the block map's tile "
+             "products are not bounded by a claim); dense launches (the packed form: claim varlen_addresses)")
 def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch=None, dq_launch=None,
                                     row_tensors=None):
     from spec import structure as S
