@@ -180,12 +180,26 @@ def test_unprinted_pointer_arithmetic_is_caught(kind, old, new, sign):
     assert any(sign in p and ("printed address term" in p or "only a printed spec term" in p) for p in found), found
 
 
+def test_a_pointer_built_by_hand_and_handed_to_a_helper_is_caught():
+    """A local pointer built from a parameter the function never loads through (``Mask_head = Mask + ...``)
+    and handed to a helper at a pointer's place escapes the load and arithmetic checks; rule 4 refuses
+    it unless a printed line assigns it (or it is a reviewed HANDED_POINTER_GAPS pair)."""
+    source = edited("bwd", "stride_dom, stride_dod, stride_rm, Mask, bmask_base,",
+                    "stride_dom, stride_dod, stride_rm, Mask_head, bmask_base,", count=3)
+    source = source.replace("        bmask_base = off_b*stride_mb + off_h*stride_mh",
+                            "        Mask_head = Mask + off_b * stride_mb\n        bmask_base = off_b*stride_mb + off_h*stride_mh",
+                            1)
+    found = problems(source)
+    assert any("`Mask_head` handed to _attn_bwd_dkdv_stage as the pointer Mask" in p for p in found), found
+
+
 def test_pointer_gaps_are_listed_on_the_verification_page():
     """Every function rule 4 skips is named on docs/verification.md as a gap."""
     from pathlib import Path
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "verification.md").read_text()
     missing = [name for name in hygiene.POINTER_GAPS if f"`{name}`" not in page]
+    missing += [f"{fn}: {local}" for fn, local in hygiene.HANDED_POINTER_GAPS if f"`{local}`" not in page]
     assert missing == [], missing
 
 
