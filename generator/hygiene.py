@@ -23,10 +23,14 @@
    every ``tl.load`` / ``tl.store`` is a pointer parameter alone or ``pointer + offset`` with
    ``offset`` a name a printed address term assigns (``spec.addresses``, claims
    ``decode_addresses`` / ``forward_addresses`` / ``rows_addresses`` / ``append_addresses`` /
-   ``varlen_addresses``), and no other statement computes on a pointer
+   ``backward_addresses`` / ``backward_kernel_addresses`` / ``varlen_addresses``), and no other statement
+   computes on a pointer
    (a pointer is a parameter some load or store of the function reads through, or that it hands
-   to a helper of the file at a pointer parameter's place: ``_file_pointers``). Integer arithmetic
-   on pointers that is not printed is refused, as unprinted float arithmetic is.
+   to a helper of the file at a pointer parameter's place: ``_file_pointers``), and what it hands to a
+   helper at a pointer parameter's place is a pointer parameter or a name a printed line assigns (a
+   local built by hand, ``X_row = X + ...``, would escape the rest; ``HANDED_POINTER_GAPS`` lists the
+   reviewed exceptions). Integer arithmetic on pointers that is not printed is refused, as unprinted
+   float arithmetic is.
 
 The allow-list (reviewed; keep it short):
 
@@ -99,10 +103,8 @@ EXCEPTIONS = frozenset({
 #: jit functions whose pointer and offset lines are not yet printed address terms (rule 4 skips them):
 #: the reviewed gaps of issue 24, each listed on docs/verification.md ("what remains outside the proofs")
 POINTER_GAPS = {
-    "_attn_bwd_dkdv": "dK/dV kernel: Q/K/V/dO/dK/dV/lse2/Δ pointers (varlen segment offsets printed)",
-    "_attn_bwd_dq": "dQ kernel: Q/K/V/dO/dQ/lse2/Δ pointers (varlen segment offsets printed)",
-    "_attn_bwd_dkdv_stage": "dK/dV stage: Q/dO tile pointers", "_attn_bwd_dq_stage": "dQ stage: K/V tile pointers",
-    "_attn_bwd_rows": "backward rows: lse2/Δ loads", "_attn_bwd_mask": "backward dense mask tile",
+    # (the backward's dK/dV and dQ kernels, their stages, _attn_bwd_rows and _attn_bwd_mask print their offsets
+    # since issue 24: claim backward_kernel_addresses)
     "_tma_tile": "TMA descriptor coordinates (a load)", "_tma_store": "TMA descriptor coordinates (a store)",
     "_tma_tail": "TMA descriptor coordinates (a split head dim's tail, column HEAD_DIM)",
     "_fp8_descales": "FP8 forward (issue 30): the (batch, KV head) offset of the three descales",
@@ -111,8 +113,16 @@ POINTER_GAPS = {
     "_user_score": "score_mod parameter reads (inside printed terms)", "_user_score_ds": "score_mod parameter reads",
     "_user_score_grads": "score_mod parameter reads", "_score_param_scatter": "score_mod gradient row of the program",
 }
+#: (function, local) pairs: a pointer built by hand in a converted function and handed to a helper on
+#: POINTER_GAPS (rule 4 refuses any other), each listed on docs/verification.md
+HANDED_POINTER_GAPS = frozenset({
+    # a user score_mod (issue 28): the dQ program's own row of the parameter-gradient buffer, handed to the
+    # scatter (_score_param_scatter) through the dQ stage
+    ("_attn_bwd_dq", "Grad_row"),
+})
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
-ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses", "rows_addresses", "append_addresses", "backward_addresses")
+ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses", "rows_addresses", "append_addresses",
+                  "backward_addresses", "backward_kernel_addresses")
 #: calls that do not compute on values (everything else — tl.exp2, tl.dot, tl.where, tl.math.*, ... —
 #: is arithmetic unless every name it touches is index math); the reviewed allow-list
 ALLOWED_CALLS = {"arange", "program_id", "multiple_of", "zeros", "trans", "reshape", "to", "range", "store"}
@@ -220,12 +230,30 @@ def _file_pointers(jit: list[ast.FunctionDef]) -> dict[str, set[str]]:
 
 
 def _pointer_problems(fn: ast.FunctionDef, lines, printed: set[str], addresses: set[str],
-                      pointers: set[str] | None = None) -> list[str]:
+                      pointers: set[str] | None = None, helper_pointers: dict | None = None) -> list[str]:
     """Rule 4 for one function: loads and stores through ``pointer`` or ``pointer + <printed offset>``,
     no other arithmetic on a pointer outside printed lines (``pointers``: the function's pointer
-    parameters, ``_file_pointers``; by default those it loads or stores through)."""
+    parameters, ``_file_pointers``; by default those it loads or stores through), and a helper of the
+    file is handed at a pointer parameter's place (``helper_pointers``: ``{helper: its parameters,
+    its pointer parameters}``) a pointer parameter or a name a printed line assigns, never a local
+    built by hand (``Grad_row = ScoreGrad + ...`` would escape the rules above)."""
     pointers = _pointers(fn) if pointers is None else pointers
     problems = []
+    if helper_pointers:
+        printed_names = {t.id for stmt in ast.walk(fn) if isinstance(stmt, ast.Assign)
+                         and "\n".join(lines[stmt.lineno - 1:stmt.end_lineno]).strip() in printed
+                         for target in stmt.targets for t in ast.walk(target) if isinstance(t, ast.Name)}
+        params = {a.arg for a in fn.args.args}
+        for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                     and c.func.id in helper_pointers):
+            names, ptrs = helper_pointers[call.func.id]
+            for k, arg in enumerate(call.args):
+                if (k < len(names) and names[k] in ptrs and isinstance(arg, ast.Name)
+                        and arg.id not in params and arg.id not in printed_names
+                        and (fn.name, arg.id) not in HANDED_POINTER_GAPS):
+                    problems.append(f"{fn.name}:{call.lineno}: `{arg.id}` handed to {call.func.id} as the pointer "
+                                    f"{names[k]} is neither a pointer parameter nor a printed address term "
+                                    "(spec.addresses)")
     for stmt in (x for x in ast.walk(fn) if isinstance(x, ast.stmt)
                  and not isinstance(x, (ast.If, ast.For, ast.While, ast.FunctionDef))):
         text = "\n".join(lines[stmt.lineno - 1:stmt.end_lineno]).strip()
@@ -264,9 +292,10 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
     addresses = {name for name in (line.split("=", 1)[0].strip() for line in printed
                                    if any(f"(claim: {c})" in line for c in ADDRESS_CLAIMS))
                  if name.endswith("_off")}  # the offsets of spec.addresses (OFFSET_SUFFIX), not its indices
+    helper_pointers = {fn.name: ([a.arg for a in fn.args.args], file_pointers[fn.name]) for fn in jit}
     for fn in jit:
         if fn.name not in POINTER_GAPS:
-            problems += _pointer_problems(fn, lines, printed, addresses, file_pointers[fn.name])
+            problems += _pointer_problems(fn, lines, printed, addresses, file_pointers[fn.name], helper_pointers)
         for stmt in ast.walk(fn):
             if not isinstance(stmt, ast.stmt) or isinstance(stmt, (ast.FunctionDef, ast.If, ast.For)):
                 if isinstance(stmt, (ast.If, ast.For)):  # their headers: conditions and ranges

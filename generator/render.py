@@ -251,6 +251,8 @@ def backward_context(variant: Variant) -> dict:
         "keys_past_end": print_term(KEYS_PAST_END),
         # the preprocess's offsets (claim backward_addresses)
         "addresses_bwd": {name: _lines(group) for name, group in AD.BACKWARD_GROUPS.items()},
+        # the dK/dV and dQ kernels' offsets (claim backward_kernel_addresses)
+        "addresses_bwd_k": {name: _lines(group) for name, group in AD.BACKWARD_KERNEL_GROUPS.items()},
         "segment_pointers_dkdv": _lines(AD.SEGMENT_POINTERS["dkdv"]),
         "segment_pointers_dq": _lines(AD.SEGMENT_POINTERS["dq"]),
         "row_stages": _stages(S.ROW_STAGES),

@@ -8,11 +8,12 @@ evaluate that function on a symbolic tensor (``Strided``: a shape and strides of
 and prove that each printed offset is the offset of the element the reference reads,
 ``Σ_d index_d · stride_d``, at an index inside the tensor's shape.
 
-Covered so far: the decode kernel (``_decode_fwd``: Q, the paged ``block_table``,
-``cache_seqlens``, K and V of a contiguous or a paged cache, the partial ``o`` and ``lse``) and the
-varlen segment block (the ``cu_seqlens`` loads and the segment offsets of every Q/K/V/O/dO/dQ/dK/dV
-pointer). The dense kernels' own pointer lines are not yet printed terms: ``generator.hygiene``
-lists them as reviewed gaps (``POINTER_GAPS``), and so does ``docs/verification.md``.
+Covered: the decode kernel (``_decode_fwd``: Q, the paged ``block_table``, ``cache_seqlens``, K and V
+of a contiguous or a paged cache, the partial ``o`` and ``lse``), the varlen segment block (the
+``cu_seqlens`` loads and the segment offsets of every Q/K/V/O/dO/dQ/dK/dV/lse/lse2/Δ pointer), the dense
+forward, softmax and the merges, the KV append, the backward preprocess and the backward dK/dV and dQ
+kernels. What is not yet a printed term ``generator.hygiene`` lists as reviewed gaps (``POINTER_GAPS``:
+the TMA descriptors' coordinates, a user score_mod's scatter), and so does ``docs/verification.md``.
 
 ``Strided`` implements the few tensor methods the launch functions use (``shape``, ``stride()``,
 ``view``, ``transpose``, ``contiguous``), so ``spec.launch`` runs unchanged on a torch tensor (the
@@ -214,20 +215,18 @@ SEGMENT_LOADS = (
     Term(V.seq_start_k, CuSeqlensK[off_b], CLAIM_VARLEN, "cu_seqlens_k[b]"),
     Term(V.seq_end_k, CuSeqlensK[off_b + 1], CLAIM_VARLEN, "cu_seqlens_k[b + 1]"),
 )
-#: the row-stride parameters of the varlen kernels: which tensor's spec.launch.packed_strides feeds each
-#: (the launch passes them in the kernel's parameter order)
-ROW_STRIDES = {"stride_qm": "q", "stride_kn": "k", "stride_vn": "v", "stride_om": "out", "stride_dom": "do",
-               "stride_dqm": "dq", "stride_dkn": "dk", "stride_dvn": "dv", "stride_lm": "lse"}
 #: which tensor each pointer addresses
-POINTER_TENSOR = {"Q": "q", "K": "k", "V": "v", "Out": "out", "Lse": "lse", "DO": "do", "DQ": "dq", "DK": "dk", "DV": "dv"}
+POINTER_TENSOR = {"Q": "q", "K": "k", "V": "v", "Out": "out", "Lse": "lse", "DO": "do", "DQ": "dq", "DK": "dk", "DV": "dv",
+                  "Lse2": "lse2", "Delta": "delta"}
 #: pointer -> (the segment start it moves by, the row stride it scales, the tensor's rows: q or k)
 _POINTERS = {
     "fwd": (("Q", "q", "stride_qm"), ("K", "k", "stride_kn"), ("V", "k", "stride_vn"), ("Out", "q", "stride_om"),
             ("Lse", "q", "stride_lm")),
     "dkdv": (("Q", "q", "stride_qm"), ("DO", "q", "stride_dom"), ("K", "k", "stride_kn"), ("V", "k", "stride_vn"),
-             ("DK", "k", "stride_dkn"), ("DV", "k", "stride_dvn")),
+             ("DK", "k", "stride_dkn"), ("DV", "k", "stride_dvn"), ("Lse2", "q", "stride_rm"),
+             ("Delta", "q", "stride_rm")),
     "dq": (("Q", "q", "stride_qm"), ("DO", "q", "stride_dom"), ("DQ", "q", "stride_dqm"), ("K", "k", "stride_kn"),
-           ("V", "k", "stride_vn")),
+           ("V", "k", "stride_vn"), ("Lse2", "q", "stride_rm"), ("Delta", "q", "stride_rm")),
 }
 
 
@@ -417,7 +416,7 @@ APPEND_GROUPS = {"lookups": APPEND_LOOKUPS, "x": APPEND_X, "dst_paged": APPEND_D
 # ----------------------------------------------------------------------------------
 # The backward's preprocess (_attn_bwd_preprocess): O, dO, dL/dlse, the saved lse, the backward's own rows
 # (Δ, lse2, dsink: one layout, made by spec.launch.backward_row_tensors) and the sinks, for the strides
-# spec.launch.preprocess_launch passes (claim backward_addresses). The dK/dV and dQ kernels: a listed gap.
+# spec.launch.preprocess_launch passes (claim backward_addresses). The dK/dV and dQ kernels: below.
 # ----------------------------------------------------------------------------------
 CLAIM_BACKWARD = "backward_addresses"
 BACKWARD_STRIDES = {name: _int(name) for name in (
@@ -441,3 +440,94 @@ PREPROCESS_OFFSETS = (
     Term(bsink_off, off_h * B_["stride_sink"], CLAIM_BACKWARD, "sinks[h]"),
 )
 BACKWARD_GROUPS = {"preprocess": PREPROCESS_OFFSETS}
+
+
+# ----------------------------------------------------------------------------------
+# The backward's dK/dV and dQ kernels (_attn_bwd_dkdv, _attn_bwd_dq, their stages, _attn_bwd_rows,
+# _attn_bwd_mask): every load and store offset, for the strides spec.launch.dkdv_launch and
+# spec.launch.dq_launch pass (claim backward_kernel_addresses; the packed batch: claim varlen_addresses).
+# ----------------------------------------------------------------------------------
+CLAIM_BACKWARD_KERNELS = "backward_kernel_addresses"
+#: the map tiles of the dense block map both loops read (MAP_BLOCK: a multiple of each loop's tiles);
+#: a dK/dV step's first query row, a dQ tile's first row (int32: program id x tile, or the loop's step)
+MAP_BLOCK_M, MAP_BLOCK_N = _int("MAP_BLOCK_M", positive=True), _int("MAP_BLOCK_N", positive=True)
+start_m = _int("start_m", nonnegative=True)
+BACKWARD_KERNEL_STRIDES = {name: _int(name) for name in (
+    "stride_qb", "stride_qh", "stride_qm", "stride_qd", "stride_kb", "stride_kh", "stride_kn", "stride_kd",
+    "stride_vb", "stride_vh", "stride_vn", "stride_vd", "stride_dob", "stride_doh", "stride_dom", "stride_dod",
+    "stride_dqb", "stride_dqh", "stride_dqm", "stride_dqd", "stride_dkb", "stride_dkh", "stride_dkn", "stride_dkd",
+    "stride_dvb", "stride_dvh", "stride_dvn", "stride_dvd", "stride_rb", "stride_rh", "stride_rm",
+    "stride_mb", "stride_mh", "stride_mm", "stride_mn", "stride_map_b", "stride_map_h", "stride_map_m",
+    "stride_map_n", "stride_kl")}
+BK_ = BACKWARD_KERNEL_STRIDES
+#: the per-program (per query head) parts of an offset, int64 (off_b, off_kvh, off_h are), printed before
+#: the loops and passed to the helpers with the unmoved pointers
+bk_base, bv_base, bq_base, bdo_base, brow_base, bmask_base, mapc_base, mapr_base = (_int(s) for s in (
+    "bk_base", "bv_base", "bq_base", "bdo_base", "brow_base", "bmask_base", "mapc_base", "mapr_base"))
+bk_off, bv_off, bvt_off, dk_off, dv_off, dq_off = (_int(s) for s in ("bk_off", "bv_off", "bvt_off", "dk_off",
+                                                                   "dv_off", "dq_off"))
+q_rows_off, do_rows_off, drow_off, bmask_off, mapc_off, mapr_off, bkl_off = (_int(s) for s in (
+    "q_rows_off", "do_rows_off", "drow_off", "bmask_off", "mapc_off", "mapr_off", "bkl_off"))
+#: this program's K/V head (both kernels), then a tile's keys offs_n in it: K and V key-major (dK/dV's tiles,
+#: dQ's K), V transposed (dQ's Vᵀ: d down the rows, keys across)
+BWD_KV_BASE = (
+    Term(bk_base, off_b * BK_["stride_kb"] + off_kvh * BK_["stride_kh"], CLAIM_BACKWARD_KERNELS, "k[b, kv head]"),
+    Term(bv_base, off_b * BK_["stride_vb"] + off_kvh * BK_["stride_vh"], CLAIM_BACKWARD_KERNELS, "v[b, kv head]"),
+)
+BWD_KV_OFFSETS = (
+    Term(bk_off, bk_base + col(offs_n) * BK_["stride_kn"] + row(offs_d) * BK_["stride_kd"], CLAIM_BACKWARD_KERNELS,
+         "k[b, kv head, j, d]"),
+    Term(bv_off, bv_base + col(offs_n) * BK_["stride_vn"] + row(offs_dv) * BK_["stride_vd"], CLAIM_BACKWARD_KERNELS,
+         "v[b, kv head, j, dv]"),
+)
+BWD_VT_OFFSET = (Term(bvt_off, bv_base + row(offs_n) * BK_["stride_vn"] + col(offs_dv) * BK_["stride_vd"],
+                      CLAIM_BACKWARD_KERNELS, "v[b, kv head, j, dv], transposed (dv down, j across)"),)
+#: dK/dV's stores: its key tile of dk (D wide) and dv (D_v wide)
+BWD_GRAD_KV = (
+    Term(dk_off, off_b * BK_["stride_dkb"] + off_kvh * BK_["stride_dkh"] + col(offs_n) * BK_["stride_dkn"]
+         + row(offs_d) * BK_["stride_dkd"], CLAIM_BACKWARD_KERNELS, "dk[b, kv head, j, d]"),
+    Term(dv_off, off_b * BK_["stride_dvb"] + off_kvh * BK_["stride_dvh"] + col(offs_n) * BK_["stride_dvn"]
+         + row(offs_dv) * BK_["stride_dvd"], CLAIM_BACKWARD_KERNELS, "dv[b, kv head, j, dv]"),
+)
+#: dQ's store: its row tile of dq
+BWD_DQ = (Term(dq_off, off_b * BK_["stride_dqb"] + off_h * BK_["stride_dqh"] + col(offs_m) * BK_["stride_dqm"]
+               + row(offs_d) * BK_["stride_dqd"], CLAIM_BACKWARD_KERNELS, "dq[b, h, i, d]"),)
+#: a query head's rows: of q, of grad_out and of Δ / lse2 (one layout: spec.launch.backward_row_tensors)
+BWD_ROW_BASE = (
+    Term(bq_base, off_b * BK_["stride_qb"] + off_h * BK_["stride_qh"], CLAIM_BACKWARD_KERNELS, "q[b, h]"),
+    Term(bdo_base, off_b * BK_["stride_dob"] + off_h * BK_["stride_doh"], CLAIM_BACKWARD_KERNELS, "grad_out[b, h]"),
+    Term(brow_base, off_b * BK_["stride_rb"] + off_h * BK_["stride_rh"], CLAIM_BACKWARD_KERNELS, "delta, lse2[b, h]"),
+)
+#: _attn_bwd_rows: the rows offs_m of that head
+BWD_ROWS = (
+    Term(q_rows_off, bq_base + col(offs_m) * BK_["stride_qm"] + row(offs_d) * BK_["stride_qd"], CLAIM_BACKWARD_KERNELS,
+         "q[b, h, i, d]"),
+    Term(do_rows_off, bdo_base + col(offs_m) * BK_["stride_dom"] + row(offs_dv) * BK_["stride_dod"],
+         CLAIM_BACKWARD_KERNELS, "grad_out[b, h, i, dv]"),
+    Term(drow_off, brow_base + offs_m * BK_["stride_rm"], CLAIM_BACKWARD_KERNELS, "delta, lse2[b, h, i]"),
+)
+#: the dense bool mask of a query head, then _attn_bwd_mask's element (i, j): the tiles of query rows and keys
+#: the caller broadcasts to its layout (row-major for dQ, key-major for dK/dV)
+BWD_MASK_BASE = (Term(bmask_base, off_b * BK_["stride_mb"] + off_h * BK_["stride_mh"], CLAIM_BACKWARD_KERNELS,
+                      "mask[b, h]"),)
+BWD_MASK = (Term(bmask_off, bmask_base + n.i * BK_["stride_mm"] + n.j * BK_["stride_mn"], CLAIM_BACKWARD_KERNELS,
+                 "mask[b, h, i, j]"),)
+#: the block map at MAP_BLOCK tiles: dK/dV's column of its key tile, then a row step's map tile; dQ's row of its
+#: query tile, then a key tile's map tile
+BWD_MAP_COL = (
+    Term(mapc_base, off_b * BK_["stride_map_b"] + off_h * BK_["stride_map_h"]
+         + sp.floor(start_n / MAP_BLOCK_N) * BK_["stride_map_n"], CLAIM_BACKWARD_KERNELS, "block_map[b, h, :, key tile]"),
+    Term(mapc_off, mapc_base + sp.floor(start_m / MAP_BLOCK_M) * BK_["stride_map_m"], CLAIM_BACKWARD_KERNELS,
+         "block_map[b, h, query tile, key tile]"),
+)
+BWD_MAP_ROW = (
+    Term(mapr_base, off_b * BK_["stride_map_b"] + off_h * BK_["stride_map_h"]
+         + sp.floor(start_m / MAP_BLOCK_M) * BK_["stride_map_m"], CLAIM_BACKWARD_KERNELS, "block_map[b, h, query tile]"),
+    Term(mapr_off, mapr_base + sp.floor(start_n / MAP_BLOCK_N) * BK_["stride_map_n"], CLAIM_BACKWARD_KERNELS,
+         "block_map[b, h, query tile, key tile]"),
+)
+BWD_KEY_LEN = (Term(bkl_off, off_b * BK_["stride_kl"], CLAIM_BACKWARD_KERNELS, "key_lengths[b]"),)
+BACKWARD_KERNEL_GROUPS = {"kv_base": BWD_KV_BASE, "kv_offsets": BWD_KV_OFFSETS, "vt_offset": BWD_VT_OFFSET,
+                          "grad_kv": BWD_GRAD_KV, "dq": BWD_DQ, "row_base": BWD_ROW_BASE, "rows": BWD_ROWS,
+                          "mask_base": BWD_MASK_BASE, "mask": BWD_MASK, "map_col": BWD_MAP_COL, "map_row": BWD_MAP_ROW,
+                          "key_len": BWD_KEY_LEN}

@@ -267,3 +267,72 @@ def preprocess_launch(out, do, grad_lse, lse, delta, sinks, block_m):
     N_Q = out.shape[0] if packed else out.shape[2]
     ints.update(stride_sink=sinks.stride(0), H=H, N_Q=N_Q)
     return (cdiv(N_Q, block_m), H if packed else out.shape[0] * H), ints
+
+
+# ----------------------------------------------------------------------------------
+# The backward's dK/dV and dQ kernels (_attn_bwd_dkdv, _attn_bwd_dq), dense or packed: every stride and
+# size they take, and their grids.
+# ----------------------------------------------------------------------------------
+#: the backward kernels' stride parameters, per tensor, in their signatures' order (``rows``: Δ and lse2,
+#: one layout: ``backward_row_tensors``)
+BACKWARD_STRIDE_NAMES = {
+    "q": FORWARD_STRIDE_NAMES["q"], "k": FORWARD_STRIDE_NAMES["k"], "v": FORWARD_STRIDE_NAMES["v"],
+    "do": ("stride_dob", "stride_doh", "stride_dom", "stride_dod"),
+    "dq": ("stride_dqb", "stride_dqh", "stride_dqm", "stride_dqd"),
+    "dk": ("stride_dkb", "stride_dkh", "stride_dkn", "stride_dkd"),
+    "dv": ("stride_dvb", "stride_dvh", "stride_dvn", "stride_dvd"),
+    "rows": ("stride_rb", "stride_rh", "stride_rm")}
+
+
+def _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mask_mod_args):
+    """The integers both backward kernels take: q, k, v, grad_out and Δ/lse2 strides (``attention_strides``,
+    ``lse_strides``), the dense mask's, the block map's, the slopes' and key_lengths' strides, ``GROUP``,
+    ``N_Q``, ``N_K`` (a packed batch: the totals)."""
+    ints = {}
+    for name, t in (("q", q), ("k", k), ("v", v), ("do", do)):
+        ints.update(zip(BACKWARD_STRIDE_NAMES[name], attention_strides(t)))
+    ints.update(zip(BACKWARD_STRIDE_NAMES["rows"], lse_strides(delta)))
+    ints.update(zip(FORWARD_STRIDE_NAMES["mask"], mask.stride()))
+    ints.update(zip(FORWARD_STRIDE_NAMES["block_map"], block_map.stride()))
+    ints.update(zip(FORWARD_STRIDE_NAMES["slopes"], slope_strides(slopes)))
+    ints["stride_kl"] = key_lengths.stride(0)
+    if mask_mod_args is not None:
+        ints["stride_mmb"] = mask_mod_args.stride(0)
+    packed = q.dim() == 3
+    n_q, n_k = (q.shape[0], k.shape[0]) if packed else (q.shape[2], k.shape[2])
+    ints.update(GROUP=q.shape[1] // k.shape[1], N_Q=n_q, N_K=n_k)
+    return ints
+
+
+def dkdv_launch(q, k, v, do, dk, dv, delta, key_lengths, mask, block_map, slopes, block_n, mask_mod_args=None,
+                cu_seqlens_q=None, max_seqlen_k=None):
+    """``(grid, ints)`` of one ``_attn_bwd_dkdv`` launch: every stride as the tensor has it, ``H_KV``,
+    ``GROUP``, ``N_Q``, ``N_K``. Dense: q, do ``(B, Hq, N_Q, D / D_v)``, k, dk ``(B, Hkv, N_K, D)``, v, dv ``(B,
+    Hkv, N_K, D_v)``, delta ``(B, Hq, N_Q)`` (lse2 shares its layout), grid ``(cdiv(N_K, block_n), B x Hkv)``.
+    Packed (``cu_seqlens_q`` given): ``(total, H, D)`` tensors, delta ``(Hq, total_q)``, batch strides 0 and
+    ``varlen_grid``'s grid over the keys (``max_seqlen_k``). ``key_lengths`` ``(B,)``, ``mask`` ``(B, Hq, N_Q,
+    N_K)``, ``block_map`` ``(B, Hq, cdiv(N_Q, MAP_BLOCK_M), cdiv(N_K, MAP_BLOCK_N))``, ``slopes`` ``(Hq,)`` or
+    ``(B, Hq)``, ``mask_mod_args`` ``(B, P)``: as passed (one-element placeholders where a flag compiles the
+    read out)."""
+    ints = _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mask_mod_args)
+    ints.update(zip(BACKWARD_STRIDE_NAMES["dk"], attention_strides(dk)))
+    ints.update(zip(BACKWARD_STRIDE_NAMES["dv"], attention_strides(dv)))
+    H_KV = k.shape[1]
+    ints["H_KV"] = H_KV
+    if cu_seqlens_q is not None:
+        return varlen_grid(max_seqlen_k, block_n, cu_seqlens_q, H_KV), ints
+    return (cdiv(ints["N_K"], block_n), q.shape[0] * H_KV), ints
+
+
+def dq_launch(q, k, v, do, dq, delta, key_lengths, mask, block_map, slopes, block_m, mask_mod_args=None,
+              cu_seqlens_q=None, max_seqlen_q=None):
+    """``(grid, ints)`` of one ``_attn_bwd_dq`` launch: as ``dkdv_launch`` with dq ``(B, Hq, N_Q, D)`` (packed
+    ``(total_q, Hq, D)``) for dk, dv, ``H`` for ``H_KV``; grid ``(cdiv(N_Q, block_m), B x Hq)``, packed
+    ``varlen_grid``'s over the queries (``max_seqlen_q``)."""
+    ints = _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mask_mod_args)
+    ints.update(zip(BACKWARD_STRIDE_NAMES["dq"], attention_strides(dq)))
+    H = q.shape[1]
+    ints["H"] = H
+    if cu_seqlens_q is not None:
+        return varlen_grid(max_seqlen_q, block_m, cu_seqlens_q, H), ints
+    return (cdiv(ints["N_Q"], block_m), q.shape[0] * H), ints

@@ -149,6 +149,23 @@ def test_readme_states_the_number_of_reviewed_exceptions():
      "BlockTable + off_b * stride_bt_b + page_idx"),
     # the backward preprocess (claim backward_addresses): its old contiguous rows
     ("bwd", "lse = tl.load(Lse + slse_off,", "lse = tl.load(Lse + off_bh * N_Q + offs_m,", "Lse + off_bh * N_Q + offs_m"),
+    # the backward's dK/dV and dQ kernels (claim backward_kernel_addresses): their old hand-written lines
+    ("bwd", "tl.store(DK + dk_off,", "tl.store(DK + off_b * stride_dkb + offs_n[:, None] * stride_dkn,",
+     "DK + off_b * stride_dkb"),
+    ("bwd", "tl.store(DQ + dq_off,", "tl.store(DQ + dq_off + stride_dqm,", "DQ + dq_off + stride_dqm"),
+    ("bwd", "delta = tl.load(Delta + drow_off)", "delta = tl.load(Delta + lse_row0 + offs_m)", "Delta + lse_row0"),
+    ("bwd", "q = tl.load(Q + q_rows_off,", "q = tl.load(Q + offs_m[:, None] * stride_qm + offs_d[None, :],",
+     "Q + offs_m[:, None] * stride_qm"),
+    ("bwd", "vT = tl.load(V + bvt_off,", "vT = tl.load(V + bv_base + offs_n[None, :] * stride_vn,",
+     "V + bv_base + offs_n[None, :] * stride_vn"),
+    ("bwd", "mask_tile = tl.load(Mask + bmask_off,", "mask_tile = tl.load(Mask + bmask_base + i * stride_mm + j,",
+     "Mask + bmask_base + i * stride_mm + j"),
+    ("bwd", "tile_state = tl.load(BlockMap + mapr_off)", "tile_state = tl.load(BlockMap + mapr_base + start_n)",
+     "BlockMap + mapr_base + start_n"),
+    ("bwd", "key_len = tl.load(KeyLens + bkl_off)", "key_len = tl.load(KeyLens + off_b)", "KeyLens + off_b"),
+    # a pointer _attn_bwd_dkdv only hands on (Q reaches a load in _attn_bwd_rows), moved there by hand
+    ("bwd", "        bq_base = off_b*stride_qb", "        Q_head = Q + off_b*stride_qb\n        bq_base = off_b*stride_qb",
+     "Q + off_b * stride_qb"),
     # softmax and the merges (claim rows_addresses): the old unit-stride lines
     ("softmax", "x = tl.load(X + x_off,", "x = tl.load(X + offs_m[:, None] * stride_xr + offs_n[None, :],",
      "X + offs_m[:, None] * stride_xr + offs_n[None, :]"),
@@ -163,12 +180,26 @@ def test_unprinted_pointer_arithmetic_is_caught(kind, old, new, sign):
     assert any(sign in p and ("printed address term" in p or "only a printed spec term" in p) for p in found), found
 
 
+def test_a_pointer_built_by_hand_and_handed_to_a_helper_is_caught():
+    """A local pointer built from a parameter the function never loads through (``Mask_head = Mask + ...``)
+    and handed to a helper at a pointer's place escapes the load and arithmetic checks; rule 4 refuses
+    it unless a printed line assigns it (or it is a reviewed HANDED_POINTER_GAPS pair)."""
+    source = edited("bwd", "stride_dom, stride_dod, stride_rm, Mask, bmask_base,",
+                    "stride_dom, stride_dod, stride_rm, Mask_head, bmask_base,", count=3)
+    source = source.replace("        bmask_base = off_b*stride_mb + off_h*stride_mh",
+                            "        Mask_head = Mask + off_b * stride_mb\n        bmask_base = off_b*stride_mb + off_h*stride_mh",
+                            1)
+    found = problems(source)
+    assert any("`Mask_head` handed to _attn_bwd_dkdv_stage as the pointer Mask" in p for p in found), found
+
+
 def test_pointer_gaps_are_listed_on_the_verification_page():
     """Every function rule 4 skips is named on docs/verification.md as a gap."""
     from pathlib import Path
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "verification.md").read_text()
     missing = [name for name in hygiene.POINTER_GAPS if f"`{name}`" not in page]
+    missing += [f"{fn}: {local}" for fn, local in hygiene.HANDED_POINTER_GAPS if f"`{local}`" not in page]
     assert missing == [], missing
 
 

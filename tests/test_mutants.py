@@ -1420,6 +1420,98 @@ def test_backward_address_launch_bugs_are_refuted():
     failing = _failing(PAD.prove_backward_addresses(row_tensors=lse2_transposed))
     assert "dense: row offset is lse2[b, h, i]" in failing, failing
 
+# ---------------------------------------------------------------- issue 24: the backward dK/dV and dQ kernels' addresses
+# Edits a real bug would make, applied to the printed term (spec.addresses.BACKWARD_KERNEL_GROUPS) or to the
+# spec.launch function the runtime calls, each refuted by claim backward_kernel_addresses (the packed batch:
+# varlen_addresses).
+BKG = AD.BACKWARD_KERNEL_GROUPS
+
+
+def _bwd_failing(**kw):
+    return _failing(PAD.prove_backward_kernel_addresses(**kw))
+
+
+def test_backward_address_dq_v_tile_by_k_strides_is_refuted():
+    """dQ's Vᵀ tile addressed with K's strides: right only when v is laid out like k (not for MLA's D_v != D)."""
+    S = AD.BK_
+    vt = swap(BKG["vt_offset"], AD.bvt_off, AD.bv_base + terms.row(AD.offs_n) * S["stride_kn"]
+              + terms.col(AD.offs_dv) * S["stride_kd"])
+    failing = _bwd_failing(groups=dict(BKG, vt_offset=vt))
+    assert failing == ["dq: v tile offset is v[b, kvh, j, dv] (transposed)",
+                       "dq: v: the int32 products are the in-head offset row·stride_row + col·stride_col"], failing
+
+
+def test_backward_address_query_rows_of_the_kv_head_are_refuted():
+    """GQA: dK/dV's loop reads the Q rows of the K/V head (off_kvh) instead of the group's query head off_h."""
+    rb = swap(BKG["row_base"], AD.bq_base, AD.off_b * AD.BK_["stride_qb"] + AD.off_kvh * AD.BK_["stride_qh"])
+    failing = _bwd_failing(groups=dict(BKG, row_base=rb))
+    assert failing == ["dkdv: q offset is q[b, h, i, d]", "dq: q offset is q[b, h, i, d]"], failing
+
+
+def test_backward_address_mask_tile_transposed_is_refuted():
+    """The key-major tile's mask bits read with i and j swapped (the mask's row stride scaling the key)."""
+    S = AD.BK_
+    mask = swap(BKG["mask"], AD.bmask_off, AD.bmask_base + n.j * S["stride_mm"] + n.i * S["stride_mn"])
+    failing = _bwd_failing(groups=dict(BKG, mask=mask))
+    assert failing == ["dkdv: mask offset is mask[b, h, i, j]", "dq: mask offset is mask[b, h, i, j]"], failing
+
+
+def test_backward_address_block_map_at_the_loop_tile_is_refuted():
+    """dK/dV's block map read at the row step (start_m // BLOCK_M) instead of its map tile (// MAP_BLOCK_M)."""
+    col = swap(BKG["map_col"], AD.mapc_off, AD.mapc_base + sp.floor(AD.start_m / n.B_r) * AD.BK_["stride_map_m"])
+    failing = _bwd_failing(groups=dict(BKG, map_col=col))
+    assert failing == ["dkdv: block map offset is block_map[b, h, start_m // MAP_BLOCK_M, start_n // MAP_BLOCK_N]"]
+
+
+def test_backward_address_launch_bugs_of_the_kernels_are_refuted():
+    """dv passed with dk's strides (MLA: dv is (B, Hkv, N_K, D_v)); dQ's grid rounded down; lse2 made in another
+    layout than Δ's (both kernels read them with Δ's strides)."""
+    def dv_as_dk(*args, **kw):
+        grid, ints = LA.dkdv_launch(*args, **kw)
+        return grid, dict(ints, **{f"stride_dv{x}": ints[f"stride_dk{x}"] for x in "bhnd"})
+
+    failing = _bwd_failing(dkdv_launch=dv_as_dk)
+    assert failing == ["dkdv: dv offset is dv[b, kvh, j, dv]"], failing
+
+    def rounded_down(q, k, v, do, dq, delta, *rest, **kw):
+        grid, ints = LA.dq_launch(q, k, v, do, dq, delta, *rest, **kw)
+        return (sp.floor(ints["N_Q"] / rest[4]), grid[1]), ints
+
+    failing = _bwd_failing(dq_launch=rounded_down)
+    assert failing == ["dq: the grid covers every row tile of every (b, h): grid[0]·BLOCK_M >= N_Q, grid[1] = B·Hq"]
+
+    def lse2_transposed(lse, sinks):
+        delta, lse2, dsink = LA.backward_row_tensors(lse, sinks)
+        return delta, lse2.transpose(0, 1), dsink
+
+    failing = _bwd_failing(row_tensors=lse2_transposed)
+    assert failing == ["dkdv: row offset is lse2[b, h, i]", "dq: row offset is lse2[b, h, i]"], failing
+
+
+def test_backward_address_group_loop_with_the_wrong_group_is_refuted():
+    """dK/dV's group loop with GROUP = Hq // Hkv replaced by Hkv: its query heads h = kvh·GROUP + g leave Hq."""
+    def wrong_group(q, k, *rest, **kw):
+        grid, ints = LA.dkdv_launch(q, k, *rest, **kw)
+        return grid, dict(ints, GROUP=k.shape[1])
+
+    failing = _bwd_failing(dkdv_launch=wrong_group)
+    assert "dkdv: the group loop g < GROUP visits each query head of the kv head once: h < Hq and h // GROUP = kvh" \
+        in failing, failing
+
+
+def test_varlen_backward_rows_not_moved_to_the_segment_are_refuted():
+    """A packed batch's Δ / lse2 rows read from row 0 (the old lse_off_b moved by hand, now a printed move): the
+    pointer moves of dK/dV without Lse2's are refuted by claim varlen_addresses."""
+    pointers = dict(AD.SEGMENT_POINTERS, dkdv=tuple(t for t in AD.SEGMENT_POINTERS["dkdv"] if t.symbol.name != "Lse2"))
+    failing = _failing(PAD.prove_varlen_addresses(pointers=pointers))
+    assert failing == ["dkdv: every pointer the kernel addresses is moved to its segment"], failing
+    # moved by the keys' start instead of the queries'
+    moved = swap(AD.SEGMENT_POINTERS["dq"], sp.Symbol("Lse2"), sp.Symbol("Lse2") + V.seq_start_k
+                 * sp.Symbol("stride_rm", integer=True))
+    failing = _failing(PAD.prove_varlen_addresses(pointers=dict(AD.SEGMENT_POINTERS, dq=moved)))
+    assert failing == ["dq: Lse2 reaches lse2[h, cu_seqlens_q[b] + i]"], failing
+
+
 # ----------------------------------------------------------------------------------
 # User score_mods (issue 28): claims score_mod_derived and score_mod_builtins
 # ----------------------------------------------------------------------------------

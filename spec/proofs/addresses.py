@@ -284,10 +284,12 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
        "cu_seqlens_q/k[b] and [b + 1] of the tensors spec.launch.varlen_cu_seqlens passes (inside their shape "
        "for every program of spec.launch.varlen_grid's grid), and every pointer the segment moves "
        "(spec.addresses.SEGMENT_POINTERS: Q, K, V, Out of the forward, Q, dO, K, V, dK, dV of dK/dV, Q, dO, "
-       "dQ, K, V of dQ; Lse (Hq, total_q) of the forward), followed by the forward's printed offsets "
+       "dQ, K, V of dQ; Lse (Hq, total_q) of the forward, Lse2 and Δ (Hq, total_q) of both backward kernels; "
+       "every pointer a kernel addresses is moved), followed by the forward's printed offsets "
        "(spec.addresses.FORWARD_GROUPS, for the strides spec.launch.forward_launch passes a packed batch) or the "
-       "backward's address form off_b·stride_b + h·stride_h + i·stride_row + d·stride_d with "
-       "spec.launch.packed_strides' strides, reaches element (cu[b] + i, h, d) of its tensor (lse: (h, cu[b] + i)) "
+       "backward kernels' printed offsets (spec.addresses.BACKWARD_KERNEL_GROUPS, for the strides "
+       "spec.launch.dkdv_launch and dq_launch pass a packed batch), reaches element (cu[b] + i, h, d) of its tensor "
+       "(lse, lse2, Δ: (h, cu[b] + i)) "
        "— the segment's row i, queries from cu_seqlens_q and keys from cu_seqlens_k — inside the tensor for "
        "0 <= i < the segment's length, given the host's check of the offsets (non-decreasing, from 0 to the "
        "totals); the grid's cdiv(max_seqlen, B) tiles cover every segment no longer than max_seqlen",
@@ -297,13 +299,14 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
                                                                     for t in g})),
        scope="symbolic totals, heads, head dim, strides (>= 0), segment and offsets' values (uninterpreted), "
              "grid (SymPy canonical zero for the elements, z3 for the extents); mathematical integers Z (the "
-             "segment starts are int64 when they scale a stride); the backward's dense address form is its "
-             "hand-written pointer lines (a listed gap)")
-def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, cu_seqlens=None, strides=None, grid=None,
-                           forward_groups=A.FORWARD_GROUPS, forward_launch=None):
+             "segment starts are int64 when they scale a stride)")
+def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, cu_seqlens=None, grid=None,
+                           forward_groups=A.FORWARD_GROUPS, forward_launch=None, backward_groups=A.BACKWARD_KERNEL_GROUPS,
+                           dkdv_launch=None, dq_launch=None):
     forward_launch = L.forward_launch if forward_launch is None else forward_launch
+    dkdv_launch = L.dkdv_launch if dkdv_launch is None else dkdv_launch
+    dq_launch = L.dq_launch if dq_launch is None else dq_launch
     cu_seqlens = L.varlen_cu_seqlens if cu_seqlens is None else cu_seqlens
-    strides = L.packed_strides if strides is None else strides
     grid = L.varlen_grid if grid is None else grid
     tensors = {"q": A.symbolic("q", ("total_q", "Hq", "D")), "k": A.symbolic("k", ("total_k", "Hkv", "D")),
                "v": A.symbolic("v", ("total_k", "Hkv", "Dv"))}
@@ -332,8 +335,8 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
     tensors.update(out=A.symbolic("out", o_shape), do=A.symbolic("do", o_shape), dq=A.symbolic("dq", q_shape),
                    dk=A.symbolic("dk", k_shape), dv=A.symbolic("dv", v_shape))
     tensors["lse"] = A.symbolic("lse", ("Hq", "total_q"))
-    row_stride = {sp.Symbol(name, integer=True): strides(tensors[t])[2] for name, t in A.ROW_STRIDES.items()
-                  if t != "lse"}
+    # the backward's Δ and lse2 (Hq, total_q): made by spec.launch.backward_row_tensors from the saved lse
+    tensors["delta"], tensors["lse2"], _ = L.backward_row_tensors(tensors["lse"], False)
     starts = {V.seq_start_q: values.get(V.seq_start_q, V.seq_start_q),
               V.seq_start_k: values.get(V.seq_start_k, V.seq_start_k)}
     i, h, d = (sp.Symbol(x, integer=True, nonnegative=True) for x in ("i", "h", "d"))
@@ -347,7 +350,29 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
     fg = {t.symbol: t for group in forward_groups.values() for t in group}
     fwd_offset = {"Q": (A.q_off,), "K": (A.k_off, A.k_base), "V": (A.v_off, A.v_base), "Out": (A.o_off,),
                   "Lse": (A.lse_off,)}
+    # the backward kernels: their own launches (spec.launch.dkdv_launch, dq_launch, packed) and printed offsets
+    # (spec.addresses.BACKWARD_KERNEL_GROUPS)
+    bwd_args = (tensors["q"], tensors["k"], tensors["v"], tensors["do"])
+    bwd_rest = (placeholder("key_lengths", 1), placeholder("mask", 4), placeholder("block_map", 4),
+                placeholder("alibi_slopes", 1))
+    _, kints = dkdv_launch(*bwd_args, tensors["dk"], tensors["dv"], tensors["delta"], *bwd_rest, n.B_c,
+                           cu_seqlens_q=passed["q"], max_seqlen_k=sp.Symbol("max_seqlen_k", integer=True))
+    _, qints = dq_launch(*bwd_args, tensors["dq"], tensors["delta"], *bwd_rest, n.B_r, cu_seqlens_q=passed["q"],
+                         max_seqlen_q=sp.Symbol("max_seqlen", integer=True))
+    blaunched = {kernel: {sym: sp.sympify(ints[name]) for name, sym in A.BK_.items() if name in ints}
+                 for kernel, ints in (("dkdv", kints), ("dq", qints))}
+    bg = {t.symbol: t for group in backward_groups.values() for t in group}
+    rows = (A.drow_off, A.brow_base)
+    bwd_offset = {"dkdv": {"Q": (A.q_rows_off, A.bq_base), "DO": (A.do_rows_off, A.bdo_base), "K": (A.bk_off, A.bk_base),
+                           "V": (A.bv_off, A.bv_base), "DK": (A.dk_off,), "DV": (A.dv_off,), "Lse2": rows, "Delta": rows},
+                  "dq": {"Q": (A.q_rows_off, A.bq_base), "DO": (A.do_rows_off, A.bdo_base), "DQ": (A.dq_off,),
+                         "K": (A.bk_off, A.bk_base), "V": (A.bvt_off, A.bv_base), "Lse2": rows, "Delta": rows}}
     for kernel, group in pointers.items():
+        # every pointer the kernel addresses is moved (a pointer left at row 0 reads segment 0's rows)
+        addressed = set(fwd_offset) if kernel == "fwd" else set(bwd_offset[kernel])
+        unmoved = sorted(addressed - {t.symbol.name for t in group})
+        cases.append((f"{kernel}: every pointer the kernel addresses is moved to its segment",
+                      sp.Symbol(f"unmoved: {', '.join(unmoved)}") if unmoved else sp.Integer(0)))
         for term in group:
             ptr = term.symbol.name
             name = A.POINTER_TENSOR[ptr]
@@ -363,12 +388,18 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
                                           A.off_kvh: h})  # the lane d of either head dim (D or D_v)
                 moved = sp.expand(term.expr - term.symbol).xreplace(flaunched).xreplace(starts)
                 address = sp.expand(moved + offset.xreplace(flaunched))
-            else:  # dK/dV, dQ: the backward's hand-written address form (a listed gap)
-                sb, sh, sm, sd = strides(tensor)
-                moved = sp.expand(term.expr - term.symbol).xreplace(row_stride).xreplace(starts)
-                address = sp.expand(moved + A.off_b * sb + h * sh + i * sm + d * sd)
-            index = (h, start + i) if name == "lse" else (start + i, h, d)
-            where = "h, cu_seqlens_q[b] + i" if name == "lse" else f"cu_seqlens_{side}[b] + i, h, d"
+            else:  # dK/dV, dQ: the pointer moved by the printed move, then the printed backward offset
+                off, *bases = bwd_offset[kernel][ptr]
+                offset = _lanes(bg[off].expr)
+                for base in bases:
+                    offset = offset.xreplace({base: _lanes(bg[base].expr)})
+                offset = offset.xreplace({A.offs_m: i, A.offs_n: i, A.offs_d: d, A.offs_dv: d, A.off_h: h,
+                                          A.off_kvh: h})
+                moved = sp.expand(term.expr - term.symbol).xreplace(blaunched[kernel]).xreplace(starts)
+                address = sp.expand(moved + offset.xreplace(blaunched[kernel]))
+            per_row = name in ("lse", "lse2", "delta")
+            index = (h, start + i) if per_row else (start + i, h, d)
+            where = "h, cu_seqlens_q[b] + i" if per_row else f"cu_seqlens_{side}[b] + i, h, d"
             cases.append((f"{kernel}: {ptr} reaches {name}[{where}]",
                           difference(address, sp.expand(tensor.offset_of(index)))))
     # the extents (z3): the program's segment b has cu[b + 1] inside cu_seqlens; a row i < length inside
@@ -803,7 +834,7 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
        "_attn_bwd_preprocess (spec.addresses.BACKWARD_GROUPS) is the offset of the element the reference reads or "
        "writes — out/grad_out[b, h, i, d], grad_lse/lse/Δ/lse2/dsink[b, h, i] (packed: [i, h, d], [h, i]), "
        "sinks[h] — inside the tensor for every program of the grid and every lane i < N_Q, d < D, and the grid "
-       "covers every (b, h, i); the dK/dV and dQ kernels' pointer lines are a listed gap",
+       "covers every (b, h, i); the dK/dV and dQ kernels' offsets are claim backward_kernel_addresses'",
        r"\mathrm{off}(X, (b, h, i)) = b\,s_b + h\,s_h + i\,s_i",
        terms=tuple(t.name for g in A.BACKWARD_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid and lanes, dense and packed (SymPy canonical zero for the "
@@ -864,3 +895,192 @@ def prove_backward_addresses(groups=A.BACKWARD_GROUPS, launch=None, row_tensors=
         cases.append(_decide(f"{tag}: the grid covers every (b, h, i)", dims,
                              z3.And(z(sp.sympify(grid[0])) * z(n.B_r) >= N, z(sp.sympify(grid[1])) == bh)))
     return result(A.CLAIM_BACKWARD, cases, "offsets by SymPy (canonical zero), extents by z3")
+
+
+# ----------------------------------------------------------------------------------
+# The backward's dK/dV and dQ kernels.
+# ----------------------------------------------------------------------------------
+#: the backward's per-program bases (int64 sums with off_b, off_kvh or off_h)
+_INT64_BWD = {A.bk_base, A.bv_base, A.bq_base, A.bdo_base, A.brow_base, A.bmask_base, A.mapc_base, A.mapr_base}
+
+
+def _backward_tensors():
+    q, do = A.symbolic("q", ("B", "Hq", "N_Q", "D")), A.symbolic("do", ("B", "Hq", "N_Q", "Dv"))
+    # two head dims: q/k's D and v/grad_out's D_v (MLA); the gradients with their own strides
+    k, v = A.symbolic("k", ("B", "Hkv", "N_K", "D")), A.symbolic("v", ("B", "Hkv", "N_K", "Dv"))
+    dq, dk, dv = A.symbolic("dq", q.shape), A.symbolic("dk", k.shape), A.symbolic("dv", v.shape)
+    B, Hq, N_Q, N_K = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    lse = A.symbolic("lse", (B, Hq, N_Q))
+    delta, lse2, _ = L.backward_row_tensors(lse, False)
+    return dict(q=q, do=do, k=k, v=v, dq=dq, dk=dk, dv=dv, delta=delta, lse2=lse2,
+                key_lengths=A.symbolic("key_lengths", (B,)), mask=A.symbolic("mask", (B, Hq, N_Q, N_K)),
+                block_map=A.symbolic("block_map", (B, Hq, sp.ceiling(N_Q / A.MAP_BLOCK_M),
+                                                   sp.ceiling(N_K / A.MAP_BLOCK_N))),
+                slopes={"(Hq,)": A.symbolic("alibi_slopes", (Hq,)), "(B, Hq)": A.symbolic("alibi_slopes", (B, Hq))},
+                mask_mod_args=A.symbolic("mask_mod_args", (B, "P")))
+
+
+@claim(A.CLAIM_BACKWARD_KERNELS,
+       "the backward dK/dV and dQ kernels' addresses: for all shapes and non-negative strides of q (B, Hq, N_Q, D), "
+       "k (B, Hkv, N_K, D), v (B, Hkv, N_K, D_v) (two head dims), grad_out (B, Hq, N_Q, D_v), dq, dk, dv (the "
+       "shapes of q, k, v, their own strides), key_lengths (B,), the dense mask (B, Hq, N_Q, N_K), the block map "
+       "(B, Hq, cdiv(N_Q, MAP_BLOCK_M), cdiv(N_K, MAP_BLOCK_N)), ALiBi slopes (Hq,) or (B, Hq) and mask_mod_args "
+       "(B, P), with Δ and lse2 made by spec.launch.backward_row_tensors and the strides, sizes and grids "
+       "spec.launch.dkdv_launch and dq_launch pass (the functions both launchers call), every printed offset of "
+       "_attn_bwd_dkdv, _attn_bwd_dq, their stages, _attn_bwd_rows and _attn_bwd_mask "
+       "(spec.addresses.BACKWARD_KERNEL_GROUPS) is the offset of the element the reference reads or writes — "
+       "k/dk[b, kvh, j, d], v/dv[b, kvh, j, dv] (dQ's Vᵀ tile transposed), q/dq[b, h, i, d], grad_out[b, h, i, dv], "
+       "Δ/lse2[b, h, i], mask[b, h, i, j], block_map[b, h, i0 // MAP_BLOCK_M, j0 // MAP_BLOCK_N], key_lengths[b], "
+       "and (the forward's printed terms at the backward's strides) alibi_slopes[h] or [b, h], mask_mod_args[b] — "
+       "with h = kvh·GROUP + g (dK/dV's loop over the group) or the program's head and kvh = h // GROUP (dQ), and "
+       "lies inside the tensor for every program of the grid and every lane the load or store's mask lets through "
+       "(i < N_Q, j < N_K, d < D, dv < D_v; a full tile's rows and keys are inside by claim mask_tiles_sound), "
+       "every visited tile start i0 < N_Q, j0 < N_K; the grids cover every key tile (dK/dV) and row tile (dQ) of "
+       "every (b, head); the in-head products the kernels compute in int32 are exactly row·stride_row + "
+       "col·stride_col of q, grad_out, k, v, dq, dk, dv; the packed batch is claim varlen_addresses'",
+       r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
+       terms=tuple(t.name for g in A.BACKWARD_KERNEL_GROUPS.values() for t in g),
+       scope="symbolic shapes, strides (>= 0), grids, GQA groups and lanes (SymPy canonical zero for the offsets, "
+             "z3 over unbounded integers for the extents); off_b, off_kvh, off_h and the per-program bases are int64, "
+             "the in-head products int32 (bounded by index_int32 for q, k, v, grad_out and the mask; dq, dk, dv are "
+             "made contiguous in q's, k's, v's shapes; Δ/lse2's row products, the mask tile's and the block map's tile "
+             "products are not bounded by a claim); dense launches (the packed form: claim varlen_addresses)")
+def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch=None, dq_launch=None,
+                                    row_tensors=None):
+    from spec import structure as S
+
+    dkdv_launch = L.dkdv_launch if dkdv_launch is None else dkdv_launch
+    dq_launch = L.dq_launch if dq_launch is None else dq_launch
+    t = _backward_tensors()
+    if row_tensors is not None:  # a mutated spec.launch.backward_row_tensors
+        t["delta"], t["lse2"], _ = row_tensors(A.symbolic("lse", t["q"].shape[:3]), False)
+    q, do, k, v, dq, dk, dv = (t[x] for x in ("q", "do", "k", "v", "dq", "dk", "dv"))
+    B, Hq, N_Q, D = q.shape
+    Hkv, N_K, Dv = k.shape[1], k.shape[2], v.shape[3]
+    g = {t_.symbol: t_ for group in groups.values() for t_ in group}
+    fg = {t_.symbol: t_ for group in A.FORWARD_GROUPS.values() for t_ in group}
+    i, j, d, dv_, b, h, kvh = A.offs_m, A.offs_n, A.offs_d, A.offs_dv, A.off_b, A.off_h, A.off_kvh
+    cases = []
+    common = (t["key_lengths"], t["mask"], t["block_map"])
+    launches = {}
+    for tag, slopes in t["slopes"].items():
+        launches[tag] = (dkdv_launch(q, k, v, do, dk, dv, t["delta"], *common, slopes, n.B_c, t["mask_mod_args"]),
+                         dq_launch(q, k, v, do, dq, t["delta"], *common, slopes, n.B_r, t["mask_mod_args"]))
+    for kernel, index in (("dkdv", 0), ("dq", 1)):
+        grid, ints = launches["(Hq,)"][index]
+        launched = {sym: sp.sympify(ints[name]) for name, sym in A.BK_.items() if name in ints}
+        launched.update({sym: sp.sympify(ints[name]) for name, sym in A.F_.items() if name in ints})
+
+        def at(sym, *bases):
+            e = _lanes(g[sym].expr)
+            for base in bases:
+                e = e.xreplace({base: _lanes(g[base].expr)})
+            return sp.expand(e.xreplace(launched))
+
+        def same(name, got, tensor, idx):
+            cases.append((f"{kernel}: {name}", difference(got, sp.expand(tensor.offset_of(idx)))))
+
+        # --- the element each offset reaches (polynomial identities) -------------------------------
+        same("k offset is k[b, kvh, j, d]", at(A.bk_off, A.bk_base), k, (b, kvh, j, d))
+        if kernel == "dkdv":
+            same("v offset is v[b, kvh, j, dv]", at(A.bv_off, A.bv_base), v, (b, kvh, j, dv_))
+            same("dk offset is dk[b, kvh, j, d]", at(A.dk_off), dk, (b, kvh, j, d))
+            same("dv offset is dv[b, kvh, j, dv]", at(A.dv_off), dv, (b, kvh, j, dv_))
+            same("block map offset is block_map[b, h, start_m // MAP_BLOCK_M, start_n // MAP_BLOCK_N]",
+                 at(A.mapc_off, A.mapc_base), t["block_map"],
+                 (b, h, sp.floor(A.start_m / A.MAP_BLOCK_M), sp.floor(A.start_n / A.MAP_BLOCK_N)))
+        else:
+            same("v tile offset is v[b, kvh, j, dv] (transposed)", at(A.bvt_off, A.bv_base), v, (b, kvh, j, dv_))
+            same("dq offset is dq[b, h, i, d]", at(A.dq_off), dq, (b, h, i, d))
+            same("block map offset is block_map[b, h, start_m // MAP_BLOCK_M, start_n // MAP_BLOCK_N]",
+                 at(A.mapr_off, A.mapr_base), t["block_map"],
+                 (b, h, sp.floor(A.start_m / A.MAP_BLOCK_M), sp.floor(A.start_n / A.MAP_BLOCK_N)))
+        same("q offset is q[b, h, i, d]", at(A.q_rows_off, A.bq_base), q, (b, h, i, d))
+        same("grad_out offset is grad_out[b, h, i, dv]", at(A.do_rows_off, A.bdo_base), do, (b, h, i, dv_))
+        for name in ("delta", "lse2"):
+            same(f"row offset is {name}[b, h, i]", at(A.drow_off, A.brow_base), t[name], (b, h, i))
+        same("mask offset is mask[b, h, i, j]", at(A.bmask_off, A.bmask_base).xreplace({n.i: i, n.j: j}), t["mask"],
+             (b, h, i, j))
+        same("key_lengths offset is key_lengths[b]", at(A.bkl_off), t["key_lengths"], (b,))
+        (mm,) = A.FORWARD_GROUPS["mm_row"]
+        same("MM_row is row b of mask_mod_args (the forward's term)",
+             sp.expand(_lanes(mm.expr).xreplace(launched)) - A.MaskModArgs, t["mask_mod_args"], (b, 0))
+        for tag, slopes in t["slopes"].items():
+            slaunched = {sym: sp.sympify(launches[tag][index][1][name]) for name, sym in A.F_.items()
+                         if name in launches[tag][index][1]}
+            same(f"slopes {tag}: slope offset is alibi_slopes[{'h' if tag == '(Hq,)' else 'b, h'}] (the forward's term)",
+                 sp.expand(fg[A.slope_off].expr.xreplace(slaunched)), slopes, (h,) if tag == "(Hq,)" else (b, h))
+        # the int32 products: the in-head offset row·stride_row + col·stride_col
+        int32 = [("q", A.q_rows_off, i * ints["stride_qm"] + d * ints["stride_qd"]),
+                 ("grad_out", A.do_rows_off, i * ints["stride_dom"] + dv_ * ints["stride_dod"]),
+                 ("k", A.bk_off, j * ints["stride_kn"] + d * ints["stride_kd"])]
+        int32 += ([("v", A.bv_off, j * ints["stride_vn"] + dv_ * ints["stride_vd"]),
+                   ("dk", A.dk_off, j * ints["stride_dkn"] + d * ints["stride_dkd"]),
+                   ("dv", A.dv_off, j * ints["stride_dvn"] + dv_ * ints["stride_dvd"])] if kernel == "dkdv" else
+                  [("v", A.bvt_off, j * ints["stride_vn"] + dv_ * ints["stride_vd"]),
+                   ("dq", A.dq_off, i * ints["stride_dqm"] + d * ints["stride_dqd"])])
+        for name, sym, want in int32:
+            got = sp.Add(*[x for x in sp.Add.make_args(sp.expand(_lanes(g[sym].expr).xreplace(launched)))
+                           if not (x.free_symbols & (_INT64 | _INT64_BWD))])
+            cases.append((f"{kernel}: {name}: the int32 products are the in-head offset row·stride_row + col·stride_col",
+                          difference(got, sp.expand(want))))
+        # --- the extents (z3) ----------------------------------------------------------------------
+        z = _Z3A()
+        Bz, Hqz, Hkvz, Nqz, Nkz, Dz, Dvz = (z(sp.sympify(x)) for x in (B, Hq, Hkv, N_Q, N_K, D, Dv))
+        group_true, pid0, pid1, lane, gz = z3.Ints("group_true pid0 pid1 lane g")
+        Gz = z(sp.sympify(ints["GROUP"]))
+        bm, bn, mbm, mbn = z(n.B_r), z(n.B_c), z(A.MAP_BLOCK_M), z(A.MAP_BLOCK_N)
+        hyp = [x >= 1 for x in (Bz, Hqz, Hkvz, Nqz, Nkz, Dz, Dvz, bm, bn, mbm, mbn, group_true)]
+        hyp += [Hqz == group_true * Hkvz, 0 <= pid0, pid0 < z(sp.sympify(grid[0])), 0 <= pid1,
+                pid1 < z(sp.sympify(grid[1])), 0 <= lane]
+        if kernel == "dkdv":  # program (key tile, b x kvh); the loop over the group's query heads
+            heads = z(sp.sympify(ints["H_KV"]))
+            offb, offkvh = pid1 / heads, pid1 % heads
+            offh = z3.substitute(z(S.GQA_GROUP_HEAD.expr.xreplace({S.group: sp.sympify(ints["GROUP"])})),
+                                 (z(A.off_kvh), offkvh), (z(S.g), gz))
+            jz, iz = pid0 * bn + lane, z(i)
+            hyp += [lane < bn, 0 <= gz, gz < Gz]
+            tile_n, tile_m = pid0 * bn, z(A.start_m)
+            tile_hyp = [tile_m >= 0, tile_m < Nqz]
+        else:  # program (row tile, b x h); its K/V head by spec.structure.GQA_HEAD
+            heads = z(sp.sympify(ints["H"]))
+            offb, offh = pid1 / heads, pid1 % heads
+            offkvh = z3.substitute(z(S.GQA_HEAD.expr.xreplace({S.group: sp.sympify(ints["GROUP"])})),
+                                   (z(A.off_h), offh))
+            iz, jz = pid0 * bm + lane, z(j)
+            hyp += [lane < bm]
+            tile_m, tile_n = pid0 * bm, z(A.start_n)
+            tile_hyp = [tile_n >= 0, tile_n < Nkz]
+        row_ok, key_ok = z3.And(0 <= iz, iz < Nqz), z3.And(0 <= jz, jz < Nkz)
+        d_ok, dv_ok = z3.And(0 <= z(d), z(d) < Dz), z3.And(0 <= z(dv_), z(dv_) < Dvz)
+        head_side = ("dk, dv" if kernel == "dkdv" else "")
+        cases.append(_decide(f"{kernel}: k{', ' + head_side if head_side else ''}[b, kvh, j, d] inside (lanes j < N_K, "
+                             "d < HEAD_DIM)", hyp + [key_ok, d_ok], _inside((offb, offkvh, jz, z(d)), k.shape)))
+        cases.append(_decide(f"{kernel}: v[b, kvh, j, dv] inside (lanes j < N_K, dv < HEAD_DIM_V)",
+                             hyp + [key_ok, dv_ok], _inside((offb, offkvh, jz, z(dv_)), v.shape)))
+        cases.append(_decide(f"{kernel}: q{', dq' if kernel == 'dq' else ''}[b, h, i, d] inside (lanes i < N_Q, "
+                             "d < HEAD_DIM)", hyp + [row_ok, d_ok], _inside((offb, offh, iz, z(d)), q.shape)))
+        cases.append(_decide(f"{kernel}: grad_out[b, h, i, dv] inside (lanes i < N_Q, dv < HEAD_DIM_V)",
+                             hyp + [row_ok, dv_ok], _inside((offb, offh, iz, z(dv_)), do.shape)))
+        cases.append(_decide(f"{kernel}: delta, lse2[b, h, i] and mask[b, h, i, j] inside (lanes i < N_Q, j < N_K)",
+                             hyp + [row_ok, key_ok], z3.And(_inside((offb, offh, iz), t["delta"].shape),
+                                                            _inside((offb, offh, iz, jz), t["mask"].shape))))
+        cases.append(_decide(f"{kernel}: block_map[b, h, i0 // MAP_BLOCK_M, j0 // MAP_BLOCK_N] inside (a visited "
+                             "tile starts at i0 < N_Q, j0 < N_K)", hyp + tile_hyp + [tile_n < Nkz, tile_m < Nqz],
+                             _inside((offb, offh, tile_m / mbm, tile_n / mbn), t["block_map"].shape)))
+        cases.append(_decide(f"{kernel}: key_lengths[b], slopes[h] / [b, h], mask_mod_args[b, 0] inside",
+                             hyp + [z(sp.Symbol("P", integer=True, positive=True)) >= 1],
+                             z3.And(_inside((offb,), (B,)), _inside((offb, offh), (B, Hq)),
+                                    _inside((offb, 0), t["mask_mod_args"].shape))))
+        dims = [x >= 1 for x in (Bz, Hqz, Hkvz, Nqz, Nkz, bm, bn)]
+        if kernel == "dkdv":
+            cases.append(_decide("dkdv: the grid covers every key tile of every (b, kv head): grid[0]·BLOCK_N >= N_K, "
+                                 "grid[1] = B·Hkv", dims, z3.And(z(sp.sympify(grid[0])) * bn >= Nkz,
+                                                                 z(sp.sympify(grid[1])) == Bz * Hkvz)))
+            cases.append(_decide("dkdv: the group loop g < GROUP visits each query head of the kv head once: h < Hq "
+                                 "and h // GROUP = kvh", hyp, z3.And(offh < Hqz, offh / group_true == offkvh)))
+        else:
+            cases.append(_decide("dq: the grid covers every row tile of every (b, h): grid[0]·BLOCK_M >= N_Q, "
+                                 "grid[1] = B·Hq", dims, z3.And(z(sp.sympify(grid[0])) * bm >= Nqz,
+                                                                z(sp.sympify(grid[1])) == Bz * Hqz)))
+    return result(A.CLAIM_BACKWARD_KERNELS, cases, "offsets by SymPy (canonical zero), extents by z3")
