@@ -12,7 +12,7 @@ to the input dtype), relative to ``max|v|`` (the output is a convex combination 
 With the softcap (``softcap=True``) the bound is ``forward_bound(softcap=True)``: the printed cap's error is
 relative for every cap (claims ``softcap_accuracy``, ``forward_error_bound``). With ALiBi (``alibi=β``, from
 ``alibi_beta``: ``max|slope| · max|i + shift − j|`` of the case) it is ``forward_bound(alibi=β)``: the printed
-bias's roundings (4, and its add) enter every exponent's error as ``~5u·β`` (claim ``forward_error_bound``
+bias's roundings (4, and its add) enter every exponent's error as ``~7u·β`` (claim ``forward_error_bound``
 (vi)); the regime tolerances ``TOLERANCES`` do not include it, so an ALiBi case passes ``q``, ``k`` and ``alibi``.
 The sink's fold (``spec.terms.SINK_FOLD``) is not in the bound: with sinks the tolerances are the bound's
 numbers without it.

@@ -47,8 +47,8 @@ composition (``T = max(1, ceil(N_k / B_c))`` tiles, every term present); its hyp
 are the inner-product lemma (``|fl(a·b) − a·b| <= γ_n Σ|a_i b_i|``, any order), the ``exp2`` and
 ``log2`` accuracy ``U_FUNC``, ``ln`` monotone with ``ln(xy) = ln x + ln y``, and no underflow or
 overflow. With ALiBi (``forward_bound(alibi=β)``, ``β`` the row's largest ``|slope·(i + shift − j)|``) the printed
-bias is computed within ``γ_4·β`` (``ALIBI_ROUNDINGS``: ``log2 e`` and ``slope·log2 e`` rounded, the int → fp32
-conversion of the distance, the product) and added once: ``E = alibi_exponent(s·A, φ, β, γ_4, u) +
+bias is computed within ``γ_4·β`` (``ALIBI_ROUNDINGS``: ``log2 e`` and ``slope·log2 e`` rounded, the distance
+``|i + shift − j|`` (positions and ``|shift|`` below ``2^24``: at most one rounding), the product) and added once: ``E = alibi_exponent(s·A, φ, β, γ_4, u) +
 (T+1)·(−log(1 − U_FUNC))`` (``alibi_exponent_error``; same claim). Not proved: any backward bound (the backward's tolerances are empirical: tested, not
 derived; ``generator.checking`` and the verification page say so).
 
@@ -231,15 +231,16 @@ def softcap_score_factor(g_d, g_2, g_4, rho_t, u):
 
 # ----------------------------------------------------------------------------------
 # ALiBi (issue 23 deliverable 2): the printed bias (spec.terms.ALIBI_SCALAR, ALIBI) in log2 units,
-#     alibi_coef = fl(slope·fl(log2 e)),   t^ = fl(fl(−alibi_coef·fl(|i + shift − j|)) + q^),
-# |i + shift − j| an exact int32 whose conversion to fp32 is exact below 2^24 (one rounding above:
-# counted, so every int32 distance is covered). The bias b = slope·log2 e·|i + shift − j| is then
-# computed within γ_4·|b|, and the add rounds once more: its error is absolute, |slope|·|i + shift − j|
-# times a few u, and enters E beside the score's.
+#     alibi_coef = fl(slope·fl(log2 e)),   t^ = fl(fl(−alibi_coef·d^) + q^),   d^ = |i − j + shift|,
+# the kernels passing the positions i, j as fp32 (offs_m.to(tl.float32)) and shift an int32. Scope: i, j and
+# |shift| below 2^24, so they are exact in fp32, i − j is exact, and the add of shift rounds at most once:
+# d^ = |i + shift − j|·(1 + δ) (exact whenever the distance is below 2^24). The bias b = slope·log2 e·
+# |i + shift − j| is then computed within γ_4·|b|, and the add rounds once more: its error is absolute,
+# |slope|·|i + shift − j| times a few u, and enters E beside the score's.
 # ----------------------------------------------------------------------------------
-#: roundings of the printed bias: log2 e rounded to fp32, slope·log2 e, the int → fp32 conversion of
-#: |i + shift − j| (exact below 2^24), the product; then ONE add to the score (claim forward_error_bound
-#: counts them in the printed ALIBI_SCALAR and ALIBI)
+#: roundings of the printed bias: log2 e rounded to fp32, slope·log2 e, the distance (one rounding counted:
+#: the int → fp32 conversion of an integer factor, or here the fp32 add of shift; exact below 2^24), the
+#: product; then ONE add to the score (claim forward_error_bound counts them in the printed ALIBI_SCALAR, ALIBI)
 ALIBI_ROUNDINGS = 4
 #: roundings of the raw score into log2 units with ALiBi and no cap: log2 e rounded to fp32,
 #: sm_scale·log2 e (SCORE_LOG2_SCALAR) and the product qk·softcap_out (SCORE_LOG2); the tile's product

@@ -194,9 +194,10 @@ def _roundings(expr, carried):
        "the softcap on, every key's capped score c·tanh(s·x/c) is computed within s·A·softcap_score_factor(γ_D, "
        "γ_2, γ_5, ρ_t, u) (ρ_t = SOFTCAP_REL, claim softcap_accuracy; tanh 1-Lipschitz and |tanh a| <= |a| as "
        "hypotheses), for every cap, and forward_bound(softcap=True) is (i)–(iv) with that factor; (vi) with ALiBi on "
-       "(cap on or off), the printed bias alibi_coef·|i + shift − j| (alibi_coef = fl(slope·fl(log2 e)), the exact "
-       "int32 distance converted to fp32: exact below 2^24, one rounding above, counted, so every int32 distance "
-       "is covered; the product; ALIBI_ROUNDINGS = 4, counted in the printed ALIBI_SCALAR and ALIBI) is within "
+       "(cap on or off), positions i, j and |shift| below 2^24, the printed bias alibi_coef·|i + shift − j| "
+       "(alibi_coef = fl(slope·fl(log2 e)); the distance formed from i, j exact in fp32 and shift: at most one "
+       "rounding, none below 2^24; the product; ALIBI_ROUNDINGS = 4, counted in the printed ALIBI_SCALAR and "
+       "ALIBI) is within "
        "γ_4·|b| of b = slope·log2 e·|i + shift − j| and is added to the score once (one rounding, the printed form "
        "checked; an FMA contraction of the two rounds less), the raw score without the cap is taken into log2 "
        "units with SCORE_LOG2_ROUNDINGS = 3 roundings (log2 e, scale·log2 e, the product; qk_scale = 1 exact; "
@@ -214,9 +215,9 @@ def _roundings(expr, carried):
              "inner-product lemma as a hypothesis, p's exponent unfused (FMA: exponent_rounding bounds its "
              "sign only; log2 and ln axioms above); out and lse (rows with a key; the empty row's −∞: "
              "forward_epilogue); spec.error_bound.forward_bound checked symbolically to be this composition for "
-             "every dtype, softcap off and on, ALiBi off and on (symbolic β: any slope, any int32 distance "
-             "|i + shift − j|, the bias's 4 roundings and its add counted in the printed terms); the backward has "
-             "no bound (empirical tolerances)",
+             "every dtype, softcap off and on, ALiBi off and on (symbolic β: any slope; positions i, j "
+             "and |shift| below 2^24, exact in fp32; the bias's 4 roundings and its add counted in the printed "
+             "terms); the backward has no bound (empirical tolerances)",
        assumptions=("scale_positive",))
 def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=terms.FORWARD_TILE,
                               tile_roundings=error_bound.TILE_ROUNDINGS, exponent_factor=error_bound.score_factor,
@@ -436,8 +437,9 @@ def _exponent_cases(exponent_factor, softcap_factor=error_bound.softcap_score_fa
 
 def _product_roundings(expr, env):
     """Roundings of a printed product against its exact value: one per binary multiply, one per irrational
-    constant rounded to fp32, one per int → fp32 conversion of an integer-valued factor (exact int32
-    arithmetic inside: its symbols are integers), and those of a factor an earlier term computed (``env``);
+    constant rounded to fp32, one per integer-valued factor of integer symbols (the distance |i + shift − j|:
+    its int → fp32 conversion, or, as the kernels pass i and j in fp32, the add of shift — i, j and |shift|
+    below 2^24 are exact in fp32 and i − j is exact), and those of a factor an earlier term computed (``env``);
     ``−1`` is an exact negation, a plain symbol an fp32 value. None: a factor of another kind."""
     factors = [f for f in sp.Mul.make_args(expr) if f != -1]
     count = len(factors) - 1
@@ -480,7 +482,7 @@ def _alibi_cases(alibi_factor, exponent_factor, softcap_factor, alibi_terms, ali
     cases.append(("printed ALiBi: qk + bias, one add (one rounding)", ZERO if form else sp.Tuple(update.symbol, expr)))
     count = _product_roundings(bias, env) if form else None
     cases.append((f"the printed bias is rounded <= ALIBI_ROUNDINGS = {alibi_roundings} times (log2 e, slope·log2 e, "
-                  "the int → fp32 conversion of |i + shift − j|, the product)",
+                  "the distance |i + shift − j| (one rounding counted, none below 2^24), the product)",
                   ZERO if count is not None and count <= alibi_roundings else sp.Symbol(f"{count} roundings")))
     natural = sp.simplify(bias.xreplace({s_: t.expr for t in alibi_terms[:-1] for s_ in (t.symbol,)}) * n.LN2
                           + n.slope * sp.Abs(n.i + n.shift - n.j))
