@@ -866,10 +866,13 @@ def test_forward_error_bound_with_a_too_small_out_bound_is_refuted():
 
 
 def test_forward_error_bound_with_a_too_small_exponent_error_is_refuted():
-    """The exponent factor before the proof, (γ_D + 2γ_3)(1 + γ_2): below γ_D(1+γ_2) + γ_2 + 2u·B/(c A)."""
+    """The exponent factor before the proof, (γ_D + 2γ_3)(1 + γ_2): below γ_D(1+γ_2) + γ_2 + 2u·B/(c A) — refuted
+    for the plain score (γ_2) and for ALiBi's raw score into log2 units (any γ_s, (vi))."""
     r = PF.prove_forward_error_bound(exponent_factor=lambda g_d, g_2, u: (g_d + 2 * g_2) * (1 + g_2))
     assert_failed(r)
-    assert [name for name, res in r.cases if res != 0] == ["F + 2u·B <= c·A·score_factor(γ_D, γ_2, u)"]
+    assert [name for name, res in r.cases if res != 0] == [
+        "F + 2u·B <= c·A·score_factor(γ_D, γ_2, u)",
+        "score (any γ_s): F_q + 2u·B_q <= c·A·φ, B_q <= c·A·(1 + φ), φ = score_factor(γ_D, γ_s, u)"]
 
 
 def test_forward_error_bound_counts_the_roundings_of_the_printed_update():
