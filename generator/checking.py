@@ -55,11 +55,13 @@ def alibi_beta(alibi_slopes, n_q: int, n_k: int, alignment: str = "top_left", sh
     return alibi_reach(slope, n_q, n_k, shift)
 
 
-def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None, softcap=False,
-                    alibi=None) -> tuple[float, float]:
+def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None, softcap=False, dtype=None,
+                    descaled=None, alibi=None) -> tuple[float, float]:
     """``(out, lse)`` tolerances of one case from the bound: its sizes and its data (``block_n``
     None: the largest bound over the block sizes a kernel may use; ``softcap``: the scores capped;
-    ``alibi``: the case's ``β`` (``alibi_beta``) with ALiBi slopes)."""
+    ``alibi``: the case's ``β`` (``alibi_beta``) with ALiBi slopes).
+    ``dtype`` (a name of ``spec.error_bound.UNIT_ROUNDOFF``, default v's) and ``descaled``: the FP8
+    forward's case, with q, k, v the dequantised tensors (``forward_bound``'s arguments)."""
     D = q.shape[-1]
     s = abs(scale) if scale is not None else 1 / math.sqrt(D)
     group = q.shape[1] // k.shape[1]
@@ -68,7 +70,8 @@ def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None, softcap=
     finite = ref_lse[torch.isfinite(ref_lse)] if ref_lse is not None else torch.zeros(1)
     lse_max = finite.abs().max().item() if finite.numel() else 0.0
     blocks = REGIME["block_ns"] if block_n is None else (block_n,)
-    bounds = [forward_bound(DTYPE_NAMES[v.dtype], k.shape[2], bn, D, scaled_abs, lse_max, softcap=softcap, alibi=alibi)
+    bounds = [forward_bound(dtype or DTYPE_NAMES[v.dtype], k.shape[2], bn, D, scaled_abs, lse_max, softcap=softcap,
+                            descaled=descaled, alibi=alibi)
               for bn in blocks]
     return max(b.out for b in bounds), max(b.lse_abs for b in bounds)
 
