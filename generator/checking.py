@@ -10,9 +10,12 @@ to the input dtype), relative to ``max|v|`` (the output is a convex combination 
   (N_k <= 4096, D <= 128, any B_c, scaled scores of standard-normal inputs).
 
 With the softcap (``softcap=True``) the bound is ``forward_bound(softcap=True)``: the printed cap's error is
-relative for every cap (claims ``softcap_accuracy``, ``forward_error_bound``). **ALiBi is not covered**:
-with ALiBi slopes the tests use these same tolerances, which are then **empirical** for the bias (no claim
-bounds the rounding of ``slope·|i + shift − j|``).
+relative for every cap (claims ``softcap_accuracy``, ``forward_error_bound``). With ALiBi (``alibi=β``, from
+``alibi_beta``: ``max|slope| · max|i + shift − j|`` of the case) it is ``forward_bound(alibi=β)``: the printed
+bias's roundings (4, and its add) enter every exponent's error as ``~7u·β`` (claim ``forward_error_bound``
+(vi)); the regime tolerances ``TOLERANCES`` do not include it, so an ALiBi case passes ``q``, ``k`` and ``alibi``.
+The sink's fold (``spec.terms.SINK_FOLD``) is not in the bound: with sinks the tolerances are the bound's
+numbers without it.
 
 ``lse`` must be ``-inf`` exactly on the rows where the reference's is, and elsewhere within the
 bound's absolute lse error (measured, as before, relative to ``max(1, |lse|)``).
@@ -28,7 +31,8 @@ import math
 
 import torch
 
-from spec.error_bound import REGIME, forward_bound, regime_bound
+from spec.error_bound import REGIME, alibi_reach, forward_bound, regime_bound
+from spec.masks import alignment_shift
 
 DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 #: out tolerance per dtype at the test regime (spec.error_bound.REGIME), relative to max|v|
@@ -40,10 +44,22 @@ LSE_TOLERANCES = {dtype: regime_bound(name).lse_abs for dtype, name in DTYPE_NAM
 GRAD_TOLERANCES_EMPIRICAL = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 4e-2}
 
 
+def alibi_beta(alibi_slopes, n_q: int, n_k: int, alignment: str = "top_left", shift: int | None = None):
+    """``β`` of a case with ALiBi slopes (None without): ``max|slope|`` times the largest ``|i + shift − j|``
+    over its ``N_q × N_k`` entries (``shift`` from the alignment unless given, e.g. a decode's
+    ``cache_seqlens − N_q``), a bound of every row's ``max_j |slope·(i + shift − j)|``."""
+    if alibi_slopes is None:
+        return None
+    shift = alignment_shift(alignment, n_q, n_k) if shift is None else shift
+    slope = torch.as_tensor(alibi_slopes).double().abs().max().item() if torch.as_tensor(alibi_slopes).numel() else 0.0
+    return alibi_reach(slope, n_q, n_k, shift)
+
+
 def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None, softcap=False, dtype=None,
-                    descaled=None) -> tuple[float, float]:
+                    descaled=None, alibi=None) -> tuple[float, float]:
     """``(out, lse)`` tolerances of one case from the bound: its sizes and its data (``block_n``
-    None: the largest bound over the block sizes a kernel may use; ``softcap``: the scores capped).
+    None: the largest bound over the block sizes a kernel may use; ``softcap``: the scores capped;
+    ``alibi``: the case's ``β`` (``alibi_beta``) with ALiBi slopes).
     ``dtype`` (a name of ``spec.error_bound.UNIT_ROUNDOFF``, default v's) and ``descaled``: the FP8
     forward's case, with q, k, v the dequantised tensors (``forward_bound``'s arguments)."""
     D = q.shape[-1]
@@ -55,7 +71,7 @@ def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None, softcap=
     lse_max = finite.abs().max().item() if finite.numel() else 0.0
     blocks = REGIME["block_ns"] if block_n is None else (block_n,)
     bounds = [forward_bound(dtype or DTYPE_NAMES[v.dtype], k.shape[2], bn, D, scaled_abs, lse_max, softcap=softcap,
-                            descaled=descaled)
+                            descaled=descaled, alibi=alibi)
               for bn in blocks]
     return max(b.out for b in bounds), max(b.lse_abs for b in bounds)
 
@@ -78,10 +94,14 @@ def attention_errors(out, lse, ref_out, ref_lse, v) -> tuple[float, float]:
 
 
 def attention_failures(out, lse, ref_out, ref_lse, v, *, q=None, k=None, scale=None, block_n=None,
-                       softcap=False) -> list[str]:
+                       softcap=False, alibi=None) -> list[str]:
     """Human-readable failures (empty when the kernel matches the reference within the bound)."""
     if q is not None and k is not None:
-        tol, lse_tol = case_tolerances(q, k, v, scale=scale, block_n=block_n, ref_lse=ref_lse, softcap=softcap)
+        tol, lse_tol = case_tolerances(q, k, v, scale=scale, block_n=block_n, ref_lse=ref_lse, softcap=softcap,
+                                       alibi=alibi)
+    elif alibi is not None:
+        raise ValueError("attention_failures: the regime tolerances do not cover ALiBi; pass q and k with alibi= "
+                         "(the bound of the case, spec.error_bound.forward_bound(alibi=β))")
     else:
         tol, lse_tol = TOLERANCES[v.dtype], LSE_TOLERANCES[v.dtype]
     out_err, lse_err = attention_errors(out, lse, ref_out, ref_lse, v)

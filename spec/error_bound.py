@@ -46,7 +46,11 @@ that ``forward_bound`` itself, evaluated in SymPy (``Numbers``) on symbolic size
 composition (``T = max(1, ceil(N_k / B_c))`` tiles, every term present); its hypotheses
 are the inner-product lemma (``|fl(a·b) − a·b| <= γ_n Σ|a_i b_i|``, any order), the ``exp2`` and
 ``log2`` accuracy ``U_FUNC``, ``ln`` monotone with ``ln(xy) = ln x + ln y``, and no underflow or
-overflow. Not proved: any backward bound (the backward's tolerances are empirical: tested, not
+overflow. With ALiBi (``forward_bound(alibi=β)``, ``β`` the row's largest ``|slope·(i + shift − j)|``) the
+printed bias is computed within ``γ_4·β`` (``ALIBI_ROUNDINGS``: ``log2 e`` and ``slope·log2 e`` rounded, the
+distance ``|i + shift − j|`` (positions and ``|shift|`` below ``2^24``: at most one rounding), the product) and
+added once: ``E = alibi_exponent(s·A, φ, β, γ_4, u) + (T+1)·(−log(1 − U_FUNC))`` (``alibi_exponent_error``;
+same claim). Not proved: any backward bound (the backward's tolerances are empirical: tested, not
 derived; ``generator.checking`` and the verification page say so).
 
 The tolerances of ``generator.checking`` are this bound (per case from the data, or at a stated
@@ -215,7 +219,7 @@ def lse_bound(exponent, log_den, log_n, lse_abs, u=U, u_func=U_FUNC):
 
 def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs: float, lse: float = 0.0,
                   num: Numbers = FLOATS, softcap: bool = False, *, out_dtype: str | None = None,
-                  descaled: bool | None = None) -> Bound:
+                  descaled: bool | None = None, alibi=None) -> Bound:
     """The bound for one row: ``dtype`` in ``UNIT_ROUNDOFF`` (the dtype of the products' operands and of
     P's cast: ``"e4m3"``/``"e5m2"`` for FP8), ``scaled_abs = s·max_j Σ_d |q_d k_jd|`` on the dequantised
     inputs (``num``: the arithmetic, floats unless claims ``forward_error_bound`` / ``fp8_error_bound``
@@ -223,14 +227,18 @@ def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs:
     ``|c·tanh(s x/c)| <= s·|x|``, its error relative). ``out_dtype``: the stored output's (default:
     ``dtype``'s ``U_STORE``: bf16 for FP8). ``descaled``: FP8's descales (``spec.terms.FP8_*``; default:
     ``dtype`` is FP8): two more roundings in ``qk_scale`` and one more multiply of ``out``; an FP8 ``dtype``
-    adds P's subnormal error. FP8 takes no softcap (refused: ``ValueError``). ALiBi is not covered: its
-    tolerances are empirical (``generator.checking``)."""
+    adds P's subnormal error. FP8 takes no softcap and no ALiBi (refused: ``ValueError``). ``alibi``: with
+    ALiBi on, ``β = max_j |slope·(i + shift − j)|`` over the row's keys (natural units; ``alibi_reach``),
+    whose printed bias adds ``alibi_exponent_error``'s terms."""
     descaled = dtype in FP8 if descaled is None else descaled
     if softcap and descaled:
         raise ValueError("forward_bound: FP8's descaled forward takes no softcap (nothing is bounded there)")
+    if alibi is not None and descaled:
+        raise ValueError("forward_bound: FP8's descaled forward takes no ALiBi (nothing is bounded there)")
     tiles = n_tiles(n_k, block_n, num)
-    E = exponent_error(head_dim, tiles, scaled_abs, num, softcap,
-                       SCALE_ROUNDINGS_DESCALED if descaled else SCALE_ROUNDINGS)
+    E = (exponent_error(head_dim, tiles, scaled_abs, num, softcap,
+                        SCALE_ROUNDINGS_DESCALED if descaled else SCALE_ROUNDINGS) if alibi is None
+         else alibi_exponent_error(head_dim, tiles, scaled_abs, alibi, num, softcap))
     rho_w = num.expm1(E)
     rho_num = carried_factor(weight_factor(num.unit_roundoff[dtype], num.gamma(block_n)), tiles, num.gamma)
     rho_den = carried_factor(num.gamma(block_n), tiles, num.gamma)
@@ -278,6 +286,58 @@ def softcap_score_factor(g_d, g_2, g_4, rho_t, u):
     ``2u·max|t^|`` from the max's subtraction and the rescales, as ``score_factor`` (claim
     ``forward_error_bound``)."""
     return (1 + g_d) * (1 + g_2) * (1 + rho_t) * (1 + g_4) * (1 + 2 * u) - 1
+
+
+# ----------------------------------------------------------------------------------
+# ALiBi (issue 23 deliverable 2): the printed bias (spec.terms.ALIBI_SCALAR, ALIBI) in log2 units,
+#     alibi_coef = fl(slope·fl(log2 e)),   t^ = fl(fl(−alibi_coef·d^) + q^),   d^ = |i − j + shift|,
+# the kernels passing the positions i, j as fp32 (offs_m.to(tl.float32)) and shift an int32. Scope: i, j and
+# |shift| below 2^24, so they are exact in fp32, i − j is exact, and the add of shift rounds at most once:
+# d^ = |i + shift − j|·(1 + δ) (exact whenever the distance is below 2^24). The bias b = slope·log2 e·
+# |i + shift − j| is then computed within γ_4·|b|, and the add rounds once more: its error is absolute,
+# |slope|·|i + shift − j| times a few u, and enters E beside the score's.
+# ----------------------------------------------------------------------------------
+#: roundings of the printed bias: log2 e rounded to fp32, slope·log2 e, the distance (one rounding counted:
+#: the int → fp32 conversion of an integer factor, or here the fp32 add of shift; exact below 2^24), the
+#: product; then ONE add to the score (claim forward_error_bound counts them in the printed ALIBI_SCALAR, ALIBI)
+ALIBI_ROUNDINGS = 4
+#: roundings of the raw score into log2 units with ALiBi and no cap: log2 e rounded to fp32,
+#: sm_scale·log2 e (SCORE_LOG2_SCALAR) and the product qk·softcap_out (SCORE_LOG2); the tile's product
+#: by qk_scale = 1 is exact (claim forward_error_bound counts them in the printed terms)
+SCORE_LOG2_ROUNDINGS = 3
+
+
+def alibi_exponent(scaled_abs, factor, bias, g_k, u):
+    """The modified score's exponent error ``F_t + 2u·B_t`` (as ``score_factor``'s ``F + 2u·B``) from the
+    score's (``scaled_abs·factor``, ``factor`` its ``score_factor`` or ``softcap_score_factor``) and the bias's
+    (``|b| <= bias``, computed within ``γ_k``): ``t^ = (q^ − b^)(1 + δ)`` gives ``F_t = F_q + γ_k·β + u·(B_q +
+    (1 + γ_k)β)``, ``B_t = (1 + u)(B_q + (1 + γ_k)β)``, and with ``F_q + 2u·B_q <= s·A·factor``, ``B_q <= s·A(1 +
+    factor)``: ``s·A·((1 + factor)(1 + u(1 + 2u)) − 1) + β·((1 + γ_k)(1 + u)(1 + 2u) − 1)``. Plain arithmetic,
+    homogeneous in (``scaled_abs``, ``bias``): log2 or natural units alike (claim ``forward_error_bound``)."""
+    return (scaled_abs * ((1 + factor) * (1 + u * (1 + 2 * u)) - 1)
+            + bias * ((1 + g_k) * (1 + u) * (1 + 2 * u) - 1))
+
+
+def alibi_exponent_error(head_dim: int, n_tiles: int, scaled_abs: float, bias: float, num: Numbers = FLOATS,
+                         softcap: bool = False) -> float:
+    """``E`` with ALiBi on (``bias``: ``β = max_j |slope·(i + shift − j)|``, natural units): the score's
+    factor (the cap's, or without it ``score_factor`` with the ``SCORE_LOG2_ROUNDINGS`` of the raw score
+    into log2 units), the bias's ``γ_{ALIBI_ROUNDINGS}`` and the add (``alibi_exponent``), and the at most
+    ``T + 1`` exp2 factors, as ``exponent_error``."""
+    if softcap:
+        factor = softcap_score_factor(num.gamma(head_dim), num.gamma(2), num.gamma(5), num.SOFTCAP_REL, num.U)
+    else:
+        factor = score_factor(num.gamma(head_dim), num.gamma(SCORE_LOG2_ROUNDINGS), num.U)
+    return (alibi_exponent(scaled_abs, factor, bias, num.gamma(ALIBI_ROUNDINGS), num.U)
+            - (n_tiles + 1) * num.log1p(-num.U_FUNC))
+
+
+def alibi_reach(slope_abs: float, n_q: int, n_k: int, shift: int) -> float:
+    """``β`` for every row of a case: ``max|slope| · max_{0 <= i < N_q, 0 <= j < N_k} |i + shift − j|`` (0 for
+    an empty case): an upper bound of every row's ``max_j |slope·(i + shift − j)|`` (masked keys included)."""
+    if n_q <= 0 or n_k <= 0:
+        return 0.0
+    return slope_abs * max(abs(n_q - 1 + shift), abs(shift - (n_k - 1)))
 
 
 #: the regime the fixed tolerances (``generator.checking.TOLERANCES``) are computed at: the tests'

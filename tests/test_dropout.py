@@ -23,7 +23,7 @@ import torch
 from attention_cases import mask_arguments, on_device, random_inputs, to_cpu, to_device
 from generated import flash_attention, flash_attention_varlen
 from generator import render
-from generator.checking import case_tolerances, attention_errors
+from generator.checking import alibi_beta, attention_errors, case_tolerances
 from spec import terms as T
 from spec.printer import print_term
 from spec.reference import attention as reference
@@ -35,12 +35,13 @@ pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered:Runti
 SMALL = (16, 32)
 
 
-def dropout_failures(out, lse, ref_out, ref_lse, q, k, v, p) -> list[str]:
+def dropout_failures(out, lse, ref_out, ref_lse, q, k, v, p, *, softcap=False, alibi=None) -> list[str]:
     """``out`` against the reference within the forward bound of the case (``spec.error_bound``)
     scaled by ``1/(1 − p)``: the dropped weights sum to at most ``1/(1 − p)`` where the bound's
     sum to 1 (each kept weight carries one more fp32 rounding, of ``p·drop_scale``, well inside
-    it); ``lse`` (undropped) within the bound itself."""
-    tol, lse_tol = case_tolerances(q, k, v, ref_lse=ref_lse)
+    it); ``lse`` (undropped) within the bound itself. ``softcap``, ``alibi``: the case's score modifications
+    (``forward_bound(softcap=, alibi=β)``)."""
+    tol, lse_tol = case_tolerances(q, k, v, ref_lse=ref_lse, softcap=softcap, alibi=alibi)
     out_err, lse_err = attention_errors(out, lse, ref_out, ref_lse, v)
     failures = []
     if not out_err <= tol / (1 - p):
@@ -103,7 +104,9 @@ def test_forward_and_gradients_match_the_reference_with_the_kernels_mask(name):
     assert keep.shape == (B, Hq, Nq, Nk) and keep.dtype == torch.bool
     assert 0 < keep.float().mean() < 1  # a mask with both kept and dropped entries
     ref_out, ref_lse, ref_grads = reference_run(q, k, v, do, keep, p, **kw)
-    assert dropout_failures(out, lse, ref_out, ref_lse, q, k, v, p) == []
+    alibi = alibi_beta(kw.get("alibi_slopes"), Nq, Nk, kw.get("alignment", "top_left"))
+    assert dropout_failures(out, lse, ref_out, ref_lse, q, k, v, p, softcap=kw.get("softcap") is not None,
+                            alibi=alibi) == []
     assert grad_failures(grads, ref_grads, dtype) == []
     # and not the reference without dropout (the check would catch a kernel that ignores the mask)
     undropped, _ = reference(q.double(), k.double(), v.double(), **kw)

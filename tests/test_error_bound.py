@@ -17,7 +17,7 @@ from attention_cases import forward_module, on_device, reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from generator.checking import DTYPE_NAMES, attention_errors, case_tolerances
+from generator.checking import DTYPE_NAMES, alibi_beta, attention_errors, attention_failures, case_tolerances
 from generator.runtime import api
 from spec.error_bound import forward_bound, gamma, regime_bound
 
@@ -55,6 +55,57 @@ def test_kernel_stays_within_the_error_bound(case):
     out_err, lse_err = attention_errors(out, lse, ref_out, ref_lse, v)
     assert out_err <= out_tol, f"out error {out_err:.3g} > bound {out_tol:.3g} ({case})"
     assert lse_err <= lse_tol, f"lse error {lse_err:.3g} > bound {lse_tol:.3g} ({case})"
+
+
+@st.composite
+def alibi_cases(draw):
+    dtype = draw(st.sampled_from(list(DTYPE_NAMES)))
+    nq, nk = draw(st.integers(1, 24)), draw(st.integers(1, 64))
+    slopes = draw(st.lists(st.sampled_from([0.0625, 0.5, 8.0, -0.5, -8.0]), min_size=2, max_size=2))
+    magnitude = draw(st.sampled_from([1.0, 4.0]))
+    causal = draw(st.booleans())
+    alignment = draw(st.sampled_from(["top_left", "bottom_right"]))
+    seed = draw(st.integers(0, 2**16))
+    return dtype, nq, nk, slopes, magnitude, causal, alignment, seed
+
+
+@settings(max_examples=6, deadline=None)
+@given(alibi_cases())
+def test_kernel_with_alibi_stays_within_the_error_bound(case):
+    """ALiBi (issue 23 deliverable 2): forward_bound(alibi=β) (claim forward_error_bound (vi)), β the case's
+    largest |slope·(i + shift − j)| — slopes up to ±8, so bias magnitudes up to ~500 — never left."""
+    dtype, nq, nk, slopes, magnitude, causal, alignment, seed = case
+    gen = torch.Generator().manual_seed(seed)
+    q = (magnitude * torch.randn(1, 2, nq, 16, generator=gen)).to(dtype)
+    k = (magnitude * torch.randn(1, 2, nk, 16, generator=gen)).to(dtype)
+    v = torch.randn(1, 2, nk, 16, generator=gen).to(dtype)
+    kw = dict(causal=causal, alignment=alignment, alibi_slopes=torch.tensor(slopes))
+    module = forward_module(BLOCK)
+    out, lse = on_device(api.attention_forward, module, q, k, v, window=None, key_lengths=None, mask=None,
+                         scale=None, **kw)
+    ref_out, ref_lse = reference(q, k, v, **kw)
+    alibi = alibi_beta(kw["alibi_slopes"], nq, nk, alignment)
+    out_tol, lse_tol = case_tolerances(q, k, v, block_n=module.BLOCK_N, ref_lse=ref_lse, alibi=alibi)
+    out_err, lse_err = attention_errors(out, lse, ref_out, ref_lse, v)
+    assert out_err <= out_tol, f"out error {out_err:.3g} > bound {out_tol:.3g} ({case})"
+    assert lse_err <= lse_tol, f"lse error {lse_err:.3g} > bound {lse_tol:.3g} ({case})"
+
+
+def test_alibi_enters_the_bound():
+    """β adds to every exponent's error (~7u·β natural units: the bias's γ_4, the add, and 2u from the max and the
+    rescales; the score's share gains ~2u·s·A: the add and log2 e's rounding) and grows the bound; the
+    case's β is max|slope| times the largest |i + shift − j|; a regime check refuses ALiBi without q, k."""
+    plain = forward_bound("fp32", 64, 32, 16, 4.0)
+    biased = forward_bound("fp32", 64, 32, 16, 4.0, alibi=504.0)
+    assert biased.out > plain.out and biased.lse_abs > plain.lse_abs
+    u = 2.0**-24
+    assert 7 * u * 504 < biased.exponent - plain.exponent < 7.001 * u * 504 + 2.001 * u * 4.0
+    assert alibi_beta(torch.tensor([0.5, -8.0]), 10, 30, "top_left") == 8.0 * 29
+    assert alibi_beta(torch.tensor([0.5, -8.0]), 10, 30, "bottom_right") == 8.0 * 29
+    assert alibi_beta(torch.tensor([1.0]), 30, 10, "bottom_right") == 29.0 and alibi_beta(None, 3, 3) is None
+    with pytest.raises(ValueError, match="regime tolerances do not cover ALiBi"):
+        attention_failures(torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1), torch.zeros(1, 1, 1, 1).double(),
+                           torch.zeros(1, 1, 1).double(), torch.ones(1, 1, 1, 1), alibi=1.0)
 
 
 def test_bound_grows_with_its_inputs():

@@ -484,6 +484,43 @@ def test_score_mod_log2_units_catch(mutant):
     assert_failed(PSM.prove_score_mod_invariant(**kw))
 
 
+def _alibi_exponent_without_the_bias_roundings(scaled_abs, factor, bias, g_k, u):
+    """alibi_exponent with the bias's own roundings dropped (γ_k): only the add's, as if the bias were exact."""
+    return scaled_abs * ((1 + factor) * (1 + u * (1 + 2 * u)) - 1) + bias * ((1 + u) * (1 + 2 * u) - 1)
+
+
+@pytest.mark.parametrize("mutant", ["bias_roundings_dropped", "score_add_dropped", "miscounted_bias",
+                                    "miscounted_score_log2", "printed_bias_rounded_once_more",
+                                    "forward_bound_ignores_alibi", "forward_bound_alibi_with_the_plain_scale"])
+def test_forward_error_bound_catches_alibi_mutants(mutant):
+    """Issue 23 deliverable 2, ALiBi in the bound (claim forward_error_bound (vi)): the lemma without the bias's
+    γ_4 or without the add's rounding of the score is refuted by z3; a count below the printed terms' (the bias's
+    4 roundings, the raw score's 3 into log2 units) or a printed bias with one more rounding fails the count;
+    forward_bound ignoring alibi=β, or using the plain path's γ_2 for the score, is not the stated composition."""
+    from spec import error_bound as EB
+
+    def plain_scale(dtype, n_k, block_n, head_dim, scaled_abs, lse=0.0, num=EB.FLOATS, softcap=False, *, alibi=None):
+        if alibi is None or softcap:
+            return EB.forward_bound(dtype, n_k, block_n, head_dim, scaled_abs, lse, num, softcap, alibi=alibi)
+        # the raw score's 3 roundings into log2 units counted as the plain path's 2: a smaller E
+        scale_rounding = EB.alibi_exponent(scaled_abs, EB.score_factor(num.gamma(head_dim), num.gamma(3), num.U),
+                                           0, 0, num.U) - EB.alibi_exponent(
+            scaled_abs, EB.score_factor(num.gamma(head_dim), num.gamma(2), num.U), 0, 0, num.U)
+        b = EB.forward_bound(dtype, n_k, block_n, head_dim, scaled_abs, lse, num, softcap, alibi=alibi)
+        return EB.Bound(b.out, b.lse_abs, b.exponent - scale_rounding)
+
+    rounded_twice = terms.Term(n.qk, n.qk - n.alibi_coef * n.LOG2E * n.LN2 * sp.Float(1.0) * sp.Abs(n.i + n.shift - n.j),
+                               "score_mod_invariant", "the bias rounded once more")
+    kw = {"bias_roundings_dropped": dict(alibi_factor=_alibi_exponent_without_the_bias_roundings),
+          "score_add_dropped": dict(alibi_factor=lambda sA, phi, b, g, u: sA * phi + b * ((1 + g) * (1 + u) * (1 + 2 * u) - 1)),
+          "miscounted_bias": dict(alibi_roundings=3),
+          "miscounted_score_log2": dict(score_log2_roundings=2),
+          "printed_bias_rounded_once_more": dict(alibi_terms=(terms.ALIBI_SCALAR, rounded_twice)),
+          "forward_bound_ignores_alibi": dict(bound=lambda *a, alibi=None, **k: EB.forward_bound(*a, **k)),
+          "forward_bound_alibi_with_the_plain_scale": dict(bound=plain_scale)}[mutant]
+    assert_failed(PF.prove_forward_error_bound(**kw))
+
+
 def test_softcap_bounds_and_error_bound_catch():
     # a rational branch that leaves [-1, 1]: y·(945 + ...)/(945 − ...) grows past 1 before |y| = 1
     wide = swap(terms.SOFTCAP, n.t, sp.Piecewise(
@@ -829,10 +866,13 @@ def test_forward_error_bound_with_a_too_small_out_bound_is_refuted():
 
 
 def test_forward_error_bound_with_a_too_small_exponent_error_is_refuted():
-    """The exponent factor before the proof, (γ_D + 2γ_3)(1 + γ_2): below γ_D(1+γ_2) + γ_2 + 2u·B/(c A)."""
+    """The exponent factor before the proof, (γ_D + 2γ_3)(1 + γ_2): below γ_D(1+γ_2) + γ_2 + 2u·B/(c A) — refuted
+    for the plain score (γ_2) and for ALiBi's raw score into log2 units (any γ_s, (vi))."""
     r = PF.prove_forward_error_bound(exponent_factor=lambda g_d, g_2, u: (g_d + 2 * g_2) * (1 + g_2))
     assert_failed(r)
-    assert [name for name, res in r.cases if res != 0] == ["F + 2u·B <= c·A·score_factor(γ_D, γ_2, u)"]
+    assert [name for name, res in r.cases if res != 0] == [
+        "F + 2u·B <= c·A·score_factor(γ_D, γ_2, u)",
+        "score (any γ_s): F_q + 2u·B_q <= c·A·φ, B_q <= c·A·(1 + φ), φ = score_factor(γ_D, γ_s, u)"]
 
 
 def test_forward_error_bound_counts_the_roundings_of_the_printed_update():

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from attention_cases import BLOCKS, on_device, to_cpu, to_device
 from generated import flash_attention, flash_attention_varlen
-from generator.checking import attention_failures
+from generator.checking import alibi_beta, attention_failures
 from spec import varlen as V
 from spec.reference import attention, varlen_attention
 from test_backward import grad_failures
@@ -325,7 +325,13 @@ def test_score_mods_match_the_per_segment_reference():
         lses.append(l_b[0])
     want_out, want_lse = torch.cat(outs), torch.cat(lses, dim=1)
     want = torch.autograd.grad(want_out, (qr, kr, vr, sr), do.double())
-    assert attention_failures(out, lse, want_out.detach(), want_lse.detach(), v) == []
+    # the bound of the case (claim forward_error_bound (v), (vi)): the packed batch as one (1, H, N, D) problem
+    # (every pair of rows and keys: a larger s·A and N_k than any segment's), the cap, and ALiBi's β the
+    # largest of the segments' (each bottom-right, its own slopes)
+    alibi = max(alibi_beta(slopes[b], nq, nk, "bottom_right") for b, (nq, nk) in enumerate(zip(lengths_q, lengths_k)))
+    heads = [t.transpose(0, 1)[None] for t in (q, k, v)]
+    assert attention_failures(out, lse, want_out.detach(), want_lse.detach(), v, q=heads[0], k=heads[1],
+                              block_n=32, softcap=True, alibi=alibi) == []
     assert grad_failures(grads[:3], want[:3], q.dtype) == []
     torch.testing.assert_close(grads[3].double(), want[3], rtol=1e-4, atol=1e-4)
 

@@ -25,6 +25,8 @@ for ``lse``, the same ``l_i`` through the printed epilogue's log2, the add of ``
 
 from __future__ import annotations
 
+import itertools
+
 import sympy as sp
 import z3
 from sympy.codegen.cfunctions import log2
@@ -191,8 +193,18 @@ def _roundings(expr, carried):
        "composition (T = max(1, ceil(N_k/B_c)) tiles, every term; checked in SymPy on symbolic sizes); (v) with "
        "the softcap on, every key's capped score c·tanh(s·x/c) is computed within s·A·softcap_score_factor(γ_D, "
        "γ_2, γ_5, ρ_t, u) (ρ_t = SOFTCAP_REL, claim softcap_accuracy; tanh 1-Lipschitz and |tanh a| <= |a| as "
-       "hypotheses), for every cap, and forward_bound(softcap=True) is (i)–(iv) with that factor; ALiBi is not "
-       "covered (its tolerances are empirical); the backward has no bound (its tolerances are empirical)",
+       "hypotheses), for every cap, and forward_bound(softcap=True) is (i)–(iv) with that factor; (vi) with ALiBi on "
+       "(cap on or off), positions i, j and |shift| below 2^24, the printed bias alibi_coef·|i + shift − j| "
+       "(alibi_coef = fl(slope·fl(log2 e)); the distance formed from i, j exact in fp32 and shift: at most one "
+       "rounding, none below 2^24; the product; ALIBI_ROUNDINGS = 4, counted in the printed ALIBI_SCALAR and "
+       "ALIBI) is within "
+       "γ_4·|b| of b = slope·log2 e·|i + shift − j| and is added to the score once (one rounding, the printed form "
+       "checked; an FMA contraction of the two rounds less), the raw score without the cap is taken into log2 "
+       "units with SCORE_LOG2_ROUNDINGS = 3 roundings (log2 e, scale·log2 e, the product; qk_scale = 1 exact; "
+       "counted), so every key's exponent is within E = alibi_exponent(s·A, φ, β, γ_4, u) + (T+1)·(−log(1 − "
+       "U_FUNC)), φ the score's factor (score_factor(γ_D, γ_3, u) or the cap's) and β >= max_j |slope·(i + shift − "
+       "j)| of the row (any real slope, natural units), and forward_bound(alibi=β) is (i)–(iv) with that E; the "
+       "backward has no bound (its tolerances are empirical)",
        r"|\hat o - o| \le \max|v|\left(\frac{a+b}{1-b}(1+u)(1+u_{out}) + (1+u)(1+u_{out}) - 1\right),\ "
        r"a = (1+\rho_w)(1+\rho_{num}) - 1,\ b = (1+\rho_w)(1+\rho_{den}) - 1,\ \rho_w = e^E - 1;\ "
        r"|\widehat{lse} - lse| \le d + \gamma_3(|lse| + d),\ d = \lambda + U_f(1 + \log N_k + E + \lambda),\ "
@@ -203,13 +215,19 @@ def _roundings(expr, carried):
              "inner-product lemma as a hypothesis, p's exponent unfused (FMA: exponent_rounding bounds its "
              "sign only; log2 and ln axioms above); out and lse (rows with a key; the empty row's −∞: "
              "forward_epilogue); spec.error_bound.forward_bound checked symbolically to be this composition for "
-             "every dtype, softcap off and on; ALiBi not covered; the backward has no bound (empirical tolerances)",
+             "every dtype, softcap off and on, ALiBi off and on (symbolic β: any slope; positions i, j "
+             "and |shift| below 2^24, exact in fp32; the bias's 4 roundings and its add counted in the printed "
+             "terms); the backward has no bound (empirical tolerances)",
        assumptions=("scale_positive",))
 def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=terms.FORWARD_TILE,
                               tile_roundings=error_bound.TILE_ROUNDINGS, exponent_factor=error_bound.score_factor,
                               lse_bound=error_bound.lse_bound, forward_epilogue=terms.FORWARD_EPILOGUE,
                               lse_roundings=error_bound.LSE_ROUNDINGS, bound=None,
-                              softcap_factor=error_bound.softcap_score_factor):
+                              softcap_factor=error_bound.softcap_score_factor,
+                              alibi_factor=error_bound.alibi_exponent, alibi_terms=(terms.ALIBI_SCALAR,) + terms.ALIBI,
+                              alibi_roundings=error_bound.ALIBI_ROUNDINGS,
+                              score_log2_terms=(terms.SCORE_LOG2_SCALAR,) + terms.SCORE_LOG2 + (terms.MOD_TILE_SCALE,),
+                              score_log2_roundings=error_bound.SCORE_LOG2_ROUNDINGS):
     chained = {t.symbol: t.expr for t in forward_tile}
     cases = []
     # (1) the printed form the count is about: new keys enter through one dot / rowsum, then one add
@@ -279,6 +297,8 @@ def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=term
                   _verdict(signs + [u > 0, uo >= 0],
                            out_bound(rw, rn, rd, u, uo) >= (a_ + b_) / (1 - b_) * last + last - 1)))
     cases += _exponent_cases(exponent_factor, softcap_factor)
+    cases += _alibi_cases(alibi_factor, exponent_factor, softcap_factor, alibi_terms, alibi_roundings,
+                          score_log2_terms, score_log2_roundings)
     cases += _lse_cases(lse_bound, forward_epilogue, lse_roundings)
     cases += _composition_cases(bound or error_bound.forward_bound)
     return result("forward_error_bound", cases, "z3 nonlinear real arithmetic; generic key + finite-sum lemma; "
@@ -321,12 +341,19 @@ def _composition_cases(bound):
     Symbolic = symbolic_numbers(u, uf, up, uo)
     rho_t = sp.Symbol("rho_t", positive=True)
     Symbolic.SOFTCAP_REL = rho_t
+    beta = sp.Symbol("beta", nonnegative=True)  # ALiBi's max_j |slope·(i + shift − j)|
     T = sp.Max(1, sp.ceiling(nk / bc))
     cases = []
-    for softcap in (False, True):
-        factor = (error_bound.softcap_score_factor(gam(d), gam(2), gam(5), rho_t, u) if softcap
-                  else exponent_factor(gam(d), gam(2), u))
-        E = sA * factor + (T + 1) * (-sp.log(1 - uf))
+    for softcap, alibi in itertools.product((False, True), (None, beta)):
+        if alibi is None:
+            factor = (error_bound.softcap_score_factor(gam(d), gam(2), gam(5), rho_t, u) if softcap
+                      else exponent_factor(gam(d), gam(2), u))
+            E = sA * factor + (T + 1) * (-sp.log(1 - uf))
+        else:  # the score's factor (the cap's, or the raw score into log2 units), then the bias and its add
+            factor = (error_bound.softcap_score_factor(gam(d), gam(2), gam(5), rho_t, u) if softcap
+                      else exponent_factor(gam(d), gam(error_bound.SCORE_LOG2_ROUNDINGS), u))
+            E = (error_bound.alibi_exponent(sA, factor, alibi, gam(error_bound.ALIBI_ROUNDINGS), u)
+                 + (T + 1) * (-sp.log(1 - uf)))
         rho_w = sp.exp(E) - 1
         rho_num = error_bound.carried_factor(error_bound.weight_factor(up, gam(bc)), T, gam)
         rho_den = error_bound.carried_factor(gam(bc), T, gam)
@@ -339,7 +366,8 @@ def _composition_cases(bound):
             if dtype in error_bound.FP8:
                 continue  # FP8's composition (descales, P's subnormal error, no softcap): claim fp8_error_bound
             try:
-                got = bound(dtype, nk, bc, d, sA, lse, num=Symbolic(), softcap=softcap)
+                got = bound(dtype, nk, bc, d, sA, lse, num=Symbolic(), softcap=softcap,
+                            **({} if alibi is None else {"alibi": alibi}))
             except Exception as e:  # noqa: BLE001  (a bound that cannot run symbolically is not checked: a failed case)
                 got = error_bound.Bound(*(sp.Symbol(f"{type(e).__name__}: {e}"),) * 3)
             for field in error_bound.Bound._fields:
@@ -347,9 +375,10 @@ def _composition_cases(bound):
                 # (expanded, not simplified: a wrong composition is reported, never searched for an identity)
                 residual = getattr(got, field) - getattr(want, field)
                 residual = residual if residual == 0 else sp.expand(residual)
-                cases.append((f"forward_bound({dtype}{', softcap' if softcap else ''}).{field} is the stated "
-                              f"composition (symbolic N_k, B_c, D, s·A, u, u_p, u_out, U_FUNC{', ρ_t' if softcap else ''})",
-                              residual))
+                mods = (", softcap" if softcap else "") + (", alibi" if alibi is not None else "")
+                cases.append((f"forward_bound({dtype}{mods}).{field} is the stated composition (symbolic N_k, B_c, "
+                              f"D, s·A, u, u_p, u_out, U_FUNC{', ρ_t' if softcap else ''}"
+                              f"{', β' if alibi is not None else ''})", residual))
     return cases
 
 
@@ -413,6 +442,115 @@ def _exponent_cases(exponent_factor, softcap_factor=error_bound.softcap_score_fa
     uf = z3.Real("U_f")
     cases.append(("one exp2 factor: |δ| <= U_FUNC => 1 + δ in [1/q, q], q = 1/(1 − U_FUNC) = e^(−log(1 − U_FUNC))",
                   _verdict([uf > 0, uf < 1, d <= uf, -d <= uf], z3.And(1 + d >= 1 - uf, 1 + d <= 1 / (1 - uf)))))
+    return cases
+
+
+def _product_roundings(expr, env):
+    """Roundings of a printed product against its exact value: one per binary multiply, one per irrational
+    constant rounded to fp32, one per integer-valued factor of integer symbols (the distance |i + shift − j|:
+    its int → fp32 conversion, or, as the kernels pass i and j in fp32, the add of shift — i, j and |shift|
+    below 2^24 are exact in fp32 and i − j is exact), and those of a factor an earlier term computed (``env``);
+    ``−1`` is an exact negation, a plain symbol an fp32 value. None: a factor of another kind."""
+    factors = [f for f in sp.Mul.make_args(expr) if f != -1]
+    count = len(factors) - 1
+    for f in factors:
+        if f in env:
+            count += env[f]
+        elif f.is_number:
+            count += 0 if f.is_Integer else 1
+        elif f.is_Symbol:
+            continue
+        elif f.is_integer and all(x.is_integer for x in f.free_symbols):
+            count += 1
+        else:
+            return None
+    return count
+
+
+def _printed_products(term_list):
+    """``(env, update)``: the roundings of each scalar term (``_product_roundings``) and the last term, the
+    per-tile update of ``qk``."""
+    env = {}
+    for t in term_list[:-1]:
+        env[t.symbol] = _product_roundings(t.expr, env)
+    return env, term_list[-1]
+
+
+def _alibi_cases(alibi_factor, exponent_factor, softcap_factor, alibi_terms, alibi_roundings, score_log2_terms,
+                 score_log2_roundings):
+    """(vi) ALiBi: the printed bias ``t^ = fl(fl(−alibi_coef·fl(|i + shift − j|)) + q^)``, ``alibi_coef =
+    fl(slope·fl(log2 e))`` (log2 units), its roundings counted in the printed terms, and the lemma: the score's
+    ``F_q + 2u·B_q <= s·A·φ`` and ``B_q <= s·A·(1 + φ)`` with ``|b| <= β`` give ``F_t + 2u·B_t <=
+    alibi_exponent(s·A, φ, β, γ_k, u)``, which the exponent case above (any ``F``, ``B``) turns into ``E``."""
+    cases = []
+    # (1) the printed form and its roundings: the bias is a product (its roundings counted), added once
+    env, update = _printed_products(alibi_terms)
+    expr = update.expr
+    added = sp.Add.make_args(expr)
+    bias = sp.Add(*[a for a in added if a != n.qk])
+    form = update.symbol == n.qk and isinstance(expr, sp.Add) and len(added) == 2 and n.qk in added
+    cases.append(("printed ALiBi: qk + bias, one add (one rounding)", ZERO if form else sp.Tuple(update.symbol, expr)))
+    count = _product_roundings(bias, env) if form else None
+    cases.append((f"the printed bias is rounded <= ALIBI_ROUNDINGS = {alibi_roundings} times (log2 e, slope·log2 e, "
+                  "the distance |i + shift − j| (one rounding counted, none below 2^24), the product)",
+                  ZERO if count is not None and count <= alibi_roundings else sp.Symbol(f"{count} roundings")))
+    natural = sp.simplify(bias.xreplace({s_: t.expr for t in alibi_terms[:-1] for s_ in (t.symbol,)}) * n.LN2
+                          + n.slope * sp.Abs(n.i + n.shift - n.j))
+    cases.append(("bias·ln 2 = −slope·|i + shift − j|: the printed bias in log2 units is the natural-units bias",
+                  natural))
+    env2, score = _printed_products(score_log2_terms[:-1])
+    tile_scale = score_log2_terms[-1]
+    scount = _product_roundings(score.expr, env2) if score.symbol == n.qk else None
+    cases.append((f"ALiBi without the cap: the raw score into log2 units is rounded <= SCORE_LOG2_ROUNDINGS = "
+                  f"{score_log2_roundings} times, the tile's qk_scale = 1 exact",
+                  ZERO if scount is not None and scount <= score_log2_roundings and tile_scale.symbol == n.qk_scale
+                  and tile_scale.expr == 1 else sp.Symbol(f"{scount} roundings, qk_scale = {tile_scale.expr}")))
+    in_log2 = score.expr.xreplace({t.symbol: t.expr for t in score_log2_terms[:-2]}) * n.LN2
+    cases.append(("raw score·(scale·log2 e)·ln 2 = scale·x: log2 units", sp.simplify(in_log2 - n.qk * n.sm_scale)))
+    # (2) k roundings in 1 ± γ_k (the product lemma (3) iterated: (1 + u)^k − 1 <= γ_k)
+    u = z3.Real("u")
+    for k in sorted({alibi_roundings, score_log2_roundings}):
+        cases.append((f"(1 + u)^{k} − 1 <= γ_{k}: {k} roundings in 1 ± γ_{k}",
+                      _verdict([u > 0, k * u < 1], (1 + u) ** k - 1 <= k * u / (1 - k * u))))
+    # (3) the score's F_q, B_q against its factor φ: the raw score into log2 units (any γ_s), or the cap's
+    A, c, gD, gs, x, xh, ell, sA, g5, rho = z3.Reals("A c g_D g_s x xh ell sA g_5 rho")
+    base = [u > 0, u < z3.RealVal("0.01"), A >= 0, c > 0, gD >= 0, gs >= 0]
+    score = base + [x <= A, -x <= A, xh - x <= gD * A, x - xh <= gD * A, ell <= 1 + gs, ell >= 1 - gs]
+    Fq, Bq = c * A * ((1 + gD) * (1 + gs) - 1), c * A * (1 + gD) * (1 + gs)
+    cases += [
+        ("score (any γ_s): |x^·c·ℓ − x·c| <= F_q, |x^·c·ℓ| <= B_q",
+         _verdict(score, z3.And(xh * c * ell - x * c <= Fq, x * c - xh * c * ell <= Fq, xh * c * ell <= Bq,
+                                -xh * c * ell <= Bq))),
+        ("score (any γ_s): F_q + 2u·B_q <= c·A·φ, B_q <= c·A·(1 + φ), φ = score_factor(γ_D, γ_s, u)",
+         _verdict(base, z3.And(Fq + 2 * u * Bq <= c * A * exponent_factor(gD, gs, u),
+                               Bq <= c * A * (1 + exponent_factor(gD, gs, u))))),
+    ]
+    g2 = 2 * u / (1 - 2 * u)
+    B0 = sA * (1 + gD) * (1 + g2)
+    cases.append(("softcap: B_q = B_0(1 + weight_factor(ρ_t, γ_5)) <= s·A·(1 + softcap_score_factor(γ_D, γ_2, γ_5, ρ_t, u))",
+                  _verdict([u > 0, u < z3.RealVal("0.01"), sA >= 0, gD >= 0, g5 >= 0, rho >= 0],
+                           B0 * (1 + error_bound.weight_factor(rho, g5)) <= sA * (1 + softcap_factor(gD, g2, g5, rho, u)))))
+    # (4) the lemma, in three steps: the bias's roundings, the add, the total
+    ab = lambda t: z3.If(t >= 0, t, -t)  # noqa: E731
+    b, th, beta, gk, q, qh, bh, d, F, B, phi = z3.Reals("b theta beta g_k q qh bh delta F_q B_q phi")
+    cases.append(("bias: |b| <= β, |θ| <= γ_k => |b(1+θ) − b| <= γ_k·β, |b(1+θ)| <= (1+γ_k)·β",
+                  _verdict([beta >= 0, gk >= 0, ab(b) <= beta, ab(th) <= gk],
+                           z3.And(ab(b * (1 + th) - b) <= gk * beta, ab(b * (1 + th)) <= (1 + gk) * beta))))
+    Ft = F + gk * beta + u * (B + (1 + gk) * beta)
+    Bt = (1 + u) * (B + (1 + gk) * beta)
+    add = [u > 0, u < z3.RealVal("0.01"), beta >= 0, gk >= 0, F >= 0, B >= 0, ab(qh - q) <= F, ab(qh) <= B,
+           ab(bh - b) <= gk * beta, ab(bh) <= (1 + gk) * beta, ab(d) <= u]
+    t_hat = (qh - bh) * (1 + d)
+    cases.append(("add: t^ = (q^ − b^)(1 + δ) => |t^ − (q − b)| <= F_t, |t^| <= B_t",
+                  _verdict(add, z3.And(ab(t_hat - (q - b)) <= Ft, ab(t_hat) <= Bt))))
+    cases.append(("F_q + 2u·B_q <= s·A·φ, B_q <= s·A(1 + φ) => F_t + 2u·B_t <= alibi_exponent(s·A, φ, β, γ_k, u)",
+                  _verdict([u > 0, u < z3.RealVal("0.01"), sA >= 0, phi >= 0, beta >= 0, gk >= 0, F >= 0, B >= 0,
+                            F + 2 * u * B <= sA * phi, B <= sA * (1 + phi)],
+                           Ft + 2 * u * Bt <= alibi_factor(sA, phi, beta, gk, u))))
+    # (5) log2 units to natural units: c·ln 2 = s and slope·log2 e·ln 2 = slope scale both arguments alike
+    X, Y, C, P_, G, U_ = sp.symbols("X Y C phi g u", positive=True)
+    cases.append(("alibi_exponent is homogeneous in (s·A, β): log2 units times ln 2 are natural units",
+                  sp.expand(alibi_factor(C * X, P_, C * Y, G, U_) - C * alibi_factor(X, P_, Y, G, U_))))
     return cases
 
 
