@@ -9,6 +9,14 @@ Nothing launches: the refused calls raise before any kernel (launches are stubbe
 is not refused returns instead of raising and the test says which rule let it through). A few
 limits are too large to reach with a small tensor (int32 offsets, the dropout counter); their rules
 lower the limit (``spec.assumptions``) for the call instead.
+
+The value rules (``checks.VALUES``: the elements of ``cache_seqlens``, the page ids, ``key_lengths``,
+...) refuse their input only with the opt-in checks (``contract.checking_values``: a host sync per
+call); by default a call never reads a value on the host and goes on with each value clamped into its
+range on the device (the rule's ``clamp``). So each value rule is tested twice: refused, naming the
+argument, with the opt-in; and by default, not refused, with no host sync, and giving bit for bit the
+result of the call with the clamped value (which the rule accepts): the documented result, every
+read inside the tensors the valid call reads. A rule no clamp can keep says so (``kept``).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import generated
 from attention_cases import to_device
 from benchmarks import host
 from generator.runtime import contract
+from generator.runtime.checks import VALUES
 from spec import assumptions
 from spec.masks import prefix_lm
 
@@ -111,9 +120,10 @@ def test_every_argument_of_every_entry_point_has_rules():
 
 def test_the_bases_are_valid_calls():
     """The refused inputs below differ from these by one rule's change: each base passes every rule."""
-    for entry, bases in BASES.items():
-        for base in bases():
-            contract.enforce(entry, to_device(base))
+    with contract.checking_values():
+        for entry, bases in BASES.items():
+            for base in bases():
+                contract.enforce(entry, to_device(base))
 
 
 def _refused_input(entry: str, name: str, index: int):
@@ -158,8 +168,42 @@ def test_each_declared_rule_refuses_its_input_naming_the_argument(entry, name, i
         monkeypatch.setitem(assumptions.ASSUMPTIONS, assumption,
                             assumptions.Assumption(assumption, old.statement, old.enforcement, value))
     with host.stubbed_launches() as launched, torch.enable_grad():  # grad mode on: the no-gradient rules apply
-        with pytest.raises((ValueError, TypeError, RuntimeError)) as raised:
+        with pytest.raises((ValueError, TypeError, RuntimeError)) as raised, contract.checking_values():
             getattr(generated, entry)(**call)
     assert launched == [], (entry, name, rule.text)
     named = re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", str(raised.value))  # the name as a word
     assert named, f"{entry}: rule {rule.text!r} of {name} raised without naming it: {raised.value}"
+
+
+VALUE_RULES = [(entry, name, i) for entry, name, i in RULES if contract.arg(entry, name).rules[i].stage == VALUES]
+
+
+def _same(a, b):
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("entry, name, index", VALUE_RULES, ids=[f"{e}-{n}-{i}" for e, n, i in VALUE_RULES])
+def test_each_value_rule_by_default_keeps_reads_in_bounds_without_a_sync(entry, name, index):
+    rule, call, limits = _refused_input(entry, name, index)
+    assert not limits and (rule.clamp is not None or rule.kept), (entry, name, rule.text)
+    run = getattr(generated, entry)
+    if entry != "flash_attention_varlen":  # varlen reads its offsets on the host by design (IN_OP)
+        with host.stubbed_launches() as launched, host.HostSyncGuard(fail=True, dispatch=False):
+            run(**call)
+        assert launched, (entry, name)
+    torch.manual_seed(0)  # the dense base draws dropout
+    got = run(**call)  # the kernels run: not refused
+    if rule.clamp is None:  # kept further down (the paged varlen path's kvcache clamps), or no clamp can
+        outs = got if isinstance(got, tuple) else (got,)
+        assert all(torch.isfinite(t).all() for t in outs), (entry, name)
+        return
+    ctx = contract.enforce(entry, call, values=False)
+    clamped = rule.clamp(ctx[name], ctx)
+    assert not rule.flags(clamped, {**ctx, name: clamped}), f"{entry}.{name}: its clamp leaves the rule's range"
+    torch.manual_seed(0)
+    _same(got, run(**{**call, name: clamped}))

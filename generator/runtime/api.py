@@ -124,21 +124,25 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
                          softcap, alibi_slopes, sinks)
     entry = _PLANS.get(key) if key is not None else None
     packed = philox = score_f = score_i = None
-    arguments = dict(q=q, k=k, v=v, causal=causal, alignment=alignment, window=window, key_lengths=key_lengths,
-                     mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma, softcap=softcap,
-                     alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, mask_args=mask_args, score_mod=score_mod,
-                     score_args=score_args,
-                     dropout_p=dropout_p, return_dropout_mask=return_dropout_mask)
-    if entry is not None:  # the declared value rules: every call (an edit in place is caught)
-        contract.enforce_values("flash_attention", arguments)
+    if entry is None or entry[2]:
+        arguments = dict(q=q, k=k, v=v, causal=causal, alignment=alignment, window=window, key_lengths=key_lengths,
+                         mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma, softcap=softcap,
+                         alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, mask_args=mask_args,
+                         score_mod=score_mod, score_args=score_args,
+                         dropout_p=dropout_p, return_dropout_mask=return_dropout_mask)
+    if entry is not None:
+        if entry[2]:  # the declared value rules, every call (values can change in place): clamped on the device
+            key_lengths = contract.keep_values("flash_attention", arguments, entry[2])["key_lengths"]
     else:
         for name, t in (("q", q), ("k", k), ("v", v)):
             checks.check_tensor(t, name)
         _unsupported_autograd_modes("flash_attention", q, k, v)
         q, k, v = _autocast(q.device.type, q, k, v)
         # every input check: the declared contract (generator.runtime.contract), none here
+        # (the value rules too: key_lengths clamped into [0, N_k] on the device, no host sync by default)
         a = contract.enforce("flash_attention", {**arguments, "q": q, "k": k, "v": v})
         scale, block, softcap, dropout_p = a["scale"], a["block"], a["softcap"], a["dropout_p"]
+        key_lengths = a["key_lengths"]
         # each window side clamped to N_q + N_k (claim window_clamp: the same keys, int32 bounds)
         window = checks.normalise_window(a["window"], spec_launch.dense_window, q, k)
         packed = a.get("packed_mask_args")  # mask_args packed by the mask_mod rule
@@ -161,7 +165,8 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
         tma = config.memory_path(tma, q.device)
         if block == "auto":
             block = dense_auto_block(q, k, v, tma)
-        entry = _PLANS.record(key, [_Checked(window, scale, block, tma, softcap), None])
+        entry = _PLANS.record(key, [_Checked(window, scale, block, tma, softcap), None,
+                                    contract.value_rules("flash_attention", a)])
     window, scale, block, tma, softcap = entry[0]
     q, scale = checks.normalise_scale(q, scale)  # s <= 0: the proven rewrite to s' > 0 (scale_sign_rewrite)
     sinks = contract.unit_stride("flash_attention", "sinks", sinks)  # the declared stride policy

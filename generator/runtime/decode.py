@@ -200,18 +200,19 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
                            cache_leftpad, cache_batch_idx, block_table, causal, window, scale, num_splits, return_lse,
                            softcap, alibi_slopes, sinks, batch_invariant)
     if entry is None:
-        checked, cache_leftpad, cache_batch_idx = _check(arguments)
-        entry = _PLANS.record(key, [checked, None])
-    checked = entry[0]
-    capacity, n_new = checked.capacity, checked.n_new
-    # eager: the declared value rules, one sync (every call: values can change in place)
-    contract.enforce_values("flash_attention_with_kvcache", arguments)
+        checked, arguments["cache_leftpad"], arguments["cache_batch_idx"] = _check(arguments)
+        entry = _PLANS.record(key, [checked, None, contract.value_rules("flash_attention_with_kvcache", arguments)])
+    checked, n_new = entry[0], entry[0].n_new
+    # the declared value rules, every call (values can change in place): each value clamped into its
+    # range on the device, no host sync (the named errors: contract.checking_values, one sync)
+    contract.keep_values("flash_attention_with_kvcache", arguments, entry[2])
+    cache_seqlens, block_table = arguments["cache_seqlens"], arguments["block_table"]
+    cache_leftpad, cache_batch_idx = arguments["cache_leftpad"], arguments["cache_batch_idx"]
     # the proven host rewrite of flash_attention: s <= 0 -> s' > 0 (scale_sign_rewrite)
     q, scale = checks.normalise_scale(q, checked.scale)
-    # lengths and page ids as the kernel reads them (clamped on the device under torch.compile), the
-    # block table and the sinks at unit stride (copies of strided views)
-    cache_seqlens, block_table = checks.cache_arguments(cache_seqlens, block_table, capacity - n_new,
-                                                        checked.num_pages)
+    # lengths and page ids as the kernel reads them (contiguous int32), the block table and the sinks at
+    # unit stride (copies of strided views)
+    cache_seqlens, block_table = checks.cache_arguments(cache_seqlens, block_table)
     sinks = contract.unit_stride("flash_attention_with_kvcache", "sinks", sinks)
     if k is not None:
         # the append: k (rotated) and v written in place at keys cache_seqlens[b] + t, then attended

@@ -8,9 +8,9 @@ use. None of that depends on a tensor's *values* or address, so an entry point c
 (``tensor_key``), each option's value and type (``options_key``), the grad mode) and keeps it
 here; each call then does only what depends on values:
 
-* the value checks (``checks.check_cache_values``, ``checks.check_key_lengths``), every call, so an
-  edit in place between two calls is still caught (one host sync, eager mode only; under
-  ``torch.compile`` the device clamps instead);
+* the declared value rules (``contract.keep_values``; which of them apply is kept in the plan), every
+  call, so an edit in place between two calls is still kept in range: each value clamped on the
+  device, no host sync (the named errors: the opt-in ``contract.checking_values``, one sync);
 * the outputs' allocation and the launch.
 
 Every check still runs: on the first call of a signature the entry point takes its full path (every
