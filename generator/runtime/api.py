@@ -165,15 +165,21 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
         tma = config.memory_path(tma, q.device)
         if block == "auto":
             block = dense_auto_block(q, k, v, tma)
+        # the plan: what the checks derived, the launch plan (once run directly), the value rules that apply,
+        # whether the tensors may skip the custom op and whether a gradient is recorded (types,
+        # requires_grad and the grad mode: all in the key)
         entry = _PLANS.record(key, [_Checked(window, scale, block, tma, softcap), None,
-                                    contract.value_rules("flash_attention", a)])
+                                    contract.value_rules("flash_attention", a),
+                                    plans.plain(q, k, v, key_lengths, alibi_slopes, sinks, autograd=True),
+                                    torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                                                    for t in (q, k, v, sinks))])
     window, scale, block, tma, softcap = entry[0]
     q, scale = checks.normalise_scale(q, scale)  # s <= 0: the proven rewrite to s' > 0 (scale_sign_rewrite)
     sinks = contract.unit_stride("flash_attention", "sinks", sinks)  # the declared stride policy
     # dropout: this call's Philox seed and offset, from torch's generator for q's device
     if dropout_p > 0:
         philox = checks.draw_philox(q.device)
-    if key is not None and plans.direct(q, k, v, key_lengths, alibi_slopes, sinks, autograd=True):
+    if key is not None and entry[3] and plans.dispatcher_idle():
         # eager, nothing for the dispatcher to do: the op's body itself, with the launch plan of this
         # signature (a gradient to record: the op's own autograd functions, autograd.DirectForward)
         if entry[1] is None:
@@ -181,7 +187,7 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
                 dispatch.module_for("fwd", block, package, q.device), q, k, v, causal=causal, alignment=alignment,
                 window=window, key_lengths=key_lengths, scale=scale, tma=tma, softcap=softcap,
                 alibi_slopes=alibi_slopes, sinks=sinks)
-        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, sinks)):
+        if entry[4]:
             out, lse = DirectForward.apply(q, k, v, None, key_lengths, causal, alignment, window, scale, block[0],
                                            block[1], tma, package, softcap, alibi_slopes, sinks, None, None,
                                            dropout_p, philox, None, None, None, entry[1])

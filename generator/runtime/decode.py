@@ -201,7 +201,11 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
                            softcap, alibi_slopes, sinks, batch_invariant)
     if entry is None:
         checked, arguments["cache_leftpad"], arguments["cache_batch_idx"] = _check(arguments)
-        entry = _PLANS.record(key, [checked, None, contract.value_rules("flash_attention_with_kvcache", arguments)])
+        # the plan: what the checks derived, the launch plan (once run directly), the value rules that apply,
+        # and whether the tensors may skip the custom op (plans.plain: their types and gradients, in the key)
+        entry = _PLANS.record(key, [checked, None, contract.value_rules("flash_attention_with_kvcache", arguments),
+                                    plans.plain(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes,
+                                                sinks)])
     checked, n_new = entry[0], entry[0].n_new
     # the declared value rules, every call (values can change in place): each value clamped into its
     # range on the device, no host sync (the named errors: contract.checking_values, one sync)
@@ -222,17 +226,22 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
             q = rotary_q_op(q, cache_seqlens, rotary_cos, rotary_sin, rotary_interleaved,
                             causal or checked.window is not None, package)
         cache_seqlens = cache_seqlens + n_new
-    options = (causal, checked.window, checks.sm_scale_of(scale, q.shape[3]), checked.num_splits, checked.softcap)
-    if key is not None and plans.direct(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks):
+    if key is not None and entry[3] and plans.dispatcher_idle():
         # eager, nothing for the dispatcher to do: the op's body itself, with the launch plan of this signature
         if entry[1] is None:
-            entry[1] = _plan(q, k_cache, v_cache, cache_seqlens, block_table, *options, alibi_slopes, sinks, package,
-                             None, None, checked.split_keys)
+            entry[1] = _plan(q, k_cache, v_cache, cache_seqlens, block_table, *_options(causal, checked, scale, q),
+                             alibi_slopes, sinks, package, None, None, checked.split_keys)
         out, lse = _run(entry[1], q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, None, None)
     else:
+        options = _options(causal, checked, scale, q)
         out, lse = kvcache_op(q, k_cache, v_cache, cache_seqlens, block_table, *options, alibi_slopes, sinks,
                               package, cache_leftpad, cache_batch_idx, checked.split_keys)
     return (out, lse) if return_lse else out
+
+
+def _options(causal, checked: _Checked, scale, q) -> tuple:
+    """``kvcache_op``'s options after its tensors: causal, the window, the kernel's scale, splits, softcap."""
+    return causal, checked.window, checks.sm_scale_of(scale, q.shape[3]), checked.num_splits, checked.softcap
 
 
 @torch.library.custom_op("flashproof::kvcache_append", mutates_args=("k_cache", "v_cache"))
