@@ -342,3 +342,12 @@ def test_plans_are_bounded_and_hold_no_call_tensor():
     for i in range(plans.MAX_PLANS + 5):
         cache.record(i, i)
     assert len(cache) <= plans.MAX_PLANS
+
+
+def test_cuda_graph_check_exits_2_without_compiled_kernels(capsys):
+    """``python -m benchmarks.cuda_graph_check`` (the capture and bitwise replay of a decode step, run on
+    a GPU) refuses cleanly here: no CUDA, or the interpreter (this file runs under TRITON_INTERPRET=1)."""
+    from benchmarks import cuda_graph_check
+
+    assert cuda_graph_check.main([]) == 2
+    assert "needs a CUDA GPU and compiled kernels" in capsys.readouterr().err
