@@ -336,16 +336,23 @@ DECODE_HEADER = ["KV cache", "keys", "splits S", "ideal MiB", "modelled MiB", "q
 DECODE_SHAPES = {"contiguous, B = 1": dict(), "paged (16), B = 1": dict(page_size=16),
                  "contiguous, B = 8": dict(batch=8)}
 DECODE_KEYS = (4096, 32768, 131072)
+#: MLA's decode shapes (issue 27): DeepSeek-V3's absorbed layout, 128 query heads on one latent head of
+#: D = 576 (512 latent + 64 rope), v_cache = k_cache[..., :512], bf16, paged (64); and the same latent
+#: with a separate 512-wide v cache (the layout the ideal of two tensors describes)
+MLA_DECODE_SHAPES = {"absorbed (v in k), paged (64), B = 1": dict(page_size=64, heads_q=128, heads_kv=1, head_dim=576,
+                                                                   head_dim_v=512, v_in_k=True),
+                     "separate v cache, paged (64), B = 1": dict(page_size=64, heads_q=128, heads_kv=1, head_dim=576,
+                                                                 head_dim_v=512)}
 
 
-def decode_rows(num_sms: int = 132):
+def decode_rows(num_sms: int = 132, shapes: dict | None = None):
     """``flash_attention_with_kvcache`` (the split-KV decode kernel and the merge of its partials)
     against the ideal bytes (``benchmarks.hbm_decode``), with the default number of splits for a
-    GPU of ``num_sms`` SMs (H100: 132)."""
+    GPU of ``num_sms`` SMs (H100: 132). ``shapes``: ``DECODE_SHAPES`` (default) or ``MLA_DECODE_SHAPES``."""
     from benchmarks.hbm_decode import DecodeShape, default_splits, ideal_bytes, model_bytes
 
     rows = []
-    for label, kwargs in DECODE_SHAPES.items():
+    for label, kwargs in (DECODE_SHAPES if shapes is None else shapes).items():
         shape = DecodeShape(**kwargs)
         for keys in DECODE_KEYS:
             splits = default_splits(shape, keys, num_sms)
@@ -463,6 +470,16 @@ before writing out and lse. The K/V term is the ideal one exactly, so the overhe
 re-reads, the partials and the block table.
 
 {markdown_table(DECODE_HEADER, decode)}
+
+MLA's absorbed decode (DeepSeek-V3: 128 query heads on one latent head, D = 576, D_v = 512, bf16,
+paged 64; [MLA](../mla.md)). With `v_cache = k_cache[..., :512]` V lies inside K, so the ideal moves
+each latent row once, and so does the kernel: it loads the K tile (512 + 64 columns, the head dim
+split at D_v) and uses its first 512 columns as the V tile (`V_IS_K`, claim `decode_addresses`). What
+remains above the ideal (up to 7 %) is the split heuristic's: 128 query rows write and re-read fp32
+partials of 512 columns per split. Beside it, the same shapes with a separate v cache, whose ideal reads
+both:
+
+{markdown_table(DECODE_HEADER, decode_rows(shapes=MLA_DECODE_SHAPES))}
 
 For D = 128 and `B_r = 64` the tiled kernel's K/V traffic (`2 · N² · 128 / 64 · b`)
 matches standard attention's `S`/`P` traffic: without causal skipping the saving then comes

@@ -1,7 +1,9 @@
 """HBM model of KV-cache decoding: the ideal bytes and what the generated kernels move.
 
 **Ideal** (what any decode kernel must move): K and V of the ``cache_seqlens[b]`` valid keys
-once per KV head, the new tokens' q read once and out written once.
+once per KV head, the new tokens' q read once and out written once. MLA's absorbed layout
+(``v_in_k``: ``v_cache = k_cache[..., :D_v]``, issue 27) holds V inside K: ideally each latent row
+crosses HBM once.
 
 **Modelled** (``flash_attention_with_kvcache`` with ``S`` splits, the generated decode and
 merge kernels): each split program reads its KV head's query rows (all ``Hq / Hkv`` heads x
@@ -10,7 +12,9 @@ merge kernels): each split program reads its KV head's query rows (all ``Hq / Hk
 a paged cache adds one int32 of ``block_table`` per page. With ``S > 1`` every split writes
 a fp32 partial ``(o, lse)`` per query row and the merge kernel reads them all back once
 and writes out (in q's dtype) and lse; with ``S = 1`` the split writes out and lse directly.
-``S`` is ``default_num_splits`` unless given.
+``S`` is ``default_num_splits`` unless given. In the absorbed layout the kernel loads the K tile
+(``D`` columns, split as ``D_v`` + the tail) and uses its first ``D_v`` columns as the V tile
+(``V_IS_K``): each latent row is requested once.
 
     python -m benchmarks.hbm_decode     # the table at 4k ... 128k keys
 """
@@ -38,13 +42,19 @@ class DecodeShape:
     head_dim: int = 128
     elem: int = 2  # fp16 / bf16
     page_size: int | None = None  # None: a contiguous cache
+    head_dim_v: int | None = None  # v's head dim D_v (None: head_dim; MLA: its own)
+    v_in_k: bool = False  # the absorbed MLA layout: v_cache = k_cache[..., :D_v], one tensor in HBM
+
+    @property
+    def dv(self) -> int:
+        return self.head_dim if self.head_dim_v is None else self.head_dim_v
 
 
 def ideal_bytes(shape: DecodeShape, keys: int) -> int:
-    """K and V of ``keys`` valid keys once per KV head, plus q read and out written once."""
+    """K and V of ``keys`` valid keys once per KV head (V inside K: K alone), plus q read and out written once."""
     s = shape
-    kv = 2 * keys * s.heads_kv * s.head_dim * s.elem
-    q_out = 2 * s.n_q * s.heads_q * s.head_dim * s.elem
+    kv = keys * s.heads_kv * (s.head_dim + (0 if s.v_in_k else s.dv)) * s.elem
+    q_out = s.n_q * s.heads_q * (s.head_dim + s.dv) * s.elem
     return s.batch * (kv + q_out)
 
 
@@ -54,10 +64,11 @@ def model_bytes(shape: DecodeShape, keys: int, splits: int) -> dict[str, int]:
     rows = s.n_q * s.heads_q  # query rows of one sequence (all KV heads)
     out = {
         "q": splits * rows * s.head_dim * s.elem,  # each split program reads its KV head's rows
-        "kv": 2 * keys * s.heads_kv * s.head_dim * s.elem,
+        # a K tile and a V tile per key tile; V_IS_K (v in k): the K tile serves as V, no V load
+        "kv": keys * s.heads_kv * (s.head_dim + (0 if s.v_in_k else s.dv)) * s.elem,
         "block_table": (-(-keys // s.page_size) * INDEX_BYTES * s.heads_kv) if s.page_size else 0,
-        "out": rows * s.head_dim * s.elem + rows * FP32,  # out and lse
-        "partials": 2 * splits * rows * (s.head_dim + 1) * FP32 if splits > 1 else 0,  # written + read back
+        "out": rows * s.dv * s.elem + rows * FP32,  # out and lse
+        "partials": 2 * splits * rows * (s.dv + 1) * FP32 if splits > 1 else 0,  # written + read back
     }
     return {k: s.batch * v for k, v in out.items()}
 

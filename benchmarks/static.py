@@ -74,6 +74,15 @@ MASKS = {"none": {}, "causal": {"causal": True},
 SCORE_MODS = {"softcap": {"softcap": True}, "alibi": {"alibi": True}, "sinks": {"sinks": True},
               "softcap+alibi+sinks": {"softcap": True, "alibi": True, "sinks": True}}
 MASKS.update(SCORE_MODS)
+#: MLA (issue 27): v's head dim D_v beside q/k's D (the job's head dim); DeepSeek-V2/V3 train at
+#: (192, 128), a smaller MLA at (128, 64), and decode absorbed at (576, 512) (``mla_jobs``)
+MLA_TRAIN = ((192, 128), (128, 64))
+MLA_DECODE = (576, 512)
+MLA = {f"{causal}D_v={dv}": {"head_dim_v": dv, **({"causal": True} if causal else {})}
+       for dv in sorted({dv for _, dv in (*MLA_TRAIN, MLA_DECODE)}) for causal in ("", "causal, ")}
+#: decode at MLA_DECODE with a v cache of its own (not k_cache[..., :D_v]): the kernel loads a V tile too
+MLA[f"D_v={MLA_DECODE[1]}, separate v"] = {"head_dim_v": MLA_DECODE[1], "v_is_k": False}
+MASKS.update(MLA)
 #: the constexprs of the score modifications: a row whose job ``deletes`` them is compiled from the
 #: module's source with every ``if HAS_...:`` block of them deleted (``delete_constexpr_branches``)
 SCORE_MOD_CONSTEXPRS = ("HAS_SOFTCAP", "HAS_ALIBI", "HAS_SINKS")
@@ -223,8 +232,8 @@ def page_jobs(archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS) -> list[Jo
                 jobs += make_jobs(of_block(mask_mods, block, "attention_fwd")
                                   + ([] if tma else of_block(mask_mods, bwd_block, "attention_bwd")),
                                   masks=("none",), tma=(tma,), **at)
-    if tuple(head_dims) == HEAD_DIMS:  # the whole page: the defaults above head dim 128 and on fp32 too
-        jobs += wide_jobs(archs) + fp32_jobs(archs)
+    if tuple(head_dims) == HEAD_DIMS:  # the whole page: the defaults above head dim 128, on fp32 and MLA too
+        jobs += wide_jobs(archs) + fp32_jobs(archs) + mla_jobs(tuple(a for a in archs if a in TMA_ARCHS))
     return list(dict.fromkeys(jobs))  # the same default block at both head dims: once
 
 
@@ -256,6 +265,25 @@ def wide_jobs(archs=tuple(ARCHS)) -> list[Job]:
         decode = (of_block(modules, served["decode"], "attention_decode")
                   + of_block(modules, served["merge"], "merge_state"))
         jobs += make_jobs(decode, archs=(arch,), masks=("none", "softcap+alibi+sinks"), **at)
+    return jobs
+
+
+def mla_jobs(archs=TMA_ARCHS, dtypes=("bf16",)) -> list[Job]:
+    """MLA's head-dim pairs (issue 27) at the defaults sm_90 runs them with (the block of the wider
+    of D and D_v): the forward on the TMA path and the pointer fallback and the backward's three at
+    each ``MLA_TRAIN`` pair, unmasked and causal; the decode kernel of the runtime's block
+    (contiguous and paged) at ``MLA_DECODE``, unmasked and causal. bf16, DeepSeek's dtype."""
+    modules, served, jobs = kernel_modules(), runtime_blocks(), []
+    for arch in archs:
+        for d, dv in MLA_TRAIN:
+            at = dict(archs=(arch,), dtypes=dtypes, head_dims=(d,), masks=(f"D_v={dv}", f"causal, D_v={dv}"))
+            wide = max(d, dv)
+            for tma in ((False, True) if arch in TMA_ARCHS else (False,)):
+                jobs += make_jobs(of_block(modules, default_block(arch, wide, tma), "attention_fwd"), tma=(tma,), **at)
+            jobs += make_jobs(of_block(modules, backward_block(arch, wide), "attention_bwd"), **at)
+        d, dv = MLA_DECODE
+        jobs += make_jobs(of_block(modules, served["decode"], "attention_decode"), archs=(arch,), dtypes=dtypes,
+                          head_dims=(d,), masks=(f"D_v={dv}", f"causal, D_v={dv}", f"D_v={dv}, separate v"))
     return jobs
 
 

@@ -176,7 +176,7 @@ def forward_context(variant: Variant) -> dict:
         "segment_loads": _lines(AD.SEGMENT_LOADS),
         "segment_pointers": _lines(AD.SEGMENT_POINTERS["fwd"]),
         "rows_past_end": print_term(ROWS_PAST_END),
-        "init": _inits(S.FORWARD_INIT, {"m_i": "[BLOCK_M]", "l_i": "[BLOCK_M]", "acc": "[BLOCK_M, BLOCK_D]"}),
+        "init": _inits(S.FORWARD_INIT, {"m_i": "[BLOCK_M]", "l_i": "[BLOCK_M]", "acc": "[BLOCK_M, BLOCK_DV]"}),
         "gqa_head": print_term(S.GQA_HEAD),
         "stages": _stages(S.KEY_STAGES),
         "index": TILE_NAMES,
@@ -246,7 +246,7 @@ def backward_context(variant: Variant) -> dict:
         "segment_pointers_dq": _lines(AD.SEGMENT_POINTERS["dq"]),
         "row_stages": _stages(S.ROW_STAGES),
         "gqa_group_head": print_term(S.GQA_GROUP_HEAD),
-        "init_dkdv": _inits(S.GRAD_INIT, {"dk": "[BLOCK_N, BLOCK_D]", "dv": "[BLOCK_N, BLOCK_D]"}),
+        "init_dkdv": _inits(S.GRAD_INIT, {"dk": "[BLOCK_N, BLOCK_D]", "dv": "[BLOCK_N, BLOCK_DV]"}),
         "init_dq": _inits(S.GRAD_INIT, {"dq": "[BLOCK_M, BLOCK_D]"}),
         # the mask helper takes i, j broadcast to the tile's layout: the spec's names, unrenamed
         "kinds": [dict(kind, keep=print_term(keep_term(kind["name"])),
@@ -330,6 +330,7 @@ def decode_context(variant: Variant) -> dict:
     keeps = {kind: print_term(keep_term(kind), DECODE_NAMES) for kind in ("causal", "window")}
     return {
         **{key: fwd[key] for key in ("qk_scale", "qk", "tile", "epilogue", "mask_term", "init", "score_mod")},
+        "qk_tail": print_term(T.QK_TAIL),  # MLA: the split head dim's tail (claim head_dim_split)
         "score_index": DECODE_SCORE_NAMES,
         "split_range": _lines(P.SPLIT_RANGE),
         "split_range_fixed": _lines(P.SPLIT_RANGE_FIXED),

@@ -215,9 +215,20 @@ def default_decode_settings(block_m: int, block_n: int) -> dict:
     spill 4 B with ALiBi in the contiguous-cache kernel of the 64x64 block (the one
     ``flash_attention_with_kvcache`` launches: ``runtime.decode.DECODE_BLOCK``; 80 registers) and 2
     stages do not (1.109 warp-instructions per element against 1.098; `python -m benchmarks.static
-    --module attention_decode_br64_bc64 --arch 90 --head-dim 64 --mask alibi --num-stages 2 3 4`)."""
+    --module attention_decode_br64_bc64 --arch 90 --head-dim 64 --mask alibi --num-stages 2 3 4`).
+
+    Above head dim 256 (MLA's absorbed decode, D = 576 split as 512 + 64, D_v = 512, the K tile serving
+    as V: issue 27) 4 warps on 2 stages: at the 64x64 block, bf16, contiguous and paged, unmasked and
+    causal, neither spill on sm_80 nor on sm_90 (92-93 KB of shared memory, 167-226 registers) and
+    their loops are the cheapest of 4 or 8 warps on 1 or 2 stages (3.49 warp-instructions per element
+    on sm_80, 3.62 on sm_90; 4 warps on 1 stage spill 4-20 B on sm_80; `python -m benchmarks.static
+    --module attention_decode_br64_bc64 --arch 80 90 --dtype bf16 --head-dim 576 --mask D_v=512
+    "causal, D_v=512" --num-warps 4 8 --num-stages 1 2`). A separate v cache at that width loads a
+    V tile too: the launch takes 8 warps then (the decode module's ``launch_settings``)."""
     base = {"num_warps": default_num_warps(block_m, block_n), "num_stages": default_num_stages(block_m, block_n)}
-    return {80: {256: base}, 90: {64: {**base, "num_stages": min(base["num_stages"], 2)}, 256: base}}
+    wide = {"num_warps": 4, "num_stages": 2}
+    return {80: {256: base, 1024: wide},
+            90: {64: {**base, "num_stages": min(base["num_stages"], 2)}, 256: base, 1024: wide}}
 
 
 def builtin_mask_mods() -> tuple[str, ...]:

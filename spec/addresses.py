@@ -129,8 +129,11 @@ def symbolic(name: str, shape) -> Strided:
 # Decode (_decode_fwd): the program's rows, and every load and store offset.
 # ----------------------------------------------------------------------------------
 #: kernel names: program ids, lanes, strides as the kernel's parameters (spec.launch.decode_launch)
-off_b, off_kvh, offs_m, offs_d, offs_n = (_int(s, nonnegative=True) for s in
-                                         ("off_b", "off_kvh", "offs_m", "offs_d", "offs_n"))
+off_b, off_kvh, offs_m, offs_d, offs_dv, offs_dt, offs_n = (_int(s, nonnegative=True) for s in (
+    "off_b", "off_kvh", "offs_m", "offs_d", "offs_dv", "offs_dt", "offs_n"))
+#: offs_d runs over q/k's head dim D, offs_dv over v/out's D_v (MLA: D_v != D, v may be a view of k); with the
+#: head dim split (MLA, D > D_v: claim head_dim_split) offs_d runs over q/k's first D_v columns and offs_dt
+#: over their tail [D_v, D)
 tok, head, page, k_rows, v_rows = (_int(s) for s in ("tok", "head", "page", "k_rows", "v_rows"))
 q_off, k_off, v_off, o_off, lse_off, bt_off = (_int(s) for s in
                                                ("q_off", "k_off", "v_off", "o_off", "lse_off", "bt_off"))
@@ -173,16 +176,21 @@ CONTIGUOUS_ROWS = (
     Term(k_rows, off_bc * S_["stride_kb"] + offs_n * S_["stride_kn"], CLAIM_DECODE, "k_cache[off_bc, j]"),
     Term(v_rows, off_bc * S_["stride_vb"] + offs_n * S_["stride_vn"], CLAIM_DECODE, "v_cache[off_bc, j]"),
 )
+#: the split head dim's tail (MLA): q[b, tok, head, dt] and k_cache[row, kvh, dt], dt in [D_v, D)
+q_tail_off, k_tail_off = _int("q_tail_off"), _int("k_tail_off")
+Q_TAIL_OFFSET = Term(q_tail_off, Q_OFFSET.expr.xreplace({offs_d: offs_dt}), CLAIM_DECODE, "q[b, tok, head, dt]")
 KV_OFFSETS = (
     Term(k_off, off_kvh * S_["stride_kh"] + col(k_rows) + row(offs_d) * S_["stride_kd"], CLAIM_DECODE,
          "k_cache[row, kv head, d]"),
-    Term(v_off, off_kvh * S_["stride_vh"] + col(v_rows) + row(offs_d) * S_["stride_vd"], CLAIM_DECODE,
-         "v_cache[row, kv head, d]"),
+    Term(v_off, off_kvh * S_["stride_vh"] + col(v_rows) + row(offs_dv) * S_["stride_vd"], CLAIM_DECODE,
+         "v_cache[row, kv head, dv]"),
 )
+K_TAIL_OFFSET = Term(k_tail_off, off_kvh * S_["stride_kh"] + col(k_rows) + row(offs_dt) * S_["stride_kd"], CLAIM_DECODE,
+                     "k_cache[row, kv head, dt]")
 #: the split's partial result: out[split, b, tok, head, d] and lse[split, b, tok, head]
 OUT_OFFSETS = (
     Term(o_off, P.split * S_["stride_os"] + off_b * S_["stride_ob"] + col(tok) * S_["stride_on"]
-         + col(head) * S_["stride_oh"] + row(offs_d) * S_["stride_od"], CLAIM_DECODE, "out[split, b, tok, head, d]"),
+         + col(head) * S_["stride_oh"] + row(offs_dv) * S_["stride_od"], CLAIM_DECODE, "out[split, b, tok, head, dv]"),
     Term(lse_off, P.split * S_["stride_ls"] + off_b * S_["stride_lb"] + tok * S_["stride_ln"]
          + head * S_["stride_lh"], CLAIM_DECODE, "lse[split, b, tok, head]"),
 )
@@ -192,6 +200,7 @@ SINK_OFFSET = Term(sink_off, head * S_["stride_sink"], CLAIM_DECODE, "sinks[head
 DECODE_GROUPS = {"rows": DECODE_ROWS, "sink_offset": (SINK_OFFSET,), "key_len": (KEY_LEN,),
                  "leftpad_offset": (LEFTPAD_OFFSET,), "batch_idx_offset": (BATCH_IDX_OFFSET,), "q_offset": (Q_OFFSET,), "bt_offset": (BT_OFFSET,),
                  "paged_rows": PAGED_ROWS, "contiguous_rows": CONTIGUOUS_ROWS, "kv_offsets": KV_OFFSETS,
+                 "q_tail_offset": (Q_TAIL_OFFSET,), "k_tail_offset": (K_TAIL_OFFSET,),
                  "out_offsets": OUT_OFFSETS}
 
 # ----------------------------------------------------------------------------------
@@ -206,17 +215,17 @@ SEGMENT_LOADS = (
     Term(V.seq_end_k, CuSeqlensK[off_b + 1], CLAIM_VARLEN, "cu_seqlens_k[b + 1]"),
 )
 #: the row-stride parameters of the varlen kernels: which tensor's spec.launch.packed_strides feeds each
-#: (the launch passes them in the kernel's parameter order; dv is passed with dk's strides)
+#: (the launch passes them in the kernel's parameter order)
 ROW_STRIDES = {"stride_qm": "q", "stride_kn": "k", "stride_vn": "v", "stride_om": "out", "stride_dom": "do",
-               "stride_dqm": "dq", "stride_dkn": "dk", "stride_lm": "lse"}
-#: which tensor each pointer addresses (DV: dk's strides, as the launch passes them)
-POINTER_TENSOR = {"Q": "q", "K": "k", "V": "v", "Out": "out", "Lse": "lse", "DO": "do", "DQ": "dq", "DK": "dk", "DV": "dk"}
+               "stride_dqm": "dq", "stride_dkn": "dk", "stride_dvn": "dv", "stride_lm": "lse"}
+#: which tensor each pointer addresses
+POINTER_TENSOR = {"Q": "q", "K": "k", "V": "v", "Out": "out", "Lse": "lse", "DO": "do", "DQ": "dq", "DK": "dk", "DV": "dv"}
 #: pointer -> (the segment start it moves by, the row stride it scales, the tensor's rows: q or k)
 _POINTERS = {
     "fwd": (("Q", "q", "stride_qm"), ("K", "k", "stride_kn"), ("V", "k", "stride_vn"), ("Out", "q", "stride_om"),
             ("Lse", "q", "stride_lm")),
     "dkdv": (("Q", "q", "stride_qm"), ("DO", "q", "stride_dom"), ("K", "k", "stride_kn"), ("V", "k", "stride_vn"),
-             ("DK", "k", "stride_dkn"), ("DV", "k", "stride_dkn")),
+             ("DK", "k", "stride_dkn"), ("DV", "k", "stride_dvn")),
     "dq": (("Q", "q", "stride_qm"), ("DO", "q", "stride_dom"), ("DQ", "q", "stride_dqm"), ("K", "k", "stride_kn"),
            ("V", "k", "stride_vn")),
 }
@@ -261,7 +270,7 @@ FWD_Q_OFFSET = (Term(q_off, off_b * F_["stride_qb"] + off_h * F_["stride_qh"] + 
                      + row(offs_d) * F_["stride_qd"], CLAIM_FORWARD, "q[b, h, i, d]"),)
 FWD_OUT_OFFSETS = (
     Term(o_off, off_b * F_["stride_ob"] + off_h * F_["stride_oh"] + col(offs_m) * F_["stride_om"]
-         + row(offs_d) * F_["stride_od"], CLAIM_FORWARD, "out[b, h, i, d]"),
+         + row(offs_dv) * F_["stride_od"], CLAIM_FORWARD, "out[b, h, i, dv]"),
     Term(lse_off, off_b * F_["stride_lb"] + off_h * F_["stride_lh"] + offs_m * F_["stride_lm"], CLAIM_FORWARD,
          "lse[b, h, i]"),
 )
@@ -273,8 +282,8 @@ FWD_KV_BASE = (
 FWD_KV_OFFSETS = (
     Term(k_off, k_base + col(offs_n) * F_["stride_kn"] + row(offs_d) * F_["stride_kd"], CLAIM_FORWARD,
          "k[b, kv head, j, d]"),
-    Term(v_off, v_base + col(offs_n) * F_["stride_vn"] + row(offs_d) * F_["stride_vd"], CLAIM_FORWARD,
-         "v[b, kv head, j, d]"),
+    Term(v_off, v_base + col(offs_n) * F_["stride_vn"] + row(offs_dv) * F_["stride_vd"], CLAIM_FORWARD,
+         "v[b, kv head, j, dv]"),
 )
 #: the dense bool mask's rows of this program (BLOCK_M x 1), then a partial tile's bits
 FWD_MASK_BASE = (Term(mask_base, off_b * F_["stride_mb"] + off_h * F_["stride_mh"] + col(offs_m) * F_["stride_mm"],

@@ -33,7 +33,11 @@ INT32_MAX = 2**31 - 1
 ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
     Assumption("dtypes", "q, k, v (and softmax's x) are float16, bfloat16 or float32, one dtype",
                "reject", ("float16", "bfloat16", "float32")),
-    Assumption("head_dim_max", "1 <= head_dim <= 256 (the K/V tiles of a program fit on chip)", "reject", 256),
+    Assumption("head_dim_max", "1 <= head_dim <= 256 for q/k's head dim D and for v's D_v, which may differ "
+               "(MLA), on the training paths (the K/V tiles of a program fit on chip)", "reject", 256),
+    Assumption("decode_head_dim_max", "flash_attention_with_kvcache: 1 <= D <= 576 and 1 <= D_v <= 512 (the "
+               "absorbed MLA decode: 512 latent + 64 rope columns, v the first 512; the decode kernel holds "
+               "a few query rows, not a B_r x D tile)", "reject", (576, 512)),
     Assumption("gqa_divides", "the query heads are a multiple of the key/value heads", "reject"),
     Assumption("scale_finite", "the softmax scale s is a finite real number", "reject"),
     Assumption("scale_positive",
@@ -54,7 +58,8 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
                "reject", 2**29),
     Assumption("index_int32",
                "inside one (batch, head) slice every element offset of q, k, v, out, mask and grad_out, "
-               "(N - 1)·|stride_N| + (D - 1)·|stride_D|, is <= 2^31 - 1 (int32 pointer arithmetic)",
+               "(N - 1)·|stride_N| + (D - 1)·|stride_D|, is <= 2^31 - 1 (int32 pointer arithmetic), D that "
+               "tensor's own head dim (q/k's D for q, k; v's D_v for v, out, grad_out)",
                "reject", INT32_MAX),
     # --- added by the verification issue (#12): facts the z3 int32 proofs also rely on
     Assumption("block_sizes", "B_r, B_c and the backward's row / key steps are powers of two, 16 <= B <= 256 "

@@ -47,6 +47,8 @@ qk = sp.Symbol("qk", extended_real=True)  # a tile of raw scores q.k (masked: -o
 sm_scale = sp.Symbol("sm_scale", positive=True)  # softmax scale
 qk_scale = sp.Symbol("qk_scale", positive=True)  # sm_scale * LOG2E
 q, k, v, vT = sp.symbols("q k v vT", real=True)  # operand tiles
+#: MLA (issue 27): the q/k columns past v's head dim, [D_v, D) (the rope part of an absorbed latent)
+q_tail, k_tail = sp.symbols("q_tail k_tail", real=True)
 
 # --- epilogue ----------------------------------------------------------------------
 a = sp.Symbol("a", nonnegative=True)  # seed 000's softmax output a_i (a tile of them)

@@ -530,7 +530,8 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
                       causal=False, window=None, scale=None, softcap=None, alibi_slopes=None, sinks=None):
     """FlashAttention's ``flash_attn_with_kvcache`` in float64. Returns ``(out, lse, k_cache, v_cache)``:
     ``out`` ``(B, N_q, Hq, D)``, ``lse`` ``(B, Hq, N_q)``, and new float64 copies of the caches with
-    the appended rows (the inputs are not modified).
+    the appended rows (the inputs are not modified). ``v_cache`` may have its own head dim ``D_v`` (MLA);
+    then ``out`` is ``(B, N_q, Hq, D_v)``.
 
     ``q`` ``(B, N_q, Hq, D)``; the cache ``(B_cache, N_cache, Hkv, D)`` or, with ``block_table``
     ``(B, pages)``, paged ``(num_pages, page_size, Hkv, D)``; ``cache_seqlens`` ``(B,)``. ``k``, ``v``
@@ -576,7 +577,7 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
         vv = torch.stack([vc[where(b, j)] for j in range(L)]) if L else vc.new_zeros((0,) + vc.shape[2:])
         keys = torch.arange(L) >= pad[b]
         if not bool(keys.any()) or Nq == 0:
-            outs.append(torch.zeros(Nq, Hq, D, dtype=torch.float64))
+            outs.append(torch.zeros(Nq, Hq, vc.shape[-1], dtype=torch.float64))  # v's head dim D_v
             lse_b = torch.full((Hq, Nq), -math.inf, dtype=torch.float64)
             if sinks is not None:
                 lse_b = lse_b.clone().copy_(torch.as_tensor(sinks, dtype=torch.float64)[:, None].expand(Hq, Nq))

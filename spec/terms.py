@@ -86,6 +86,13 @@ QK_SCALE = Term(n.qk_scale, n.sm_scale * n.LOG2E, "exp2_rewrite",
 QK = Term(n.qk, dot(n.q, trans(n.k)), "block_update",
           "x = q . k_j for the whole tile, accumulated in fp32")
 
+#: MLA (issue 27): the head dim split at D_v, q = [q | q_tail], k = [k | k_tail] with q, k the first D_v
+#: columns and the tails [D_v, D) (DeepSeek's rope part: 64 of 576); the tail's product is added, so
+#: S is the whole inner product without padding D to a power of two (claim head_dim_split)
+QK_TAIL = Term(n.qk, n.qk + dot(n.q_tail, trans(n.k_tail)), "head_dim_split",
+               "S += q_tail . k_tail_j: the columns [D_v, D), accumulated in fp32")
+QK_TAIL_GROUP = (QK_TAIL,)
+
 #: the tile update, in the order the kernel runs it
 FORWARD_TILE = (
     Term(n.m_ij, sp.Max(n.m_i, rowmax(n.qk) * n.qk_scale), "online_softmax_invariant",
@@ -219,6 +226,7 @@ MERGE_IDENTITY = (sp.Integer(0), n.NEG_INF)
 GROUPS = {
     "qk_scale": (QK_SCALE,),
     "qk": (QK,),
+    "qk_tail": QK_TAIL_GROUP,
     "forward_tile": FORWARD_TILE,
     "forward_epilogue": FORWARD_EPILOGUE,
     "softmax_normalise": SOFTMAX_NORMALISE,

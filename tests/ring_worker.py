@@ -26,13 +26,14 @@ import torch.multiprocessing as mp
 B, HQ, HKV, N, D = 1, 2, 1, 48, 16
 
 
-def full_problem(seed: int, dtype=torch.float32, hq=HQ, hkv=HKV):
-    """The full q, k, v, dO, dlse of one case (same numbers in the parent and every rank)."""
+def full_problem(seed: int, dtype=torch.float32, hq=HQ, hkv=HKV, dv=D):
+    """The full q, k, v, dO, dlse of one case (same numbers in the parent and every rank); ``dv``:
+    v's head dim (MLA: D_v != D, issue 27)."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, hq, N, D, generator=g).to(dtype)
     k = torch.randn(B, hkv, N, D, generator=g).to(dtype)
-    v = torch.randn(B, hkv, N, D, generator=g).to(dtype)
-    do = torch.randn(B, hq, N, D, generator=g).to(dtype)
+    v = torch.randn(B, hkv, N, dv, generator=g).to(dtype)
+    do = torch.randn(B, hq, N, dv, generator=g).to(dtype)
     dlse = torch.randn(B, hq, N, generator=g)
     return q, k, v, do, dlse
 
@@ -106,7 +107,7 @@ def _run_case(rank, world_size, case, group=None):
     from generated import ring_attention, ring_shard
 
     dtype = getattr(torch, case["dtype"])
-    q, k, v, do, dlse = full_problem(case["seed"], dtype, case.get("hq", HQ), case.get("hkv", HKV))
+    q, k, v, do, dlse = full_problem(case["seed"], dtype, case.get("hq", HQ), case.get("hkv", HKV), case.get("dv", D))
 
     def shard(x):
         return ring_shard(x, world_size, rank, layout=case["layout"]).clone()

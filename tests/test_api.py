@@ -51,8 +51,8 @@ def test_matches_reference_through_public_api(block):
 q0, k0, v0 = qkv()
 BAD_INPUTS = [
     (dict(q=q0[0]), ValueError, "q must have rank 4"),
-    (dict(v=v0[:, :, :10]), ValueError, "v must have k's shape"),
-    (dict(v=v0[..., :8]), ValueError, "MLA style\\) is not supported"),
+    (dict(v=v0[:, :, :10]), ValueError, "v must have k's \\(batch, heads, seq\\)"),
+    (dict(v=torch.zeros(*v0.shape[:3], 257)), ValueError, "v's head_dim 257 outside 1..256"),  # D_v != D: MLA
     (dict(k=k0[..., :8], v=v0[..., :8]), ValueError, "must agree in batch"),
     (dict(q=qkv(Hq=3, Hkv=2)[0], k=qkv(Hkv=2)[1], v=qkv(Hkv=2)[2]), ValueError, "multiple of key/value heads"),
     (dict(k=k0.half()), TypeError, "must share one dtype"),

@@ -44,3 +44,28 @@ def test_decode_rows_of_the_hbm_page_are_the_model():
         assert 1.0 <= float(row[-1]) <= 1.05, row
         if splits > 1:  # the mutant: K/V read once per split instead of each key once
             assert (sum(model.values()) + (splits - 1) * kv_ideal) / ideal_bytes(shape, keys) > 1.05
+
+
+def test_absorbed_mla_rows_read_each_latent_row_once():
+    """MLA (issue 27): with v_cache = k_cache[..., :D_v] (v_in_k) the ideal reads each latent row once
+    (D columns), and so does the model: the kernel uses its K tile as V (V_IS_K). A model that loaded
+    the V tile as well (the kernel before V_IS_K) requests (576 + 512) / 576 = 1.89x. Within 8 %, not 5 %:
+    at 32k-128k keys the heuristic's 4-16 splits write and re-read 128 query rows' fp32 partials of 512
+    columns (2.0-8.0 MiB against 36-144 MiB of latent), a cost of the split heuristic, not of V."""
+    from benchmarks import hbm
+
+    absorbed = DecodeShape(page_size=64, heads_q=128, heads_kv=1, head_dim=576, head_dim_v=512, v_in_k=True)
+    separate = DecodeShape(page_size=64, heads_q=128, heads_kv=1, head_dim=576, head_dim_v=512)
+    keys = 131072
+    assert model_bytes(absorbed, keys, 1)["kv"] == keys * 576 * 2
+    assert model_bytes(separate, keys, 1)["kv"] == keys * (576 + 512) * 2
+    assert ideal_bytes(absorbed, keys) == keys * 576 * 2 + 128 * (576 + 512) * 2
+    assert model_bytes(absorbed, keys, 1)["out"] == 128 * 512 * 2 + 128 * 4  # out has D_v
+    for shape in (absorbed, separate):
+        assert all(1.0 <= r["model / ideal"] <= 1.08 for r in table(shape)), table(shape)
+    twice = model_bytes(absorbed, keys, 1)["kv"] + keys * 512 * 2  # the V tile loaded too
+    assert (sum(model_bytes(absorbed, keys, 1).values()) - model_bytes(absorbed, keys, 1)["kv"] + twice) \
+        / ideal_bytes(absorbed, keys) > 1.05
+    rows = hbm.decode_rows(shapes=hbm.MLA_DECODE_SHAPES)
+    assert len(rows) == len(hbm.MLA_DECODE_SHAPES) * len(hbm.DECODE_KEYS)
+    assert all(1.0 <= float(r[-1]) <= 1.08 for r in rows), rows

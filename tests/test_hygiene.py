@@ -63,8 +63,9 @@ def test_float_arithmetic_outside_a_term_is_caught():
 
 def test_stage_one_unmasked_is_caught():
     """Stage 1 (partial tiles before the full ones) flipped to MASKED=False."""
-    old = "offs_m, offs_d, kv_lo, full_lo,\n        N_Q, N_K, shift, window_left, window_right, key_len, softcap_in, " \
-          "softcap_out, alibi_coef,\n        drop_seed, drop_base, drop_nk, dropout_p, drop_scale,\n        HEAD_DIM, BLOCK_N, True,"
+    old = "offs_m, offs_d, offs_dv,\n        kv_lo, full_lo,\n        N_Q, N_K, shift, window_left, window_right, key_len, " \
+          "softcap_in, softcap_out, alibi_coef,\n        drop_seed, drop_base, drop_nk, dropout_p, drop_scale,\n" \
+          "        HEAD_DIM, HEAD_DIM_V, BLOCK_N, True,"
     found = problems(edited("fwd", old, old.replace("True,", "False,")))
     assert any("('kv_lo', 'full_lo', False)" in p for p in found), found
 
@@ -130,7 +131,7 @@ def test_readme_states_the_number_of_reviewed_exceptions():
     # (e) cu_seqlens' end read one entry early, typed into the template
     ("fwd", "seq_end_q = tl.load(CuSeqlensQ + (off_b + 1))", "seq_end_q = tl.load(CuSeqlensQ + off_b)",
      "CuSeqlensQ + off_b"),
-    ("bwd", "DV = DV + seq_start_k*stride_dkn", "DV += seq_start_k * stride_dvn", "DV += seq_start_k"),
+    ("bwd", "DV = DV + seq_start_k*stride_dvn", "DV += seq_start_k * stride_dkn", "DV += seq_start_k"),
     # the dense forward (claim forward_addresses): the old hand-written lines, typed back in
     ("fwd", "key_len = tl.load(KeyLens + kl_off)", "key_len = tl.load(KeyLens + off_b)", "KeyLens + off_b"),
     ("fwd", "tl.store(Lse + lse_off,", "tl.store(Lse + off_bh * N_Q + offs_m,", "Lse + off_bh * N_Q + offs_m"),

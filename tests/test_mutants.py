@@ -1050,7 +1050,10 @@ def test_contiguous_rows_of_b_not_the_cache_batch_row_are_refuted():
     """cache_batch_idx ignored: the contiguous rows at off_b·stride_kb, not off_bc·stride_kb."""
     rows = swap(AD.CONTIGUOUS_ROWS, AD.k_rows, AD.off_b * AD.S_["stride_kb"] + AD.offs_n * AD.S_["stride_kn"])
     failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, contiguous_rows=rows)))
-    assert failing == ["contiguous: k offset is k_cache[off_bc, j, kvh, d]"], failing
+    # the k rows also carry the split head dim's tail (MLA) and, V_IS_K, stand in for v's
+    assert failing == ["contiguous: k offset is k_cache[off_bc, j, kvh, d]",
+                       "contiguous: k tail offset is k_cache[..., kvh, dt]",
+                       "contiguous: v_cache = k_cache[..., :D_v]: v offset at lane d is k's"], failing
 
 
 def test_leftpad_and_batch_index_offsets_are_refuted():
@@ -1188,6 +1191,49 @@ def test_dropout_gradient_mutant_is_refuted(mutant):
     assert_failed(PD.prove_dropout_grads(**GRAD_MUTANTS[mutant]))
 
 
+def test_decode_value_and_out_offsets_at_the_key_head_dim_are_refuted():
+    """MLA (issue 27): v and out printed at offs_d, q/k's head dim lane (the single-head-dim kernel),
+    instead of offs_dv: the element is wrong (offs_d ≠ offs_dv) and, with D > D_v, outside v and out."""
+    kv = swap(AD.KV_OFFSETS, AD.v_off, AD.off_kvh * AD.S_["stride_vh"] + terms.col(AD.v_rows)
+              + terms.row(AD.offs_d) * AD.S_["stride_vd"])
+    failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, kv_offsets=kv)))
+    assert sorted(failing) == ["contiguous: v offset is v_cache[off_bc, j, kvh, dv]",
+                               "paged: v offset is v_cache[block_table[b, j // PS], j % PS, kvh, dv]"], failing
+    o_term, l_term = AD.OUT_OFFSETS
+    out = (AD.Term(AD.o_off, o_term.expr.xreplace({AD.offs_dv: AD.offs_d}), AD.CLAIM_DECODE, "at offs_d"), l_term)
+    failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, out_offsets=out)))
+    assert sorted(failing) == ["contiguous: out offset is out[split, b, tok, head, dv]",
+                               "paged: out offset is out[split, b, tok, head, dv]"], failing
+
+
+def test_varlen_dv_moved_by_dk_row_stride_is_refuted():
+    """MLA (issue 27): the dK/dV kernel's DV pointer moved by dK's row stride (the old launch passed dv
+    with dk's strides): wrong once dv (total_k, Hkv, D_v) and dk (total_k, Hkv, D) differ."""
+    pointers = dict(AD.SEGMENT_POINTERS)
+    pointers["dkdv"] = swap(pointers["dkdv"], sp.Symbol("DV"),
+                            sp.Symbol("DV") + V.seq_start_k * sp.Symbol("stride_dkn", integer=True))
+    failing = _failing(PAD.prove_varlen_addresses(pointers=pointers))
+    assert failing == ["dkdv: DV reaches dv[cu_seqlens_k[b] + i, h, d]"], failing
+
+
+def test_head_dim_split_mutants_are_refuted():
+    """MLA (issue 27), claim head_dim_split: the tail's product dropped, or taken with the main q columns."""
+    from spec.proofs.kernel import prove_head_dim_split
+
+    assert prove_head_dim_split().proved
+    for bad in (terms.QK_TAIL.expr.xreplace({n.q_tail: n.q}), n.qk):
+        tail = (replace(terms.QK_TAIL, expr=bad),)
+        assert_failed(prove_head_dim_split(qk_tail=tail))
+
+
+def test_decode_tail_offset_at_the_main_lane_is_refuted():
+    """MLA: k's tail addressed at offs_d (the main columns) instead of offs_dt."""
+    k_tail = (AD.Term(AD.k_tail_off, AD.K_TAIL_OFFSET.expr.xreplace({AD.offs_dt: AD.offs_d}), AD.CLAIM_DECODE, "x"),)
+    failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, k_tail_offset=k_tail)))
+    assert sorted(failing) == ["contiguous: k tail offset is k_cache[..., kvh, dt]",
+                               "paged: k tail offset is k_cache[..., kvh, dt]"], failing
+
+
 # ---------------------------------------------------------------- issue 24: the dense forward's addresses
 # Each edit is one a real bug would make (the hand-written lines they replace assumed it), applied to the
 # printed term or to spec.launch.forward_launch, and refuted by claim forward_addresses.
@@ -1238,7 +1284,7 @@ def test_forward_address_launch_bugs_are_refuted():
         grid, ints = LA.forward_launch(q, k, v, *rest, **kw)
         return grid, dict(ints, **dict(zip(LA.FORWARD_STRIDE_NAMES["v"], LA.attention_strides(k))))
 
-    assert _forward_failing(launch=v_as_k) == ["v offset is v[b, off_kvh, j, d]"]
+    assert _forward_failing(launch=v_as_k) == ["v offset is v[b, off_kvh, j, dv]"]
 
     def rounded_down(*args, **kw):
         grid, ints = LA.forward_launch(*args, **kw)

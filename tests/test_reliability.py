@@ -407,7 +407,35 @@ def _merge_head_dim_max():
         on_device(merge_state, o, lse, o, lse)
 
 
+def _head_dim_max():
+    """q/k's D and v's D_v (MLA: they may differ) each rejected one past 256; (256, 16) and (16, 256) inside."""
+    from generator.runtime import checks
+
+    _rejects("head_dim 257 outside 1..256", q=torch.zeros(1, 1, 4, 257), k=torch.zeros(1, 1, 4, 257),
+             v=torch.zeros(1, 1, 4, 257))()
+    _rejects("v's head_dim 257 outside 1..256.*head_dim_max", q=torch.zeros(1, 1, 4, 16), k=torch.zeros(1, 1, 4, 16),
+             v=torch.zeros(1, 1, 4, 257))()
+    for d, dv in ((256, 16), (16, 256)):
+        checks.check_qkv(_meta(1, 1, 4, d), _meta(1, 1, 4, d), _meta(1, 1, 4, dv))
+
+
+def _decode_head_dim_max():
+    """The absorbed MLA decode's limits: D = 577 or D_v = 513 rejected; (576, 512) with v a view of the
+    k cache runs (a 20-key cache: the interpreter pads D to 1024)."""
+    from generated import flash_attention_with_kvcache
+
+    lens = torch.tensor([20], dtype=torch.int32)
+    for d, dv, match in ((577, 512, "head_dim 577 outside 1..576"), (576, 513, "v's head_dim 513 outside 1..512")):
+        k = torch.zeros(1, 32, 1, d)
+        with pytest.raises(ValueError, match=match + r".*decode_head_dim_max"):
+            on_device(flash_attention_with_kvcache, torch.zeros(1, 1, 1, d), k, k[..., :dv], lens)
+    k = torch.randn(1, 32, 1, 576, generator=torch.Generator().manual_seed(0))
+    out = on_device(flash_attention_with_kvcache, torch.ones(1, 1, 1, 576) / 24, k, k[..., :512], lens)
+    assert out.shape == (1, 1, 1, 512) and torch.isfinite(out).all()
+
+
 ENFORCED = {
+    "decode_head_dim_max": _decode_head_dim_max,
     "cache_len_range": _decode_rejects(r"\[0, 32\].*cache_len_range", cache_seqlens=torch.tensor([33],
                                                                                                  dtype=torch.int32),
                                        clamped=dict(cache_seqlens=torch.tensor([32], dtype=torch.int32))),
@@ -421,8 +449,7 @@ ENFORCED = {
     "mask_args_int32": _mask_args_int32,
     "dtypes": _rejects("supported: float16, bfloat16, float32", q=inputs()[0].double(), k=inputs()[1].double(),
                        v=inputs()[2].double()),
-    "head_dim_max": _rejects("head_dim 257 outside 1..256", q=torch.zeros(1, 1, 4, 257), k=torch.zeros(1, 1, 4, 257),
-                             v=torch.zeros(1, 1, 4, 257)),
+    "head_dim_max": _head_dim_max,
     "gqa_divides": _rejects("multiple of key/value heads", q=torch.zeros(1, 3, 4, 16), k=torch.zeros(1, 2, 4, 16),
                             v=torch.zeros(1, 2, 4, 16)),
     "scale_finite": _rejects("finite number", scale=float("inf")),
@@ -489,10 +516,11 @@ def test_empty_inputs_give_empty_results_like_sdpa(shape):
     assert q.grad.shape == q.shape and not q.grad.any()
 
 
-def test_value_head_dim_other_than_q_k_is_rejected_by_name():
+def test_value_of_another_batch_head_or_length_is_rejected_by_name():
+    """v may have its own head dim (MLA, issue 27), not its own (batch, heads, keys)."""
     q, k, v, _ = inputs(D=16)
-    with pytest.raises(ValueError, match="MLA style"):
-        flash_attention(q, k, torch.zeros(1, 1, 30, 8))
+    with pytest.raises(ValueError, match=r"v must have k's \(batch, heads, seq\)"):
+        flash_attention(q, k, torch.zeros(1, 1, 29, 8))
 
 
 def test_forward_mode_ad_raises_like_sdpa():

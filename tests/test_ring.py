@@ -100,7 +100,8 @@ CASES = {
     1: [_case("zigzag", True), _case("contiguous", False)],
     2: [_case(lay, c) for lay in RG.LAYOUTS for c in (True, False)]
        + [_case("zigzag", True, "bfloat16", seed=1), _case("contiguous", True, "float16", seed=2),
-          _case("zigzag", False, hq=2, hkv=2, seed=3, lse_grad=False)],
+          _case("zigzag", False, hq=2, hkv=2, seed=3, lse_grad=False),
+          _case("zigzag", True, seed=9, dv=8)],  # MLA: v's head dim 8, q/k's 16 (issue 27)
     3: [_case("zigzag", True, seed=4), _case("contiguous", True, seed=5)],
     4: [_case("zigzag", True, seed=6), _case("contiguous", False, seed=7)],
 }
@@ -122,7 +123,8 @@ def _run(P: int):
 def _expected(case, exact: bool):
     """(out, lse, dq, dk, dv) of the full problem: flash_attention, or the float64 reference."""
     dtype = getattr(torch, case["dtype"])
-    q, k, v, do, dlse = W.full_problem(case["seed"], dtype, case.get("hq", W.HQ), case.get("hkv", W.HKV))
+    q, k, v, do, dlse = W.full_problem(case["seed"], dtype, case.get("hq", W.HQ), case.get("hkv", W.HKV),
+                                       case.get("dv", W.D))
     if exact:
         q, k, v, do = (t.double() for t in (q, k, v, do))
     q, k, v = (t.clone().requires_grad_() for t in (q, k, v))

@@ -209,6 +209,10 @@ def suite_groups() -> dict[str, list[static.Job]]:
         "blocks": [_job("attention_fwd", "br16_bc32", 90, 64),
                    *[_job("attention_fwd", suffix.rsplit("_", 2)[-2] + "_" + suffix.rsplit("_", 2)[-1], 90, d)
                      for (suffix, _, d, _) in static.POINTER_SPILLS]],
+        # MLA (issue 27), one representative: the absorbed decode (D = 576 padded to 1024, D_v = 512)
+        # on sm_90 in bf16, the kernel whose tiles are largest (the static page has the rest: mla_jobs)
+        "mla": [_job("attention_decode", served["decode"], 90, static.MLA_DECODE[0],
+                     f"D_v={static.MLA_DECODE[1]}", "bf16")],
     }
     return groups
 
@@ -482,6 +486,18 @@ def test_head_dims_above_128_fit_at_the_defaults(suite):
     assert not bad, "\n".join(bad)
     kernels = {(r["kernel"], r["arch"]) for r in wide}
     assert {("_attn_fwd", a) for a in launch.SETTINGS_ARCHS} | {("_attn_bwd_dkdv", 90), ("_decode_fwd", 80)} <= kernels
+
+
+def test_mla_absorbed_decode_is_clean_at_its_default(suite):
+    """The absorbed MLA decode (576, 512: the head dim split as 512 + 64, the K tile serving as V) at its
+    default settings (4 warps, 2 stages: generator.variants.default_decode_settings' 1024 bucket):
+    compiles, no spill, fits shared memory (padded to 1024 with a V tile of its own it needed 419 KB on
+    3 stages and spilled on 4 warps), tensor cores, MMA issued/needed <= 1.05 (512 + 64 + 512 columns)."""
+    rows = suite["mla"]
+    assert rows and {r["head_dim"] for r in rows} == {static.MLA_DECODE[0]}
+    bad = [f"{_name(r)}: {r.get('error') or static.verdict(r)}, MMA {r.get('mma_issued_per_needed')}" for r in rows
+           if "error" in r or not all(static.verdict(r).values()) or not r["mma_issued_per_needed"] <= 1.05]
+    assert not bad, "\n".join(bad)
 
 
 def test_fp32_defaults_fit_shared_memory(suite):

@@ -218,7 +218,7 @@ I32 = torch.int32
     ((Q[None], K, VV, CU_Q, CU_K), {}, ValueError, "rank 3"),
     ((Q, K.double(), VV, CU_Q, CU_K), {}, TypeError, "share one dtype"),
     ((Q.int(), K, VV, CU_Q, CU_K), {}, TypeError, "supported: float16"),
-    ((Q, K, VV[:, :, :8], CU_Q, CU_K), {}, ValueError, "v must have k's shape"),
+    ((Q, K, VV[:-1], CU_Q, CU_K), {}, ValueError, r"v must have k's \(total_k, Hkv\)"),  # any D_v (MLA)
     ((Q.repeat(1, 1, 2), K, VV, CU_Q, CU_K), {}, ValueError, "head_dim"),
     ((Q[:, :1].repeat(1, 3, 1), K.repeat(1, 2, 1), VV.repeat(1, 2, 1), CU_Q, CU_K), {}, ValueError, "multiple of"),
     ((Q, K, VV, CU_Q.long(), CU_K), {}, TypeError, "cu_seqlens_q must be int32"),

@@ -153,7 +153,7 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
             # (lse = sink with sinks); the `0 *` keeps the result attached to q, k, v so backward gives (empty or
             # zero) gradients
             attached = (q.sum() + k.sum() + v.sum()) * 0
-            out = q.new_zeros(q.shape) + attached
+            out = q.new_zeros((B, Hq, Nq, v.shape[3])) + attached  # v's head dim D_v
             lse = torch.full((B, Hq, Nq), float("-inf"), dtype=torch.float32, device=q.device)
             if sinks is not None:
                 lse = sinks[None, :, None].expand(B, Hq, Nq) + attached.float()
@@ -213,8 +213,9 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
                     score_mod=None, score_args=None):
     """Softmax attention through the generated FlashAttention-2 kernels.
 
-    Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k, v (B, Hkv, N_k, D)``
-    with ``Hq % Hkv == 0`` (GQA/MQA, no K/V copies); ``causal`` with ``alignment`` top_left
+    Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k (B, Hkv, N_k, D)``,
+    ``v (B, Hkv, N_k, D_v)`` with ``Hq % Hkv == 0`` (GQA/MQA, no K/V copies) and ``D_v`` v's own head dim
+    (DeepSeek's MLA trains at ``D = 192, D_v = 128``: out is ``(B, Hq, N_q, D_v)``, dv has ``D_v``); ``causal`` with ``alignment`` top_left
     (query i sees keys j <= i) or bottom_right (j <= i + N_k - N_q); ``window=(left, right)``:
     keys with -left <= j - (i + shift) <= right; ``key_lengths`` (B,) ints: keys j >= length
     are padding; ``mask`` bool broadcastable to (B, Hq, N_q, N_k), True = attend; ``scale``
@@ -228,7 +229,7 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     blocks are honoured on either path (above head dim 128 a large one may not fit shared memory,
     which Triton reports as OutOfResources). float32 inputs on a GPU run 16x32 (``FP32_BLOCK``:
     exact IEEE dots on the CUDA cores, slow; cast to fp16/bf16 for speed).
-    Inputs: fp16, bf16 or fp32 (one dtype), D in 1..256, any strides (no copies are made),
+    Inputs: fp16, bf16 or fp32 (one dtype), D and D_v in 1..256, any strides (no copies are made),
     CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``. Any finite ``scale`` (a scale
     <= 0 is rewritten to a positive one, claim ``scale_sign_rewrite``); keys at index >=
     ``key_lengths[b]`` are never read (NaN or inf there cannot leak); empty ``B``/``N`` give

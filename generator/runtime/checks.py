@@ -118,14 +118,11 @@ def check_rank4(name: str, t) -> None:
                          f"{tuple(t.shape)}; add the missing axes with unsqueeze")
 
 
-def check_v_like_k(k, v, mla: bool = True) -> None:
-    """v has k's shape (``mla``: a different value head dim, MLA's, named as such)."""
-    if mla and v.shape[:-1] == k.shape[:-1] and v.shape[-1] != k.shape[-1]:
-        raise ValueError(f"v has head_dim {v.shape[-1]} but q and k have {k.shape[-1]}: a value head dim that "
-                         "differs from q/k's (MLA style) is not supported; pad v to k's head_dim (and slice the "
-                         "output)")
-    if v.shape != k.shape:
-        raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+def check_v_like_k(k, v, k_name: str = "k", v_name: str = "v") -> None:
+    """v has k's shape but for its head dim D_v, which may differ (MLA: D_v ≠ D; checked on its own)."""
+    if v.dim() != k.dim() or v.shape[:-1] != k.shape[:-1]:
+        raise ValueError(f"{v_name} must have {k_name}'s shape {tuple(k.shape[:-1])} in every dim but the last (its own "
+                         f"head_dim D_v), got {tuple(v.shape)}")
 
 
 def check_qk_agree(q, k) -> None:
@@ -147,7 +144,7 @@ def check_qkv(q, k, v):
     check_v_like_k(k, v)
     check_qk_agree(q, k)
     check_some_heads(q, k)
-    check_heads(q.shape[1], k.shape[1], q.shape[3])
+    check_heads(q.shape[1], k.shape[1], q.shape[3], v.shape[3])
     check_seq_lens(q.shape[2], k.shape[2])
 
 
@@ -172,17 +169,22 @@ def check_gqa(Hq: int, Hkv: int, kv: str = "key/value heads", of: str = "q and k
                          f"[{ASSUMPTIONS['gqa_divides'].name}]")
 
 
-def check_head_dim(D: int, of: str = "q, k, v"):
-    """A head dim the kernels support [head_dim_max]."""
-    if not 1 <= D <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim {D} outside 1..{MAX_HEAD_DIM} is not supported ({of}: the K/V tiles would not "
-                         "fit on chip); split the heads [head_dim_max]")
+def check_head_dim(D: int, of: str = "q, k, v", bound: int | None = None, assumption: str = "head_dim_max"):
+    """A head dim the kernels support [head_dim_max] (``bound``/``assumption``: another limit's, e.g.
+    decode's pair ``decode_head_dim_max``)."""
+    bound = MAX_HEAD_DIM if bound is None else bound
+    if not 1 <= D <= bound:
+        raise ValueError(f"head_dim {D} outside 1..{bound} is not supported ({of}: the K/V tiles would not "
+                         f"fit on chip); split the heads [{assumption}]")
 
 
-def check_heads(Hq: int, Hkv: int, D: int):
-    """GQA head counts and a head dim the kernels support [gqa_divides, head_dim_max]."""
+def check_heads(Hq: int, Hkv: int, D: int, Dv: int | None = None):
+    """GQA head counts and head dims the kernels support [gqa_divides, head_dim_max]: q/k's ``D`` and
+    v's ``Dv`` (None: ``D``), each in range on its own (they may differ: MLA)."""
     check_gqa(Hq, Hkv)
     check_head_dim(D)
+    if Dv is not None:
+        check_head_dim(Dv, "v")
 
 
 def check_seq_lens(Nq: int, Nk: int):

@@ -76,7 +76,7 @@ def auto_block(device: torch.device, head_dim: int, tma: bool = False,
 def dense_auto_block(q, k, v, tma: bool) -> tuple[int, int]:
     """``auto_block`` for a dense launch on ``q, k, v`` asked for ``tma``: on the path it will take
     (``launch.takes_tma_path``: a layout TMA cannot read falls back) and for q's dtype."""
-    head_dim = q.shape[-1]
+    head_dim = max(q.shape[-1], v.shape[-1])  # the wider of q/k's D and v's D_v picks the tiles
     on_tma = launch.takes_tma_path(tma, {"q": q, "k": k, "v": v}, launch.block_d(head_dim))
     return auto_block(q.device, head_dim, on_tma, q.dtype)
 

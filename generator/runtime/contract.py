@@ -181,8 +181,8 @@ def _lead_tensor(kind_rules=()) -> tuple:
 # ----------------------------------------------------------------------------------
 # flash_attention and ring_attention: q, k, v (B, H, N, D)
 # ----------------------------------------------------------------------------------
-def _dense_qkv(q_shape: str, kv_shape: str, strides: str = ANY) -> tuple[Arg, ...]:
-    """q, k, v ``(B, H, N, D)``: one rule per constraint (``checks.check_qkv`` runs the same checks in
+def _dense_qkv(q_shape: str, kv_shape: str, v_shape: str, strides: str = ANY) -> tuple[Arg, ...]:
+    """q, k ``(B, H, N, D)``, v ``(B, H, N, D_v)`` (MLA: D_v ≠ D): one rule per constraint (``checks.check_qkv`` runs the same checks in
     the same order, for callers outside an entry point)."""
     qkv = ("dtypes", "head_dim_max", "gqa_divides", "seq_len_int32", "index_int32")
     rank4 = R.call("rank 4", lambda n, v, c: R.check_rank4(n, v), KIND, bad=lambda c, n: {n: c[n][0]})
@@ -199,7 +199,7 @@ def _dense_qkv(q_shape: str, kv_shape: str, strides: str = ANY) -> tuple[Arg, ..
                        R.call("N_q + N_k ≤ 2^29", lambda n, v, c: R.check_seq_lens(v.shape[2], c["k"].shape[2]),
                               bad=lambda c, n: _lower("seq_len_int32", 1)),
                        R.call("in-slice offsets of q, k, v, mask, out fit int32", lambda n, v, c: R.check_index_width(
-                           q=v, k=c["k"], v=c["v"], mask=c.get("mask"), out=tuple(v.shape)),
+                           q=v, k=c["k"], v=c["v"], mask=c.get("mask"), out=(*v.shape[:3], c["v"].shape[3])),
                            bad=lambda c, n: _lower("index_int32", 0)))),
             Arg("k", "q's", kv_shape + ", Hq % Hkv = 0 (GQA)", strides, "any", qkv,
                 rules=(R.is_tensor(), rank4, one_dtype,
@@ -208,10 +208,13 @@ def _dense_qkv(q_shape: str, kv_shape: str, strides: str = ANY) -> tuple[Arg, ..
                        R.call("Hkv ≥ 1", lambda n, v, c: R.check_some_heads(c["q"], v), bad=both(lambda t: t[:, :0])),
                        R.call("Hq % Hkv = 0", lambda n, v, c: R.check_gqa(c["q"].shape[1], v.shape[1]),
                               bad=both(lambda t: torch.cat([t] * 3, 1))))),
-            Arg("v", "q's", "k's", strides, "any", qkv,
+            Arg("v", "q's", v_shape + f", D_v in 1..{limit('head_dim_max')}: k's but its own head dim (MLA: "
+                "D_v ≠ D; out and dv have D_v)", strides, "any", qkv,
                 rules=(R.is_tensor(), rank4, one_dtype,
-                       R.call("k's shape (no MLA head dim)", lambda n, v, c: R.check_v_like_k(c["k"], v),
-                              bad=lambda c, n: {n: c[n][..., :1]}))))
+                       R.call("k's shape but its head dim", lambda n, v, c: R.check_v_like_k(c["k"], v, "k", n),
+                              bad=lambda c, n: {n: c[n][:, :, :-1]}),
+                       R.call(f"D_v in 1..{limit('head_dim_max')}", lambda n, v, c: R.check_head_dim(v.shape[3], "v"),
+                              bad=lambda c, n: {n: c[n][..., :0]}))))
 
 
 def _merge_o(lead: int = 0) -> tuple:
@@ -436,7 +439,7 @@ def _kv_q_dims(n, v, c):
     B, Nq, Hq, D = v.shape
     if min(B, Nq, Hq) < 1:
         raise ValueError(f"every dimension of q must be >= 1, got q {tuple(v.shape)}")
-    R.check_head_dim(D, "q and the cache")
+    R.check_head_dim(D, "q and the cache", limit("decode_head_dim_max")[0], "decode_head_dim_max")
 
 
 def _kv_cache_dims(n, v, c):
@@ -458,10 +461,10 @@ def _kv_cache_rows(n, v, c):
 
 def _kv_index_width(n, v, c):
     q = c["q"]
-    Hq, Nq, D = q.shape[2], q.shape[1], q.shape[3]
+    Hq, Nq, Dv = q.shape[2], q.shape[1], c["v_cache"].shape[3]  # out has v's head dim
     # int32 offsets inside one (batch, head) slice: q's tokens, the cache's keys (or a page's slots), the output
     R.check_index_width(q=q.transpose(1, 2), k_cache=c["k_cache"].transpose(1, 2), v_cache=c["v_cache"].transpose(1, 2),
-                        out=((Hq, Nq, D), (D, Hq * D, 1)))
+                        out=((Hq, Nq, Dv), (Dv, Hq * Dv, 1)))
 
 
 def _cache_seqlens_kind(n, v, c):
@@ -533,8 +536,8 @@ def _cache_rows_rules(meaning: str) -> tuple:
 
 def _kvcache() -> tuple[Arg, ...]:
     return (
-        Arg("q", _dtypes() + ", one dtype for q and the cache", f"(B, N_q, Hq, D), D in 1..{limit('head_dim_max')}",
-            ANY, "any", ("dtypes", "head_dim_max", "gqa_divides", "index_int32"),
+        Arg("q", _dtypes() + ", one dtype for q and the cache", f"(B, N_q, Hq, D), D in 1..{limit('decode_head_dim_max')[0]}",
+            ANY, "any", ("dtypes", "decode_head_dim_max", "gqa_divides", "index_int32"),
             rules=(R.is_tensor(), R.supported_device(), R.rank(4, "(batch, N_q, Hq, D): FlashAttention's layout"),
                    R.dtype_in(R.DTYPES, _SUPPORTED), _kv_no_grad(),
                    R.call("B, N_q, Hq ≥ 1; D in 1..max", _kv_q_dims, bad=lambda c, n: {n: c[n][:, :0]}),
@@ -552,9 +555,16 @@ def _kvcache() -> tuple[Arg, ...]:
                    R.call("paged: page_size " + _pow2s("page_sizes"), _page_size_check, when=_kv_paged,
                           bad=lambda c, n: {n: c[n][:, :12], "v_cache": c["v_cache"][:, :12]}),
                    )),
-        Arg("v_cache", "q's", "k_cache's", ANY, "any", ("index_int32",),
+        Arg("v_cache", "q's", f"k_cache's with its own head dim D_v in 1..{limit('decode_head_dim_max')[1]} "
+            "(MLA's absorbed decode: D = 576, D_v = 512); out has D_v", ANY,
+            "any; a view of k_cache's storage (k_cache[..., :D_v]) is read as it is, no copy",
+            ("decode_head_dim_max", "index_int32"),
             rules=(R.is_tensor(), R.same_dtype("q"), _kv_no_grad(),
-                   R.shape_is(lambda c: c["k_cache"].shape, "k_cache's"))),
+                   R.call("k_cache's shape but its head dim", lambda n, v, c: R.check_v_like_k(c["k_cache"], v, "k_cache", n),
+                          bad=lambda c, n: {n: c[n][:, :-1]}),
+                   R.call(f"D_v in 1..{limit('decode_head_dim_max')[1]}", lambda n, v, c: R.check_head_dim(
+                       v.shape[3], "v_cache", limit("decode_head_dim_max")[1], "decode_head_dim_max"),
+                          bad=lambda c, n: {n: c[n][..., :0]}))),
         Arg("cache_seqlens", "an int (numpy ints too) or an int32/int64 tensor", "(B,)", COPIED,
             "0 ≤ cache_seqlens[b] ≤ capacity (N_cache, or max_pages·page_size), less N_new with k: clamped "
             "into it on the device (the opt-in check raises instead)", ("cache_len_range",),
@@ -577,9 +587,10 @@ def _kvcache() -> tuple[Arg, ...]:
                    R.same_dtype("k_cache"), _kv_no_grad(),
                    R.shape_is(lambda c: (c["q"].shape[0], c["k"].shape[1], *c["k_cache"].shape[2:]),
                               "(batch, N_new, Hkv, D)", bad=lambda c, n: {n: c[n][..., :1], "v": c["v"][..., :1]}))),
-        Arg("v", "None or the cache's dtype", "k's", ANY, "written in place beside k (bit for bit)",
+        Arg("v", "None or the cache's dtype", "k's with v_cache's head dim D_v", ANY, "written in place beside k (bit for bit)",
             rules=(R.is_tensor(), R.pair("k", "the new keys and values to append"), R.same_dtype("v_cache"),
-                   _kv_no_grad(), R.shape_is(lambda c: c["k"].shape, "k's"))),
+                   _kv_no_grad(), R.shape_is(lambda c: (*c["k"].shape[:3], c["v_cache"].shape[3]),
+                                             "k's with v_cache's head dim D_v"))),
         Arg("rotary_cos", "None or a float tensor", "(seqlen_ro ≥ capacity, rotary_dim / 2), rotary_dim ≤ D",
             ANY, "with k and v only; rows cache_seqlens[b] + t (claim `rotary_rotation`)",
             rules=(R.is_tensor(), R.pair("rotary_sin", "the rotary tables"),
@@ -651,7 +662,7 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
     dense_alibi_shapes = lambda c: (((c["q"].shape[1],), _dense_sizes(c)), _dense_sizes(c))  # noqa: E731
     varlen_alibi_shapes = lambda c: (((c["q"].shape[1],), _varlen_sizes(c)), _varlen_sizes(c))  # noqa: E731
     return {
-        "flash_attention": _dense_qkv("(B, Hq, N_q, D)", "(B, Hkv, N_k, D)") + (
+        "flash_attention": _dense_qkv("(B, Hq, N_q, D)", "(B, Hkv, N_k, D)", "(B, Hkv, N_k, D_v)") + (
             CAUSAL,
             Arg("alignment", "str", "—", NONE, '"top_left" (shift 0) or "bottom_right" (shift N_k − N_q)',
                 ("alignment_shift",), rules=(R.call("one of ALIGNMENTS", _alignment_check, KIND,
@@ -727,10 +738,13 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                               when=_packed, bad=lambda c, n: {n: torch.cat([c[n]] * 3, 1),
                                                               "v": torch.cat([c["v"]] * 3, 1)}),
                        *_paged_varlen_rules("k"))),
-            Arg("v", "q's", "k's", ANY, "any", ("index_int32",),
+            Arg("v", "q's", f"k's with its own head dim D_v in 1..{limit('head_dim_max')} (MLA); out has D_v", ANY,
+                "any; with block_table a view of k's storage (k[..., :D_v]) is read as it is", ("index_int32",),
                 rules=(R.is_tensor(), replace(_rank3, when=_packed), _varlen_one_dtype,
-                       R.call("k's shape", lambda n, v, c: R.check_v_like_k(c["k"], v, mla=False),
-                              bad=lambda c, n: {n: c[n][..., :1]}),
+                       R.call("k's shape but its head dim", lambda n, v, c: R.check_v_like_k(c["k"], v, "k", n),
+                              bad=lambda c, n: {n: c[n][:-1]}),
+                       R.call(f"D_v in 1..{limit('head_dim_max')}", lambda n, v, c: R.check_head_dim(v.shape[-1], "v"),
+                              bad=lambda c, n: {n: c[n][..., :0]}),
                        *_paged_varlen_rules("v"))),
             Arg("cu_seqlens_q", "int32 tensor", "(B + 1,), B ≥ 1", COPIED,
                 "from 0, non-decreasing, ending at total_q (read on the host, one sync, also under torch.compile); "
@@ -803,7 +817,7 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                 rules=_merge_lse("o")),
         ),
         "ring_attention": _ring_qkv(_dense_qkv("(B, Hq, N/P, D): this rank's shard", "(B, Hkv, N/P, D), q's N/P",
-                                               COPIED + "; sent around the ring")) + (
+                                               "(B, Hkv, N/P, D_v)", COPIED + "; sent around the ring")) + (
             Arg("group", "None or a torch.distributed process group", "—", NONE,
                 "every rank passes the same shapes and options (checked by one all_gather)",
                 rules=(R.call("a process group", lambda n, v, c: None if hasattr(v, "rank") or hasattr(

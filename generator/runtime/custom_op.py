@@ -26,10 +26,11 @@ from generator.runtime import dispatch, plans
 _PLANS = plans.PlanCache()
 
 
-def outputs_like(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(out, lse)`` as both the kernels and the fake allocate them: contiguous, out in q's dtype."""
+def outputs_like(q: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, lse)`` as both the kernels and the fake allocate them: contiguous, out in q's dtype
+    with v's head dim ``(B, Hq, N_q, D_v)``."""
     B, Hq, Nq, _ = q.shape
-    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+    return (torch.empty((B, Hq, Nq, v.shape[-1]), dtype=q.dtype, device=q.device),
             torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device))
 
 
@@ -68,4 +69,4 @@ def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
 def _(q, k, v, mask, key_lengths, causal, alignment, window, scale, block_m, block_n, tma=False,
       package=dispatch.DEFAULT_PACKAGE, softcap=None, alibi_slopes=None, sinks=None, mask_mod=None, mask_args=None,
       dropout_p=0.0, philox=None, score_mod=None, score_f=None, score_i=None):
-    return outputs_like(q)
+    return outputs_like(q, v)

@@ -77,7 +77,11 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
     the GPU's SMs when ``B x Hkv`` is small). The result depends on ``num_splits`` only by
     rounding.
 
-    Returns ``out`` ``(B, N_q, Hq, D)`` in q's dtype (zeros for a token with no key), or
+    MLA (DeepSeek's absorbed decode): ``v_cache`` may have its own head dim ``D_v`` (``D <= 576``,
+    ``D_v <= 512``), and may be a view of ``k_cache``'s storage, ``v_cache = k_cache[..., :D_v]``: it is
+    read through its strides, never copied.
+
+    Returns ``out`` ``(B, N_q, Hq, D_v)`` in q's dtype (zeros for a token with no key), or
     ``(out, lse)`` with ``return_lse=True``, ``lse`` float32 ``(B, Hq, N_q)``, natural log.
     Inference only: raises if gradients are requested.
 
@@ -308,18 +312,19 @@ def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_sc
         capacity = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
         num_splits = default_num_splits(B * k_cache.shape[2] * math.ceil(rows / per_program), capacity,
                                         _num_sms(q.device), per_program)
-    if num_splits > 1:  # the fp32 partials (S, B, N_q, Hq, D): split s starts at s·B·N_q·Hq·D (int32)
-        checks.check_index_width(o_partials=((num_splits, B * Nq * Hq * D), (B * Nq * Hq * D, 1)))
+    Dv = v_cache.shape[3]  # v's head dim (MLA: D_v != D; v_cache may be a view of k_cache): out's
+    if num_splits > 1:  # the fp32 partials (S, B, N_q, Hq, D_v): split s starts at s·B·N_q·Hq·D_v (int32)
+        checks.check_index_width(o_partials=((num_splits, B * Nq * Hq * Dv), (B * Nq * Hq * Dv, 1)))
     # the sink is merged exactly once per row: by the unsplit kernel's epilogue, or after the merge;
     # batch_invariant (split_keys > 0) always merges, so a row's path does not depend on the grid
     merged = not (num_splits == 1 and split_keys == 0)
     # the layouts the kernel writes: out and lse's (B, N_q, Hq) view in place for one split, else the fp32
     # partials (S, B, N_q, Hq[, D]); only their strides enter the plan (meta tensors: no memory)
     if merged:
-        o_part = torch.empty((num_splits, B, Nq, Hq, D), dtype=torch.float32, device="meta")
+        o_part = torch.empty((num_splits, B, Nq, Hq, Dv), dtype=torch.float32, device="meta")
         lse_part = torch.empty((num_splits, B, Nq, Hq), dtype=torch.float32, device="meta")
     else:
-        o_part = torch.empty(q.shape, dtype=q.dtype, device="meta")[None]
+        o_part = torch.empty((B, Nq, Hq, Dv), dtype=q.dtype, device="meta")[None]
         lse_part = torch.empty((B, Hq, Nq), dtype=torch.float32, device="meta").transpose(1, 2)[None]
     splits = module.splits_plan(q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, sm_scale=sm_scale,
                                 num_splits=num_splits, causal=causal, window=None if window is None else tuple(window),
@@ -331,7 +336,7 @@ def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_sc
     merge = api.module_for("merge", block, package, q.device)
     o_rows, lse_rows = spec_launch.decode_partial_rows(o_part, lse_part)
     merging = merge.merge_states_plan(o_rows, lse_rows, spec_launch.decode_merged_out(
-        torch.empty(q.shape, dtype=q.dtype, device="meta")), sinks)
+        torch.empty((B, Nq, Hq, Dv), dtype=q.dtype, device="meta")), sinks)
     # the merged lse (R,) seen as the output's (B, Hq, N_q): where it is that layout (N_q = 1, every
     # dim of size > 1 at the contiguous stride), the merge writes the output's lse itself
     as_output = spec_launch.decode_merged_lse(torch.empty(lse_rows.shape[1:], device="meta"), B, Nq, Hq)
@@ -343,7 +348,7 @@ def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_sc
 def _run(plan: _Launch, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, cache_leftpad,
          cache_batch_idx):
     """``(out, lse)``: the launches of ``plan`` on these tensors (of the plan's metadata)."""
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = q.new_empty((*q.shape[:3], v_cache.shape[3]))  # contiguous, v's head dim D_v
     lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
     if plan.merge is None:  # one split: the kernel writes out and lse in place (the plan holds their views)
         plan.module.launch_splits(plan.splits, q, k_cache, v_cache, cache_seqlens, block_table, out, lse,
@@ -352,7 +357,7 @@ def _run(plan: _Launch, q, k_cache, v_cache, cache_seqlens, block_table, alibi_s
         return out, lse
     # fp32 partials (S, B, N_q, Hq, D), then merge_state's fold over the splits
     B, Hq, Nq = plan.lse_shape
-    o_part = torch.empty((plan.num_splits, B, Nq, Hq, q.shape[3]), dtype=torch.float32, device=q.device)
+    o_part = torch.empty((plan.num_splits, B, Nq, Hq, v_cache.shape[3]), dtype=torch.float32, device=q.device)
     lse_part = torch.empty((plan.num_splits, B, Nq, Hq), dtype=torch.float32, device=q.device)
     plan.module.launch_splits(plan.splits, q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part,
                               alibi_slopes=alibi_slopes, cache_leftpad=cache_leftpad, cache_batch_idx=cache_batch_idx)
@@ -399,4 +404,4 @@ def _(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale,
       alibi_slopes=None, sinks=None, package=config.DEFAULT_PACKAGE, cache_leftpad=None, cache_batch_idx=None,
       split_keys=0):
     B, Nq, Hq, _ = q.shape
-    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, Hq, Nq), dtype=torch.float32)
+    return q.new_empty((B, Nq, Hq, v_cache.shape[3])), q.new_empty((B, Hq, Nq), dtype=torch.float32)

@@ -93,7 +93,8 @@ def aot_args(fn, pointers: dict[str, str], floats: tuple[str, ...], constexprs: 
     ``floats`` are fp32 scalars; every other runtime parameter is an ``i32``.
     ``loop = (rows, keys, products)``: one step of the kernel's main loop covers a ``rows x keys``
     tile of scores with ``products`` matmuls of ``rows x keys x BLOCK_D`` multiply-adds each
-    (what ``benchmarks.static`` divides the loop's SASS by).
+    (what ``benchmarks.static`` divides the loop's SASS by); ``(rows, keys, products, over_v)``:
+    ``over_v`` of those products run over v's head dim ``BLOCK_DV`` instead (P V, dO Vᵀ, Pᵀ dO).
     """
     descriptors = descriptors or {}
     signature = {}
@@ -111,8 +112,11 @@ def aot_args(fn, pointers: dict[str, str], floats: tuple[str, ...], constexprs: 
     args = {"fn": fn, "signature": signature, "constexprs": dict(constexprs),
             "num_warps": num_warps, "num_stages": num_stages}
     if loop is not None:
-        rows, keys, products = loop
-        args["loop"] = {"rows": rows, "keys": keys, "macs": products * rows * keys * constexprs["BLOCK_D"]}
+        rows, keys, products, over_v = (*loop, 0) if len(loop) == 3 else loop
+        width_v = constexprs.get("BLOCK_DV", constexprs["BLOCK_D"])
+        tail = constexprs["BLOCK_DT"] if constexprs.get("HEAD_DIM_TAIL") else 0  # a split head dim's tail product
+        args["loop"] = {"rows": rows, "keys": keys,
+                        "macs": rows * keys * ((products - over_v) * constexprs["BLOCK_D"] + over_v * width_v + tail)}
     return args
 
 
@@ -334,9 +338,10 @@ def tma_layout_problem(name: str, t: torch.Tensor, rows: int, block_d: int, *, c
     return None
 
 
-def tma_operands(wanted: bool, operands: dict[str, tuple[torch.Tensor, int]], block_d: int) -> tuple[list, bool]:
+def tma_operands(wanted: bool, operands: dict[str, tuple], block_d: int) -> tuple[list, bool]:
     """``(arguments, USE_TMA)`` for the kernel's tensor parameters ``operands`` (``name: (tensor,
-    rows of its block)``, each ``(B, H, N, D)``).
+    rows of its block)``, each ``(B, H, N, D)``, or ``(tensor, rows, width)`` for an operand whose
+    block is ``width`` wide instead of ``block_d``: v and out at a value head dim D_v != D).
 
     * ``wanted`` False: the tensors themselves and ``USE_TMA=False`` (the pointer path).
     * the machine cannot do TMA (``tma_unsupported``): ``ValueError`` naming the problem and the fix.
@@ -345,21 +350,22 @@ def tma_operands(wanted: bool, operands: dict[str, tuple[torch.Tensor, int]], bl
     * otherwise one ``TensorDescriptor`` per tensor over its real shape and strides with block
       ``[1, 1, rows, block_d]``: TMA zero-fills reads outside the tensor and clips writes.
     """
-    tensors = [t for t, _ in operands.values()]
+    blocks = {name: (op[0], op[1], op[2] if len(op) > 2 else block_d) for name, op in operands.items()}
+    tensors = [t for t, _, _ in blocks.values()]
     if not wanted:
         return tensors, False
     problem = tma_unsupported(tensors[0].device)
     if problem:
         raise ValueError(problem)
-    for name, (t, rows) in operands.items():
-        problem = tma_layout_problem(name, t, rows, block_d)
+    for name, (t, rows, width) in blocks.items():
+        problem = tma_layout_problem(name, t, rows, width)
         if problem:
             warnings.warn(f"tma=True: the pointer path ran instead, because {problem}", TmaFallbackWarning,
                           stacklevel=3)
             return tensors, False
     TensorDescriptor = _tensor_descriptor_class()
-    return [TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, block_d])
-            for t, rows in operands.values()], True
+    return [TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, width])
+            for t, rows, width in blocks.values()], True
 
 
 def takes_tma_path(wanted: bool, tensors: dict[str, torch.Tensor], block_d: int) -> bool:

@@ -160,19 +160,19 @@ class _Ring:
                 f"slower than the process group's timeout. Cause: {e}") from e
 
 
-def _check_peers(ring: _Ring, q, k, causal, layout, block):
+def _check_peers(ring: _Ring, q, k, v, causal, layout, block):
     """Every rank must call with the same shapes and options: one small all_gather, so that a
     mismatch raises the same error on every rank instead of a hang or a wrong result."""
     B, Hq, n, D = q.shape
-    desc = [B, Hq, k.shape[1], n, k.shape[2], D, checks.DTYPES.index(q.dtype), int(causal), LAYOUTS.index(layout),
-            *block]
+    desc = [B, Hq, k.shape[1], n, k.shape[2], D, v.shape[3], checks.DTYPES.index(q.dtype), int(causal),
+            LAYOUTS.index(layout), *block]
     mine = torch.tensor(desc, dtype=torch.int64, device=q.device)
     every = [torch.empty_like(mine) for _ in range(ring.size)]
     with ring.transport_errors("could not compare shapes with its peers", 0):
         dist.all_gather(every, mine, group=ring.group)
     every = [t.tolist() for t in every]
-    names = ("batch", "q heads", "kv heads", "q shard length", "k shard length", "head_dim", "dtype", "causal",
-             "layout", "block_m", "block_n")
+    names = ("batch", "q heads", "kv heads", "q shard length", "k shard length", "head_dim", "v head_dim", "dtype",
+             "causal", "layout", "block_m", "block_n")
     for r, other in enumerate(every):
         diff = [f"{name} {a} vs {b}" for name, a, b in zip(names, every[0], other) if a != b]
         if diff:
@@ -283,8 +283,8 @@ class _Pass:
 
 def _ring_forward(q, k, v, opts, ring: _Ring):
     size = _chunk_size(q.shape[2] * ring.size, ring.size, opts["layout"], "the sequence")
-    B, Hq, n, D = q.shape
-    o = torch.zeros((B, Hq, n, D), dtype=torch.float32, device=q.device)  # E: o = 0, lse = -inf
+    B, Hq, n, Dv = *q.shape[:3], v.shape[3]  # the output has v's head dim D_v (MLA: D_v != D)
+    o = torch.zeros((B, Hq, n, Dv), dtype=torch.float32, device=q.device)  # E: o = 0, lse = -inf
     lse = torch.full((B, Hq, n), float("-inf"), dtype=torch.float32, device=q.device)
     kv = (k.contiguous(), v.contiguous())
     ring_pass = _Pass(ring, "forward")
@@ -399,7 +399,7 @@ def _ring(package, q, k, v, *, group=None, causal=False, scale=None, layout="zig
     if block == "auto":
         block = config.dense_auto_block(q, k, v, tma)
     if ring.size > 1:
-        _check_peers(ring, q, k, causal, layout, block)
+        _check_peers(ring, q, k, v, causal, layout, block)
     _chunk_size(q.shape[2] * ring.size, ring.size, layout, "the sequence (P x the shard length)")
     q, scale = checks.normalise_scale(q, scale)  # s <= 0: the proven rewrite to s' > 0, as flash_attention
     opts = {"causal": causal, "layout": layout, "scale": scale, "block": block,

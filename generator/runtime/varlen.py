@@ -76,7 +76,7 @@ def flash_attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               philox: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     module = api.module_for("fwd", (block_m, block_n), package, q.device)
     max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, v=v,
-                                  out=torch.empty(q.shape, device="meta"))  # out: fresh, contiguous
+                                  out=torch.empty((*q.shape[:2], v.shape[2]), device="meta"))  # out: fresh, contiguous
     return module.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
                                  **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p,
                                                    philox))
@@ -85,7 +85,7 @@ def flash_attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 @flash_attention_varlen_op.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n,
       softcap=None, alibi_slopes=None, sinks=None, package=api.DEFAULT_PACKAGE, dropout_p=0.0, philox=None):
-    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+    return (q.new_empty((*q.shape[:2], v.shape[2])),  # (total_q, Hq, D_v), contiguous
             q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
 
 
@@ -203,7 +203,7 @@ def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     window, scale, block, softcap, dropout_p = a["window"], a["scale"], a["block"], a["softcap"], a["dropout_p"]
     max_q, max_k = (COMPUTE if a[n] is None else a[n] for n in ("max_seqlen_q", "max_seqlen_k"))
     if block == "auto":
-        block = api.auto_block(q.device, q.shape[-1], tma=False, dtype=q.dtype)  # the packed kernels: pointers
+        block = api.auto_block(q.device, max(q.shape[-1], v.shape[-1]), tma=False, dtype=q.dtype)  # the packed kernels: pointers
     # the proven host rewrites of flash_attention: a scale <= 0 becomes a positive one (scale_sign_rewrite);
     # window sides clamp to total_q + total_k, at least every segment's n_q + n_k (window_clamp)
     q, scale = checks.normalise_scale(q, scale)

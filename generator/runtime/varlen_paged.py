@@ -30,7 +30,7 @@ from generator.runtime import checks, decode
 
 def flash_attention_varlen_paged(package, a: dict):
     """See ``flash_attention_varlen``; ``a`` its arguments as ``contract.enforce`` returned them
-    (``k``, ``v`` paged with ``block_table`` int32 ``(B, max_pages)``). Returns ``out`` ``(total_q, Hq, D)``
+    (``k``, ``v`` paged with ``block_table`` int32 ``(B, max_pages)``). Returns ``out`` ``(total_q, Hq, D_v)``
     (and ``lse`` float32 ``(Hq, total_q)``)."""
     q, cu_seqlens_q, cu_seqlens_k = a["q"], a["cu_seqlens_q"], a["cu_seqlens_k"]
     total_q, Hq, D = q.shape
@@ -52,7 +52,7 @@ def flash_attention_varlen_paged(package, a: dict):
     out, lse = decode._kvcache(package, q_pad, a["k"], a["v"], n_k, block_table=a["block_table"], causal=a["causal"],
                                window=a["window"], scale=a["scale"], return_lse=True, softcap=a["softcap"],
                                alibi_slopes=a["alibi_slopes"], sinks=a["sinks"], batch_invariant=a["batch_invariant"])
-    out = out.reshape(B * max_q, Hq, D)[dest]
+    out = out.reshape(B * max_q, Hq, out.shape[-1])[dest]  # v's head dim D_v (MLA: D_v != D)
     if not a["return_lse"]:
         return out
     return out, lse.transpose(1, 2).reshape(B * max_q, Hq)[dest].t().contiguous()

@@ -59,9 +59,10 @@ class _Z3A(_Z3):
 # ----------------------------------------------------------------------------------
 def _decode_tensors(paged: bool):
     q = A.symbolic("q", ("B", "N_q", "Hq", "D"))
-    cache = ("NP", "PS", "Hkv", "D") if paged else ("B_cache", "N_cache", "Hkv", "D")
-    k, v = A.symbolic("k", cache), A.symbolic("v", cache)
-    out = A.symbolic("out", ("S", "B", "N_q", "Hq", "D"))
+    rows = ("NP", "PS", "Hkv") if paged else ("B_cache", "N_cache", "Hkv")
+    # two head dims: k's D and v's D_v (MLA; any strides, so v may be a view of k's storage)
+    k, v = A.symbolic("k", (*rows, "D")), A.symbolic("v", (*rows, "Dv"))
+    out = A.symbolic("out", ("S", "B", "N_q", "Hq", "Dv"))
     lse = A.symbolic("lse", ("S", "B", "N_q", "Hq"))
     cs = A.symbolic("cache_seqlens", ("B",))
     bt = A.symbolic("block_table", ("B", "MP")) if paged else None
@@ -72,16 +73,20 @@ def _decode_tensors(paged: bool):
 
 @claim(A.CLAIM_DECODE,
        "decode's addresses: for all shapes and non-negative strides of q (B, N_q, Hq, D), a contiguous "
-       "(B_cache, N_cache, Hkv, D) or paged (num_pages, PAGE_SIZE, Hkv, D) cache, out (S, B, N_q, Hq, D), "
+       "(B_cache, N_cache, Hkv, D) or paged (num_pages, PAGE_SIZE, Hkv, D) k cache and a v cache of the same "
+       "rows with its own head dim D_v (two head dims, any strides: v may be a view of k), out (S, B, N_q, Hq, D_v), "
        "lse (S, B, N_q, Hq), cache_seqlens, cache_leftpad, cache_batch_idx (B,) and block_table (B, max_pages), with the strides, sizes and "
        "grid spec.launch.decode_launch passes (the function the launcher calls), every printed offset of "
        "_decode_fwd (spec.addresses: q, cache_seqlens, cache_leftpad, cache_batch_idx, block_table, k/v rows, "
        "out, lse) is the offset of the element the reference reads — q[b, tok, head, d], cache_seqlens[b], "
        "cache_leftpad[b], cache_batch_idx[b], block_table[b, j // PAGE_SIZE], "
        "k_cache[block_table[b, j // PAGE_SIZE], j % PAGE_SIZE, kvh, d] (paged) or k_cache[off_bc, j, kvh, d] "
-       "(off_bc = b, or cache_batch_idx[b] with HAS_BATCH_IDX), "
-       "out/lse[split, b, tok, head], sinks[head] — and that element lies inside the tensor's shape for every program of "
-       "the grid and every lane its mask lets through (given Hq = GROUP·Hkv, 0 <= cache_seqlens[b] <= "
+       "(off_bc = b, or cache_batch_idx[b] with HAS_BATCH_IDX), v_cache likewise at dv, "
+       "out[split, b, tok, head, dv], lse[split, b, tok, head], sinks[head] — and that element lies inside the "
+       "tensor's shape for every program of the grid and every lane its mask lets through (d < D, dv < D_v); "
+       "with the head dim split at D_v (MLA, claim head_dim_split) the tails q[b, tok, head, dt] and "
+       "k_cache[..., kvh, dt] for HEAD_DIM <= dt < D; and with v_cache = k_cache[..., :D_v] (k's pointer and "
+       "strides) the v offset at lane d is the k offset (the kernel uses its K tile as V) (given Hq = GROUP·Hkv, 0 <= cache_seqlens[b] <= "
        "capacity, B_cache = B without cache_batch_idx, cache_batch_idx entries in [0, B_cache) and, paged, "
        "block_table entries in [0, num_pages)); the rows (GROUP heads x N_q tokens) "
        "map one to one onto the (head, token) pairs of the KV head; and the merge's row views "
@@ -117,7 +122,7 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
             value = _lanes(term.expr).xreplace({A.tok: tok, A.head: head}).xreplace(extra or {})
             return sp.expand(value.xreplace(launched).xreplace(launched))
 
-        d, j = A.offs_d, n.j
+        d, dv, j = A.offs_d, A.offs_dv, n.j
         # --- the element each offset reaches (polynomial identities) -------------------------------
         (key_len,) = groups["key_len"]
         (q_term,) = groups["q_offset"]
@@ -141,29 +146,46 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
                           difference(bt_at, sp.expand(bt.offset_of((A.off_b, gather[P.page_idx]))))))
             page = page_of(bt_at)
             index = lambda x: (page_of(sp.expand(bt.offset_of((A.off_b, gather[P.page_idx])))),  # noqa: E731
-                               gather[P.slot], A.off_kvh, d)
+                               gather[P.slot], A.off_kvh, x)
             sub = {A.page: page, P.slot: gather[P.slot], P.page_idx: gather[P.page_idx]}
         else:
-            index = lambda x: (A.off_bc, j, A.off_kvh, d)  # noqa: E731  (off_bc: b, or cache_batch_idx[b])
+            index = lambda x: (A.off_bc, j, A.off_kvh, x)  # noqa: E731  (off_bc: b, or cache_batch_idx[b])
             sub = {A.offs_n: j}
-        for side, tensor, rows_sym, off_sym in (("k", k, A.k_rows, A.k_off), ("v", v, A.v_rows, A.v_off)):
+        kv_values = {}  # the k and v offsets at their lanes, as the launch passes the strides
+        for side, tensor, rows_sym, off_sym, lane in (("k", k, A.k_rows, A.k_off, d), ("v", v, A.v_rows, A.v_off, dv)):
             value = at(kv[off_sym], {rows_sym: _lanes(rows[rows_sym].expr)}).xreplace(sub)
             value = sp.expand(value.xreplace(launched))
             cases.append((f"{tag}: {side} offset is {side}_cache[{'block_table[b, j // PS], j % PS' if paged else 'off_bc, j'}"
-                          f", kvh, d]", difference(value, sp.expand(tensor.offset_of(index(None))))))
+                          f", kvh, {'d' if lane == d else 'dv'}]",
+                          difference(value, sp.expand(tensor.offset_of(index(lane))))))
+            kv_values[side] = value
+        # the head dim split at D_v (MLA, claim head_dim_split): the tails' offsets at lane dt in [D_v, D)
+        dt = A.offs_dt
+        (q_tail_term,), (k_tail_term,) = groups["q_tail_offset"], groups["k_tail_offset"]
+        cases.append((f"{tag}: q tail offset is q[b, tok, head, dt]",
+                      difference(at(q_tail_term), sp.expand(q.offset_of((A.off_b, tok, head, dt))))))
+        k_tail = sp.expand(at(k_tail_term, {A.k_rows: _lanes(rows[A.k_rows].expr)}).xreplace(sub).xreplace(launched))
+        cases.append((f"{tag}: k tail offset is k_cache[..., kvh, dt]",
+                      difference(k_tail, sp.expand(k.offset_of(index(dt))))))
+        # V_IS_K (the absorbed layout, v_cache = k_cache[..., :D_v]: k's pointer and strides): the V tile at
+        # lane d is the K tile's, so the kernel may use the K tile it loaded as V
+        as_view = dict(zip(v.strides, k.strides))
+        v_is_k = sp.expand(kv_values["v"].xreplace(as_view).xreplace({dv: d}))
+        cases.append((f"{tag}: v_cache = k_cache[..., :D_v]: v offset at lane d is k's",
+                      difference(v_is_k, kv_values["k"])))
         (sink_term,) = groups["sink_offset"]
         cases.append((f"{tag}: sink offset is sinks[head]",
                       difference(at(sink_term), sp.expand(sinks.offset_of((head,))))))
         o_term, l_term = (t for t in groups["out_offsets"])
-        cases.append((f"{tag}: out offset is out[split, b, tok, head, d]",
-                      difference(at(o_term), sp.expand(out.offset_of((P.split, A.off_b, tok, head, d))))))
+        cases.append((f"{tag}: out offset is out[split, b, tok, head, dv]",
+                      difference(at(o_term), sp.expand(out.offset_of((P.split, A.off_b, tok, head, dv))))))
         cases.append((f"{tag}: lse offset is lse[split, b, tok, head]",
                       difference(at(l_term), sp.expand(lse.offset_of((P.split, A.off_b, tok, head))))))
         # --- the extents (z3) ----------------------------------------------------------------------
         z = _Z3A()
-        Bz, Nqz, Hqz, Dz, Hkvz, bm = (z(x) for x in (B, N_q, Hq, D, Hkv, block_m))
+        Bz, Nqz, Hqz, Dz, Dvz, Hkvz, bm = (z(x) for x in (B, N_q, Hq, D, v.shape[3], Hkv, block_m))
         g_true = z3.Int("group_true")
-        hyp = [x >= 1 for x in (Bz, Nqz, Hqz, Dz, Hkvz, bm, g_true)] + [Hqz == g_true * Hkvz]
+        hyp = [x >= 1 for x in (Bz, Nqz, Hqz, Dz, Dvz, Hkvz, bm, g_true)] + [Hqz == g_true * Hkvz]
         split, pid1, pid2, lane = z3.Ints("split pid1 pid2 lane")
         Gz = z(sp.sympify(ints["GROUP"]))
         grid_z = [z(sp.sympify(x)) for x in grid]
@@ -175,18 +197,24 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         hyp.append(z(A.offs_m) >= 0)
         tok_z, head_z = zsub(tok.xreplace(launched)), zsub(head.xreplace(launched))
         row_ok = m < Gz * z(sp.sympify(ints["N_Q"]))
-        dz = z(d)
+        dz, dvz = z(d), z(dv)
         d_ok = z3.And(0 <= dz, dz < Dz)
+        dv_ok = z3.And(0 <= dvz, dvz < Dvz)
         inside = lambda idx, shape: z3.And(*[z3.And(0 <= i, i < s) for i, s in zip(idx, shape)])  # noqa: E731
         cases.append(_decide(f"{tag}: q[b, tok, head, d] inside q (lanes row_ok & d_ok)", hyp + [row_ok, d_ok],
                              inside((offb, tok_z, head_z, dz), (Bz, Nqz, Hqz, Dz))))
+        # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL = D (the launch's split of D)
+        dtz, main_z = z(A.offs_dt), z3.Int("HEAD_DIM")
+        dt_ok = z3.And(1 <= main_z, main_z <= Dz, main_z <= dtz, dtz < Dz)
+        cases.append(_decide(f"{tag}: q[b, tok, head, dt] inside q (lanes row_ok & dt_ok)", hyp + [row_ok, dt_ok],
+                             inside((offb, tok_z, head_z, dtz), (Bz, Nqz, Hqz, Dz))))
         cases.append(_decide(f"{tag}: cache_seqlens[b] inside cache_seqlens", hyp, inside((offb,), (Bz,))))
         cases.append(_decide(f"{tag}: cache_leftpad[b], cache_batch_idx[b] inside theirs (B,)", hyp,
                              inside((offb,), (Bz,))))
         S_z = z(out.shape[0])
-        cases.append(_decide(f"{tag}: out/lse[split, b, tok, head, d] inside out and lse (lanes row_ok & d_ok)",
-                             hyp + [row_ok, d_ok, S_z >= 1],
-                             inside((split, offb, tok_z, head_z, dz), (S_z, Bz, Nqz, Hqz, Dz))))
+        cases.append(_decide(f"{tag}: out/lse[split, b, tok, head, dv] inside out and lse (lanes row_ok & dv_ok)",
+                             hyp + [row_ok, dv_ok, S_z >= 1],
+                             inside((split, offb, tok_z, head_z, dvz), (S_z, Bz, Nqz, Hqz, Dvz))))
         # the rows map one to one onto (query head of this KV head, token): row g·N_q + t is in the grid
         g2, t2, mz = z3.Int("g2"), z3.Int("t2"), z(A.offs_m)
         tok_m = z3.substitute(z(tok.xreplace(launched)), (z(A.off_kvh), kvh))
@@ -204,8 +232,12 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
                              0 <= page_z, page_z < NPz]
             cases.append(_decide(f"{tag}: block_table[b, j // PAGE_SIZE] inside block_table (lanes key_ok)", key_hyp,
                                  inside((offb, jz / PSz), (Bz, MPz))))
-            cases.append(_decide(f"{tag}: k/v_cache[page, j % PAGE_SIZE, kvh, d] inside the cache (lanes key_ok & d_ok)",
+            cases.append(_decide(f"{tag}: k_cache[page, j % PAGE_SIZE, kvh, d] inside the cache (lanes key_ok & d_ok)",
                                  key_hyp + [d_ok], inside((page_z, jz % PSz, kvh, dz), (NPz, PSz, Hkvz, Dz))))
+            cases.append(_decide(f"{tag}: v_cache[page, j % PAGE_SIZE, kvh, dv] inside the cache (lanes key_ok & dv_ok)",
+                                 key_hyp + [dv_ok], inside((page_z, jz % PSz, kvh, dvz), (NPz, PSz, Hkvz, Dvz))))
+            cases.append(_decide(f"{tag}: k_cache[page, j % PAGE_SIZE, kvh, dt] inside the cache (lanes key_ok & dt_ok)",
+                                 key_hyp + [dt_ok], inside((page_z, jz % PSz, kvh, dtz), (NPz, PSz, Hkvz, Dz))))
         else:
             Ncz, Bcz, offbc = z(k.shape[1]), z(k.shape[0]), z3.Int("off_bc_value")
             key_hyp = hyp + [0 <= jz, jz < key_len_z, key_len_z <= Ncz]
@@ -213,9 +245,15 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
             # else the loaded cache_batch_idx[b], assumed in [0, cache batch) (checked by the host)
             for what, row_hyp in (("b (B_cache = B)", [offbc == offb, Bcz == Bz]),
                                   ("cache_batch_idx[b] in [0, B_cache)", [0 <= offbc, offbc < Bcz])):
-                cases.append(_decide(f"{tag}: k/v_cache[off_bc, j, kvh, d] inside the cache, off_bc = {what} "
+                cases.append(_decide(f"{tag}: k_cache[off_bc, j, kvh, d] inside the cache, off_bc = {what} "
                                      "(lanes key_ok & d_ok)",
                                      key_hyp + row_hyp + [d_ok], inside((offbc, jz, kvh, dz), (Bcz, Ncz, Hkvz, Dz))))
+                cases.append(_decide(f"{tag}: v_cache[off_bc, j, kvh, dv] inside the cache, off_bc = {what} "
+                                     "(lanes key_ok & dv_ok)",
+                                     key_hyp + row_hyp + [dv_ok], inside((offbc, jz, kvh, dvz), (Bcz, Ncz, Hkvz, Dvz))))
+                cases.append(_decide(f"{tag}: k_cache[off_bc, j, kvh, dt] inside the cache, off_bc = {what} "
+                                     "(lanes key_ok & dt_ok)",
+                                     key_hyp + row_hyp + [dt_ok], inside((offbc, jz, kvh, dtz), (Bcz, Ncz, Hkvz, Dz))))
     # --- the merge of the splits: row views (polynomial identities on contiguous partials) --------
     S, B, N_q, Hq, D = (sp.Symbol(s, integer=True, positive=True) for s in ("S", "B", "N_q", "Hq", "D"))
     o_part = A.Strided("o_part", (S, B, N_q, Hq, D), A.contiguous_strides((S, B, N_q, Hq, D)))
@@ -240,7 +278,8 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
 # Varlen.
 # ----------------------------------------------------------------------------------
 @claim(A.CLAIM_VARLEN,
-       "varlen's addresses: for all packed q (total_q, Hq, D), k, v (total_k, Hkv, D) with any non-negative "
+       "varlen's addresses: for all packed q (total_q, Hq, D), k (total_k, Hkv, D), v (total_k, Hkv, D_v) "
+       "(two head dims) with any non-negative "
        "strides and cu_seqlens_q/k (B + 1,) with any stride, the segment block's printed loads read "
        "cu_seqlens_q/k[b] and [b + 1] of the tensors spec.launch.varlen_cu_seqlens passes (inside their shape "
        "for every program of spec.launch.varlen_grid's grid), and every pointer the segment moves "
@@ -267,7 +306,7 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
     strides = L.packed_strides if strides is None else strides
     grid = L.varlen_grid if grid is None else grid
     tensors = {"q": A.symbolic("q", ("total_q", "Hq", "D")), "k": A.symbolic("k", ("total_k", "Hkv", "D")),
-               "v": A.symbolic("v", ("total_k", "Hkv", "D"))}
+               "v": A.symbolic("v", ("total_k", "Hkv", "Dv"))}
     cu_in = {side: A.symbolic(f"cu_{side}", ("B1",)) for side in "qk"}
     passed = dict(zip("qk", cu_seqlens(cu_in["q"], cu_in["k"])))
     mem = {"q": sp.Function("cu_seqlens_q_at"), "k": sp.Function("cu_seqlens_k_at")}  # value at an element offset
@@ -289,8 +328,9 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
                       difference(got, mem[side](sp.expand(passed[side].offset_of((idx,)))))))
     # the pointers: element (cu[b] + i, h, d) of the tensor
     q_shape, k_shape = ("total_q", "Hq", "D"), ("total_k", "Hkv", "D")
-    tensors.update(out=A.symbolic("out", q_shape), do=A.symbolic("do", q_shape), dq=A.symbolic("dq", q_shape),
-                   dk=A.symbolic("dk", k_shape))
+    o_shape, v_shape = ("total_q", "Hq", "Dv"), ("total_k", "Hkv", "Dv")  # v's head dim D_v (MLA)
+    tensors.update(out=A.symbolic("out", o_shape), do=A.symbolic("do", o_shape), dq=A.symbolic("dq", q_shape),
+                   dk=A.symbolic("dk", k_shape), dv=A.symbolic("dv", v_shape))
     tensors["lse"] = A.symbolic("lse", ("Hq", "total_q"))
     row_stride = {sp.Symbol(name, integer=True): strides(tensors[t])[2] for name, t in A.ROW_STRIDES.items()
                   if t != "lse"}
@@ -319,7 +359,8 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
                 offset = _lanes(fg[off].expr)
                 for base in bases:
                     offset = offset.xreplace({base: _lanes(fg[base].expr)})
-                offset = offset.xreplace({A.offs_m: i, A.offs_n: i, A.offs_d: d, A.off_h: h, A.off_kvh: h})
+                offset = offset.xreplace({A.offs_m: i, A.offs_n: i, A.offs_d: d, A.offs_dv: d, A.off_h: h,
+                                          A.off_kvh: h})  # the lane d of either head dim (D or D_v)
                 moved = sp.expand(term.expr - term.symbol).xreplace(flaunched).xreplace(starts)
                 address = sp.expand(moved + offset.xreplace(flaunched))
             else:  # dK/dV, dQ: the backward's hand-written address form (a listed gap)
@@ -369,8 +410,9 @@ def _int32_part(expr) -> sp.Expr:
 
 def _forward_tensors():
     q = A.symbolic("q", ("B", "Hq", "N_Q", "D"))
-    k, v = A.symbolic("k", ("B", "Hkv", "N_K", "D")), A.symbolic("v", ("B", "Hkv", "N_K", "D"))
-    out, lse = A.symbolic("out", q.shape), A.symbolic("lse", q.shape[:3])
+    # two head dims: q/k's D and v/out's D_v (MLA)
+    k, v = A.symbolic("k", ("B", "Hkv", "N_K", "D")), A.symbolic("v", ("B", "Hkv", "N_K", "Dv"))
+    out, lse = A.symbolic("out", (*q.shape[:3], v.shape[3])), A.symbolic("lse", q.shape[:3])
     B, Hq, N_Q, N_K = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     mask = A.symbolic("mask", (B, Hq, N_Q, N_K))
     block_map = A.symbolic("block_map", (B, Hq, sp.ceiling(N_Q / n.B_r), sp.ceiling(N_K / n.B_c)))
@@ -381,18 +423,18 @@ def _forward_tensors():
 
 
 @claim(A.CLAIM_FORWARD,
-       "the dense forward's addresses: for all shapes and non-negative strides of q, out (B, Hq, N_Q, D), k, v "
-       "(B, Hkv, N_K, D), lse (B, Hq, N_Q), key_lengths (B,), the dense mask (B, Hq, N_Q, N_K) and its block map "
+       "the dense forward's addresses: for all shapes and non-negative strides of q (B, Hq, N_Q, D), k "
+       "(B, Hkv, N_K, D), v (B, Hkv, N_K, D_v), out (B, Hq, N_Q, D_v) (two head dims: MLA), lse (B, Hq, N_Q), key_lengths (B,), the dense mask (B, Hq, N_Q, N_K) and its block map "
        "(B, Hq, cdiv(N_Q, BLOCK_M), cdiv(N_K, BLOCK_N)) (broadcast: stride 0), ALiBi slopes (Hq,) or (B, Hq), sinks "
        "(Hq,), mask_mod_args (B, P) and the Philox pair (2,), with the strides, sizes and grid "
        "spec.launch.forward_launch passes (the function both launchers call; philox through "
        "spec.launch.philox_words), every printed offset of _attn_fwd, _attn_fwd_stage, _attn_fwd_tile and "
        "_score_mod_scalars (spec.addresses.FORWARD_GROUPS) is the offset of the element the reference reads — "
-       "q/out[b, h, i, d], lse[b, h, i], k/v[b, h // GROUP, j, d], mask[b, h, i, j], block_map[b, h, i // BLOCK_M, "
+       "q[b, h, i, d], out[b, h, i, dv], lse[b, h, i], k[b, h // GROUP, j, d], v[.., j, dv], mask[b, h, i, j], block_map[b, h, i // BLOCK_M, "
        "j0 // BLOCK_N], key_lengths[b], sinks[h], slopes[h] or [b, h], mask_mod_args[b, 0], philox[1], and "
        "_dropout_keep's keep[b, h, i, j] for the strides and grid spec.launch.dropout_mask_launch passes — and lies "
        "inside the tensor for every program of the grid and every lane the load or store lets through (rows "
-       "i < N_Q, keys j < N_K, d < HEAD_DIM = D; key tiles start inside [0, N_K), as the stages visit them: claim "
+       "i < N_Q, keys j < N_K, d < HEAD_DIM = D, dv < HEAD_DIM_V = D_v; key tiles start inside [0, N_K), as the stages visit them: claim "
        "mask_tiles_sound), given Hq = GROUP·Hkv; the grid covers every (b, h, i); the int32 part of "
        "q/out/k/v/mask's offsets is exactly the in-head offset row·stride_row + col·stride_col that assumption index_int32 bounds (claim int32)",
        r"\mathrm{off}(X, (b, h, i, d)) = b\,s_b + h\,s_h + i\,s_i + d\,s_d,\quad 0\le\mathrm{idx}<\mathrm{shape}",
@@ -413,7 +455,7 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
     Hkv, N_K = k.shape[1], k.shape[2]
     cases = []
     g = {name: {term.symbol: term for term in group} for name, group in groups.items()}
-    i, j, d = A.offs_m, A.offs_n, A.offs_d
+    i, j, d, dv = A.offs_m, A.offs_n, A.offs_d, A.offs_dv
     for tag, slopes in t["slopes"].items():
         grid, ints = launch(q, k, v, out, lse, t["key_lengths"], t["mask"], t["block_map"], slopes, t["sinks"], n.B_r,
                             t["mask_mod_args"])
@@ -432,13 +474,13 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
 
         if tag == "(Hq,)":
             same("q offset is q[b, h, i, d]", at(g["q_offset"][A.q_off]), q, (A.off_b, A.off_h, i, d))
-            same("out offset is out[b, h, i, d]", at(g["out_offsets"][A.o_off]),
-                 out, (A.off_b, A.off_h, i, d))
+            same("out offset is out[b, h, i, dv]", at(g["out_offsets"][A.o_off]),
+                 out, (A.off_b, A.off_h, i, dv))
             same("lse offset is lse[b, h, i]", at(g["out_offsets"][A.lse_off]), lse,
                  (A.off_b, A.off_h, i))
-            for side, tensor, off, base in (("k", k, A.k_off, A.k_base), ("v", v, A.v_off, A.v_base)):
-                same(f"{side} offset is {side}[b, off_kvh, j, d]", at(g["kv_offsets"][off], g["kv_base"][base]),
-                     tensor, (A.off_b, A.off_kvh, j, d))
+            for side, tensor, off, base, lane in (("k", k, A.k_off, A.k_base, d), ("v", v, A.v_off, A.v_base, dv)):
+                same(f"{side} offset is {side}[b, off_kvh, j, {'d' if lane == d else 'dv'}]",
+                     at(g["kv_offsets"][off], g["kv_base"][base]), tensor, (A.off_b, A.off_kvh, j, lane))
             same("mask offset is mask[b, h, i, j]", at(g["mask_offset"][A.mask_off], g["mask_base"][A.mask_base]),
                  t["mask"], (A.off_b, A.off_h, i, j))
             same("block map offset is block_map[b, h, pid_m, start_n // BLOCK_N]",
@@ -454,11 +496,11 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
             # the int32 part of each offset is the in-head offset assumption index_int32 bounds
             for name, got, want in (
                     ("q", _int32_part(at(g["q_offset"][A.q_off])), i * ints["stride_qm"] + d * ints["stride_qd"]),
-                    ("out", _int32_part(at(g["out_offsets"][A.o_off])), i * ints["stride_om"] + d * ints["stride_od"]),
+                    ("out", _int32_part(at(g["out_offsets"][A.o_off])), i * ints["stride_om"] + dv * ints["stride_od"]),
                     ("k", _int32_part(g["kv_offsets"][A.k_off].expr.xreplace(launched)),
                      j * ints["stride_kn"] + d * ints["stride_kd"]),
                     ("v", _int32_part(g["kv_offsets"][A.v_off].expr.xreplace(launched)),
-                     j * ints["stride_vn"] + d * ints["stride_vd"]),
+                     j * ints["stride_vn"] + dv * ints["stride_vd"]),
                     ("mask", _int32_part(g["mask_base"][A.mask_base].expr.xreplace(launched))
                      + _int32_part(g["mask_offset"][A.mask_off].expr.xreplace(launched)),
                      i * ints["stride_mm"] + j * ints["stride_mn"])):
@@ -473,13 +515,19 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
             continue
         hyp, (offb, offh, offkvh, pidm, row) = _grid_hyp(grid, ints, q, k)
         z = _Z3A()
-        jz, dz, sn = z(j), z(d), z(A.start_n)
+        jz, dz, dvz, sn = z(j), z(d), z(dv), z(A.start_n)
         row_ok, d_ok, key_ok = row < z(N_Q), z3.And(0 <= dz, dz < z(D)), z3.And(0 <= jz, jz < z(N_K))
-        cases.append(_decide("q/out[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)", hyp + [row_ok, d_ok],
+        dv_ok = z3.And(0 <= dvz, dvz < z(v.shape[3]))
+        cases.append(_decide("q[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)", hyp + [row_ok, d_ok],
                              _inside((offb, offh, row, dz), q.shape)))
+        cases.append(_decide("out[b, h, i, dv] inside (lanes i < N_Q, dv < HEAD_DIM_V)", hyp + [row_ok, dv_ok,
+                                                                                        z(v.shape[3]) >= 1],
+                             _inside((offb, offh, row, dvz), out.shape)))
         cases.append(_decide("lse[b, h, i] inside (lanes i < N_Q)", hyp + [row_ok], _inside((offb, offh, row), lse.shape)))
-        cases.append(_decide("k/v[b, off_kvh, j, d] inside (lanes j < N_K, d < HEAD_DIM)", hyp + [key_ok, d_ok],
+        cases.append(_decide("k[b, off_kvh, j, d] inside (lanes j < N_K, d < HEAD_DIM)", hyp + [key_ok, d_ok],
                              _inside((offb, offkvh, jz, dz), k.shape)))
+        cases.append(_decide("v[b, off_kvh, j, dv] inside (lanes j < N_K, dv < HEAD_DIM_V)", hyp + [key_ok, dv_ok],
+                             _inside((offb, offkvh, jz, dvz), v.shape)))
         cases.append(_decide("mask[b, h, i, j] inside (lanes i < N_Q, j < N_K)", hyp + [row_ok, key_ok],
                              _inside((offb, offh, row, jz), t["mask"].shape)))
         tile = [sn >= 0, sn < z(N_K), sn % z(n.B_c) == 0]

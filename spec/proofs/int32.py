@@ -158,11 +158,13 @@ def _grid_and_loop_cases(seq_len_max):
     return cases
 
 
-def _offset_case():
+def _offset_case(tensors: str, width: str):
     """The in-head element offset ``row * stride_n + col * stride_d`` (int32 in the kernels: ``offs_*``
     and the strides are int32; the batch and head offsets are int64) of every lane a load or store
-    does not mask off (``row < N``, ``col < D``), under assumption ``index_int32``: each product and
-    the sum stay within int32 (over the integers: then the int32 result is the exact one).
+    does not mask off (``row < N``, ``col < width``), under assumption ``index_int32`` for those
+    ``tensors`` at their own head dim ``width`` (q/k's D, or v's D_v: the kernels mask each tile on
+    its own head dim): each product and the sum stay within int32 (over the integers: then the int32
+    result is the exact one).
 
     The one nonlinear step, ``|row·s| <= (N - 1)·|s|`` for ``0 <= row <= N - 1``, is decided by SymPy on
     a slack variable; z3 then needs only linear arithmetic over the products and bounds as unknowns."""
@@ -171,9 +173,10 @@ def _offset_case():
     p1, p2, b1, b2 = z3.Ints("row_stride_n col_stride_d bound_n bound_d")  # the products and their bounds
     int32_max = A.limit("index_int32")
     fits = lambda x: z3.And(x >= -int32_max - 1, x <= int32_max)  # noqa: E731
-    facts = [b1 >= 0, b2 >= 0, b1 + b2 <= int32_max,  # (N-1)|s_n| + (D-1)|s_d| <= 2**31 - 1
+    facts = [b1 >= 0, b2 >= 0, b1 + b2 <= int32_max,  # (N-1)|s_n| + (width-1)|s_d| <= 2**31 - 1
              p1 <= b1, -p1 <= b1, p2 <= b2, -p2 <= b2]  # the monotonicity lemma, for each product
-    return ("pointer offsets: row·stride_n + col·stride_d of an unmasked lane fits int32 (index_int32)",
+    return (f"pointer offsets of {tensors}: row·stride_n + col·stride_d of an unmasked lane (col < {width}) "
+            "fits int32 (index_int32)",
             mono if mono != 0 else _holds(facts, z3.And(fits(p1), fits(p2), fits(p1 + p2))))
 
 
@@ -201,7 +204,8 @@ def _window_clamp_case():
        "equals its mathematical value in int32 — no overflow, no negative operand of // — for all "
        "inputs in the accepted ranges; the grid covers each query row once, each stage loop covers "
        "its range by whole tiles; clamping a window side to N_Q + N_K keeps the mask; the in-head "
-       "pointer offset of every unmasked lane fits int32",
+       "pointer offset of every unmasked lane fits int32, for both head dims (q, k, dq, dk at q/k's D; "
+       "v, out, dO, dv at v's D_v, which may differ: MLA)",
        r"\forall x\in\mathrm{Assumptions}:\ \mathrm{int32}(e)(x) = e(x)\ \text{for every printed index expression } e",
        terms=(),
        scope="symbolic sizes and positions; int32 bit-vectors (z3), exact; window clamp over Z",
@@ -226,5 +230,6 @@ def prove_int32_index_arithmetic(seq_len_max=SEQ_LEN_MAX, window_max=None, block
     cases.append(("element predicates of a partial tile (every kind)", _overflow(facts, conditions)))
     cases += _grid_and_loop_cases(seq_len_max)
     cases.append(_window_clamp_case())
-    cases.append(_offset_case())
+    cases.append(_offset_case("q, k, dq, dk", "D"))
+    cases.append(_offset_case("v, out, dO, dv", "D_v"))
     return result("int32_index_arithmetic", cases, "z3 over 32-bit two's complement")

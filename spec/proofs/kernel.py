@@ -128,6 +128,32 @@ def prove_merge_identity(merge=R.merge, forward_tile=terms.FORWARD_TILE,
     return result("merge_identity", cases, "finite a and E; kernel guards on a fully masked row")
 
 
+@claim("head_dim_split",
+       "the scores of a head dim split at D_v (MLA: q = [q | q_tail], k = [k | k_tail], the tails the columns "
+       "[D_v, D)) are the whole inner product: the printed QK then QK_TAIL give S = Σ_{d=1}^{D} q_d k_d for "
+       "every split point and tail width",
+       r"S = Q_{[0,D_v)}K_{[0,D_v)}^\top + Q_{[D_v,D)}K_{[D_v,D)}^\top = QK^\top",
+       terms=("qk",),
+       scope="symbolic D_v >= 1 and tail width >= 1 (SymPy sums over the two column ranges, combined into "
+             "one); reals, exact (the kernel accumulates both products in fp32: rounding as any inner product)")
+def prove_head_dim_split(qk=terms.QK, qk_tail=terms.QK_TAIL_GROUP):
+    d = sp.Symbol("d", integer=True)
+    Dv, T = sp.Symbol("D_v", integer=True, positive=True), sp.Symbol("T", integer=True, positive=True)
+    Qc, Kc = sp.IndexedBase("Q", real=True), sp.IndexedBase("K", real=True)  # one row of Q, one key of K
+    column_sums = {(n.q, n.k): sp.Sum(Qc[d] * Kc[d], (d, 1, Dv)),  # the first D_v columns
+                   (n.q_tail, n.k_tail): sp.Sum(Qc[d] * Kc[d], (d, Dv + 1, Dv + T))}  # the tail [D_v, D)
+
+    def product(e):
+        a, b = e.args[0], e.args[1].args[0]  # dot(a, trans(b))
+        return column_sums.get((a, b), sp.Symbol(f"dot({a}, {b}) pairs no q columns with their k columns"))
+
+    scores = terms.chain((qk, *qk_tail))[n.qk].replace(lambda e: isinstance(e, terms.dot), product)
+    whole = sp.Sum(Qc[d] * Kc[d], (d, 1, Dv + T))
+    return result("head_dim_split", [("S = q·k over [1, D_v] + q_tail·k_tail over [D_v + 1, D] = q·k over [1, D]",
+                                      sp.simplify(scores - whole))],
+                  "SymPy: the two column sums combined into one (sum_simplify), symbolic D_v and tail width")
+
+
 @claim("block_update",
        "the kernel's tile update equals the ⊕-fold of single-key states, for a symbolic block",
        r"\mathrm{tile}(s; x_{1..B_c}, v_{1..B_c}) = s\oplus(x_1,1,v_1)\oplus\cdots\oplus(x_{B_c},1,v_{B_c})",

@@ -1,0 +1,251 @@
+"""Issue 27: a value head dim D_v ≠ q/k's D (DeepSeek's MLA shapes) on every path, against float64.
+
+The kernels carry two head dims: ``BLOCK_D`` for the Q/K/dQ/dK tiles and ``BLOCK_DV`` for the
+V/O/dO/dV tiles (both padded to powers of two, masked on their own width). Here, at odd pairs
+(D_v < D and D_v > D), fp32 and fp16, GQA and MQA:
+
+* ``flash_attention`` forward (out ``(B, Hq, N_q, D_v)``, lse) and backward (dq, dk ``D``; dv ``D_v``)
+  with masks, padding keys holding NaN (never read), score modifications, a mask_mod, the TMA path
+  (interpreted descriptors) and v a strided view;
+* ``flash_attention_varlen`` forward and backward;
+* ``flash_attention_with_kvcache``: the absorbed MLA decode at a scaled-down shape (D = 72 = 64
+  latent + 8 rope, D_v = 64) with a paged latent cache and ``v_cache = k_cache[..., :64]``, a view
+  the kernel reads through its strides (no copy), split and unsplit.
+
+``ring_attention`` with D_v ≠ D runs in tests/test_ring.py (its gloo processes); the limits
+(``head_dim_max``, ``decode_head_dim_max``) in tests/test_reliability.py. Interpreter sizes are
+tiny (N <= 40).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention_cases import to_cpu, to_device
+from generated import flash_attention, flash_attention_varlen, flash_attention_with_kvcache
+from generator.checking import GRAD_TOLERANCES_EMPIRICAL, attention_failures
+from spec import reference
+from spec.masks import prefix_lm
+
+pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")
+
+BLOCK = (16, 32)
+#: (D, D_v): v narrower, v wider, neither a power of two (48 pads to 64, 32 does not)
+PAIRS = [(32, 16), (16, 32), (48, 32)]
+
+
+def _inputs(D, Dv, Hq, Hkv, dtype, Nq=24, Nk=37, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, Hq, Nq, D, generator=g).to(dtype)
+    k = torch.randn(1, Hkv, Nk, D, generator=g).to(dtype)
+    v = torch.randn(1, Hkv, Nk, Dv, generator=g).to(dtype)
+    do = torch.randn(1, Hq, Nq, Dv, generator=g).to(dtype)
+    return q, k, v, do
+
+
+def _fwd_bwd(q, k, v, do, **kw):
+    """out, lse and (dq, dk, dv) of the kernels, back on CPU."""
+    q, k, v = (to_device(t).detach().clone().requires_grad_() for t in (q, k, v))
+    out, lse = flash_attention(q, k, v, return_lse=True, **to_device(kw))
+    out.backward(to_device(do))
+    return to_cpu((out.detach(), lse.detach(), (q.grad, k.grad, v.grad)))
+
+
+def _reference(q, k, v, do, **kw):
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out, lse = reference.attention(q, k, v, **kw)
+    out.backward(do.double())
+    return out.detach(), lse.detach(), (q.grad, k.grad, v.grad)
+
+
+def _grad_errors(got, want):
+    """max |g − w| / max|w| per gradient (floored at 1% of the largest, as tests/test_backward.py)."""
+    floor = 1e-2 * max(w.abs().max().item() for w in want)
+    return [(g.double() - w).abs().max().item() / max(w.abs().max().item(), floor) for g, w in zip(got, want)]
+
+
+def _check(q, k, v, do, kernel_kw=None, **kw):
+    out, lse, grads = _fwd_bwd(q, k, v, do, block=BLOCK, **(kernel_kw or {}), **kw)
+    # padding keys' NaN reach the kernels only: the reference (and the bound) see zeros there
+    k, v = torch.nan_to_num(k), torch.nan_to_num(v)
+    ref_out, ref_lse, ref_grads = _reference(q, k, v, do, **kw)
+    assert out.shape == (*q.shape[:3], v.shape[3]) and out.dtype == q.dtype
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+    assert attention_failures(out, lse, ref_out, ref_lse, v, q=q, k=k, scale=kw.get("scale")) == []
+    errors = _grad_errors(grads, ref_grads)
+    assert all(e <= GRAD_TOLERANCES_EMPIRICAL[q.dtype] for e in errors), errors
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("D, Dv", PAIRS, ids=[f"D{d}-Dv{dv}" for d, dv in PAIRS])
+def test_forward_backward_odd_head_dim_pairs(D, Dv, dtype):
+    """GQA (4 query heads on 2 K/V heads) for D_v < D, MQA (1 K/V head) otherwise; causal
+    bottom-right plus a window; padding keys past key_lengths hold NaN in k and v."""
+    Hq, Hkv = (4, 2) if Dv < D else (2, 1)
+    q, k, v, do = _inputs(D, Dv, Hq, Hkv, dtype)
+    k[:, :, 30:], v[:, :, 30:] = float("nan"), float("nan")
+    _check(q, k, v, do, causal=True, alignment="bottom_right", window=(20, 3),
+           key_lengths=torch.tensor([30]))
+
+
+def test_score_mods_mask_and_mask_mod_at_mla_shape():
+    """softcap, ALiBi, sinks (with their gradient) and a dense mask at (32, 16); a mask_mod at (16, 32)."""
+    q, k, v, do = _inputs(32, 16, 4, 2, torch.float32, seed=1)
+    g = torch.Generator().manual_seed(2)
+    mask = torch.rand(1, 1, 24, 37, generator=g) > 0.3
+    slopes, sinks = torch.rand(4, generator=g), torch.randn(4, generator=g)
+    kernel_sinks = to_device(sinks.clone().requires_grad_())
+    out, lse, grads = _fwd_bwd(q, k, v, do, block=BLOCK, mask=mask, softcap=5.0, alibi_slopes=slopes,
+                               sinks=kernel_sinks)
+    ref_sinks = sinks.double().requires_grad_()
+    ref_out, ref_lse, ref_grads = _reference(q, k, v, do, mask=mask, softcap=5.0, alibi_slopes=slopes,
+                                             sinks=ref_sinks)
+    assert attention_failures(out, lse, ref_out, ref_lse, v, q=q, k=k) == []
+    assert max(_grad_errors(grads, ref_grads)) <= GRAD_TOLERANCES_EMPIRICAL[torch.float32]
+    dsinks = (kernel_sinks.grad.cpu().double() - ref_sinks.grad).abs().max().item()
+    assert dsinks <= 1e-4 * max(1.0, ref_sinks.grad.abs().max().item()), dsinks
+
+    q, k, v, do = _inputs(16, 32, 2, 1, torch.float32, seed=3)
+    _check(q, k, v, do, causal=True, mask_mod=prefix_lm, mask_args={"prefix": 9})
+
+
+def test_v_as_a_strided_view_and_the_tma_path():
+    """v = a slice of a wider tensor (D_v = 16 of 40 columns: row stride 40) on the pointer path; the
+    TMA path (interpreted descriptors) with V and O boxes at BLOCK_DV = 16, Q and K at BLOCK_D = 32."""
+    q, k, _, do = _inputs(32, 16, 2, 2, torch.float32, seed=4)
+    wide = torch.randn(1, 2, 37, 40, generator=torch.Generator().manual_seed(5))
+    v = wide[..., 8:24]
+    assert not v.is_contiguous()
+    _check(q, k, v, do, causal=True)
+    v = v.contiguous()
+    out_tma, lse_tma = flash_attention(q, k, v, return_lse=True, block=BLOCK, tma=True)
+    out_ptr, lse_ptr = flash_attention(q, k, v, return_lse=True, block=BLOCK, tma=False)
+    ref_out, ref_lse = reference.attention(q.double(), k.double(), v.double())
+    assert attention_failures(out_tma, lse_tma, ref_out, ref_lse, v, q=q, k=k) == []
+    assert torch.equal(out_tma, out_ptr) and torch.equal(lse_tma, lse_ptr)
+
+
+def test_empty_keys_give_zeros_of_the_value_width():
+    q, k, v, _ = _inputs(32, 16, 2, 1, torch.float32, Nk=0)
+    out, lse = flash_attention(q, k, v, return_lse=True)
+    assert out.shape == (1, 2, 24, 16) and not out.any() and torch.isneginf(lse).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_varlen_forward_backward(dtype):
+    """Two segments (5 queries on 9 keys, 12 on 21), causal, GQA 4/2, D = 32, D_v = 16."""
+    g = torch.Generator().manual_seed(6)
+    cu_q, cu_k = torch.tensor([0, 5, 17], dtype=torch.int32), torch.tensor([0, 9, 30], dtype=torch.int32)
+    q, k = torch.randn(17, 4, 32, generator=g).to(dtype), torch.randn(30, 2, 32, generator=g).to(dtype)
+    v, do = torch.randn(30, 2, 16, generator=g).to(dtype), torch.randn(17, 4, 16, generator=g).to(dtype)
+    qq, kk, vv = (to_device(t).clone().requires_grad_() for t in (q, k, v))
+    out, lse = flash_attention_varlen(qq, kk, vv, to_device(cu_q), to_device(cu_k), causal=True, return_lse=True,
+                                      block=BLOCK)
+    out.backward(to_device(do))
+    out, lse, grads = to_cpu((out.detach(), lse.detach(), (qq.grad, kk.grad, vv.grad)))
+    q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+    ref_out, ref_lse = reference.varlen_attention(q64, k64, v64, cu_q, cu_k, causal=True)
+    ref_out.backward(do.double())
+    assert out.shape == (17, 4, 16)
+    # the per-row check of attention_failures on a (1, total, H, D_v) view
+    assert attention_failures(out[None], lse.T[None], ref_out.detach()[None], ref_lse.detach().T[None], v) == []
+    errors = _grad_errors(grads, (q64.grad, k64.grad, v64.grad))
+    assert all(e <= GRAD_TOLERANCES_EMPIRICAL[dtype] for e in errors), errors
+
+
+def _latent_cache(seed, dtype, D=72, Dv=64, Hkv=1, page_size=16, lens=(37, 20)):
+    """The absorbed MLA decode, scaled down: one latent head of D = 64 + 8 (rope) columns in a paged
+    cache with a scrambled block table, NaN in every slot past a length and in the unused page;
+    v_cache = k_cache[..., :D_v], a view sharing k_cache's storage."""
+    g = torch.Generator().manual_seed(seed)
+    B, max_pages = len(lens), 3
+    num_pages = B * max_pages + 1
+    kc = torch.full((num_pages, page_size, Hkv, D), float("nan"))
+    table = torch.randperm(num_pages, generator=g)[:B * max_pages].view(B, max_pages).to(torch.int32)
+    for b, L in enumerate(lens):
+        for j in range(L):
+            kc[table[b, j // page_size], j % page_size] = torch.randn(Hkv, D, generator=g)
+    kc = kc.to(dtype)
+    return kc, kc[..., :Dv], table, torch.tensor(lens, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_absorbed_decode_with_a_paged_latent_cache(num_splits, dtype, monkeypatch):
+    """16 query heads on one latent head (MQA, as DeepSeek's absorbed decode), 2 new tokens, causal;
+    v_cache is a view of k_cache that reaches the kernel as it is: same storage, k_cache's strides."""
+    kc, vc, table, lens = _latent_cache(7, dtype)
+    q = torch.randn(2, 2, 16, 72, generator=torch.Generator().manual_seed(8)).to(dtype)
+    from generator.runtime import api, config
+
+    module = api.module_for("decode", config.block_for("decode"), config.DEFAULT_PACKAGE, to_device(q).device)
+    seen = []
+    launch = module.launch_splits
+
+    def spy(plan, q_, k_cache, v_cache, *args, **kwargs):
+        seen.append((v_cache.data_ptr() == k_cache.data_ptr(), v_cache.stride() == k_cache.stride(),
+                     v_cache.shape[-1]))
+        return launch(plan, q_, k_cache, v_cache, *args, **kwargs)
+
+    monkeypatch.setattr(module, "launch_splits", spy)
+    out, lse = flash_attention_with_kvcache(*to_device((q, kc, vc, lens)), block_table=to_device(table), causal=True,
+                                            num_splits=num_splits, return_lse=True)
+    out, lse = to_cpu((out, lse))
+    assert seen == [(True, True, 64)]  # the view itself, not a copy
+    # the kernel splits q/k's head dim at D_v (64 + a tail of 8, not padded to 128) and uses its K tile as V
+    assert module.head_dims(q, kc, vc) == (64, 8, True) and module.head_dims(q, kc, vc.clone())[2] is False
+    ref_out, ref_lse, _, _ = reference.kvcache_attention(q, kc, vc, lens, block_table=table, causal=True)
+    assert out.shape == (2, 2, 16, 64) and out.dtype == dtype
+    # attention_failures wants (B, H, N, D_v) and (B, H, N): the decode layout is (B, N_q, Hq, D_v)
+    failures = attention_failures(out.transpose(1, 2), lse, ref_out.transpose(1, 2), ref_lse, torch.nan_to_num(vc))
+    assert failures == [], failures
+
+
+def test_decode_contiguous_cache_with_a_wider_value():
+    """D_v > D on the contiguous cache (GQA 4/2, D = 16, D_v = 40), split in 2: out is D_v wide."""
+    g = torch.Generator().manual_seed(9)
+    q, kc, vc = torch.randn(2, 1, 4, 16, generator=g), torch.randn(2, 48, 2, 16, generator=g), \
+        torch.randn(2, 48, 2, 40, generator=g)
+    lens = torch.tensor([48, 33], dtype=torch.int32)
+    kc[1, 33:], vc[1, 33:] = float("nan"), float("nan")
+    out, lse = to_cpu(flash_attention_with_kvcache(*to_device((q, kc, vc, lens)), num_splits=2, return_lse=True))
+    ref_out, ref_lse, _, _ = reference.kvcache_attention(q, kc, vc, lens)
+    assert out.shape == (2, 1, 4, 40)
+    assert attention_failures(out.transpose(1, 2), lse, ref_out.transpose(1, 2), ref_lse,
+                              torch.nan_to_num(vc)) == []
+
+
+def test_paged_varlen_with_a_latent_cache():
+    """flash_attention_varlen(..., block_table=) (FlashAttention 2's paged form, through the decode kernel)
+    at D = 40, D_v = 32 with v_cache = k_cache[..., :32]: two sequences of 5 and 3 new tokens on 21 and 9
+    keys, causal; vs varlen_attention on the gathered keys."""
+    g = torch.Generator().manual_seed(10)
+    page, lens_k, lens_q = 16, (21, 9), (5, 3)
+    kc = torch.randn(5, page, 2, 40, generator=g)
+    table = torch.tensor([[3, 1], [4, 0]], dtype=torch.int32)
+    q = torch.randn(sum(lens_q), 4, 40, generator=g)
+    cu_q = torch.tensor([0, 5, 8], dtype=torch.int32)
+    cu_k = torch.tensor([0, 21, 30], dtype=torch.int32)
+    out = to_cpu(flash_attention_varlen(*to_device((q, kc, kc[..., :32], cu_q, cu_k)), causal=True,
+                                        block_table=to_device(table)))
+    keys = torch.cat([torch.cat([kc[table[b, j // page], j % page][None] for j in range(n)]) for b, n in enumerate(lens_k)])
+    ref_out, _ = reference.varlen_attention(q.double(), keys.double(), keys[..., :32].double(), cu_q, cu_k, causal=True)
+    assert out.shape == (8, 4, 32)
+    err = (out.double() - ref_out).abs().max().item() / keys[..., :32].abs().max().item()
+    assert err <= 1e-5, err
+
+
+def test_a_cached_plan_reads_a_separate_v_of_the_views_strides():
+    """The decode plan is kept per call signature (shapes, strides), never per address: after a call with
+    v_cache = k_cache[..., :64] (the K tile serves as V), a call with a separate v of the same shape and
+    strides but other values must read that v (V_IS_K is chosen per call)."""
+    kc, vc, table, lens = _latent_cache(11, torch.float32)
+    q = torch.randn(2, 1, 16, 72, generator=torch.Generator().manual_seed(12))
+    other = torch.empty_strided(vc.shape, vc.stride())
+    other.copy_(torch.randn(vc.shape, generator=torch.Generator().manual_seed(13)))
+    for v in (vc, other):
+        out = to_cpu(flash_attention_with_kvcache(*to_device((q, kc, v, lens)), block_table=to_device(table)))
+        ref, _, _, _ = reference.kvcache_attention(q, kc, v, lens, block_table=table)
+        err = (out.double() - ref).abs().max().item() / torch.nan_to_num(v).abs().max().item()
+        assert err <= 1e-5, err
