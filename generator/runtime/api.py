@@ -112,7 +112,7 @@ def _signature(package, q, k, v, causal, alignment, window, key_lengths, scale, 
         return None
 
 
-def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,
+def _attention(package, q, k, v, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,
                softcap=None, alibi_slopes=None, sinks=None,
                mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False, score_mod=None,
                score_args=None):
@@ -125,11 +125,11 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
     entry = _PLANS.get(key) if key is not None else None
     packed = philox = score_f = score_i = None
     if entry is None or entry[2]:
-        arguments = dict(q=q, k=k, v=v, causal=causal, alignment=alignment, window=window, key_lengths=key_lengths,
-                         mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma, softcap=softcap,
-                         alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, mask_args=mask_args,
-                         score_mod=score_mod, score_args=score_args,
-                         dropout_p=dropout_p, return_dropout_mask=return_dropout_mask)
+        arguments = {"q": q, "k": k, "v": v, "causal": causal, "alignment": alignment, "window": window,
+                     "key_lengths": key_lengths, "mask": mask, "scale": scale, "return_lse": return_lse, "block": block,
+                     "tma": tma, "softcap": softcap, "alibi_slopes": alibi_slopes, "sinks": sinks, "mask_mod": mask_mod,
+                     "mask_args": mask_args, "score_mod": score_mod, "score_args": score_args, "dropout_p": dropout_p,
+                     "return_dropout_mask": return_dropout_mask}
     if entry is not None:
         if entry[2]:  # the declared value rules, every call (values can change in place): clamped on the device
             key_lengths = contract.keep_values("flash_attention", arguments, entry[2])["key_lengths"]
@@ -272,11 +272,10 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     kernels then compile the dropout out). ``return_dropout_mask=True`` (small problems) appends
     the bool keep mask ``(B, Hq, N_q, N_k)`` the kernels used to the result.
     """
-    return _attention(DEFAULT_PACKAGE, q, k, v, causal=causal, alignment=alignment, window=window,
-                      key_lengths=key_lengths, mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma,
-                      softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
-                      mask_mod=mask_mod, mask_args=mask_args, dropout_p=dropout_p,
-                      return_dropout_mask=return_dropout_mask, score_mod=score_mod, score_args=score_args)
+    # by position, in _attention's order (keywords passed on cost more than the rest of a cached call's Python)
+    return _attention(DEFAULT_PACKAGE, q, k, v, causal, alignment, window, key_lengths, mask, scale, return_lse, block,
+                      tma, softcap, alibi_slopes, sinks, mask_mod, mask_args, dropout_p, return_dropout_mask, score_mod,
+                      score_args)
 
 
 def _softmax(package, x, dim, *, block):
