@@ -16,7 +16,9 @@ call); by default a call never reads a value on the host and goes on with each v
 range on the device (the rule's ``clamp``). So each value rule is tested twice: refused, naming the
 argument, with the opt-in; and by default, not refused, with no host sync, and giving bit for bit the
 result of the call with the clamped value (which the rule accepts): the documented result, every
-read inside the tensors the valid call reads. A rule no clamp can keep says so (``kept``).
+read inside the tensors the valid call reads. A rule kept by the clamps of the entry point its path
+runs (the paged varlen path: flash_attention_with_kvcache's) is compared with the call that clamp
+documents (``KEPT_FURTHER_DOWN``); a rule no clamp can keep says so (``kept``).
 """
 
 from __future__ import annotations
@@ -175,6 +177,21 @@ def test_each_declared_rule_refuses_its_input_naming_the_argument(entry, name, i
     assert named, f"{entry}: rule {rule.text!r} of {name} raised without naming it: {raised.value}"
 
 
+def _capped_offsets(call):
+    """cu_seqlens_k with each sequence's key count capped at its pages' capacity (max_pages·page_size)."""
+    cu, capacity = call["cu_seqlens_k"], call["block_table"].shape[1] * call["k"].shape[1]
+    counts = (cu[1:] - cu[:-1]).clamp(max=capacity)
+    return {**call, "cu_seqlens_k": torch.cat([cu[:1], cu[:1] + counts.cumsum(0)]).to(cu.dtype)}
+
+
+#: the value rules whose range a later entry point keeps (``kept``): the call they give, by the
+#: documented clamp (the paged varlen path runs flash_attention_with_kvcache, which clamps)
+KEPT_FURTHER_DOWN = {
+    ("flash_attention_varlen", "cu_seqlens_k"): _capped_offsets,
+    ("flash_attention_varlen", "block_table"):
+        lambda call: {**call, "block_table": call["block_table"].clamp(0, call["k"].shape[0] - 1)},
+}
+
 VALUE_RULES = [(entry, name, i) for entry, name, i in RULES if contract.arg(entry, name).rules[i].stage == VALUES]
 
 
@@ -198,7 +215,12 @@ def test_each_value_rule_by_default_keeps_reads_in_bounds_without_a_sync(entry, 
         assert launched, (entry, name)
     torch.manual_seed(0)  # the dense base draws dropout
     got = run(**call)  # the kernels run: not refused
-    if rule.clamp is None:  # kept further down (the paged varlen path's kvcache clamps), or no clamp can
+    if rule.clamp is None and (entry, name) in KEPT_FURTHER_DOWN:  # the paged varlen path's kvcache clamps
+        torch.manual_seed(0)
+        _same(got, run(**KEPT_FURTHER_DOWN[entry, name](call)))
+        return
+    if rule.clamp is None:  # no clamp can keep it (``kept`` says what happens): every access stays in bounds
+        assert "no clamp can" in rule.kept, (entry, name, rule.kept)
         outs = got if isinstance(got, tuple) else (got,)
         assert all(torch.isfinite(t).all() for t in outs), (entry, name)
         return
