@@ -89,6 +89,21 @@ def test_forward_backward_odd_head_dim_pairs(D, Dv, dtype):
            key_lengths=torch.tensor([30]))
 
 
+def test_dropout_at_mla_shape():
+    """Dropout with D_v ≠ D: the reference applies the keep mask the kernels drew (their
+    ``return_dropout_mask``), forward within the bound scaled by 1/(1 − p), gradients as above."""
+    from test_dropout import dropout_failures, reference_run, run
+
+    q, k, v, do = _inputs(40, 24, 4, 2, torch.float32, Nq=20, Nk=29, seed=3)
+    p = 0.3
+    out, lse, keep, grads = run(q, k, v, do, p, causal=True, block=BLOCK)
+    ref_out, ref_lse, ref_grads = reference_run(q, k, v, do, keep, p, causal=True)
+    assert out.shape == (1, 4, 20, 24) and 0 < keep.float().mean() < 1
+    assert dropout_failures(out, lse, ref_out, ref_lse, q, k, v, p) == []
+    errors = _grad_errors(grads, ref_grads)
+    assert all(e <= GRAD_TOLERANCES_EMPIRICAL[q.dtype] for e in errors), errors
+
+
 def test_score_mods_mask_and_mask_mod_at_mla_shape():
     """softcap, ALiBi, sinks (with their gradient) and a dense mask at (32, 16); a mask_mod at (16, 32)."""
     q, k, v, do = _inputs(32, 16, 4, 2, torch.float32, seed=1)

@@ -235,6 +235,29 @@ def test_row_with_no_key_is_zero():
         assert out[0, 0].abs().max() > 0
 
 
+def test_value_head_dim_of_its_own_is_passed_unpadded(monkeypatch):
+    """DeepSeek-style MLA layers give v its own head dim: the backend hands v to the kernels as it is
+    (no padding to q's head dim) and the result is the float64 reference's."""
+    q, k, _ = _qkv()
+    v = torch.randn(2, 2, 5, 8, generator=torch.Generator().manual_seed(5))
+    mask = torch.rand(2, 1, 3, 5, generator=torch.Generator().manual_seed(6)) > 0.3
+    mask[..., 0] = True
+    seen = []
+    real = transformers_backend._flash_attention
+
+    def spy(package):
+        fn = real(package)
+        return lambda q_, k_, v_, **kw: (seen.append(tuple(v_.shape)), fn(q_, k_, v_, **kw))[1]
+
+    monkeypatch.setattr(transformers_backend, "_flash_attention", spy)
+    out, _ = transformers_backend.flashproof_attention_forward(_Module(), q, k, v, mask)
+    assert seen == [(2, 2, 5, 8)] and out.shape == (2, 3, 4, 8)
+    kr, vr = (t.double().repeat_interleave(2, dim=1) for t in (k, v))
+    s = (q.double() @ kr.transpose(-1, -2)) * 16 ** -0.5
+    want = torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ vr
+    torch.testing.assert_close(out.double(), want.transpose(1, 2), rtol=1e-5, atol=1e-5)
+
+
 def test_additive_float_mask_of_0_and_min_is_taken():
     q, k, v = _qkv()
     keep = torch.rand(2, 1, 3, 5, generator=torch.Generator().manual_seed(3)) > 0.3

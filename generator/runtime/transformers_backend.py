@@ -93,9 +93,7 @@ def flashproof_attention_forward(module: torch.nn.Module, query: torch.Tensor, k
                         f"attn_implementation={NAME!r} after generated.register_transformers(), so transformers "
                         "builds the mask in the form flashproof reads")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    n_q, head_dim, v_head_dim = query.shape[2], query.shape[-1], value.shape[-1]
-    if v_head_dim != head_dim:  # flashproof's v has q's head dim (FlashAttention's integration pads the same way)
-        value = torch.nn.functional.pad(value, [0, head_dim - v_head_dim])
+    n_q = query.shape[2]  # value may have its own head dim (MLA, DeepSeek-V2/V3): passed as it is
     sinks = None if s_aux is None else s_aux.float()  # gpt-oss: one learnable logit per head, float32
     flash_attention = _flash_attention(flashproof_package)
 
@@ -117,8 +115,6 @@ def flashproof_attention_forward(module: torch.nn.Module, query: torch.Tensor, k
         mask = _dense_mask(attention_mask)
         out = flash_attention(query, key, value, mask=mask, scale=scaling, softcap=softcap, sinks=sinks,
                               dropout_p=dropout)
-    if v_head_dim != head_dim:
-        out = out[..., :v_head_dim]
     return out.transpose(1, 2).contiguous(), None
 
 
