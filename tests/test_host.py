@@ -351,3 +351,21 @@ def test_cuda_graph_check_exits_2_without_compiled_kernels(capsys):
 
     assert cuda_graph_check.main([]) == 2
     assert "needs a CUDA GPU and compiled kernels" in capsys.readouterr().err
+
+
+def test_the_environment_variable_turns_the_value_checks_on():
+    """``FLASHPROOF_CHECK_VALUES=1`` (read at import) gives the named errors of the value rules (by
+    default the same call clamps and returns: ``test_a_planned_signature_clamps_values_edited_in_place``)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import torch\nfrom generated import flash_attention_with_kvcache as f\n"
+            "q, kc = torch.zeros(1, 1, 2, 16), torch.zeros(1, 32, 1, 16)\n"
+            "try:\n    f(q, kc, kc, torch.tensor([40], dtype=torch.int32))\n    print('returned')\n"
+            "except ValueError as e:\n    print(e)\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "FLASHPROOF_CHECK_VALUES": "1", "TRITON_INTERPRET": "1", "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=300)
+    assert "cache_len_range" in out.stdout, (out.stdout, out.stderr[-2000:])
