@@ -473,11 +473,13 @@ re-reads, the partials and the block table.
 
 MLA's absorbed decode (DeepSeek-V3: 128 query heads on one latent head, D = 576, D_v = 512, bf16,
 paged 64; [MLA](../mla.md)). With `v_cache = k_cache[..., :512]` V lies inside K, so the ideal moves
-each latent row once, and so does the kernel: it loads the K tile (512 + 64 columns, the head dim
-split at D_v) and uses its first 512 columns as the V tile (`V_IS_K`, claim `decode_addresses`). What
-remains above the ideal (up to 7 %) is the split heuristic's: 128 query rows write and re-read fp32
-partials of 512 columns per split. Beside it, the same shapes with a separate v cache, whose ideal reads
-both:
+each latent row once, and so does each decode program: it loads the K tile (512 + 64 columns, the head
+dim split at D_v) and uses its first 512 columns as the V tile (`V_IS_K`, claim `decode_addresses`).
+But the 128 query heads are two programs of `B_r = 64` rows (the grid's row tiles), each reading its
+split's latent rows, so the model requests each latent row twice (whatever part of the second read L2
+serves); a 128-row tile would halve it. The rest above twice the ideal (up to 7 %) is the split
+heuristic's: 128 query rows write and re-read fp32 partials of 512 columns per split. Beside it, the
+same shapes with a separate v cache, whose ideal reads both:
 
 {markdown_table(DECODE_HEADER, decode_rows(shapes=MLA_DECODE_SHAPES))}
 

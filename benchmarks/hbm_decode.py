@@ -9,14 +9,22 @@ crosses HBM once.
 merge kernels): each split program reads its KV head's query rows (all ``Hq / Hkv`` heads x
 ``N_q`` tokens: q is read ``S`` times) and the K/V tiles of its split once (masked lanes past
 ``cache_seqlens[b]`` move nothing; claim ``paged_kv_reads``: every valid key exactly once);
-a paged cache adds one int32 of ``block_table`` per page. With ``S > 1`` every split writes
-a fp32 partial ``(o, lse)`` per query row and the merge kernel reads them all back once
-and writes out (in q's dtype) and lse; with ``S = 1`` the split writes out and lse directly.
-``S`` is ``default_num_splits`` unless given. In the absorbed layout the kernel loads the K tile
-(``D`` columns, split as ``D_v`` + the tail) and uses its first ``D_v`` columns as the V tile
-(``V_IS_K``): each latent row is requested once.
+a paged cache adds one int32 of ``block_table`` per page. When a KV head has more query rows
+than one program holds (``Hq / Hkv x N_q > MAX_BLOCK_M``: a prefill chunk), each tile of
+``MAX_BLOCK_M`` rows is its own program and reads the split's K/V and pages again, as each query
+tile of the dense forward reads all its keys (the decode kernel skips no causal tile). With
+``S > 1`` every split writes a fp32 partial ``(o, lse)`` per query row and the merge kernel reads
+them all back once and writes out (in q's dtype) and lse; with ``S = 1`` the split writes out and
+lse directly. ``S`` is ``default_num_splits`` unless given. In the absorbed layout the kernel loads
+the K tile (``D`` columns, split as ``D_v`` + the tail) and uses its first ``D_v`` columns as the V
+tile (``V_IS_K``): each latent row is requested once.
 
-    python -m benchmarks.hbm_decode     # the table at 4k ... 128k keys
+**Append** (``k=``, ``v=``, ``rotary_cos=``: the append kernel before the attention): ``k``,
+``v`` read and written into the cache, ``q`` read and its rotated copy written (the attention
+reads the copy in place of q), and the table rows of each new key's and query token's heads.
+
+    python -m benchmarks.hbm_decode             # the table at 4k ... 128k keys
+    python -m benchmarks.hbm_decode --serving   # the serving page's rows (docs/serving.md)
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from benchmarks.common import text_table
+from benchmarks.common import markdown_table, text_table
 from generator.runtime.decode import DECODE_BLOCK, default_num_splits
 
 MAX_BLOCK_M = DECODE_BLOCK[0]  # most query rows per decode program (the decode kernel's B_r)
@@ -58,15 +66,23 @@ def ideal_bytes(shape: DecodeShape, keys: int) -> int:
     return s.batch * (kv + q_out)
 
 
+def row_tiles(shape: DecodeShape) -> int:
+    """Programs per (KV head, split): the KV head's ``Hq / Hkv x N_q`` query rows in tiles of at most
+    ``MAX_BLOCK_M`` rows (``block_m`` of the generated decode module); 1 for a decode step."""
+    rows = shape.n_q * shape.heads_q // shape.heads_kv
+    return -(-rows // min(rows, MAX_BLOCK_M))
+
+
 def model_bytes(shape: DecodeShape, keys: int, splits: int) -> dict[str, int]:
     """Bytes the kernels request per tensor, for every sequence holding ``keys`` valid keys."""
     s = shape
     rows = s.n_q * s.heads_q  # query rows of one sequence (all KV heads)
+    tiles = row_tiles(s)  # each row tile's program reads the split's K/V (and pages) again
     out = {
         "q": splits * rows * s.head_dim * s.elem,  # each split program reads its KV head's rows
         # a K tile and a V tile per key tile; V_IS_K (v in k): the K tile serves as V, no V load
-        "kv": keys * s.heads_kv * (s.head_dim + (0 if s.v_in_k else s.dv)) * s.elem,
-        "block_table": (-(-keys // s.page_size) * INDEX_BYTES * s.heads_kv) if s.page_size else 0,
+        "kv": tiles * keys * s.heads_kv * (s.head_dim + (0 if s.v_in_k else s.dv)) * s.elem,
+        "block_table": tiles * (-(-keys // s.page_size) * INDEX_BYTES * s.heads_kv) if s.page_size else 0,
         "out": rows * s.dv * s.elem + rows * FP32,  # out and lse
         "partials": 2 * splits * rows * (s.dv + 1) * FP32 if splits > 1 else 0,  # written + read back
     }
@@ -92,12 +108,69 @@ def table(shape: DecodeShape, lengths=(4096, 16384, 65536, 131072), num_sms: int
     return rows
 
 
+def append_bytes(shape: DecodeShape, n_new: int, rotary_dim: int) -> dict[str, int]:
+    """Bytes the append kernel moves for ``n_new`` new keys per sequence rotated over ``rotary_dim``
+    lanes: k and v read and written into the cache, q read and its rotated copy written, and each
+    rotated row's cos and sin entries (``rotary_dim / 2`` each: ``rotary_dim`` elements a row)."""
+    s = shape
+    return {k: s.batch * v for k, v in {
+        "kv_append": 2 * n_new * s.heads_kv * (s.head_dim + s.dv) * s.elem,
+        "q_rotation": 2 * s.n_q * s.heads_q * s.head_dim * s.elem,
+        "tables": (n_new * s.heads_kv + s.n_q * s.heads_q) * rotary_dim * s.elem,
+    }.items()}
+
+
+#: the serving page's steps: Llama-3-8B's heads (32 on 8 KV heads, D = rotary_dim = 128), fp16,
+#: 4096 keys cached before the step; (label, shape, new tokens per sequence)
+SERVING_STEPS = (
+    ("decode, B = 8, contiguous", DecodeShape(batch=8), 1),
+    ("decode, B = 8, pages of 256", DecodeShape(batch=8, page_size=256), 1),
+    ("chunked prefill, B = 1, chunk 512, pages of 256", DecodeShape(batch=1, n_q=512, page_size=256), 512),
+)
+SERVING_CACHED = 4096
+SERVING_ROTARY_DIM = 128
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2 ** 20:.3f}"
+
+
+def serving_rows(num_sms: int = 132) -> list[list]:
+    """One row per step of ``SERVING_STEPS``: the attention over the cached and appended keys (its
+    row tiles and splits, ideal and modelled MiB, and the K/V part of the model), then the append's
+    MiB and its share of the step."""
+    rows = []
+    for label, shape, n_new in SERVING_STEPS:
+        keys = SERVING_CACHED + n_new
+        splits = default_splits(shape, keys, num_sms)
+        attention = model_bytes(shape, keys, splits)
+        append = append_bytes(shape, n_new, SERVING_ROTARY_DIM)
+        total = sum(attention.values())
+        rows.append([label, keys, row_tiles(shape), splits, _mib(ideal_bytes(shape, keys)), _mib(total),
+                     _mib(attention["kv"]), _mib(append["kv_append"]), _mib(append["q_rotation"]),
+                     _mib(append["tables"]), f"{100 * sum(append.values()) / total:.2f} %"])
+    return rows
+
+
+SERVING_HEADER = ["step", "keys attended", "row tiles", "splits S", "attention ideal MiB", "attention modelled MiB",
+                  "of which K/V MiB", "append k, v MiB", "q rotation MiB", "cos/sin MiB", "append / attention"]
+
+
+def serving_table(num_sms: int = 132) -> str:
+    """docs/serving.md's HBM table (tests/test_hbm_decode.py checks the page holds it)."""
+    return markdown_table(SERVING_HEADER, serving_rows(num_sms))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.hbm_decode", description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--page-size", type=int, default=None)
     p.add_argument("--num-sms", type=int, default=132, help="SMs of the GPU the heuristic fills (H100: 132)")
+    p.add_argument("--serving", action="store_true", help="the serving page's rows (append, chunked prefill)")
     args = p.parse_args(argv)
+    if args.serving:
+        print(serving_table(args.num_sms))
+        return 0
     shape = DecodeShape(batch=args.batch, page_size=args.page_size)
     rows = table(shape, num_sms=args.num_sms)
     print(text_table(list(rows[0]), [list(r.values()) for r in rows]))

@@ -488,7 +488,11 @@ def _cache_len_error(n, v, c) -> str:
     cap, new = _kv_capacity(c), _n_new(c)
     limit_text = f"{cap}] (the cache's capacity in keys)" if not new else f"{cap} − N_new = {cap - new}] (the " \
         f"capacity less the {new} appended keys)"
-    return f"cache_seqlens must lie in [0, {limit_text}, got {v.tolist()} [cache_len_range]"
+    fix = ""
+    if _kv_paged(c):  # the capacity is the block table's: name it, and the fix (FlashAttention names it too)
+        fix = (f"; the capacity is block_table's {c['block_table'].shape[1]} pages x page_size "
+               f"{c['k_cache'].shape[1]}: give block_table more pages")
+    return f"cache_seqlens must lie in [0, {limit_text}, got {v.tolist()}{fix} [cache_len_range]"
 
 
 def _cache_room(n, v, c):
