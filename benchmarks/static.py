@@ -18,8 +18,8 @@ cost on one. Each kernel is compiled with the specialisation a launch on contigu
   shortest innermost loop that issues tensor-core instructions (the full-tile stage); its
   warp-instructions per tile element (``loop instructions x num_warps / (rows x keys)`` of one
   step) and its **MMA issued/needed** (the multiply-adds its HMMA/HGMMA instructions issue
-  over all warps, per multiply-add the step's products need: above 1 when warps recompute the
-  same product);
+  over all warps, per multiply-add the step's products need over the true head dims D and D_v:
+  above 1 when warps recompute the same product or a tile pads a head dim, 192 to 256 say);
 * **TMA**: the bulk tensor copies in PTX (``cp.async.bulk.tensor``) and SASS (``UTMALDG``
   loads, ``UTMASTG`` stores). ``--tma on|both`` also compiles the TMA variant of the
   modules whose ``aot_compile_args`` take ``tma=`` (sm_90 only: TMA is Hopper hardware), and
@@ -488,8 +488,9 @@ def steady_loop(sass: str, num_warps: int, loop: dict | None) -> dict:
     * ``instr_per_element``: warp-instructions per tile element, ``loop_instructions x num_warps
       / (rows x keys)`` of one step (``loop``, the module's ``aot_args(loop=...)``);
     * ``mma_issued_per_needed``: the multiply-adds its tensor-core instructions issue over
-      all warps (``mma_macs``) per multiply-add the step's products need (``loop["macs"]``):
-      1.0 when no warp recomputes another's product, above 1 when warps replicate one.
+      all warps (``mma_macs``) per multiply-add the step's products need (``loop["macs"]``, over
+      the true head dims: ``launch.aot_args``): 1.0 when no warp recomputes another's product and
+      no tile pads a head dim, above 1 when warps replicate one or padding columns are multiplied.
     """
     if loop is None:
         return {}
@@ -1035,7 +1036,9 @@ How each column is obtained (see `benchmarks/static.py`):
   key step; decode: its query rows x 64 keys). Lower is better. **MMA issued/needed**: the
   multiply-adds its `HGMMA` (per warpgroup) and `HMMA` (per warp) instructions issue over all
   warps, per multiply-add the step's products need (2 in the forward and in decode, 4 in dK/dV,
-  3 in dQ, each rows x keys x head dim): 1.00 when no warp recomputes another's product. `n/a`
+  3 in dQ, each rows x keys x head dim, the true D or D_v, not its padded width): 1.00 when no warp
+  recomputes another's product and no tile pads a head dim (192 padded to 256 issues 4/3 of its
+  products; the forward splits it as 128 + 64: [MLA](../mla.md)). `n/a`
   for a kernel with no tensor-core loop (the backward's preprocess, the merge kernels).
 - **TMA ld/st**: the `UTMALDG` / `UTMASTG` instructions (TMA bulk tensor loads / stores) in
   SASS. Rows whose mask reads `+tma` are the forward's TMA variant (the default on sm_90)

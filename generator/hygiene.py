@@ -104,6 +104,7 @@ POINTER_GAPS = {
     "_attn_bwd_dkdv_stage": "dK/dV stage: Q/dO tile pointers", "_attn_bwd_dq_stage": "dQ stage: K/V tile pointers",
     "_attn_bwd_rows": "backward rows: lse2/Δ loads", "_attn_bwd_mask": "backward dense mask tile",
     "_tma_tile": "TMA descriptor coordinates (a load)", "_tma_store": "TMA descriptor coordinates (a store)",
+    "_tma_tail": "TMA descriptor coordinates (a split head dim's tail, column HEAD_DIM)",
     # a user score_mod (issue 28): its SF/SI parameter reads are inside its printed terms; the gradient
     # row of the dQ program and the scatter's chunk pointers are not yet printed address terms
     "_user_score": "score_mod parameter reads (inside printed terms)", "_user_score_ds": "score_mod parameter reads",
@@ -117,7 +118,7 @@ ALLOWED_CALLS = {"arange", "program_id", "multiple_of", "zeros", "trans", "resha
 #: Triton's random draws: only a printed line may make one (rule 3)
 RANDOM_CALLS = {"rand", "randint", "randn", "rand4x", "randint4x", "randn4x", "philox", "philox_impl"}
 #: calls that bring values in from memory (their result may be assigned to a term's name)
-LOADS = {"load", "_tma_tile"}
+LOADS = {"load", "_tma_tile", "_tma_tail"}
 
 
 def _is_jit(fn: ast.FunctionDef) -> bool:

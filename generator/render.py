@@ -155,6 +155,7 @@ def forward_context(variant: Variant) -> dict:
     return {
         "qk_scale": print_term(T.QK_SCALE),
         "qk": print_term(T.QK),
+        "qk_tail": print_term(T.QK_TAIL),  # a split head dim's tail (claim head_dim_split)
         "tile": _lines(T.FORWARD_TILE),
         # the same tile with dropout's line before acc (compiled in under HAS_DROPOUT)
         # (split from T.FORWARD_TILE itself at render time, so a mutated tile reaches the kernel)

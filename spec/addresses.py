@@ -285,6 +285,12 @@ FWD_KV_OFFSETS = (
     Term(v_off, v_base + col(offs_n) * F_["stride_vn"] + row(offs_dv) * F_["stride_vd"], CLAIM_FORWARD,
          "v[b, kv head, j, dv]"),
 )
+#: the head dim split (claim head_dim_split: D padded as a main part HEAD_DIM and a tail HEAD_DIM_TAIL, 192 =
+#: 128 + 64): the tails q[b, h, i, dt] and k[b, kv head, j, dt], dt in [HEAD_DIM, D): the offsets above at lane offs_dt
+FWD_TAIL_OFFSETS = (
+    Term(q_tail_off, FWD_Q_OFFSET[0].expr.xreplace({offs_d: offs_dt}), CLAIM_FORWARD, "q[b, h, i, dt]"),
+    Term(k_tail_off, FWD_KV_OFFSETS[0].expr.xreplace({offs_d: offs_dt}), CLAIM_FORWARD, "k[b, kv head, j, dt]"),
+)
 #: the dense bool mask's rows of this program (BLOCK_M x 1), then a partial tile's bits
 FWD_MASK_BASE = (Term(mask_base, off_b * F_["stride_mb"] + off_h * F_["stride_mh"] + col(offs_m) * F_["stride_mm"],
                       CLAIM_FORWARD, "mask[b, h, i]"),)
@@ -314,7 +320,8 @@ FORWARD_GROUPS = {"q_offset": FWD_Q_OFFSET, "out_offsets": FWD_OUT_OFFSETS, "kv_
                   "kv_offsets": FWD_KV_OFFSETS, "mask_base": FWD_MASK_BASE, "mask_offset": FWD_MASK_OFFSET,
                   "map_base": FWD_MAP_BASE, "map_offset": FWD_MAP_OFFSET, "key_len": FWD_KEY_LEN,
                   "sink_offset": FWD_SINK, "slope_offset": SLOPE_OFFSET, "mm_row": FWD_MM_ROW,
-                  "rng_offset": FWD_RNG_OFFSET, "keep_offset": KEEP_OFFSET}
+                  "rng_offset": FWD_RNG_OFFSET, "keep_offset": KEEP_OFFSET, "q_tail_offset": FWD_TAIL_OFFSETS[:1],
+                  "k_tail_offset": FWD_TAIL_OFFSETS[1:]}
 
 
 # ----------------------------------------------------------------------------------

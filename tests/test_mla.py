@@ -264,3 +264,72 @@ def test_a_cached_plan_reads_a_separate_v_of_the_views_strides():
         ref, _, _, _ = reference.kvcache_attention(q, kc, v, lens, block_table=table)
         err = (out.double() - ref).abs().max().item() / torch.nan_to_num(v).abs().max().item()
         assert err <= 1e-5, err
+
+
+# ---------------------------------------------------------------- the training kernels' head dim split
+def test_training_head_dims_split_where_padding_wastes():
+    """``launch.head_dim_split``: 192 = 128 + 64 (Q·Kᵀ over 192 columns, not 256), 48 = 32 + 16, 40 = 32 + 8;
+    no split (tail 0, compiled out) where it saves nothing: powers of two, 200 (128 + 72 pads to 256 too),
+    24 (16 + 8 pads to 32 too)."""
+    from generator.runtime import launch
+
+    assert [launch.head_dim_split(d) for d in (192, 160, 96, 48, 40)] == [(128, 64), (128, 32), (64, 32), (32, 16),
+                                                                          (32, 8)]
+    assert all(launch.head_dim_split(d) == (d, 0) for d in (8, 16, 24, 32, 64, 128, 200, 256))
+
+
+@pytest.mark.parametrize("D, Dv", [(40, 24), (48, 48)], ids=["D40-Dv24", "D48-Dv48"])
+def test_split_head_dim_forward_backward(D, Dv):
+    """The forward split at 32 + 8 (a tail narrower than its 16-wide tile) and 32 + 16 (D_v = D), fp32,
+    GQA, causal bottom-right, padding keys holding NaN (the tail's loads are masked as the main part's)."""
+    q, k, v, do = _inputs(D, Dv, 4, 2, torch.float32, Nq=20, Nk=33, seed=7)
+    k[:, :, 27:], v[:, :, 27:] = float("nan"), float("nan")
+    _check(q, k, v, do, causal=True, alignment="bottom_right", key_lengths=torch.tensor([27]))
+
+
+def test_split_head_dim_tma_path_equals_the_pointer_path():
+    """The TMA path (interpreted descriptors) reads the tails through descriptors of block BLOCK_DT at
+    column HEAD_DIM: at D = 48 (32 + 16) it equals the pointer path bit for bit and the float64 reference."""
+    q, k, v, _ = _inputs(48, 32, 2, 2, torch.float32, seed=8)
+    out_tma, lse_tma = flash_attention(q, k, v, return_lse=True, block=BLOCK, tma=True, causal=True)
+    out_ptr, lse_ptr = flash_attention(q, k, v, return_lse=True, block=BLOCK, tma=False, causal=True)
+    ref_out, ref_lse = reference.attention(q.double(), k.double(), v.double(), causal=True)
+    assert attention_failures(out_tma, lse_tma, ref_out, ref_lse, v, q=q, k=k) == []
+    assert torch.equal(out_tma, out_ptr) and torch.equal(lse_tma, lse_ptr)
+
+
+def test_a_dropped_tail_in_the_forward_is_caught(monkeypatch, tmp_path):
+    """Mutant: the forward printed with QK_TAIL's product dropped (S = the main columns' only). Claim
+    head_dim_split refutes the term, and the kernel rendered with it fails the float64 check at D = 48."""
+    from dataclasses import replace
+
+    from generator import manifest, render
+    from generator.variants import BlockConfig
+    from spec import notation as n
+    from spec import terms as T
+    from spec.proofs.kernel import prove_head_dim_split
+
+    dropped = replace(T.QK_TAIL, expr=n.qk)
+    assert not prove_head_dim_split(qk_tail=(dropped,)).proved
+    monkeypatch.setattr(T, "QK_TAIL", dropped)
+    variant = BlockConfig(*BLOCK).variants()[0]  # the forward (KINDS["fwd"] first)
+    path = tmp_path / "mutant_dropped_tail.py"
+    path.write_text(render.render_variant(variant))
+    mutant = manifest.import_file(path)
+    q, k, v, _ = _inputs(48, 32, 2, 2, torch.float32, seed=9)
+    out, lse = mutant.forward(q, k, v, sm_scale=48 ** -0.5)
+    ref_out, ref_lse = reference.attention(q.double(), k.double(), v.double())
+    assert attention_failures(out, lse, ref_out, ref_lse, v, q=q, k=k) != []
+
+
+def test_split_head_dim_varlen_forward():
+    """The packed-batch forward with the head dim split (48 = 32 + 16): the tails are read through the
+    segment-moved Q and K pointers, causal, GQA 4/2, D_v = 32, fp32, against float64."""
+    g = torch.Generator().manual_seed(10)
+    cu_q, cu_k = torch.tensor([0, 5, 17], dtype=torch.int32), torch.tensor([0, 9, 30], dtype=torch.int32)
+    q, k, v = torch.randn(17, 4, 48, generator=g), torch.randn(30, 2, 48, generator=g), torch.randn(30, 2, 32, generator=g)
+    out, lse = flash_attention_varlen(*to_device((q, k, v, cu_q, cu_k)), causal=True, return_lse=True, block=BLOCK)
+    out, lse = to_cpu((out, lse))
+    ref_out, ref_lse = reference.varlen_attention(q.double(), k.double(), v.double(), cu_q, cu_k, causal=True)
+    assert out.shape == (17, 4, 32)
+    assert attention_failures(out[None], lse.T[None], ref_out[None], ref_lse.T[None], v) == []

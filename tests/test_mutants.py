@@ -1226,6 +1226,18 @@ def test_head_dim_split_mutants_are_refuted():
         assert_failed(prove_head_dim_split(qk_tail=tail))
 
 
+def test_forward_tail_offsets_at_the_main_lane_are_refuted():
+    """The forward's split head dim (claim head_dim_split): the tails addressed at offs_d (the main columns)
+    instead of offs_dt, as a template that reused the main tile's offsets would."""
+    def at_main(term):
+        return (AD.Term(term.symbol, term.expr.xreplace({AD.offs_dt: AD.offs_d}), AD.CLAIM_FORWARD, "x"),)
+
+    failing = _failing(PAD.prove_forward_addresses(groups=dict(
+        AD.FORWARD_GROUPS, q_tail_offset=at_main(AD.FORWARD_GROUPS["q_tail_offset"][0]),
+        k_tail_offset=at_main(AD.FORWARD_GROUPS["k_tail_offset"][0]))))
+    assert "q tail offset is q[b, h, i, dt]" in failing and "k tail offset is k[b, off_kvh, j, dt]" in failing, failing
+
+
 def test_decode_tail_offset_at_the_main_lane_is_refuted():
     """MLA: k's tail addressed at offs_d (the main columns) instead of offs_dt."""
     k_tail = (AD.Term(AD.k_tail_off, AD.K_TAIL_OFFSET.expr.xreplace({AD.offs_dt: AD.offs_d}), AD.CLAIM_DECODE, "x"),)
@@ -1255,7 +1267,8 @@ def test_forward_address_kv_of_the_query_head_is_refuted():
     """GQA dropped: K's head from off_h, not off_kvh = off_h // GROUP."""
     base = swap(FG["kv_base"], AD.k_base, AD.off_b * AD.F_["stride_kb"] + AD.off_h * AD.F_["stride_kh"])
     failing = _forward_failing(groups=dict(FG, kv_base=base))
-    assert failing == ["k offset is k[b, off_kvh, j, d]"], failing
+    # the split head dim's K tail moves from the same base (claim head_dim_split)
+    assert failing == ["k offset is k[b, off_kvh, j, d]", "k tail offset is k[b, off_kvh, j, dt]"], failing
 
 
 def test_forward_address_mask_without_its_head_stride_is_refuted():

@@ -164,8 +164,8 @@ def test_strided_layout_is_what_it_claims():
 #: wrong TMA lines in the generated forward: (text, replacement, the case that must catch it)
 MUTANTS = {
     # the causal diagonal's K/V read through the query head: GQA heads past H_KV read zeros
-    "kv_by_query_head": ("off_b, off_kvh, offs_m, offs_d, full_hi, kv_hi",
-                         "off_b, off_h, offs_m, offs_d, full_hi, kv_hi", CASES["gqa"]),
+    "kv_by_query_head": ("off_b, off_kvh, offs_m, offs_d, offs_dv,\n        full_hi, kv_hi",
+                         "off_b, off_h, offs_m, offs_d, offs_dv,\n        full_hi, kv_hi", CASES["gqa"]),
     # V's tile read from K's descriptor
     "v_from_k": ("v = _tma_tile(V,", "v = _tma_tile(K,", {}),
 }
@@ -289,8 +289,10 @@ def test_signature_spelling_matches_the_jit():
     assert launch.tma_signature("bf16", 64, 64) == mangle_type(TensorDescriptor(t, list(t.shape), list(t.stride()),
                                                                                 [1, 1, 64, 64]))
     args = forward_module().aot_compile_args("bf16", 40, tma=True)
-    assert {p: args["signature"][p] for p in ("Q", "K", "Out", "Lse")} == {
-        "Q": "tensordesc<bf16[1, 1, 64, 64]>", "K": "tensordesc<bf16[1, 1, 64, 64]>",
+    # head dim 40 is split 32 + 8 (launch.head_dim_split): Q and K boxes 32 wide, their tails' 16
+    assert {p: args["signature"][p] for p in ("Q", "K", "QTail", "KTail", "Out", "Lse")} == {
+        "Q": "tensordesc<bf16[1, 1, 64, 32]>", "K": "tensordesc<bf16[1, 1, 64, 32]>",
+        "QTail": "tensordesc<bf16[1, 1, 64, 16]>", "KTail": "tensordesc<bf16[1, 1, 64, 16]>",
         "Out": "tensordesc<bf16[1, 1, 64, 64]>", "Lse": "*fp32"}
     assert args["constexprs"]["USE_TMA"] is True
     assert forward_module().aot_compile_args("bf16", 40)["constexprs"]["USE_TMA"] is False

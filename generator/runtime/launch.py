@@ -66,6 +66,19 @@ def block_d(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
+def head_dim_split(head_dim: int) -> tuple[int, int]:
+    """``(HEAD_DIM, HEAD_DIM_TAIL)`` of the training kernels' q/k tiles: a head dim that ``block_d``
+    would pad by more than its last power-of-two part's padding is held as a main part, the largest
+    power of two below it, and a tail of the rest, each padded on its own (claim head_dim_split:
+    the two products are the whole inner product). 192 = 128 + 64 issues Q·Kᵀ over 192 columns, not
+    256; 48 = 32 + 16. ``HEAD_DIM_TAIL`` 0 (no split, compiled out) where it saves nothing: a power
+    of two, 200 (128 + 72 pads to 256 too), 24 (16 + 8 pads to 32 too)."""
+    main = triton.next_power_of_2(head_dim) // 2
+    if main < 16 or block_d(main) + block_d(head_dim - main) >= block_d(head_dim):
+        return head_dim, 0
+    return main, head_dim - main
+
+
 def by_position(kernel, first: int, arguments: dict) -> tuple[tuple, dict]:
     """``arguments`` (parameters of ``kernel`` from its ``first``-th on, by name, and launch options such
     as ``num_warps``) as ``(values of the parameters first, first + 1, ... in the kernel's order, the
@@ -95,6 +108,9 @@ def aot_args(fn, pointers: dict[str, str], floats: tuple[str, ...], constexprs: 
     tile of scores with ``products`` matmuls of ``rows x keys x BLOCK_D`` multiply-adds each
     (what ``benchmarks.static`` divides the loop's SASS by); ``(rows, keys, products, over_v)``:
     ``over_v`` of those products run over v's head dim ``BLOCK_DV`` instead (P V, dO Vᵀ, Pᵀ dO).
+    ``loop["macs"]`` counts the multiply-adds the products NEED: over the true head dims D
+    (``HEAD_DIM`` plus a split head dim's ``HEAD_DIM_TAIL``: claim head_dim_split) and D_v, not their
+    padded widths, so MMA issued/needed shows what padding costs (192 padded to 256 issues 4/3).
     """
     descriptors = descriptors or {}
     signature = {}
@@ -113,10 +129,10 @@ def aot_args(fn, pointers: dict[str, str], floats: tuple[str, ...], constexprs: 
             "num_warps": num_warps, "num_stages": num_stages}
     if loop is not None:
         rows, keys, products, over_v = (*loop, 0) if len(loop) == 3 else loop
-        width_v = constexprs.get("BLOCK_DV", constexprs["BLOCK_D"])
-        tail = constexprs["BLOCK_DT"] if constexprs.get("HEAD_DIM_TAIL") else 0  # a split head dim's tail product
-        args["loop"] = {"rows": rows, "keys": keys,
-                        "macs": rows * keys * ((products - over_v) * constexprs["BLOCK_D"] + over_v * width_v + tail)}
+        # the true widths: q/k's D (a split head dim's main part and tail), v's D_v
+        width = constexprs.get("HEAD_DIM", constexprs["BLOCK_D"]) + constexprs.get("HEAD_DIM_TAIL", 0)
+        width_v = constexprs.get("HEAD_DIM_V", constexprs.get("BLOCK_DV", width))
+        args["loop"] = {"rows": rows, "keys": keys, "macs": rows * keys * ((products - over_v) * width + over_v * width_v)}
     return args
 
 

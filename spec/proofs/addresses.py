@@ -430,13 +430,14 @@ def _forward_tensors():
        "spec.launch.forward_launch passes (the function both launchers call; philox through "
        "spec.launch.philox_words), every printed offset of _attn_fwd, _attn_fwd_stage, _attn_fwd_tile and "
        "_score_mod_scalars (spec.addresses.FORWARD_GROUPS) is the offset of the element the reference reads — "
-       "q[b, h, i, d], out[b, h, i, dv], lse[b, h, i], k[b, h // GROUP, j, d], v[.., j, dv], mask[b, h, i, j], block_map[b, h, i // BLOCK_M, "
+       "q[b, h, i, d], out[b, h, i, dv], lse[b, h, i], k[b, h // GROUP, j, d], v[.., j, dv], the split head dim's "
+       "tails q[b, h, i, dt] and k[b, h // GROUP, j, dt] (claim head_dim_split), mask[b, h, i, j], block_map[b, h, i // BLOCK_M, "
        "j0 // BLOCK_N], key_lengths[b], sinks[h], slopes[h] or [b, h], mask_mod_args[b, 0], philox[1], and "
        "_dropout_keep's keep[b, h, i, j] for the strides and grid spec.launch.dropout_mask_launch passes — and lies "
        "inside the tensor for every program of the grid and every lane the load or store lets through (rows "
-       "i < N_Q, keys j < N_K, d < HEAD_DIM = D, dv < HEAD_DIM_V = D_v; key tiles start inside [0, N_K), as the stages visit them: claim "
+       "i < N_Q, keys j < N_K, d < HEAD_DIM <= D, dt < HEAD_DIM + HEAD_DIM_TAIL = D, dv < HEAD_DIM_V = D_v; key tiles start inside [0, N_K), as the stages visit them: claim "
        "mask_tiles_sound), given Hq = GROUP·Hkv; the grid covers every (b, h, i); the int32 part of "
-       "q/out/k/v/mask's offsets is exactly the in-head offset row·stride_row + col·stride_col that assumption index_int32 bounds (claim int32)",
+       "q/out/k/v/mask's offsets (and the tails') is exactly the in-head offset row·stride_row + col·stride_col that assumption index_int32 bounds (claim int32)",
        r"\mathrm{off}(X, (b, h, i, d)) = b\,s_b + h\,s_h + i\,s_i + d\,s_d,\quad 0\le\mathrm{idx}<\mathrm{shape}",
        terms=tuple(t.name for g in A.FORWARD_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 over "
@@ -481,6 +482,11 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
             for side, tensor, off, base, lane in (("k", k, A.k_off, A.k_base, d), ("v", v, A.v_off, A.v_base, dv)):
                 same(f"{side} offset is {side}[b, off_kvh, j, {'d' if lane == d else 'dv'}]",
                      at(g["kv_offsets"][off], g["kv_base"][base]), tensor, (A.off_b, A.off_kvh, j, lane))
+            # the head dim split (claim head_dim_split): the tails at lane dt in [HEAD_DIM, D)
+            same("q tail offset is q[b, h, i, dt]", at(g["q_tail_offset"][A.q_tail_off]), q,
+                 (A.off_b, A.off_h, i, A.offs_dt))
+            same("k tail offset is k[b, off_kvh, j, dt]", at(g["k_tail_offset"][A.k_tail_off], g["kv_base"][A.k_base]),
+                 k, (A.off_b, A.off_kvh, j, A.offs_dt))
             same("mask offset is mask[b, h, i, j]", at(g["mask_offset"][A.mask_off], g["mask_base"][A.mask_base]),
                  t["mask"], (A.off_b, A.off_h, i, j))
             same("block map offset is block_map[b, h, pid_m, start_n // BLOCK_N]",
@@ -501,6 +507,10 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                      j * ints["stride_kn"] + d * ints["stride_kd"]),
                     ("v", _int32_part(g["kv_offsets"][A.v_off].expr.xreplace(launched)),
                      j * ints["stride_vn"] + dv * ints["stride_vd"]),
+                    ("q tail", _int32_part(at(g["q_tail_offset"][A.q_tail_off])),
+                     i * ints["stride_qm"] + A.offs_dt * ints["stride_qd"]),
+                    ("k tail", _int32_part(g["k_tail_offset"][A.k_tail_off].expr.xreplace(launched)),
+                     j * ints["stride_kn"] + A.offs_dt * ints["stride_kd"]),
                     ("mask", _int32_part(g["mask_base"][A.mask_base].expr.xreplace(launched))
                      + _int32_part(g["mask_offset"][A.mask_off].expr.xreplace(launched)),
                      i * ints["stride_mm"] + j * ints["stride_mn"])):
@@ -528,6 +538,13 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                              _inside((offb, offkvh, jz, dz), k.shape)))
         cases.append(_decide("v[b, off_kvh, j, dv] inside (lanes j < N_K, dv < HEAD_DIM_V)", hyp + [key_ok, dv_ok],
                              _inside((offb, offkvh, jz, dvz), v.shape)))
+        # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL = D (the launch's split of D)
+        dtz = z(A.offs_dt)
+        dt_ok = z3.And(0 <= dtz, dtz < z(D))
+        cases.append(_decide("q[b, h, i, dt] inside (lanes i < N_Q, dt < HEAD_DIM + HEAD_DIM_TAIL = D)",
+                             hyp + [row_ok, dt_ok], _inside((offb, offh, row, dtz), q.shape)))
+        cases.append(_decide("k[b, off_kvh, j, dt] inside (lanes j < N_K, dt < HEAD_DIM + HEAD_DIM_TAIL = D)",
+                             hyp + [key_ok, dt_ok], _inside((offb, offkvh, jz, dtz), k.shape)))
         cases.append(_decide("mask[b, h, i, j] inside (lanes i < N_Q, j < N_K)", hyp + [row_ok, key_ok],
                              _inside((offb, offh, row, jz), t["mask"].shape)))
         tile = [sn >= 0, sn < z(N_K), sn % z(n.B_c) == 0]

@@ -129,9 +129,11 @@ def prove_merge_identity(merge=R.merge, forward_tile=terms.FORWARD_TILE,
 
 
 @claim("head_dim_split",
-       "the scores of a head dim split at D_v (MLA: q = [q | q_tail], k = [k | k_tail], the tails the columns "
+       "the scores of a head dim split at column D_v (q = [q | q_tail], k = [k | k_tail], the tails the columns "
        "[D_v, D)) are the whole inner product: the printed QK then QK_TAIL give S = Σ_{d=1}^{D} q_d k_d for "
-       "every split point and tail width",
+       "every split point and tail width. The decode kernel splits at the value head dim (MLA's absorbed 576 = "
+       "512 + 64); the forward kernel at the largest power of two below D where that saves padding "
+       "(generator.runtime.launch.head_dim_split: 192 = 128 + 64, 48 = 32 + 16), the split point D_v here",
        r"S = Q_{[0,D_v)}K_{[0,D_v)}^\top + Q_{[D_v,D)}K_{[D_v,D)}^\top = QK^\top",
        terms=("qk",),
        scope="symbolic D_v >= 1 and tail width >= 1 (SymPy sums over the two column ranges, combined into "
