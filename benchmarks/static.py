@@ -232,8 +232,9 @@ def page_jobs(archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS) -> list[Jo
                 jobs += make_jobs(of_block(mask_mods, block, "attention_fwd")
                                   + ([] if tma else of_block(mask_mods, bwd_block, "attention_bwd")),
                                   masks=("none",), tma=(tma,), **at)
-    if tuple(head_dims) == HEAD_DIMS:  # the whole page: the defaults above head dim 128, on fp32 and MLA too
-        jobs += wide_jobs(archs) + fp32_jobs(archs) + mla_jobs(tuple(a for a in archs if a in TMA_ARCHS))
+    if tuple(head_dims) == HEAD_DIMS:  # the whole page: the defaults above head dim 128, on fp32, MLA and FP8 too
+        jobs += (wide_jobs(archs) + fp32_jobs(archs) + mla_jobs(tuple(a for a in archs if a in TMA_ARCHS))
+                 + fp8_jobs(archs))
     return list(dict.fromkeys(jobs))  # the same default block at both head dims: once
 
 
@@ -301,6 +302,26 @@ def fp32_jobs(archs=tuple(ARCHS)) -> list[Job]:
     at = dict(archs=archs, dtypes=("fp32",), head_dims=(*HEAD_DIMS, WIDE_HEAD_DIM))
     return (make_jobs(fwd + bwd, masks=("none", "causal", "varlen causal"), **at)
             + make_jobs(fwd, masks=("none", "causal"), tma=(True,), **at) + make_jobs(decode, masks=("none",), **at))
+
+
+#: the FP8 forward (issue 30): its formats (aot_compile_args' dtype names) and the archs with fp8 tensor
+#: cores among ARCHS (sm_89 has them too; Ampere does not)
+FP8_DTYPES = ("e4m3", "e5m2")
+FP8_ARCHS = (90,)
+
+
+def fp8_jobs(archs=tuple(ARCHS), head_dims=HEAD_DIMS) -> list[Job]:
+    """The FP8 forward (``HAS_DESCALE``, both products on fp8 tiles: wgmma e4m3/e5m2, ``QGMMA`` in SASS) at
+    the pointer path's default block, unmasked, causal and packed (varlen), on the archs with fp8 tensor
+    cores (``FP8_ARCHS``); it takes the pointer path (no TMA)."""
+    modules = kernel_modules()
+    jobs = []
+    for arch in (a for a in archs if a in FP8_ARCHS):
+        for head_dim in head_dims:
+            fwd = of_block(modules, default_block(arch, head_dim, False), "attention_fwd")
+            jobs += make_jobs(fwd, archs=(arch,), dtypes=FP8_DTYPES, head_dims=(head_dim,),
+                              masks=("none", "causal", "varlen causal"))
+    return jobs
 
 
 def supports_tma(module: str) -> bool:
@@ -392,7 +413,8 @@ def _tool(name: str) -> str:
 
 _RESOURCE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 _LOCAL_ACCESS = re.compile(r"\b(STL|LDL)((?:\.[A-Z0-9]+)*)\s")
-_SASS_TC = re.compile(r"\b(HMMA|HGMMA)\.")
+#: tensor-core instructions: HMMA (mma.sync), HGMMA (fp16/bf16 wgmma), QGMMA (fp8 wgmma, issue 30)
+_SASS_TC = re.compile(r"\b(HMMA|HGMMA|QGMMA)\.")
 #: one SASS instruction: its address comment, then the opcode (cuobjdump -sass)
 _SASS_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+[@!A-Z]", re.MULTILINE)
 _SASS_TMA = re.compile(r"\b(UTMALDG|UTMASTG)\b")
@@ -425,7 +447,7 @@ def resource_usage(cubin: bytes, dumps: tuple[str, str] | None = None) -> dict:
     tc = _SASS_TC.findall(sass)
     return dict(regs=regs, stack_bytes=stack, static_shared=static_shared, local_bytes=local,
                 spill_store_bytes=spill["STL"], spill_load_bytes=spill["LDL"],
-                sass_hmma=tc.count("HMMA"), sass_hgmma=tc.count("HGMMA"),
+                sass_hmma=tc.count("HMMA"), sass_hgmma=tc.count("HGMMA"), sass_qgmma=tc.count("QGMMA"),
                 sass_instructions=len(_SASS_INSTRUCTION.findall(sass)))
 
 
@@ -437,7 +459,7 @@ def tma_instructions(sass: str) -> dict:
 
 _SASS_INSTR = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", re.M)
 _SASS_BRANCH = re.compile(r"\bBRA(?:\.[A-Z.]+)?\s+(0x[0-9a-f]+)")
-_SASS_MMA_SHAPE = re.compile(r"\b(HGMMA)\.(\d+)x(\d+)x(\d+)|\b(HMMA)\.(16816|1688|884)\b")
+_SASS_MMA_SHAPE = re.compile(r"\b([HQ]GMMA)\.(\d+)x(\d+)x(\d+)|\b(HMMA)\.(16816|1688|884)\b")
 _HMMA_SHAPES = {"16816": (16, 8, 16), "1688": (16, 8, 8), "884": (8, 8, 4)}
 
 
@@ -614,7 +636,7 @@ def verdict(row: dict) -> dict:
         no_spill=row["spill_store_bytes"] == 0 and row["spill_load_bytes"] == 0,
         fits_shared=row["shared_bytes"] <= row["shared_limit"],
         tensor_cores=no_dot or (row["dots"] > 0 and row["dots_on_tensor_cores"] == row["dots"]
-                                and row["sass_hmma"] + row["sass_hgmma"] > 0),
+                                and row["sass_hmma"] + row["sass_hgmma"] + row.get("sass_qgmma", 0) > 0),
     )
     if row.get("tma"):  # a TMA variant must really load by TMA (not lowered back to pointers)
         got["tma_loads"] = row["sass_tma_load"] > 0 and row["ptx_tma"] > 0
@@ -739,7 +761,7 @@ def _cells(row: dict) -> list:
              row["dtype"], row["head_dim"], _mask_label(row)]
     if "error" in row:
         return ident + ["-"] * 11 + ["ERROR: " + row["error"]]
-    tc = _mix({"HGMMA": row["sass_hgmma"], "HMMA": row["sass_hmma"]}, "0 HMMA")
+    tc = _mix({"HGMMA": row["sass_hgmma"], "QGMMA": row.get("sass_qgmma", 0), "HMMA": row["sass_hmma"]}, "0 HMMA")
     ok = "yes" if all(verdict(row).values()) else "NO: " + ", ".join(
         k for k, v in verdict(row).items() if not v)
     mma = _mix({"wgmma": row["dots_wgmma"], "mma v2": row["dots_on_tensor_cores"] - row["dots_wgmma"]}, "none")
@@ -838,14 +860,23 @@ FP32_FAMILY = ("float32 inputs on a GPU",
                "`fits_shared` (a launch that does not fit fails). fp32 is the exact path, not the fast one.")
 
 
+#: the FP8 rows (issue 30), in a section of their own
+FP8_FAMILY = ("FP8 forward (e4m3 / e5m2)",
+              lambda r: r["dtype"] in FP8_DTYPES,
+              "The FP8 forward (`fp8_jobs`: `flash_attention(q, k, v, q_descale=..., ...)` with float8 inputs, "
+              "[FP8](../fp8.md)) at the pointer path's default block on sm_90: both products are fp8 wgmma "
+              "(`wgmma.mma_async...e4m3.e4m3` / `e5m2`, `QGMMA` in SASS), the descales folded out of the loop "
+              "(claim `fp8_descale`), out stored in bf16.")
+
+
 def _sections(rows: list[dict]) -> str:
     """One table per family: FAMILIES over the fp16/bf16 rows at head dims 64 and 128, then
-    WIDE_FAMILY (fp16/bf16 above 128) and FP32_FAMILY (every float32 row)."""
+    WIDE_FAMILY (fp16/bf16 above 128), FP32_FAMILY (every float32 row) and FP8_FAMILY (every FP8 row)."""
     shown = [r for r in rows if not r.get("deletes") and not r.get("commit")]
-    usual = [r for r in shown if r["head_dim"] <= 128 and r["dtype"] != "fp32"]
+    usual = [r for r in shown if r["head_dim"] <= 128 and r["dtype"] not in ("fp32", *FP8_DTYPES)]
     parts = []
     for (title, member, text), pool in [*((family, usual) for family in FAMILIES),
-                                        (WIDE_FAMILY, shown), (FP32_FAMILY, shown)]:
+                                        (WIDE_FAMILY, shown), (FP32_FAMILY, shown), (FP8_FAMILY, shown)]:
         chosen = [r for r in pool if member(r)]
         if chosen:
             parts.append(f"### {title}\n\n{text}\n\n{markdown_table(HEADER, [_cells(r) for r in chosen])}")

@@ -493,7 +493,9 @@ GROUP_FAMILY = {"qk_scale": "fwd", "qk": "fwd", "forward_tile": "fwd", "forward_
                 "dropout_scale": "fwd", "dropout_base": "fwd", "dropout_keep": "fwd", "dropout_p": "fwd",
                 "dropout_dp": "bwd", "dropout_dv_t": "bwd", "dropout_dp_t": "bwd",
                 # MLA's split head dim, in the decode kernel (docs/mla.md)
-                "qk_tail": "decode"}
+                "qk_tail": "decode",
+                # the FP8 forward's descales (docs/fp8.md)
+                "fp8_qk_scale": "fwd", "fp8_p": "fwd", "fp8_v_scale": "fwd", "fp8_out": "fwd"}
 FAMILY_GLOB = {"fwd": "attention_fwd_*.py", "bwd": "attention_bwd_*.py", "softmax": "softmax_*.py",
                "merge": "merge_state_*.py", "decode": "attention_decode_*.py"}
 #: the file shown for a family: the plain 64x64 variant when it exists, else the first by name

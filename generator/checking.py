@@ -40,9 +40,12 @@ LSE_TOLERANCES = {dtype: regime_bound(name).lse_abs for dtype, name in DTYPE_NAM
 GRAD_TOLERANCES_EMPIRICAL = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 4e-2}
 
 
-def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None, softcap=False) -> tuple[float, float]:
+def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None, softcap=False, dtype=None,
+                    descaled=None) -> tuple[float, float]:
     """``(out, lse)`` tolerances of one case from the bound: its sizes and its data (``block_n``
-    None: the largest bound over the block sizes a kernel may use; ``softcap``: the scores capped)."""
+    None: the largest bound over the block sizes a kernel may use; ``softcap``: the scores capped).
+    ``dtype`` (a name of ``spec.error_bound.UNIT_ROUNDOFF``, default v's) and ``descaled``: the FP8
+    forward's case, with q, k, v the dequantised tensors (``forward_bound``'s arguments)."""
     D = q.shape[-1]
     s = abs(scale) if scale is not None else 1 / math.sqrt(D)
     group = q.shape[1] // k.shape[1]
@@ -51,7 +54,8 @@ def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None, softcap=
     finite = ref_lse[torch.isfinite(ref_lse)] if ref_lse is not None else torch.zeros(1)
     lse_max = finite.abs().max().item() if finite.numel() else 0.0
     blocks = REGIME["block_ns"] if block_n is None else (block_n,)
-    bounds = [forward_bound(DTYPE_NAMES[v.dtype], k.shape[2], bn, D, scaled_abs, lse_max, softcap=softcap)
+    bounds = [forward_bound(dtype or DTYPE_NAMES[v.dtype], k.shape[2], bn, D, scaled_abs, lse_max, softcap=softcap,
+                            descaled=descaled)
               for bn in blocks]
     return max(b.out for b in bounds), max(b.lse_abs for b in bounds)
 

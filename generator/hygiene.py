@@ -105,6 +105,7 @@ POINTER_GAPS = {
     "_attn_bwd_rows": "backward rows: lse2/Δ loads", "_attn_bwd_mask": "backward dense mask tile",
     "_tma_tile": "TMA descriptor coordinates (a load)", "_tma_store": "TMA descriptor coordinates (a store)",
     "_tma_tail": "TMA descriptor coordinates (a split head dim's tail, column HEAD_DIM)",
+    "_fp8_descales": "FP8 forward (issue 30): the (batch, KV head) offset of the three descales",
     # a user score_mod (issue 28): its SF/SI parameter reads are inside its printed terms; the gradient
     # row of the dQ program and the scatter's chunk pointers are not yet printed address terms
     "_user_score": "score_mod parameter reads (inside printed terms)", "_user_score_ds": "score_mod parameter reads",

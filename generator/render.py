@@ -111,6 +111,13 @@ def dropout_context() -> dict:
     }}
 
 
+def fp8_context() -> dict:
+    """The printed lines of the FP8 forward (issue 30, claim fp8_descale): the descales folded into
+    ``qk_scale``, P's scale before ``P V``, the output's one descale and its factor."""
+    return {"fp8": {"qk_scale": print_term(T.FP8_QK_SCALE), "p": print_term(T.FP8_P),
+                    "v_scale": print_term(T.FP8_V_SCALE), "out": print_term(T.FP8_OUT)}}
+
+
 def mask_mod_context(variant: Variant) -> dict | None:
     """The printed slots of a file that compiles in a mask_mod (None: it does not): the corner
     classifier and the element predicate (spec.mask_mod; claim mask_mod_sound)."""
@@ -184,6 +191,7 @@ def forward_context(variant: Variant) -> dict:
         "score_index": SCORE_NAMES,
         **score_mod_context(),
         **dropout_context(),
+        **fp8_context(),
         "mask_mod": mask_mod_context(variant),
         "user_score": score_mod_user_context(variant),
         # every load and store offset of the dense forward (claim forward_addresses)

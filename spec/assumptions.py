@@ -33,6 +33,10 @@ INT32_MAX = 2**31 - 1
 ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
     Assumption("dtypes", "q, k, v (and softmax's x) are float16, bfloat16 or float32, one dtype",
                "reject", ("float16", "bfloat16", "float32")),
+    Assumption("fp8_descales", "FP8 inputs (issue 30): k, v in one of float8_e4m3fn / float8_e5m2, q in that "
+               "format or float16/bfloat16; q_descale, k_descale, v_descale float32 (B, Hkv), finite and > 0 "
+               "(claim fp8_descale's positive descales)", "reject: the dtypes and shapes always; the descales' "
+               "values with the opt-in value checks (FLASHPROOF_CHECK_VALUES=1: one host sync per eager call)"),
     Assumption("head_dim_max", "1 <= head_dim <= 256 for q/k's head dim D and for v's D_v, which may differ "
                "(MLA), on the training paths (the K/V tiles of a program fit on chip)", "reject", 256),
     Assumption("decode_head_dim_max", "flash_attention_with_kvcache: 1 <= D <= 576 and 1 <= D_v <= 512 (the "

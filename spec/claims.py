@@ -22,7 +22,7 @@ The registry itself (``Result``, ``Claim``, ``REGISTRY``, ``claim``, ``prove_all
 ``spec.proofs.varlen`` (packed segments),
 ``spec.proofs.ring`` (ring attention), ``spec.proofs.paged`` (decode's KV reads),
 ``spec.proofs.addresses`` (load and store offsets for the launch's arguments, issue 24),
-``spec.proofs.epilogue`` (the forward epilogue), ``spec.proofs.dropout`` (attention dropout), ``spec.proofs.rotary`` (the KV-cache append's rotary embedding),
+``spec.proofs.epilogue`` (the forward epilogue), ``spec.proofs.fp8`` (the FP8 forward's descales and bound), ``spec.proofs.dropout`` (attention dropout), ``spec.proofs.rotary`` (the KV-cache append's rotary embedding),
 ``spec.proofs.structure`` (initial state, GQA head map, loop stages), ``spec.proofs.int32``
 (index arithmetic in int32, with z3) and ``spec.proofs.float`` (fp32 rounding and FMA, the
 error-bound lemmas); and ``spec.proofs.symbolic`` (the
@@ -43,6 +43,7 @@ from spec.proofs import kernel, masks, rewrites, ring, softmax, varlen, paged  #
 from spec.proofs import symbolic, backward, epilogue, structure, int32, float as float_, score_mods, mask_mod, sink_combine, dropout, rotary  # noqa: E402,I001
 from spec.proofs import addresses  # noqa: E402,I001
 from spec.proofs import score_mod_user  # noqa: E402,I001
+from spec.proofs import fp8  # noqa: E402,I001
 
 __all__ = ["CLAIM_IDS", "REGISTRY", "Claim", "Result", "claim", "prove_all"]
 
@@ -53,7 +54,7 @@ if _missing:
 #: order, then in definition order, whichever module another import (a test's) loaded first
 _MODULES = [m.__name__ for m in (kernel, masks, rewrites, ring, softmax, varlen, paged, symbolic, backward, epilogue,
                                  structure, int32, float_, score_mods, mask_mod, sink_combine, dropout, rotary, addresses,
-                                 score_mod_user)]
+                                 score_mod_user, fp8)]
 _newer = sorted((c for c in REGISTRY.values() if c.id not in CLAIM_IDS), key=lambda c: _MODULES.index(c.prove.__module__))
 _ordered = [REGISTRY[cid] for cid in CLAIM_IDS] + _newer
 REGISTRY.clear()  # in place: anyone holding a reference sees the ordered registry

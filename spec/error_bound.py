@@ -65,6 +65,34 @@ UNIT_ROUNDOFF = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}
 U_STORE = {"fp32": U, "fp16": 2.0**-11, "bf16": 2.0**-8}
 
 
+class Fp8Format(NamedTuple):
+    """An FP8 format (issue 30) as the bound sees it: round to nearest on a grid of ``mantissa``
+    bits from ``2^min_exp`` (normal) with subnormals below, largest finite ``max``."""
+
+    u: float  #: unit roundoff in the normal range, 2^-(mantissa + 1)
+    eta: float  #: the largest rounding error below the normal range: half the subnormal spacing
+    max: float  #: the largest finite value (e4m3fn: 448, no inf; e5m2: 57344)
+    p_scale: float  #: the power of two P (<= 1) is scaled by before its cast: <= max
+    mantissa: int  #: stored mantissa bits
+    min_exp: int  #: exponent of the smallest normal
+
+
+#: torch.float8_e4m3fn and torch.float8_e5m2: P·p_scale <= p_scale <= max (no saturation), and the
+#: subnormal error of P is eta / p_scale (2^-18 for e4m3, 2^-32 for e5m2)
+FP8 = {"e4m3": Fp8Format(2.0**-4, 2.0**-10, 448.0, 2.0**8, 3, -6),
+       "e5m2": Fp8Format(2.0**-3, 2.0**-17, 57344.0, 2.0**15, 2, -14)}
+#: P is cast to the fp8 format before P V; out is stored in bf16 unless an out dtype is given
+UNIT_ROUNDOFF.update({name: f.u for name, f in FP8.items()})
+U_STORE.update({name: U_STORE["bf16"] for name in FP8})
+#: the absolute error of a weight of P from its cast below fp8's normal range: eta / p_scale
+P_ABS = {name: FP8[name].eta / FP8[name].p_scale if name in FP8 else 0.0 for name in UNIT_ROUNDOFF}
+#: roundings of the scaled score x·qk_scale: qk_scale = fl(s·log2 e) and the product (2); with the
+#: descales of FP8, qk_scale = s·q_descale·k_descale·log2 e (spec.terms.FP8_QK_SCALE): its three
+#: products, log2 e rounded to fp32 and the product x·qk_scale (5; counted by claim fp8_error_bound)
+SCALE_ROUNDINGS = 2
+SCALE_ROUNDINGS_DESCALED = 5
+
+
 def gamma(n: float) -> float:
     """``γ_n = n u / (1 - n u)`` (requires ``n u < 1``)."""
     if n * U >= 1:
@@ -98,9 +126,11 @@ class Numbers:
     unit_roundoff = UNIT_ROUNDOFF
     u_store = U_STORE
     gamma = staticmethod(gamma)
+    p_abs = P_ABS
     ceil = staticmethod(math.ceil)
     max = staticmethod(max)
     abs = staticmethod(abs)
+    exp = staticmethod(math.exp)
     log = staticmethod(math.log)
     log1p = staticmethod(math.log1p)
     expm1 = staticmethod(math.expm1)
@@ -114,14 +144,18 @@ def n_tiles(n_k, block_n, num: Numbers = FLOATS):
     return num.max(1, num.ceil(n_k / block_n))
 
 
-def exponent_error(head_dim: int, n_tiles: int, scaled_abs: float, num: Numbers = FLOATS, softcap: bool = False) -> float:
+def exponent_error(head_dim: int, n_tiles: int, scaled_abs: float, num: Numbers = FLOATS, softcap: bool = False,
+                   scale_roundings: int = SCALE_ROUNDINGS) -> float:
     """``E``: every exponent's absolute error (natural units), from ``s·A`` (``scaled_abs``), plus the
     relative error of the at most ``T + 1`` exp2 factors of a weight (``p`` and the rescales); with
-    ``softcap``, the capped score's factor (``softcap_score_factor``)."""
+    ``softcap``, the capped score's factor (``softcap_score_factor``); ``scale_roundings``: those of
+    ``x·qk_scale`` (``SCALE_ROUNDINGS_DESCALED`` with FP8's descales, which take no softcap)."""
     if softcap:
+        if scale_roundings != SCALE_ROUNDINGS:
+            raise ValueError("exponent_error: the softcap is bounded without FP8's descales only")
         factor = softcap_score_factor(num.gamma(head_dim), num.gamma(2), num.gamma(5), num.SOFTCAP_REL, num.U)
     else:
-        factor = score_factor(num.gamma(head_dim), num.gamma(2), num.U)
+        factor = score_factor(num.gamma(head_dim), num.gamma(scale_roundings), num.U)
     return scaled_abs * factor - (n_tiles + 1) * num.log1p(-num.U_FUNC)
 
 
@@ -143,14 +177,24 @@ def carried_factor(tile_local, n_tiles, u_n=None):
     return weight_factor(tile_local, g)
 
 
-def out_bound(rho_w, rho_num, rho_den, u_div, u_store):
+def out_bound(rho_w, rho_num, rho_den, u_div, u_store, abs_num=0):
     """``|out^ − out| / max|v|`` from the weight errors: every key's exponent factor within ``1 ± rho_w``,
     numerator factor within ``1 ± rho_num``, denominator factor within ``1 ± rho_den``; then the division
-    (``u_div``) and the store (``u_store``). Plain arithmetic: floats here, z3 reals in claim
-    ``forward_error_bound``, which proves it (requires ``b < 1``)."""
+    (``u_div``) and the store (``u_store``). ``abs_num``: an absolute error of the numerator, relative to
+    ``max|v|`` and the exact denominator (FP8's subnormal P: ``fp8_abs_num``; 0 otherwise). Plain
+    arithmetic: floats here, z3 reals in claims ``forward_error_bound`` (``abs_num = 0``) and
+    ``fp8_error_bound``, which prove it (requires ``b < 1``)."""
     a, b = weight_factor(rho_w, rho_num), weight_factor(rho_w, rho_den)
     last = (1 + u_div) * (1 + u_store)
-    return (a + b) / (1 - b) * last + (last - 1)
+    return (a + b + abs_num) / (1 - b) * last + (last - 1)
+
+
+def fp8_abs_num(n_k, p_abs, exponent, rho_den, num: Numbers = FLOATS):
+    """FP8's cast of ``P·p_scale`` errs by at most ``u·P + p_abs`` (``p_abs = eta / p_scale``, below the
+    normal range): over ``N_k`` keys the numerator gains ``N_k·p_abs·max|v|``, times the dot's and the
+    carried roundings and the later rescales (``(1 + ρ_den)·e^E``), over the exact denominator
+    ``>= e^{−E}`` (claim ``fp8_error_bound``): ``N_k·p_abs·e^{2E}·(1 + ρ_den)``."""
+    return n_k * p_abs * num.exp(2 * exponent) * (1 + rho_den)
 
 
 #: roundings after ``log2`` in the printed ``lse = (m_i + log2(l_i))·ln 2``: the add, ``ln 2`` rounded to
@@ -170,17 +214,29 @@ def lse_bound(exponent, log_den, log_n, lse_abs, u=U, u_func=U_FUNC):
 
 
 def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs: float, lse: float = 0.0,
-                  num: Numbers = FLOATS, softcap: bool = False) -> Bound:
-    """The bound for one row: ``dtype`` in ``UNIT_ROUNDOFF``, ``scaled_abs = s·max_j Σ_d |q_d k_jd|``
-    (``num``: the arithmetic, floats unless claim ``forward_error_bound`` checks the composition);
-    ``softcap``: the scores capped by the printed softcap (any cap: ``|c·tanh(s x/c)| <= s·|x|``, its error
-    relative). ALiBi is not covered: its tolerances are empirical (``generator.checking``)."""
+                  num: Numbers = FLOATS, softcap: bool = False, *, out_dtype: str | None = None,
+                  descaled: bool | None = None) -> Bound:
+    """The bound for one row: ``dtype`` in ``UNIT_ROUNDOFF`` (the dtype of the products' operands and of
+    P's cast: ``"e4m3"``/``"e5m2"`` for FP8), ``scaled_abs = s·max_j Σ_d |q_d k_jd|`` on the dequantised
+    inputs (``num``: the arithmetic, floats unless claims ``forward_error_bound`` / ``fp8_error_bound``
+    check the composition); ``softcap``: the scores capped by the printed softcap (any cap:
+    ``|c·tanh(s x/c)| <= s·|x|``, its error relative). ``out_dtype``: the stored output's (default:
+    ``dtype``'s ``U_STORE``: bf16 for FP8). ``descaled``: FP8's descales (``spec.terms.FP8_*``; default:
+    ``dtype`` is FP8): two more roundings in ``qk_scale`` and one more multiply of ``out``; an FP8 ``dtype``
+    adds P's subnormal error. FP8 takes no softcap (refused: ``ValueError``). ALiBi is not covered: its
+    tolerances are empirical (``generator.checking``)."""
+    descaled = dtype in FP8 if descaled is None else descaled
+    if softcap and descaled:
+        raise ValueError("forward_bound: FP8's descaled forward takes no softcap (nothing is bounded there)")
     tiles = n_tiles(n_k, block_n, num)
-    E = exponent_error(head_dim, tiles, scaled_abs, num, softcap)
+    E = exponent_error(head_dim, tiles, scaled_abs, num, softcap,
+                       SCALE_ROUNDINGS_DESCALED if descaled else SCALE_ROUNDINGS)
     rho_w = num.expm1(E)
     rho_num = carried_factor(weight_factor(num.unit_roundoff[dtype], num.gamma(block_n)), tiles, num.gamma)
     rho_den = carried_factor(num.gamma(block_n), tiles, num.gamma)
-    out = out_bound(rho_w, rho_num, rho_den, num.U, num.u_store[dtype])
+    u_div = weight_factor(num.U, num.U) if descaled else num.U  # acc / l, then · v_scale (FP8_OUT)
+    abs_num = fp8_abs_num(n_k, num.p_abs[dtype], E, rho_den, num) if dtype in FP8 else 0
+    out = out_bound(rho_w, rho_num, rho_den, u_div, num.u_store[out_dtype or dtype], abs_num)
     lse_abs = lse_bound(E, -num.log1p(-weight_factor(rho_w, rho_den)), num.log(num.max(n_k, 1)), num.abs(lse),
                         num.U, num.U_FUNC)
     return Bound(out, lse_abs, E)

@@ -130,3 +130,8 @@ drop_j0 = sp.Symbol("drop_j0", integer=True, nonnegative=True)  # the slice's fi
 drop_base = sp.Symbol("drop_base", integer=True, nonnegative=True)  # Philox offset of (b, h, i0, j0)
 keep_drop = sp.Symbol("keep_drop")  # the keep decision of an entry (a boolean tile)
 pT_drop = sp.Symbol("pT_drop", nonnegative=True)  # Z ∘ Pᵀ / (1 − p): the dropped Pᵀ of the dK/dV tile
+
+# FP8 forward (issue 30): FlashAttention 3's per-(batch, KV head) descales and the scale of P
+q_descale, k_descale, v_descale = sp.symbols("q_descale k_descale v_descale", positive=True)  # float32 (B, Hkv)
+p_scale = sp.Symbol("p_scale", positive=True)  # the power of two P is scaled by before its fp8 cast
+v_scale = sp.Symbol("v_scale", positive=True)  # v_descale / p_scale: the output's one descale

@@ -428,3 +428,36 @@ GROUPS.update({
     "dropout_dv_t": DROPOUT_DV_T,
     "dropout_dp_t": (DROPOUT_DP_T,),
 })
+
+
+# ----------------------------------------------------------------------------------
+# FP8 forward (issue 30): FlashAttention 3's descales. q, k, v arrive quantised (e4m3 or e5m2) with
+# float32 descales per (batch, KV head): the dequantised tensors are q·q_descale, k·k_descale,
+# v·v_descale. The kernel keeps the tiles in fp8 for both products (fp8 tensor cores) and moves
+# every descale out of the loop (claim fp8_descale):
+#     S = (q·k)·q_descale·k_descale               the descales folded into qk_scale, once per program
+#     P V: P·p_scale cast to fp8 by the dot        p_scale a power of two (P <= 1 stays below the
+#                                                  format's max, small weights above its subnormals)
+#     O = acc / l · (v_descale / p_scale)          acc in fp32, one multiply after the division
+# The mixed path (a bf16/fp16 query on an fp8 K/V cache) upcasts K and V to the query's dtype
+# (exact) with q_descale = 1 and p_scale = 1: the same terms.
+# ----------------------------------------------------------------------------------
+#: once per program: the softmax scale, both descales of S and log2(e), one factor
+FP8_QK_SCALE = Term(n.qk_scale, n.sm_scale * n.q_descale * n.k_descale * n.LOG2E, "fp8_descale",
+                    "S = (q·k)·q_descale·k_descale: the descales folded into the scale once, out of the loop")
+#: per tile, after l_i (the denominator is the unscaled P) and before acc: P in fp8's range
+FP8_P = Term(n.p, n.p * n.p_scale, "fp8_descale",
+             "P·p_scale (a power of two: exact) before P V casts it to fp8; l_i keeps the unscaled P")
+#: once per program: the output's descale, v_descale over the scale of P (exact: a power of two)
+FP8_V_SCALE = Term(n.v_scale, n.v_descale / n.p_scale, "fp8_descale",
+                   "v_descale / p_scale: V's descale and P's scale leave the loop as one factor")
+#: after FORWARD_EPILOGUE's division: the one descale of the output
+FP8_OUT = Term(n.acc, n.acc * n.v_scale, "fp8_descale",
+               "O = (P·p_scale)(V) / l · v_descale / p_scale: fp32, one multiply per element")
+
+GROUPS.update({
+    "fp8_qk_scale": (FP8_QK_SCALE,),
+    "fp8_p": (FP8_P,),
+    "fp8_v_scale": (FP8_V_SCALE,),
+    "fp8_out": (FP8_OUT,),
+})

@@ -33,7 +33,8 @@ def test_signature_is_exactly_the_documented_one():
     assert str(inspect.signature(flash_attention)) == (
         "(q, k, v, *, causal=False, alignment='top_left', window=None, key_lengths=None, mask=None, "
         "scale=None, return_lse=False, block='auto', tma='auto', softcap=None, alibi_slopes=None, sinks=None, "
-        "mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False, score_mod=None, score_args=None)")
+        "mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False, score_mod=None, score_args=None, "
+        "q_descale=None, k_descale=None, v_descale=None, out_dtype=None)")
 
 
 @pytest.mark.parametrize("block", sorted(generated.KERNELS), ids=str)
@@ -51,8 +52,9 @@ def test_matches_reference_through_public_api(block):
 q0, k0, v0 = qkv()
 BAD_INPUTS = [
     (dict(q=q0[0]), ValueError, "q must have rank 4"),
-    (dict(v=v0[:, :, :10]), ValueError, "v must have k's \\(batch, heads, seq\\)"),
-    (dict(v=torch.zeros(*v0.shape[:3], 257)), ValueError, "v's head_dim 257 outside 1..256"),  # D_v != D: MLA
+    (dict(v=v0[:, :, :10]), ValueError, "v must have k's shape \\(1, 1, 30\\) in every dim but the last"),
+    (dict(v=torch.zeros(*v0.shape[:3], 257)), ValueError,
+     "head_dim 257 outside 1..256 is not supported \\(v:"),  # D_v != D: MLA
     (dict(k=k0[..., :8], v=v0[..., :8]), ValueError, "must agree in batch"),
     (dict(q=qkv(Hq=3, Hkv=2)[0], k=qkv(Hkv=2)[1], v=qkv(Hkv=2)[2]), ValueError, "multiple of key/value heads"),
     (dict(k=k0.half()), TypeError, "must share one dtype"),

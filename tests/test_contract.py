@@ -551,9 +551,44 @@ def _varlen_paged_case(g):
     return tensors, expandable, (), call
 
 
+def _fp8_tensors(g, q_shape, kv_shape, B):
+    """FP8 q, k, v (e4m3) and their float32 (B, Hkv) descales (issue 30)."""
+    fp8 = torch.float8_e4m3fn
+    tensors = {"q": torch.randn(*q_shape, generator=g).to(fp8), "k": torch.randn(*kv_shape, generator=g).to(fp8),
+               "v": torch.randn(*kv_shape, generator=g).to(fp8)}
+    tensors.update({name: torch.rand(B, 1, generator=g) + 0.5 for name in ("q_descale", "k_descale", "v_descale")})
+    return tensors
+
+
+def _fp8_case(g):
+    tensors = _fp8_tensors(g, (2, 2, 9, D), (2, 1, 12, D), 2)
+    expandable = {"q": (0, 1, 2), "k": (0, 2), "v": (0, 2), "q_descale": (0, 1), "k_descale": (0, 1),
+                  "v_descale": (0, 1)}
+
+    def call(t):
+        return flash_attention(t["q"], t["k"], t["v"], q_descale=t["q_descale"], k_descale=t["k_descale"],
+                               v_descale=t["v_descale"], causal=True, return_lse=True, block=SMALL)
+    return tensors, expandable, (), call
+
+
+def _varlen_fp8_case(g):
+    tensors = _fp8_tensors(g, (9, 2, D), (12, 1, D), 2)
+    tensors.update({"cu_seqlens_q": torch.tensor([0, 4, 9], dtype=torch.int32),
+                    "cu_seqlens_k": torch.tensor([0, 5, 12], dtype=torch.int32)})
+    expandable = {"q": (0, 1, 2), "k": (0, 2), "v": (0, 2), "q_descale": (0, 1), "k_descale": (0, 1),
+                  "v_descale": (0, 1)}
+
+    def call(t):
+        return flash_attention_varlen(t["q"], t["k"], t["v"], t["cu_seqlens_q"], t["cu_seqlens_k"], causal=True,
+                                      q_descale=t["q_descale"], k_descale=t["k_descale"], v_descale=t["v_descale"],
+                                      return_lse=True, block=SMALL)
+    return tensors, expandable, (), call
+
+
 #: a key "entry[variant]" is one more case of the entry point "entry" (the coverage test unions them)
 CASES = {"flash_attention": _dense_case, "flash_attention_varlen": _varlen_case,
          "flash_attention_varlen[paged]": _varlen_paged_case,
+         "flash_attention[fp8]": _fp8_case, "flash_attention_varlen[fp8]": _varlen_fp8_case,
          "flash_attention_with_kvcache": _kvcache_case, "flash_attention_with_kvcache[append]": _kvcache_append_case,
          "merge_state": _merge_state_case,
          "merge_states": _merge_states_case, "ring_attention": _ring_case, "softmax": _softmax_case}

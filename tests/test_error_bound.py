@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from attention_cases import forward_module, on_device, reference
 from hypothesis import given, settings
@@ -64,6 +65,16 @@ def test_bound_grows_with_its_inputs():
     assert forward_bound("fp16", 128, 64, 32, 4.0).out > base.out
     assert forward_bound("bf16", 128, 64, 32, 4.0).out > forward_bound("fp16", 128, 64, 32, 4.0).out
     assert math.isclose(gamma(3), 3 * 2.0**-24 / (1 - 3 * 2.0**-24))
+
+
+def test_the_softcap_is_bounded_without_fp8_descales_only():
+    """FP8 takes no softcap (the contract refuses it): forward_bound refuses to compose the two rather than
+    return a number no claim covers (claim forward_error_bound's softcap case counts qk_scale's 2
+    roundings, fp8_error_bound's descaled qk_scale 5 and no cap)."""
+    assert forward_bound("bf16", 128, 64, 32, 4.0, softcap=True).out > forward_bound("bf16", 128, 64, 32, 4.0).out
+    for dtype, descaled in (("e4m3", None), ("e5m2", None), ("bf16", True)):
+        with pytest.raises(ValueError, match="no softcap"):
+            forward_bound(dtype, 128, 64, 32, 4.0, softcap=True, descaled=descaled)
 
 
 def test_tolerances_are_the_bound_at_the_test_regime():

@@ -64,7 +64,7 @@ def test_float_arithmetic_outside_a_term_is_caught():
 def test_stage_one_unmasked_is_caught():
     """Stage 1 (partial tiles before the full ones) flipped to MASKED=False."""
     old = "offs_m, offs_d, offs_dv,\n        kv_lo, full_lo,\n        N_Q, N_K, shift, window_left, window_right, key_len, " \
-          "softcap_in, softcap_out, alibi_coef,\n        drop_seed, drop_base, drop_nk, dropout_p, drop_scale,\n" \
+          "softcap_in, softcap_out, alibi_coef,\n        drop_seed, drop_base, drop_nk, dropout_p, drop_scale, p_scale,\n" \
           "        HEAD_DIM, HEAD_DIM_V, BLOCK_N, True,"
     found = problems(edited("fwd", old, old.replace("True,", "False,")))
     assert any("('kv_lo', 'full_lo', False)" in p for p in found), found

@@ -1457,3 +1457,65 @@ def test_score_mod_builtins_refutes_a_swapped_instance():
 
     assert_failed(PSU.prove_score_mod_builtins(tanh_cap=SM.temperature))
     assert_failed(PSU.prove_score_mod_builtins(alibi=SM.rel_bias))
+
+
+# ---------------------------------------------------------------- FP8 forward (issue 30)
+from spec import error_bound as EB  # noqa: E402
+from spec.proofs import fp8 as P8  # noqa: E402
+
+#: one wrong version of each FP8 term: claim fp8_descale must fail on each
+DESCALE_MUTANTS = {
+    # S without k's descale
+    "qk_scale misses k_descale": {"fp8_qk_scale": replace(terms.FP8_QK_SCALE,
+                                                           expr=n.sm_scale * n.q_descale * n.LOG2E)},
+    # the descale divided instead of multiplied
+    "qk_scale divides by q_descale": {"fp8_qk_scale": replace(terms.FP8_QK_SCALE,
+                                                               expr=n.sm_scale * n.k_descale * n.LOG2E / n.q_descale)},
+    # P not scaled before P V (the epilogue still divides by p_scale)
+    "P not scaled": {"fp8_p": replace(terms.FP8_P, expr=n.p)},
+    # v_scale without P's scale
+    "v_scale = v_descale": {"fp8_v_scale": replace(terms.FP8_V_SCALE, expr=n.v_descale)},
+    # the output's descale forgotten
+    "out not descaled": {"fp8_out": replace(terms.FP8_OUT, expr=n.acc)},
+    # a P scale above e4m3's max (P·p_scale would saturate)
+    "p_scale 512 > 448": {"formats": {**EB.FP8, "e4m3": EB.FP8["e4m3"]._replace(p_scale=512.0)}},
+}
+
+
+@pytest.mark.parametrize("mutant", list(DESCALE_MUTANTS))
+def test_fp8_descale_mutant_is_refuted(mutant):
+    assert_failed(P8.prove_fp8_descale(**DESCALE_MUTANTS[mutant]))
+
+
+def _bound_without_subnormals(dtype, *args, num=EB.FLOATS, **kw):
+    """forward_bound with P's subnormal error dropped (p_abs = 0): the FP8 composition must notice."""
+    class NoAbs(type(num)):
+        p_abs = {name: 0 for name in num.p_abs}
+    return EB.forward_bound(dtype, *args, num=NoAbs(), **kw)
+
+
+def _out_bound_without_abs(rho_w, rho_num, rho_den, u_div, u_store, abs_num=0):
+    return EB.out_bound(rho_w, rho_num, rho_den, u_div, u_store)
+
+
+#: wrong versions of the FP8 bound's pieces: claim fp8_error_bound must fail on each
+BOUND_MUTANTS = {
+    # eta too small: the e4m3 grid's subnormal gaps exceed u·g + eta
+    "eta halved": {"formats": {**EB.FP8, "e4m3": EB.FP8["e4m3"]._replace(eta=2.0**-11)}},
+    # e5m2 with e4m3's unit roundoff
+    "e5m2 u = 2^-4": {"formats": {**EB.FP8, "e5m2": EB.FP8["e5m2"]._replace(u=2.0**-4)}},
+    # the descaled qk_scale counted as forward_error_bound's two roundings
+    "scale roundings 2": {"scale_roundings": 2},
+    # the bound without P's subnormal error
+    "no subnormal term": {"bound": _bound_without_subnormals},
+    # out_bound ignoring the absolute term
+    "out_bound drops abs_num": {"out_bound": _out_bound_without_abs},
+    # P scaled before l_i (the denominator would see p_scale)
+    "P scaled before l_i": {"forward_tile": tuple(x for t in terms.FORWARD_TILE
+                                                   for x in ((t, terms.FP8_P) if t.name == "p" else (t,)))},
+}
+
+
+@pytest.mark.parametrize("mutant", list(BOUND_MUTANTS))
+def test_fp8_error_bound_mutant_is_refuted(mutant):
+    assert_failed(P8.prove_fp8_error_bound(**BOUND_MUTANTS[mutant]))

@@ -302,10 +302,13 @@ def _meta(*shape, stride=None):
 
 
 def _rejects(match, **kwargs):
+    """flash_attention rejects the input (a value rule: with the opt-in value checks, which are on here)."""
     def run():
+        from generator.runtime import contract
+
         q, k, v, _ = inputs()
         args = {"q": q, "k": k, "v": v, **kwargs}
-        with pytest.raises((ValueError, TypeError), match=match):
+        with pytest.raises((ValueError, TypeError), match=match), contract.checking_values():
             on_device(flash_attention, args.pop("q"), args.pop("k"), args.pop("v"), **args)
     return run
 
@@ -413,8 +416,8 @@ def _head_dim_max():
 
     _rejects("head_dim 257 outside 1..256", q=torch.zeros(1, 1, 4, 257), k=torch.zeros(1, 1, 4, 257),
              v=torch.zeros(1, 1, 4, 257))()
-    _rejects("v's head_dim 257 outside 1..256.*head_dim_max", q=torch.zeros(1, 1, 4, 16), k=torch.zeros(1, 1, 4, 16),
-             v=torch.zeros(1, 1, 4, 257))()
+    _rejects(r"head_dim 257 outside 1..256 is not supported \(v:.*head_dim_max", q=torch.zeros(1, 1, 4, 16),
+             k=torch.zeros(1, 1, 4, 16), v=torch.zeros(1, 1, 4, 257))()
     for d, dv in ((256, 16), (16, 256)):
         checks.check_qkv(_meta(1, 1, 4, d), _meta(1, 1, 4, d), _meta(1, 1, 4, dv))
 
@@ -425,7 +428,8 @@ def _decode_head_dim_max():
     from generated import flash_attention_with_kvcache
 
     lens = torch.tensor([20], dtype=torch.int32)
-    for d, dv, match in ((577, 512, "head_dim 577 outside 1..576"), (576, 513, "v's head_dim 513 outside 1..512")):
+    for d, dv, match in ((577, 512, "head_dim 577 outside 1..576"),
+                         (576, 513, r"head_dim 513 outside 1..512 is not supported \(v_cache:")):
         k = torch.zeros(1, 32, 1, d)
         with pytest.raises(ValueError, match=match + r".*decode_head_dim_max"):
             on_device(flash_attention_with_kvcache, torch.zeros(1, 1, 1, d), k, k[..., :dv], lens)
@@ -447,6 +451,10 @@ ENFORCED = {
     "num_splits_max": _decode_rejects(r"0\.\.64.*num_splits_max", num_splits=65),
     "merge_head_dim_max": _merge_head_dim_max,
     "mask_args_int32": _mask_args_int32,
+    # FP8 (issue 30): a descale <= 0 (claim fp8_descale's descales are positive)
+    "fp8_descales": _rejects(r"finite and > 0.*fp8_descales", q=inputs()[0].to(torch.float8_e4m3fn),
+                             k=inputs()[1].to(torch.float8_e4m3fn), v=inputs()[2].to(torch.float8_e4m3fn),
+                             k_descale=-torch.ones(inputs()[1].shape[:2])),
     "dtypes": _rejects("supported: float16, bfloat16, float32", q=inputs()[0].double(), k=inputs()[1].double(),
                        v=inputs()[2].double()),
     "head_dim_max": _head_dim_max,

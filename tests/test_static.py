@@ -68,7 +68,7 @@ def test_spill_bytes_from_sass(monkeypatch):
     got = static.resource_usage(b"not a real cubin")
     assert got == dict(regs=255, stack_bytes=8, static_shared=1024, local_bytes=0,
                        spill_store_bytes=4 + 8 + 16, spill_load_bytes=4 + 8, sass_hmma=1, sass_hgmma=1,
-                       sass_instructions=7)
+                       sass_qgmma=0, sass_instructions=7)
 
 
 TTGIR = """
@@ -202,6 +202,8 @@ def suite_groups() -> dict[str, list[static.Job]]:
                  _job("attention_bwd", FP32, 80, W, dtype="fp32"),
                  _job("attention_bwd", FP32, 90, D, "causal", "fp32"),
                  _job("attention_decode", served["decode"], 90, W, dtype="fp32")],
+        # the FP8 forward (issue 30): one representative, e4m3 causal at sm_90's pointer default
+        "fp8": [_job("attention_fwd", fwd(90, D), 90, D, "causal", "e4m3")],
         # the 128x64 block float32 once ran by default, which did not fit: the fp32 check can fail
         "fp32 old": [static.Job("generated.attention_fwd_br128_bc64", 80, "fp32", 128, "none")],
         # generated blocks the defaults do not run: a 16-row forward (below wgmma's 64 rows on sm_90)
@@ -341,7 +343,8 @@ def test_hopper_dots_are_wgmma_where_the_tile_allows(rows):
         if r["arch"] == 80:
             ok = r["dots_wgmma"] == 0 and r["mma_version"] == 2
         elif wgmma_rows(r) >= 64:
-            ok = r["dots_wgmma"] == r["dots"] and r["sass_hgmma"] > 0 and r["sass_hmma"] == 0
+            # fp16/bf16 wgmma is HGMMA in SASS, the FP8 forward's (e4m3 / e5m2) QGMMA
+            ok = r["dots_wgmma"] == r["dots"] and r["sass_hgmma"] + r.get("sass_qgmma", 0) > 0 and r["sass_hmma"] == 0
         else:
             ok = r["mma_version"] == 2
         checked.add((r["arch"], r["arch"] == 80 or wgmma_rows(r) >= 64))
@@ -687,7 +690,7 @@ def test_decode_has_loop_columns_and_merge_has_none(rows):
 
 #: launch.py's functions that only a launch runs (score_mod_launch checks the scale through
 #: generator.runtime.checks): not part of what a compile job reads
-LAUNCH_ONLY = {"score_mod_launch"}
+LAUNCH_ONLY = {"score_mod_launch", "p_scale"}
 
 
 def test_the_cache_key_covers_what_a_compile_reads():
@@ -737,3 +740,13 @@ def test_the_cache_key_covers_what_a_compile_reads():
     job = static.Job(kernel_modules()[0], 90, "fp16", 64, "none")
     # the job enters the key
     assert job.cache_key("3.6.0") != static.Job(job.module, 80, "fp16", 64, "none").cache_key("3.6.0")
+
+
+def test_fp8_forward_is_fp8_wgmma_without_spill(suite):
+    """The FP8 forward compiled for sm_90 (issue 30): both products on fp8 tensor cores (wgmma in TTGIR,
+    ``QGMMA`` in SASS, none of them upcast to HGMMA), in the steady loop, no spill."""
+    (row,) = suite["fp8"]
+    assert "error" not in row, row.get("error")
+    assert row["dots"] > 0 and row["dots_wgmma"] == row["dots"] and row["sass_qgmma"] > 0 and row["sass_hgmma"] == 0
+    assert all(static.verdict(row).values()), static.verdict(row)
+    assert row["loop_instructions"] and row["mma_issued_per_needed"] == 1.0

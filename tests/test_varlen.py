@@ -58,7 +58,8 @@ def test_signature_is_exactly_the_issues():
     assert str(inspect.signature(flash_attention_varlen)) == (
         "(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False, "
         "window=None, scale=None, return_lse=False, block=(64, 64), softcap=None, alibi_slopes=None, sinks=None, "
-        "dropout_p=0.0, return_dropout_mask=False, batch_invariant=False, block_table=None)")
+        "dropout_p=0.0, return_dropout_mask=False, batch_invariant=False, block_table=None, q_descale=None, "
+        "k_descale=None, v_descale=None, out_dtype=None)")
 
 
 # ----------------------------------------------------------------------------------

@@ -78,6 +78,48 @@ def _with_dropout_mask(result, keep):
     return (*result, keep) if isinstance(result, tuple) else (result, keep)
 
 
+def fp8_descales(entry: str, a: dict, B: int, Hkv: int, device) -> tuple:
+    """The three descales of a checked FP8 call (``a``: ``contract.enforce``'s values) as the kernel reads
+    them: None is 1 (FlashAttention 3's default), each at unit stride (the declared ``COPIED`` policy: the
+    kernel takes one stride pair for the three)."""
+    return tuple(contract.unit_stride(entry, name, torch.ones((B, Hkv), dtype=torch.float32, device=device)
+                                      if a[name] is None else a[name]) for name in checks.FP8_NAMES)
+
+
+def fp8_out_dtype(q, out_dtype):
+    """The FP8 forward's output dtype: ``out_dtype``, else bf16 for an FP8 q (FlashAttention 3's), q's dtype on
+    the mixed path (an fp16/bf16 q on FP8 k, v)."""
+    return out_dtype or (torch.bfloat16 if q.dtype in launch.FP8_FORMATS else q.dtype)
+
+
+def _attention_fp8(package, q, k, v, a):
+    """The FP8 forward (issue 30) of a call the declared contract has checked (``a``: ``contract.enforce``'s
+    values; its FP8 rules refuse a gradient, the score modifications, a mask_mod, a score_mod, dropout and
+    a scale <= 0): q, k, v quantised with FlashAttention 3's float32 ``(B, Hkv)`` descales (claim
+    ``fp8_descale``: the result is attention on q·q_descale, k·k_descale, v·v_descale), out in
+    ``fp8_out_dtype``, the pointer path, no backward."""
+    B, Hq, Nq, D = q.shape
+    out_dtype = fp8_out_dtype(q, a["out_dtype"])
+    if q.numel() == 0 or k.shape[2] == 0:  # nothing to attend: zeros, lse -inf (as the dense path)
+        out = torch.zeros((B, Hq, Nq, v.shape[3]), dtype=out_dtype, device=q.device)
+        lse = torch.full((B, Hq, Nq), float("-inf"), dtype=torch.float32, device=q.device)
+        return (out, lse) if a["return_lse"] else out
+    descales = fp8_descales("flash_attention", a, B, k.shape[1], q.device)
+    window = checks.normalise_window(a["window"], spec_launch.dense_window, q, k)
+    scale = D ** -0.5 if a["scale"] is None else a["scale"]
+    block = dense_auto_block(q, k, v, False) if a["block"] == "auto" else a["block"]
+    module = dispatch.module_for("fwd", block, package, q.device)
+    out, lse = _fp8_launch(module, q, k, v, causal=a["causal"], alignment=a["alignment"], window=window,
+                           key_lengths=a["key_lengths"], mask=a["mask"], scale=scale, descales=descales,
+                           out_dtype=out_dtype)
+    return (out, lse) if a["return_lse"] else out
+
+
+#: the FP8 launch runs eagerly under torch.compile (a graph break: it is not a custom op, so dynamo
+#: must not trace into Triton's launcher)
+_fp8_launch = torch.compiler.disable(dispatch.attention_forward)
+
+
 class _Checked(NamedTuple):
     """What ``flash_attention``'s checks derive from a call's metadata and options (no values)."""
     window: Optional[list]
@@ -115,11 +157,14 @@ def _signature(package, q, k, v, causal, alignment, window, key_lengths, scale, 
 def _attention(package, q, k, v, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,
                softcap=None, alibi_slopes=None, sinks=None,
                mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False, score_mod=None,
-               score_args=None):
-    # the checks of shapes, dtypes, strides, devices and options: once per call signature (plans)
+               score_args=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
+    # the checks of shapes, dtypes, strides, devices and options: once per call signature (plans); the FP8
+    # forward (FP8 k, v or descales given) is not planned
+    fp8 = checks.fp8_mode(k, (q_descale, k_descale, v_descale))
     key = None
     if mask is None and mask_mod is None and mask_args is None and type(dropout_p) is float and dropout_p == 0.0 \
-            and return_dropout_mask is False and score_mod is None and score_args is None:
+            and return_dropout_mask is False and score_mod is None and score_args is None and not fp8 \
+            and out_dtype is None:
         key = _signature(package, q, k, v, causal, alignment, window, key_lengths, scale, return_lse, block, tma,
                          softcap, alibi_slopes, sinks)
     entry = _PLANS.get(key) if key is not None else None
@@ -129,7 +174,8 @@ def _attention(package, q, k, v, causal, alignment, window, key_lengths, mask, s
                      "key_lengths": key_lengths, "mask": mask, "scale": scale, "return_lse": return_lse, "block": block,
                      "tma": tma, "softcap": softcap, "alibi_slopes": alibi_slopes, "sinks": sinks, "mask_mod": mask_mod,
                      "mask_args": mask_args, "score_mod": score_mod, "score_args": score_args, "dropout_p": dropout_p,
-                     "return_dropout_mask": return_dropout_mask}
+                     "return_dropout_mask": return_dropout_mask, "q_descale": q_descale, "k_descale": k_descale,
+                     "v_descale": v_descale, "out_dtype": out_dtype}
     if entry is not None:
         if entry[2]:  # the declared value rules, every call (values can change in place): clamped on the device
             key_lengths = contract.keep_values("flash_attention", arguments, entry[2])["key_lengths"]
@@ -137,10 +183,13 @@ def _attention(package, q, k, v, causal, alignment, window, key_lengths, mask, s
         for name, t in (("q", q), ("k", k), ("v", v)):
             checks.check_tensor(t, name)
         _unsupported_autograd_modes("flash_attention", q, k, v)
-        q, k, v = _autocast(q.device.type, q, k, v)
+        if not fp8:  # FP8 products run on the dtypes given
+            q, k, v = _autocast(q.device.type, q, k, v)
         # every input check: the declared contract (generator.runtime.contract), none here
         # (the value rules too: key_lengths clamped into [0, N_k] on the device, no host sync by default)
         a = contract.enforce("flash_attention", {**arguments, "q": q, "k": k, "v": v})
+        if fp8:
+            return _attention_fp8(package, q, k, v, a)
         scale, block, softcap, dropout_p = a["scale"], a["block"], a["softcap"], a["dropout_p"]
         key_lengths = a["key_lengths"]
         # each window side clamped to N_q + N_k (claim window_clamp: the same keys, int32 bounds)
@@ -210,7 +259,7 @@ def _attention(package, q, k, v, causal, alignment, window, key_lengths, mask, s
 def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None, key_lengths=None, mask=None,
                     scale=None, return_lse=False, block="auto", tma="auto", softcap=None, alibi_slopes=None,
                     sinks=None, mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False,
-                    score_mod=None, score_args=None):
+                    score_mod=None, score_args=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
     """Softmax attention through the generated FlashAttention-2 kernels.
 
     Semantics of ``spec.reference.attention``: ``q (B, Hq, N_q, D)``, ``k (B, Hkv, N_k, D)``,
@@ -271,11 +320,21 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     (claim ``dropout_mask_same``). Pass ``dropout_p=0.0`` at evaluation (it is the default: the
     kernels then compile the dropout out). ``return_dropout_mask=True`` (small problems) appends
     the bool keep mask ``(B, Hq, N_q, N_k)`` the kernels used to the result.
+
+    FP8 (FlashAttention 3's forward, docs/fp8.md): ``q, k, v`` in ``torch.float8_e4m3fn`` (or
+    ``float8_e5m2``) with ``q_descale, k_descale, v_descale`` float32 ``(B, Hkv)`` (each None: 1) compute
+    attention on ``q·q_descale, k·k_descale, v·v_descale`` with both products on the fp8 tiles (claim
+    ``fp8_descale``), ``out`` in ``out_dtype`` (default bf16), lse float32, within the proven bound
+    ``spec.error_bound.forward_bound("e4m3", ...)``; an fp16/bf16 ``q`` on FP8 ``k, v`` upcasts K and V
+    exactly (out in q's dtype). No backward (as FlashAttention 3): inputs that require grad are refused;
+    causal, window, key_lengths and mask combine with it (and D_v ≠ D); the score modifications, a
+    mask_mod, a score_mod and dropout do not yet. Every FP8 limit is a declared rule of the contract
+    (``generator.runtime.contract``: the README's input-contract table).
     """
     # by position, in _attention's order (keywords passed on cost more than the rest of a cached call's Python)
     return _attention(DEFAULT_PACKAGE, q, k, v, causal, alignment, window, key_lengths, mask, scale, return_lse, block,
                       tma, softcap, alibi_slopes, sinks, mask_mod, mask_args, dropout_p, return_dropout_mask, score_mod,
-                      score_args)
+                      score_args, q_descale, k_descale, v_descale, out_dtype)
 
 
 def _softmax(package, x, dim, *, block):

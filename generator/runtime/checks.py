@@ -148,18 +148,99 @@ def check_qkv(q, k, v):
     check_seq_lens(q.shape[2], k.shape[2])
 
 
-def check_supported_dtype(name: str, t) -> None:
-    """A supported dtype [dtypes]."""
-    if t.dtype not in DTYPES:
-        raise TypeError(f"{name} has dtype {t.dtype}; supported: {', '.join(limit('dtypes'))} (convert with .to())")
+def check_supported_dtype(name: str, t, fp8: bool = False) -> None:
+    """A supported dtype [dtypes] (``fp8``: an entry point with the FP8 forward, which also takes
+    float8_e4m3fn / float8_e5m2 [fp8_descales])."""
+    if t.dtype not in DTYPES and not (fp8 and t.dtype in launch.FP8_FORMATS):
+        also = f" (or {', '.join(map(str, launch.FP8_FORMATS))}: the FP8 forward)" if fp8 else ""
+        raise TypeError(f"{name} has dtype {t.dtype}; supported: {', '.join(limit('dtypes'))}{also} "
+                        "(convert with .to())")
 
 
-def check_dtypes(q, k, v):
-    """One supported dtype for q, k, v [dtypes]."""
+def check_dtypes(q, k, v, fp8: bool = False):
+    """One supported dtype for q, k, v [dtypes]; ``fp8`` (``flash_attention``, ``flash_attention_varlen``):
+    FP8 inputs take the FP8 forward's rule instead (``check_fp8_dtypes``)."""
+    if any(t.dtype in launch.FP8_FORMATS for t in (q, k, v)):
+        if not fp8:
+            raise TypeError(f"q, k, v have dtypes {q.dtype}, {k.dtype}, {v.dtype}: FP8 inputs run the FP8 forward of "
+                            "flash_attention and flash_attention_varlen only (no backward); elsewhere convert them "
+                            "with .to(torch.bfloat16) and multiply by their descales")
+        return check_fp8_dtypes(q, k, v)
     check_supported_dtype("q", q)
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}; "
                         "convert them with .to(q.dtype)")
+
+
+# ----------------------------------------------------------------------------------
+# FP8 forward (issue 30): FlashAttention 3's descales. The building blocks of the declared rules of
+# q_descale, k_descale, v_descale and out_dtype (generator.runtime.contract)
+# ----------------------------------------------------------------------------------
+#: the output dtypes the FP8 forward stores (default bf16, as FlashAttention 3)
+FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+FP8_NAMES = ("q_descale", "k_descale", "v_descale")
+
+
+def fp8_mode(k, descales) -> bool:
+    """Whether a call asks for the FP8 forward: K/V in an FP8 dtype, or any descale given (the contract
+    then refuses descales on non-FP8 K/V)."""
+    return (isinstance(k, torch.Tensor) and k.dtype in launch.FP8_FORMATS) or any(d is not None for d in descales)
+
+
+def check_fp8_dtypes(q, k, v):
+    """The FP8 forward's dtypes [fp8_descales]: k and v in one FP8 format (float8_e4m3fn or float8_e5m2);
+    q in that format too (both products in fp8), or float16/bfloat16 (an fp8 K/V upcast exactly)."""
+    names = ", ".join(str(t) for t in launch.FP8_FORMATS)
+    if k.dtype not in launch.FP8_FORMATS or v.dtype != k.dtype:
+        raise TypeError(f"FP8 inputs: k and v must share one FP8 dtype ({names}), got q {q.dtype}, k {k.dtype}, "
+                        f"v {v.dtype}; quantise them (x / descale).to(torch.float8_e4m3fn) [fp8_descales]")
+    if q.dtype != k.dtype and q.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"q has dtype {q.dtype} with FP8 k, v ({k.dtype}): q must be {k.dtype} (FP8 products) or "
+                        "float16/bfloat16 (the mixed path: K and V upcast exactly); convert q [fp8_descales]")
+
+
+def check_fp8_descale_kv(name: str, k) -> None:
+    """A descale only with FP8 k, v [fp8_descales]."""
+    if k.dtype not in launch.FP8_FORMATS:
+        raise TypeError(f"{name} is given but k has dtype {k.dtype}: descales go with FP8 k, v "
+                        f"({', '.join(map(str, launch.FP8_FORMATS))}); drop {name} or quantise k and v [fp8_descales]")
+
+
+def check_fp8_descale_shape(name: str, d, B: int, Hkv: int) -> None:
+    if tuple(d.shape) != (B, Hkv):
+        raise ValueError(f"{name} must have shape (batch, kv_heads) = {(B, Hkv)} (FlashAttention 3's layout), got "
+                         f"{tuple(d.shape)} [fp8_descales]")
+
+
+def fp8_descale_flags(d):
+    """A descale's value rule (eager): some element not finite and > 0."""
+    return ~((d > 0) & torch.isfinite(d)).all()
+
+
+def fp8_descale_error(name: str, d) -> str:
+    return (f"{name} must be finite and > 0 (a descale multiplies the dequantised tensor), got min "
+            f"{d.min().item()}, max {d.max().item()} [fp8_descales]")
+
+
+def check_fp8_out_dtype(name: str, out_dtype) -> None:
+    if out_dtype not in FP8_OUT_DTYPES:
+        raise TypeError(f"{name} must be one of torch.bfloat16, torch.float16, torch.float32 (the FP8 output is "
+                        f"stored in bf16 by default), got {out_dtype!r}")
+
+
+def check_fp8_only(name: str, k) -> None:
+    """``out_dtype`` is the FP8 forward's: other inputs give q's dtype."""
+    if k.dtype not in launch.FP8_FORMATS:
+        raise TypeError(f"{name} is the FP8 forward's (k, v in float8 with descales), got it for {k.dtype} inputs; "
+                        "the output has q's dtype, convert it with .to()")
+
+
+def check_not_fp8(name: str, value, on: bool = True) -> None:
+    """A feature the FP8 forward does not combine with (yet): ``on`` whether the call uses it."""
+    if on:
+        raise ValueError(f"{name} is not supported with FP8 inputs (the FP8 forward takes masks only: causal, window, "
+                         f"key_lengths, mask); run in bf16/fp16 (dequantise: x.to(torch.bfloat16) * descale) for "
+                         f"{name}")
 
 
 def check_gqa(Hq: int, Hkv: int, kv: str = "key/value heads", of: str = "q and k"):

@@ -45,6 +45,7 @@ import torch
 from spec.assumptions import ASSUMPTIONS, limit
 
 from generator.runtime import checks as R
+from generator.runtime import launch
 from generator.runtime.checks import IN_OP, KIND, RELATION, VALUES
 
 #: the kernel reads the tensor through its strides (permuted, sliced, expanded views: no copy)
@@ -179,20 +180,126 @@ def _lead_tensor(kind_rules=()) -> tuple:
 
 
 # ----------------------------------------------------------------------------------
+# The FP8 forward (issue 30) of flash_attention and flash_attention_varlen: FP8 k, v (q FP8 or
+# fp16/bf16) with FlashAttention 3's float32 (B, Hkv) descales, out in out_dtype; no backward, and
+# not combined (yet) with the score modifications, a mask_mod, dropout or a paged cache
+# ----------------------------------------------------------------------------------
+_FP8_TEXT = "; or FP8: k, v float8_e4m3fn/e5m2, q in that dtype or fp16/bf16 (no backward)"
+_FP8_NO_GRAD = ("run the FP8 forward under torch.no_grad() (or .detach() the inputs) and train in bf16/fp16 "
+                "(FlashAttention 3's FP8 has no backward either)")
+
+
+def _fp8(c) -> bool:
+    """The call runs the FP8 forward: k in an FP8 format (``checks.check_dtypes`` then holds v to it)."""
+    return isinstance(c["k"], torch.Tensor) and c["k"].dtype in launch.FP8_FORMATS
+
+
+def _fp8_no_grad():
+    return replace(R.no_grad("the FP8 forward", _FP8_NO_GRAD), when=_fp8, text="FP8: no gradient (no backward)")
+
+
+def _not_fp8(bad, on=lambda v: True) -> R.Rule:
+    """A feature the FP8 forward does not combine with: refused on FP8 inputs (``on(value)``: the call uses
+    it). ``bad(ctx)``: a value that turns it on (the contract test adds it to an FP8 call)."""
+    return R.call("not with FP8 inputs", lambda n, v, c: R.check_not_fp8(n, v, on(v)), when=_fp8,
+                  bad=lambda c, n: {n: bad(c)} if _fp8(c) else {})
+
+
+def _fp8_args(sizes) -> tuple[Arg, ...]:
+    """``q_descale``, ``k_descale``, ``v_descale`` and ``out_dtype``; ``sizes(ctx)`` the descales' ``(B, Hkv)``."""
+    def descale(name):
+        return Arg(name, "None or a float32 tensor", "(B, Hkv) (varlen: B the segments)", COPIED,
+                   "finite and > 0 (opt-in check); None: 1; with FP8 k, v only", ("fp8_descales",),
+                   rules=(R.is_tensor(),
+                          R.dtype_in((torch.float32,), "it must be float32 (batch, kv_heads), FlashAttention 3's; "
+                                     "convert with .float()"),
+                          R.call("with FP8 k, v", lambda n, v, c: R.check_fp8_descale_kv(n, c["k"]),
+                                 bad=lambda c, n: {n: torch.ones(sizes(c), device=c["q"].device)}),
+                          R.call("(B, Hkv)", lambda n, v, c: R.check_fp8_descale_shape(n, v, *sizes(c)),
+                                 bad=lambda c, n: {n: torch.cat([c[n], c[n]], 1)}),
+                          R.values("finite and > 0", lambda v, c: R.fp8_descale_flags(v),
+                                   lambda n, v, c: R.fp8_descale_error(n, v),
+                                   bad=lambda c, n: {n: c[n].clone().fill_(0)},
+                                   kept="no clamp can: without the check a descale ≤ 0 or not finite scales its "
+                                   "tensor as given (every read stays in bounds; claim fp8_descale assumes > 0)"),
+                          _fp8_no_grad()))
+    return (*(descale(name) for name in R.FP8_NAMES),
+            Arg("out_dtype", "None or torch.bfloat16 / float16 / float32", "—", NONE,
+                "FP8 inputs only; None: bf16 (q's dtype with an fp16/bf16 q)", ("fp8_descales",),
+                rules=(R.call("bf16, fp16 or fp32", lambda n, v, c: R.check_fp8_out_dtype(n, v), KIND,
+                              bad=lambda c, n: {n: torch.float64}),
+                       R.call("with FP8 inputs", lambda n, v, c: R.check_fp8_only(n, c["k"]),
+                              bad=lambda c, n: {n: torch.bfloat16}))))
+
+
+def _with_fp8_limits(args: tuple[Arg, ...]) -> tuple[Arg, ...]:
+    """An entry point's arguments with the FP8 forward's limits declared on the arguments they limit: a
+    positive scale (no sign rewrite of FP8 q) and no softcap, ALiBi, sinks, mask_mod, score_mod, dropout
+    or paged cache."""
+    q_heads = lambda c: c["q"].shape[1]  # noqa: E731  (Hq: dim 1 of (B, Hq, N, D) and of (total, Hq, D))
+    limits = {
+        "scale": R.call("> 0 with FP8 inputs", lambda n, v, c: None if v is None or v > 0 else R._raise(
+            ValueError, f"{n} must be > 0 with FP8 inputs, got {v}; fold the sign into q before quantising"),
+            when=_fp8, bad=lambda c, n: {n: -0.5} if _fp8(c) else {}),
+        "softcap": _not_fp8(lambda c: 5.0),
+        "alibi_slopes": _not_fp8(lambda c: torch.rand(q_heads(c), device=c["q"].device)),
+        "sinks": _not_fp8(lambda c: torch.zeros(q_heads(c), device=c["q"].device)),
+        "dropout_p": _not_fp8(lambda c: 0.25, on=lambda v: v != 0),
+        "return_dropout_mask": _not_fp8(lambda c: True, on=lambda v: v),
+        "block_table": replace(_not_fp8(lambda c: None), bad=_fp8_paged),
+    }
+    out = []
+    for a in args:
+        if a.name == "mask_mod":
+            a = replace(a, rules=a.rules + (replace(_not_fp8(lambda c: None), bad=_fp8_mask_mod),))
+        elif a.name == "score_mod":
+            a = replace(a, rules=a.rules + (replace(_not_fp8(lambda c: None), bad=_fp8_score_mod),))
+        elif a.name in limits:
+            a = replace(a, rules=a.rules + (limits[a.name],))
+        if a.name in ("q", "k", "v"):
+            a = replace(a, dtype=a.dtype + _FP8_TEXT if a.name == "q" else a.dtype,
+                        assumptions=a.assumptions + ("fp8_descales",), rules=a.rules + (_fp8_no_grad(),))
+        out.append(a)
+    return tuple(out)
+
+
+def _fp8_mask_mod(c, n):
+    from spec.masks import prefix_lm
+
+    return {n: prefix_lm, "mask_args": {"prefix": 3}} if _fp8(c) else {}
+
+
+def _fp8_score_mod(c, n):
+    from spec.score_mods import tanh_cap
+
+    return {n: tanh_cap, "score_args": {"cap": 5.0}} if _fp8(c) else {}
+
+
+def _fp8_paged(c, n):
+    """A paged call with its caches in FP8 (the paged varlen path takes no FP8 yet)."""
+    fp8 = next(iter(launch.FP8_FORMATS))
+    if c[n] is None:
+        return {}
+    return {**{t: c[t].to(fp8) for t in ("q", "k", "v")}, "softcap": None, "alibi_slopes": None, "sinks": None}
+
+
+# ----------------------------------------------------------------------------------
 # flash_attention and ring_attention: q, k, v (B, H, N, D)
 # ----------------------------------------------------------------------------------
-def _dense_qkv(q_shape: str, kv_shape: str, v_shape: str, strides: str = ANY) -> tuple[Arg, ...]:
+def _dense_qkv(q_shape: str, kv_shape: str, v_shape: str, strides: str = ANY, fp8: bool = False) -> tuple[Arg, ...]:
     """q, k ``(B, H, N, D)``, v ``(B, H, N, D_v)`` (MLA: D_v ≠ D): one rule per constraint (``checks.check_qkv`` runs the same checks in
-    the same order, for callers outside an entry point)."""
+    the same order, for callers outside an entry point). ``fp8``: the FP8 forward's dtypes accepted too
+    (``checks.check_dtypes``; ``_with_fp8_limits`` adds the rest)."""
     qkv = ("dtypes", "head_dim_max", "gqa_divides", "seq_len_int32", "index_int32")
     rank4 = R.call("rank 4", lambda n, v, c: R.check_rank4(n, v), KIND, bad=lambda c, n: {n: c[n][0]})
-    one_dtype = R.call("q's dtype", lambda n, v, c: R.check_dtypes(c["q"], c["k"], c["v"]),
-                       bad=lambda c, n: {n: c[n].double()})
+    one_dtype = R.call("q's dtype" + (" (FP8: k, v one FP8 format, q it or fp16/bf16)" if fp8 else ""),
+                       lambda n, v, c: R.check_dtypes(c["q"], c["k"], c["v"], fp8), bad=lambda c, n: {n: c[n].double()})
     both = lambda f: (lambda c, n: {"k": f(c["k"]), "v": f(c["v"])})  # noqa: E731  (k and v changed alike)
     return (Arg("q", _dtypes() + ", one dtype for q, k, v", q_shape + f", D in 1..{limit('head_dim_max')}", ANY,
                 "any (keys past a length are never read)", qkv,
                 rules=(R.is_tensor(), R.supported_device(), rank4,
-                       R.call("a supported dtype", lambda n, v, c: R.check_supported_dtype(n, v), KIND,
+                       R.call("a supported dtype" + (" or FP8" if fp8 else ""),
+                              lambda n, v, c: R.check_supported_dtype(n, v, fp8), KIND,
                               bad=lambda c, n: {n: c[n].double()}),
                        R.call(f"D in 1..{limit('head_dim_max')}", lambda n, v, c: R.check_head_dim(v.shape[3]), bad=lambda c, n: {n: c[n][..., :0], **both(
                                lambda t: t[..., :0])(c, n)}),
@@ -366,7 +473,8 @@ def _hint_in_op(side: int, when=None):
 
 #: flash_attention_varlen's packed (total, H, D) tensors
 _rank3 = R.call("rank 3", lambda n, v, c: R.check_rank3_packed(n, v), KIND, bad=lambda c, n: {n: c[n][None]})
-_varlen_one_dtype = R.call("q's dtype", lambda n, v, c: R.check_dtypes(c["q"], c["k"], c["v"]),
+_varlen_one_dtype = R.call("q's dtype (FP8: k, v one FP8 format, q it or fp16/bf16)",
+                           lambda n, v, c: R.check_dtypes(c["q"], c["k"], c["v"], True),
                            bad=lambda c, n: {n: c[n].double()})
 
 
@@ -666,7 +774,8 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
     dense_alibi_shapes = lambda c: (((c["q"].shape[1],), _dense_sizes(c)), _dense_sizes(c))  # noqa: E731
     varlen_alibi_shapes = lambda c: (((c["q"].shape[1],), _varlen_sizes(c)), _varlen_sizes(c))  # noqa: E731
     return {
-        "flash_attention": _dense_qkv("(B, Hq, N_q, D)", "(B, Hkv, N_k, D)", "(B, Hkv, N_k, D_v)") + (
+        "flash_attention": _with_fp8_limits(_dense_qkv("(B, Hq, N_q, D)", "(B, Hkv, N_k, D)", "(B, Hkv, N_k, D_v)",
+                                                       fp8=True) + (
             CAUSAL,
             Arg("alignment", "str", "—", NONE, '"top_left" (shift 0) or "bottom_right" (shift N_k − N_q)',
                 ("alignment_shift",), rules=(R.call("one of ALIGNMENTS", _alignment_check, KIND,
@@ -715,12 +824,13 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                 "packed into fresh fp32 / int32 vectors (tensors flattened, contiguous)",
                 rules=(R.call("with score_mod", lambda n, v, c: R.check_score_mod(None, v, c["q"]),
                               when=lambda c: c["score_mod"] is None, bad=lambda c, n: {n: {"a": 1.0}}),)),
-        ),
-        "flash_attention_varlen": (
+            *_fp8_args(lambda c: (c["q"].shape[0], c["k"].shape[1])),
+        )),
+        "flash_attention_varlen": _with_fp8_limits((
             Arg("q", _dtypes() + ", one dtype for q, k, v", f"(total_q, Hq, D), D in 1..{limit('head_dim_max')}", ANY,
                 "any", ("dtypes", "head_dim_max", "gqa_divides", "seq_len_int32", "index_int32"),
                 rules=(R.is_tensor(), R.supported_device(), _rank3,
-                       R.call("a supported dtype", lambda n, v, c: R.check_supported_dtype(n, v), KIND,
+                       R.call("a supported dtype or FP8", lambda n, v, c: R.check_supported_dtype(n, v, True), KIND,
                               bad=lambda c, n: {n: c[n].double()}),
                        R.call("Hq ≥ 1", lambda n, v, c: None if v.shape[1] else R._raise(
                            ValueError, f"q {tuple(v.shape)} needs at least one head (dim 1)"),
@@ -800,7 +910,8 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                            "return_dropout_mask"] else R._raise(ValueError, "block_table (paged K/V) is forward "
                            "inference only: pass dropout_p=0.0 and return_dropout_mask=False, or use contiguous k, v "
                            "for dropout"), bad=lambda c, n: {"dropout_p": 0.5}))),
-        ),
+            *_fp8_args(lambda c: (c["cu_seqlens_q"].numel() - 1, c["k"].shape[1])),
+        )),
         "flash_attention_with_kvcache": _kvcache(),
         "merge_state": (
             Arg("o_a", _dtypes(), f"(..., D), D ≤ {limit('merge_head_dim_max')} (0 allowed: lse only)", ROWS,

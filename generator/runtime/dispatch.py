@@ -172,13 +172,14 @@ def dropout_mask(block, package: str, philox, dropout_p: float, shape) -> torch.
 
 def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, tma=False,
                       softcap=None, alibi_slopes=None, sinks=None, mask_args=None, dropout_p=0.0, philox=None,
-                      score_f=None, score_i=None):
+                      score_f=None, score_i=None, descales=None, out_dtype=None):
     """Run a generated forward ``module`` on checked inputs: returns ``(out, lse)``.
     ``tma``: the opt-in Hopper TMA path (``generator.runtime.launch.tma_operands`` has its rules);
     ``softcap``, ``alibi_slopes``, ``sinks``: the score modifications (``launch.score_mod_launch``);
     ``mask_args``: a mask_mod's packed parameters (``MaskMod.pack``); ``dropout_p``, ``philox``: the
-    dropout (``checks.draw_philox``)."""
-    return module.forward(q, k, v, causal=causal, window=window, tma=tma, softcap=softcap,
+    dropout (``checks.draw_philox``); ``descales``, ``out_dtype``: the FP8 forward (declared in ``contract``: ``q_descale``...)."""
+    fp8 = {} if descales is None else {"descales": descales, "out_dtype": out_dtype}
+    return module.forward(q, k, v, causal=causal, window=window, tma=tma, softcap=softcap, **fp8,
                           alibi_slopes=alibi_slopes, sinks=sinks, **dropout_arguments(dropout_p, philox),
                           key_lengths=lengths_argument(key_lengths, k.shape[2]),
                           **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale),

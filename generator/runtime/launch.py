@@ -11,6 +11,7 @@ import math
 import os
 import warnings
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -26,6 +27,10 @@ TL_DTYPES = {
 }
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
                "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+#: FP8 (issue 30): torch dtype -> its format in spec.error_bound.FP8; the forward's products run on it
+FP8_FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+FP8_DTYPE_NAMES = {name: dtype for dtype, name in FP8_FORMATS.items()}
+TL_DTYPES.update({torch.float8_e4m3fn: (tl.float8e4nv, "fp8e4nv"), torch.float8_e5m2: (tl.float8e5, "fp8e5")})
 
 MAX_HEAD_DIM = limit("head_dim_max")
 
@@ -261,11 +266,72 @@ def dropout_launch(device: torch.device, *, dropout_p, philox) -> tuple[dict, tu
     return dropout_constexprs(on), (arg, float(dropout_p) if on else 0.0)
 
 
+# ----------------------------------------------------------------------------------
+# FP8 forward (issue 30): FlashAttention 3's descales
+# ----------------------------------------------------------------------------------
+#: the descales in an attention kernel's signature: float32 (B, Hkv), one stride pair for the three
+DESCALE_POINTERS = {"QDescale": "fp32", "KDescale": "fp32", "VDescale": "fp32"}
+
+
+def descale_constexprs(descaled: bool) -> dict:
+    """The FP8 flag (a constexpr: off compiles the descale lines out, the kernel is the dense one)."""
+    return {"HAS_DESCALE": bool(descaled)}
+
+
+def p_scale(dtype: torch.dtype) -> float:
+    """The power of two P is scaled by before its cast in P V (``spec.error_bound.FP8``, claim
+    ``fp8_descale``): the format's for FP8 products, 1 on the mixed path (P cast to fp16/bf16)."""
+    from spec.error_bound import FP8
+
+    return FP8[FP8_FORMATS[dtype]].p_scale if dtype in FP8_FORMATS else 1.0
+
+
+#: Triton's interpreter: its fp32 -> fp8 conversion (``interpreter._convert_float``) rounds the
+#: mantissa up without carrying into the exponent (126.75 -> 64, not 128, in e5m2 and e4m3: 44 and 23 of
+#: 1024 uniform values in [0, 256) wrong), where a GPU's ``cvt.rn.satfinite`` rounds to nearest
+_INTERPRETER_FP8 = {tl.float8e4nv: torch.float8_e4m3fn, tl.float8e5: torch.float8_e5m2}
+
+
+def round_fp8_to_nearest_in_interpreter() -> None:
+    """Under ``TRITON_INTERPRET=1``, route the interpreter's fp32/fp16 -> fp8 casts through torch's
+    round-to-nearest conversion (the GPU's ``cvt.rn``), so that the FP8 forward's cast of ``P·p_scale``
+    (claim ``fp8_error_bound``'s model) is what the CPU runs; idempotent, and only those casts change.
+    ``tests/test_fp8.py`` checks that the unpatched conversion still has the carry bug."""
+    from triton.runtime import interpreter
+
+    original = interpreter._convert_float
+    if getattr(original, "rounds_fp8_to_nearest", False):
+        return
+
+    def convert(input, input_dtype, output_dtype, rounding_mode):
+        if output_dtype in _INTERPRETER_FP8 and input_dtype in (tl.float32, tl.float16):
+            x = torch.from_numpy(input.view(np.float32 if input_dtype == tl.float32 else np.float16).copy())
+            return x.to(_INTERPRETER_FP8[output_dtype]).view(torch.uint8).numpy().reshape(input.shape)
+        return original(input, input_dtype, output_dtype, rounding_mode)
+
+    convert.rounds_fp8_to_nearest = True
+    convert.original = original
+    interpreter._convert_float = convert
+
+
+def descale_launch(device: torch.device, dot_dtype: torch.dtype, descales) -> tuple[dict, tuple]:
+    """``(constexprs, (q_descale, k_descale, v_descale, (batch stride, head stride), p_scale))`` of an
+    attention kernel's launch: ``descales`` the checked float32 ``(B, Hkv)`` triple with one layout
+    (``checks.check_descales``), or None (off: placeholders the kernel never reads)."""
+    if descales is None:
+        placeholder = torch.ones((1,), dtype=torch.float32, device=device)
+        return descale_constexprs(False), (placeholder, placeholder, placeholder, (0, 0), 1.0)
+    if interpreting() and dot_dtype in FP8_FORMATS:
+        round_fp8_to_nearest_in_interpreter()
+    qd, kd, vd = descales
+    return descale_constexprs(True), (qd, kd, vd, tuple(qd.stride()), p_scale(dot_dtype))
+
+
 def tl_dtype_of(dtype: str) -> tuple[torch.dtype, str]:
-    """``"fp16"``/``"bf16"``/``"fp32"`` (or torch names) -> (torch dtype, signature name)."""
-    if dtype not in DTYPE_NAMES:
-        raise ValueError(f"dtype must be one of fp16, bf16, fp32 (got {dtype!r})")
-    torch_dtype = DTYPE_NAMES[dtype]
+    """``"fp16"``/``"bf16"``/``"fp32"`` (or torch names), ``"e4m3"``/``"e5m2"`` (FP8) -> (torch dtype, signature name)."""
+    if dtype not in DTYPE_NAMES and dtype not in FP8_DTYPE_NAMES:
+        raise ValueError(f"dtype must be one of fp16, bf16, fp32 (or e4m3, e5m2: FP8) (got {dtype!r})")
+    torch_dtype = DTYPE_NAMES.get(dtype) or FP8_DTYPE_NAMES[dtype]
     return torch_dtype, TL_DTYPES[torch_dtype][1]
 
 

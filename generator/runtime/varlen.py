@@ -145,7 +145,8 @@ torch.library.register_autograd("flashproof::flash_attention_varlen", _backward,
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
                            causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
                            softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, return_dropout_mask=False,
-                           batch_invariant=False, block_table=None):
+                           batch_invariant=False, block_table=None, q_descale=None, k_descale=None, v_descale=None,
+                           out_dtype=None):
     """Attention over a packed batch of variable-length sequences (FlashAttention's
     ``flash_attn_varlen_func`` layout and conventions), through the generated kernels.
 
@@ -179,23 +180,54 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     kernels are always batch invariant: no split, each program reduces over its own segment's keys
     from the segment's first key (claim ``varlen_segments_sound``: a segment is the dense problem on
     its slice), so a sequence's rows are bitwise the same alone and packed with any others.
+
+    FP8 (``flash_attention``'s, FlashAttention 3's ``flash_attn_varlen_func``): ``q, k, v`` in
+    ``float8_e4m3fn`` / ``float8_e5m2`` (or an fp16/bf16 ``q``) with float32 ``(B, Hkv)`` descales, B the
+    segments; out in ``out_dtype`` (bf16 by default), forward only (docs/fp8.md).
     """
     return _varlen(api.DEFAULT_PACKAGE, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                    causal=causal, window=window, scale=scale, return_lse=return_lse, block=block, softcap=softcap,
                    alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p, return_dropout_mask=return_dropout_mask,
-                   batch_invariant=batch_invariant, block_table=block_table)
+                   batch_invariant=batch_invariant, block_table=block_table, q_descale=q_descale,
+                   k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype)
+
+
+def _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, a):
+    """The FP8 forward on a packed batch (issue 30) of a call the declared contract has checked (``a``:
+    ``contract.enforce``'s values): ``api._attention_fp8``'s, the packed kernel."""
+    max_q, max_k = (COMPUTE if a[n] is None else a[n] for n in ("max_seqlen_q", "max_seqlen_k"))
+    block = a["block"]
+    if block == "auto":
+        block = api.auto_block(q.device, max(q.shape[-1], v.shape[-1]), tma=False, dtype=q.dtype)
+    window = checks.normalise_window(a["window"], spec_launch.varlen_window, q, k)
+    # the declared stride policy: the kernels read the offsets and the descales at unit stride
+    cu_seqlens_q, cu_seqlens_k = (contract.unit_stride("flash_attention_varlen", name, t) for name, t in
+                                  (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)))
+    descales = api.fp8_descales("flash_attention_varlen", a, cu_seqlens_q.numel() - 1, k.shape[1], q.device)
+    module = api.module_for("fwd", (int(block[0]), int(block[1])), package, q.device)
+    # the offsets' values and the hints (the op's IN_OP rules, with the same functions)
+    max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_q, max_k, v=v,
+                                  out=torch.empty((*q.shape[:2], v.shape[2]), device="meta"))
+    launch = torch.compiler.disable(module.forward_varlen)  # eager under torch.compile (api._fp8_launch)
+    out, lse = launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
+                      **_kernel_options(q, a["causal"], window, a["scale"], None, None, None),
+                      descales=descales, out_dtype=api.fp8_out_dtype(q, a["out_dtype"]))
+    return (out, lse) if a["return_lse"] else out
 
 
 def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
             causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
             softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, return_dropout_mask=False,
-            batch_invariant=False, block_table=None):
+            batch_invariant=False, block_table=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
     # every input check: the declared contract (generator.runtime.contract), none here
     a = contract.enforce("flash_attention_varlen", dict(
         q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
         max_seqlen_k=max_seqlen_k, causal=causal, window=window, scale=scale, return_lse=return_lse, block=block,
         softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p,
-        return_dropout_mask=return_dropout_mask, batch_invariant=batch_invariant, block_table=block_table))
+        return_dropout_mask=return_dropout_mask, batch_invariant=batch_invariant, block_table=block_table,
+        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype))
+    if checks.fp8_mode(k, (q_descale, k_descale, v_descale)):  # FP8 k, v (the contract refused the rest)
+        return _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, a)
     if block_table is not None:  # k, v are paged caches (FlashAttention 2's form): the decode kernel's gather
         from generator.runtime.varlen_paged import flash_attention_varlen_paged
 

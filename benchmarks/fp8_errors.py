@@ -1,0 +1,130 @@
+"""The FP8 forward's measured error against the float64 reference, next to its proven bound.
+
+For each format (e4m3, e5m2) and input regime (standard normal; small, x1e-2; large, q/k x8 and
+v x100; outliers: a few entries x30 in each tensor), q, k, v are quantised per (batch, KV head) as
+FlashAttention 3's callers do (descale = amax / the format's max) and run through
+``flash_attention(..., q_descale=, k_descale=, v_descale=)``; the error of ``out`` relative to
+``max|v|`` (dequantised) and of ``lse`` is measured against ``spec.reference.attention`` on the
+dequantised tensors, beside ``spec.error_bound.forward_bound`` of that case (claim
+``fp8_error_bound``). The mixed rows run a bf16 / fp16 query on the e4m3 K/V (upcast exactly).
+Runs on CPU (``TRITON_INTERPRET=1``) or a GPU.
+
+    TRITON_INTERPRET=1 python -m benchmarks.fp8_errors          # a markdown table on stdout
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from benchmarks.common import markdown_table
+from generator.checking import attention_errors, case_tolerances
+from generator.runtime import launch
+from spec.error_bound import FP8
+from spec.reference import attention as reference
+
+FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+REGIMES = ("unit", "small", "large", "outliers")
+
+
+def inputs(regime, B=1, Hq=4, Hkv=2, Nq=128, Nk=128, D=64, seed=0):
+    """float32 ``q, k, v`` of one regime (``REGIMES``)."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, h, n, D, generator=g) for h, n in ((Hq, Nq), (Hkv, Nk), (Hkv, Nk)))
+    if regime == "small":
+        q, k, v = q * 1e-2, k * 1e-2, v * 1e-2
+    elif regime == "large":
+        q, k, v = q * 8, k * 8, v * 100
+    elif regime == "outliers":
+        for t in (q, k, v):
+            flat = t.view(-1)
+            flat[torch.randint(0, flat.numel(), (8,), generator=g)] *= 30
+    return q, k, v
+
+
+def quantise(x, dtype, Hkv):
+    """``(x8, descale (B, Hkv), dequantised float64)``: descale = amax / max per (batch, KV head)."""
+    B, H = x.shape[:2]
+    descale = (x.abs().reshape(B, Hkv, -1).amax(-1).clamp_min(1e-12) / FP8[launch.FP8_FORMATS[dtype]].max).float()
+    per_head = descale.repeat_interleave(H // Hkv, dim=1)[:, :, None, None]
+    x8 = (x / per_head).to(dtype)
+    return x8, descale, x8.double() * per_head.double()
+
+
+def measure(fmt, regime, *, causal=True, q_dtype=None, block=(64, 64), device="cpu", **shape):
+    from generated import flash_attention
+
+    dtype = FORMATS[fmt]
+    q, k, v = inputs(regime, **shape)
+    Hkv = k.shape[1]
+    k8, kd, kk = quantise(k, dtype, Hkv)
+    v8, vd, vv = quantise(v, dtype, Hkv)
+    if q_dtype is None:
+        q8, qd, qq = quantise(q, dtype, Hkv)
+    else:
+        q8, qd = q.to(q_dtype), None
+        qq = q8.double()
+    to = (lambda t: None if t is None else t.to(device))  # noqa: E731
+    out, lse = flash_attention(to(q8), to(k8), to(v8), q_descale=to(qd), k_descale=to(kd), v_descale=to(vd),
+                               causal=causal, return_lse=True, block=block)
+    ref_out, ref_lse = reference(qq, kk, vv, causal=causal)
+    name = fmt if q_dtype is None else {torch.bfloat16: "bf16", torch.float16: "fp16"}[q_dtype]
+    tol, lse_tol = case_tolerances(qq, kk, vv, block_n=block[1], ref_lse=ref_lse, dtype=name, descaled=True)
+    out_err, lse_err = attention_errors(out.cpu(), lse.cpu(), ref_out, ref_lse, vv)
+    return dict(out_err=out_err, out_bound=tol, lse_err=lse_err, lse_bound=lse_tol, out=out)
+
+
+def rows(device="cpu"):
+    out = []
+    for fmt in FORMATS:
+        for regime in REGIMES:
+            m = measure(fmt, regime, device=device)
+            out.append([fmt, regime, f"{m['out_err']:.2e}", f"{m['out_bound']:.2e}", f"{m['lse_err']:.1e}",
+                        f"{m['lse_bound']:.1e}"])
+    for q_dtype, label in ((torch.bfloat16, "bf16 q, e4m3 K/V"), (torch.float16, "fp16 q, e4m3 K/V")):
+        m = measure("e4m3", "unit", q_dtype=q_dtype, device=device)
+        out.append([label, "unit", f"{m['out_err']:.2e}", f"{m['out_bound']:.2e}", f"{m['lse_err']:.1e}",
+                    f"{m['lse_bound']:.1e}"])
+    return out
+
+
+HEADER = ["inputs", "regime", "out error / max abs v", "bound", "lse error", "lse bound"]
+
+#: the FP8 forward's extra HBM bytes per program: its three fp32 descales
+DESCALE_BYTES = 3 * 4
+
+
+def hbm_rows(n=(4096, 16384), d=128, block=(128, 64)):
+    """The HBM model (``benchmarks.hbm.flash_forward``) of one (batch, head) at the default block: bf16
+    q, k, v; FP8 q, k, v (1 byte each, out in bf16, three fp32 descales per program); a bf16 q on an FP8
+    K/V (the mixed path: out in bf16)."""
+    from benchmarks.hbm import flash_forward
+
+    out = []
+    for length in n:
+        for kinds, label in (((), "none"), (("causal",), "causal")):
+            bf16 = flash_forward(length, d, *block, kinds, dtype_bytes=2)
+            tiles_q = -(-length // block[0])
+            fp8 = bf16.k // 2 + bf16.v // 2 + bf16.q // 2 + bf16.o + bf16.lse + tiles_q * DESCALE_BYTES
+            mixed = bf16.k // 2 + bf16.v // 2 + bf16.q + bf16.o + bf16.lse + tiles_q * DESCALE_BYTES
+            out.append([length, label, f"{bf16.total / 1e6:.1f}", f"{fp8 / 1e6:.1f}", f"{fp8 / bf16.total:.3f}",
+                        f"{mixed / 1e6:.1f}", f"{mixed / bf16.total:.3f}"])
+    return out
+
+
+HBM_HEADER = ["N", "mask", "bf16 MB", "FP8 MB", "FP8 / bf16", "bf16 q + FP8 K/V MB", "mixed / bf16"]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.fp8_errors", description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu")
+    args = p.parse_args(argv)
+    print(markdown_table(HEADER, rows(args.device)))
+    print()
+    print(markdown_table(HBM_HEADER, hbm_rows()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
