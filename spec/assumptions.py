@@ -35,7 +35,8 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
                "reject", ("float16", "bfloat16", "float32")),
     Assumption("fp8_descales", "FP8 inputs (issue 30): k, v in one of float8_e4m3fn / float8_e5m2, q in that "
                "format or float16/bfloat16; q_descale, k_descale, v_descale float32 (B, Hkv), finite and > 0 "
-               "(claim fp8_descale's positive descales)", "reject"),
+               "(claim fp8_descale's positive descales)", "reject: the dtypes and shapes always; the descales' "
+               "values with the opt-in value checks (FLASHPROOF_CHECK_VALUES=1: one host sync per eager call)"),
     Assumption("head_dim_max", "1 <= head_dim <= 256 for q/k's head dim D and for v's D_v, which may differ "
                "(MLA), on the training paths (the K/V tiles of a program fit on chip)", "reject", 256),
     Assumption("decode_head_dim_max", "flash_attention_with_kvcache: 1 <= D <= 576 and 1 <= D_v <= 512 (the "
@@ -48,8 +49,9 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
                "for s > 0; s <= 0 is rewritten to s' = |s| > 0 with q' = sign(s)·q (s = 0: q' = 0, s' = 1)",
                "rewrite: scale_sign_rewrite"),
     Assumption("key_len_range", "0 <= key_lengths[b] <= N_k for every batch b",
-               "reject (eager); clamp: under torch.compile each length is clamped to [0, N_k] on the "
-               "device (no host sync in a traced graph)"),
+               "clamp: each length is clamped to [0, N_k] on the device, every call (no host sync: CUDA-graph "
+               "capturable); reject with the opt-in value checks (FLASHPROOF_CHECK_VALUES=1: one host sync "
+               "per eager call)"),
     Assumption("window_nonneg", "window = (left, right) with left, right >= 0 integers", "reject"),
     Assumption("window_bounded",
                "each window side is <= N_q + N_k (|j - (i + shift)| < N_q + N_k for every query i and key j), "
@@ -79,12 +81,12 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
     # --- added by the contract issue (#23): the entry points other than flash_attention
     Assumption("cache_len_range", "0 <= cache_seqlens[b] <= the cache's capacity in keys (N_cache, or "
                "max_pages x page_size for a paged cache) for every batch b",
-               "reject (eager); clamp: under torch.compile each length is clamped to [0, capacity] on the "
-               "device (no host sync in a traced graph)"),
+               "clamp: each length is clamped to [0, capacity] on the device, every call (no host sync: "
+               "CUDA-graph capturable); reject with the opt-in value checks (FLASHPROOF_CHECK_VALUES=1)"),
     Assumption("page_ids_range", "every page id a sequence reads (block_table[b, p] for p < "
                "ceil(cache_seqlens[b] / page_size)) lies in [0, num_pages); the rest of the row is never read",
-               "reject (eager); clamp: under torch.compile each id is clamped to [0, num_pages - 1] on the "
-               "device (no read outside the cache)"),
+               "clamp: each id is clamped to [0, num_pages - 1] on the device, every call (no read outside "
+               "the cache, no host sync); reject with the opt-in value checks (FLASHPROOF_CHECK_VALUES=1)"),
     Assumption("page_sizes", "a paged cache's page_size is a power of two from 16 to 512 (a whole number of "
                "key tiles per page)", "reject", (16, 32, 64, 128, 256, 512)),
     Assumption("num_splits_max", "0 <= num_splits <= 64 (0: the heuristic)", "reject", 64),

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from generated import flash_attention_varlen, flash_attention_with_kvcache
+from generator.runtime import contract
 
 #: a window side FlashAttention writes -1 ("infinite"): flashproof clamps any side to N_q + N_k
 #: (claim window_clamp), so a large int says the same
@@ -44,9 +45,12 @@ def _options(softmax_scale, causal, window_size, softcap, alibi_slopes):
 
 def _as_runtime_error(call):
     """FlashAttention raises RuntimeError (TORCH_CHECK) on a bad argument; flashproof raises
-    ValueError/TypeError naming the fix. Same message, FlashAttention's type."""
+    ValueError/TypeError naming the fix. Same message, FlashAttention's type. FlashAttention also
+    refuses out-of-range values (a length past the block table's pages): flashproof clamps them on the
+    device unless its opt-in value checks are on, so the shim turns them on (one host sync a call)."""
     try:
-        return call()
+        with contract.checking_values():
+            return call()
     except (ValueError, TypeError) as e:
         raise RuntimeError(str(e)) from e
 

@@ -12,6 +12,7 @@ import torch
 import generated
 from attention_cases import on_device, to_device
 from generated import flash_attention
+from generator.runtime import contract
 from generator import manifest, render
 from generator.checking import attention_failures
 from generator.variants import BlockConfig
@@ -81,7 +82,7 @@ BAD_INPUTS = [
 def test_bad_inputs_name_the_problem(kwargs, error, message):
     args = to_device({"q": q0, "k": k0, "v": v0, **kwargs})
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message), contract.checking_values():  # key_lengths: the opt-in value check
         flash_attention(q, k, v, **args)
 
 

@@ -151,13 +151,23 @@ def test_row5_kvcache_huge_window_side_is_clamped():
 
 
 @pytest.mark.parametrize("bad", [-1, "num_pages"])
-def test_row6_page_ids_out_of_range_are_rejected(bad):
+def test_row6_page_ids_out_of_range_are_rejected_or_clamped(bad):
+    """With the opt-in value checks a page id a sequence reads outside [0, num_pages) is refused; by
+    default it is clamped into that range on the device (no host sync): the call gives the result of
+    the call with the clamped id, bit for bit."""
+    from generator.runtime import contract
+
     q, k, v, lens = decode_problem()
     kp, vp, table = paged(k, v)
     table = table.clone()
+    valid = table.clone()
     table[1, 1] = kp.shape[0] if bad == "num_pages" else bad  # batch 1 uses pages 0 and 1 (17 keys)
-    with pytest.raises(ValueError, match=r"block_table.*\[0, num_pages"):
+    valid[1, 1] = kp.shape[0] - 1 if bad == "num_pages" else 0
+    with pytest.raises(ValueError, match=r"block_table.*\[0, num_pages"), contract.checking_values():
         on_device(flash_attention_with_kvcache, q, kp, vp, lens, block_table=table)
+    got = on_device(flash_attention_with_kvcache, q, kp, vp, lens, block_table=table, return_lse=True)
+    want = on_device(flash_attention_with_kvcache, q, kp, vp, lens, block_table=valid, return_lse=True)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
     table[1, 1:] = -1  # pages past cache_seqlens are never read: any id (vLLM pads with -1)
     lens = torch.tensor([30, 16], dtype=torch.int32)
     got = on_device(flash_attention_with_kvcache, q, kp, vp, lens, block_table=table, return_lse=True)

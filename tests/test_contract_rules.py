@@ -9,6 +9,16 @@ Nothing launches: the refused calls raise before any kernel (launches are stubbe
 is not refused returns instead of raising and the test says which rule let it through). A few
 limits are too large to reach with a small tensor (int32 offsets, the dropout counter); their rules
 lower the limit (``spec.assumptions``) for the call instead.
+
+The value rules (``checks.VALUES``: the elements of ``cache_seqlens``, the page ids, ``key_lengths``,
+...) refuse their input only with the opt-in checks (``contract.checking_values``: a host sync per
+call); by default a call never reads a value on the host and goes on with each value clamped into its
+range on the device (the rule's ``clamp``). So each value rule is tested twice: refused, naming the
+argument, with the opt-in; and by default, not refused, with no host sync, and giving bit for bit the
+result of the call with the clamped value (which the rule accepts): the documented result, every
+read inside the tensors the valid call reads. A rule kept by the clamps of the entry point its path
+runs (the paged varlen path: flash_attention_with_kvcache's) is compared with the call that clamp
+documents (``KEPT_FURTHER_DOWN``); a rule no clamp can keep says so (``kept``).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import generated
 from attention_cases import to_device
 from benchmarks import host
 from generator.runtime import contract
+from generator.runtime.checks import VALUES
 from spec import assumptions
 from spec.masks import prefix_lm
 
@@ -124,9 +135,10 @@ def test_every_argument_of_every_entry_point_has_rules():
 
 def test_the_bases_are_valid_calls():
     """The refused inputs below differ from these by one rule's change: each base passes every rule."""
-    for entry, bases in BASES.items():
-        for base in bases():
-            contract.enforce(entry, to_device(base))
+    with contract.checking_values():
+        for entry, bases in BASES.items():
+            for base in bases():
+                contract.enforce(entry, to_device(base))
 
 
 def _refused_input(entry: str, name: str, index: int):
@@ -171,8 +183,62 @@ def test_each_declared_rule_refuses_its_input_naming_the_argument(entry, name, i
         monkeypatch.setitem(assumptions.ASSUMPTIONS, assumption,
                             assumptions.Assumption(assumption, old.statement, old.enforcement, value))
     with host.stubbed_launches() as launched, torch.enable_grad():  # grad mode on: the no-gradient rules apply
-        with pytest.raises((ValueError, TypeError, RuntimeError)) as raised:
+        with pytest.raises((ValueError, TypeError, RuntimeError)) as raised, contract.checking_values():
             getattr(generated, entry)(**call)
     assert launched == [], (entry, name, rule.text)
     named = re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", str(raised.value))  # the name as a word
     assert named, f"{entry}: rule {rule.text!r} of {name} raised without naming it: {raised.value}"
+
+
+def _capped_offsets(call):
+    """cu_seqlens_k with each sequence's key count capped at its pages' capacity (max_pages·page_size)."""
+    cu, capacity = call["cu_seqlens_k"], call["block_table"].shape[1] * call["k"].shape[1]
+    counts = (cu[1:] - cu[:-1]).clamp(max=capacity)
+    return {**call, "cu_seqlens_k": torch.cat([cu[:1], cu[:1] + counts.cumsum(0)]).to(cu.dtype)}
+
+
+#: the value rules whose range a later entry point keeps (``kept``): the call they give, by the
+#: documented clamp (the paged varlen path runs flash_attention_with_kvcache, which clamps)
+KEPT_FURTHER_DOWN = {
+    ("flash_attention_varlen", "cu_seqlens_k"): _capped_offsets,
+    ("flash_attention_varlen", "block_table"):
+        lambda call: {**call, "block_table": call["block_table"].clamp(0, call["k"].shape[0] - 1)},
+}
+
+VALUE_RULES = [(entry, name, i) for entry, name, i in RULES if contract.arg(entry, name).rules[i].stage == VALUES]
+
+
+def _same(a, b):
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("entry, name, index", VALUE_RULES, ids=[f"{e}-{n}-{i}" for e, n, i in VALUE_RULES])
+def test_each_value_rule_by_default_keeps_reads_in_bounds_without_a_sync(entry, name, index):
+    rule, call, limits = _refused_input(entry, name, index)
+    assert not limits and (rule.clamp is not None or rule.kept), (entry, name, rule.text)
+    run = getattr(generated, entry)
+    if entry != "flash_attention_varlen":  # varlen reads its offsets on the host by design (IN_OP)
+        with host.stubbed_launches() as launched, host.HostSyncGuard(fail=True, dispatch=False):
+            run(**call)
+        assert launched, (entry, name)
+    torch.manual_seed(0)  # the dense base draws dropout
+    got = run(**call)  # the kernels run: not refused
+    if rule.clamp is None and (entry, name) in KEPT_FURTHER_DOWN:  # the paged varlen path's kvcache clamps
+        torch.manual_seed(0)
+        _same(got, run(**KEPT_FURTHER_DOWN[entry, name](call)))
+        return
+    if rule.clamp is None:  # no clamp can keep it (``kept`` says what happens): the call runs, nothing refused
+        assert "no clamp can" in rule.kept, (entry, name, rule.kept)
+        outs = got if isinstance(got, tuple) else (got,)
+        assert all(isinstance(t, torch.Tensor) for t in outs), (entry, name)
+        return
+    ctx = contract.enforce(entry, call, values=False)
+    clamped = rule.clamp(ctx[name], ctx)
+    assert not rule.flags(clamped, {**ctx, name: clamped}), f"{entry}.{name}: its clamp leaves the rule's range"
+    torch.manual_seed(0)
+    _same(got, run(**{**call, name: clamped}))

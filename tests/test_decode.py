@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from spec import reference
 from generated import flash_attention_with_kvcache
 from generator.runtime.decode import MAX_SPLITS, default_num_splits
+from generator.runtime import contract
 
 D = 16
 TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2.5e-2}
@@ -153,7 +154,7 @@ def test_bad_inputs_name_the_fix():
     with pytest.raises(ValueError, match="power of two from 16 to 512"):
         flash_attention_with_kvcache(q, k[:, :12].contiguous(), v[:, :12].contiguous(), 5,
                                      block_table=torch.zeros(1, 1, dtype=torch.int32))
-    with pytest.raises(ValueError, match="cache_seqlens must lie in"):
+    with pytest.raises(ValueError, match="cache_seqlens must lie in"), contract.checking_values():
         flash_attention_with_kvcache(q, k, v, 21)
     with pytest.raises(ValueError, match="multiple of the cache's KV heads"):
         flash_attention_with_kvcache(q.expand(1, 1, 3, D).contiguous(), k.expand(1, 20, 2, D).contiguous(),

@@ -140,7 +140,11 @@ def _fp8(*shape):
                              k_descale=torch.ones(1, 1)), "k_descale is given but k has dtype torch.float32"),
 ])
 def test_fp8_input_errors_name_the_fix(call, match):
-    with pytest.raises((TypeError, ValueError, RuntimeError, NotImplementedError), match=match):
+    from generator.runtime import contract
+
+    # the descales' values: the opt-in value checks (contract.checking_values, FLASHPROOF_CHECK_VALUES=1)
+    with pytest.raises((TypeError, ValueError, RuntimeError, NotImplementedError), match=match), \
+            contract.checking_values():
         call()
 
 

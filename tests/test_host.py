@@ -4,14 +4,13 @@ A device->host sync (``.item()``, ``.tolist()``, ``.cpu()``, ``bool(tensor)``, a
 size depends on values) stalls the CPU until the GPU has drained, and cannot be captured in a CUDA
 graph. ``HostSyncGuard`` fails on each such call (kernel launches stubbed, CPU tensors):
 
-* under ``torch.compile(fullgraph=True)`` the decode path (one split and four) and the dense forward
-  (with ``key_lengths``) make none at all: what a captured graph replays;
-* in eager mode the declared value rules sync **by design**, once per call
-  (``generator.runtime.contract.check_values``): the ranges of ``cache_seqlens`` and the used page
-  ids (``flash_attention_with_kvcache``) and of ``key_lengths`` (``flash_attention``), which raise
-  the named error before a kernel reads past the cache or the keys. The test allows that function
-  and nothing else;
-  without a value tensor to check (dense, no ``key_lengths``) the eager path makes none.
+* in eager mode (the plain call, which runs the op's body directly, and the call through the custom
+  op) and under ``torch.compile(fullgraph=True)``, the decode path (contiguous and paged caches, one
+  split and four) and the dense forward (with ``key_lengths``) make none at all: the declared value
+  rules (``cache_seqlens``, the used page ids, ``key_lengths``) clamp each value into its range on
+  the device (``generator.runtime.contract.keep_values``) instead of reading it back;
+* only with the opt-in value checks (``contract.checking_values()``, ``FLASHPROOF_CHECK_VALUES=1``)
+  do they sync, once per call, in ``contract.check_values`` and nowhere else.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from generator.runtime import launch
 
 pytestmark = pytest.mark.skipif(not launch.interpreting(), reason="CPU tensors need TRITON_INTERPRET=1")
 
-#: the eager value checks that sync by design (module docstring)
+#: the opt-in value checks, the one place a call may sync when they are on (module docstring)
 BY_DESIGN = ("check_values",)
 
 
@@ -66,6 +65,14 @@ def _decode_inputs(splits_over=64):
     k_cache = torch.randn(2, splits_over, 2, 16)
     lengths = torch.tensor([splits_over - 3, splits_over], dtype=torch.int32)
     return q, k_cache, k_cache.clone(), lengths
+
+
+def _paged_inputs():
+    """A paged cache of 5 pages of 16 slots, 3 pages per sequence (capacity 48)."""
+    q = torch.randn(2, 1, 4, 16)
+    k_cache = torch.randn(5, 16, 2, 16)
+    table = torch.tensor([[4, 0, 2], [1, 3, 0]], dtype=torch.int32)
+    return q, k_cache, k_cache.clone(), torch.tensor([40, 17], dtype=torch.int32), table
 
 
 def _dense_inputs():
@@ -122,21 +129,64 @@ def test_dense_call_path_has_no_host_sync_under_compile():
     assert len(guards) == 1 and guards[0].syncs == [] and launched == ["_attn_fwd"]
 
 
-def test_eager_call_paths_sync_only_in_their_value_checks():
+def _eager_calls():
+    """The eager calls whose path must not sync: decode over a contiguous and a paged cache, one split
+    and four, and the dense forward with and without ``key_lengths``: ``(call, the kernels it launches,
+    whether it has a value tensor to check)``."""
     from generated import flash_attention, flash_attention_with_kvcache
 
     q, k_cache, v_cache, lengths = _decode_inputs()
+    qp, kp, vp, lengths_p, table = _paged_inputs()
     qd, k, v, key_lengths = _dense_inputs()
-    with host.stubbed_launches() as launched:
-        with host.HostSyncGuard(fail=True, allowed=BY_DESIGN) as guard:
-            flash_attention_with_kvcache(q, k_cache, v_cache, lengths, causal=True, num_splits=4)
-        assert guard.syncs and all(s.where.endswith(" check_values") for s in guard.syncs), guard.syncs
-        with host.HostSyncGuard(fail=True, allowed=BY_DESIGN) as guard:
-            flash_attention(qd, k, v, causal=True, key_lengths=key_lengths)
-        assert guard.syncs and all(s.where.endswith(" check_values") for s in guard.syncs), guard.syncs
-        with host.HostSyncGuard(fail=True) as guard:  # no value tensor to check: no sync at all
-            flash_attention(qd, k, v, causal=True)
-    assert guard.syncs == [] and launched == ["_decode_fwd", "_merge_states", "_attn_fwd", "_attn_fwd"]
+    calls = []
+    for splits in (1, 4):
+        merge = [] if splits == 1 else ["_merge_states"]
+        calls.append((lambda s=splits: flash_attention_with_kvcache(q, k_cache, v_cache, lengths, causal=True,
+                                                                    num_splits=s), ["_decode_fwd", *merge], True))
+        calls.append((lambda s=splits: flash_attention_with_kvcache(qp, kp, vp, lengths_p, block_table=table,
+                                                                    causal=True, num_splits=s),
+                      ["_decode_fwd", *merge], True))
+    calls.append((lambda: flash_attention(qd, k, v, causal=True, key_lengths=key_lengths), ["_attn_fwd"], True))
+    calls.append((lambda: flash_attention(qd, k, v, causal=True), ["_attn_fwd"], False))
+    return calls
+
+
+@pytest.mark.parametrize("through_op", [False, True], ids=["direct", "custom-op"])
+def test_eager_call_paths_make_no_host_sync(through_op, monkeypatch):
+    """No ``.item()``, ``.tolist()``, ``.cpu()``, ``bool(tensor)``, ``nonzero``, boolean indexing or copy
+    to the host on the eager path, on the call that records a signature's plan and on the calls that
+    use it. ``through_op``: under a dispatch mode (the guard's own), so the call goes through the
+    custom op; else the guard's patches alone watch the plain call, which runs the op's body directly
+    (the op is replaced by a function that fails, so the test knows which path it watched).
+    On the code before issue 25's point 3 this failed: the value rules read their flags back
+    (``contract.check_values``) on every eager decode call and dense call with ``key_lengths``."""
+    from generator.runtime import api, decode
+
+    if not through_op:
+        monkeypatch.setattr(decode, "kvcache_op", _refuse)
+        monkeypatch.setattr(api, "flash_attention_op", _refuse)
+    for call, kernels, _ in _eager_calls():
+        for _ in range(3):  # the first call records the plans, the next ones use them
+            with host.stubbed_launches() as launched:
+                with host.HostSyncGuard(fail=True, dispatch=through_op) as guard:
+                    call()
+            assert guard.syncs == [] and launched == kernels, (guard.syncs, launched)
+
+
+def test_opt_in_value_checks_sync_only_in_check_values():
+    """With ``contract.checking_values()`` the value rules are read back: once per call, in
+    ``check_values`` (allowed) and nowhere else; the calls without a value tensor still make none."""
+    from generator.runtime import contract
+
+    with contract.checking_values():
+        for call, kernels, checked in _eager_calls():
+            for _ in range(2):
+                with host.stubbed_launches() as launched:
+                    with host.HostSyncGuard(fail=True, allowed=BY_DESIGN, dispatch=False) as guard:
+                        call()
+                assert launched == kernels
+                assert len(guard.syncs) == checked and all(s.where.endswith(" check_values") for s in guard.syncs), \
+                    guard.syncs
 
 
 # ----------------------------------------------------------------------------------------
@@ -144,31 +194,6 @@ def test_eager_call_paths_sync_only_in_their_value_checks():
 # ----------------------------------------------------------------------------------------
 def _refuse(*args, **kwargs):
     raise AssertionError("the custom op was called: the eager call should run its body directly")
-
-
-def test_eager_direct_path_skips_the_op_and_syncs_only_in_its_value_checks(monkeypatch):
-    """A plain eager call runs the op's body itself (the custom op is not called) and, watched by the
-    guard's patches alone (a dispatch mode would send it through the op), syncs only in the value
-    checks: on the call that records the plan and on the one that uses it."""
-    from generated import flash_attention, flash_attention_with_kvcache
-    from generator.runtime import api, decode
-
-    monkeypatch.setattr(decode, "kvcache_op", _refuse)
-    monkeypatch.setattr(api, "flash_attention_op", _refuse)
-    q, k_cache, v_cache, lengths = _decode_inputs()
-    qd, k, v, key_lengths = _dense_inputs()
-    with host.stubbed_launches() as launched:
-        for _ in range(2):  # the first call records the plans, the second uses them
-            with host.HostSyncGuard(fail=True, allowed=BY_DESIGN, dispatch=False) as guard:
-                flash_attention_with_kvcache(q, k_cache, v_cache, lengths, causal=True, num_splits=4)
-            assert guard.syncs and all(s.where.endswith(" check_values") for s in guard.syncs), guard.syncs
-            with host.HostSyncGuard(fail=True, allowed=BY_DESIGN, dispatch=False) as guard:
-                flash_attention(qd, k, v, causal=True, key_lengths=key_lengths)
-            assert guard.syncs and all(s.where.endswith(" check_values") for s in guard.syncs), guard.syncs
-            with host.HostSyncGuard(fail=True, dispatch=False) as guard:
-                flash_attention(qd, k, v, causal=True)
-            assert guard.syncs == []
-    assert launched == ["_decode_fwd", "_merge_states", "_attn_fwd", "_attn_fwd"] * 2
 
 
 class _Passthrough(torch.utils._python_dispatch.TorchDispatchMode):
@@ -232,12 +257,14 @@ def test_dense_direct_training_path_is_bitwise_the_custom_op():
 
 
 def test_a_planned_signature_still_checks_values_every_call():
-    """Values are not part of a plan: an edit in place after a planned call is caught by the next."""
+    """Values are not part of a plan: with the opt-in checks, an edit in place after a planned call
+    is caught by the next."""
     from generated import flash_attention, flash_attention_with_kvcache
+    from generator.runtime import contract
 
     q, k_cache, v_cache, lengths = _decode_inputs()
     qd, k, v, key_lengths = _dense_inputs()
-    with host.stubbed_launches():
+    with host.stubbed_launches(), contract.checking_values():
         for _ in range(2):
             flash_attention_with_kvcache(q, k_cache, v_cache, lengths)
             flash_attention(qd, k, v, key_lengths=key_lengths)
@@ -247,6 +274,31 @@ def test_a_planned_signature_still_checks_values_every_call():
         key_lengths[0] = -1
         with pytest.raises(ValueError, match="key_len_range"):
             flash_attention(qd, k, v, key_lengths=key_lengths)
+
+
+def test_a_planned_signature_clamps_values_edited_in_place():
+    """By default (no opt-in check) an out-of-range value edited in place after a planned call is
+    clamped into its range by the next call, on the device: that call gives the result of the call with
+    the clamped value (the cache's capacity, the last page, N_k), bit for bit; the kernels run here."""
+    from generated import flash_attention, flash_attention_with_kvcache
+
+    q, k_cache, v_cache, lengths = _decode_inputs(splits_over=32)
+    qp, kp, vp, lengths_p, table = _paged_inputs()
+    qd, k, v, key_lengths = _dense_inputs()
+    flash_attention_with_kvcache(q, k_cache, v_cache, lengths)  # the plans recorded
+    flash_attention_with_kvcache(qp, kp, vp, lengths_p, block_table=table)
+    flash_attention(qd, k, v, key_lengths=key_lengths)
+    lengths[1], lengths_p[0], key_lengths[0] = 99, 1000, -5
+    table[0, 1] = 77  # a page id past num_pages = 5, in the pages sequence 0 reads
+    got = (flash_attention_with_kvcache(q, k_cache, v_cache, lengths),
+           flash_attention_with_kvcache(qp, kp, vp, lengths_p, block_table=table),
+           flash_attention(qd, k, v, key_lengths=key_lengths))
+    want = (flash_attention_with_kvcache(q, k_cache, v_cache, torch.tensor([29, 32], dtype=torch.int32)),
+            flash_attention_with_kvcache(qp, kp, vp, torch.tensor([48, 17], dtype=torch.int32),
+                                         block_table=torch.tensor([[4, 4, 2], [1, 3, 0]], dtype=torch.int32)),
+            flash_attention(qd, k, v, key_lengths=torch.tensor([0, 17], dtype=torch.int32)))
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
 
 
 def test_a_planned_signature_still_rejects_options_of_the_wrong_type():
@@ -290,3 +342,30 @@ def test_plans_are_bounded_and_hold_no_call_tensor():
     for i in range(plans.MAX_PLANS + 5):
         cache.record(i, i)
     assert len(cache) <= plans.MAX_PLANS
+
+
+def test_cuda_graph_check_exits_2_without_compiled_kernels(capsys):
+    """``python -m benchmarks.cuda_graph_check`` (the capture and bitwise replay of a decode step, run on
+    a GPU) refuses cleanly here: no CUDA, or the interpreter (this file runs under TRITON_INTERPRET=1)."""
+    from benchmarks import cuda_graph_check
+
+    assert cuda_graph_check.main([]) == 2
+    assert "needs a CUDA GPU and compiled kernels" in capsys.readouterr().err
+
+
+def test_the_environment_variable_turns_the_value_checks_on():
+    """``FLASHPROOF_CHECK_VALUES=1`` (read at import) gives the named errors of the value rules (by
+    default the same call clamps and returns: ``test_a_planned_signature_clamps_values_edited_in_place``)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import torch\nfrom generated import flash_attention_with_kvcache as f\n"
+            "q, kc = torch.zeros(1, 1, 2, 16), torch.zeros(1, 32, 1, 16)\n"
+            "try:\n    f(q, kc, kc, torch.tensor([40], dtype=torch.int32))\n    print('returned')\n"
+            "except ValueError as e:\n    print(e)\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "FLASHPROOF_CHECK_VALUES": "1", "TRITON_INTERPRET": "1", "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=300)
+    assert "cache_len_range" in out.stdout, (out.stdout, out.stderr[-2000:])

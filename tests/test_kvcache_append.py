@@ -18,6 +18,7 @@ import torch
 
 from spec import reference
 from generated import flash_attention_varlen, flash_attention_with_kvcache
+from generator.runtime import contract
 from generator.runtime.decode import BATCH_INVARIANT_SPLIT_KEYS
 
 D = 32
@@ -272,7 +273,7 @@ def test_errors_name_the_fix(bad, match):
         kw["rotary_sin"] = sin
     if kw.get("k") is not None and kw["k"].shape[1] == 60:
         kw["v"] = kw["k"]
-    with pytest.raises((ValueError, TypeError), match=match):
+    with pytest.raises((ValueError, TypeError), match=match), contract.checking_values():  # the value rules' opt-in
         flash_attention_with_kvcache(q, kc, vc, lens, **kw)
 
 

@@ -302,10 +302,13 @@ def _meta(*shape, stride=None):
 
 
 def _rejects(match, **kwargs):
+    """flash_attention rejects the input (a value rule: with the opt-in value checks, which are on here)."""
     def run():
+        from generator.runtime import contract
+
         q, k, v, _ = inputs()
         args = {"q": q, "k": k, "v": v, **kwargs}
-        with pytest.raises((ValueError, TypeError), match=match):
+        with pytest.raises((ValueError, TypeError), match=match), contract.checking_values():
             on_device(flash_attention, args.pop("q"), args.pop("k"), args.pop("v"), **args)
     return run
 
@@ -341,11 +344,16 @@ def _seq_len_int32():
 
 
 def _key_len_range():
-    _rejects(r"\[0, N_k=30\].*key_len_range", key_lengths=torch.tensor([31]))()
-    _rejects(r"key_len_range", key_lengths=torch.tensor([-1]))()
-    from generator.runtime import dispatch  # under torch.compile the op clamps on the device instead
+    from generator.runtime import contract, dispatch
 
+    with contract.checking_values():  # the opt-in checks reject
+        _rejects(r"\[0, N_k=30\].*key_len_range", key_lengths=torch.tensor([31]))()
+        _rejects(r"key_len_range", key_lengths=torch.tensor([-1]))()
+    # by default each length is clamped on the device (the declared rule's clamp is the launch's)
     assert dispatch.lengths_argument(torch.tensor([-3, 31, 7]), 30).tolist() == [0, 30, 7]
+    q, k, v, _ = inputs()
+    assert torch.equal(on_device(flash_attention, q, k, v, key_lengths=torch.tensor([31])),
+                       on_device(flash_attention, q, k, v, key_lengths=torch.tensor([30])))
 
 
 def _block_sizes():
@@ -366,8 +374,10 @@ def _dropout_counter():
     assert checks.check_dropout(0.0, False, 2**62 + 1) == 0.0  # no dropout, no counter
 
 
-def _decode_rejects(match, *, paged=False, page_size=16, **kwargs):
-    """flash_attention_with_kvcache rejects an input just outside the assumption (issue 23)."""
+def _decode_rejects(match, *, paged=False, page_size=16, clamped=None, **kwargs):
+    """flash_attention_with_kvcache rejects an input just outside the assumption (issue 23; a value
+    rule with the opt-in checks, and by default gives the result of the call with the values
+    ``clamped``)."""
     def run():
         from generated import flash_attention_with_kvcache
 
@@ -375,8 +385,13 @@ def _decode_rejects(match, *, paged=False, page_size=16, **kwargs):
         args = {"cache_seqlens": torch.tensor([20], dtype=torch.int32), **kwargs}
         if paged:
             args.setdefault("block_table", torch.tensor([[0, 1]], dtype=torch.int32))
-        with pytest.raises((ValueError, TypeError), match=match):
+        from generator.runtime import contract
+
+        with pytest.raises((ValueError, TypeError), match=match), contract.checking_values():
             on_device(flash_attention_with_kvcache, q, k, k, **args)
+        if clamped:  # by default the value is clamped into range on the device: the clamped call's result
+            got = on_device(flash_attention_with_kvcache, q, k, k, **args)
+            assert torch.equal(got, on_device(flash_attention_with_kvcache, q, k, k, **{**args, **clamped}))
     return run
 
 
@@ -426,9 +441,11 @@ def _decode_head_dim_max():
 ENFORCED = {
     "decode_head_dim_max": _decode_head_dim_max,
     "cache_len_range": _decode_rejects(r"\[0, 32\].*cache_len_range", cache_seqlens=torch.tensor([33],
-                                                                                                 dtype=torch.int32)),
+                                                                                                 dtype=torch.int32),
+                                       clamped=dict(cache_seqlens=torch.tensor([32], dtype=torch.int32))),
     "page_ids_range": _decode_rejects(r"page_ids_range", paged=True, block_table=torch.tensor([[0, 3]],
-                                                                                            dtype=torch.int32)),
+                                                                                            dtype=torch.int32),
+                                      clamped=dict(block_table=torch.tensor([[0, 2]], dtype=torch.int32))),
     "page_sizes": _decode_rejects(r"page_sizes", paged=True, page_size=24, cache_seqlens=torch.tensor([8],
                                                                                                    dtype=torch.int32)),
     "num_splits_max": _decode_rejects(r"0\.\.64.*num_splits_max", num_splits=65),

@@ -154,7 +154,7 @@ def _signature(package, q, k, v, causal, alignment, window, key_lengths, scale, 
         return None
 
 
-def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,
+def _attention(package, q, k, v, causal, alignment, window, key_lengths, mask, scale, return_lse, block, tma,
                softcap=None, alibi_slopes=None, sinks=None,
                mask_mod=None, mask_args=None, dropout_p=0.0, return_dropout_mask=False, score_mod=None,
                score_args=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
@@ -169,13 +169,16 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
                          softcap, alibi_slopes, sinks)
     entry = _PLANS.get(key) if key is not None else None
     packed = philox = score_f = score_i = None
-    arguments = dict(q=q, k=k, v=v, causal=causal, alignment=alignment, window=window, key_lengths=key_lengths,
-                     mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma, softcap=softcap,
-                     alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, mask_args=mask_args, score_mod=score_mod,
-                     score_args=score_args, dropout_p=dropout_p, return_dropout_mask=return_dropout_mask,
-                     q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype)
-    if entry is not None:  # the declared value rules: every call (an edit in place is caught)
-        contract.enforce_values("flash_attention", arguments)
+    if entry is None or entry[2]:
+        arguments = {"q": q, "k": k, "v": v, "causal": causal, "alignment": alignment, "window": window,
+                     "key_lengths": key_lengths, "mask": mask, "scale": scale, "return_lse": return_lse, "block": block,
+                     "tma": tma, "softcap": softcap, "alibi_slopes": alibi_slopes, "sinks": sinks, "mask_mod": mask_mod,
+                     "mask_args": mask_args, "score_mod": score_mod, "score_args": score_args, "dropout_p": dropout_p,
+                     "return_dropout_mask": return_dropout_mask, "q_descale": q_descale, "k_descale": k_descale,
+                     "v_descale": v_descale, "out_dtype": out_dtype}
+    if entry is not None:
+        if entry[2]:  # the declared value rules, every call (values can change in place): clamped on the device
+            key_lengths = contract.keep_values("flash_attention", arguments, entry[2])["key_lengths"]
     else:
         for name, t in (("q", q), ("k", k), ("v", v)):
             checks.check_tensor(t, name)
@@ -183,10 +186,12 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
         if not fp8:  # FP8 products run on the dtypes given
             q, k, v = _autocast(q.device.type, q, k, v)
         # every input check: the declared contract (generator.runtime.contract), none here
+        # (the value rules too: key_lengths clamped into [0, N_k] on the device, no host sync by default)
         a = contract.enforce("flash_attention", {**arguments, "q": q, "k": k, "v": v})
         if fp8:
             return _attention_fp8(package, q, k, v, a)
         scale, block, softcap, dropout_p = a["scale"], a["block"], a["softcap"], a["dropout_p"]
+        key_lengths = a["key_lengths"]
         # each window side clamped to N_q + N_k (claim window_clamp: the same keys, int32 bounds)
         window = checks.normalise_window(a["window"], spec_launch.dense_window, q, k)
         packed = a.get("packed_mask_args")  # mask_args packed by the mask_mod rule
@@ -209,14 +214,21 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
         tma = config.memory_path(tma, q.device)
         if block == "auto":
             block = dense_auto_block(q, k, v, tma)
-        entry = _PLANS.record(key, [_Checked(window, scale, block, tma, softcap), None])
+        # the plan: what the checks derived, the launch plan (once run directly), the value rules that apply,
+        # whether the tensors may skip the custom op and whether a gradient is recorded (types,
+        # requires_grad and the grad mode: all in the key)
+        entry = _PLANS.record(key, [_Checked(window, scale, block, tma, softcap), None,
+                                    contract.value_rules("flash_attention", a),
+                                    plans.plain(q, k, v, key_lengths, alibi_slopes, sinks, autograd=True),
+                                    torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                                                    for t in (q, k, v, sinks))])
     window, scale, block, tma, softcap = entry[0]
     q, scale = checks.normalise_scale(q, scale)  # s <= 0: the proven rewrite to s' > 0 (scale_sign_rewrite)
     sinks = contract.unit_stride("flash_attention", "sinks", sinks)  # the declared stride policy
     # dropout: this call's Philox seed and offset, from torch's generator for q's device
     if dropout_p > 0:
         philox = checks.draw_philox(q.device)
-    if key is not None and plans.direct(q, k, v, key_lengths, alibi_slopes, sinks, autograd=True):
+    if key is not None and entry[3] and plans.dispatcher_idle():
         # eager, nothing for the dispatcher to do: the op's body itself, with the launch plan of this
         # signature (a gradient to record: the op's own autograd functions, autograd.DirectForward)
         if entry[1] is None:
@@ -224,7 +236,7 @@ def _attention(package, q, k, v, *, causal, alignment, window, key_lengths, mask
                 dispatch.module_for("fwd", block, package, q.device), q, k, v, causal=causal, alignment=alignment,
                 window=window, key_lengths=key_lengths, scale=scale, tma=tma, softcap=softcap,
                 alibi_slopes=alibi_slopes, sinks=sinks)
-        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, sinks)):
+        if entry[4]:
             out, lse = DirectForward.apply(q, k, v, None, key_lengths, causal, alignment, window, scale, block[0],
                                            block[1], tma, package, softcap, alibi_slopes, sinks, None, None,
                                            dropout_p, philox, None, None, None, entry[1])
@@ -320,12 +332,10 @@ def flash_attention(q, k, v, *, causal=False, alignment="top_left", window=None,
     mask_mod, a score_mod and dropout do not yet. Every FP8 limit is a declared rule of the contract
     (``generator.runtime.contract``: the README's input-contract table).
     """
-    return _attention(DEFAULT_PACKAGE, q, k, v, causal=causal, alignment=alignment, window=window,
-                      key_lengths=key_lengths, mask=mask, scale=scale, return_lse=return_lse, block=block, tma=tma,
-                      softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
-                      mask_mod=mask_mod, mask_args=mask_args, dropout_p=dropout_p,
-                      return_dropout_mask=return_dropout_mask, score_mod=score_mod, score_args=score_args,
-                      q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype)
+    # by position, in _attention's order (keywords passed on cost more than the rest of a cached call's Python)
+    return _attention(DEFAULT_PACKAGE, q, k, v, causal, alignment, window, key_lengths, mask, scale, return_lse, block,
+                      tma, softcap, alibi_slopes, sinks, mask_mod, mask_args, dropout_p, return_dropout_mask, score_mod,
+                      score_args, q_descale, k_descale, v_descale, out_dtype)
 
 
 def _softmax(package, x, dim, *, block):

@@ -4,8 +4,9 @@ Every limit comes from ``spec.assumptions.ASSUMPTIONS`` (the inputs the claims a
 for), never typed a second time here. An input outside an assumption is either normalised
 by the rewrite its enforcement names (``normalise_scale``, ``normalise_window``) or
 rejected with an error naming the limit and the fix. Checks on tensor *contents* (the
-``key_lengths`` range) run only in eager mode: a traced graph must not sync on data, and
-the op clamps the lengths on the device instead (``key_len_range``).
+``key_lengths`` range) are an opt-in (``contract.checking_values``, ``FLASHPROOF_CHECK_VALUES=1``):
+a call must not sync on data (a CUDA graph cannot capture it), so by default each such value is
+clamped into its range on the device instead (``key_len_range``).
 """
 
 from __future__ import annotations
@@ -479,15 +480,11 @@ def check_num_splits(num_splits) -> int:
     return num_splits
 
 
-def cache_arguments(cache_seqlens, block_table, capacity: int, num_pages: int):
-    """``(cache_seqlens, block_table)`` as the decode kernel reads them: fresh, contiguous int32,
-    clamped on the device to ``[0, capacity]`` and ``[0, num_pages - 1]`` (what keeps a traced
-    graph, where the declared value rules do not run, inside the cache; eager values are checked)."""
+def cache_arguments(cache_seqlens, block_table):
+    """``(cache_seqlens, block_table)`` as the decode kernel reads them: contiguous int32 (their
+    values already clamped into range by the declared value rules, ``contract.keep_values``)."""
     from generator.runtime import contract  # contract imports this module
 
-    if torch.compiler.is_compiling():
-        cache_seqlens = cache_seqlens.clamp(0, capacity)
-        block_table = None if block_table is None else block_table.clamp(0, num_pages - 1)
     if cache_seqlens.dtype != torch.int32 or not cache_seqlens.is_contiguous():
         cache_seqlens = cache_seqlens.to(torch.int32).contiguous()
     return cache_seqlens, contract.unit_stride("flash_attention_with_kvcache", "block_table", block_table)
@@ -584,7 +581,8 @@ def check_not_scalar(name: str, x) -> None:
 # Rules: the building blocks of the declared contract (``generator.runtime.contract``)
 # ----------------------------------------------------------------------------------
 #: the stages of ``contract.enforce``, in order: what an argument is (type, dtype, rank), its relations
-#: to the others (shapes, devices, pairs), the values of its elements (eager only, one host sync);
+#: to the others (shapes, devices, pairs), the values of its elements (clamped on the device; checked, one
+#: host sync, only as the opt-in ``contract.checking_values``);
 #: ``IN_OP``: a value the op itself must read on the host, also under ``torch.compile`` (varlen's
 #: offsets size its grid): declared here, checked by the op with the same function, not by ``enforce``
 KIND, RELATION, VALUES, IN_OP = 0, 1, 2, 3
@@ -598,9 +596,13 @@ class Rule:
     (``ctx``: every argument of the call by name, as checked so far). A ``VALUES`` rule reads the
     tensor's elements: ``flags(value, ctx)`` is a 0-d bool tensor, True when violated, computed on
     the device with every other value rule of the call and read back in one sync
-    (``contract.check_values``); only then ``check`` runs (it may sync: it is the error path). Value
-    rules do not run under ``torch.compile`` (a traced graph cannot sync on data): the entry point
-    clamps on the device instead. ``when(ctx)``: the calls the rule applies to; ``convert(value,
+    (``contract.check_values``); only then ``check`` runs (it may sync: it is the error path). That
+    sync is an opt-in (``contract.checking_values``; never under ``torch.compile``): by default a
+    call reads no value on the host, and ``clamp(value, ctx)`` (device operations only) gives the
+    value the call goes on with, inside the rule's range, so no read leaves the tensors it indexes
+    (``contract.keep_values``); ``clamp=None``: the range is kept further down (``kept`` says
+    where), or, for a rule no clamp can keep, only the opt-in check holds it (``kept`` says what
+    happens without). ``when(ctx)``: the calls the rule applies to; ``convert(value,
     ctx)``: the value the call goes on with (it checks too: ``enforce`` calls it instead of ``check``);
     ``bad(ctx, name)``: ``{argument: value}`` changes to a valid
     call that break this rule (the contract test derives one refused input per rule from it)."""
@@ -611,6 +613,8 @@ class Rule:
     when: Callable | None = None
     convert: Callable | None = None
     bad: Callable | None = None
+    clamp: Callable | None = None
+    kept: str = ""
 
 
 def _shape(t) -> tuple:
@@ -728,12 +732,16 @@ def no_grad(entry: str, fix: str) -> Rule:
                 bad=lambda c, n: {n: c[n].detach().clone().requires_grad_() if c[n].is_floating_point() else None})
 
 
-def values(text: str, flags: Callable, error: Callable, when=None, bad=None) -> Rule:
-    """A rule on a tensor's elements (module docstring: eager only, one sync for the call);
-    ``error(name, value, ctx)`` is the message, built on the error path."""
+def values(text: str, flags: Callable, error: Callable, when=None, bad=None, clamp=None, kept: str = "") -> Rule:
+    """A rule on a tensor's elements (``Rule``: checked only as an opt-in, one sync for the call;
+    else ``clamp``ed on the device); ``error(name, value, ctx)`` is the message, built on the error
+    path. A rule without ``clamp`` says in ``kept`` what holds its range without the check."""
+    if clamp is None and not kept:
+        raise ValueError(f"value rule {text!r}: declare its device clamp, or say in kept= what holds without it")
+
     def check(name, v, ctx):
         raise ValueError(error(name, v, ctx))
-    return Rule(text, check, VALUES, flags=flags, when=when, bad=bad)
+    return Rule(text, check, VALUES, flags=flags, when=when, bad=bad, clamp=clamp, kept=kept)
 
 
 def in_op(text: str, fn: Callable, bad: Callable, when=None) -> Rule:

@@ -3,8 +3,8 @@
 Each argument of ``flash_attention``, ``flash_attention_varlen``, ``flash_attention_with_kvcache``,
 ``merge_state``, ``merge_states``, ``ring_attention`` and ``softmax`` is one ``Arg``: its dtype,
 its shape and the relations to the others, its stride policy, its value range and how that range
-is kept (an eager check; under ``torch.compile`` a device-side clamp, since a traced graph cannot
-sync on data) and the proven rewrite that normalises it. The limits are read from
+is kept (a device-side clamp, since a call that syncs on data cannot be captured in a CUDA graph;
+the named error as an opt-in check) and the proven rewrite that normalises it. The limits are read from
 ``spec.assumptions`` (the inputs the claims are proved for), never typed here; the assumptions
 an argument answers to are listed by name (``Arg.assumptions``), and the error that enforces
 each one cites it in brackets.
@@ -14,8 +14,12 @@ What reads this declaration:
 * the enforcement: every argument carries its ``rules`` (``checks.Rule``: the building blocks live
   in ``generator.runtime.checks``), and ``enforce(entry, arguments)`` runs them in three stages
   (what each argument is; its relations to the others, devices included; the values of its
-  elements, eager only, one host sync for the call). Every entry point calls ``enforce`` first
-  and goes on with the values it returns; none keeps a check of its own. The device rule of each
+  elements). Every entry point calls ``enforce`` first and goes on with the values it returns;
+  none keeps a check of its own. The value rules never sync by default: each value is clamped
+  into its range on the device (``keep_values``, the rule's ``clamp``), so a call is CUDA-graph
+  capturable and no read leaves the tensors it indexes; their named errors are an opt-in
+  (``checking_values()`` or ``FLASHPROOF_CHECK_VALUES=1``: one host sync per call, eager only).
+  The device rule of each
   tensor argument is derived here, not declared by hand: on the leading tensor's device;
 * the stride policy: ``unit_stride(entry, name, t)`` gives a small tensor the layout its kernel
   reads (``COPIED`` arguments are copied to unit stride, a few bytes; ``ANY`` ones are passed as
@@ -29,6 +33,8 @@ What reads this declaration:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import sys
 from dataclasses import dataclass, replace
@@ -58,7 +64,7 @@ class Arg:
     dtype: str  # what it may be (a tensor's dtypes, or a Python type)
     shape: str  # its shape and the relations to the other arguments
     strides: str  # ANY, COPIED, ROWS or NONE
-    values: str  # the accepted range (eager check / under torch.compile)
+    values: str  # the accepted range (clamped on the device / the opt-in check)
     assumptions: tuple[str, ...] = ()  # the spec.assumptions it answers to
     rewrite: str = ""  # the normalisation (a proven rewrite names its claim)
     rules: tuple = ()  # the checks.Rule's that enforce it (enforce() runs them)
@@ -203,7 +209,7 @@ def _fp8_args(sizes) -> tuple[Arg, ...]:
     """``q_descale``, ``k_descale``, ``v_descale`` and ``out_dtype``; ``sizes(ctx)`` the descales' ``(B, Hkv)``."""
     def descale(name):
         return Arg(name, "None or a float32 tensor", "(B, Hkv) (varlen: B the segments)", COPIED,
-                   "finite and > 0: eager check; None: 1; with FP8 k, v only", ("fp8_descales",),
+                   "finite and > 0 (opt-in check); None: 1; with FP8 k, v only", ("fp8_descales",),
                    rules=(R.is_tensor(),
                           R.dtype_in((torch.float32,), "it must be float32 (batch, kv_heads), FlashAttention 3's; "
                                      "convert with .float()"),
@@ -213,7 +219,9 @@ def _fp8_args(sizes) -> tuple[Arg, ...]:
                                  bad=lambda c, n: {n: torch.cat([c[n], c[n]], 1)}),
                           R.values("finite and > 0", lambda v, c: R.fp8_descale_flags(v),
                                    lambda n, v, c: R.fp8_descale_error(n, v),
-                                   bad=lambda c, n: {n: c[n].clone().fill_(0)}),
+                                   bad=lambda c, n: {n: c[n].clone().fill_(0)},
+                                   kept="no clamp can: without the check a descale ≤ 0 or not finite scales its "
+                                   "tensor as given (every read stays in bounds; claim fp8_descale assumes > 0)"),
                           _fp8_no_grad()))
     return (*(descale(name) for name in R.FP8_NAMES),
             Arg("out_dtype", "None or torch.bfloat16 / float16 / float32", "—", NONE,
@@ -368,6 +376,12 @@ def _key_lengths_flags(v, c):
     return ((v < 0) | (v > c["k"].shape[2])).any()
 
 
+def _key_lengths_clamp(v, c):
+    from generator.runtime.dispatch import lengths_argument  # the launch's own clamp (dispatch imports checks)
+
+    return lengths_argument(v, c["k"].shape[2])
+
+
 def _mask_mod_check(n, v, c):
     """The mask_mod's type, and its ``mask_args`` packed for the kernels (``MaskMod.pack`` checks every
     parameter: shapes, integer dtypes, the int32 range); the packed tensor is left in ``ctx``."""
@@ -509,8 +523,15 @@ def _paged_varlen_rules(name: str) -> tuple:
     return rules
 
 
-def _block_table_rules(batch, capacity, lengths, num_pages, page_size, when=None) -> tuple:
-    """``block_table``: int32 ``(B, max_pages)``; the pages a sequence reads in range (eager)."""
+#: how a value rule of the paged varlen path holds without its check: that path runs
+#: ``flash_attention_with_kvcache``'s kernel through its entry point, whose rules clamp
+_KEPT_BY_KVCACHE = "clamped by flash_attention_with_kvcache, which the paged path calls"
+
+
+def _block_table_rules(batch, capacity, lengths, num_pages, page_size, when=None, clamp: bool = True) -> tuple:
+    """``block_table``: int32 ``(B, max_pages)``; the pages a sequence reads in range (an opt-in check;
+    by default each page id is clamped into ``[0, num_pages)`` on the device, or by the kvcache
+    path the call runs: ``clamp=False``)."""
     return (R.is_tensor(),
             R.dtype_in((torch.int32,), "it must be int32 (batch, max_pages); convert with .to(torch.int32)",
                        kind=ValueError),
@@ -520,7 +541,9 @@ def _block_table_rules(batch, capacity, lengths, num_pages, page_size, when=None
             R.values("the pages a sequence reads in [0, num_pages)",
                      lambda v, c: _page_flags(v, lengths(c), capacity(c), num_pages(c), page_size(c)),
                      lambda n, v, c: _page_error(n, v, lengths(c), capacity(c), num_pages(c), page_size(c)),
-                     when=when, bad=lambda c, n: {n: c[n].clone().fill_(num_pages(c))}))
+                     when=when, bad=lambda c, n: {n: c[n].clone().fill_(num_pages(c))},
+                     clamp=(lambda v, c: v.clamp(0, num_pages(c) - 1)) if clamp else None,
+                     kept="" if clamp else _KEPT_BY_KVCACHE + " (every page id clamped into [0, num_pages))"))
 
 
 # ----------------------------------------------------------------------------------
@@ -603,6 +626,13 @@ def _cache_len_error(n, v, c) -> str:
     return f"cache_seqlens must lie in [0, {limit_text}, got {v.tolist()}{fix} [cache_len_range]"
 
 
+def _cache_room(n, v, c):
+    cap, new = _kv_capacity(c), _n_new(c)
+    if new > cap:
+        raise ValueError(f"cache_seqlens must lie in [0, capacity − N_new], but k appends {new} keys to a cache of "
+                         f"capacity {cap} (no length fits) [cache_len_range]; pass a larger cache or fewer new keys")
+
+
 def _rotary_dims(n, v, c):
     D, cap = c["q"].shape[3], _kv_capacity(c)
     if not 1 <= 2 * v.shape[1] <= D:
@@ -671,15 +701,21 @@ def _kvcache() -> tuple[Arg, ...]:
                        v.shape[3], "v_cache", limit("decode_head_dim_max")[1], "decode_head_dim_max"),
                           bad=lambda c, n: {n: c[n][..., :0]}))),
         Arg("cache_seqlens", "an int (numpy ints too) or an int32/int64 tensor", "(B,)", COPIED,
-            "0 ≤ cache_seqlens[b] ≤ capacity (N_cache, or max_pages·page_size), less N_new with k: eager "
-            "check; under torch.compile clamped on the device", ("cache_len_range",),
+            "0 ≤ cache_seqlens[b] ≤ capacity (N_cache, or max_pages·page_size), less N_new with k: clamped "
+            "into it on the device (the opt-in check raises instead)", ("cache_len_range",),
             "copied to a fresh int32 tensor",
             rules=(R.call("an int or an int32/int64 tensor", _cache_seqlens_kind, KIND, convert=_cache_seqlens_tensor,
                           bad=lambda c, n: {n: c[n].float()}),
                    R.shape_is(lambda c: (c["q"].shape[0],), "(batch,)"),
+                   R.call("N_new ≤ capacity", _cache_room, when=lambda c: c["k"] is not None,
+                          bad=lambda c, n: {"k": c["k"].new_zeros((c["k"].shape[0], _kv_capacity(c) + 1,
+                                                                   *c["k"].shape[2:])),
+                                            "v": c["v"].new_zeros((c["v"].shape[0], _kv_capacity(c) + 1,
+                                                                   *c["v"].shape[2:]))}),
                    R.values("0 ≤ cache_seqlens[b] ≤ capacity − N_new",
                             lambda v, c: ((v < 0) | (v > _kv_capacity(c) - _n_new(c))).any(), _cache_len_error,
-                            bad=lambda c, n: {n: c[n].clone().fill_(_kv_capacity(c) + 1)}))),
+                            bad=lambda c, n: {n: c[n].clone().fill_(_kv_capacity(c) + 1)},
+                            clamp=lambda v, c: v.clamp(0, _kv_capacity(c) - _n_new(c))))),
         Arg("k", "None or the cache's dtype", "(B, N_new, Hkv, D)", ANY,
             "written in place at keys cache_seqlens[b] + t (rotated with rotary_cos), then attended",
             rules=(R.is_tensor(), R.pair("v", "the new keys and values to append"), R.rank(4, "(batch, N_new, Hkv, D)"),
@@ -704,29 +740,35 @@ def _kvcache() -> tuple[Arg, ...]:
         Arg("rotary_interleaved", "bool", "—", NONE, "True: GPT-J pairs (2f, 2f+1); False: GPT-NeoX halves",
             rules=(R.is_bool(),)),
         Arg("cache_leftpad", "None or an int32/int64 tensor", "(B,)", COPIED,
-            "0 ≤ cache_leftpad[b] ≤ cache_seqlens[b]: eager check; contiguous cache only",
+            "0 ≤ cache_leftpad[b] ≤ cache_seqlens[b]: clamped into it on the device (opt-in check); "
+            "contiguous cache only",
             rewrite="copied to a fresh int32 tensor",
             rules=(*_cache_rows_rules("row b's keys start there"),
                    R.values("0 ≤ cache_leftpad[b] ≤ cache_seqlens[b]",
                             lambda v, c: ((v < 0) | (v > c["cache_seqlens"])).any(),
                             lambda n, v, c: f"cache_leftpad must lie in [0, cache_seqlens[b]], got {v.tolist()} with "
                             f"cache_seqlens {c['cache_seqlens'].tolist()}",
-                            bad=lambda c, n: {n: c["cache_seqlens"] + 1}))),
+                            bad=lambda c, n: {n: c["cache_seqlens"] + 1},
+                            clamp=lambda v, c: torch.minimum(v.clamp(min=0), c["cache_seqlens"]).to(v.dtype)))),
         Arg("cache_batch_idx", "None or an int32/int64 tensor", "(B,)", COPIED,
-            "distinct rows in [0, k_cache.shape[0]): eager check; contiguous cache only",
+            "rows in [0, k_cache.shape[0]): clamped into it on the device; distinct with k (opt-in check); "
+            "contiguous cache only",
             rewrite="copied to a fresh int32 tensor",
             rules=(*_cache_rows_rules("batch b reads that cache row"),
                    R.values("rows in [0, k_cache.shape[0])",
                             lambda v, c: ((v < 0) | (v >= c["k_cache"].shape[0])).any(),
                             lambda n, v, c: f"cache_batch_idx must index the cache's {c['k_cache'].shape[0]} rows, "
-                            f"got {v.tolist()}", bad=lambda c, n: {n: c[n].clone().fill_(c["k_cache"].shape[0])}),
+                            f"got {v.tolist()}", bad=lambda c, n: {n: c[n].clone().fill_(c["k_cache"].shape[0])},
+                            clamp=lambda v, c: v.clamp(0, c["k_cache"].shape[0] - 1)),
                    R.values("distinct rows (with k: two entries would append into one row)", _distinct_flags,
                             lambda n, v, c: f"cache_batch_idx {v.tolist()} repeats a row: two batch entries would "
                             "append into one cache row", when=lambda c: c["k"] is not None,
-                            bad=lambda c, n: {n: c[n].clone().fill_(0)}))),
+                            bad=lambda c, n: {n: c[n].clone().fill_(0)},
+                            kept="no clamp can: without the check, two entries naming one row both append into it "
+                            "(in either order; every write and read stays inside the cache)"))),
         Arg("block_table", "None or an int32 tensor", "(B, max_pages)", COPIED,
-            "the pages a sequence reads in [0, num_pages) (the unused tail: anything): eager check; under "
-            "torch.compile clamped on the device", ("page_ids_range",),
+            "the pages a sequence reads in [0, num_pages) (the unused tail: anything): every id clamped into "
+            "it on the device (opt-in check)", ("page_ids_range",),
             rules=_block_table_rules(lambda c: c["q"].shape[0], _kv_capacity,
                                      lambda c: c["cache_seqlens"] + _n_new(c), lambda c: c["k_cache"].shape[0],
                                      lambda c: c["k_cache"].shape[1])),
@@ -765,7 +807,7 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                                                     bad=lambda c, n: {n: "bottom-right"}),)),
             WINDOW,
             Arg("key_lengths", "None or an int32/int64 tensor", "(B,)", COPIED,
-                "0 ≤ key_lengths[b] ≤ N_k: eager check; under torch.compile clamped on the device",
+                "0 ≤ key_lengths[b] ≤ N_k: clamped into it on the device (opt-in check)",
                 ("key_len_range",), "copied to a fresh int32 tensor",
                 rules=(R.is_tensor(), R.dtype_in((torch.int32, torch.int64), "key_lengths must be an int32 or int64 "
                                                  "tensor"),
@@ -774,7 +816,8 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                            f"{tuple(v.shape)}"), bad=lambda c, n: {n: c[n][:1]}),
                        R.values("0 ≤ key_lengths[b] ≤ N_k", _key_lengths_flags,
                                 lambda n, v, c: f"key_lengths must lie in [0, N_k={c['k'].shape[2]}], got "
-                                f"{v.tolist()} [key_len_range]", bad=lambda c, n: {n: c[n] + c["k"].shape[2] + 1}))),
+                                f"{v.tolist()} [key_len_range]", bad=lambda c, n: {n: c[n] + c["k"].shape[2] + 1},
+                                clamp=_key_lengths_clamp))),
             Arg("mask", "None or a bool tensor", "broadcastable to (B, Hq, N_q, N_k)", ANY,
                 "True = attend; edits in place are seen by the next call (nothing cached)", ("index_int32",),
                 rules=(R.is_tensor(),
@@ -840,7 +883,7 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                               bad=lambda c, n: {n: c[n].long()}), _offsets_in_op())),
             Arg("cu_seqlens_k", "int32 tensor", "cu_seqlens_q's", COPIED,
                 "as cu_seqlens_q, ending at total_k; with block_table each sequence's key count ≤ its pages' "
-                "capacity (eager check)", ("index_int32", "cache_len_range"),
+                "capacity (opt-in check; else clamped to it by the paged path)", ("index_int32", "cache_len_range"),
                 rules=(R.call("int32 (B + 1,), B ≥ 1", lambda n, v, c: R.check_cu_seqlens(n, v), KIND,
                               bad=lambda c, n: {n: c[n].long()}), _offsets_in_op(),
                        R.call("cu_seqlens_q's length", lambda n, v, c: None if v.numel() == c[
@@ -853,7 +896,9 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                                 f"more than its pages hold (max_pages·page_size = {_paged_cache_capacity(c)}) "
                                 "[cache_len_range]; pass a wider block_table", when=_paged,
                                 bad=lambda c, n: {n: c[n] * 0 + torch.arange(c[n].numel(), dtype=c[n].dtype) * (
-                                    _paged_cache_capacity(c) + 1)}))),
+                                    _paged_cache_capacity(c) + 1)},
+                                kept=_KEPT_BY_KVCACHE
+                                + " (each sequence's key count clamped to its pages' capacity)"))),
             Arg("max_seqlen_q", "None or an int ≥ 0", "—", NONE,
                 "None (computed) or ≥ the longest query segment",
                 rules=(R.call("None or an int ≥ 0", lambda n, v, c: R.check_max_seqlen(n, v), KIND,
@@ -871,11 +916,12 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                 rules=(R.is_bool(),)),
             Arg("block_table", "None or an int32 tensor", "(B, max_pages)", COPIED,
                 "k, v then paged caches (num_pages, page_size 16..512, Hkv, D), cu_seqlens_k their key counts; "
-                "forward only, no dropout; the pages a sequence reads in [0, num_pages) (eager check)",
+                "forward only, no dropout; the pages a sequence reads in [0, num_pages) (opt-in check; else clamped "
+                "into it by the paged path)",
                 ("page_sizes", "page_ids_range"),
                 rules=(*_block_table_rules(lambda c: c["cu_seqlens_q"].numel() - 1, _paged_cache_capacity,
                                            lambda c: _segment_lengths(c["cu_seqlens_k"]),
-                                           lambda c: c["k"].shape[0], lambda c: c["k"].shape[1]),
+                                           lambda c: c["k"].shape[0], lambda c: c["k"].shape[1], clamp=False),
                        R.call("forward only: no dropout", lambda n, v, c: None if c["dropout_p"] == 0 and not c[
                            "return_dropout_mask"] else R._raise(ValueError, "block_table (paged K/V) is forward "
                            "inference only: pass dropout_p=0.0 and return_dropout_mask=False, or use contiguous k, v "
@@ -982,25 +1028,57 @@ _ORDER = {entry: tuple(sorted(((a.name, a.optional, r) for a in args for r in a.
 #: per entry point, its value rules only (what a cached call runs)
 _VALUE_RULES = {entry: tuple(x for x in order if x[2].stage == VALUES) for entry, order in _ORDER.items()}
 
+#: the opt-in of the value checks: ``[on]`` (``FLASHPROOF_CHECK_VALUES=1`` at import, or ``checking_values``)
+_CHECKING = [os.environ.get("FLASHPROOF_CHECK_VALUES", "0").strip().lower() not in ("", "0", "false", "no")]
 
-def enforce_values(entry: str, arguments: dict) -> None:
-    """Only the value rules of ``entry`` (one host sync; eager only): what a call whose other rules a
-    plan cache has already seen (``generator.runtime.plans``) still checks every time, since values
-    can change in place. ``arguments`` as the entry point goes on with them (tensors converted)."""
-    if torch.compiler.is_compiling():
-        return
-    pending = [(name, rule) for name, optional, rule in _VALUE_RULES[entry]
-               if not (arguments[name] is None and optional) and (rule.when is None or rule.when(arguments))]
-    if pending:
-        check_values(pending, arguments)
+
+def values_checked() -> bool:
+    """Whether eager calls check the value rules (named errors, one host sync per call)."""
+    return _CHECKING[0]
+
+
+@contextlib.contextmanager
+def checking_values(on: bool = True):
+    """Within: eager calls check their value rules (``cache_seqlens``, the page ids, ``key_lengths``,
+    ...) and raise the named error before a kernel runs, at the cost of one device->host sync per
+    call (not CUDA-graph capturable). Without it (the default) each value is clamped into its range
+    on the device and no value is read on the host. ``FLASHPROOF_CHECK_VALUES=1`` turns it on for the
+    process."""
+    before, _CHECKING[0] = _CHECKING[0], on
+    try:
+        yield
+    finally:
+        _CHECKING[0] = before
+
+
+def value_rules(entry: str, arguments: dict) -> tuple:
+    """``(name, rule)`` of the value rules of ``entry`` that apply to this call: which optional tensors
+    are given and the rules' ``when`` (metadata only, so a plan may keep the answer per signature)."""
+    return tuple((name, rule) for name, optional, rule in _VALUE_RULES[entry]
+                 if not (arguments[name] is None and optional) and (rule.when is None or rule.when(arguments)))
+
+
+def keep_values(entry: str, arguments: dict, rules: tuple | None = None) -> dict:
+    """The value rules of this call (``rules``, else ``value_rules``) on ``arguments`` (as the entry point
+    goes on with them: tensors converted), every call since values can change in place: checked when
+    ``values_checked()`` (eager only: the named error, one host sync), then each value replaced by its
+    rule's ``clamp`` (device operations, no sync: what the call goes on with). Returns ``arguments``."""
+    if rules is None:
+        rules = value_rules(entry, arguments)
+    if _CHECKING[0] and rules and not torch.compiler.is_compiling():
+        check_values(rules, arguments)
+    for name, rule in rules:
+        if rule.clamp is not None:
+            arguments[name] = rule.clamp(arguments[name], arguments)
+    return arguments
 
 
 def enforce(entry: str, arguments: dict, values: bool = True) -> dict:
     """Every declared rule of ``entry`` on ``arguments`` (name -> value, the whole signature):
     the first broken one raises its error (naming the argument, the problem and the fix). Returns
     the arguments as the call goes on with them (the rules' conversions: ``scale`` a float,
-    ``window`` a pair of ints, ``cache_seqlens`` an int tensor, ...). Value rules (``VALUES``) are
-    read in one host sync (``check_values``), in eager mode only."""
+    ``window`` a pair of ints, ``cache_seqlens`` an int tensor, ...). Value rules (``VALUES``) run
+    as ``keep_values`` runs them (``values=False``: not at all, the caller does)."""
     ctx = dict(arguments)
     pending = []
     for name, optional, rule in _ORDER[entry]:
@@ -1018,14 +1096,14 @@ def enforce(entry: str, arguments: dict, values: bool = True) -> dict:
             rule.check(name, value, ctx)
         else:  # checks and converts in one call
             ctx[name] = rule.convert(value, ctx)
-    if values and pending and not torch.compiler.is_compiling():
-        check_values(pending, ctx)
+    if values and pending:
+        keep_values(entry, ctx, tuple(pending))
     return ctx
 
 
 def check_values(pending, ctx) -> None:
     """The value rules of one call: their flags computed on the device and read back together, the
-    call's one host sync (eager only: under ``torch.compile`` the entry points clamp on the device)."""
+    call's one host sync (the opt-in of ``keep_values``)."""
     if len(pending) == 1:  # one rule: its flag read back alone (no stack)
         name, rule = pending[0]
         if rule.flags(ctx[name], ctx).item():
@@ -1061,6 +1139,12 @@ _COPIED = frozenset((entry, a.name) for entry, args in ENTRY_POINTS.items() for 
 BEGIN, END = "<!-- contract: generated by python -m generator.runtime.contract --write -->", "<!-- contract: end -->"
 
 
+def _kept(rule) -> str:
+    """How a value rule holds: its opt-in check, else its clamp or what ``kept`` says."""
+    kept = "clamped into it on the device" if rule.clamp else rule.kept
+    return f" (checked with FLASHPROOF_CHECK_VALUES=1; else {kept})"
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -1069,13 +1153,13 @@ def markdown() -> str:
     """One table per entry point: argument, dtype, shape, strides, accepted values and their
     enforcement, the normalisation, and the assumptions (``spec/assumptions.py``) it answers to."""
     out = []
-    stages = {KIND: "", RELATION: "", VALUES: " (eager)", IN_OP: ""}
+    stages = {KIND: "", RELATION: "", VALUES: "", IN_OP: ""}
     for entry, args in _with_devices(entry_points()).items():
         out += [f"**`{entry}`**", "", "| argument | dtype | shape | strides | values | normalised | assumptions | "
                 "rules enforced |", "|---|---|---|---|---|---|---|---|"]
         for a in args:
             named = ", ".join(f"`{n}`" for n in a.assumptions) or "—"
-            rules = "; ".join(r.text + stages[r.stage] for r in a.rules)
+            rules = "; ".join(r.text + (_kept(r) if r.stage == VALUES else stages[r.stage]) for r in a.rules)
             out.append(f"| `{a.name}` | {_cell(a.dtype)} | {_cell(a.shape)} | {_cell(a.strides)} | "
                        f"{_cell(a.values)} | {_cell(a.rewrite) or '—'} | {named} | {_cell(rules)} |")
         out.append("")

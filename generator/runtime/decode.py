@@ -119,12 +119,10 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
     ``h`` the query head, ``i`` the new token (``0 … N_q − 1``), ``j`` the cache key and ``shift =
     cache_seqlens[b] − N_q`` (after an append: its new length); inference only, like the rest.
     """
-    return _kvcache(config.DEFAULT_PACKAGE, q, k_cache, v_cache, cache_seqlens, k=k, v=v, rotary_cos=rotary_cos,
-                    rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, cache_leftpad=cache_leftpad,
-                    cache_batch_idx=cache_batch_idx, block_table=block_table,
-                    causal=causal, window=window, scale=scale, num_splits=num_splits, return_lse=return_lse,
-                    softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, batch_invariant=batch_invariant,
-                    score_mod=score_mod, score_args=score_args)
+    # by position, in _kvcache's order (21 keywords passed on cost more than the rest of a cached call's Python)
+    return _kvcache(config.DEFAULT_PACKAGE, q, k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin,
+                    rotary_interleaved, cache_leftpad, cache_batch_idx, block_table, causal, window, scale, num_splits,
+                    return_lse, softcap, alibi_slopes, sinks, batch_invariant, score_mod, score_args)
 
 
 class _Checked(NamedTuple):
@@ -163,11 +161,12 @@ def _signature(package, q, k_cache, v_cache, cache_seqlens, block_table, causal,
 def _arguments(q, k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin, rotary_interleaved, cache_leftpad,
                cache_batch_idx, block_table, causal, window, scale, num_splits, return_lse, softcap, alibi_slopes,
                sinks, batch_invariant, score_mod=None, score_args=None) -> dict:
-    return dict(q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens, k=k, v=v, rotary_cos=rotary_cos,
-                rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, cache_leftpad=cache_leftpad,
-                cache_batch_idx=cache_batch_idx, block_table=block_table, causal=causal, window=window, scale=scale,
-                num_splits=num_splits, return_lse=return_lse, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
-                batch_invariant=batch_invariant, score_mod=score_mod, score_args=score_args)
+    return {"q": q, "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens, "k": k, "v": v,
+            "rotary_cos": rotary_cos, "rotary_sin": rotary_sin, "rotary_interleaved": rotary_interleaved,
+            "cache_leftpad": cache_leftpad, "cache_batch_idx": cache_batch_idx, "block_table": block_table,
+            "causal": causal, "window": window, "scale": scale, "num_splits": num_splits, "return_lse": return_lse,
+            "softcap": softcap, "alibi_slopes": alibi_slopes, "sinks": sinks, "batch_invariant": batch_invariant,
+            "score_mod": score_mod, "score_args": score_args}
 
 
 def _check(arguments: dict):
@@ -191,7 +190,7 @@ def _check(arguments: dict):
             *[None if t is None else t.to(torch.int32) for t in rows], a.get("packed_score_args", (None, None)))
 
 
-def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rotary_cos=None, rotary_sin=None,
+def _kvcache(package, q, k_cache, v_cache, cache_seqlens, k=None, v=None, rotary_cos=None, rotary_sin=None,
              rotary_interleaved=True, cache_leftpad=None, cache_batch_idx=None, block_table=None, causal=False,
              window=None, scale=None, num_splits=0, return_lse=False, softcap=None, alibi_slopes=None, sinks=None,
              batch_invariant=False, score_mod=None, score_args=None):
@@ -212,18 +211,23 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
                            softcap, alibi_slopes, sinks, batch_invariant, score_mod, score_args)
     score_f = score_i = None
     if entry is None:
-        checked, cache_leftpad, cache_batch_idx, (score_f, score_i) = _check(arguments)
-        entry = _PLANS.record(key, [checked, None])
-    checked = entry[0]
-    capacity, n_new = checked.capacity, checked.n_new
-    # eager: the declared value rules, one sync (every call: values can change in place)
-    contract.enforce_values("flash_attention_with_kvcache", arguments)
+        checked, arguments["cache_leftpad"], arguments["cache_batch_idx"], (score_f, score_i) = _check(arguments)
+        # the plan: what the checks derived, the launch plan (once run directly), the value rules that apply,
+        # and whether the tensors may skip the custom op (plans.plain: their types and gradients, in the key)
+        entry = _PLANS.record(key, [checked, None, contract.value_rules("flash_attention_with_kvcache", arguments),
+                                    plans.plain(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes,
+                                                sinks)])
+    checked, n_new = entry[0], entry[0].n_new
+    # the declared value rules, every call (values can change in place): each value clamped into its
+    # range on the device, no host sync (the named errors: contract.checking_values, one sync)
+    contract.keep_values("flash_attention_with_kvcache", arguments, entry[2])
+    cache_seqlens, block_table = arguments["cache_seqlens"], arguments["block_table"]
+    cache_leftpad, cache_batch_idx = arguments["cache_leftpad"], arguments["cache_batch_idx"]
     # the proven host rewrite of flash_attention: s <= 0 -> s' > 0 (scale_sign_rewrite)
     q, scale = checks.normalise_scale(q, checked.scale)
-    # lengths and page ids as the kernel reads them (clamped on the device under torch.compile), the
-    # block table and the sinks at unit stride (copies of strided views)
-    cache_seqlens, block_table = checks.cache_arguments(cache_seqlens, block_table, capacity - n_new,
-                                                        checked.num_pages)
+    # lengths and page ids as the kernel reads them (contiguous int32), the block table and the sinks at
+    # unit stride (copies of strided views)
+    cache_seqlens, block_table = checks.cache_arguments(cache_seqlens, block_table)
     sinks = contract.unit_stride("flash_attention_with_kvcache", "sinks", sinks)
     if k is not None:
         # the append: k (rotated) and v written in place at keys cache_seqlens[b] + t, then attended
@@ -233,18 +237,23 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
             q = rotary_q_op(q, cache_seqlens, rotary_cos, rotary_sin, rotary_interleaved,
                             causal or checked.window is not None, package)
         cache_seqlens = cache_seqlens + n_new
-    options = (causal, checked.window, checks.sm_scale_of(scale, q.shape[3]), checked.num_splits, checked.softcap)
-    if key is not None and plans.direct(q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks):
+    if key is not None and entry[3] and plans.dispatcher_idle():
         # eager, nothing for the dispatcher to do: the op's body itself, with the launch plan of this signature
         if entry[1] is None:
-            entry[1] = _plan(q, k_cache, v_cache, cache_seqlens, block_table, *options, alibi_slopes, sinks, package,
-                             None, None, checked.split_keys)
+            entry[1] = _plan(q, k_cache, v_cache, cache_seqlens, block_table, *_options(causal, checked, scale, q),
+                             alibi_slopes, sinks, package, None, None, checked.split_keys)
         out, lse = _run(entry[1], q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, None, None)
     else:
+        options = _options(causal, checked, scale, q)
         out, lse = kvcache_op(q, k_cache, v_cache, cache_seqlens, block_table, *options, alibi_slopes, sinks,
                               package, cache_leftpad, cache_batch_idx, checked.split_keys,
                               None if score_mod is None else score_mod.name, score_f, score_i)
     return (out, lse) if return_lse else out
+
+
+def _options(causal, checked: _Checked, scale, q) -> tuple:
+    """``kvcache_op``'s options after its tensors: causal, the window, the kernel's scale, splits, softcap."""
+    return causal, checked.window, checks.sm_scale_of(scale, q.shape[3]), checked.num_splits, checked.softcap
 
 
 @torch.library.custom_op("flashproof::kvcache_append", mutates_args=("k_cache", "v_cache"))

@@ -8,9 +8,9 @@ use. None of that depends on a tensor's *values* or address, so an entry point c
 (``tensor_key``), each option's value and type (``options_key``), the grad mode) and keeps it
 here; each call then does only what depends on values:
 
-* the value checks (``checks.check_cache_values``, ``checks.check_key_lengths``), every call, so an
-  edit in place between two calls is still caught (one host sync, eager mode only; under
-  ``torch.compile`` the device clamps instead);
+* the declared value rules (``contract.keep_values``; which of them apply is kept in the plan), every
+  call, so an edit in place between two calls is still kept in range: each value clamped on the
+  device, no host sync (the named errors: the opt-in ``contract.checking_values``, one sync);
 * the outputs' allocation and the launch.
 
 Every check still runs: on the first call of a signature the entry point takes its full path (every
@@ -84,13 +84,25 @@ def direct(*tensors, autograd: bool = False) -> bool:
     """Whether an eager call may run its op's body itself rather than through the custom op: no
     ``torch.compile`` trace, no active dispatch mode (``make_fx``, ``FakeTensorMode``, a
     ``TorchDispatchMode``), no ``__torch_function__`` mode, no functorch transform (``vmap``,
-    ``grad``), no ``torch.jit.trace``, every tensor a plain ``torch.Tensor`` (or ``None``), and no
-    gradient to record (grad mode off or no tensor requiring one) unless ``autograd``: the caller
-    records it with the op's own autograd functions (``autograd.DirectForward``)."""
-    if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
-            or torch._C._len_torch_function_stack() or torch._C._functorch.peek_interpreter_stack() is not None
-            or torch._C._get_tracing_state() is not None):
-        return False
+    ``grad``), no ``torch.jit.trace`` (``dispatcher_idle``), every tensor a plain ``torch.Tensor`` (or
+    ``None``), and no gradient to record (grad mode off or no tensor requiring one) unless
+    ``autograd``: the caller records it with the op's own autograd functions
+    (``autograd.DirectForward``) (``plain``)."""
+    return dispatcher_idle() and plain(*tensors, autograd=autograd)
+
+
+def dispatcher_idle() -> bool:
+    """The call-time half of ``direct``: nothing active that needs PyTorch's dispatcher (no
+    ``torch.compile`` trace, dispatch or ``__torch_function__`` mode, functorch transform, JIT trace)."""
+    return not (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
+                or torch._C._len_torch_function_stack() or torch._C._functorch.peek_interpreter_stack() is not None
+                or torch._C._get_tracing_state() is not None)
+
+
+def plain(*tensors, autograd: bool = False) -> bool:
+    """The tensors' half of ``direct``: each a plain tensor (or ``None``), none requiring a gradient
+    in grad mode unless ``autograd``. A function of a signature (``tensor_key`` holds each tensor's
+    type and ``requires_grad``, the key the grad mode), so a plan may keep it."""
     grad = torch.is_grad_enabled() and not autograd
     for t in tensors:
         if t is not None and (type(t) not in _PLAIN or (grad and t.requires_grad)):
