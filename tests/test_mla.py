@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention_cases import to_cpu, to_device
+from attention_cases import on_device, to_cpu, to_device
 from generated import flash_attention, flash_attention_varlen, flash_attention_with_kvcache
 from generator.checking import GRAD_TOLERANCES_EMPIRICAL, attention_failures
 from spec import reference
@@ -110,7 +110,7 @@ def test_score_mods_mask_and_mask_mod_at_mla_shape():
     g = torch.Generator().manual_seed(2)
     mask = torch.rand(1, 1, 24, 37, generator=g) > 0.3
     slopes, sinks = torch.rand(4, generator=g), torch.randn(4, generator=g)
-    kernel_sinks = to_device(sinks.clone().requires_grad_())
+    kernel_sinks = to_device(sinks.clone()).requires_grad_()  # a leaf on the test device
     out, lse, grads = _fwd_bwd(q, k, v, do, block=BLOCK, mask=mask, softcap=5.0, alibi_slopes=slopes,
                                sinks=kernel_sinks)
     ref_sinks = sinks.double().requires_grad_()
@@ -134,8 +134,8 @@ def test_v_as_a_strided_view_and_the_tma_path():
     assert not v.is_contiguous()
     _check(q, k, v, do, causal=True)
     v = v.contiguous()
-    out_tma, lse_tma = flash_attention(q, k, v, return_lse=True, block=BLOCK, tma=True)
-    out_ptr, lse_ptr = flash_attention(q, k, v, return_lse=True, block=BLOCK, tma=False)
+    out_tma, lse_tma = on_device(flash_attention, q, k, v, return_lse=True, block=BLOCK, tma=True)
+    out_ptr, lse_ptr = on_device(flash_attention, q, k, v, return_lse=True, block=BLOCK, tma=False)
     ref_out, ref_lse = reference.attention(q.double(), k.double(), v.double())
     assert attention_failures(out_tma, lse_tma, ref_out, ref_lse, v, q=q, k=k) == []
     assert torch.equal(out_tma, out_ptr) and torch.equal(lse_tma, lse_ptr)
@@ -143,7 +143,7 @@ def test_v_as_a_strided_view_and_the_tma_path():
 
 def test_empty_keys_give_zeros_of_the_value_width():
     q, k, v, _ = _inputs(32, 16, 2, 1, torch.float32, Nk=0)
-    out, lse = flash_attention(q, k, v, return_lse=True)
+    out, lse = on_device(flash_attention, q, k, v, return_lse=True)
     assert out.shape == (1, 2, 24, 16) and not out.any() and torch.isneginf(lse).all()
 
 
@@ -204,8 +204,10 @@ def test_absorbed_decode_with_a_paged_latent_cache(num_splits, dtype, monkeypatc
         return launch(plan, q_, k_cache, v_cache, *args, **kwargs)
 
     monkeypatch.setattr(module, "launch_splits", spy)
-    out, lse = flash_attention_with_kvcache(*to_device((q, kc, vc, lens)), block_table=to_device(table), causal=True,
-                                            num_splits=num_splits, return_lse=True)
+    # on the test device, v_cache a view of the moved k_cache (moving the view alone would copy it)
+    q_d, kc_d, lens_d = to_device((q, kc, lens))
+    out, lse = flash_attention_with_kvcache(q_d, kc_d, kc_d[..., :vc.shape[-1]], lens_d, block_table=to_device(table),
+                                            causal=True, num_splits=num_splits, return_lse=True)
     out, lse = to_cpu((out, lse))
     assert seen == [(True, True, 64)]  # the view itself, not a copy
     # the kernel splits q/k's head dim at D_v (64 + a tail of 8, not padded to 128) and uses its K tile as V
@@ -291,8 +293,8 @@ def test_split_head_dim_tma_path_equals_the_pointer_path():
     """The TMA path (interpreted descriptors) reads the tails through descriptors of block BLOCK_DT at
     column HEAD_DIM: at D = 48 (32 + 16) it equals the pointer path bit for bit and the float64 reference."""
     q, k, v, _ = _inputs(48, 32, 2, 2, torch.float32, seed=8)
-    out_tma, lse_tma = flash_attention(q, k, v, return_lse=True, block=BLOCK, tma=True, causal=True)
-    out_ptr, lse_ptr = flash_attention(q, k, v, return_lse=True, block=BLOCK, tma=False, causal=True)
+    out_tma, lse_tma = on_device(flash_attention, q, k, v, return_lse=True, block=BLOCK, tma=True, causal=True)
+    out_ptr, lse_ptr = on_device(flash_attention, q, k, v, return_lse=True, block=BLOCK, tma=False, causal=True)
     ref_out, ref_lse = reference.attention(q.double(), k.double(), v.double(), causal=True)
     assert attention_failures(out_tma, lse_tma, ref_out, ref_lse, v, q=q, k=k) == []
     assert torch.equal(out_tma, out_ptr) and torch.equal(lse_tma, lse_ptr)
@@ -317,7 +319,7 @@ def test_a_dropped_tail_in_the_forward_is_caught(monkeypatch, tmp_path):
     path.write_text(render.render_variant(variant))
     mutant = manifest.import_file(path)
     q, k, v, _ = _inputs(48, 32, 2, 2, torch.float32, seed=9)
-    out, lse = mutant.forward(q, k, v, sm_scale=48 ** -0.5)
+    out, lse = on_device(mutant.forward, q, k, v, sm_scale=48 ** -0.5)
     ref_out, ref_lse = reference.attention(q.double(), k.double(), v.double())
     assert attention_failures(out, lse, ref_out, ref_lse, v, q=q, k=k) != []
 
