@@ -871,8 +871,24 @@ def test_forward_error_bound_with_a_too_small_exponent_error_is_refuted():
     r = PF.prove_forward_error_bound(exponent_factor=lambda g_d, g_2, u: (g_d + 2 * g_2) * (1 + g_2))
     assert_failed(r)
     assert [name for name, res in r.cases if res != 0] == [
-        "F + 2u·B <= c·A·score_factor(γ_D, γ_2, u)",
+        "F + 2u·B <= c·A·score_factor(γ_D, γ_3, u)",
         "score (any γ_s): F_q + 2u·B_q <= c·A·φ, B_q <= c·A·(1 + φ), φ = score_factor(γ_D, γ_s, u)"]
+
+
+def test_forward_error_bound_counts_the_fp32_constant_of_qk_scale(monkeypatch):
+    """SCALE_ROUNDINGS = 2 (log2 e's rounding to an fp32 constant, which the compiled kernel performs and
+    the interpreter does not, left out): the printed qk_scale's count refutes it, and forward_bound built
+    on it is not the stated composition."""
+    from spec import error_bound as EB
+
+    r = PF.prove_forward_error_bound(scale_roundings=2)
+    assert_failed(r)
+    assert "3 roundings" in str(dict(r.cases)["printed qk_scale and x·qk_scale round <= SCALE_ROUNDINGS = 2 times"])
+    monkeypatch.setattr(EB, "SCALE_ROUNDINGS", 2)
+    monkeypatch.setattr(EB.exponent_error, "__defaults__", (EB.FLOATS, False, 2))
+    r = PF.prove_forward_error_bound()
+    assert_failed(r)
+    assert any(name.startswith("forward_bound(fp32).out") for name, res in r.cases if res != 0)
 
 
 def test_forward_error_bound_counts_the_roundings_of_the_printed_update():

@@ -177,7 +177,8 @@ def _roundings(expr, carried):
        "underflow or overflow), one query row, any N_k, B_c, head dim D and number of tiles T: (i) every key's "
        "computed exponent — its rounded score, p's subtraction of the running max (product and subtraction "
        "rounded separately), its later rescales' exponents (they telescope, induction on tiles) and its at "
-       "most T + 1 exp2 factors — is within E = exponent_error = s·A·score_factor(γ_D, γ_2, u) + "
+       "most T + 1 exp2 factors — is within E = exponent_error = s·A·score_factor(γ_D, γ_3, u) (SCALE_ROUNDINGS = 3, "
+       "counted in the printed QK_SCALE: log2 e as an fp32 constant, the product, x·qk_scale) + "
        "(T+1)·(−log(1 − U_FUNC)) of s·x_j − m_T (A = max_j Σ_d |q_d k_jd|); (ii) the printed acc and l_i "
        "updates round the carried weight TILE_ROUNDINGS = 2 times per later tile (counted in the printed "
        "terms; induction on T: within γ_{2T}); (iii) for one generic key lifted by the finite-sum lemma "
@@ -227,7 +228,8 @@ def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=term
                               alibi_factor=error_bound.alibi_exponent, alibi_terms=(terms.ALIBI_SCALAR,) + terms.ALIBI,
                               alibi_roundings=error_bound.ALIBI_ROUNDINGS,
                               score_log2_terms=(terms.SCORE_LOG2_SCALAR,) + terms.SCORE_LOG2 + (terms.MOD_TILE_SCALE,),
-                              score_log2_roundings=error_bound.SCORE_LOG2_ROUNDINGS):
+                              score_log2_roundings=error_bound.SCORE_LOG2_ROUNDINGS,
+                              scale_roundings=error_bound.SCALE_ROUNDINGS, qk_scale=terms.QK_SCALE):
     chained = {t.symbol: t.expr for t in forward_tile}
     cases = []
     # (1) the printed form the count is about: new keys enter through one dot / rowsum, then one add
@@ -296,7 +298,7 @@ def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=term
     cases.append(("out_bound(ρ_w, ρ_num, ρ_den, u, u_out) >= K·last + last − 1 with K = (a+b)/(1−b)",
                   _verdict(signs + [u > 0, uo >= 0],
                            out_bound(rw, rn, rd, u, uo) >= (a_ + b_) / (1 - b_) * last + last - 1)))
-    cases += _exponent_cases(exponent_factor, softcap_factor)
+    cases += _exponent_cases(exponent_factor, softcap_factor, scale_roundings, qk_scale)
     cases += _alibi_cases(alibi_factor, exponent_factor, softcap_factor, alibi_terms, alibi_roundings,
                           score_log2_terms, score_log2_roundings)
     cases += _lse_cases(lse_bound, forward_epilogue, lse_roundings)
@@ -328,7 +330,7 @@ def symbolic_numbers(u, uf, up, uo, p_abs=0):
 def _composition_cases(bound):
     """``forward_bound`` (what the tolerances use), evaluated in SymPy on symbolic sizes and roundoffs,
     equals the composition this claim states, built here from the proved lemmas: ``T = max(1,
-    ceil(N_k / B_c))`` tiles, ``E = s·A·score_factor(γ_D, γ_2, u) + (T + 1)(−log(1 − U_FUNC))``, ``ρ_w =
+    ceil(N_k / B_c))`` tiles, ``E = s·A·score_factor(γ_D, γ_3, u) + (T + 1)(−log(1 − U_FUNC))``, ``ρ_w =
     e^E − 1``, ``ρ_num = carried_factor(weight_factor(u_p, γ_{B_c}), T)``, ``ρ_den =
     carried_factor(γ_{B_c}, T)``, ``out = out_bound(ρ_w, ρ_num, ρ_den, u, u_out)``, ``lse =
     lse_bound(E, −log(1 − b), log max(N_k, 1), |lse|)`` with ``b = weight_factor(ρ_w, ρ_den)`` — the
@@ -347,7 +349,7 @@ def _composition_cases(bound):
     for softcap, alibi in itertools.product((False, True), (None, beta)):
         if alibi is None:
             factor = (error_bound.softcap_score_factor(gam(d), gam(2), gam(5), rho_t, u) if softcap
-                      else exponent_factor(gam(d), gam(2), u))
+                      else exponent_factor(gam(d), gam(3), u))
             E = sA * factor + (T + 1) * (-sp.log(1 - uf))
         else:  # the score's factor (the cap's, or the raw score into log2 units), then the bias and its add
             factor = (error_bound.softcap_score_factor(gam(d), gam(2), gam(5), rho_t, u) if softcap
@@ -403,19 +405,29 @@ def _softcap_score_cases(softcap_factor):
     ]
 
 
-def _exponent_cases(exponent_factor, softcap_factor=error_bound.softcap_score_factor):
+def _exponent_cases(exponent_factor, softcap_factor=error_bound.softcap_score_factor,
+                    scale_roundings=error_bound.SCALE_ROUNDINGS, qk_scale=terms.QK_SCALE):
     """E: a key's computed exponent (log2 units, p's and its rescales' summed) against the exact
-    ``y_j − m_T`` relative to the final computed max ``m_T`` (the shift cancels in out)."""
+    ``y_j − m_T`` relative to the final computed max ``m_T`` (the shift cancels in out); the scaled
+    score rounds ``scale_roundings`` times, counted in the printed ``qk_scale``."""
     u, A, c, gD, x, xh, ell, th, m0, mT, S, d, B, F = z3.Reals("u A c g_D x xh ell th m0 mT S delta B F")
-    g2 = 2 * u / (1 - 2 * u)
+    k = scale_roundings
+    g2 = k * u / (1 - k * u)  # γ_k
     base = [u > 0, u < z3.RealVal("0.01"), A >= 0, c > 0, gD >= 0]
     score = base + [x <= A, -x <= A, xh - x <= gD * A, x - xh <= gD * A, ell <= 1 + g2, ell >= 1 - g2]
+    # the printed qk_scale = sm_scale·log2 e: its product, log2 e as an fp32 constant (compiled), then x·qk_scale
+    count = _roundings(qk_scale.expr, n.sm_scale)
+    constants = sum(1 for f in sp.Mul.make_args(qk_scale.expr) if f.is_number and not f.is_Rational)
+    count = None if count is None else count + constants + 1
     cases = [
-        ("(1+δ)(1+δ') in 1 ± γ_2: weight_factor(u, u) <= γ_2", _verdict(base, error_bound.weight_factor(u, u) <= g2)),
-        ("score: |x^ − x| <= γ_D·A, |x| <= A => |x^·c·ℓ − x·c| <= c·A·((1+γ_D)(1+γ_2) − 1)",
+        (f"printed qk_scale and x·qk_scale round <= SCALE_ROUNDINGS = {k} times",
+         ZERO if count is not None and count <= k else sp.Symbol(f"{count} roundings")),
+        (f"(1+δ)^{k} in 1 ± γ_{k}: (1 + u)^{k} − 1 <= γ_{k}",
+         _verdict(base, z3.And((1 + u) ** k - 1 <= g2, 1 - (1 - u) ** k <= g2))),
+        (f"score: |x^ − x| <= γ_D·A, |x| <= A => |x^·c·ℓ − x·c| <= c·A·((1+γ_D)(1+γ_{k}) − 1)",
          _verdict(score, z3.And(xh * c * ell - x * c <= c * A * ((1 + gD) * (1 + g2) - 1),
                                 x * c - xh * c * ell <= c * A * ((1 + gD) * (1 + g2) - 1)))),
-        ("score: |x^·c·ℓ| <= c·A·(1+γ_D)(1+γ_2) =: B",
+        (f"score: |x^·c·ℓ| <= c·A·(1+γ_D)(1+γ_{k}) =: B",
          _verdict(score, z3.And(xh * c * ell <= c * A * (1 + gD) * (1 + g2), -xh * c * ell <= c * A * (1 + gD) * (1 + g2)))),
     ]
     m1, m2 = z3.Reals("m_t m_t1")
@@ -430,7 +442,7 @@ def _exponent_cases(exponent_factor, softcap_factor=error_bound.softcap_score_fa
                             th - y <= F, y - th <= F, S <= u * (mT - m0), -S <= u * (mT - m0)],
                            z3.And(ce - (y - mT) <= F + 2 * u * B, (y - mT) - ce <= F + 2 * u * B))))
     total = c * A * ((1 + gD) * (1 + g2) - 1) + 2 * u * c * A * (1 + gD) * (1 + g2)
-    cases.append(("F + 2u·B <= c·A·score_factor(γ_D, γ_2, u)",
+    cases.append((f"F + 2u·B <= c·A·score_factor(γ_D, γ_{k}, u)",
                   _verdict(base, total <= c * A * exponent_factor(gD, g2, u))))
     cases += _softcap_score_cases(softcap_factor)
     cases.append(("c·ln 2 = s: log2 units times ln 2 are natural units (printed qk_scale)",
