@@ -169,6 +169,15 @@ def _roundings(expr, carried):
     return max(below) + (0 if isinstance(expr, (terms.col, terms.row)) else 1)
 
 
+def scaled_score_roundings(qk_scale_expr):
+    """How many times the scaled score ``x·qk_scale`` is rounded, counted in a printed ``qk_scale``: its
+    operations on ``sm_scale``, one per fp32 constant (an irrational literal such as log2 e, rounded once
+    when compiled), and the product ``x·qk_scale``. None: ``sm_scale`` is absent."""
+    count = _roundings(qk_scale_expr, n.sm_scale)
+    constants = sum(1 for f in sp.Mul.make_args(qk_scale_expr) if f.is_number and not f.is_Rational)
+    return None if count is None else count + constants + 1
+
+
 @claim("forward_error_bound",
        "in the standard model (every fp32 operation fl(x∘y) = (x∘y)(1+δ), |δ| <= u; exp2 within U_FUNC "
        "(relative), log2 within U_FUNC·(1 + |log2 x|); ln monotone with ln(xy) = ln x + ln y; "
@@ -416,9 +425,7 @@ def _exponent_cases(exponent_factor, softcap_factor=error_bound.softcap_score_fa
     base = [u > 0, u < z3.RealVal("0.01"), A >= 0, c > 0, gD >= 0]
     score = base + [x <= A, -x <= A, xh - x <= gD * A, x - xh <= gD * A, ell <= 1 + g2, ell >= 1 - g2]
     # the printed qk_scale = sm_scale·log2 e: its product, log2 e as an fp32 constant (compiled), then x·qk_scale
-    count = _roundings(qk_scale.expr, n.sm_scale)
-    constants = sum(1 for f in sp.Mul.make_args(qk_scale.expr) if f.is_number and not f.is_Rational)
-    count = None if count is None else count + constants + 1
+    count = scaled_score_roundings(qk_scale.expr)
     cases = [
         (f"printed qk_scale and x·qk_scale round <= SCALE_ROUNDINGS = {k} times",
          ZERO if count is not None and count <= k else sp.Symbol(f"{count} roundings")),

@@ -33,7 +33,7 @@ import z3
 
 from spec import error_bound, structure, terms
 from spec import notation as n
-from spec.proofs.float import _roundings, _verdict, symbolic_numbers
+from spec.proofs.float import _verdict, scaled_score_roundings, symbolic_numbers
 from spec.proofs.symbolic import D, R, ROWMAX, Q, V, a_, d, j, run, sum_zero, w_
 from spec.proofs.tools import ZERO, result
 from spec.registry import claim
@@ -198,9 +198,7 @@ def prove_fp8_error_bound(out_bound=error_bound.out_bound, bound=error_bound.for
                            z3.And(e * ell - nn <= M * out_bound(rw, rn, rd, ud, uo, c),
                                   nn - e * ell <= M * out_bound(rw, rn, rd, ud, uo, c)))))
     # (iv) the descaled exponent: the printed qk_scale's roundings, then the score lemma with γ_r
-    count = _roundings(fp8_qk_scale.expr, n.sm_scale)
-    constants = sum(1 for f in sp.Mul.make_args(fp8_qk_scale.expr) if f.is_number and not f.is_Rational)
-    count = None if count is None else count + constants + 1  # an fp32 constant rounds once; + x·qk_scale
+    count = scaled_score_roundings(fp8_qk_scale.expr)  # its products, fp32 constants, then x·qk_scale
     cases.append((f"printed FP8 qk_scale and x·qk_scale round <= SCALE_ROUNDINGS_DESCALED = {scale_roundings} times",
                   ZERO if count is not None and count <= scale_roundings else sp.Symbol(f"{count} roundings")))
     u, A, cc, gD, x, xh, lr, B, F2, th, m0, mT, S2, dd = z3.Reals("u A c g_D x xh ell B F th m0 mT S d")
