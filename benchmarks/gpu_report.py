@@ -44,7 +44,8 @@ from benchmarks.common import ARTIFACTS, ASSETS_PERF, DOCS_PERF, ROOT, markdown_
 from generator.runtime.launch import interpreting
 
 TEST_FILES = ("tests/test_forward.py", "tests/test_backward.py", "tests/test_api.py", "tests/test_softmax.py",
-              "tests/test_tma.py", "tests/test_varlen.py")
+              "tests/test_tma.py", "tests/test_varlen.py", "tests/test_mla.py", "tests/test_score_mods.py",
+              "tests/test_dropout.py")
 STATE = ARTIFACTS / "gpu_report"
 PAGE = DOCS_PERF / "gpu.md"
 NO_CUDA = ("no CUDA device: python -m benchmarks.gpu_report runs the kernel tests and the benchmark on a GPU "
