@@ -183,7 +183,7 @@ def test_dropout_p_zero_is_bitwise_the_kernels_without_dropout():
 def test_bad_dropout_p_is_rejected_with_its_fix(p, error, words):
     q = torch.zeros(1, 2, 4, 16)
     with pytest.raises(error, match=words.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
-        flash_attention(q, q, q, dropout_p=p)
+        on_device(flash_attention, q, q, q, dropout_p=p)
 
 
 def test_return_dropout_mask_is_for_small_problems():
@@ -192,8 +192,8 @@ def test_return_dropout_mask_is_for_small_problems():
     with pytest.raises(ValueError, match="return_dropout_mask=True would write"):
         checks.check_dropout(0.1, True, checks.DROPOUT_MASK_MAX + 1)
     with pytest.raises(TypeError, match="return_dropout_mask"):
-        flash_attention(torch.zeros(1, 1, 4, 16), torch.zeros(1, 1, 4, 16), torch.zeros(1, 1, 4, 16),
-                        return_dropout_mask=1)
+        q = torch.zeros(1, 1, 4, 16)
+        on_device(flash_attention, q, q, q, return_dropout_mask=1)
 
 
 def test_torch_compile_fullgraph_draws_and_differentiates():

@@ -323,7 +323,7 @@ def test_mutated_templates_are_caught(monkeypatch, tmp_path, name):
 def test_argument_errors(kw, error, words):
     q = torch.zeros(1, 2, 4, 16)
     with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
-        flash_attention(q, q, q, **kw)
+        on_device(flash_attention, q, q, q, **kw)
 
 
 def test_off_case_prints_nothing_else():
