@@ -128,7 +128,7 @@ def _run(args, out, manifest) -> int:
             return 2
 
     from spec import score_mods
-    from spec.proofs.score_mod_user import derivative_cases
+    from spec.proofs.score_mod_user import bound_cases, derivative_cases
     for ref in {ref for config in configs for ref in config.score_mods}:  # importable, in the class, derived
         try:
             sm = score_mods.resolve(ref)
@@ -139,6 +139,11 @@ def _run(args, out, manifest) -> int:
         if bad:
             print(f"--score-mod {ref}: its printed backward is not the derivative of its printed forward "
                   f"(claim score_mod_derived's cases): {bad[0][0]} leaves {bad[0][1]}", file=sys.stderr)
+            return 1
+        bad = [(name, r) for name, r in bound_cases(sm) if r != 0]
+        if bad:
+            print(f"--score-mod {ref}: its printed forward does not have its stated rounding count "
+                  f"(claim score_mod_error_bound's cases): {bad[0][0]} leaves {bad[0][1]}", file=sys.stderr)
             return 1
 
     from spec.claims import prove_all  # kernels are printed from proven terms only

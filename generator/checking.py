@@ -14,6 +14,9 @@ relative for every cap (claims ``softcap_accuracy``, ``forward_error_bound``). W
 ``alibi_beta``: ``max|slope| · max|i + shift − j|`` of the case) it is ``forward_bound(alibi=β)``: the printed
 bias's roundings (4, and its add) enter every exponent's error as ``~7u·β`` (claim ``forward_error_bound``
 (vi)); the regime tolerances ``TOLERANCES`` do not include it, so an ALiBi case passes ``q``, ``k`` and ``alibi``.
+With a user score_mod of the bounded class (``score_mod=(k, α, κ)``: its ``roundings()`` and the case's
+``magnitudes``) it is ``forward_bound(score_mod=...)`` (claim ``score_mod_error_bound``); a score_mod outside it
+(``outside_bound()``: a function of the score) has no bound, and its tests' tolerances are empirical.
 The sink's fold (``spec.terms.SINK_FOLD``) is not in the bound: with sinks the tolerances are the bound's
 numbers without it.
 
@@ -56,10 +59,11 @@ def alibi_beta(alibi_slopes, n_q: int, n_k: int, alignment: str = "top_left", sh
 
 
 def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None, softcap=False, dtype=None,
-                    descaled=None, alibi=None) -> tuple[float, float]:
+                    descaled=None, alibi=None, score_mod=None) -> tuple[float, float]:
     """``(out, lse)`` tolerances of one case from the bound: its sizes and its data (``block_n``
     None: the largest bound over the block sizes a kernel may use; ``softcap``: the scores capped;
-    ``alibi``: the case's ``β`` (``alibi_beta``) with ALiBi slopes).
+    ``alibi``: the case's ``β`` (``alibi_beta``) with ALiBi slopes; ``score_mod``: a user score_mod's ``(k, α,
+    κ)``, ``score_mod_bound``).
     ``dtype`` (a name of ``spec.error_bound.UNIT_ROUNDOFF``, default v's) and ``descaled``: the FP8
     forward's case, with q, k, v the dequantised tensors (``forward_bound``'s arguments)."""
     D = q.shape[-1]
@@ -71,9 +75,17 @@ def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None, softcap=
     lse_max = finite.abs().max().item() if finite.numel() else 0.0
     blocks = REGIME["block_ns"] if block_n is None else (block_n,)
     bounds = [forward_bound(dtype or DTYPE_NAMES[v.dtype], k.shape[2], bn, D, scaled_abs, lse_max, softcap=softcap,
-                            descaled=descaled, alibi=alibi)
+                            descaled=descaled, alibi=alibi, score_mod=score_mod)
               for bn in blocks]
     return max(b.out for b in bounds), max(b.lse_abs for b in bounds)
+
+
+def score_mod_bound(score_mod, score_args, batch: int, heads: int, n_q: int, n_k: int, shift: int = 0):
+    """``(k, α, κ)`` of a case with a user score_mod (``forward_bound``'s ``score_mod=``), or None when the
+    score_mod is outside the bounded class (its tolerance is then empirical: ``score_mod.outside_bound()``)."""
+    if score_mod.outside_bound() is not None:
+        return None
+    return (score_mod.roundings(), *score_mod.magnitudes(score_args, batch, heads, n_q, n_k, shift))
 
 
 def attention_errors(out, lse, ref_out, ref_lse, v) -> tuple[float, float]:
@@ -94,14 +106,14 @@ def attention_errors(out, lse, ref_out, ref_lse, v) -> tuple[float, float]:
 
 
 def attention_failures(out, lse, ref_out, ref_lse, v, *, q=None, k=None, scale=None, block_n=None,
-                       softcap=False, alibi=None) -> list[str]:
+                       softcap=False, alibi=None, score_mod=None) -> list[str]:
     """Human-readable failures (empty when the kernel matches the reference within the bound)."""
     if q is not None and k is not None:
         tol, lse_tol = case_tolerances(q, k, v, scale=scale, block_n=block_n, ref_lse=ref_lse, softcap=softcap,
-                                       alibi=alibi)
-    elif alibi is not None:
-        raise ValueError("attention_failures: the regime tolerances do not cover ALiBi; pass q and k with alibi= "
-                         "(the bound of the case, spec.error_bound.forward_bound(alibi=β))")
+                                       alibi=alibi, score_mod=score_mod)
+    elif alibi is not None or score_mod is not None:
+        raise ValueError("attention_failures: the regime tolerances do not cover ALiBi or a score_mod; pass q and k "
+                         "with alibi= / score_mod= (the bound of the case, spec.error_bound.forward_bound)")
     else:
         tol, lse_tol = TOLERANCES[v.dtype], LSE_TOLERANCES[v.dtype]
     out_err, lse_err = attention_errors(out, lse, ref_out, ref_lse, v)

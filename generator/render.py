@@ -144,7 +144,8 @@ def score_mod_user_context(variant: Variant) -> dict | None:
               "idx_name": ix.name} for g, ix in sm.grad_terms()]
     return {"name": sm.name, "expr": repr(str(sm.expr)), "params": repr(sm.params),
             "forward": _lines(sm.forward_terms(), SCORE_MOD_NAMES), "ds": print_term(sm.ds_term(), SCORE_MOD_NAMES),
-            "grads": grads, "scatter": _lines(SM.SCATTER)}
+            "grads": grads, "scatter": _lines(SM.SCATTER), "roundings": sm.roundings(),
+            "empirical": sm.outside_bound()}
 
 
 def _acc_index(tile) -> int:

@@ -221,7 +221,7 @@ def lse_bound(exponent, log_den, log_n, lse_abs, u=U, u_func=U_FUNC):
 
 def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs: float, lse: float = 0.0,
                   num: Numbers = FLOATS, softcap: bool = False, *, out_dtype: str | None = None,
-                  descaled: bool | None = None, alibi=None) -> Bound:
+                  descaled: bool | None = None, alibi=None, score_mod=None) -> Bound:
     """The bound for one row: ``dtype`` in ``UNIT_ROUNDOFF`` (the dtype of the products' operands and of
     P's cast: ``"e4m3"``/``"e5m2"`` for FP8), ``scaled_abs = s·max_j Σ_d |q_d k_jd|`` on the dequantised
     inputs (``num``: the arithmetic, floats unless claims ``forward_error_bound`` / ``fp8_error_bound``
@@ -231,14 +231,20 @@ def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs:
     ``dtype`` is FP8): two more roundings in ``qk_scale`` and one more multiply of ``out``; an FP8 ``dtype``
     adds P's subnormal error. FP8 takes no softcap and no ALiBi (refused: ``ValueError``). ``alibi``: with
     ALiBi on, ``β = max_j |slope·(i + shift − j)|`` over the row's keys (natural units; ``alibi_reach``),
-    whose printed bias adds ``alibi_exponent_error``'s terms."""
+    whose printed bias adds ``alibi_exponent_error``'s terms. ``score_mod``: a user score_mod's ``(k, α, κ)``
+    (``spec.score_mods.ScoreMod.roundings`` and ``magnitudes``; its class: ``outside_bound`` is None), whose
+    printed lines add ``score_mod_exponent_error``'s terms; not with softcap, ALiBi or FP8 (refused)."""
     descaled = dtype in FP8 if descaled is None else descaled
     if softcap and descaled:
         raise ValueError("forward_bound: FP8's descaled forward takes no softcap (nothing is bounded there)")
     if alibi is not None and descaled:
         raise ValueError("forward_bound: FP8's descaled forward takes no ALiBi (nothing is bounded there)")
+    if score_mod is not None and (softcap or alibi is not None or descaled):
+        raise ValueError("forward_bound: a user score_mod is bounded alone (no softcap, ALiBi or FP8 descales: "
+                         "their qk_scale is 1 and nothing is bounded there)")
     tiles = n_tiles(n_k, block_n, num)
-    E = (exponent_error(head_dim, tiles, scaled_abs, num, softcap,
+    E = (score_mod_exponent_error(head_dim, tiles, scaled_abs, score_mod, num) if score_mod is not None else
+         exponent_error(head_dim, tiles, scaled_abs, num, softcap,
                         SCALE_ROUNDINGS_DESCALED if descaled else SCALE_ROUNDINGS) if alibi is None
          else alibi_exponent_error(head_dim, tiles, scaled_abs, alibi, num, softcap))
     rho_w = num.expm1(E)
@@ -340,6 +346,44 @@ def alibi_reach(slope_abs: float, n_q: int, n_k: int, shift: int) -> float:
     if n_q <= 0 or n_k <= 0:
         return 0.0
     return slope_abs * max(abs(n_q - 1 + shift), abs(shift - (n_k - 1)))
+
+
+# ----------------------------------------------------------------------------------
+# A user score_mod (spec.score_mods, issue 28): the printed lines (ScoreMod.forward_terms)
+#     us^ = fl(fl(x^·qk_scale^)·fl(ln 2)),   qk' = fl(fl(f^(us^)/qk_scale^)·fl(log2 e)),   then the tile's qk'·qk_scale^,
+# with qk_scale^ = fl(s·fl(log2 e)) (no softcap or ALiBi: with them qk_scale is 1 and nothing is bounded here).
+# f^ is the printed f, of +, · and / (ScoreMod.outside_bound), affine in s: every monomial of it carries at most
+# k = ScoreMod.roundings() roundings, so |f^ − f(us^)| <= γ_k·(α|us^| + κ), (α, κ) its absolute tree's parts.
+# ----------------------------------------------------------------------------------
+#: roundings of the scaled score us = x·qk_scale·ln 2 against s·x: log2 e in fp32, s·log2 e, x·qk_scale, ln 2 in
+#: fp32, the product (claim score_mod_error_bound counts them in the printed QK_SCALE and us line)
+SCORE_MOD_SCALE_ROUNDINGS = 5
+#: roundings of f^ back to log2 units in the tile: the division by qk_scale^ (which the tile's product cancels
+#: exactly), log2 e in fp32, its product, the tile's qk'·qk_scale^ (claim score_mod_error_bound counts them)
+SCORE_MOD_BACK_ROUNDINGS = 4
+
+
+def score_mod_exponent(scaled_abs, alpha, kappa, g_d, g_s, g_k, g_b, u):
+    """A user score_mod's ``F_t + 2u·B_t`` (as ``score_factor``'s ``F + 2u·B``, natural units): the score
+    ``|us^ − s x| <= F_s = s·A((1 + γ_D)(1 + γ_s) − 1)``, ``|us^| <= B_s = s·A(1 + γ_D)(1 + γ_s)``; the printed
+    ``f``, affine in ``s`` with ``|∂f/∂s| <= α``: ``F_f = γ_k(α B_s + κ) + α F_s``, ``|f^| <= B_f = (1 + γ_k)(α B_s +
+    κ)``; back in log2 units within ``γ_b``: ``F_t = F_f + γ_b B_f``, ``B_t = (1 + γ_b) B_f``. Plain arithmetic
+    (claim ``score_mod_error_bound``)."""
+    f_s = scaled_abs * ((1 + g_d) * (1 + g_s) - 1)
+    b_s = scaled_abs * (1 + g_d) * (1 + g_s)
+    f_f = g_k * (alpha * b_s + kappa) + alpha * f_s
+    b_f = (1 + g_k) * (alpha * b_s + kappa)
+    return f_f + g_b * b_f + 2 * u * (1 + g_b) * b_f
+
+
+def score_mod_exponent_error(head_dim: int, n_tiles: int, scaled_abs: float, score_mod, num: Numbers = FLOATS) -> float:
+    """``E`` with a user score_mod (``score_mod = (k, α, κ)``: its ``roundings()`` and the case's
+    ``magnitudes``): ``score_mod_exponent`` with ``γ_D``, ``γ_5`` (``SCORE_MOD_SCALE_ROUNDINGS``), ``γ_k``,
+    ``γ_4`` (``SCORE_MOD_BACK_ROUNDINGS``), and the at most ``T + 1`` exp2 factors, as ``exponent_error``."""
+    k, alpha, kappa = score_mod
+    return (score_mod_exponent(scaled_abs, alpha, kappa, num.gamma(head_dim), num.gamma(SCORE_MOD_SCALE_ROUNDINGS),
+                               num.gamma(k), num.gamma(SCORE_MOD_BACK_ROUNDINGS), num.U)
+            - (n_tiles + 1) * num.log1p(-num.U_FUNC))
 
 
 #: the regime the fixed tolerances (``generator.checking.TOLERANCES``) are computed at: the tests'

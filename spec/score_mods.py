@@ -318,6 +318,63 @@ class ScoreMod:
                         Term(ix, self.flat_index(rd), CLAIM, f"the entry of {rd.tensor} this read takes, in SF")))
         return tuple(out)
 
+    # --- the error bound (claim score_mod_error_bound) -----------------------------------
+    def outside_bound(self) -> str | None:
+        """None when the printed forward line is in the bounded class (``spec.error_bound``'s
+        ``score_mod_exponent``); else why its tolerance is empirical. The class: ``f`` is built of
+        ``+``, ``·`` and divisions by a float value (the score, a parameter, a constant, an integer
+        position term), affine in ``s`` with its absolute tree affine in ``|s|`` (``abs_parts``): then a
+        computed ``f`` errs by at most ``γ_k`` times the absolute tree (``k = roundings()``) plus ``|∂f/∂s|``
+        times the score's error. A function (``tanh``, ``exp``, ...) or a power needs an accuracy and
+        a Lipschitz bound of its own that no claim states: outside."""
+        f = self.kernel_form(self.expr)
+        if monomial_roundings(f) is None:
+            return (f"score_mod {self.name}: {self.expr} uses a function or a power of a float value; the bound "
+                    "counts roundings of +, · and / only (a function's own accuracy and its derivative's range are "
+                    "not stated by any claim)")
+        if self.abs_parts() is None:
+            return f"score_mod {self.name}: {self.expr} is not affine in s (the bound's Lipschitz factor is |∂f/∂s|)"
+        return None
+
+    def roundings(self) -> int | None:
+        """``k``: the roundings every monomial of the printed ``f`` carries (``monomial_roundings`` of the
+        kernel form; None outside the bounded class). Claim ``score_mod_error_bound`` checks it on a model
+        of the printed term with one relative error per operation."""
+        return monomial_roundings(self.kernel_form(self.expr))
+
+    def abs_parts(self) -> tuple[sp.Expr, sp.Expr] | None:
+        """``(α, κ)``: ``f``'s absolute tree (every leaf and constant by its absolute value, no
+        cancellation) is ``α·|s| + κ``, expressions of the positions and parameters (``|∂f/∂s| <= α``);
+        None when it is not affine in ``|s|`` or outside the counted operations."""
+        sigma = sp.Symbol("sigma", positive=True)
+        tree = _abs_tree(self.expr, sigma)
+        if tree is None:
+            return None
+        tree = sp.expand(tree)
+        if sp.degree(tree, sigma) > 1:
+            return None
+        alpha = tree.coeff(sigma, 1)
+        return alpha, sp.expand(tree - alpha * sigma)
+
+    def magnitudes(self, score_args: dict, batch: int, heads: int, n_q: int, n_k: int, shift: int):
+        """``(α, κ)`` of the bound for a case: the largest ``α``, ``κ`` of ``abs_parts`` over every
+        ``(b, h, i, j)`` (masked entries too: an upper bound), from the float64 values of the parameters.
+        O(B·H·N_q·N_k): the tests' bound, never a call's."""
+        import torch
+
+        parts = self.abs_parts()
+        if parts is None:
+            raise ValueError(self.outside_bound())
+        s = torch.zeros(batch, heads, n_q, n_k, dtype=torch.float64)
+        double = {p: (v.detach().double() if torch.is_tensor(v) else v) for p, v in score_args.items()}
+        probe = ScoreMod(self.name, self.module, self.params, sp.Integer(0), self.ints, self.floats, self.tensors,
+                         self.reads)
+        return tuple(float((probe._with(e).apply_torch(s, shift, double)).max()) for e in parts)
+
+    def _with(self, expr) -> "ScoreMod":
+        return ScoreMod(self.name, self.module, self.params, sp.sympify(expr), self.ints, self.floats, self.tensors,
+                        self.reads)
+
     # --- run-time parameters -----------------------------------------------------------
     def pack(self, score_args, batch: int, heads: int, device=None):
         """``(SF, SI)``: the fp32 vector of float values (differentiable in the tensors: autograd
@@ -388,6 +445,63 @@ class ScoreMod:
         env.update({Param(p): score_args[p] for p in self.ints + self.floats})
         tensors = {t: score_args[t].to(s.dtype) for t in self.tensors}
         return _evaluate(self.expr, env, tensors) + 0 * s
+
+
+def _is_integer_term(e) -> bool:
+    """An integer-valued term of integer symbols (positions, integer parameters, SI reads): the kernels
+    convert it to fp32 once (exact below 2^24)."""
+    return bool(e.free_symbols) and e.is_integer is True and not e.has(SF) and S not in e.free_symbols \
+        and us not in e.free_symbols
+
+
+def monomial_roundings(e) -> int | None:
+    """The roundings each monomial of the printed ``e`` carries (a term of ``+``, ``·`` and ``/`` by a
+    float value), in any association order: a float value (``us``, an ``SF`` read, a symbol) 0; an
+    integer constant 0 (exact: below 2^24); another constant 1 (rounded to fp32 once); an integer term
+    of integer symbols 1 (its conversion); ``1/v`` of a float value, as a factor: the division, counted
+    as its product's operation; a sum of n terms ``max + (n − 1)``; a product of n factors (−1 apart: an
+    exact negation) the sum of theirs ``+ (n − 1)``. None: a function or another power."""
+    if isinstance(e, sp.Integer):
+        return 0
+    if e.is_number:
+        return 1
+    if isinstance(e, (sp.Symbol, sp.Indexed)):
+        return 0
+    if _is_integer_term(e):
+        return 1
+    if isinstance(e, sp.Add):
+        below = [monomial_roundings(a) for a in e.args]
+        return None if None in below else max(below) + len(e.args) - 1
+    if isinstance(e, sp.Mul):
+        factors = [a for a in e.args if a != -1]
+        below = [monomial_roundings(a.base) if _is_reciprocal(a) else monomial_roundings(a) for a in factors]
+        return None if None in below else sum(below) + len(factors) - 1
+    if _is_reciprocal(e):  # 1/v alone: one division
+        below = monomial_roundings(e.base)
+        return None if below is None else below + 1
+    return None
+
+
+def _is_reciprocal(e) -> bool:
+    """``1/v`` with ``v`` a float value (a symbol or a read): printed as a division."""
+    return isinstance(e, sp.Pow) and e.exp == -1 and isinstance(e.base, (sp.Symbol, sp.Indexed))
+
+
+def _abs_tree(e, sigma):
+    """``e`` with ``s`` as ``σ = |s|``, every other leaf and constant by its absolute value, and its
+    sums of absolute values (no cancellation); None outside ``monomial_roundings``' operations."""
+    if e == S:
+        return sigma
+    if e.is_number:
+        return abs(e)
+    if isinstance(e, (sp.Symbol, sp.Indexed)) or (e.is_integer is True and S not in e.free_symbols):
+        return sp.Abs(e)
+    if isinstance(e, (sp.Add, sp.Mul)):
+        parts = [_abs_tree(a, sigma) for a in e.args]
+        return None if None in parts else (sp.Add if isinstance(e, sp.Add) else sp.Mul)(*parts)
+    if _is_reciprocal(e):
+        return 1 / sp.Abs(e.base)
+    return None
 
 
 def _bound_function(bound, ints: tuple):

@@ -1607,6 +1607,22 @@ def test_score_mod_builtins_refutes_a_swapped_instance():
     assert_failed(PSU.prove_score_mod_builtins(alibi=SM.rel_bias))
 
 
+def test_score_mod_error_bound_refutes_a_miscount(monkeypatch):
+    """Claim score_mod_error_bound FAILS on a rounding count one short (rel_bias's f stated at 0, alibi's at 2),
+    on a scaled score counted at 4, and on a score_mod_exponent without the rounding of f."""
+    from spec import error_bound as EB
+    from spec import score_mods as SM
+    from spec.proofs import score_mod_user as PSU
+
+    r = PSU.prove_score_mod_error_bound(roundings=lambda sm: SM.ScoreMod.roundings(sm) - 1)
+    assert_failed(r)
+    assert dict(r.cases)["alibi: every monomial of the printed f carries <= 2 roundings"] != 0
+    assert_failed(PSU.prove_score_mod_error_bound(
+        score_mod_exponent=lambda sA, al, ka, gd, gs, gk, gb, u: EB.score_mod_exponent(sA, al, ka, gd, gs, 0, gb, u)))
+    monkeypatch.setattr(EB, "SCORE_MOD_SCALE_ROUNDINGS", 4)
+    assert_failed(PSU.prove_score_mod_error_bound(examples=(SM.rel_bias,)))
+
+
 # ---------------------------------------------------------------- FP8 forward (issue 30)
 from spec import error_bound as EB  # noqa: E402
 from spec.proofs import fp8 as P8  # noqa: E402

@@ -33,6 +33,8 @@ from spec.score_mods import NotInClass, score_mod
 from spec.terms import Term
 
 EXAMPLES = ("rel_bias", "temperature", "tanh_cap", "batch_scale", "alibi")
+#: the examples whose forward error is proven (claim score_mod_error_bound); tanh_cap's is empirical
+BOUNDED = tuple(name for name in EXAMPLES if getattr(SM, name).outside_bound() is None)
 B, H, HK, N, D = 2, 2, 1, 40, 16  # GQA: two query heads per K/V head
 BLOCK = (16, 32)
 
@@ -136,6 +138,18 @@ def test_clamped_and_per_head_reads_are_accepted():
 # ----------------------------------------------------------------------------------
 def test_claims_hold(proved):
     assert proved["score_mod_derived"].proved and proved["score_mod_builtins"].proved
+    assert proved["score_mod_error_bound"].proved
+
+
+@pytest.mark.parametrize("name", BOUNDED)
+def test_bound_cases_catch_a_miscount(name):
+    """The generator's counting cases (claim score_mod_error_bound) hold for the printed term and fail on a
+    count one short, and on a printed f with one more operation than its stated count."""
+    sm = getattr(SM, name)
+    assert not _fails(P.bound_cases(sm))
+    assert _fails(P._counting_cases(sm, lambda s: s.roundings() - 1))
+    longer = sm.kernel_form(sm.expr) * SM.SF[0] * 3 / 7  # two more multiplies, a rounded constant
+    assert P.model_roundings(longer)[0] > sm.roundings()
 
 
 def _fails(cases):
@@ -252,7 +266,26 @@ def test_un_emitted_score_mod_raises_the_command_to_run():
 # ----------------------------------------------------------------------------------
 # The kernels
 # ----------------------------------------------------------------------------------
+def out_tolerance(name, q, k, v, args, tol, kw):
+    """The output's tolerance (absolute): the proven bound of the case (``forward_bound(score_mod=(k, α,
+    κ))`` times ``max|v|``) for a score_mod of the bounded class alone (no built-in softcap or ALiBi), else
+    the empirical ``tol``."""
+    from generator.checking import case_tolerances, score_mod_bound
+    from spec.masks import alignment_shift
+
+    sm = getattr(SM, name)
+    if sm.outside_bound() is not None or kw.get("softcap") or kw.get("alibi_slopes") is not None:
+        return tol
+    nq, nk = q.shape[2], k.shape[2]
+    bound = score_mod_bound(sm, args, q.shape[0], q.shape[1], nq, nk, alignment_shift(kw.get("alignment", "top_left"),
+                                                                                     nq, nk))
+    return case_tolerances(q.detach(), k.detach(), v.detach(), block_n=BLOCK[1], score_mod=bound)[0] * float(
+        v.detach().abs().max())
+
+
 def run_and_compare(package, name, dtype, tol, **kw):
+    """Output (within the proven bound where there is one, else ``tol``) and every gradient (empirical:
+    ``4·tol`` relative to each gradient's magnitude) against the float64 reference."""
     gen = torch.Generator().manual_seed(EXAMPLES.index(name))
     nk = kw.pop("nk", N)
     q = torch.randn(B, H, N, D, generator=gen).to(dtype).requires_grad_()
@@ -265,7 +298,8 @@ def run_and_compare(package, name, dtype, tol, **kw):
     tensors = [p for p, x in args.items() if torch.is_tensor(x)]
     got = torch.autograd.grad(out, (q, k, v, *[args[p] for p in tensors]), g)
     ref = torch.autograd.grad(want, (q, k, v, *[args[p] for p in tensors]), g.double())
-    torch.testing.assert_close(out.double(), want, atol=tol, rtol=tol)
+    out_tol = out_tolerance(name, q, k, v, args, tol, kw)
+    torch.testing.assert_close(out.double(), want, atol=out_tol, rtol=0)
     for label, a, b in zip(["q", "k", "v", *tensors], got, ref):
         scale = max(1.0, float(b.abs().max()))  # a summed parameter gradient grows with N²
         torch.testing.assert_close(a.double(), b.double(), atol=4 * tol * scale, rtol=4 * tol,
@@ -282,6 +316,48 @@ def test_kernels_match_the_reference_with_every_gradient(package, name):
                                               ("temperature", torch.bfloat16, 4e-2)])
 def test_half_precision(package, name, dtype, tol):
     run_and_compare(package, name, dtype, tol, causal=True)
+
+
+@pytest.mark.parametrize("name, dtype", [(name, torch.float32) for name in BOUNDED]
+                         + [("rel_bias", torch.float16), ("alibi", torch.bfloat16)])
+def test_forward_within_the_proven_bound(package, name, dtype):
+    """Output and lse within ``forward_bound(score_mod=(k, α, κ))`` of the case (claim
+    score_mod_error_bound), bottom-right with GQA; large parameters, so the score_mod's own terms count."""
+    from generator.checking import attention_failures, score_mod_bound
+
+    gen = torch.Generator().manual_seed(31 + EXAMPLES.index(name))
+    q = torch.randn(B, H, N, D, generator=gen).to(dtype)
+    k, v = (torch.randn(B, HK, N + 8, D, generator=gen).to(dtype) for _ in range(2))
+    args = {p: (8 * x.detach() if torch.is_tensor(x) else x) for p, x in args_for(name, gen).items()}
+    sm = getattr(SM, name)
+    kw = dict(causal=True, alignment="bottom_right")
+    out, lse = package.flash_attention(q, k, v, score_mod=sm, score_args=args, block=BLOCK, return_lse=True, **kw)
+    want, want_lse = reference(q.double(), k.double(), v.double(), score_mod=sm, score_args=as_double(args), **kw)
+    bound = score_mod_bound(sm, args, B, H, N, N + 8, 8)
+    assert bound[0] == sm.roundings() and bound[1] > 0
+    failures = attention_failures(out, lse, want, want_lse, v, q=q, k=k, block_n=BLOCK[1], score_mod=bound)
+    assert not failures, failures
+
+
+def test_outside_the_bound_is_labelled_empirical():
+    """tanh_cap (a function of the score) has no proven bound: the reason says so, the generator
+    prints ``SCORE_MOD_ROUNDINGS = None`` with it, and forward_bound refuses a score_mod with the built-ins."""
+    from generator.checking import score_mod_bound
+    from spec.error_bound import forward_bound
+
+    assert "function" in SM.tanh_cap.outside_bound() and SM.tanh_cap.roundings() is None
+    assert score_mod_bound(SM.tanh_cap, {"cap": 3.0}, B, H, N, N) is None
+    assert [SM.rel_bias.roundings(), SM.temperature.roundings(), SM.batch_scale.roundings(), SM.alibi.roundings()] \
+        == [1, 1, 1, 3]
+    with pytest.raises(ValueError, match="bounded alone"):
+        forward_bound("fp32", 64, 32, 16, 4.0, softcap=True, score_mod=(1, 1.0, 0.0))
+
+
+def test_emitted_files_state_the_rounding_count(package):
+    import inspect
+
+    assert "SCORE_MOD_ROUNDINGS = 1\n" in inspect.getsource(package.attention_fwd_scoremod_rel_bias_br16_bc32)
+    assert "SCORE_MOD_ROUNDINGS = None\n" in inspect.getsource(package.attention_fwd_scoremod_tanh_cap_br16_bc32)
 
 
 def test_with_window_key_lengths_bottom_right_and_gqa(package):
@@ -388,6 +464,37 @@ def test_with_a_mask_mod(package):
     doc = torch.tensor([[0] * 15 + [1] * 25, [0] * 30 + [1] * 10])
     run_and_compare(package, "temperature", torch.float32, 2e-5, mask_mod=document,
                     mask_args={"doc_q": doc, "doc_k": doc})
+
+
+def test_with_dropout(package):
+    """Dropout and a score_mod in one call: the output and every gradient, the table's included, against
+    the float64 reference applying the keep mask the kernels drew (``return_dropout_mask``). The output
+    within the proven bound scaled by ``1/(1 − p)`` (as tests/test_dropout.py), the gradients empirical."""
+    from generator.checking import attention_errors, case_tolerances, score_mod_bound
+
+    gen = torch.Generator().manual_seed(23)
+    nq, nk, p = 24, 28, 0.3
+    q = torch.randn(B, H, nq, D, generator=gen).requires_grad_()
+    k, v = (torch.randn(B, HK, nk, D, generator=gen).requires_grad_() for _ in range(2))
+    args = args_for("rel_bias", gen)
+    torch.manual_seed(5)
+    out, lse, keep = package.flash_attention(q, k, v, causal=True, alignment="bottom_right", score_mod=SM.rel_bias,
+                                             score_args=args, dropout_p=p, return_lse=True, return_dropout_mask=True,
+                                             block=BLOCK)
+    assert 0 < keep.float().mean() < 1
+    want, want_lse = reference(q.double(), k.double(), v.double(), causal=True, alignment="bottom_right",
+                               score_mod=SM.rel_bias, score_args=as_double(args), dropout_mask=keep, dropout_p=p)
+    tol, lse_tol = case_tolerances(q.detach(), k.detach(), v.detach(), block_n=BLOCK[1], ref_lse=want_lse,
+                                   score_mod=score_mod_bound(SM.rel_bias, args, B, H, nq, nk, nk - nq))
+    out_err, lse_err = attention_errors(out.detach(), lse, want, want_lse, v.detach())
+    assert out_err <= tol / (1 - p) and lse_err <= lse_tol, (out_err, tol, lse_err, lse_tol)
+    g = torch.randn(out.shape, generator=gen)
+    inputs = (q, k, v, args["table"])
+    got = torch.autograd.grad(out, inputs, g)
+    ref = torch.autograd.grad(want, inputs, g.double())
+    for label, a, b in zip(["q", "k", "v", "table"], got, ref):
+        scale = max(1.0, float(b.abs().max()))
+        torch.testing.assert_close(a.double(), b.double(), atol=8e-5 * scale, rtol=8e-5, msg=lambda m: f"d{label}: {m}")
 
 
 def test_a_pair_not_emitted_prints_the_command(package, tmp_path, monkeypatch):

@@ -336,14 +336,16 @@ def symbolic_numbers(u, uf, up, uo, p_abs=0):
     return Symbolic
 
 
-def _composition_cases(bound):
+def _composition_cases(bound, score_mod=False):
     """``forward_bound`` (what the tolerances use), evaluated in SymPy on symbolic sizes and roundoffs,
     equals the composition this claim states, built here from the proved lemmas: ``T = max(1,
     ceil(N_k / B_c))`` tiles, ``E = s·A·score_factor(γ_D, γ_3, u) + (T + 1)(−log(1 − U_FUNC))``, ``ρ_w =
     e^E − 1``, ``ρ_num = carried_factor(weight_factor(u_p, γ_{B_c}), T)``, ``ρ_den =
     carried_factor(γ_{B_c}, T)``, ``out = out_bound(ρ_w, ρ_num, ρ_den, u, u_out)``, ``lse =
     lse_bound(E, −log(1 − b), log max(N_k, 1), |lse|)`` with ``b = weight_factor(ρ_w, ρ_den)`` — the
-    lemmas as ``spec.error_bound`` defines them, which the cases above prove."""
+    lemmas as ``spec.error_bound`` defines them, which the cases above prove. ``score_mod``: instead, the
+    composition with a user score_mod's ``E = score_mod_exponent(s·A, α, κ, γ_D, γ_5, γ_k, γ_4, u) + (T +
+    1)(−log(1 − U_FUNC))`` (symbolic ``k``, ``α``, ``κ``; claim score_mod_error_bound)."""
     exponent_factor, out_bound, lse_bound = error_bound.score_factor, error_bound.out_bound, error_bound.lse_bound
     u, uf, up, uo, sA = sp.symbols("u U_f u_p u_out sA", positive=True)
     nk, bc, d = sp.symbols("N_k B_c D", integer=True, positive=True)
@@ -355,8 +357,15 @@ def _composition_cases(bound):
     beta = sp.Symbol("beta", nonnegative=True)  # ALiBi's max_j |slope·(i + shift − j)|
     T = sp.Max(1, sp.ceiling(nk / bc))
     cases = []
-    for softcap, alibi in itertools.product((False, True), (None, beta)):
-        if alibi is None:
+    k, alpha, kappa = sp.Symbol("k", positive=True, integer=True), *sp.symbols("alpha kappa", nonnegative=True)
+    variants = ([(False, None, (k, alpha, kappa))] if score_mod
+                else [(sc, al, None) for sc, al in itertools.product((False, True), (None, beta))])
+    for softcap, alibi, user in variants:
+        if user is not None:
+            E = (error_bound.score_mod_exponent(sA, alpha, kappa, gam(d), gam(error_bound.SCORE_MOD_SCALE_ROUNDINGS),
+                                                gam(k), gam(error_bound.SCORE_MOD_BACK_ROUNDINGS), u)
+                 + (T + 1) * (-sp.log(1 - uf)))
+        elif alibi is None:
             factor = (error_bound.softcap_score_factor(gam(d), gam(2), gam(5), rho_t, u) if softcap
                       else exponent_factor(gam(d), gam(3), u))
             E = sA * factor + (T + 1) * (-sp.log(1 - uf))
@@ -378,7 +387,7 @@ def _composition_cases(bound):
                 continue  # FP8's composition (descales, P's subnormal error, no softcap): claim fp8_error_bound
             try:
                 got = bound(dtype, nk, bc, d, sA, lse, num=Symbolic(), softcap=softcap,
-                            **({} if alibi is None else {"alibi": alibi}))
+                            **({} if alibi is None else {"alibi": alibi}), **({} if user is None else {"score_mod": user}))
             except Exception as e:  # noqa: BLE001  (a bound that cannot run symbolically is not checked: a failed case)
                 got = error_bound.Bound(*(sp.Symbol(f"{type(e).__name__}: {e}"),) * 3)
             for field in error_bound.Bound._fields:
@@ -386,7 +395,8 @@ def _composition_cases(bound):
                 # (expanded, not simplified: a wrong composition is reported, never searched for an identity)
                 residual = getattr(got, field) - getattr(want, field)
                 residual = residual if residual == 0 else sp.expand(residual)
-                mods = (", softcap" if softcap else "") + (", alibi" if alibi is not None else "")
+                mods = (", softcap" if softcap else "") + (", alibi" if alibi is not None else "") + (
+                    ", score_mod (k, α, κ)" if user is not None else "")
                 cases.append((f"forward_bound({dtype}{mods}).{field} is the stated composition (symbolic N_k, B_c, "
                               f"D, s·A, u, u_p, u_out, U_FUNC{', ρ_t' if softcap else ''}"
                               f"{', β' if alibi is not None else ''})", residual))

@@ -15,6 +15,14 @@
 The generator runs ``derivative_cases`` for every score_mod it emits (a user's too) and refuses to
 print one whose cases do not all reduce to 0; claim ``score_mod_derived`` runs it for the examples.
 Claim ``score_mod_builtins`` proves softcap and ALiBi written as score_mods equal to the built-ins.
+
+Claim ``score_mod_error_bound`` covers the printed modification in the forward error bound: for a
+score_mod of the bounded class (``ScoreMod.outside_bound`` is None: ``+``, ``·``, ``/`` by a float
+value, affine in ``s``) it checks ``ScoreMod.roundings()`` on a model of the printed ``f`` with one
+``(1 + δ)`` per operation (``rounded_model``), counts the scaled score's and the way back's roundings
+in the printed lines, and proves ``spec.error_bound.score_mod_exponent`` and ``forward_bound``'s
+composition with it; the generator runs the counting cases (``bound_cases``) for every score_mod it
+emits. Outside the class (a function of the score: ``tanh_cap``) the tolerance is empirical.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from spec import notation as n
 from spec import score_mods as SM
 from spec import terms
 from spec.proofs.score_mods import _tanh_as_exp
-from spec.proofs.tools import equal_cases, result, run_terms
+from spec.proofs.tools import ZERO, equal_cases, result, run_terms
 from spec.registry import claim
 
 x = sp.Symbol("x", real=True)  # a raw score q·k
@@ -153,3 +161,202 @@ def prove_score_mod_builtins(tanh_cap=SM.tanh_cap, alibi=SM.alibi):
         ("alibi's dS factor = 1 (the built-in's dS is unchanged)", al_factor, sp.Integer(1)),
     ]
     return result("score_mod_builtins", equal_cases(pairs), "both chains run on a symbolic raw score")
+
+
+# ----------------------------------------------------------------------------------
+# The error bound of a printed score_mod (spec.error_bound.score_mod_exponent)
+# ----------------------------------------------------------------------------------
+def rounded_model(e, deltas: list):
+    """The printed ``e`` in the standard model: each operation's result times its own ``(1 + δ)``, each
+    non-integer constant rounded to fp32 and each integer term of integer symbols converted (one ``δ``),
+    sums and products as chains of binary operations in the order of ``e.args``, ``1/v`` a division by the
+    exact value ``v``; ``deltas`` collects the δ symbols. None: an operation the model has no rule for."""
+    def fresh():
+        deltas.append(sp.Symbol(f"delta_{len(deltas)}", real=True))
+        return 1 + deltas[-1]
+
+    if isinstance(e, sp.Integer) or isinstance(e, (sp.Symbol, sp.Indexed)):
+        return e
+    if e.is_number:
+        return e * fresh()
+    if SM._is_integer_term(e):
+        return e * fresh()
+    if isinstance(e, sp.Add):
+        parts = [rounded_model(a, deltas) for a in e.args]
+        if None in parts:
+            return None
+        out = parts[0]
+        for p in parts[1:]:
+            out = (out + p) * fresh()
+        return out
+    if isinstance(e, sp.Mul):
+        sign = -1 if -1 in e.args else 1
+        factors = [a for a in e.args if a != -1]
+        parts = [a if SM._is_reciprocal(a) else rounded_model(a, deltas) for a in factors]
+        if None in parts:
+            return None
+        out = parts[0]
+        for p in parts[1:]:
+            out = out * p * fresh()  # a multiply, or the division by v of a factor 1/v
+        return sign * out
+    if SM._is_reciprocal(e):
+        return e * fresh()
+    return None
+
+
+def model_roundings(e):
+    """``(most δ factors on one monomial of the model, the model at δ = 0 minus e)``; (None, None) outside."""
+    deltas = []
+    model = rounded_model(e, deltas)
+    if model is None:
+        return None, None
+    expanded = sp.expand(model)
+    degree = sp.Poly(expanded, *deltas).total_degree() if deltas else 0
+    return degree, sp.simplify(model.xreplace({d: 0 for d in deltas}) - e)
+
+
+def _counting_cases(sm, roundings):
+    """The printed lines of ``sm`` against their counts: ``f``'s monomials (``roundings``), the scaled
+    score ``us`` (``SCORE_MOD_SCALE_ROUNDINGS``, with the printed ``QK_SCALE``) and the way back to log2 units
+    (``SCORE_MOD_BACK_ROUNDINGS``: the printed qk line, then the tile's product by ``qk_scale``)."""
+    from spec import error_bound as EB
+
+    us_line, back_line = sm.forward_terms()
+    cases = []
+    f = back_line.expr * n.qk_scale / n.LOG2E  # the printed f, in kernel form
+    stated = roundings(sm)
+    degree, residual = model_roundings(f)
+    cases.append((f"{sm.name}: every monomial of the printed f carries <= {stated} roundings",
+                  ZERO if degree is not None and stated is not None and degree <= stated
+                  else sp.Symbol(f"{degree} > {stated} roundings")))
+    cases.append((f"{sm.name}: the rounding model at δ = 0 is the printed f", residual if residual is not None
+                  else sp.Symbol("no model")))
+    # us: qk·qk_scale·ln 2 with the printed qk_scale = sm_scale·log2 e (its product and fp32 constant rounded)
+    x = sp.Symbol("x", real=True)
+    deltas = []
+    # modelled apart, then composed (SymPy would cancel log2 e = 1/ln 2 against ln 2 in the product)
+    model_us, model_scale = rounded_model(us_line.expr.xreplace({n.qk: x}), deltas), rounded_model(
+        terms.QK_SCALE.expr, deltas)
+    if model_us is None or model_scale is None:
+        cases.append((f"{sm.name}: the printed us and qk_scale have a model", sp.Tuple(us_line.expr)))
+        return cases
+    us = model_us.xreplace({n.qk_scale: model_scale})
+    deg_us = sp.Poly(sp.expand(us), *deltas).total_degree()
+    cases.append((f"{sm.name}: us = x·qk_scale·ln 2 rounds <= SCORE_MOD_SCALE_ROUNDINGS = "
+                  f"{EB.SCORE_MOD_SCALE_ROUNDINGS} times (the printed QK_SCALE's included)",
+                  ZERO if deg_us <= EB.SCORE_MOD_SCALE_ROUNDINGS else sp.Symbol(f"{deg_us} roundings")))
+    cases.append((f"{sm.name}: us = sm_scale·x exactly", sp.simplify(us.xreplace({d: 0 for d in deltas})
+                                                                     - n.sm_scale * x)))
+    # back: fl(fl(F/c)·fl(log2 e)) then the tile's fl(qk'·c): F·log2 e, c = qk_scale^ any positive fp32 value
+    F, c = sp.Symbol("F", real=True), sp.Symbol("c", positive=True)
+    back = back_line.expr.xreplace({n.qk_scale: c}) / f.xreplace({n.qk_scale: c}) * F
+    deltas = []
+    model = rounded_model(back, deltas)
+    if model is None:
+        cases.append((f"{sm.name}: the printed qk line is F·log2 e / qk_scale", sp.Tuple(back_line.expr)))
+        return cases
+    deltas.append(sp.Symbol(f"delta_{len(deltas)}", real=True))
+    tile = model * c * (1 + deltas[-1])  # the tile's qk·qk_scale (FORWARD_TILE), one product
+    degree = sp.Poly(sp.expand(tile), *deltas).total_degree()
+    cases.append((f"{sm.name}: back in log2 units (/qk_scale, ·log2 e, the tile's ·qk_scale) rounds <= "
+                  f"SCORE_MOD_BACK_ROUNDINGS = {EB.SCORE_MOD_BACK_ROUNDINGS} times, qk_scale cancelling",
+                  ZERO if degree <= EB.SCORE_MOD_BACK_ROUNDINGS and not tile.has(c) else
+                  sp.Symbol(f"{degree} roundings{', qk_scale left' if tile.has(c) else ''}")))
+    cases.append((f"{sm.name}: back in log2 units is F·log2 e exactly",
+                  sp.simplify(tile.xreplace({d: 0 for d in deltas}) - F * n.LOG2E)))
+    return cases
+
+
+def bound_cases(sm):
+    """The counting cases of claim ``score_mod_error_bound`` for ``sm`` (none outside the bounded class:
+    its forward tolerance is empirical); the generator runs them for every score_mod it emits."""
+    return [] if sm.outside_bound() is not None else _counting_cases(sm, SM.ScoreMod.roundings)
+
+
+def _lemma_cases(score_mod_exponent, counts):
+    """The composition, on z3 reals: ``k`` roundings within ``γ_k``; the affine ``f`` with ``|∂f/∂s| <= α``
+    and its absolute tree ``α|s| + κ``; the way back; the total ``score_mod_exponent``."""
+    import z3
+
+    from spec.proofs.float import _verdict
+
+    u = z3.Real("u")
+    small = [u > 0, u < z3.RealVal("0.01")]
+    cases = []
+    for k in sorted(counts):
+        g = k * u / (1 - k * u)
+        cases.append((f"(1 ± u)^{k} in 1 ± γ_{k}: {k} roundings of a monomial",
+                      _verdict(small, z3.And((1 + u) ** k - 1 <= g, 1 - (1 - u) ** k <= g))))
+    ab = lambda t: z3.If(t >= 0, t, -t)  # noqa: E731
+    sA, gD, gs, gk, gb, al, ka, a, c0, sx, ush, eps, th = z3.Reals("sA g_D g_s g_k g_b alpha kappa a c sx us eps th")
+    Fs, Bs = sA * ((1 + gD) * (1 + gs) - 1), sA * (1 + gD) * (1 + gs)
+    Phi = al * Bs + ka
+    Ff, Bf = gk * Phi + al * Fs, (1 + gk) * Phi
+    pos = small + [sA >= 0, gD >= 0, gs >= 0, gk >= 0, gb >= 0, al >= 0, ka >= 0]
+    # f = a·s + c with |a| <= α, |c|'s absolute tree <= κ; computed f^ = f(us^) + ε, |ε| <= γ_k(α|us^| + κ)
+    # (the monomials' roundings, above); in four steps, each small for z3
+    v, w, d1, d2, ph = z3.Reals("v w d1 d2 Phi")
+    cases += [
+        ("affine f: |a| <= α, |c| <= κ, |us^| <= B_s => |a·us^ + c| <= α B_s + κ = Φ",
+         _verdict([al >= 0, ka >= 0, w >= 0, ab(a) <= al, ab(c0) <= ka, ab(ush) <= w], ab(a * ush + c0) <= al * w + ka)),
+        ("affine f: |a| <= α, |us^ − s| <= F_s => |a·us^ − a·s| <= α F_s (|∂f/∂s| <= α)",
+         _verdict([al >= 0, v >= 0, ab(a) <= al, ab(ush - sx) <= v], ab(a * ush - a * sx) <= al * v)),
+        ("affine f: |us^| <= B_s, |ε| <= γ_k(α|us^| + κ) => |ε| <= γ_k(α B_s + κ)",
+         _verdict([gk >= 0, al >= 0, ka >= 0, w >= 0, ab(ush) <= w, ab(eps) <= gk * (al * ab(ush) + ka)],
+                  ab(eps) <= gk * (al * w + ka))),
+        ("affine f: f^ = f(us^) + ε: |f^ − f(s)| <= α F_s + γ_k Φ = F_f, |f^| <= (1 + γ_k)Φ = B_f, Φ = α B_s + κ",
+         _verdict([gk >= 0, ph >= 0, ab(d1) <= v, ab(d2) <= ph, ab(eps) <= gk * ph],
+                  z3.And(ab(d1 + eps) <= v + gk * ph, ab(d2 + eps) <= (1 + gk) * ph))),
+    ]
+    cases.append(("F_f = γ_k Φ + α F_s and B_f = (1 + γ_k) Φ at Φ = α B_s + κ, F_s, B_s of the score",
+                  _verdict(pos, z3.And(Ff == gk * Phi + al * Fs, Bf == (1 + gk) * Phi))))
+    F_, B_, fh_, f_ = z3.Reals("F B fh f")
+    Ft, Bt = F_ + gb * B_, (1 + gb) * B_
+    cases.append(("back: t^ = f^(1 + θ), |θ| <= γ_b, |f^ − f| <= F, |f^| <= B => |t^ − f| <= F + γ_b B, |t^| <= (1 + γ_b) B",
+                  _verdict(pos + [ab(th) <= gb, ab(fh_ - f_) <= F_, ab(fh_) <= B_],
+                           z3.And(ab(fh_ * (1 + th) - f_) <= Ft, ab(fh_ * (1 + th)) <= Bt))))
+    total = Ff + gb * Bf + 2 * u * (1 + gb) * Bf
+    cases.append(("F_t + 2u·B_t <= score_mod_exponent(s·A, α, κ, γ_D, γ_s, γ_k, γ_b, u) (then forward_error_bound's "
+                  "exponent lemma (i), any F, B, gives E)",
+                  _verdict(pos, total <= score_mod_exponent(sA, al, ka, gD, gs, gk, gb, u))))
+    return cases
+
+
+@claim("score_mod_error_bound",
+       "for each example score_mod of spec.score_mods in the bounded class (ScoreMod.outside_bound is None: f of "
+       "+, · and / by a float value, affine in s, its absolute tree α|s| + κ; relative-bias table, per-head "
+       "temperature, per-batch gain, ALiBi), in the standard model (each operation, each non-integer constant "
+       "rounded to fp32 and each integer position term converted to fp32 one factor 1 + δ, |δ| <= u; integer "
+       "constants, positions and shift below 2^24): every monomial of the printed f carries at most "
+       "ScoreMod.roundings() = k roundings (rel_bias 1, temperature 1, batch_scale 1, alibi 3; checked on a model of "
+       "the printed term with one δ per operation, any association order), the printed us = x·qk_scale·ln 2 rounds "
+       "SCORE_MOD_SCALE_ROUNDINGS = 5 times (with the printed QK_SCALE), the way back to log2 units (/qk_scale, "
+       "·log2 e, the tile's ·qk_scale, qk_scale cancelling exactly) SCORE_MOD_BACK_ROUNDINGS = 4 times; so with "
+       "|x^ − x| <= γ_D·A every key's modified score is within F_t of f(s·x) with F_t + 2u·B_t <= "
+       "score_mod_exponent(s·A, α, κ, γ_D, γ_5, γ_k, γ_4, u), and forward_bound(score_mod=(k, α, κ)) is "
+       "forward_error_bound's composition (i)–(iv) with E = that + (T + 1)(−log(1 − U_FUNC)) (checked in SymPy on "
+       "symbolic sizes). tanh_cap (a function of the score) is outside: its tolerance is empirical",
+       r"|\hat f - f(s x)| \le \gamma_k(\alpha B_s + \kappa) + \alpha F_s,\ "
+       r"E = F_t + 2uB_t + (T+1)(-\log(1-U_f))",
+       terms=(),
+       scope="z3 nonlinear reals for the lemmas, symbolic u, γ's, α, κ, s·A; the counts on SymPy models of the "
+             "printed terms; no softcap, ALiBi built-in or FP8 descales with a score_mod (their qk_scale is 1: "
+             "refused by forward_bound); FMA contractions round less (covered); forward only (the backward's "
+             "tolerances stay empirical)",
+       assumptions=("scale_positive",))
+def prove_score_mod_error_bound(examples=SM.EXAMPLES, roundings=SM.ScoreMod.roundings, bound=None,
+                                score_mod_exponent=None):
+    from spec import error_bound as EB
+    from spec.proofs.float import _composition_cases
+
+    score_mod_exponent = score_mod_exponent or EB.score_mod_exponent
+    cases, counts = [], {EB.SCORE_MOD_SCALE_ROUNDINGS, EB.SCORE_MOD_BACK_ROUNDINGS}
+    for sm in examples:
+        if sm.outside_bound() is not None:
+            continue  # empirical (the docs say so): no case
+        cases += _counting_cases(sm, roundings)
+        counts.add(roundings(sm))
+    cases += _lemma_cases(score_mod_exponent, {k for k in counts if k})
+    cases += _composition_cases(bound or EB.forward_bound, score_mod=True)
+    return result("score_mod_error_bound", cases, "SymPy models of the printed terms; z3 reals; forward_bound "
+                  "checked symbolically")
