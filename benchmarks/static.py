@@ -234,8 +234,51 @@ def page_jobs(archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS) -> list[Jo
                                   masks=("none",), tma=(tma,), **at)
     if tuple(head_dims) == HEAD_DIMS:  # the whole page: the defaults above head dim 128, on fp32, MLA and FP8 too
         jobs += (wide_jobs(archs) + fp32_jobs(archs) + mla_jobs(tuple(a for a in archs if a in TMA_ARCHS))
-                 + fp8_jobs(archs))
+                 + fp8_jobs(archs) + score_mod_jobs(archs, dtypes))
     return list(dict.fromkeys(jobs))  # the same default block at both head dims: once
+
+
+#: the example score_mods (issue 28) the page compiles: their kernels are not in generated/ (a user's score_mod
+#: is emitted with ``--score-mod``), so ``score_mod_package`` emits them into a package of their own under
+#: ``.artifacts`` at the blocks the defaults run (``default_block``, ``backward_block``)
+SCORE_MOD_EXAMPLES = ("rel_bias", "temperature", "tanh_cap", "batch_scale")
+SCORE_MOD_PACKAGE = "static_score_mods"
+SCORE_MOD_ROOT = ARTIFACTS / "static-score-mods"
+
+
+def score_mod_package(blocks) -> None:
+    """Emit the examples' kernels at ``blocks`` (``"br128_bc64"``, ...) into ``SCORE_MOD_ROOT /
+    SCORE_MOD_PACKAGE`` with ``python -m generator --score-mod`` (each block one run: the proofs run
+    first), unless ``--check`` finds the package there current and holding those blocks."""
+    out = SCORE_MOD_ROOT / SCORE_MOD_PACKAGE
+    have = {block_name((c["block_m"], c["block_n"])) for c in json.loads((out / "MANIFEST.json").read_text())
+            .get("configs", {}).values()} if (out / "MANIFEST.json").exists() else set()
+    cli = [sys.executable, "-m", "generator"]
+    if have and subprocess.run([*cli, "--check", "--out", str(out)], cwd=ROOT, capture_output=True).returncode:
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+        have = set()
+    refs = [f"spec.score_mods:{name}" for name in SCORE_MOD_EXAMPLES]
+    for block in sorted(set(blocks) - have):
+        br, bc = re.findall(r"br(\d+)_bc(\d+)", block)[0]
+        subprocess.run([*cli, "--br", br, "--bc", bc, "--score-mod", *refs, "--out", str(out)], cwd=ROOT, check=True,
+                       capture_output=True)
+
+
+def score_mod_jobs(archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS) -> list[Job]:
+    """The example score_mods' kernels alone (no mask_mod) at the defaults: per arch and head dim the
+    forward of each memory path's default block and the backward after the default forward, unmasked and
+    causal (``run_jobs`` has ``score_mod_package`` emit them before it compiles them)."""
+    wanted = []
+    for arch in archs:
+        for head_dim in head_dims:
+            for tma in ((False, True) if arch in TMA_ARCHS else (False,)):
+                wanted.append((arch, head_dim, tma, default_block(arch, head_dim, tma), "attention_fwd"))
+            wanted.append((arch, head_dim, False, backward_block(arch, head_dim), "attention_bwd"))
+    jobs = []
+    for arch, head_dim, tma, block, kind in wanted:
+        modules = [f"{SCORE_MOD_PACKAGE}.{kind}_scoremod_{name}_{block}" for name in SCORE_MOD_EXAMPLES]
+        jobs += make_jobs(modules, (arch,), dtypes, (head_dim,), ("none", "causal"), tma=(tma,))
+    return jobs
 
 
 #: the padded head dim the page and the tests compile "above head dim 128" at (BLOCK_D 256)
@@ -559,10 +602,11 @@ def delete_constexpr_branches(source: str, names) -> str:
 
 
 def module_source(name: str, commit: str = "") -> str:
-    """The source of the generated module ``name``: the working tree's, or as of git ``commit``."""
+    """The source of the generated module ``name``: the working tree's (the example score_mods' package's
+    under ``SCORE_MOD_ROOT``), or as of git ``commit``."""
     path = name.replace(".", "/") + ".py"
     if not commit:
-        return (ROOT / path).read_text()
+        return ((SCORE_MOD_ROOT if name.startswith(SCORE_MOD_PACKAGE + ".") else ROOT) / path).read_text()
     return subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, check=True, capture_output=True,
                           text=True).stdout
 
@@ -651,6 +695,8 @@ def compile_job(job: Job) -> list[dict]:
     from triton.backends.compiler import GPUTarget
 
     base = asdict(job)
+    if job.module.startswith(SCORE_MOD_PACKAGE + ".") and str(SCORE_MOD_ROOT) not in sys.path:
+        sys.path.insert(0, str(SCORE_MOD_ROOT))
     try:
         module = (_module_variant(job, Path(tempfile.mkdtemp())) if job.deletes or job.commit
                   else importlib.import_module(job.module))
@@ -694,6 +740,10 @@ def triton_version() -> str:
 def run_jobs(jobs: list[Job], workers: int | None = None, use_cache: bool = True) -> list[dict]:
     """Rows for every job, compiling the uncached ones in ``workers`` subprocesses."""
     version = triton_version()
+    blocks = {j.module.rsplit("_", 2)[-2] + "_" + j.module.rsplit("_", 1)[-1] for j in jobs
+              if j.module.startswith(SCORE_MOD_PACKAGE + ".")}
+    if blocks:  # the example score_mods' kernels: emitted (or found current) before their sources are read
+        score_mod_package(blocks)
     results: dict[Job, list[dict]] = {}
     todo = []
     for job in jobs:
@@ -799,6 +849,12 @@ FAMILIES = (
     ("Score modifications", lambda r: r["mask"] in SCORE_MODS,
      "Each modification alone and all three (issue 15), unmasked, at the default block: the `none` rows of the "
      "first table are the same kernels with every modification compiled out."),
+    ("User score_mods", lambda r: r["module"].startswith(SCORE_MOD_PACKAGE + "."),
+     "The example score_mods of `spec.score_mods` (a relative-bias table, a per-head temperature, a tanh cap, a "
+     "per-batch gain: [write your own score modification](../score_mod.md)), emitted with `--score-mod` into a "
+     "package of their own, alone, unmasked and causal, at the defaults' blocks: the forward of each memory path "
+     "and the backward's three kernels (the dQ kernel, which reduces the captured tensors' gradients, on its "
+     "`SCORE_GRAD_DQ` tile)."),
     ("mask_mod kernels", lambda r: "_maskmod_" in r["module"],
      "The forward (and its `+tma` variant on sm_90) and backward generated for each mask_mod "
      "(`generated/attention_{fwd,bwd}_maskmod_<name>_*.py`) at the default block, with no other mask."),
@@ -1148,8 +1204,16 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="write all rows as JSON here")
     ap.add_argument("--markdown", type=Path, nargs="?", const=DOCS_PERF / "static.md",
                     help="write the docs page (default path: docs/performance/static.md)")
+    ap.add_argument("--score-mods", action="store_true",
+                    help="only the example score_mods' rows (score_mod_jobs; --module filters them too), e.g. to "
+                         "measure a change to their kernels without compiling the page")
     args = ap.parse_args(argv)
 
+    if args.score_mods:
+        jobs = [j for j in score_mod_jobs(tuple(args.arch), tuple(args.dtype), tuple(args.head_dim))
+                if (args.tma == "both" or j.tma == (args.tma == "on"))
+                and (not args.module or any(s in j.module for s in args.module))]
+        return _report(args, jobs)
     if args.mask is None and not args.module and args.num_warps == [None] and args.num_stages == [None]:
         jobs = [j for j in page_jobs(tuple(args.arch), tuple(args.dtype), tuple(args.head_dim))
                 if args.tma == "both" or j.tma == (args.tma == "on")]

@@ -852,10 +852,16 @@ def score_mod_examples() -> str:
                                    + tex(d)) for r, d in zip(sm.reads, sm.derivatives_reads()))
         lines = [print_term(t, names) for t in sm.forward_terms()] + [print_term(sm.ds_term(), names)]
         lines += [print_term(t, names) for pair in sm.grad_terms() for t in pair]
+        parts = sm.abs_parts()
+        bound = (f"\nForward error: **proven** (claim `score_mod_error_bound`): every monomial of the printed `f` "
+                 f"carries at most k = {sm.roundings()} roundings; its absolute tree is α·|s| + κ with\n"
+                 + math_block(rf"\alpha = {tex(parts[0])},\quad \kappa = {tex(parts[1])}") if parts is not None
+                 and sm.outside_bound() is None else
+                 f"\nForward error: **empirical** (no proven bound): {md_text(sm.outside_bound())}.\n")
         out.append(f"### `{sm.name}`\n\n{md_text(sm.doc)}\n\n" + math_block(rf"f = {tex(sm.expr)}")
                    + math_block(rf"\frac{{\partial f}}{{\partial s}} = {tex(sm.derivative_s())}") + reads
                    + "\nPrinted (forward, then the backward's dS and, per tensor read, its gradient and entry):\n\n"
-                   + "```python\n" + "\n".join(lines) + "\n```\n")
+                   + "```python\n" + "\n".join(lines) + "\n```\n" + bound)
     return "\n".join(out)
 
 

@@ -662,6 +662,9 @@ def test_the_page_covers_every_kernel_family():
         assert {j.module.split("_maskmod_")[1].rsplit("_br", 1)[0] for j in at if "_maskmod_" in j.module} == {
             "chunked", "document", "prefix_lm", "sink_window"}
         assert any(j.deletes for j in at)
+        # the example score_mods (issue 28), forward and backward at the defaults, unmasked and causal
+        assert {j.module.split("_scoremod_")[1].rsplit("_br", 1)[0] for j in at
+                if j.module.startswith(static.SCORE_MOD_PACKAGE + ".")} == set(static.SCORE_MOD_EXAMPLES)
 
         def runs_by_default(j):
             if j.dtype == "fp32":  # float32 on a GPU: one block for the forward and the backward

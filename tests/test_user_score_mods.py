@@ -497,6 +497,53 @@ def test_with_dropout(package):
         torch.testing.assert_close(a.double(), b.double(), atol=8e-5 * scale, rtol=8e-5, msg=lambda m: f"d{label}: {m}")
 
 
+def test_host_work_is_constant_in_n(package, monkeypatch):
+    """Per call, forward and backward, the host work with a score_mod does not grow with N: with the kernel
+    launches stubbed (benchmarks.host), the call runs the same aten ops at N = 32 and N = 1024, none makes a
+    tensor of N_q·N_k elements, and nothing evaluates the expression on the host (the reference's
+    ``apply_torch`` / ``_evaluate`` fail if called): the table is packed once, read by the kernels."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from benchmarks import host
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops, self.largest = [], 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            self.ops.append(str(func.overloadpacket))
+            for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                if torch.is_tensor(t):
+                    self.largest = max(self.largest, t.numel())
+            return out
+
+    def never(*a, **k):
+        raise AssertionError("the score_mod was evaluated on the host")
+
+    monkeypatch.setattr(SM.ScoreMod, "apply_torch", never)
+    monkeypatch.setattr(SM, "_evaluate", never)
+    gen = torch.Generator().manual_seed(2)
+    table = torch.randn(H, 9, generator=gen, requires_grad=True)
+    seen = {}
+    with host.stubbed_launches() as launched:
+        for n_ in (32, 1024):
+            q = torch.randn(B, H, n_, D, generator=gen, requires_grad=True)
+            k, v = (torch.randn(B, HK, n_, D, generator=gen, requires_grad=True) for _ in range(2))
+            package.flash_attention(q, k, v, causal=True, score_mod=SM.rel_bias,  # plans the signature
+                                    score_args={"table": table, "max_dist": 4}, block=BLOCK)
+            launched.clear()
+            with Record() as rec:
+                out = package.flash_attention(q, k, v, causal=True, score_mod=SM.rel_bias,
+                                              score_args={"table": table, "max_dist": 4}, block=BLOCK)
+                torch.autograd.grad(out, (q, k, v, table), torch.ones_like(out))
+            seen[n_] = (rec.ops, rec.largest, list(launched))
+    assert len(seen[32][0]) > 10 and seen[32][0] == seen[1024][0] and seen[32][2] == seen[1024][2]
+    assert "_attn_fwd" in seen[1024][2] and "_attn_bwd_dq" in seen[1024][2]
+    assert seen[1024][1] < 1024 * 1024, seen[1024][1]
+
+
 def test_a_pair_not_emitted_prints_the_command(package, tmp_path, monkeypatch):
     """A user mask_mod the package was not emitted with: the error names the command emitting the pair."""
     from spec.masks import mask_mod
