@@ -287,9 +287,9 @@ def run_and_compare(package, name, dtype, tol, **kw):
     """Output (within the proven bound where there is one, else ``tol``) and every gradient (empirical:
     ``4·tol`` relative to each gradient's magnitude) against the float64 reference."""
     gen = torch.Generator().manual_seed(EXAMPLES.index(name))
-    nk = kw.pop("nk", N)
-    q = torch.randn(B, H, N, D, generator=gen).to(dtype).requires_grad_()
-    k, v = (torch.randn(B, HK, nk, D, generator=gen).to(dtype).requires_grad_() for _ in range(2))
+    nk, d = kw.pop("nk", N), kw.pop("head_dim", D)
+    q = torch.randn(B, H, N, d, generator=gen).to(dtype).requires_grad_()
+    k, v = (torch.randn(B, HK, nk, d, generator=gen).to(dtype).requires_grad_() for _ in range(2))
     args = args_for(name, gen)
     sm = getattr(SM, name)
     out = package.flash_attention(q, k, v, score_mod=sm, score_args=args, block=BLOCK, **kw)
@@ -359,6 +359,15 @@ def test_emitted_files_state_the_rounding_count(package):
     source = lambda name: (Path(package.__file__).parent / f"attention_fwd_scoremod_{name}_br16_bc32.py").read_text()  # noqa: E731
     assert "SCORE_MOD_ROUNDINGS = 1\n" in source("rel_bias") and "SCORE_MOD_ROUNDINGS = 3\n" in source("alibi")
     assert "SCORE_MOD_ROUNDINGS = None\n" in source("tanh_cap")
+
+
+def test_head_dim_above_64_with_its_dq_tile(package):
+    """Above head dim 64 a tensor-reading score_mod's dQ kernel runs on the 32 x 32 tile (SCORE_GRAD_DQ):
+    the output and every gradient, the table's included."""
+    bwd = importlib.import_module(f"{package.__name__}.attention_bwd_scoremod_rel_bias_br16_bc32")
+    assert bwd.launch_settings(80, 128)["dq"][0] == {"BLOCK_M": 32, "BLOCK_N": 32}
+    assert bwd.launch_settings(90, 128)["dkdv"][0]["BLOCK_M"] == 16
+    run_and_compare(package, "rel_bias", torch.float32, 2e-5, causal=True, head_dim=72)
 
 
 def test_with_window_key_lengths_bottom_right_and_gqa(package):
