@@ -251,7 +251,7 @@ def score_mod_package(blocks) -> None:
     SCORE_MOD_PACKAGE`` with ``python -m generator --score-mod`` (each block one run: the proofs run
     first), unless ``--check`` finds the package there current and holding those blocks."""
     out = SCORE_MOD_ROOT / SCORE_MOD_PACKAGE
-    have = {block_name((c["block_m"], c["block_n"])) for c in json.loads((out / "MANIFEST.json").read_text())
+    have = {block_name(tuple(c["block"])) for c in json.loads((out / "MANIFEST.json").read_text())
             .get("configs", {}).values()} if (out / "MANIFEST.json").exists() else set()
     cli = [sys.executable, "-m", "generator"]
     if have and subprocess.run([*cli, "--check", "--out", str(out)], cwd=ROOT, capture_output=True).returncode:

@@ -367,6 +367,7 @@ def test_head_dim_above_64_with_its_dq_tile(package):
     bwd = importlib.import_module(f"{package.__name__}.attention_bwd_scoremod_rel_bias_br16_bc32")
     assert bwd.launch_settings(80, 128)["dq"][0] == {"BLOCK_M": 32, "BLOCK_N": 32}
     assert bwd.launch_settings(90, 128)["dkdv"][0]["BLOCK_M"] == 16
+    assert bwd.launch_settings(90, 128)["dq"][0] == {"BLOCK_M": 64, "BLOCK_N": 32}  # wgmma needs 64 rows
     run_and_compare(package, "rel_bias", torch.float32, 2e-5, causal=True, head_dim=72)
 
 
