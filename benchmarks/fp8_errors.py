@@ -7,9 +7,12 @@ FlashAttention 3's callers do (descale = amax / the format's max) and run throug
 ``max|v|`` (dequantised) and of ``lse`` is measured against ``spec.reference.attention`` on the
 dequantised tensors, beside ``spec.error_bound.forward_bound`` of that case (claim
 ``fp8_error_bound``). The mixed rows run a bf16 / fp16 query on the e4m3 K/V (upcast exactly).
-Runs on CPU (``TRITON_INTERPRET=1``) or a GPU.
+Runs on CPU (``TRITON_INTERPRET=1``) or a GPU. On an sm_90 GPU the rows with fp8 products are held to
+the bound of the fp8 MMA (``forward_bound(..., fp8_mma=True)``, claim ``fp8_mma_bound``: its hardware
+hypothesis); the fp32-accumulation bound (claim ``fp8_error_bound``, the interpreter's) is shown beside it.
 
     TRITON_INTERPRET=1 python -m benchmarks.fp8_errors          # a markdown table on stdout
+    python -m benchmarks.fp8_errors --device cuda               # the same on a GPU, and a verdict line
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ def quantise(x, dtype, Hkv):
     return x8, descale, x8.double() * per_head.double()
 
 
+def fp8_mma(device, q_dtype=None) -> bool:
+    """Whether the products run on sm_90's fp8 MMA: an FP8 q (both operands fp8) on a Hopper GPU."""
+    return (q_dtype is None and torch.device(device).type == "cuda"
+            and torch.cuda.get_device_capability(device)[0] == 9)
+
+
 def measure(fmt, regime, *, causal=True, q_dtype=None, block=(64, 64), device="cpu", **shape):
     from generated import flash_attention
 
@@ -70,26 +79,33 @@ def measure(fmt, regime, *, causal=True, q_dtype=None, block=(64, 64), device="c
                                causal=causal, return_lse=True, block=block)
     ref_out, ref_lse = reference(qq, kk, vv, causal=causal)
     name = fmt if q_dtype is None else {torch.bfloat16: "bf16", torch.float16: "fp16"}[q_dtype]
-    tol, lse_tol = case_tolerances(qq, kk, vv, block_n=block[1], ref_lse=ref_lse, dtype=name, descaled=True)
+    mma = fp8_mma(device, q_dtype)
+    tol, lse_tol = case_tolerances(qq, kk, vv, block_n=block[1], ref_lse=ref_lse, dtype=name, descaled=True,
+                                   fp8_mma=mma)
+    _, lse_fp32 = case_tolerances(qq, kk, vv, block_n=block[1], ref_lse=ref_lse, dtype=name, descaled=True)
     out_err, lse_err = attention_errors(out.cpu(), lse.cpu(), ref_out, ref_lse, vv)
-    return dict(out_err=out_err, out_bound=tol, lse_err=lse_err, lse_bound=lse_tol, out=out)
+    return dict(out_err=out_err, out_bound=tol, lse_err=lse_err, lse_bound=lse_tol, lse_fp32=lse_fp32, out=out,
+                model="fp8 MMA" if mma else "fp32")
+
+
+def _row(label, regime, m):
+    return [label, regime, f"{m['out_err']:.2e}", f"{m['out_bound']:.2e}", f"{m['lse_err']:.1e}",
+            f"{m['lse_bound']:.1e}", f"{m['lse_fp32']:.1e}", m["model"],
+            "yes" if m["out_err"] <= m["out_bound"] and m["lse_err"] <= m["lse_bound"] else "**no**"]
 
 
 def rows(device="cpu"):
     out = []
     for fmt in FORMATS:
         for regime in REGIMES:
-            m = measure(fmt, regime, device=device)
-            out.append([fmt, regime, f"{m['out_err']:.2e}", f"{m['out_bound']:.2e}", f"{m['lse_err']:.1e}",
-                        f"{m['lse_bound']:.1e}"])
+            out.append(_row(fmt, regime, measure(fmt, regime, device=device)))
     for q_dtype, label in ((torch.bfloat16, "bf16 q, e4m3 K/V"), (torch.float16, "fp16 q, e4m3 K/V")):
-        m = measure("e4m3", "unit", q_dtype=q_dtype, device=device)
-        out.append([label, "unit", f"{m['out_err']:.2e}", f"{m['out_bound']:.2e}", f"{m['lse_err']:.1e}",
-                    f"{m['lse_bound']:.1e}"])
+        out.append(_row(label, "unit", measure("e4m3", "unit", q_dtype=q_dtype, device=device)))
     return out
 
 
-HEADER = ["inputs", "regime", "out error / max abs v", "bound", "lse error", "lse bound"]
+HEADER = ["inputs", "regime", "out error / max abs v", "bound", "lse error", "lse bound",
+          "lse bound (fp32 acc.)", "accumulation", "within"]
 
 #: the FP8 forward's extra HBM bytes per program: its three fp32 descales
 DESCALE_BYTES = 3 * 4
@@ -120,7 +136,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.fp8_errors", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
-    print(markdown_table(HEADER, rows(args.device)))
+    table = rows(args.device)
+    print(markdown_table(HEADER, table))
+    if args.device != "cpu":
+        name = torch.cuda.get_device_name(args.device)
+        print(f"\n{name}: {sum(r[-1] == 'yes' for r in table)}/{len(table)} rows within their bound")
     print()
     print(markdown_table(HBM_HEADER, hbm_rows()))
     return 0

@@ -585,11 +585,32 @@ def _varlen_fp8_case(g):
     return tensors, expandable, (), call
 
 
+def _kvcache_fp8_case(g):
+    """An FP8 paged cache (issue 30): q, the pages in e4m3 with (B, Hkv) descales, split in two."""
+    q, k, v, lens = decode_problem(seed=int(torch.randint(0, 99, (), generator=g)))
+    kp, vp, table = paged(k, v)
+    fp8 = torch.float8_e4m3fn
+    tensors = {"q": q.to(fp8), "k_cache": kp.to(fp8), "v_cache": vp.to(fp8), "cache_seqlens": lens,
+               "block_table": table,
+               **{name: torch.rand(q.shape[0], kp.shape[2], generator=g) + 0.5
+                  for name in ("q_descale", "k_descale", "v_descale")}}
+    expandable = {"q": (0, 1, 2), "k_cache": (1, 3), "v_cache": (1, 3), "cache_seqlens": (0,), "block_table": (0,),
+                  "q_descale": (0, 1), "k_descale": (0, 1), "v_descale": (0, 1)}
+
+    def call(t):
+        return flash_attention_with_kvcache(t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"],
+                                            block_table=t["block_table"], q_descale=t["q_descale"],
+                                            k_descale=t["k_descale"], v_descale=t["v_descale"], causal=True,
+                                            num_splits=2, return_lse=True)
+    return tensors, expandable, (), call
+
+
 #: a key "entry[variant]" is one more case of the entry point "entry" (the coverage test unions them)
 CASES = {"flash_attention": _dense_case, "flash_attention_varlen": _varlen_case,
          "flash_attention_varlen[paged]": _varlen_paged_case,
          "flash_attention[fp8]": _fp8_case, "flash_attention_varlen[fp8]": _varlen_fp8_case,
          "flash_attention_with_kvcache": _kvcache_case, "flash_attention_with_kvcache[append]": _kvcache_append_case,
+         "flash_attention_with_kvcache[fp8]": _kvcache_fp8_case,
          "merge_state": _merge_state_case,
          "merge_states": _merge_states_case, "ring_attention": _ring_case, "softmax": _softmax_case}
 

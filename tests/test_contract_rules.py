@@ -95,7 +95,15 @@ def _kvcache():
     paged = {**plain, "k_cache": _randn(6, 16, 1, D, seed=1), "v_cache": _randn(6, 16, 1, D, seed=2),
              "cache_seqlens": torch.tensor([30, 17], dtype=I32),
              "block_table": torch.tensor([[4, 0, 2], [1, 5, 3]], dtype=I32), "batch_invariant": False}
-    return [extras, plain, paged]
+    for call in (extras, plain, paged):
+        call.update(q_descale=None, k_descale=None, v_descale=None, out_dtype=None)
+    # an FP8 cache (issue 30): q, the caches and the appended k, v in e4m3 with (B, Hkv) descales, out in fp16
+    f8 = torch.float8_e4m3fn
+    fp8 = {**extras, **{n: extras[n].to(f8) for n in ("q", "k_cache", "v_cache", "k", "v")}, "rotary_cos": None,
+           "rotary_sin": None, "softcap": None, "alibi_slopes": None, "sinks": None, "out_dtype": torch.float16,
+           **{n: torch.rand(2, 1, generator=torch.Generator().manual_seed(i)) + 0.5
+              for i, n in enumerate(("q_descale", "k_descale", "v_descale"))}}
+    return [extras, plain, paged, fp8]
 
 
 def _merge_state():

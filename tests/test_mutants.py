@@ -1667,3 +1667,35 @@ BOUND_MUTANTS = {
 @pytest.mark.parametrize("mutant", list(BOUND_MUTANTS))
 def test_fp8_error_bound_mutant_is_refuted(mutant):
     assert_failed(P8.prove_fp8_error_bound(**BOUND_MUTANTS[mutant]))
+
+
+def _bound_ignoring_fp8_mma(dtype, *args, fp8_mma=False, **kw):
+    return EB.forward_bound(dtype, *args, **kw)
+
+
+def _line_without_promotion(term):
+    from spec.printer import print_term
+    return print_term(term, comment=False).replace(", max_num_imprecise_acc=32", "")
+
+
+#: wrong versions of the sm_90 fp8 MMA bound's pieces: claim fp8_mma_bound must fail on each
+MMA_MUTANTS = {
+    # the printed dots left at Triton's default (the whole sum in the MMA's narrow accumulator)
+    "dots not promoted": {"print_line": _line_without_promotion},
+    "promotion after 2^30 products": {"imprecise": 2**30},
+    # 0: Triton then compiles no wgmma at all (not the kernel the hypothesis is about)
+    "promotion at 0": {"imprecise": 0},
+    # a hypothesis below the modelled accumulator's error
+    "epsilon below the model": {"mma_err": 2.0**-9},
+    # the score's dot counted as an fp32 inner product
+    "score dot gamma_D": {"dot_factor": lambda n, num=None: (num or EB.FLOATS).gamma(n)},
+    # P V's tile counted with the dense kernel's two roundings
+    "two roundings per tile": {"tile_roundings": lambda block_n, num=None: 2},
+    # forward_bound without the sm_90 terms
+    "bound ignores fp8_mma": {"bound": _bound_ignoring_fp8_mma},
+}
+
+
+@pytest.mark.parametrize("mutant", list(MMA_MUTANTS))
+def test_fp8_mma_bound_mutant_is_refuted(mutant):
+    assert_failed(P8.prove_fp8_mma_bound(**MMA_MUTANTS[mutant]))

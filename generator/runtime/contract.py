@@ -205,15 +205,16 @@ def _not_fp8(bad, on=lambda v: True) -> R.Rule:
                   bad=lambda c, n: {n: bad(c)} if _fp8(c) else {})
 
 
-def _fp8_args(sizes) -> tuple[Arg, ...]:
-    """``q_descale``, ``k_descale``, ``v_descale`` and ``out_dtype``; ``sizes(ctx)`` the descales' ``(B, Hkv)``."""
+def _fp8_args(sizes, kv: str = "k", no_grad=_fp8_no_grad) -> tuple[Arg, ...]:
+    """``q_descale``, ``k_descale``, ``v_descale`` and ``out_dtype``; ``sizes(ctx)`` the descales' ``(B, Hkv)``;
+    ``kv``: the argument holding K (``k``; ``k_cache`` for the KV-cache decode), ``no_grad()``: its rule."""
     def descale(name):
         return Arg(name, "None or a float32 tensor", "(B, Hkv) (varlen: B the segments)", COPIED,
-                   "finite and > 0 (opt-in check); None: 1; with FP8 k, v only", ("fp8_descales",),
+                   f"finite and > 0 (opt-in check); None: 1; with FP8 {kv} only", ("fp8_descales",),
                    rules=(R.is_tensor(),
                           R.dtype_in((torch.float32,), "it must be float32 (batch, kv_heads), FlashAttention 3's; "
                                      "convert with .float()"),
-                          R.call("with FP8 k, v", lambda n, v, c: R.check_fp8_descale_kv(n, c["k"]),
+                          R.call(f"with FP8 {kv}", lambda n, v, c: R.check_fp8_descale_kv(n, c[kv]),
                                  bad=lambda c, n: {n: torch.ones(sizes(c), device=c["q"].device)}),
                           R.call("(B, Hkv)", lambda n, v, c: R.check_fp8_descale_shape(n, v, *sizes(c)),
                                  bad=lambda c, n: {n: torch.cat([c[n], c[n]], 1)}),
@@ -222,13 +223,13 @@ def _fp8_args(sizes) -> tuple[Arg, ...]:
                                    bad=lambda c, n: {n: c[n].clone().fill_(0)},
                                    kept="no clamp can: without the check a descale ≤ 0 or not finite scales its "
                                    "tensor as given (every read stays in bounds; claim fp8_descale assumes > 0)"),
-                          _fp8_no_grad()))
+                          no_grad()))
     return (*(descale(name) for name in R.FP8_NAMES),
             Arg("out_dtype", "None or torch.bfloat16 / float16 / float32", "—", NONE,
                 "FP8 inputs only; None: bf16 (q's dtype with an fp16/bf16 q)", ("fp8_descales",),
                 rules=(R.call("bf16, fp16 or fp32", lambda n, v, c: R.check_fp8_out_dtype(n, v), KIND,
                               bad=lambda c, n: {n: torch.float64}),
-                       R.call("with FP8 inputs", lambda n, v, c: R.check_fp8_only(n, c["k"]),
+                       R.call("with FP8 inputs", lambda n, v, c: R.check_fp8_only(n, c[kv]),
                               bad=lambda c, n: {n: torch.bfloat16}))))
 
 
@@ -669,19 +670,102 @@ def _cache_rows_rules(meaning: str) -> tuple:
             R.shape_is(lambda c: (c["q"].shape[0],), "(batch,)"))
 
 
+def _kv_fp8(c) -> bool:
+    """An FP8 KV cache (issue 30): k_cache in an FP8 format (the dtype rule holds v_cache to it)."""
+    return isinstance(c["k_cache"], torch.Tensor) and c["k_cache"].dtype in launch.FP8_FORMATS
+
+
+def _kv_not_fp8(bad, on=lambda v: True) -> R.Rule:
+    """A feature the FP8 cache does not combine with (yet): refused there, as ``_not_fp8`` on the dense path."""
+    return R.call("not with an FP8 cache", lambda n, v, c: R.check_not_fp8(n, v, on(v)), when=_kv_fp8,
+                  bad=lambda c, n: {n: bad(c)} if _kv_fp8(c) else {})
+
+
+def _kv_cache_dtype(n, v, c):
+    """One dtype for q and the cache, or an FP8 cache (k_cache, v_cache one FP8 format) with q in that format or
+    fp16/bf16 [fp8_descales]."""
+    try:
+        R.check_dtypes(c["q"], c["k_cache"], c["v_cache"], True)
+    except TypeError as e:
+        raise TypeError(f"{n} has dtype {v.dtype} with q {c['q'].dtype} (q, k, v below: q, k_cache, v_cache): {e}") \
+            from None
+
+
+def _kv_fp8_rotary(c, n):
+    """A call with an FP8 cache that appends, with rotary tables added (refused)."""
+    if not _kv_fp8(c) or c["k"] is None:
+        return {}
+    angle = torch.rand(_kv_capacity(c), c["q"].shape[3] // 4, device=c["q"].device)
+    return {"rotary_cos": angle.cos(), "rotary_sin": angle.sin()}
+
+
+def _kv_fp8_score_mod(c, n):
+    from spec.score_mods import tanh_cap
+
+    return {n: tanh_cap, "score_args": {"cap": 5.0}} if _kv_fp8(c) else {}
+
+
+def _kv_append_dtype(n, v, c):
+    if v.dtype != c["k_cache"].dtype:
+        raise TypeError(f"{n} has dtype {v.dtype} but the cache is {c['k_cache'].dtype}: the new keys and values are "
+                        "copied into an FP8 cache as they are (FlashAttention 3's rule), so quantise them with the "
+                        f"cache's descales first: ({n} / {n}_descale[:, None, :, None]).to({c['k_cache'].dtype}) "
+                        "[fp8_descales]")
+
+
+def _kv_with_fp8_limits(args: tuple[Arg, ...]) -> tuple[Arg, ...]:
+    """The KV-cache decode's arguments with an FP8 cache's limits (issue 30) on the arguments they limit: new
+    k, v already in the cache's FP8 format, no rotary (it would rotate quantised keys), a positive scale, and no
+    softcap, ALiBi, sinks or score_mod (as the dense FP8 forward)."""
+    q_heads = lambda c: c["q"].shape[2]  # noqa: E731  (Hq: dim 2 of (B, N_q, Hq, D))
+    limits = {
+        "k": R.call("an FP8 cache: k in its dtype", _kv_append_dtype, KIND, when=_kv_fp8,
+                    bad=lambda c, n: {n: c[n].to(torch.bfloat16), "v": c["v"].to(torch.bfloat16)}
+                    if _kv_fp8(c) and c[n] is not None else {}),
+        "v": R.call("an FP8 cache: v in its dtype", _kv_append_dtype, KIND, when=_kv_fp8,
+                    bad=lambda c, n: {n: c[n].to(torch.bfloat16)} if _kv_fp8(c) and c[n] is not None else {}),
+        "rotary_cos": replace(_kv_not_fp8(lambda c: None), bad=_kv_fp8_rotary),
+        "scale": R.call("> 0 with an FP8 cache", lambda n, v, c: None if v is None or v > 0 else R._raise(
+            ValueError, f"{n} must be > 0 with an FP8 cache, got {v}; fold the sign into q"),
+            when=_kv_fp8, bad=lambda c, n: {n: -0.5} if _kv_fp8(c) else {}),
+        "softcap": _kv_not_fp8(lambda c: 5.0),
+        "alibi_slopes": _kv_not_fp8(lambda c: torch.rand(q_heads(c), device=c["q"].device)),
+        "sinks": _kv_not_fp8(lambda c: torch.zeros(q_heads(c), device=c["q"].device)),
+    }
+    out = []
+    for a in args:
+        if a.name == "score_mod":
+            a = replace(a, rules=a.rules + (replace(_kv_not_fp8(lambda c: None), bad=_kv_fp8_score_mod),))
+        elif a.name in limits:
+            rule = limits[a.name]
+            # the FP8 rule of k / v before their own "k_cache's dtype" (which would name no fix)
+            a = replace(a, rules=(rule, *a.rules) if a.name in ("k", "v") else a.rules + (rule,))
+        out.append(a)
+    return tuple(out)
+
+
 def _kvcache() -> tuple[Arg, ...]:
+    return _kv_with_fp8_limits(_kvcache_args()) + _fp8_args(lambda c: (c["q"].shape[0], c["k_cache"].shape[2]),
+                                                            "k_cache", _kv_no_grad)
+
+
+def _kvcache_args() -> tuple[Arg, ...]:
+    kv_dtype = R.call("q's dtype (FP8 cache: k_cache, v_cache one FP8 format, q it or fp16/bf16)", _kv_cache_dtype,
+                      bad=lambda c, n: {n: c[n].double()})
     return (
-        Arg("q", _dtypes() + ", one dtype for q and the cache", f"(B, N_q, Hq, D), D in 1..{limit('decode_head_dim_max')[0]}",
-            ANY, "any", ("dtypes", "decode_head_dim_max", "gqa_divides", "index_int32"),
+        Arg("q", _dtypes() + ", one dtype for q and the cache" + "; or an FP8 cache: k_cache, v_cache float8_e4m3fn/"
+            "e5m2, q in that dtype or fp16/bf16", f"(B, N_q, Hq, D), D in 1..{limit('decode_head_dim_max')[0]}",
+            ANY, "any", ("dtypes", "decode_head_dim_max", "gqa_divides", "index_int32", "fp8_descales"),
             rules=(R.is_tensor(), R.supported_device(), R.rank(4, "(batch, N_q, Hq, D): FlashAttention's layout"),
-                   R.dtype_in(R.DTYPES, _SUPPORTED), _kv_no_grad(),
+                   R.call("a supported dtype or FP8", lambda n, v, c: R.check_supported_dtype(n, v, True), KIND,
+                          bad=lambda c, n: {n: c[n].double()}), _kv_no_grad(),
                    R.call("B, N_q, Hq ≥ 1; D in 1..max", _kv_q_dims, bad=lambda c, n: {n: c[n][:, :0]}),
                    R.call("in-slice offsets of q, the cache and out fit int32", _kv_index_width,
                           bad=lambda c, n: _lower("index_int32", 0)))),
         Arg("k_cache", "q's", "(B, N_cache, Hkv, D), or paged (num_pages, page_size, Hkv, D)", ANY,
             "any (slots past cache_seqlens[b] are never read)", ("gqa_divides", "page_sizes", "index_int32"),
             rules=(R.is_tensor(), R.rank(4, "(batch, N_cache, Hkv, D), or paged (num_pages, page_size, Hkv, D)"),
-                   R.same_dtype("q"), _kv_no_grad(),
+                   kv_dtype, _kv_no_grad(),
                    R.call("q's D; Hq % Hkv = 0", _kv_cache_dims, bad=lambda c, n: {n: c[n][..., :1],
                                                                                    "v_cache": c["v_cache"][..., :1]}),
                    R.call("contiguous: q's batch", _kv_cache_rows,
@@ -694,7 +778,7 @@ def _kvcache() -> tuple[Arg, ...]:
             "(MLA's absorbed decode: D = 576, D_v = 512); out has D_v", ANY,
             "any; a view of k_cache's storage (k_cache[..., :D_v]) is read as it is, no copy",
             ("decode_head_dim_max", "index_int32"),
-            rules=(R.is_tensor(), R.same_dtype("q"), _kv_no_grad(),
+            rules=(R.is_tensor(), kv_dtype, _kv_no_grad(),
                    R.call("k_cache's shape but its head dim", lambda n, v, c: R.check_v_like_k(c["k_cache"], v, "k_cache", n),
                           bad=lambda c, n: {n: c[n][:, :-1]}),
                    R.call(f"D_v in 1..{limit('decode_head_dim_max')[1]}", lambda n, v, c: R.check_head_dim(
