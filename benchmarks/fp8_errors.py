@@ -94,12 +94,13 @@ def _row(label, regime, m):
             "yes" if m["out_err"] <= m["out_bound"] and m["lse_err"] <= m["lse_bound"] else "**no**"]
 
 
-def rows(device="cpu"):
+def rows(device="cpu", mixed=True):
+    """The table's rows: each format at each regime, then (``mixed``) a bf16 / fp16 q on the e4m3 K/V."""
     out = []
     for fmt in FORMATS:
         for regime in REGIMES:
             out.append(_row(fmt, regime, measure(fmt, regime, device=device)))
-    for q_dtype, label in ((torch.bfloat16, "bf16 q, e4m3 K/V"), (torch.float16, "fp16 q, e4m3 K/V")):
+    for q_dtype, label in ((torch.bfloat16, "bf16 q, e4m3 K/V"), (torch.float16, "fp16 q, e4m3 K/V"))[:2 * mixed]:
         out.append(_row(label, "unit", measure("e4m3", "unit", q_dtype=q_dtype, device=device)))
     return out
 
@@ -132,17 +133,50 @@ def hbm_rows(n=(4096, 16384), d=128, block=(128, 64)):
 HBM_HEADER = ["N", "mask", "bf16 MB", "FP8 MB", "FP8 / bf16", "bf16 q + FP8 K/V MB", "mixed / bf16"]
 
 
+def decode_hbm_rows(lengths=(4096, 16384, 131072), batch=(1, 8), num_sms=132):
+    """The decode HBM model (``benchmarks.hbm_decode.model_bytes``: a decode step, Hq = 32, Hkv = 8, D = 128,
+    the default splits on ``num_sms`` SMs) with a bf16 cache, an FP8 cache under a bf16 q (K and V one byte
+    per element) and under an FP8 q (q too): out stays bf16, and every split program reads its (batch, KV
+    head)'s three fp32 descales."""
+    from benchmarks.hbm_decode import DecodeShape, default_splits, model_bytes, row_tiles
+
+    out = []
+    for b in batch:
+        for keys in lengths:
+            bf16 = DecodeShape(batch=b)
+            splits = default_splits(bf16, keys, num_sms)
+            base = model_bytes(bf16, keys, splits)
+            kv8 = model_bytes(DecodeShape(batch=b, elem=1), keys, splits)
+            descales = b * bf16.heads_kv * splits * row_tiles(bf16) * DESCALE_BYTES
+            mixed = sum(base.values()) - base["kv"] + kv8["kv"] + descales
+            fp8 = mixed - base["q"] + kv8["q"]
+            total = sum(base.values())
+            out.append([b, keys, splits, f"{total / 1e6:.2f}", f"{mixed / 1e6:.2f}", f"{mixed / total:.3f}",
+                        f"{fp8 / 1e6:.2f}", f"{fp8 / total:.3f}"])
+    return out
+
+
+DECODE_HBM_HEADER = ["B", "keys", "splits", "bf16 cache MB", "FP8 cache, bf16 q MB", "/ bf16",
+                     "FP8 cache, FP8 q MB", "/ bf16"]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.fp8_errors", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu")
+    p.add_argument("--fp8-only", action="store_true", help="the rows with fp8 products only (no mixed rows, no "
+                   "HBM tables): the GPU check of claim fp8_mma_bound")
     args = p.parse_args(argv)
-    table = rows(args.device)
+    table = rows(args.device, mixed=not args.fp8_only)
     print(markdown_table(HEADER, table))
     if args.device != "cpu":
         name = torch.cuda.get_device_name(args.device)
         print(f"\n{name}: {sum(r[-1] == 'yes' for r in table)}/{len(table)} rows within their bound")
+    if args.fp8_only:
+        return 0
     print()
     print(markdown_table(HBM_HEADER, hbm_rows()))
+    print()
+    print(markdown_table(DECODE_HBM_HEADER, decode_hbm_rows()))
     return 0
 
 

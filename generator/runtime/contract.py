@@ -205,6 +205,13 @@ def _not_fp8(bad, on=lambda v: True) -> R.Rule:
                   bad=lambda c, n: {n: bad(c)} if _fp8(c) else {})
 
 
+def _fp8_positive_scale(what: str, when) -> R.Rule:
+    """``scale > 0`` with FP8 (``when``): the host's sign rewrite would negate an FP8 q."""
+    return R.call(f"> 0 with {what}", lambda n, v, c: None if v is None or v > 0 else R._raise(
+        ValueError, f"{n} must be > 0 with {what}, got {v}; fold the sign into q before quantising"),
+        when=when, bad=lambda c, n: {n: -0.5} if when(c) else {})
+
+
 def _fp8_args(sizes, kv: str = "k", no_grad=_fp8_no_grad) -> tuple[Arg, ...]:
     """``q_descale``, ``k_descale``, ``v_descale`` and ``out_dtype``; ``sizes(ctx)`` the descales' ``(B, Hkv)``;
     ``kv``: the argument holding K (``k``; ``k_cache`` for the KV-cache decode), ``no_grad()``: its rule."""
@@ -239,9 +246,7 @@ def _with_fp8_limits(args: tuple[Arg, ...]) -> tuple[Arg, ...]:
     or paged cache."""
     q_heads = lambda c: c["q"].shape[1]  # noqa: E731  (Hq: dim 1 of (B, Hq, N, D) and of (total, Hq, D))
     limits = {
-        "scale": R.call("> 0 with FP8 inputs", lambda n, v, c: None if v is None or v > 0 else R._raise(
-            ValueError, f"{n} must be > 0 with FP8 inputs, got {v}; fold the sign into q before quantising"),
-            when=_fp8, bad=lambda c, n: {n: -0.5} if _fp8(c) else {}),
+        "scale": _fp8_positive_scale("FP8 inputs", _fp8),
         "softcap": _not_fp8(lambda c: 5.0),
         "alibi_slopes": _not_fp8(lambda c: torch.rand(q_heads(c), device=c["q"].device)),
         "sinks": _not_fp8(lambda c: torch.zeros(q_heads(c), device=c["q"].device)),
@@ -725,9 +730,7 @@ def _kv_with_fp8_limits(args: tuple[Arg, ...]) -> tuple[Arg, ...]:
         "v": R.call("an FP8 cache: v in its dtype", _kv_append_dtype, KIND, when=_kv_fp8,
                     bad=lambda c, n: {n: c[n].to(torch.bfloat16)} if _kv_fp8(c) and c[n] is not None else {}),
         "rotary_cos": replace(_kv_not_fp8(lambda c: None), bad=_kv_fp8_rotary),
-        "scale": R.call("> 0 with an FP8 cache", lambda n, v, c: None if v is None or v > 0 else R._raise(
-            ValueError, f"{n} must be > 0 with an FP8 cache, got {v}; fold the sign into q"),
-            when=_kv_fp8, bad=lambda c, n: {n: -0.5} if _kv_fp8(c) else {}),
+        "scale": _fp8_positive_scale("an FP8 cache", _kv_fp8),
         "softcap": _kv_not_fp8(lambda c: 5.0),
         "alibi_slopes": _kv_not_fp8(lambda c: torch.rand(q_heads(c), device=c["q"].device)),
         "sinks": _kv_not_fp8(lambda c: torch.zeros(q_heads(c), device=c["q"].device)),

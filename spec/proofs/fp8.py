@@ -245,15 +245,23 @@ def _composition_cases(bound, out_bound, formats, scale_roundings):
     # fp8 K/V cache upcast exactly: the descales only, c = 0)
     for name, c in [(f, nk * pa * sp.exp(2 * E) * (1 + rho_den)) for f in formats] + [("fp16", 0), ("bf16", 0)]:
         want = error_bound.Bound(out_bound(rho_w, rho_num, rho_den, error_bound.weight_factor(u, u), uo, c), lse_want, E)
-        try:
-            got = bound(name, nk, bc, dd, sA, lse, num=Symbolic(), descaled=True)
-        except Exception as exc:  # noqa: BLE001  (a bound that cannot run symbolically: a failed case)
-            got = error_bound.Bound(*(sp.Symbol(f"{type(exc).__name__}: {exc}"),) * 3)
-        for field in error_bound.Bound._fields:
-            residual = getattr(got, field) - getattr(want, field)
-            residual = residual if residual == 0 else sp.expand(residual)
-            cases.append((f"forward_bound({name}, descaled).{field} is the FP8 composition (symbolic N_k, B_c, D, "
-                          "s·A, u, u_p, u_out, p_abs, U_FUNC)", residual))
+        cases += _bound_cases(lambda: bound(name, nk, bc, dd, sA, lse, num=Symbolic(), descaled=True), want,
+                              f"forward_bound({name}, descaled).{{}} is the FP8 composition (symbolic N_k, B_c, D, "
+                              "s·A, u, u_p, u_out, p_abs, U_FUNC)")
+    return cases
+
+
+def _bound_cases(call, want, label):
+    """One case per field of ``Bound``: ``call()`` (a ``forward_bound`` in SymPy) minus ``want``, expanded
+    (``label.format(field)``); a bound that cannot run symbolically fails every field."""
+    try:
+        got = call()
+    except Exception as exc:  # noqa: BLE001  (a bound that cannot run symbolically: a failed case)
+        got = error_bound.Bound(*(sp.Symbol(f"{type(exc).__name__}: {exc}"),) * 3)
+    cases = []
+    for field in error_bound.Bound._fields:
+        residual = getattr(got, field) - getattr(want, field)
+        cases.append((label.format(field), residual if residual == 0 else sp.expand(residual)))
     return cases
 
 
@@ -341,14 +349,8 @@ def prove_fp8_mma_bound(bound=error_bound.forward_bound, mma_err=error_bound.FP8
     want = error_bound.Bound(error_bound.out_bound(rho_w, rho_num, rho_den, error_bound.weight_factor(u, u), uo, c),
                              lse_want, E)
     for name in error_bound.FP8:
-        try:
-            got = bound(name, nk, bc, dd, sA, lse, num=num, descaled=True, fp8_mma=True)
-        except Exception as exc:  # noqa: BLE001  (a bound that cannot run symbolically: a failed case)
-            got = error_bound.Bound(*(sp.Symbol(f"{type(exc).__name__}: {exc}"),) * 3)
-        for field in error_bound.Bound._fields:
-            residual = getattr(got, field) - getattr(want, field)
-            residual = residual if residual == 0 else sp.expand(residual)
-            cases.append((f"forward_bound({name}, fp8_mma=True).{field} is the sm_90 composition (symbolic N_k, "
-                          f"B_c, D, s·A, u, u_p, u_out, p_abs, ε; γ_{r} for qk_scale)", residual))
+        cases += _bound_cases(lambda: bound(name, nk, bc, dd, sA, lse, num=num, descaled=True, fp8_mma=True), want,
+                              f"forward_bound({name}, fp8_mma=True).{{}} is the sm_90 composition (symbolic N_k, "
+                              f"B_c, D, s·A, u, u_p, u_out, p_abs, ε; γ_{r} for qk_scale)")
     return result("fp8_mma_bound", cases, "exact rationals; z3 nonlinear reals; forward_bound checked symbolically "
                   "to be the sm_90 composition")
