@@ -32,6 +32,12 @@
    reviewed exceptions). Integer arithmetic on pointers that is not printed is refused, as unprinted
    float arithmetic is.
 
+   A TMA descriptor is moved (``desc.load(box)``, ``desc.store(box, tile)``) only at a printed box
+   (``spec.addresses.TMA_BOXES``, claim ``tma_addresses``) or a parameter every caller hands one.
+5. **launch strides from spec.launch** (issue 24). A generated file's host code passes no kernel
+   stride by hand (a keyword ``stride_*=``): strides ride the integers of a ``spec.launch`` function,
+   which the address claims quantify over (``LAUNCH_STRIDE_GAPS``: the reviewed exceptions).
+
 The allow-list (reviewed; keep it short):
 
 * loads and stores: ``tl.load(ptr, mask=..., other=<padding value>)`` (the ``other`` literal is
@@ -114,6 +120,13 @@ POINTER_GAPS = {
 #: POINTER_GAPS (rule 4 refuses any other), each listed on docs/verification.md (none since issue 24 printed the
 #: score_mod gradient row)
 HANDED_POINTER_GAPS: frozenset = frozenset()
+#: (host function, keyword) pairs of a generated file that pass a kernel stride by hand instead of from a
+#: spec.launch function (rule 5 refuses any other), each listed on docs/verification.md
+LAUNCH_STRIDE_GAPS = frozenset({
+    # decode's ALiBi slope strides come from generator.runtime.launch.score_mod_launch (the forward's and the
+    # backward's from spec.launch.slope_strides, claims forward_addresses / backward_kernel_addresses)
+    ("splits_plan", "stride_sb"), ("splits_plan", "stride_sh"),
+})
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
 ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses", "rows_addresses", "append_addresses",
                   "backward_addresses", "backward_kernel_addresses", "tma_addresses")
@@ -314,6 +327,20 @@ def _pointer_problems(fn: ast.FunctionDef, lines, printed: set[str], addresses: 
     return problems
 
 
+def _launcher_problems(tree: ast.Module) -> list[str]:
+    """Rule 5: a generated file's host functions pass no kernel stride by hand (a keyword ``stride_*=``): the
+    strides ride the integers a spec.launch function returns, which the address claims quantify over
+    (``LAUNCH_STRIDE_GAPS``: the reviewed exceptions)."""
+    problems = []
+    for fn in (f for f in tree.body if isinstance(f, ast.FunctionDef) and not _is_jit(f)):
+        for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call)):
+            for kw in call.keywords:
+                if kw.arg and kw.arg.startswith("stride_") and (fn.name, kw.arg) not in LAUNCH_STRIDE_GAPS:
+                    problems.append(f"{fn.name}:{call.lineno}: `{kw.arg}={ast.unparse(kw.value)}` passes a stride by "
+                                    "hand; take it from the spec.launch function of the kernel (its claim reads it)")
+    return problems
+
+
 def check_source(source: str, printed: set[str], assigned: set[str], stages: set[tuple]) -> list[str]:
     """The hygiene problems of one generated file (empty: clean). ``printed``: every line the
     printer emits (stripped); ``assigned``: the names printed lines assign; ``stages``: the
@@ -323,7 +350,7 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
     jit = [fn for fn in tree.body if isinstance(fn, ast.FunctionDef) and _is_jit(fn)]
     helpers = {fn.name for fn in jit}
     stage_names = {name for triple in stages for name in triple[:2]}
-    problems = []
+    problems = _launcher_problems(tree)
     file_pointers = _file_pointers(jit)
     addresses = {name for name in (line.split("=", 1)[0].strip() for line in printed
                                    if any(f"(claim: {c})" in line for c in ADDRESS_CLAIMS))

@@ -11,9 +11,10 @@ and prove that each printed offset is the offset of the element the reference re
 Covered: the decode kernel (``_decode_fwd``: Q, the paged ``block_table``, ``cache_seqlens``, K and V
 of a contiguous or a paged cache, the partial ``o`` and ``lse``), the varlen segment block (the
 ``cu_seqlens`` loads and the segment offsets of every Q/K/V/O/dO/dQ/dK/dV/lse/lse2/Δ pointer), the dense
-forward, softmax and the merges, the KV append, the backward preprocess and the backward dK/dV and dQ
-kernels. What is not yet a printed term ``generator.hygiene`` lists as reviewed gaps (``POINTER_GAPS``:
-the TMA descriptors' coordinates, a user score_mod's scatter), and so does ``docs/verification.md``.
+forward (FP8's descales included), its TMA path's boxes (claim tma_addresses), softmax and the merges, the KV
+append, the backward preprocess and the backward dK/dV and dQ kernels (a user score_mod's gradient rows
+included). What is not yet a printed term ``generator.hygiene`` lists as reviewed gaps (``POINTER_GAPS``: a
+user score_mod's parameter reads, inside its printed terms), and so does ``docs/verification.md``.
 
 ``Strided`` implements the few tensor methods the launch functions use (``shape``, ``stride()``,
 ``view``, ``transpose``, ``contiguous``), so ``spec.launch`` runs unchanged on a torch tensor (the

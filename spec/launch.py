@@ -216,14 +216,14 @@ def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sink
 
 
 def forward_tma_operands(q, k, v, out, block_m, block_n, block_d, block_dv, block_dt=0):
-    """The forward's TMA operands: ``{kernel parameter: (tensor, rows, width)}`` of its boxes, each tensor
-    ``(B, H, N, ·)``: Q and Out ``BLOCK_M`` rows, K and V ``BLOCK_N``; Q and K ``BLOCK_D`` wide, V and Out
-    ``BLOCK_DV``, a split head dim's tails (``block_dt > 0``: claim head_dim_split) ``BLOCK_DT`` wide, read
-    from column ``HEAD_DIM`` on (claim tma_addresses)."""
-    ops = {"Q": (q, block_m, block_d), "K": (k, block_n, block_d), "V": (v, block_n, block_dv),
-           "Out": (out, block_m, block_dv)}
+    """The forward's TMA operands, in its signature's order (Q, K, V, Out, QTail, KTail): ``{name: (tensor,
+    rows, width)}`` of its boxes, each tensor ``(B, H, N, ·)``: q and out ``BLOCK_M`` rows, k and v ``BLOCK_N``;
+    q and k ``BLOCK_D`` wide, v and out ``BLOCK_DV``, a split head dim's tails (``block_dt > 0``: claim
+    head_dim_split) ``BLOCK_DT`` wide, read from column ``HEAD_DIM`` on (claim tma_addresses)."""
+    ops = {"q": (q, block_m, block_d), "k": (k, block_n, block_d), "v": (v, block_n, block_dv),
+           "out": (out, block_m, block_dv)}
     if block_dt:
-        ops.update(QTail=(q, block_m, block_dt), KTail=(k, block_n, block_dt))
+        ops.update(q_tail=(q, block_m, block_dt), k_tail=(k, block_n, block_dt))
     return ops
 
 

@@ -694,15 +694,15 @@ def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launc
     # (rows, width) and mask (as the element's index), and whether it is a split head dim's tail (read when > 0)
     row_q, row_k = start_m + r, A.start_n + r
     want = {
-        "Q": ("q_box", (A.off_b, A.off_h, row_q, c), (n.B_r, BLOCK_D), lambda i: z3.And(i[2] < z(N_Q), i[3] < hd), 0),
-        "Out": ("q_box", (A.off_b, A.off_h, row_q, c), (n.B_r, BLOCK_DV),
+        "q": ("q_box", (A.off_b, A.off_h, row_q, c), (n.B_r, BLOCK_D), lambda i: z3.And(i[2] < z(N_Q), i[3] < hd), 0),
+        "out": ("q_box", (A.off_b, A.off_h, row_q, c), (n.B_r, BLOCK_DV),
                 lambda i: z3.And(i[2] < z(N_Q), i[3] < Dvz), 0),
-        "K": ("k_box", (A.off_b, A.off_kvh, row_k, c), (n.B_c, BLOCK_D), lambda i: z3.And(i[2] < z(N_K), i[3] < hd), 0),
-        "V": ("k_box", (A.off_b, A.off_kvh, row_k, c), (n.B_c, BLOCK_DV),
+        "k": ("k_box", (A.off_b, A.off_kvh, row_k, c), (n.B_c, BLOCK_D), lambda i: z3.And(i[2] < z(N_K), i[3] < hd), 0),
+        "v": ("k_box", (A.off_b, A.off_kvh, row_k, c), (n.B_c, BLOCK_DV),
               lambda i: z3.And(i[2] < z(N_K), i[3] < Dvz), 0),
-        "QTail": ("q_tail_box", (A.off_b, A.off_h, row_q, A.HEAD_DIM_ + c), (n.B_r, BLOCK_DT),
+        "q_tail": ("q_tail_box", (A.off_b, A.off_h, row_q, A.HEAD_DIM_ + c), (n.B_r, BLOCK_DT),
                   lambda i: z3.And(i[2] < z(N_Q), i[3] < hd + tail), 1),
-        "KTail": ("k_tail_box", (A.off_b, A.off_kvh, row_k, A.HEAD_DIM_ + c), (n.B_c, BLOCK_DT),
+        "k_tail": ("k_tail_box", (A.off_b, A.off_kvh, row_k, A.HEAD_DIM_ + c), (n.B_c, BLOCK_DT),
                   lambda i: z3.And(i[2] < z(N_K), i[3] < hd + tail), 1),
     }
     cases = []
@@ -718,7 +718,7 @@ def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launc
             cases.append((f"{param}: {box_name} is a box of {len(tensor.shape)} coordinates",
                           sp.Symbol(f"not a box: {term.expr}")))
             continue
-        ref = dict(Q=q, Out=out, K=k, V=v, QTail=q, KTail=k)[param]
+        ref = dict(q=q, out=out, k=k, v=v, q_tail=q, k_tail=k)[param]
         block = [difference(a, b) for a, b in zip(desc[2], (1, 1, *tile))] if len(desc[2]) == 4 else [desc[2]]
         cases.append((f"{param}: the box is the pointer path's tile [1, 1, {tile[0]}, {tile[1]}]",
                       sp.Integer(0) if all(x == 0 for x in block) else sp.Tuple(*block)))
@@ -1216,12 +1216,16 @@ def _score_grad_cases(g, score_grad_launch) -> list:
     row = A.off_bh * G0 + A.pid_m
     cases = [("dq: score_grad offset is score_grad[off_bh·grid[0] + pid_m, e]",
               difference(got, sp.expand(buf.offset_of((row, A.offs_e)))))]
+    # the printed row (sg_base / stride_sgp), of two programs (pid_m, off_bh) and (pid_m2, off_bh2) of the grid
     z = _Z3A()
+    printed_row = sp.cancel(g[A.sg_base].expr.xreplace({A.num_pid_m: G0}) / A.BK_["stride_sgp"])
     p0, b0, p1, b1, e = z3.Ints("pid_m off_bh pid_m2 off_bh2 e")
     g0, g1, P_ = z(G0), z(G1), z(score_f.shape[0])
+    row0 = z3.substitute(z(printed_row), (z(A.pid_m), p0), (z(A.off_bh), b0))
+    row1 = z3.substitute(z(printed_row), (z(A.pid_m), p1), (z(A.off_bh), b1))
     hyp = [g0 >= 1, g1 >= 1, P_ >= 1] + [z3.And(0 <= x, x < gx) for x, gx in ((p0, g0), (b0, g1), (p1, g0), (b1, g1))]
     cases.append(_decide("dq: score_grad[row, e] inside (programs of the grid, entries e < len(SF))",
-                         hyp + [0 <= e, e < P_], _inside((b0 * g0 + p0, e), buf.shape)))
+                         hyp + [0 <= e, e < P_], _inside((row0, e), buf.shape)))
     cases.append(_decide("dq: two programs of the grid never share a score_grad row (no atomics needed)",
-                         hyp + [z3.Or(p0 != p1, b0 != b1)], b0 * g0 + p0 != b1 * g0 + p1))
+                         hyp + [z3.Or(p0 != p1, b0 != b1)], row0 != row1))
     return cases
