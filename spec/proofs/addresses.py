@@ -479,7 +479,9 @@ def _forward_tensors():
              "in-head products int32 (bounded by index_int32 for q, out, k, v and mask; lse's offs_m·stride_lm, "
              "the block map's tile products and the slope/sink/key_lengths offsets of an int64 factor are not "
              "bounded by it: lse and the block map are made by the runtime, contiguous and small); the packed "
-             "(varlen) form is claim varlen_addresses'")
+             "(varlen) form is claim varlen_addresses' (FP8's descales there: the same printed term with b the "
+             "segment, (B, Hkv) with B the segments by the contract; their extent is checked here for the dense "
+             "grid only)")
 def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=None, dropout_mask_launch=None):
     launch = L.forward_launch if launch is None else launch
     dropout_mask_launch = L.dropout_mask_launch if dropout_mask_launch is None else dropout_mask_launch
