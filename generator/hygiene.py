@@ -23,7 +23,8 @@
    every ``tl.load`` / ``tl.store`` is a pointer parameter alone or ``pointer + offset`` with
    ``offset`` a name a printed address term assigns (``spec.addresses``, claims
    ``decode_addresses`` / ``forward_addresses`` / ``rows_addresses`` / ``append_addresses`` /
-   ``backward_addresses`` / ``backward_kernel_addresses`` / ``varlen_addresses``), and no other statement
+   ``backward_addresses`` / ``backward_kernel_addresses`` / ``tma_addresses`` / ``varlen_addresses``), and no
+   other statement
    computes on a pointer
    (a pointer is a parameter some load or store of the function reads through, or that it hands
    to a helper of the file at a pointer parameter's place: ``_file_pointers``), and what it hands to a
@@ -108,13 +109,11 @@ EXCEPTIONS = frozenset({
 })
 #: jit functions whose pointer and offset lines are not yet printed address terms (rule 4 skips them):
 #: the reviewed gaps of issue 24, each listed on docs/verification.md ("what remains outside the proofs")
-POINTER_GAPS = {
-    # (the backward's dK/dV and dQ kernels, their stages, _attn_bwd_rows and _attn_bwd_mask print their offsets
-    # since issue 24: claim backward_kernel_addresses)
-    # (the TMA boxes, FP8's descales and a user score_mod's gradient row and scatter print their addresses since
-    # issue 24: claims tma_addresses, forward_addresses, backward_kernel_addresses)
-    # a user score_mod (issue 28): its SF/SI parameter reads are inside its printed terms (Indexed: tl.load(SF + e))
-    "_user_score": "score_mod parameter reads (inside printed terms)", "_user_score_ds": "score_mod parameter reads",
+POINTER_GAPS: dict = {
+    # none since issue 24: the backward's dK/dV and dQ kernels (claim backward_kernel_addresses), the TMA boxes
+    # (tma_addresses), FP8's descales (forward_addresses) and a user score_mod's gradient row and scatter
+    # (backward_kernel_addresses) print their addresses; a user score_mod's SF/SI reads are its printed terms
+    # (tl.load(SF + e), claim score_mod_derived), whose entries' extent docs/verification.md lists as a gap
 }
 #: (function, local) pairs: a pointer built by hand in a converted function and handed to a helper on
 #: POINTER_GAPS (rule 4 refuses any other), each listed on docs/verification.md (none since issue 24 printed the
