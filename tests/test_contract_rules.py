@@ -32,7 +32,7 @@ import generated
 from attention_cases import to_device
 from benchmarks import host
 from generator.runtime import contract
-from generator.runtime.checks import VALUES
+from generator.runtime.checks import PEERS, VALUES
 from spec import assumptions
 from spec.masks import prefix_lm
 
@@ -120,8 +120,10 @@ def _softmax():
 BASES = {"flash_attention": _dense, "flash_attention_varlen": _varlen, "flash_attention_with_kvcache": _kvcache,
          "merge_state": _merge_state, "merge_states": _merge_states, "ring_attention": _ring, "softmax": _softmax}
 
+#: every rule one process can break (a ``PEERS`` rule needs ranks that differ: tests/test_ring.py breaks
+#: each on one rank of two)
 RULES = [(entry, a.name, i) for entry, args in contract.ENTRY_POINTS.items() for a in args
-         for i in range(len(a.rules))]
+         for i in range(len(a.rules)) if a.rules[i].stage != PEERS]
 
 
 def test_every_argument_of_every_entry_point_has_rules():
@@ -242,3 +244,22 @@ def test_each_value_rule_by_default_keeps_reads_in_bounds_without_a_sync(entry, 
     assert not rule.flags(clamped, {**ctx, name: clamped}), f"{entry}.{name}: its clamp leaves the rule's range"
     torch.manual_seed(0)
     _same(got, run(**{**call, name: clamped}))
+
+
+PEER_RULES = [(entry, name, rule) for entry, rules in contract._PEER_RULES.items() for name, rule in rules]
+
+
+@pytest.mark.parametrize("entry, name, rule", PEER_RULES, ids=[f"{e}-{n}" for e, n, _ in PEER_RULES])
+def test_each_rule_the_ranks_must_agree_on_refuses_its_change_naming_the_argument(entry, name, rule):
+    """A ``PEERS`` rule in one process: its entry point names its process group (``contract.GROUP``), its
+    fact has its declared width, and its check refuses the facts of the base call on one rank and of the
+    base with the rule's ``bad`` change on another (the same comparison ``contract.enforce`` makes on
+    every rank after its one all_gather; tests/test_ring.py makes it across two real ranks)."""
+    assert contract.GROUP in {a.name for a in contract.ENTRY_POINTS[entry]}, entry
+    base = to_device(BASES[entry]()[0])
+    ctx = contract._enforce_here(entry, base, values=False)
+    changed = contract._enforce_here(entry, {**base, **rule.bad(base, name)}, values=False)
+    facts = [contract._fact(rule, name, c) for c in (ctx, changed)]
+    rule.check(name, [facts[0], facts[0]], ctx)  # alike: accepted
+    with pytest.raises(ValueError, match=rf"^{re.escape(name)} must be alike on every rank .* rank 1 passes"):
+        rule.check(name, facts, ctx)

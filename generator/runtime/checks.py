@@ -584,8 +584,10 @@ def check_not_scalar(name: str, x) -> None:
 #: to the others (shapes, devices, pairs), the values of its elements (clamped on the device; checked, one
 #: host sync, only as the opt-in ``contract.checking_values``);
 #: ``IN_OP``: a value the op itself must read on the host, also under ``torch.compile`` (varlen's
-#: offsets size its grid): declared here, checked by the op with the same function, not by ``enforce``
-KIND, RELATION, VALUES, IN_OP = 0, 1, 2, 3
+#: offsets size its grid): declared here, checked by the op with the same function, not by ``enforce``;
+#: ``PEERS``: the same on every rank of the call's process group (``agree``: ``ring_attention``), compared
+#: by ``contract.enforce`` in one all_gather after every local rule, so every rank raises the same error
+KIND, RELATION, VALUES, IN_OP, PEERS = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)
@@ -605,7 +607,9 @@ class Rule:
     happens without). ``when(ctx)``: the calls the rule applies to; ``convert(value,
     ctx)``: the value the call goes on with (it checks too: ``enforce`` calls it instead of ``check``);
     ``bad(ctx, name)``: ``{argument: value}`` changes to a valid
-    call that break this rule (the contract test derives one refused input per rule from it)."""
+    call that break this rule (the contract test derives one refused input per rule from it; a
+    ``PEERS`` rule's changes are made on one rank only). A ``PEERS`` rule (``agree``) has a ``fact(value,
+    ctx)``: ``width`` ints, what every rank must share; its ``check(name, every, ctx)`` gets every rank's."""
     text: str
     check: Callable
     stage: int = RELATION
@@ -615,6 +619,8 @@ class Rule:
     bad: Callable | None = None
     clamp: Callable | None = None
     kept: str = ""
+    fact: Callable | None = None
+    width: int = 0
 
 
 def _shape(t) -> tuple:
@@ -748,6 +754,19 @@ def in_op(text: str, fn: Callable, bad: Callable, when=None) -> Rule:
     """A rule the op checks (``IN_OP``): ``fn(name, value, ctx)`` is what it runs, named here so the
     declaration lists it and the contract test derives its refused input."""
     return Rule(text + " (checked by the op)", fn, IN_OP, when=when, bad=bad)
+
+
+def agree(text: str, fact: Callable, width: int, show: Callable, fix: str, bad: Callable) -> Rule:
+    """The same on every rank of the call's process group (``PEERS``): ``fact(value, ctx)``, ``width``
+    ints (``show(fact)`` says it in words), is gathered from every rank with every other ``PEERS`` rule
+    of the call (``contract.enforce``: one all_gather), and ``check`` sees them all, so every rank raises
+    the same error, naming the first rank that differs from rank 0 and the ``fix``."""
+    def check(name, every, ctx):
+        for r, theirs in enumerate(every):
+            if theirs != every[0]:
+                raise ValueError(f"{name} must be alike on every rank of the process group ({text}), but rank {r} "
+                                 f"passes {show(theirs)} and rank 0 {show(every[0])}; {fix}")
+    return Rule(f"alike on every rank: {text} (one all_gather)", check, PEERS, bad=bad, fact=fact, width=width)
 
 
 def call(text: str, fn: Callable, stage: int = RELATION, convert=None, when=None, bad=None) -> Rule:

@@ -160,27 +160,6 @@ class _Ring:
                 f"slower than the process group's timeout. Cause: {e}") from e
 
 
-def _check_peers(ring: _Ring, q, k, v, causal, layout, block):
-    """Every rank must call with the same shapes and options: one small all_gather, so that a
-    mismatch raises the same error on every rank instead of a hang or a wrong result."""
-    B, Hq, n, D = q.shape
-    desc = [B, Hq, k.shape[1], n, k.shape[2], D, v.shape[3], checks.DTYPES.index(q.dtype), int(causal),
-            LAYOUTS.index(layout), *block]
-    mine = torch.tensor(desc, dtype=torch.int64, device=q.device)
-    every = [torch.empty_like(mine) for _ in range(ring.size)]
-    with ring.transport_errors("could not compare shapes with its peers", 0):
-        dist.all_gather(every, mine, group=ring.group)
-    every = [t.tolist() for t in every]
-    names = ("batch", "q heads", "kv heads", "q shard length", "k shard length", "head_dim", "v head_dim", "dtype",
-             "causal", "layout", "block_m", "block_n")
-    for r, other in enumerate(every):
-        diff = [f"{name} {a} vs {b}" for name, a, b in zip(names, every[0], other) if a != b]
-        if diff:
-            raise ValueError(f"ring_attention: every rank must pass shards of one shape and the same options, but "
-                             f"rank {r} differs from rank 0: {', '.join(diff)} (shapes q {tuple(q.shape)}, "
-                             f"k {tuple(k.shape)} here, rank {ring.rank}); shard the full tensors with ring_shard")
-
-
 # ----------------------------------------------------------------------------------
 # One step: the block pairs of (local queries, one K/V shard), one kernel call.
 # ----------------------------------------------------------------------------------
@@ -390,7 +369,8 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, layout="zig
 
 def _ring(package, q, k, v, *, group=None, causal=False, scale=None, layout="zigzag", return_lse=False,
           block=checks.DEFAULT_BLOCK):
-    # every input check: the declared contract (generator.runtime.contract), none here
+    # every input check: the declared contract (generator.runtime.contract), none here; its PEERS rules
+    # (shapes, dtype, causal, scale, layout, block alike on every rank) are compared across the group there
     a = contract.enforce("ring_attention", dict(q=q, k=k, v=v, group=group, causal=causal, scale=scale, layout=layout,
                                                 return_lse=return_lse, block=block))
     scale, block = a["scale"], a["block"]
@@ -398,8 +378,6 @@ def _ring(package, q, k, v, *, group=None, causal=False, scale=None, layout="zig
     tma = config.memory_path("auto", q.device)  # as flash_attention's tma="auto"
     if block == "auto":
         block = config.dense_auto_block(q, k, v, tma)
-    if ring.size > 1:
-        _check_peers(ring, q, k, v, causal, layout, block)
     _chunk_size(q.shape[2] * ring.size, ring.size, layout, "the sequence (P x the shard length)")
     q, scale = checks.normalise_scale(q, scale)  # s <= 0: the proven rewrite to s' > 0, as flash_attention
     opts = {"causal": causal, "layout": layout, "scale": scale, "block": block,
