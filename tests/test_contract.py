@@ -630,7 +630,7 @@ def _run(call, base, layouts, differentiable, contiguous: bool):
 
 
 @pytest.mark.parametrize("entry", list(CASES))
-@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                                   HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_layout_of_any_tensor_argument_is_bitwise_its_contiguous_copy(entry, data, one_rank_group):
