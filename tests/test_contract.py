@@ -375,6 +375,20 @@ def test_limits_in_the_declaration_are_read_from_the_assumptions(monkeypatch):
         on_device(flash_attention_with_kvcache, q, k, v, lens, num_splits=8)
 
 
+def test_page_sizes_in_the_declaration_are_read_from_the_assumptions(monkeypatch):
+    """The page sizes were typed by hand ("16 to 512") in the paged cache's error and varlen's block_table
+    text: a lowered ``page_sizes`` limit must show in both."""
+    from generator.runtime import contract
+
+    monkeypatch.setitem(assumptions.ASSUMPTIONS, "page_sizes",
+                        assumptions.Assumption("page_sizes", "test", "reject", (16, 32)))
+    varlen_table = contract.markdown().split("**`flash_attention_varlen`**")[1].split("**`")[0]
+    assert "page_size 16..32" in varlen_table and "512" not in varlen_table
+    q, k, v, lens = decode_problem(capacity=64)
+    with pytest.raises(ValueError, match=r"power of two from 16 to 32, got 64 \[page_sizes\]"):
+        on_device(flash_attention_with_kvcache, q, k, v, lens, block_table=torch.tensor([[0], [1]], dtype=torch.int32))
+
+
 # ==================================================================================
 # Deliverable 4: any layout of any tensor argument of any entry point, bitwise
 # ==================================================================================

@@ -530,12 +530,11 @@ def _segment_lengths(cu):
 
 _INFERENCE_FIX = ("call it under torch.no_grad() / torch.inference_mode() or detach the tensors; for training use "
                   "flash_attention (differentiable)")
-_PAGE_SIZES = "a power of two from 16 to 512"
-
-
 def _page_size_check(n, v, c):
     if v.shape[1] not in limit("page_sizes"):
-        raise ValueError(f"page_size ({n} dim 1) must be {_PAGE_SIZES}, got {v.shape[1]} [page_sizes]")
+        sizes = limit("page_sizes")
+        raise ValueError(f"page_size ({n} dim 1) must be a power of two from {sizes[0]} to {sizes[-1]}, got "
+                         f"{v.shape[1]} [page_sizes]")
 
 
 def _segments(c):
@@ -979,7 +978,8 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
             Arg("batch_invariant", "bool", "—", NONE, "True or False (the packed kernels are batch invariant)",
                 rules=(R.is_bool(),)),
             Arg("block_table", "None or an int32 tensor", "(B, max_pages)", COPIED,
-                "k, v then paged caches (num_pages, page_size 16..512, Hkv, D), cu_seqlens_k their key counts; "
+                f"k, v then paged caches (num_pages, page_size {_pow2s('page_sizes')}, Hkv, D), cu_seqlens_k their "
+                "key counts; "
                 "forward only, no dropout; the pages a sequence reads in [0, num_pages) (opt-in check; else clamped "
                 "into it by the paged path)",
                 ("page_sizes", "page_ids_range"),
