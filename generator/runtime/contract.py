@@ -1156,7 +1156,8 @@ def enforce(entry: str, arguments: dict, values: bool = True) -> dict:
     try:
         ctx = _enforce_here(entry, arguments, values)
     except Exception as error:
-        _agree(entry, arguments, None, getattr(error, "_contract_rule", len(_ORDER[entry])), error)
+        with contextlib.suppress(Exception):  # whatever the exchange meets, this rank's own error stands
+            _agree(entry, arguments, None, getattr(error, "_contract_rule", len(_ORDER[entry])), error)
         raise
     _agree(entry, arguments, ctx, -1, None)
     return ctx
@@ -1236,14 +1237,12 @@ def _agree(entry: str, arguments: dict, ctx: dict | None, failed: int, error: Ba
         facts = [x for name, rule in rules for x in _fact(rule, name, ctx)]
     else:
         facts = [0] * width
-    lead = arguments[_ORDER[entry][0][0]]
+    lead = arguments[ENTRY_POINTS[entry][0].name]
     mine = torch.tensor([failed, *facts], dtype=torch.int64, device=_exchange_device(group, lead))
     every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
     try:
         dist.all_gather(every, mine, group=group)
     except RuntimeError as e:
-        if error is not None:  # this rank's own error stands
-            return
         raise RuntimeError(f"{entry}: rank {dist.get_rank(group)} could not compare its arguments with the other "
                            f"ranks of its process group (a peer raised before the comparison, died or is slower than "
                            f"the group's timeout). Cause: {e}") from e
