@@ -87,11 +87,12 @@ def check_bool(value, name: str) -> bool:
     return value
 
 
-def check_tensor(t, name: str, *, optional: bool = False):
+def check_tensor(t, name: str, *, optional: bool = False, fix: str = ""):
+    """The contract's ``is_tensor`` rule (an entry point's fast path may run it before ``contract.enforce``)."""
     if t is None and optional:
         return
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}"
+        raise TypeError(f"{name} must be a torch.Tensor{fix}, got {type(t).__name__}"
                         + (f"; wrap it with torch.tensor({name})" if isinstance(t, (list, tuple)) else ""))
 
 
@@ -645,9 +646,7 @@ def _other_dtype(t: torch.Tensor, allowed) -> torch.Tensor:
 
 def is_tensor(fix: str = "") -> Rule:
     def check(name, v, ctx):
-        if not isinstance(v, torch.Tensor):
-            wrap = f"; wrap it with torch.tensor({name})" if isinstance(v, (list, tuple)) else ""
-            raise TypeError(f"{name} must be a torch.Tensor{fix}, got {type(v).__name__}{wrap}")
+        check_tensor(v, name, fix=fix)
     return Rule("a torch.Tensor", check, KIND, bad=lambda c, n: {n: [1.0, 2.0]})
 
 
