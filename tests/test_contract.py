@@ -389,6 +389,20 @@ def test_page_sizes_in_the_declaration_are_read_from_the_assumptions(monkeypatch
         on_device(flash_attention_with_kvcache, q, k, v, lens, block_table=torch.tensor([[0], [1]], dtype=torch.int32))
 
 
+def test_the_sequence_length_limit_in_the_declaration_is_read_from_the_assumptions(monkeypatch):
+    """"N_q + N_k ≤ 2^29" was typed by hand in the rules of flash_attention's and varlen's q (and "(2^29)" in
+    the error): a lowered ``seq_len_int32`` limit must show in the tables and the error."""
+    from generator.runtime import contract
+
+    monkeypatch.setitem(assumptions.ASSUMPTIONS, "seq_len_int32",
+                        assumptions.Assumption("seq_len_int32", "test", "reject", 16))
+    tables = contract.markdown().split("| assumption |")[0]
+    assert "N_q + N_k ≤ 2^4" in tables and "total_q + total_k ≤ 2^4" in tables and "2^29" not in tables
+    q, k, v = randn(1, 1, 9, D), randn(1, 1, 8, D, seed=1), randn(1, 1, 8, D, seed=2)
+    with pytest.raises(ValueError, match=r"N_q \+ N_k = 17 exceeds 16: the kernels compute tile bounds in int32 \[seq_len_int32\]"):
+        on_device(flash_attention, q, k, v, block=SMALL)
+
+
 # ==================================================================================
 # Deliverable 4: any layout of any tensor argument of any entry point, bitwise
 # ==================================================================================

@@ -272,7 +272,7 @@ def check_heads(Hq: int, Hkv: int, D: int, Dv: int | None = None):
 def check_seq_lens(Nq: int, Nk: int):
     """Query and key lengths whose int32 tile bounds cannot overflow [seq_len_int32]."""
     if Nq + Nk > limit("seq_len_int32"):
-        raise ValueError(f"q and k: N_q + N_k = {Nq + Nk} exceeds {limit('seq_len_int32')} (2^29): the kernels compute "
+        raise ValueError(f"q and k: N_q + N_k = {Nq + Nk} exceeds {limit('seq_len_int32')}: the kernels compute "
                          "tile bounds in int32 [seq_len_int32]; split the sequence (e.g. ring attention)")
 
 

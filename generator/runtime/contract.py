@@ -84,6 +84,15 @@ def _dtypes() -> str:
     return "/".join({"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[d] for d in limit("dtypes"))
 
 
+def _power(n: int) -> str:
+    """``n`` as ``2^e`` when it is a power of two (how the README writes such limits), else its digits."""
+    return f"2^{n.bit_length() - 1}" if n > 0 and n & (n - 1) == 0 else str(n)
+
+
+def _seq_lens(what: str) -> str:
+    return f"{what} ≤ {_power(limit('seq_len_int32'))}"
+
+
 def _pow2s(name: str) -> str:
     sizes = limit(name)
     return f"{sizes[0]}..{sizes[-1]}"
@@ -304,7 +313,7 @@ def _dense_qkv(q_shape: str, kv_shape: str, v_shape: str, strides: str = ANY, fp
                               bad=lambda c, n: {n: c[n].double()}),
                        R.call(f"D in 1..{limit('head_dim_max')}", lambda n, v, c: R.check_head_dim(v.shape[3]), bad=lambda c, n: {n: c[n][..., :0], **both(
                                lambda t: t[..., :0])(c, n)}),
-                       R.call("N_q + N_k ≤ 2^29", lambda n, v, c: R.check_seq_lens(v.shape[2], c["k"].shape[2]),
+                       R.call(_seq_lens("N_q + N_k"), lambda n, v, c: R.check_seq_lens(v.shape[2], c["k"].shape[2]),
                               bad=lambda c, n: _lower("seq_len_int32", 1)),
                        R.call("in-slice offsets of q, k, v, mask, out fit int32", lambda n, v, c: R.check_index_width(
                            q=v, k=c["k"], v=c["v"], mask=c.get("mask"), out=(*v.shape[:3], c["v"].shape[3])),
@@ -918,7 +927,7 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                               bad=lambda c, n: {n: c[n][..., :0], "k": c["k"][..., :0], "v": c["v"][..., :0]}),
                        replace(R.no_grad("flash_attention_varlen with block_table (paged K/V)", _INFERENCE_FIX),
                                when=_paged),
-                       R.call("total_q + total_k ≤ 2^29", lambda n, v, c: R.check_seq_lens(
+                       R.call(_seq_lens("total_q + total_k"), lambda n, v, c: R.check_seq_lens(
                            v.shape[0], c["k"].shape[0]), when=_packed, bad=lambda c, n: _lower("seq_len_int32", 1)))),
             Arg("k", "q's", "(total_k, Hkv, D), Hq % Hkv = 0 (GQA); with block_table a paged cache (num_pages, "
                 "page_size, Hkv, D)", ANY, "any", ("dtypes", "gqa_divides", "page_sizes", "index_int32"),
