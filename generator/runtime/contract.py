@@ -413,12 +413,14 @@ _RING_PEERS = {
     "causal": R.agree("the causal flag", lambda v, c: (int(v),), 1, lambda f: f"causal={bool(f[0])}",
                       "pass the same causal on every rank", bad=lambda c, n: {n: not c[n]}),
     "scale": R.agree("the softmax scale (None: 1/sqrt(D))", _scale_fact, 1, _show_scale,
-                     "pass the same scale on every rank", bad=lambda c, n: {n: 2 * R.sm_scale_of(c[n], c["q"].shape[-1])}),
+                     "pass the same scale on every rank",
+                     bad=lambda c, n: {n: 2 * R.sm_scale_of(c[n], c["q"].shape[-1])}),
     "layout": R.agree("the layout", _layout_fact, 1, _show_layout, "pass the same layout on every rank",
                       bad=lambda c, n: {n: "zigzag" if c[n] == "contiguous" else "contiguous"}),
     "block": R.agree('the block (B_r, B_c) or "auto"', lambda v, c: (0, 0) if v == "auto" else tuple(v), 2,
                      lambda f: "block=" + ('"auto"' if f == (0, 0) else str(tuple(f))),
-                     "pass the same block on every rank", bad=lambda c, n: {n: (16, 32) if c[n] != (16, 32) else (32, 32)}),
+                     "pass the same block on every rank",
+                     bad=lambda c, n: {n: (16, 32) if c[n] != (16, 32) else (32, 32)}),
 }
 
 
