@@ -135,6 +135,15 @@ def ring_job(rank, world_size, payload):
         group = dist.new_group(members)
         if rank in members:
             out["subgroup"] = _run_case(members.index(rank), len(members), payload["subgroup"]["case"], group)
+        else:  # new_group gave this process GroupMember.NON_GROUP_MEMBER: refused, naming group
+            from generated import ring_attention
+
+            q = torch.randn(1, 2, 8, 16)
+            try:
+                ring_attention(q, q, q, group=group)
+                out["non_member"] = ("finished",)
+            except Exception as e:  # the test decides what was expected
+                out["non_member"] = (type(e).__name__, str(e))
     if payload.get("errors"):
         out["errors"] = errors_job(rank, world_size, payload)
         out["order"] = order_job(rank, world_size, payload)

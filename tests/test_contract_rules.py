@@ -144,7 +144,8 @@ def test_the_bases_are_valid_calls():
 
 
 def _refused_input(entry: str, name: str, index: int):
-    """The first base of ``entry`` the rule applies to, with the rule's ``bad`` change: ``(call, limits)``."""
+    """The first base of ``entry`` the rule applies to, with the rule's ``bad`` change: ``(rule, call, limits)``
+    (``limits``: the assumptions lowered for the call, and ``(owner, attribute)`` set for it)."""
     arg = next(a for a in contract.ENTRY_POINTS[entry] if a.name == name)
     rule = arg.rules[index]
     for base in BASES[entry]():
@@ -154,6 +155,7 @@ def _refused_input(entry: str, name: str, index: int):
         except (AttributeError, TypeError, IndexError):  # the change needs the argument this base leaves out
             continue
         limits = changes.pop("__limits__", {})
+        limits.update({(owner, attribute): value for owner, attribute, value in changes.pop("__patch__", ())})
         call = {**base, **changes}
         if call[name] is None and arg.optional:
             continue
@@ -181,6 +183,9 @@ def process_group(tmp_path_factory):
 def test_each_declared_rule_refuses_its_input_naming_the_argument(entry, name, index, monkeypatch, process_group):
     rule, call, limits = _refused_input(entry, name, index)
     for assumption, value in limits.items():
+        if isinstance(assumption, tuple):  # the process's state (contract._patched): set for the call
+            monkeypatch.setattr(*assumption, value)
+            continue
         old = assumptions.ASSUMPTIONS[assumption]
         monkeypatch.setitem(assumptions.ASSUMPTIONS, assumption,
                             assumptions.Assumption(assumption, old.statement, old.enforcement, value))

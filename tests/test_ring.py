@@ -173,6 +173,10 @@ def test_ring_on_a_subgroup():
     """group=new_group([0, 2]) on a world of 3: the ring's neighbours are global ranks 0 and 2."""
     results = _run(3)
     assert "subgroup" not in results[1]
+    # rank 1, outside the group (new_group returned GroupMember.NON_GROUP_MEMBER there), passing it anyway:
+    # the contract's membership rule of group (before: "must be a torch.distributed process group, got int")
+    kind, message = results[1]["non_member"]
+    assert kind == "ValueError" and "not a member of group" in message, results[1]["non_member"]
     case = SUBGROUP["case"]
     got = _gathered([results[r]["subgroup"] for r in SUBGROUP["members"]], case["layout"])
     want = _expected(case, exact=False)

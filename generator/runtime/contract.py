@@ -430,6 +430,12 @@ def _lower(assumption: str, value) -> dict:
     return {"__limits__": {assumption: value}}
 
 
+def _patched(owner, attribute: str, value) -> dict:
+    """A rule's refused input that is the process's state, not an argument (torch.distributed not
+    initialised): the contract test sets ``owner.attribute`` to ``value`` for the call."""
+    return {"__patch__": ((owner, attribute, value),)}
+
+
 def _dense_sizes(c):
     B, Hq = c["q"].shape[:2]
     return B, Hq
@@ -1030,13 +1036,15 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
         ),
         "ring_attention": _ring_qkv(_dense_qkv("(B, Hq, N/P, D): this rank's shard", "(B, Hkv, N/P, D), q's N/P",
                                                "(B, Hkv, N/P, D_v)", COPIED + "; sent around the ring")) + (
-            Arg("group", "None or a torch.distributed process group", "—", NONE,
+            Arg("group", "a torch.distributed process group, or None: the world", "—", NONE,
                 "its ranks pass alike: the shapes and dtype of q, k, v, causal, scale, layout, block (one all_gather "
                 "of every rule marked 'alike on every rank'; a rank whose own rules refuse its call tells the others, "
                 "so every rank raises)",
-                rules=(R.call("a process group", lambda n, v, c: None if hasattr(v, "rank") or hasattr(
-                    v, "size") else R._raise(TypeError, f"group must be a torch.distributed process group or None, "
-                                             f"got {type(v).__name__}"), KIND, bad=lambda c, n: {n: "world"}),)),
+                rules=(R.call("torch.distributed initialised", _ring_initialised, KIND,
+                              bad=lambda c, n: _patched(_dist(), "is_initialized", lambda: False)),
+                       R.call("a process group", _ring_group, KIND, bad=lambda c, n: {n: "world"}),
+                       R.call("this process a member", _ring_member, KIND,
+                              bad=lambda c, n: {n: _dist().GroupMember.NON_GROUP_MEMBER}))),
             *(replace(a, rules=a.rules + (_RING_PEERS[a.name],)) for a in (CAUSAL, SCALE)),
             Arg("layout", "str", "—", NONE, '"zigzag" (N divisible by 2P) or "contiguous" (by P)',
                 rules=(R.call("one of LAYOUTS", lambda n, v, c: _ring_layout(v), KIND, bad=lambda c, n: {n: "ring"}),
@@ -1058,6 +1066,39 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
             _block("(64, 64)", False),
         ),
     }
+
+
+def _dist():
+    import torch.distributed as dist
+
+    return dist
+
+
+def _ring_initialised(n, v, c):
+    dist = _dist()
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(f"ring_attention needs torch.distributed for its {n} (None: the world): call "
+                           "torch.distributed.init_process_group (backend 'nccl' on GPUs, 'gloo' on CPU) on every rank "
+                           "first")
+
+
+def _non_member(v) -> bool:
+    """What ``torch.distributed.new_group`` returns on a process outside the group (an int sentinel)."""
+    non_member = _dist().GroupMember.NON_GROUP_MEMBER
+    return v is non_member or (type(v) is type(non_member) and v == non_member)
+
+
+def _ring_group(n, v, c):
+    if v is not None and not _non_member(v) and not (hasattr(v, "rank") or hasattr(v, "size")):
+        raise TypeError(f"{n} must be a torch.distributed process group or None, got {type(v).__name__}")
+
+
+def _ring_member(n, v, c):
+    dist = _dist()
+    if _non_member(v) or (v is not None and dist.get_rank(v) < 0):
+        raise ValueError(f"{n}: this process (global rank {dist.get_rank()}) is not a member of {n} "
+                         "(torch.distributed.new_group returns GroupMember.NON_GROUP_MEMBER on the other processes): "
+                         "call ring_attention on the group's ranks only")
 
 
 def _ring_layout(layout):

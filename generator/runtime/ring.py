@@ -121,14 +121,10 @@ class _Ring:
     """This rank's place in the group's ring and the transport (``batch_isend_irecv``)."""
 
     def __init__(self, group):
-        if not dist.is_available() or not dist.is_initialized():
-            raise RuntimeError("ring_attention needs torch.distributed: call torch.distributed.init_process_group "
-                               "(backend 'nccl' on GPUs, 'gloo' on CPU) on every rank first")
+        # torch.distributed initialised and this process in `group`: the declared contract's rules of group
         self.group = group if group is not None else dist.group.WORLD
         self.size = dist.get_world_size(self.group)
         self.rank = dist.get_rank(self.group)
-        if self.rank < 0:
-            raise ValueError("ring_attention: this process is not a member of `group`")
         # the peers of spec.ring (claim ring_schedule: each send meets a receive, and the shard held at
         # step s is spec.ring.source_rank's)
         self.next = dist.get_global_rank(self.group, spec_ring.next_rank(self.rank, self.size))
