@@ -403,6 +403,21 @@ def test_the_sequence_length_limit_in_the_declaration_is_read_from_the_assumptio
         on_device(flash_attention, q, k, v, block=SMALL)
 
 
+def test_the_dropout_limits_in_the_declaration_are_read_from_their_homes(monkeypatch):
+    """"at most 2^28" (the returned mask) was typed by hand in the tables, and "exceeds 2^62" in the counter's
+    error: a lowered limit must show in both."""
+    from generator.runtime import checks, contract
+
+    monkeypatch.setattr(checks, "DROPOUT_MASK_MAX", 2**10)
+    monkeypatch.setitem(assumptions.ASSUMPTIONS, "dropout_counter",
+                        assumptions.Assumption("dropout_counter", "test", "reject", 100))
+    tables = contract.markdown().split("| assumption |")[0]
+    assert "at most 2^10 elements" in tables and "a returned mask ≤ 2^10" in tables and "2^28" not in tables
+    q, k, v = randn(1, 1, 8, D), randn(1, 1, 16, D, seed=1), randn(1, 1, 16, D, seed=2)
+    with pytest.raises(ValueError, match=r"= 128 elements exceeds 100 \[dropout_counter\]"):
+        on_device(flash_attention, q, k, v, dropout_p=0.5, block=SMALL)
+
+
 # ==================================================================================
 # Deliverable 4: any layout of any tensor argument of any entry point, bitwise
 # ==================================================================================

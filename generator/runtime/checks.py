@@ -438,6 +438,11 @@ def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None):
 DROPOUT_MASK_MAX = 2**28
 
 
+def power_text(n: int) -> str:
+    """``n`` as ``2^e`` when it is a power of two (how errors and the README write such limits), else its digits."""
+    return f"2^{n.bit_length() - 1}" if n > 0 and n & (n - 1) == 0 else str(n)
+
+
 def check_dropout(dropout_p, return_dropout_mask, elements: int) -> float:
     """``dropout_p`` as a float in ``[0, 1)`` [dropout_p_range]; with dropout on, ``elements`` =
     B·Hq·N_q·N_k within the Philox counter's int64 range [dropout_counter]; ``return_dropout_mask``
@@ -451,8 +456,9 @@ def check_dropout(dropout_p, return_dropout_mask, elements: int) -> float:
                          "dropout_p=0.0 for no dropout")
     check_bool(return_dropout_mask, "return_dropout_mask")
     if p > 0 and elements > limit("dropout_counter"):
-        raise ValueError(f"dropout_p > 0 on B·Hq·N_q·N_k = {elements} elements exceeds 2^62 [dropout_counter]: the Philox "
-                         "counter of (b, h, i, j) must fit int64; split the batch")
+        raise ValueError(f"dropout_p > 0 on B·Hq·N_q·N_k = {elements} elements exceeds "
+                         f"{power_text(limit('dropout_counter'))} "
+                         "[dropout_counter]: the Philox counter of (b, h, i, j) must fit int64; split the batch")
     if return_dropout_mask and elements > DROPOUT_MASK_MAX:
         raise ValueError(f"return_dropout_mask=True would write a {elements}-element mask (B·Hq·N_q·N_k, one byte "
                          f"each; at most {DROPOUT_MASK_MAX}): it is meant for small problems; pass "

@@ -84,13 +84,8 @@ def _dtypes() -> str:
     return "/".join({"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[d] for d in limit("dtypes"))
 
 
-def _power(n: int) -> str:
-    """``n`` as ``2^e`` when it is a power of two (how the README writes such limits), else its digits."""
-    return f"2^{n.bit_length() - 1}" if n > 0 and n & (n - 1) == 0 else str(n)
-
-
 def _seq_lens(what: str) -> str:
-    return f"{what} ≤ {_power(limit('seq_len_int32'))}"
+    return f"{what} ≤ {R.power_text(limit('seq_len_int32'))}"
 
 
 def _pow2s(name: str) -> str:
@@ -170,12 +165,12 @@ def _dropout(box) -> tuple[Arg, Arg]:
             "offset drawn from torch's generator for the device", ("dropout_p_range", "dropout_counter"),
             rules=(R.call("0 ≤ p < 1", lambda n, v, c: R.check_dropout(v, False, 0), KIND,
                           convert=lambda v, c: R.check_dropout(v, False, 0), bad=lambda c, n: {n: 1.0}),
-                   R.call("counter within int64",
+                   R.call(f"counter within int64; a returned mask ≤ {R.power_text(R.DROPOUT_MASK_MAX)} elements",
                           lambda n, v, c: R.check_dropout(v, c["return_dropout_mask"], box(c)), RELATION,
                           bad=lambda c, n: {n: 0.5, **_lower("dropout_counter", 1)})))
     mask = Arg("return_dropout_mask", "bool", "—", NONE,
-               "True or False (not 1); True appends the bool keep mask the kernels drew (at most 2^28 "
-               "elements: small problems)", rules=(R.is_bool(),))
+               "True or False (not 1); True appends the bool keep mask the kernels drew (at most "
+               f"{R.power_text(R.DROPOUT_MASK_MAX)} elements: small problems)", rules=(R.is_bool(),))
     return p, mask
 
 
