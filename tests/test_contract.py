@@ -418,6 +418,15 @@ def test_the_dropout_limits_in_the_declaration_are_read_from_their_homes(monkeyp
         on_device(flash_attention, q, k, v, dropout_p=0.5, block=SMALL)
 
 
+def test_the_index_limit_in_the_error_is_read_from_the_assumptions(monkeypatch):
+    """The int32 offsets' error said "(at most {bound}, 2^31 - 1)": "2^31 - 1" typed by hand beside the limit."""
+    _lower_index_limit(monkeypatch, 100)
+    q, k, v = randn(1, 1, 8, D), randn(1, 1, 8, D, seed=1), randn(1, 1, 8, D, seed=2)
+    with pytest.raises(ValueError, match=r"q spans 127 elements .*\(at most 100\) \[index_int32\]") as raised:
+        on_device(flash_attention, q, k, v, block=SMALL)
+    assert "2^31" not in str(raised.value)
+
+
 # ==================================================================================
 # Deliverable 4: any layout of any tensor argument of any entry point, bitwise
 # ==================================================================================

@@ -299,7 +299,7 @@ def check_index_width(**tensors) -> None:
         reach = sum((size - 1) * abs(step) for size, step in zip(shape[-2:], stride[-2:]))
         if reach > bound:
             raise ValueError(f"{name} spans {reach} elements inside one (batch, head) slice, beyond the kernels' "
-                             f"int32 offsets (at most {bound}, 2^31 - 1) [index_int32]; pass {name}.contiguous() "
+                             f"int32 offsets (at most {bound}) [index_int32]; pass {name}.contiguous() "
                              "or split the sequence")
 
 
