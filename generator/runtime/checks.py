@@ -299,7 +299,7 @@ def check_index_width(**tensors) -> None:
         reach = sum((size - 1) * abs(step) for size, step in zip(shape[-2:], stride[-2:]))
         if reach > bound:
             raise ValueError(f"{name} spans {reach} elements inside one (batch, head) slice, beyond the kernels' "
-                             f"int32 offsets (at most {bound}) [index_int32]; pass {name}.contiguous() "
+                             f"int32 offsets (at most {power_text(bound)}) [index_int32]; pass {name}.contiguous() "
                              "or split the sequence")
 
 
@@ -439,8 +439,13 @@ DROPOUT_MASK_MAX = 2**28
 
 
 def power_text(n: int) -> str:
-    """``n`` as ``2^e`` when it is a power of two (how errors and the README write such limits), else its digits."""
-    return f"2^{n.bit_length() - 1}" if n > 0 and n & (n - 1) == 0 else str(n)
+    """``n`` as ``2^e`` when it is a power of two, as ``2^e - 1`` when it is one past a large one (how errors and the
+    README write such limits), else its digits."""
+    if n > 0 and n & (n - 1) == 0:
+        return f"2^{n.bit_length() - 1}"
+    if n >= 1023 and (n + 1) & n == 0:
+        return f"2^{n.bit_length()} - 1"
+    return str(n)
 
 
 def check_dropout(dropout_p, return_dropout_mask, elements: int) -> float:
