@@ -208,6 +208,25 @@ def _dense(s: Sizes) -> Callable:
     return lambda: flash_attention(q, k, v, causal=True)
 
 
+def document_mask(n: int, documents: int = 4) -> torch.Tensor:
+    """A bool ``(n, n)`` causal mask over ``documents`` packed documents of equal length (block-diagonal,
+    lower triangular: ``benchmarks.packed``'s dense bool mask layout)."""
+    doc = torch.arange(n) * documents // max(n, 1)
+    return (doc[:, None] == doc[None, :]) & torch.ones((n, n), dtype=torch.bool).tril()
+
+
+def _dense_mask(s: Sizes) -> Callable:
+    """A dense bool mask (packed documents): the checks planned per signature, the block map kept while
+    the mask is unmodified (``dispatch.block_map``), through the custom op."""
+    from generated import flash_attention
+
+    q = torch.randn(1, s.heads_q, s.seq, s.head_dim, dtype=s.dtype)
+    k = torch.empty(1, s.heads_kv, s.seq, s.head_dim, dtype=s.dtype)
+    v = torch.empty_like(k)
+    mask = document_mask(s.seq)
+    return lambda: flash_attention(q, k, v, mask=mask)
+
+
 def _dense_grad(s: Sizes) -> Callable:
     """The training forward: q, k, v require grad, so the call records the op's autograd
     (``autograd.DirectForward`` in eager mode, past the custom op's dispatch)."""
@@ -279,6 +298,7 @@ CASES: dict[str, tuple[str, Callable[[Sizes], Callable]]] = {
     "decode-compiled": ("the decode case under torch.compile(backend='eager', fullgraph=True)",
                         _compiled(lambda s: _decode(s, 1))),
     "dense-compiled": ("the dense case under torch.compile(backend='eager', fullgraph=True)", _compiled(_dense)),
+    "dense-mask": ("flash_attention forward, a dense bool mask (causal documents)", _dense_mask),
     "varlen": ("flash_attention_varlen forward, causal", _varlen),
     "merge": ("merge_state", _merge),
     "custom-op": ("a bare torch.library.custom_op (the floor)", _bare_custom_op),

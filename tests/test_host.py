@@ -34,7 +34,8 @@ def test_the_host_benchmark_runs_at_tiny_sizes(capsys):
         assert case in out
     assert "FlashAttention" in out or "flash_attn" in out
     rows = host.measure(host.TINY, number=2, repeat=1, cases=("decode", "decode-splits", "decode-compiled", "dense",
-                                                              "dense-grad", "dense-compiled", "varlen", "merge"))
+                                                              "dense-grad", "dense-compiled", "dense-mask", "varlen",
+                                                              "merge"))
     by_case = {r["case"]: r for r in rows}
     # each case reached its kernels: a case that launched nothing would time a shortcut
     for case in ("decode", "decode-compiled"):
@@ -43,6 +44,9 @@ def test_the_host_benchmark_runs_at_tiny_sizes(capsys):
         assert by_case[case]["launches"] == ["_attn_fwd"]
     assert by_case["decode-splits"]["launches"] == ["_decode_fwd", "_merge_states"]
     assert by_case["dense"]["launches"] == ["_attn_fwd"] and by_case["varlen"]["launches"] == ["_attn_fwd"]
+    assert by_case["dense-mask"]["launches"] == ["_attn_fwd"]
+    # repeated calls with the same offsets, the same mask: nothing read back (the first call did)
+    assert by_case["varlen"]["syncs"] == [] and by_case["dense-mask"]["syncs"] == []
     assert by_case["merge"]["launches"] == ["_merge_state"]
     assert all(0 < r["us"] < 1e6 for r in rows)
 
@@ -171,6 +175,67 @@ def test_eager_call_paths_make_no_host_sync(through_op, monkeypatch):
                 with host.HostSyncGuard(fail=True, dispatch=through_op) as guard:
                     call()
             assert guard.syncs == [] and launched == kernels, (guard.syncs, launched)
+
+
+def _varlen_inputs():
+    """Two segments, 3 and 4 queries on 3 and 4 keys (offsets [0, 3, 7]), Hq 4 / Hkv 2, D = 16."""
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+    return torch.randn(7, 4, 16), torch.randn(7, 2, 16), torch.randn(7, 2, 16), cu
+
+
+def test_varlen_reads_its_offsets_once_per_unmodified_tensor():
+    """The packed call checks its offsets by value (one read back to the host) on the first call with a
+    pair of offset tensors, then not again while both are the same, unmodified tensors
+    (``varlen.longest_segments``): repeated calls and a step's backward make no host sync. An edit in
+    place (the version counter) is read back and checked again: broken offsets, or a hint now below a
+    segment, raise the named error. On the code before (main at 74a47d7) every call read both offset
+    vectors back (``resolve_max_seqlen``'s ``.cpu()``): two syncs per call, each a stall of the host
+    behind the GPU on a packed batch."""
+    from generated import flash_attention_varlen
+
+    q, k, v, cu = _varlen_inputs()
+    with host.stubbed_launches() as launched:
+        flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)  # the first call reads and checks the offsets
+        for _ in range(2):
+            launched.clear()
+            with host.HostSyncGuard(fail=True, dispatch=False):
+                flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)
+            assert launched == ["_attn_fwd"]
+        cu[1] = 9  # in place: no longer non-decreasing
+        with pytest.raises(ValueError, match="non-decreasing"):
+            flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)
+        cu[1] = 2  # valid offsets, but a segment of 5 rows above the hint 4
+        with pytest.raises(ValueError, match="smaller than the longest segment"):
+            flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)
+        cu[1] = 3
+        flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)
+        fresh = cu.clone()  # another tensor with the same values: read once itself
+        with pytest.raises(AssertionError, match="host sync"), host.HostSyncGuard(fail=True, dispatch=False):
+            flash_attention_varlen(q, k, v, fresh, fresh, 4, 4, causal=True)
+
+
+def test_dense_mask_block_map_built_once_per_unmodified_mask(monkeypatch):
+    """A dense bool mask's block map (``dispatch.block_map``, a dozen device ops over the whole mask) is
+    built on the first call with the mask and kept while it is the same tensor, unmodified; an edit in
+    place builds it again, and the map follows the new content. On the code before (main at 74a47d7)
+    every call built it (no ``dispatch._block_map`` to count: this test fails there)."""
+    from generated import flash_attention
+    from generator.runtime import dispatch
+
+    built = []
+    compute = dispatch._block_map
+    monkeypatch.setattr(dispatch, "_block_map", lambda *a: built.append(a[1:]) or compute(*a))
+    q, k, v, _ = _dense_inputs()
+    mask = torch.ones((32, 40), dtype=torch.bool).tril()
+    with host.stubbed_launches() as launched:
+        for _ in range(3):
+            flash_attention(q, k, v, mask=mask, block=(16, 32))
+        assert len(built) == 1 and launched == ["_attn_fwd"] * 3
+        assert dispatch.block_map(mask, 32, 40, 16, 32).tolist() == [[[[1, 0], [1, 0]]]]
+        mask[:16] = False  # in place: the map is built again from the new content
+        flash_attention(q, k, v, mask=mask, block=(16, 32))
+        assert len(built) == 2
+        assert dispatch.block_map(mask, 32, 40, 16, 32).tolist() == [[[[0, 0], [1, 0]]]]
 
 
 def test_opt_in_value_checks_sync_only_in_check_values():
