@@ -100,6 +100,15 @@ def flash_attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               philox: Optional[torch.Tensor] = None, score_mod: Optional[str] = None,
                               score_f: Optional[torch.Tensor] = None,
                               score_i: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    return _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale, block_m,
+                    block_n, softcap, alibi_slopes, sinks, package, dropout_p, philox, score_mod, score_f, score_i)
+
+
+def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n,
+             softcap=None, alibi_slopes=None, sinks=None, package=api.DEFAULT_PACKAGE, dropout_p=0.0, philox=None,
+             score_mod=None, score_f=None, score_i=None):
+    """The forward op's body: the offsets' values checked (``resolve_max_seqlen``), the packed kernel launched.
+    ``_varlen`` runs it directly where nothing needs the dispatcher (``plans.direct``)."""
     module = dispatch.module_of("fwd", (block_m, block_n), package, q.device, None, score_mod)
     max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, v=v,
                                   out=torch.empty((*q.shape[:2], v.shape[2]), device="meta"))  # out: fresh, contiguous
@@ -328,10 +337,13 @@ def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     # dropout's box is (1, Hq, total_q, total_k): the packed rows and keys, global
     box = (1, q.shape[1], q.shape[0], k.shape[0])
     philox = checks.draw_philox(q.device) if dropout_p > 0 else None
-    out, lse = flash_attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window,
-                                         scale, int(block[0]), int(block[1]), softcap, alibi_slopes, sinks, package,
-                                         dropout_p, philox, None if score_mod is None else score_mod.name, score_f,
-                                         score_i)
+    # eager, nothing for the dispatcher to do (no trace, mode or transform, plain tensors, no gradient to
+    # record): the op's body itself, without the custom op's dispatch
+    op = _forward if key is not None and plans.direct(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks) \
+        else flash_attention_varlen_op
+    out, lse = op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window, scale, int(block[0]),
+                  int(block[1]), softcap, alibi_slopes, sinks, package, dropout_p, philox,
+                  None if score_mod is None else score_mod.name, score_f, score_i)
     result = (out, lse) if return_lse else out
     if return_dropout_mask:
         keep = dispatch.dropout_mask((int(block[0]), int(block[1])), package, philox, dropout_p, box)
