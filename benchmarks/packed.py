@@ -16,6 +16,7 @@ interpreted case through the same code and checks that the three layouts agree o
 no time is meaningful there.
 
     python -m benchmarks.packed                          # on a GPU
+    python -m benchmarks.packed --forward-only --host    # the forwards, and where each one's host time goes
     TRITON_INTERPRET=1 python -m benchmarks.packed --smoke
 """
 
@@ -94,7 +95,7 @@ def run(fn, q, k, v, mode):
 HEADER = ["layout", "HBM MiB / head", "tile pairs / head", "FLOPs skipped", "fwd ms", "fwd+bwd ms"]
 
 
-def measure(lengths, heads, d, dtype, device, timer, block) -> list[list]:
+def measure(lengths, heads, d, dtype, device, timer, block, modes=("fwd", "fwd+bwd")) -> list[list]:
     model = hbm.packed_traffic(lengths, d, *block)
     baseline = model["no mask"].tiles
     ops = layouts(lengths, device, block)
@@ -102,6 +103,9 @@ def measure(lengths, heads, d, dtype, device, timer, block) -> list[list]:
     for name in LAYOUTS:
         times = []
         for mode in ("fwd", "fwd+bwd"):
+            if mode not in modes:
+                times.append("-")
+                continue
             q, k, v = packed_inputs(lengths, heads, d, dtype, device, requires_grad=mode != "fwd")
             ms = timer(run(ops[name], q, k, v, mode))
             times.append("ran" if ms is None else f"{ms:.3f}")
@@ -177,6 +181,7 @@ def main(argv=None) -> int:
     ap.add_argument("--documents", type=int, nargs="+", default=list(hbm.DOCUMENTS))
     ap.add_argument("--dtype", default="bf16", choices=["fp16", "bf16", "fp32"])
     ap.add_argument("--json", type=Path, help="write the table (header, rows, what was run) here")
+    ap.add_argument("--forward-only", action="store_true", help="time the forwards only (no backward to compile)")
     ap.add_argument("--host", action="store_true", help="also where each forward's host time goes (µs per call "
                     "with launches stubbed and not, syncs, a cProfile of the varlen and dense-mask forwards)")
     args = ap.parse_args(argv)
@@ -192,7 +197,7 @@ def main(argv=None) -> int:
     v = versions()
     print(f"device: {device_name(device)}; torch {v['torch']}; triton {v['triton']}; documents {list(lengths)}, "
           f"{heads} heads, D = {d}, causal, block {block}")
-    rows = measure(lengths, heads, d, dtype, device, timer, block)
+    rows = measure(lengths, heads, d, dtype, device, timer, block, ("fwd",) if args.forward_only else ("fwd", "fwd+bwd"))
     print(text_table(HEADER, rows))
     if args.host:
         print("\n" + host_costs(lengths, heads, d, dtype, device, block))

@@ -45,8 +45,8 @@ def test_the_host_benchmark_runs_at_tiny_sizes(capsys):
     assert by_case["decode-splits"]["launches"] == ["_decode_fwd", "_merge_states"]
     assert by_case["dense"]["launches"] == ["_attn_fwd"] and by_case["varlen"]["launches"] == ["_attn_fwd"]
     assert by_case["dense-mask"]["launches"] == ["_attn_fwd"]
-    # repeated calls with the same offsets, the same mask: nothing read back (the first call did)
-    assert by_case["varlen"]["syncs"] == [] and by_case["dense-mask"]["syncs"] == []
+    # the packed call reads its offsets back in one sync per call; the dense mask's call reads nothing
+    assert len(by_case["varlen"]["syncs"]) == 1 and by_case["dense-mask"]["syncs"] == []
     assert by_case["merge"]["launches"] == ["_merge_state"]
     assert all(0 < r["us"] < 1e6 for r in rows)
 
@@ -183,59 +183,52 @@ def _varlen_inputs():
     return torch.randn(7, 4, 16), torch.randn(7, 2, 16), torch.randn(7, 2, 16), cu
 
 
-def test_varlen_reads_its_offsets_once_per_unmodified_tensor():
-    """The packed call checks its offsets by value (one read back to the host) on the first call with a
-    pair of offset tensors, then not again while both are the same, unmodified tensors
-    (``varlen.longest_segments``): repeated calls and a step's backward make no host sync. An edit in
-    place (the version counter) is read back and checked again: broken offsets, or a hint now below a
-    segment, raise the named error. On the code before (main at 74a47d7) every call read both offset
-    vectors back (``resolve_max_seqlen``'s ``.cpu()``): two syncs per call, each a stall of the host
-    behind the GPU on a packed batch."""
+def test_varlen_call_checks_its_metadata_once_and_reads_its_offsets_in_one_sync(monkeypatch):
+    """A plain packed call checks its arguments' metadata once per signature (the contract's rules are not
+    run again: ``varlen._PLANS``), runs the forward op's body directly (no custom-op dispatch: the op is
+    replaced by a function that fails) and reads both offset vectors back in one sync, on every call, so
+    an edit in place, even through ``.numpy()`` (no version bump), raises the named error next call. On
+    the code before (main at 6bf29f8) every call ran the whole contract, went through the custom op and
+    read each vector back on its own (two syncs)."""
     from generated import flash_attention_varlen
+    from generator.runtime import contract, varlen
 
     q, k, v, cu = _varlen_inputs()
-    with host.stubbed_launches() as launched:
-        flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)  # the first call reads and checks the offsets
-        for _ in range(2):
-            launched.clear()
-            with host.HostSyncGuard(fail=True, dispatch=False):
-                flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)
-            assert launched == ["_attn_fwd"]
-        cu[1] = 9  # in place: no longer non-decreasing
-        with pytest.raises(ValueError, match="non-decreasing"):
-            flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)
-        cu[1] = 2  # valid offsets, but a segment of 5 rows above the hint 4
-        with pytest.raises(ValueError, match="smaller than the longest segment"):
-            flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)
-        cu[1] = 3
-        flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)
-        fresh = cu.clone()  # another tensor with the same values: read once itself
-        with pytest.raises(AssertionError, match="host sync"), host.HostSyncGuard(fail=True, dispatch=False):
-            flash_attention_varlen(q, k, v, fresh, fresh, 4, 4, causal=True)
-
-
-def test_dense_mask_block_map_built_once_per_unmodified_mask(monkeypatch):
-    """A dense bool mask's block map (``dispatch.block_map``, a dozen device ops over the whole mask) is
-    built on the first call with the mask and kept while it is the same tensor, unmodified; an edit in
-    place builds it again, and the map follows the new content. On the code before (main at 74a47d7)
-    every call built it (no ``dispatch._block_map`` to count: this test fails there)."""
-    from generated import flash_attention
-    from generator.runtime import dispatch
-
-    built = []
-    compute = dispatch._block_map
-    monkeypatch.setattr(dispatch, "_block_map", lambda *a: built.append(a[1:]) or compute(*a))
-    q, k, v, _ = _dense_inputs()
-    mask = torch.ones((32, 40), dtype=torch.bool).tril()
+    enforced = []
+    enforce = contract.enforce
+    monkeypatch.setattr(contract, "enforce", lambda entry, *a, **kw: enforced.append(entry) or enforce(entry, *a, **kw))
+    monkeypatch.setattr(varlen, "flash_attention_varlen_op", _refuse)
     with host.stubbed_launches() as launched:
         for _ in range(3):
+            with host.HostSyncGuard(dispatch=False) as guard:
+                flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)
+            assert [s.what for s in guard.syncs] == ["Tensor.tolist()"], guard.syncs
+        assert enforced == ["flash_attention_varlen"] and launched == ["_attn_fwd"] * 3
+        cu.numpy()[1] = 9  # in place, behind torch's version counter: no longer non-decreasing
+        with pytest.raises(ValueError, match="non-decreasing"):
+            flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)
+        cu.numpy()[1] = 2  # valid offsets, but a segment of 5 rows above the hint 4
+        with pytest.raises(ValueError, match="smaller than the longest segment"):
+            flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)
+
+
+def test_dense_mask_call_checks_its_metadata_once(monkeypatch):
+    """A dense bool mask call checks its arguments' metadata once per signature (``api._PLANS``, the mask
+    by its metadata), and builds its block map from the mask's content on every call (reliability row 5:
+    no map cached). On the code before (main at 6bf29f8) every mask call ran the whole contract."""
+    from generated import flash_attention
+    from generator.runtime import contract, dispatch
+
+    enforced, built = [], []
+    enforce, block_map = contract.enforce, dispatch.block_map
+    monkeypatch.setattr(contract, "enforce", lambda entry, *a, **kw: enforced.append(entry) or enforce(entry, *a, **kw))
+    monkeypatch.setattr(dispatch, "block_map", lambda *a: built.append(1) or block_map(*a))
+    q, k, v, _ = _dense_inputs()
+    mask = torch.ones((32, 40), dtype=torch.bool).tril()
+    with host.stubbed_launches() as launched, host.HostSyncGuard(fail=True, dispatch=False):
+        for _ in range(3):
             flash_attention(q, k, v, mask=mask, block=(16, 32))
-        assert len(built) == 1 and launched == ["_attn_fwd"] * 3
-        assert dispatch.block_map(mask, 32, 40, 16, 32).tolist() == [[[[1, 0], [1, 0]]]]
-        mask[:16] = False  # in place: the map is built again from the new content
-        flash_attention(q, k, v, mask=mask, block=(16, 32))
-        assert len(built) == 2
-        assert dispatch.block_map(mask, 32, 40, 16, 32).tolist() == [[[[0, 0], [1, 0]]]]
+    assert enforced == ["flash_attention"] and len(built) == 3 and launched == ["_attn_fwd"] * 3
 
 
 def test_opt_in_value_checks_sync_only_in_check_values():

@@ -484,8 +484,7 @@ def _segments(c):
 
 
 def _offsets_in_op():
-    return R.in_op("from 0, non-decreasing, ending at the packed total (read on the host once per new or edited "
-                   "tensor, also under torch.compile)",
+    return R.in_op("from 0, non-decreasing, ending at the packed total (read on the host, also under torch.compile)",
                    lambda n, v, c: _segments(c), bad=lambda c, n: {n: c[n].flip(0)})
 
 
@@ -878,8 +877,7 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                               bad=lambda c, n: {n: c[n][..., :0]}),
                        *_paged_varlen_rules("v"))),
             Arg("cu_seqlens_q", "int32 tensor", "(B + 1,), B ≥ 1", COPIED,
-                "from 0, non-decreasing, ending at total_q (read on the host, one sync per new or edited tensor, also "
-                "under torch.compile); "
+                "from 0, non-decreasing, ending at total_q (read on the host, one sync, also under torch.compile); "
                 "each segment's rows within int32 offsets", ("index_int32",),
                 rules=(R.call("int32 (B + 1,), B ≥ 1", lambda n, v, c: R.check_cu_seqlens(n, v), KIND,
                               bad=lambda c, n: {n: c[n].long()}), _offsets_in_op())),

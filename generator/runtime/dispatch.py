@@ -18,7 +18,7 @@ from spec.mask_mod import BUILTINS as MASK_MOD_BUILTINS, REGISTRY as MASK_MODS, 
 from spec.score_mods import REGISTRY as SCORE_MODS, index_key as SM_index_key
 from spec.masks import alignment_shift
 
-from generator.runtime import config, launch, plans
+from generator.runtime import config, launch
 from generator.runtime import checks
 from generator.runtime.checks import check_block, check_index_width
 
@@ -118,24 +118,8 @@ def block_map(mask: torch.Tensor, n_q: int, n_k: int, block_m: int, block_n: int
     """int8 map ``(Bm, Hm, cdiv(n_q, block_m), cdiv(n_k, block_n))`` of a bool mask's tiles:
     0 = no True (the kernels skip the tile), 2 = all True inside ``[0, n_q) x [0, n_k)`` (no
     per-element mask), 1 = partial. ``Bm``/``Hm`` stay 1 where the mask broadcasts.
-    Computed from the mask's content, and kept while the mask is the same tensor, unmodified
-    (``plans.ValueCache``: its version counter, so an edit in place recomputes it): a training step's
-    forward at ``(B_r, B_c)`` and backward at its ``MAP_BLOCK``, or repeated calls with one mask, build
-    each map once. Read only: the kernels never write it.
+    Computed from the mask's content at each call (no cache that an in-place edit could outdate).
     """
-    extra = (int(n_q), int(n_k), int(block_m), int(block_n))
-    tiles = _BLOCK_MAPS.get_for((mask,), extra)
-    if tiles is None:
-        tiles = _BLOCK_MAPS.record((mask,), extra, _block_map(mask, n_q, n_k, block_m, block_n))
-    return tiles
-
-
-#: each dense mask's block maps while it is unmodified (``block_map``)
-_BLOCK_MAPS = plans.ValueCache()
-
-
-def _block_map(mask: torch.Tensor, n_q: int, n_k: int, block_m: int, block_n: int) -> torch.Tensor:
-    """``block_map`` computed: the mask's ones counted per tile against the tile's in-range elements."""
     m = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
     m = m.expand(m.shape[0], m.shape[1], n_q, n_k)
     tm, tn = math.ceil(n_q / block_m), math.ceil(n_k / block_n)

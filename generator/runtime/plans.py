@@ -33,8 +33,6 @@ placeholders on the device, never a user's tensor (a cached reference would keep
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 #: plans kept per cache before it is emptied (a server sees a handful of signatures; a sweep over
@@ -135,58 +133,3 @@ def clear() -> None:
     run again rather than a plan recorded under the old limit answering."""
     for cache in _CACHES:
         cache.clear()
-
-
-# ----------------------------------------------------------------------------------------
-# What depends on values, kept while the tensors are unmodified
-# ----------------------------------------------------------------------------------------
-#: entries kept per ``ValueCache`` before it is emptied (each holds a few ints or a small map)
-MAX_VALUES = 64
-
-
-def versions(tensors) -> tuple | None:
-    """Each tensor's version counter (torch bumps it on every in-place write, through the tensor or
-    any view of its storage made by torch), or None where one cannot vouch for the values: not a
-    plain ``torch.Tensor`` (a subclass, a fake tensor), an inference tensor (no counter), or inside
-    a ``torch.compile`` trace."""
-    if torch.compiler.is_compiling():
-        return None
-    for t in tensors:
-        if type(t) is not torch.Tensor or t.is_inference():
-            return None
-    return tuple(t._version for t in tensors)
-
-
-class ValueCache(dict):
-    """``(tensors, extra) -> what a call derived from their values``: a value check's result (the
-    varlen offsets' longest segments, read back to the host: a device->host sync) or a tensor computed
-    from them (a dense mask's block map), kept while each tensor is the *same object* (a weak
-    reference, so the cache keeps no tensor alive) with an unchanged version counter (``versions``),
-    so an edit in place through torch (``t[1] = 5``, ``t.copy_(...)``, ``t.add_(1)``, on ``t`` or a
-    view) is seen and the check or computation runs again. A write that bypasses torch's counter
-    (``t.numpy()[1] = 5`` on a CPU tensor, a write through ``t.data``, a foreign kernel writing into its
-    memory) is not seen: pass a fresh tensor then, or ``plans.clear()``. ``extra`` holds what else the
-    result depends on (sizes, a block). Bounded by ``MAX_VALUES`` (emptied when full)."""
-
-    def __init__(self):
-        super().__init__()
-        _CACHES.append(self)
-
-    def get_for(self, tensors: tuple, extra):
-        hit = dict.get(self, (tuple(map(id, tensors)), extra))
-        if hit is None:
-            return None
-        refs, kept_versions, value = hit
-        if all(ref() is t for ref, t in zip(refs, tensors)) and versions(tensors) == kept_versions:
-            return value
-        return None
-
-    def record(self, tensors: tuple, extra, value):
-        """Keep ``value`` for ``tensors`` as they are now (nothing kept when ``versions`` cannot vouch)."""
-        kept_versions = versions(tensors)
-        if kept_versions is None:
-            return value
-        if len(self) >= MAX_VALUES:
-            self.clear()
-        self[(tuple(map(id, tensors)), extra)] = (tuple(weakref.ref(t) for t in tensors), kept_versions, value)
-        return value

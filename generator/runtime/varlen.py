@@ -47,34 +47,21 @@ def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     row in int64, its rows and head dim in int32): ``q, k`` and the further packed tensors
     ``rows`` (``name=tensor``: v, out, grad_out), query-side unless named in ``KEY_SIDE``.
 
-    The offsets are read back to the host (one device->host sync) once per pair of offset tensors:
-    the longest segments are kept while both are the same, unmodified tensors (``longest_segments``),
-    so a training step's forward and backward, or repeated calls on one batch, read them once; an
-    edit in place is read and checked again."""
-    longest = longest_segments(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0])
+    The offsets are read on every call (so an edit in place is checked, even one that torch's version
+    counter does not see: ``tests/test_reliability.py``'s row 5 for masks), both vectors in one read
+    back to the host: one device->host sync per call."""
+    if cu_seqlens_q.shape == cu_seqlens_k.shape:  # B + 1 each: one read of both
+        both = torch.cat((cu_seqlens_q, cu_seqlens_k)).tolist()
+        cu_q, cu_k = both[:len(both) // 2], both[len(both) // 2:]
+    else:  # their lengths differ: spec.varlen.segments names the problem
+        cu_q, cu_k = cu_seqlens_q.cpu(), cu_seqlens_k.cpu()
+    segs = spec_varlen.segments(cu_q, cu_k, q.shape[0], k.shape[0])
+    longest = (max(q1 - q0 for q0, q1, _, _ in segs), max(k1 - k0 for _, _, k0, k1 in segs))
     for name, t in {"q": q, "k": k, **rows}.items():
         n = longest[1] if name in KEY_SIDE else longest[0]
         checks.check_index_width(**{name: ((n, t.shape[2]), (t.stride(0), t.stride(2)))})
     return (checks.check_hint("max_seqlen_q", max_seqlen_q, longest[0]),
             checks.check_hint("max_seqlen_k", max_seqlen_k, longest[1]))
-
-
-#: the longest (query, key) segment per pair of offset tensors, while unmodified (``longest_segments``)
-_LONGEST = plans.ValueCache()
-
-
-def longest_segments(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int) -> tuple[int, int]:
-    """The offsets checked by value (``spec.varlen.segments``: from 0, non-decreasing, ending at the
-    totals) and their longest (query, key) segment: read back on the host the first time a pair of
-    offset tensors is seen, then kept while both are the same objects, unmodified (``plans.ValueCache``:
-    their version counters)."""
-    extra = (int(total_q), int(total_k))
-    longest = _LONGEST.get_for((cu_seqlens_q, cu_seqlens_k), extra)
-    if longest is None:
-        segs = spec_varlen.segments(cu_seqlens_q.cpu(), cu_seqlens_k.cpu(), total_q, total_k)
-        longest = _LONGEST.record((cu_seqlens_q, cu_seqlens_k), extra,
-                                  (max(q1 - q0 for q0, q1, _, _ in segs), max(k1 - k0 for _, _, k0, k1 in segs)))
-    return longest
 
 
 def _kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p=0.0, philox=None, score_f=None,
@@ -275,7 +262,7 @@ def _signature(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
                return_lse, block, softcap, alibi_slopes, sinks):
     """The key of a plain packed call (no dropout, score_mod, FP8 or block_table: the caller says), outside
     a torch.compile trace, forward-mode AD and functorch transforms, or None (the full path). The offsets
-    enter by their metadata: their values are the op's (``longest_segments``)."""
+    enter by their metadata: their values are the op's, read on every call (``resolve_max_seqlen``)."""
     if torch.compiler.is_compiling() or torch.autograd.forward_ad._current_level >= 0 \
             or torch._C._functorch.peek_interpreter_stack() is not None:
         return None
