@@ -214,8 +214,9 @@ def test_varlen_call_checks_its_metadata_once_and_reads_its_offsets_in_one_sync(
 
 def test_dense_mask_call_checks_its_metadata_once(monkeypatch):
     """A dense bool mask call checks its arguments' metadata once per signature (``api._PLANS``, the mask
-    by its metadata), and builds its block map from the mask's content on every call (reliability row 5:
-    no map cached). On the code before (main at 6bf29f8) every mask call ran the whole contract."""
+    by its metadata) and plans its launch once (``custom_op._PLANS``), and builds its block map from the
+    mask's content on every call (reliability row 5: no map cached). On the code before (main at 6bf29f8)
+    every mask call ran the whole contract and planned its launch again."""
     from generated import flash_attention
     from generator.runtime import contract, dispatch
 
@@ -228,7 +229,8 @@ def test_dense_mask_call_checks_its_metadata_once(monkeypatch):
     with host.stubbed_launches() as launched, host.HostSyncGuard(fail=True, dispatch=False):
         for _ in range(3):
             flash_attention(q, k, v, mask=mask, block=(16, 32))
-    assert enforced == ["flash_attention"] and len(built) == 3 and launched == ["_attn_fwd"] * 3
+    # the map: once for the plan (its shape and strides), then once per call
+    assert enforced == ["flash_attention"] and len(built) == 1 + 3 and launched == ["_attn_fwd"] * 3
 
 
 def test_opt_in_value_checks_sync_only_in_check_values():
