@@ -197,7 +197,8 @@ def main(argv=None) -> int:
     v = versions()
     print(f"device: {device_name(device)}; torch {v['torch']}; triton {v['triton']}; documents {list(lengths)}, "
           f"{heads} heads, D = {d}, causal, block {block}")
-    rows = measure(lengths, heads, d, dtype, device, timer, block, ("fwd",) if args.forward_only else ("fwd", "fwd+bwd"))
+    modes = ("fwd",) if args.forward_only else ("fwd", "fwd+bwd")
+    rows = measure(lengths, heads, d, dtype, device, timer, block, modes)
     print(text_table(HEADER, rows))
     if args.host:
         print("\n" + host_costs(lengths, heads, d, dtype, device, block))

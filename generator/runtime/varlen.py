@@ -281,8 +281,8 @@ def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
             v_descale=None, out_dtype=None):
     # the checks of types, shapes, dtypes, strides, devices and options: once per call signature (plans)
     key = None
-    if type(dropout_p) is float and dropout_p == 0.0 and return_dropout_mask is False and type(batch_invariant) is bool \
-            and block_table is None and score_mod is None and score_args is None and out_dtype is None \
+    if type(dropout_p) is float and dropout_p == 0.0 and return_dropout_mask is False \
+            and type(batch_invariant) is bool and block_table is None and score_mod is None and score_args is None and out_dtype is None \
             and q_descale is None and k_descale is None and v_descale is None:
         key = _signature(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window,
                          scale, return_lse, block, softcap, alibi_slopes, sinks)
@@ -305,7 +305,8 @@ def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
         window, scale, block, softcap, dropout_p = a["window"], a["scale"], a["block"], a["softcap"], a["dropout_p"]
         max_q, max_k = (COMPUTE if a[n] is None else a[n] for n in ("max_seqlen_q", "max_seqlen_k"))
         if block == "auto":
-            block = api.auto_block(q.device, max(q.shape[-1], v.shape[-1]), tma=False, dtype=q.dtype)  # the packed kernels: pointers
+            # the packed kernels: pointers
+            block = api.auto_block(q.device, max(q.shape[-1], v.shape[-1]), tma=False, dtype=q.dtype)
         # window sides clamp to total_q + total_k, at least every segment's n_q + n_k (window_clamp)
         window = checks.normalise_window(window, spec_launch.varlen_window, q, k)
         score_f, score_i = a.get("packed_score_args", (None, None))  # packed by the score_mod rule
