@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -266,15 +265,20 @@ PACKAGE = "kernels_contract23"
 
 
 @pytest.fixture(scope="module")
-def emitted(tmp_path_factory):
+def emitted(tmp_path_factory, proved):
     """``python -m generator --br 16 --bc 16 --out DIR/kernels_contract23``: a block the repo's
-    generated/ lacks, imported by its own name from a temporary directory."""
+    generated/ lacks, imported by its own name from a temporary directory. The CLI runs in this
+    process on the session's proofs (``proved``: one ``prove_all()`` per run; the CLI's own proof
+    run is tests/test_generator_cli.py's)."""
     import generated
+    from generator import __main__ as cli
+    from spec import claims
 
     assert (16, 16) not in generated.KERNELS
     root = tmp_path_factory.mktemp("emitted")
-    subprocess.run([sys.executable, "-m", "generator", "--br", "16", "--bc", "16", "--out", str(root / PACKAGE)],
-                   cwd=ROOT, check=True, capture_output=True, text=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(claims, "prove_all", lambda: list(proved.values()))
+        assert cli.main(["--br", "16", "--bc", "16", "--out", str(root / PACKAGE)]) == 0
     sys.path.insert(0, str(root))
     try:
         yield importlib.import_module(PACKAGE), root
