@@ -145,7 +145,9 @@ def score_mod_user_context(variant: Variant) -> dict | None:
     return {"name": sm.name, "expr": repr(str(sm.expr)), "params": repr(sm.params),
             "forward": _lines(sm.forward_terms(), SCORE_MOD_NAMES), "ds": print_term(sm.ds_term(), SCORE_MOD_NAMES),
             "grads": grads, "scatter": _lines(SM.SCATTER), "roundings": sm.roundings(),
-            "empirical": sm.outside_bound()}
+            "empirical": sm.outside_bound(),
+            # the scatter's entries in the program's gradient row (claim backward_kernel_addresses)
+            "sg_off": print_term(AD.BWD_SCORE_GRAD[0])}
 
 
 def _acc_index(tile) -> int:
@@ -197,6 +199,8 @@ def forward_context(variant: Variant) -> dict:
         "user_score": score_mod_user_context(variant),
         # every load and store offset of the dense forward (claim forward_addresses)
         "addresses": {name: _lines(group) for name, group in AD.FORWARD_GROUPS.items()},
+        # the TMA path's boxes (claim tma_addresses)
+        "addresses_tma": {name: _lines(group) for name, group in AD.TMA_BOXES.items()},
     }
 
 
@@ -341,7 +345,8 @@ def decode_context(variant: Variant) -> dict:
                    "bottom-right: the last new token sees the last valid key")
     keeps = {kind: print_term(keep_term(kind), DECODE_NAMES) for kind in ("causal", "window")}
     return {
-        **{key: fwd[key] for key in ("qk_scale", "qk", "tile", "epilogue", "mask_term", "init", "score_mod")},
+        **{key: fwd[key] for key in ("qk_scale", "qk", "tile", "tile_head", "tile_tail", "epilogue", "mask_term",
+                                     "init", "score_mod", "fp8")},
         "qk_tail": print_term(T.QK_TAIL),  # MLA: the split head dim's tail (claim head_dim_split)
         "score_index": DECODE_SCORE_NAMES,
         "split_range": _lines(P.SPLIT_RANGE),
