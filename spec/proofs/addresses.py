@@ -83,7 +83,8 @@ def _decode_tensors(paged: bool):
        "k_cache[block_table[b, j // PAGE_SIZE], j % PAGE_SIZE, kvh, d] (paged) or k_cache[off_bc, j, kvh, d] "
        "(off_bc = b, or cache_batch_idx[b] with HAS_BATCH_IDX), v_cache likewise at dv, "
        "out[split, b, tok, head, dv], lse[split, b, tok, head], sinks[head] — and that element lies inside the "
-       "tensor's shape for every program of the grid and every lane its mask lets through (d < D, dv < D_v); "
+       "tensor's shape for every program of the grid (row tiles, splits, B·Hkv: program_id 0, 1, 2) and every lane "
+       "its mask lets through (d < D, dv < D_v); "
        "with the head dim split at D_v (MLA, claim head_dim_split) the tails q[b, tok, head, dt] and "
        "k_cache[..., kvh, dt] for HEAD_DIM <= dt < D; and with v_cache = k_cache[..., :D_v] (k's pointer and "
        "strides) the v offset at lane d is the k offset (the kernel uses its K tile as V) (given Hq = GROUP·Hkv, 0 <= cache_seqlens[b] <= "
@@ -189,7 +190,8 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         split, pid1, pid2, lane = z3.Ints("split pid1 pid2 lane")
         Gz = z(sp.sympify(ints["GROUP"]))
         grid_z = [z(sp.sympify(x)) for x in grid]
-        hyp += [0 <= split, split < grid_z[0], 0 <= pid1, pid1 < grid_z[1], 0 <= pid2, pid2 < grid_z[2],
+        # the grid (row tiles, splits, B x Hkv): program_id(0) the row tile, (1) the split, (2) the (b, kv head)
+        hyp += [0 <= pid2, pid2 < grid_z[0], 0 <= split, split < grid_z[1], 0 <= pid1, pid1 < grid_z[2],
                 0 <= lane, lane < bm]
         offb, kvh = pid1 / z(sp.sympify(ints["H_KV"])), pid1 % z(sp.sympify(ints["H_KV"]))  # spec.structure.GRID_LINES
         m = pid2 * bm + lane
@@ -221,7 +223,7 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         head_m = z3.substitute(z(head.xreplace(launched)), (z(A.off_kvh), kvh))
         cases.append(_decide(f"{tag}: row g·N_q + t is (head kvh·GROUP + g, token t), in the grid and row_ok",
                              hyp + [0 <= g2, g2 < Gz, 0 <= t2, t2 < Nqz, mz == g2 * Nqz + t2],
-                             z3.And(tok_m == t2, head_m == kvh * Gz + g2, mz / bm < grid_z[2],
+                             z3.And(tok_m == t2, head_m == kvh * Gz + g2, mz / bm < grid_z[0],
                                     mz < Gz * z(sp.sympify(ints["N_Q"])))))
         # keys: j < split_hi <= key_len <= capacity (the load mask key_ok; claim paged_kv_reads)
         jz, key_len_z = z(j), z3.Int("key_len_value")
