@@ -23,7 +23,8 @@
    every ``tl.load`` / ``tl.store`` is a pointer parameter alone or ``pointer + offset`` with
    ``offset`` a name a printed address term assigns (``spec.addresses``, claims
    ``decode_addresses`` / ``forward_addresses`` / ``rows_addresses`` / ``append_addresses`` /
-   ``backward_addresses`` / ``backward_kernel_addresses`` / ``varlen_addresses``), and no other statement
+   ``backward_addresses`` / ``backward_kernel_addresses`` / ``tma_addresses`` / ``varlen_addresses``), and no
+   other statement
    computes on a pointer
    (a pointer is a parameter some load or store of the function reads through, or that it hands
    to a helper of the file at a pointer parameter's place: ``_file_pointers``), and what it hands to a
@@ -31,6 +32,12 @@
    local built by hand, ``X_row = X + ...``, would escape the rest; ``HANDED_POINTER_GAPS`` lists the
    reviewed exceptions). Integer arithmetic on pointers that is not printed is refused, as unprinted
    float arithmetic is.
+
+   A TMA descriptor is moved (``desc.load(box)``, ``desc.store(box, tile)``) only at a printed box
+   (``spec.addresses.TMA_BOXES``, claim ``tma_addresses``) or a parameter every caller hands one.
+5. **launch strides from spec.launch** (issue 24). A generated file's host code passes no kernel
+   stride by hand (a keyword ``stride_*=``): strides ride the integers of a ``spec.launch`` function,
+   which the address claims quantify over (``LAUNCH_STRIDE_GAPS``: the reviewed exceptions).
 
 The allow-list (reviewed; keep it short):
 
@@ -102,34 +109,33 @@ EXCEPTIONS = frozenset({
 })
 #: jit functions whose pointer and offset lines are not yet printed address terms (rule 4 skips them):
 #: the reviewed gaps of issue 24, each listed on docs/verification.md ("what remains outside the proofs")
-POINTER_GAPS = {
-    # (the backward's dK/dV and dQ kernels, their stages, _attn_bwd_rows and _attn_bwd_mask print their offsets
-    # since issue 24: claim backward_kernel_addresses)
-    "_tma_tile": "TMA descriptor coordinates (a load)", "_tma_store": "TMA descriptor coordinates (a store)",
-    "_tma_tail": "TMA descriptor coordinates (a split head dim's tail, column HEAD_DIM)",
-    "_fp8_descales": "FP8 forward (issue 30): the (batch, KV head) offset of the three descales",
-    # a user score_mod (issue 28): its SF/SI parameter reads are inside its printed terms; the gradient
-    # row of the dQ program and the scatter's chunk pointers are not yet printed address terms
-    "_user_score": "score_mod parameter reads (inside printed terms)", "_user_score_ds": "score_mod parameter reads",
-    "_user_score_grads": "score_mod parameter reads", "_score_param_scatter": "score_mod gradient row of the program",
+POINTER_GAPS: dict = {
+    # none since issue 24: the backward's dK/dV and dQ kernels (claim backward_kernel_addresses), the TMA boxes
+    # (tma_addresses), FP8's descales (forward_addresses) and a user score_mod's gradient row and scatter
+    # (backward_kernel_addresses) print their addresses; a user score_mod's SF/SI reads are its printed terms
+    # (tl.load(SF + e), claim score_mod_derived), whose entries' extent docs/verification.md lists as a gap
 }
 #: (function, local) pairs: a pointer built by hand in a converted function and handed to a helper on
-#: POINTER_GAPS (rule 4 refuses any other), each listed on docs/verification.md
-HANDED_POINTER_GAPS = frozenset({
-    # a user score_mod (issue 28): the dQ program's own row of the parameter-gradient buffer, handed to the
-    # scatter (_score_param_scatter) through the dQ stage
-    ("_attn_bwd_dq", "Grad_row"),
+#: POINTER_GAPS (rule 4 refuses any other), each listed on docs/verification.md (none since issue 24 printed the
+#: score_mod gradient row)
+HANDED_POINTER_GAPS: frozenset = frozenset()
+#: (host function, keyword) pairs of a generated file that pass a kernel stride by hand instead of from a
+#: spec.launch function (rule 5 refuses any other), each listed on docs/verification.md
+LAUNCH_STRIDE_GAPS = frozenset({
+    # decode's ALiBi slope strides come from generator.runtime.launch.score_mod_launch (the forward's and the
+    # backward's from spec.launch.slope_strides, claims forward_addresses / backward_kernel_addresses)
+    ("splits_plan", "stride_sb"), ("splits_plan", "stride_sh"),
 })
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
 ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses", "rows_addresses", "append_addresses",
-                  "backward_addresses", "backward_kernel_addresses")
+                  "backward_addresses", "backward_kernel_addresses", "tma_addresses")
 #: calls that do not compute on values (everything else — tl.exp2, tl.dot, tl.where, tl.math.*, ... —
 #: is arithmetic unless every name it touches is index math); the reviewed allow-list
 ALLOWED_CALLS = {"arange", "program_id", "multiple_of", "zeros", "trans", "reshape", "to", "range", "store"}
 #: Triton's random draws: only a printed line may make one (rule 3)
 RANDOM_CALLS = {"rand", "randint", "randn", "rand4x", "randint4x", "randn4x", "philox", "philox_impl"}
 #: calls that bring values in from memory (their result may be assigned to a term's name)
-LOADS = {"load", "_tma_tile", "_tma_tail"}
+LOADS = {"load", "_tma_tile"}
 
 
 def _is_jit(fn: ast.FunctionDef) -> bool:
@@ -229,16 +235,50 @@ def _file_pointers(jit: list[ast.FunctionDef]) -> dict[str, set[str]]:
     return out
 
 
+def _descriptor_calls(fn: ast.FunctionDef, pointers: set[str]) -> list[ast.Call]:
+    """``desc.load(box)`` / ``desc.store(box, tile)`` of ``fn``: a TMA descriptor (a pointer parameter) moved at
+    the coordinates ``box``."""
+    return [c for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+            and c.func.attr in ("load", "store") and isinstance(c.func.value, ast.Name)
+            and c.func.value.id in pointers]
+
+
+def _box_parameters(jit: list[ast.FunctionDef], pointers: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``{function: its parameters a descriptor is moved at}`` (``_tma_tile``'s ``box``): what a caller hands
+    there must be a printed box (rule 4)."""
+    out = {}
+    for fn in jit:
+        params = {a.arg for a in fn.args.args}
+        out[fn.name] = {c.args[0].id for c in _descriptor_calls(fn, pointers[fn.name])
+                        if c.args and isinstance(c.args[0], ast.Name) and c.args[0].id in params}
+    return out
+
+
 def _pointer_problems(fn: ast.FunctionDef, lines, printed: set[str], addresses: set[str],
-                      pointers: set[str] | None = None, helper_pointers: dict | None = None) -> list[str]:
+                      pointers: set[str] | None = None, helper_pointers: dict | None = None,
+                      boxes: frozenset = frozenset(), box_params: dict | None = None) -> list[str]:
     """Rule 4 for one function: loads and stores through ``pointer`` or ``pointer + <printed offset>``,
     no other arithmetic on a pointer outside printed lines (``pointers``: the function's pointer
     parameters, ``_file_pointers``; by default those it loads or stores through), and a helper of the
     file is handed at a pointer parameter's place (``helper_pointers``: ``{helper: its parameters,
     its pointer parameters}``) a pointer parameter or a name a printed line assigns, never a local
-    built by hand (``Grad_row = ScoreGrad + ...`` would escape the rules above)."""
+    built by hand (``Grad_row = ScoreGrad + ...`` would escape the rules above). A TMA descriptor is moved
+    (``desc.load(c)``, ``desc.store(c, x)``) only at ``c`` a printed box (``boxes``: spec.addresses.TMA_BOXES,
+    claim tma_addresses) or a box parameter (``box_params``), and a helper's box parameter is handed a printed
+    box or a box parameter."""
     pointers = _pointers(fn) if pointers is None else pointers
+    box_params = box_params or {}
+    own_boxes = set(boxes) | box_params.get(fn.name, set())
     problems = []
+    descriptor_calls = {id(c) for c in _descriptor_calls(fn, pointers)}
+    for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                 and box_params.get(c.func.id) and helper_pointers):
+        names = helper_pointers[call.func.id][0]
+        for k, arg in enumerate(call.args):
+            if k < len(names) and names[k] in box_params[call.func.id] and not (
+                    isinstance(arg, ast.Name) and arg.id in own_boxes):
+                problems.append(f"{fn.name}:{call.lineno}: `{ast.unparse(arg)}` handed to {call.func.id} as the TMA "
+                                f"box {names[k]} is not a printed box (spec.addresses.TMA_BOXES, claim tma_addresses)")
     if helper_pointers:
         printed_names = {t.id for stmt in ast.walk(fn) if isinstance(stmt, ast.Assign)
                          and "\n".join(lines[stmt.lineno - 1:stmt.end_lineno]).strip() in printed
@@ -262,6 +302,14 @@ def _pointer_problems(fn: ast.FunctionDef, lines, printed: set[str], addresses: 
         allowed = set()
         for call in (c for c in ast.walk(stmt) if isinstance(c, ast.Call) and _call_name(c) in ("load", "store")):
             ptr = call.args[0] if call.args else None
+            if id(call) in descriptor_calls:  # desc.load(box): the coordinates a printed box
+                if ptr is not None:
+                    allowed.add(id(ptr))
+                if not (isinstance(ptr, ast.Name) and ptr.id in own_boxes):
+                    problems.append(f"{fn.name}:{call.lineno}: TMA coordinates `{ast.unparse(ptr)}` of a "
+                                    f"{_call_name(call)} are not a printed box (spec.addresses.TMA_BOXES, claim "
+                                    "tma_addresses)")
+                continue
             ok = isinstance(ptr, ast.Name) and ptr.id in pointers or (
                 isinstance(ptr, ast.BinOp) and isinstance(ptr.op, ast.Add) and isinstance(ptr.left, ast.Name)
                 and ptr.left.id in pointers and isinstance(ptr.right, ast.Name) and ptr.right.id in addresses)
@@ -278,6 +326,20 @@ def _pointer_problems(fn: ast.FunctionDef, lines, printed: set[str], addresses: 
     return problems
 
 
+def _launcher_problems(tree: ast.Module) -> list[str]:
+    """Rule 5: a generated file's host functions pass no kernel stride by hand (a keyword ``stride_*=``): the
+    strides ride the integers a spec.launch function returns, which the address claims quantify over
+    (``LAUNCH_STRIDE_GAPS``: the reviewed exceptions)."""
+    problems = []
+    for fn in (f for f in tree.body if isinstance(f, ast.FunctionDef) and not _is_jit(f)):
+        for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call)):
+            for kw in call.keywords:
+                if kw.arg and kw.arg.startswith("stride_") and (fn.name, kw.arg) not in LAUNCH_STRIDE_GAPS:
+                    problems.append(f"{fn.name}:{call.lineno}: `{kw.arg}={ast.unparse(kw.value)}` passes a stride by "
+                                    "hand; take it from the spec.launch function of the kernel (its claim reads it)")
+    return problems
+
+
 def check_source(source: str, printed: set[str], assigned: set[str], stages: set[tuple]) -> list[str]:
     """The hygiene problems of one generated file (empty: clean). ``printed``: every line the
     printer emits (stripped); ``assigned``: the names printed lines assign; ``stages``: the
@@ -287,15 +349,19 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
     jit = [fn for fn in tree.body if isinstance(fn, ast.FunctionDef) and _is_jit(fn)]
     helpers = {fn.name for fn in jit}
     stage_names = {name for triple in stages for name in triple[:2]}
-    problems = []
+    problems = _launcher_problems(tree)
     file_pointers = _file_pointers(jit)
     addresses = {name for name in (line.split("=", 1)[0].strip() for line in printed
                                    if any(f"(claim: {c})" in line for c in ADDRESS_CLAIMS))
                  if name.endswith("_off")}  # the offsets of spec.addresses (OFFSET_SUFFIX), not its indices
+    boxes = frozenset(name for name in (line.split("=", 1)[0].strip() for line in printed
+                                        if "(claim: tma_addresses)" in line) if name.endswith("_box"))
     helper_pointers = {fn.name: ([a.arg for a in fn.args.args], file_pointers[fn.name]) for fn in jit}
+    box_params = _box_parameters(jit, file_pointers)
     for fn in jit:
         if fn.name not in POINTER_GAPS:
-            problems += _pointer_problems(fn, lines, printed, addresses, file_pointers[fn.name], helper_pointers)
+            problems += _pointer_problems(fn, lines, printed, addresses, file_pointers[fn.name], helper_pointers,
+                                          boxes, box_params)
         for stmt in ast.walk(fn):
             if not isinstance(stmt, ast.stmt) or isinstance(stmt, (ast.FunctionDef, ast.If, ast.For)):
                 if isinstance(stmt, (ast.If, ast.For)):  # their headers: conditions and ranges

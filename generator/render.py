@@ -144,7 +144,9 @@ def score_mod_user_context(variant: Variant) -> dict | None:
               "idx_name": ix.name} for g, ix in sm.grad_terms()]
     return {"name": sm.name, "expr": repr(str(sm.expr)), "params": repr(sm.params),
             "forward": _lines(sm.forward_terms(), SCORE_MOD_NAMES), "ds": print_term(sm.ds_term(), SCORE_MOD_NAMES),
-            "grads": grads, "scatter": _lines(SM.SCATTER)}
+            "grads": grads, "scatter": _lines(SM.SCATTER),
+            # the scatter's entries in the program's gradient row (claim backward_kernel_addresses)
+            "sg_off": print_term(AD.BWD_SCORE_GRAD[0])}
 
 
 def _acc_index(tile) -> int:
@@ -196,6 +198,8 @@ def forward_context(variant: Variant) -> dict:
         "user_score": score_mod_user_context(variant),
         # every load and store offset of the dense forward (claim forward_addresses)
         "addresses": {name: _lines(group) for name, group in AD.FORWARD_GROUPS.items()},
+        # the TMA path's boxes (claim tma_addresses)
+        "addresses_tma": {name: _lines(group) for name, group in AD.TMA_BOXES.items()},
     }
 
 

@@ -11,9 +11,10 @@ and prove that each printed offset is the offset of the element the reference re
 Covered: the decode kernel (``_decode_fwd``: Q, the paged ``block_table``, ``cache_seqlens``, K and V
 of a contiguous or a paged cache, the partial ``o`` and ``lse``), the varlen segment block (the
 ``cu_seqlens`` loads and the segment offsets of every Q/K/V/O/dO/dQ/dK/dV/lse/lse2/Δ pointer), the dense
-forward, softmax and the merges, the KV append, the backward preprocess and the backward dK/dV and dQ
-kernels. What is not yet a printed term ``generator.hygiene`` lists as reviewed gaps (``POINTER_GAPS``:
-the TMA descriptors' coordinates, a user score_mod's scatter), and so does ``docs/verification.md``.
+forward (FP8's descales included), its TMA path's boxes (claim tma_addresses), softmax and the merges, the KV
+append, the backward preprocess and the backward dK/dV and dQ kernels (a user score_mod's gradient rows
+included). What is not yet a printed term ``generator.hygiene`` lists as reviewed gaps (``POINTER_GAPS``: a
+user score_mod's parameter reads, inside its printed terms), and so does ``docs/verification.md``.
 
 ``Strided`` implements the few tensor methods the launch functions use (``shape``, ``stride()``,
 ``view``, ``transpose``, ``contiguous``), so ``spec.launch`` runs unchanged on a torch tensor (the
@@ -27,6 +28,7 @@ import sympy as sp
 from spec import notation as n
 from spec import paged as P
 from spec import varlen as V
+from spec import terms as T
 from spec.terms import Term, col, row
 
 CLAIM_DECODE = "decode_addresses"
@@ -95,6 +97,8 @@ class Strided:
     def new_empty(self, shape, **_) -> "Strided":
         """A new tensor of ``shape``, contiguous (as ``torch.Tensor.new_empty`` makes it)."""
         return Strided(f"new_{self.name}", shape, contiguous_strides(tuple(sp.sympify(s) for s in shape)))
+
+    new_zeros = new_empty  # the same layout (the values are no address's business)
 
     def transpose(self, a: int, b: int) -> "Strided":
         shape, strides = list(self.shape), list(self.strides)
@@ -262,7 +266,8 @@ FORWARD_STRIDES = {name: _int(name) for name in (
     "stride_vb", "stride_vh", "stride_vn", "stride_vd", "stride_ob", "stride_oh", "stride_om", "stride_od",
     "stride_lb", "stride_lh", "stride_lm", "stride_mb", "stride_mh", "stride_mm", "stride_mn",
     "stride_map_b", "stride_map_h", "stride_map_m", "stride_map_n", "stride_sb", "stride_sh",
-    "stride_kl", "stride_sink", "stride_mmb", "stride_keep_b", "stride_keep_h", "stride_keep_m", "stride_keep_n")}
+    "stride_kl", "stride_sink", "stride_mmb", "stride_keep_b", "stride_keep_h", "stride_keep_m", "stride_keep_n",
+    "stride_qdesc_b", "stride_qdesc_h", "stride_kdesc_b", "stride_kdesc_h", "stride_vdesc_b", "stride_vdesc_h")}
 F_ = FORWARD_STRIDES
 #: the Q tile (loaded once) and the O tile (stored once): rows offs_m of head off_h of batch off_b
 FWD_Q_OFFSET = (Term(q_off, off_b * F_["stride_qb"] + off_h * F_["stride_qh"] + col(offs_m) * F_["stride_qm"]
@@ -315,12 +320,60 @@ FWD_RNG_OFFSET = (Term(rng_off, sp.Integer(1), CLAIM_FORWARD, "philox[1]: the co
 offs_m64, keep_off = _int("offs_m64", nonnegative=True), _int("keep_off")
 KEEP_OFFSET = (Term(keep_off, off_b * F_["stride_keep_b"] + off_h * F_["stride_keep_h"] + col(offs_m64)
                     * F_["stride_keep_m"] + row(offs_n) * F_["stride_keep_n"], CLAIM_FORWARD, "keep[b, h, i, j]"),)
+#: FP8 (issue 30): the three float32 (B, Hkv) descales of this program's (batch, KV head), each at its own
+#: strides (spec.launch.descale_strides); packed, b is the segment
+qdesc_off, kdesc_off, vdesc_off = _int("qdesc_off"), _int("kdesc_off"), _int("vdesc_off")
+FWD_DESCALE_OFFSETS = tuple(
+    Term(sym, off_b * F_[f"stride_{x}desc_b"] + off_kvh * F_[f"stride_{x}desc_h"], CLAIM_FORWARD,
+         f"{x}_descale[b, h // GROUP]") for sym, x in ((qdesc_off, "q"), (kdesc_off, "k"), (vdesc_off, "v")))
 FORWARD_GROUPS = {"q_offset": FWD_Q_OFFSET, "out_offsets": FWD_OUT_OFFSETS, "kv_base": FWD_KV_BASE,
                   "kv_offsets": FWD_KV_OFFSETS, "mask_base": FWD_MASK_BASE, "mask_offset": FWD_MASK_OFFSET,
                   "map_base": FWD_MAP_BASE, "map_offset": FWD_MAP_OFFSET, "key_len": FWD_KEY_LEN,
                   "sink_offset": FWD_SINK, "slope_offset": SLOPE_OFFSET, "mm_row": FWD_MM_ROW,
                   "rng_offset": FWD_RNG_OFFSET, "keep_offset": KEEP_OFFSET, "q_tail_offset": FWD_TAIL_OFFSETS[:1],
-                  "k_tail_offset": FWD_TAIL_OFFSETS[1:]}
+                  "k_tail_offset": FWD_TAIL_OFFSETS[1:], "descale_offsets": FWD_DESCALE_OFFSETS}
+
+
+# ----------------------------------------------------------------------------------
+# The forward's TMA path (USE_TMA): the boxes its descriptors move, for the descriptors spec.launch.tma_descriptor
+# builds over the operands spec.launch.forward_tma_operands names (claim tma_addresses).
+# ----------------------------------------------------------------------------------
+CLAIM_TMA = "tma_addresses"
+#: the first row of this program's query tile (pid_m·BLOCK_M), the split head dim's first tail column
+start_m_fwd, HEAD_DIM_ = _int("start_m", nonnegative=True), _int("HEAD_DIM", positive=True)
+q_box, k_box, q_tail_box, k_tail_box = (_int(s) for s in ("q_box", "k_box", "q_tail_box", "k_tail_box"))
+#: a box name ends so (generator.hygiene: a descriptor is read or written at such a name only)
+BOX_SUFFIX = "_box"
+#: [b, head, first row, first column] of a (B, H, N, D) tensor's descriptor, in int32 (TMA's coordinates);
+#: Q's box is also the O tile's (same rows), K's also V's (same keys)
+TMA_BOXES = {
+    "q_box": (Term(q_box, T.box(T.int32(off_b), T.int32(off_h), T.int32(start_m_fwd), 0), CLAIM_TMA,
+                   "q/out[b, h, start_m.., 0..]"),),
+    "k_box": (Term(k_box, T.box(T.int32(off_b), T.int32(off_kvh), T.int32(start_n), 0), CLAIM_TMA,
+                   "k/v[b, kv head, start_n.., 0..]"),),
+    "q_tail_box": (Term(q_tail_box, T.box(T.int32(off_b), T.int32(off_h), T.int32(start_m_fwd), HEAD_DIM_), CLAIM_TMA,
+                        "q[b, h, start_m.., HEAD_DIM..]"),),
+    "k_tail_box": (Term(k_tail_box, T.box(T.int32(off_b), T.int32(off_kvh), T.int32(start_n), HEAD_DIM_), CLAIM_TMA,
+                        "k[b, kv head, start_n.., HEAD_DIM..]"),),
+}
+
+
+def tma_element(descriptor, coords, lane):
+    """What TMA moves at ``lane`` (``0 <= lane_d < block_d``) of a box at ``coords`` of ``descriptor`` =
+    ``(shape, strides, block)`` (spec.launch.tma_descriptor): ``(index, offset)``, the element ``coords +
+    lane`` and its offset ``Σ_d (c_d + l_d)·stride_d``. TMA clips per dimension: a load zero-fills an
+    element whose index is outside ``shape``, a store skips it (PTX ``cp.async.bulk.tensor``)."""
+    _, strides, _ = descriptor
+    index = [sp.sympify(c) + l for c, l in zip(coords, lane)]
+    return index, sp.Add(*[i * st for i, st in zip(index, strides)])
+
+
+def box_coordinates(term: Term):
+    """A printed box's coordinates, the int32 narrowing dropped (exact: each is inside its dimension, below
+    2^31, claim tma_addresses); None when the term is not a box."""
+    if not isinstance(term.expr, T.box):
+        return None
+    return [c.args[0] if isinstance(c, T.int32) else c for c in term.expr.args]
 
 
 # ----------------------------------------------------------------------------------
@@ -458,7 +511,7 @@ BACKWARD_KERNEL_STRIDES = {name: _int(name) for name in (
     "stride_dqb", "stride_dqh", "stride_dqm", "stride_dqd", "stride_dkb", "stride_dkh", "stride_dkn", "stride_dkd",
     "stride_dvb", "stride_dvh", "stride_dvn", "stride_dvd", "stride_rb", "stride_rh", "stride_rm",
     "stride_mb", "stride_mh", "stride_mm", "stride_mn", "stride_map_b", "stride_map_h", "stride_map_m",
-    "stride_map_n", "stride_kl")}
+    "stride_map_n", "stride_kl", "stride_sgp")}
 BK_ = BACKWARD_KERNEL_STRIDES
 #: the per-program (per query head) parts of an offset, int64 (off_b, off_kvh, off_h are), printed before
 #: the loops and passed to the helpers with the unmoved pointers
@@ -537,8 +590,18 @@ BWD_TAILS = (
     Term(dk_tail_off, BWD_GRAD_KV[0].expr.xreplace({offs_d: offs_dt}), CLAIM_BACKWARD_KERNELS, "dk[b, kv head, j, dt]"),
     Term(dq_tail_off, BWD_DQ[0].expr.xreplace({offs_d: offs_dt}), CLAIM_BACKWARD_KERNELS, "dq[b, h, i, dt]"),
 )
+#: a user score_mod (issue 28): the dQ program (pid_m, off_bh)'s own row of the parameter-gradient buffer
+#: (grid[0]·grid[1] rows of len(SF) fp32 entries, spec.launch.score_grad_launch), num_pid_m = grid[0]; then entry
+#: offs_e of that row (the buffer's entries are contiguous: column stride 1); no two programs share a row
+off_bh, num_pid_m = _int("off_bh", nonnegative=True), _int("num_pid_m", positive=True)
+offs_e = _int("offs_e", nonnegative=True)
+sg_base, sg_off = _int("sg_base"), _int("sg_off")
+BWD_SCORE_GRAD_ROW = (Term(sg_base, (off_bh * num_pid_m + pid_m) * BK_["stride_sgp"], CLAIM_BACKWARD_KERNELS,
+                           "score_grad[this program's row]"),)
+BWD_SCORE_GRAD = (Term(sg_off, sg_base + offs_e, CLAIM_BACKWARD_KERNELS, "score_grad[row, e]"),)
 BACKWARD_KERNEL_GROUPS = {"kv_base": BWD_KV_BASE, "kv_offsets": BWD_KV_OFFSETS, "vt_offset": BWD_VT_OFFSET,
                           "grad_kv": BWD_GRAD_KV, "dq": BWD_DQ, "row_base": BWD_ROW_BASE, "rows": BWD_ROWS,
                           "mask_base": BWD_MASK_BASE, "mask": BWD_MASK, "map_col": BWD_MAP_COL, "map_row": BWD_MAP_ROW,
-                          "key_len": BWD_KEY_LEN, "k_tail": BWD_TAILS[:1], "q_tail_rows": BWD_TAILS[1:2],
-                          "dk_tail": BWD_TAILS[2:3], "dq_tail": BWD_TAILS[3:]}
+                          "key_len": BWD_KEY_LEN, "score_grad_row": BWD_SCORE_GRAD_ROW, "score_grad": BWD_SCORE_GRAD,
+                          "k_tail": BWD_TAILS[:1], "q_tail_rows": BWD_TAILS[1:2], "dk_tail": BWD_TAILS[2:3],
+                          "dq_tail": BWD_TAILS[3:]}

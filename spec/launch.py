@@ -163,8 +163,31 @@ def dropout_mask_launch(keep, block_m):
     return (cdiv(N_Q, block_m), B * H), ints
 
 
+#: FP8's descales (float32 ``(B, Hkv)``, one stride pair each) in the forward's signature
+DESCALE_STRIDE_NAMES = {"q_descale": ("stride_qdesc_b", "stride_qdesc_h"),
+                        "k_descale": ("stride_kdesc_b", "stride_kdesc_h"),
+                        "v_descale": ("stride_vdesc_b", "stride_vdesc_h")}
+
+
+def descale_strides(descales) -> dict:
+    """The strides of FP8's ``(q_descale, k_descale, v_descale)``, each ``(B, Hkv)`` as passed (any strides),
+    by the forward's parameter names; ``None`` (no FP8: ``HAS_DESCALE`` off, never read): zeros."""
+    if descales is None:
+        return {name: 0 for pair in DESCALE_STRIDE_NAMES.values() for name in pair}
+    ints = {}
+    for names, t in zip(DESCALE_STRIDE_NAMES.values(), descales):
+        ints.update(zip(names, t.stride()))
+    return ints
+
+
+def mask_mod_strides(mask_mod_args) -> dict:
+    """A mask_mod's packed int32 parameters ``(B, P)``: the row stride both directions' kernels take
+    (``stride_mmb``; none without a mask_mod)."""
+    return {} if mask_mod_args is None else {"stride_mmb": mask_mod_args.stride(0)}
+
+
 def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sinks, block_m, mask_mod_args=None,
-                   cu_seqlens_q=None, max_seqlen_q=None):
+                   cu_seqlens_q=None, max_seqlen_q=None, descales=None):
     """``(grid, ints)`` of one ``_attn_fwd`` launch: ``ints`` its integer parameters by name (every
     stride as the tensor has it, the heads, ``GROUP``, ``N_Q``, ``N_K``).
 
@@ -174,7 +197,8 @@ def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sink
     ``varlen_grid``'s grid. ``key_lengths`` ``(B,)``, ``mask`` ``(B, Hq, N_Q, N_K)`` and ``block_map``
     ``(B, Hq, cdiv(N_Q, BLOCK_M), cdiv(N_K, BLOCK_N))`` (broadcast: stride 0), ``slopes`` ``(Hq,)`` or
     ``(B, Hq)``, ``sinks`` ``(Hq,)``, ``mask_mod_args`` ``(B, P)``: the tensors as passed (a one-element
-    placeholder where a flag compiles the read out)."""
+    placeholder where a flag compiles the read out); ``descales`` FP8's ``(q_descale, k_descale, v_descale)``,
+    each ``(B, Hkv)`` (B the segments when packed), or None (``descale_strides``)."""
     packed = cu_seqlens_q is not None
     ints = {}
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
@@ -184,13 +208,31 @@ def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sink
     ints.update(zip(FORWARD_STRIDE_NAMES["block_map"], block_map.stride()))
     ints.update(zip(FORWARD_STRIDE_NAMES["slopes"], slope_strides(slopes)))
     ints.update(stride_kl=key_lengths.stride(0), stride_sink=sinks.stride(0))
-    if mask_mod_args is not None:
-        ints["stride_mmb"] = mask_mod_args.stride(0)
+    ints.update(mask_mod_strides(mask_mod_args))
+    ints.update(descale_strides(descales))
     H, H_KV = q.shape[1], k.shape[1]
     n_q, n_k = (q.shape[0], k.shape[0]) if packed else (q.shape[2], k.shape[2])
     ints.update(H=H, GROUP=H // H_KV, N_Q=n_q, N_K=n_k)
     grid = varlen_grid(max_seqlen_q, block_m, cu_seqlens_q, H) if packed else (cdiv(n_q, block_m), q.shape[0] * H)
     return grid, ints
+
+
+def forward_tma_operands(q, k, v, out, block_m, block_n, block_d, block_dv, block_dt=0):
+    """The forward's TMA operands, in its signature's order (Q, K, V, Out, QTail, KTail): ``{name: (tensor,
+    rows, width)}`` of its boxes, each tensor ``(B, H, N, ·)``: q and out ``BLOCK_M`` rows, k and v ``BLOCK_N``;
+    q and k ``BLOCK_D`` wide, v and out ``BLOCK_DV``, a split head dim's tails (``block_dt > 0``: claim
+    head_dim_split) ``BLOCK_DT`` wide, read from column ``HEAD_DIM`` on (claim tma_addresses)."""
+    ops = {"q": (q, block_m, block_d), "k": (k, block_n, block_d), "v": (v, block_n, block_dv),
+           "out": (out, block_m, block_dv)}
+    if block_dt:
+        ops.update(q_tail=(q, block_m, block_dt), k_tail=(k, block_n, block_dt))
+    return ops
+
+
+def tma_descriptor(t, rows, width):
+    """``(shape, strides, block)`` of the TMA descriptor of ``t`` ``(B, H, N, D)``: its own shape and strides
+    (TMA clips per dimension: a box never reaches another (b, h)) and a ``[1, 1, rows, width]`` box."""
+    return list(t.shape), list(t.stride()), [1, 1, rows, width]
 
 
 # ----------------------------------------------------------------------------------
@@ -298,8 +340,7 @@ def _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mas
     ints.update(zip(FORWARD_STRIDE_NAMES["block_map"], block_map.stride()))
     ints.update(zip(FORWARD_STRIDE_NAMES["slopes"], slope_strides(slopes)))
     ints["stride_kl"] = key_lengths.stride(0)
-    if mask_mod_args is not None:
-        ints["stride_mmb"] = mask_mod_args.stride(0)
+    ints.update(mask_mod_strides(mask_mod_args))
     packed = q.dim() == 3
     n_q, n_k = (q.shape[0], k.shape[0]) if packed else (q.shape[2], k.shape[2])
     ints.update(GROUP=q.shape[1] // k.shape[1], N_Q=n_q, N_K=n_k)
@@ -338,3 +379,13 @@ def dq_launch(q, k, v, do, dq, delta, key_lengths, mask, block_map, slopes, bloc
     if cu_seqlens_q is not None:
         return varlen_grid(max_seqlen_q, block_m, cu_seqlens_q, H), ints
     return (cdiv(ints["N_Q"], block_m), q.shape[0] * H), ints
+
+
+def score_grad_launch(score_f, grid):
+    """``(score_grad, ints)`` of a dQ launch of ``grid`` with a user score_mod: its parameter-gradient buffer,
+    one fp32 row of ``len(SF)`` entries per program (``grid[0]·grid[1]`` rows, zeros, contiguous: program
+    ``(pid_m, off_bh)`` owns row ``off_bh·grid[0] + pid_m``, so no atomics, and the rows are summed in a fixed
+    order: bitwise repeatable), and its row stride (claim backward_kernel_addresses). ``score_f``: the packed
+    float parameters ``SF`` (fp32, 1-D)."""
+    score_grad = score_f.new_zeros((grid[0] * grid[1], score_f.numel()))
+    return score_grad, {"stride_sgp": score_grad.stride(0)}

@@ -27,6 +27,7 @@ def term_groups() -> dict[str, tuple]:
     groups.update({f"addresses.BACKWARD.{name}": group for name, group in addresses.BACKWARD_GROUPS.items()})
     groups.update({f"addresses.BACKWARD_KERNELS.{name}": group
                    for name, group in addresses.BACKWARD_KERNEL_GROUPS.items()})
+    groups.update({f"addresses.TMA.{name}": group for name, group in addresses.TMA_BOXES.items()})
     groups["addresses.SEGMENT_LOADS"] = addresses.SEGMENT_LOADS
     groups.update({f"addresses.SEGMENT_POINTERS.{k}": group for k, group in addresses.SEGMENT_POINTERS.items()})
     # a user score_mod's gradient scatter (issue 28); its per-instance lines are checked per score_mod

@@ -34,6 +34,8 @@ constants (``1/log 2``)     a float literal (``1.4426950408889634``)
                             for ``c >= 1`` whichever way ``//`` rounds (spec.mask_mod)
 ``onehot_sum(g, idx, e)``   ``tl.sum(tl.sum(tl.where(idx[:, :, None] == e[None, None, :], g[:, :, None],
                             0.0), 0), 0)``: a score_mod's gradient scatter (spec.score_mods)
+``int32(x)`` / ``box(c..)``  ``x.to(tl.int32)`` / ``[c_0, c_1, ...]``: a TMA box's int32 coordinates
+                            (spec.addresses, claim tma_addresses)
 ``philox_uniform(s, o)``    ``tl.rand(s, o)``: Triton's Philox uniform in [0, 1) (dropout's
                             keep decision, spec.terms.DROPOUT_KEEP; the only draw a kernel makes)
 ==========================  ===============================================
@@ -223,6 +225,12 @@ class TritonPrinter(PythonCodePrinter):
         # select, reduced over rows and keys)
         return f"tl.sum(tl.sum(tl.where({idx}[:, :, None] == {e}[None, None, :], {g}[:, :, None], 0.0), 0), 0)"
 
+    def _print_int32(self, expr):
+        return f"{self.parenthesize(expr.args[0], PRECEDENCE['Atom'], strict=True)}.to(tl.int32)"
+
+    def _print_box(self, expr):
+        return "[" + ", ".join(self._print(c) for c in expr.args) + "]"
+
     def _print_philox_uniform(self, expr):
         seed, offset = (self._print(x) for x in expr.args)
         return f"tl.rand({seed}, {offset})"
@@ -307,6 +315,7 @@ class TorchPrinter(TritonPrinter):
     _print_log = _call("torch.log({})")
     _print_rowmax = _print_rowsum = _print_dot = _print_trans = TritonPrinter._print_Basic
     _print_philox_uniform = TritonPrinter._print_Basic  # a draw is a kernel's, never the runtime's
+    _print_int32 = _print_box = TritonPrinter._print_Basic  # TMA coordinates are a kernel's
 
 
 # exp2/log2 are sympy.codegen Functions: make sure the dispatcher finds them by name.

@@ -56,6 +56,16 @@ class row(sp.Function):
 ROW_OPS = (rowmax, rowsum, dot, trans, col, row)
 
 
+class int32(sp.Function):
+    """An integer narrowed to int32 (``x.to(tl.int32)``): its value where it fits (the claim that prints it
+    says why it does)."""
+
+
+class box(sp.Function):
+    """A TMA box's coordinates ``[c_0, ..., c_{n-1}]``, one per dimension of its descriptor's tensor: the box's
+    first element (spec.addresses.tma_element)."""
+
+
 @dataclass(frozen=True)
 class Term:
     """One kernel assignment ``name = expr`` with the claim that licenses it."""

@@ -94,6 +94,25 @@ def test_descales_fold_exactly():
     assert torch.equal(doubled, scaled)
 
 
+def test_the_kernel_reads_descales_at_their_own_strides():
+    """The kernel takes a stride pair per descale (spec.launch.descale_strides, claim forward_addresses): three
+    (B, Hkv) descales in three layouts (contiguous, a transposed view, every other column of a wider tensor),
+    passed to the generated forward directly (the API copies them to unit stride first), give exactly the
+    result of the same values contiguous. The old kernel read k and v's descales with q's strides."""
+    from generator.runtime import api
+
+    q, k, v = inputs("unit", B=2, Hq=2, Hkv=2, Nq=8, Nk=16, D=32)
+    q8, k8, v8 = (t.to(torch.float8_e4m3fn).transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    values = torch.tensor([[0.5, 2.0], [4.0, 0.25]])
+    strided = (values, (values.t().contiguous()).t(), torch.stack((values, 3 * values), -1).flatten(1)[:, ::2])
+    assert [d.stride() for d in strided] == [(2, 1), (1, 2), (4, 2)] and all(torch.equal(d, values) for d in strided)
+    module = api.module_for("fwd", BLOCK)
+    kw = dict(sm_scale=32 ** -0.5, out_dtype=torch.float32)
+    out, lse = module.forward(q8, k8, v8, descales=strided, **kw)
+    want, want_lse = module.forward(q8, k8, v8, descales=tuple(d.contiguous() for d in strided), **kw)
+    assert torch.equal(out, want) and torch.equal(lse, want_lse)
+
+
 @pytest.mark.parametrize("out_dtype", [torch.float16, torch.float32])
 def test_out_dtype(out_dtype):
     q, k, v = inputs("unit", **SIZES)

@@ -171,6 +171,9 @@ def test_readme_states_the_number_of_reviewed_exceptions():
      "X + offs_m[:, None] * stride_xr + offs_n[None, :]"),
     ("merge", "lse_a = tl.load(LSE_A + la_off,", "lse_a = tl.load(LSE_A + offs_m,", "LSE_A + offs_m"),
     ("merge", "sink = tl.load(Sinks + msink_off,", "sink = tl.load(Sinks + offs_m % H,", "Sinks + offs_m % H"),
+    # FP8's descales (claim forward_addresses): the old one-stride-pair line, typed back in
+    ("fwd", "k_descale = tl.load(KDescale + kdesc_off)",
+     "k_descale = tl.load(KDescale + off_b * stride_qdesc_b + off_kvh * stride_qdesc_h)", "KDescale + off_b"),
 ])
 def test_unprinted_pointer_arithmetic_is_caught(kind, old, new, sign):
     """Rule 4 in the converted functions; in a kernel still on POINTER_GAPS, a printed pointer move
@@ -193,6 +196,44 @@ def test_a_pointer_built_by_hand_and_handed_to_a_helper_is_caught():
     assert any("`Mask_head` handed to _attn_bwd_dkdv_stage as the pointer Mask" in p for p in found), found
 
 
+def test_hand_written_tma_coordinates_are_caught():
+    """Rule 4 on the TMA path (claim tma_addresses): coordinates typed into a descriptor's load or store, or
+    handed to _tma_tile / _tma_store, instead of a printed box."""
+    found = problems(edited("fwd", "k = _tma_tile(K, k_box)",
+                            "k = _tma_tile(K, [off_b.to(tl.int32), off_h.to(tl.int32), start_n.to(tl.int32), 0])"))
+    assert any("handed to _tma_tile as the TMA box box is not a printed box" in p for p in found), found
+    found = problems(edited("fwd", "    tile = desc.load(box)", "    tile = desc.load([0, 0, 0, 0])"))
+    assert any("_tma_tile" in p and "TMA coordinates `[0, 0, 0, 0]` of a load are not a printed box" in p
+               for p in found), found
+
+
+def test_a_stride_passed_by_hand_at_launch_is_caught():
+    """Rule 5: the forward launcher passing the mask_mod row stride by hand again (as it did before issue 24)."""
+    found = problems(edited("fwd", "**constants[use_tma][1], QTail=q_tail_arg",
+                            "**constants[use_tma][1], stride_mmb=k.stride(0), QTail=q_tail_arg"))
+    assert any("`stride_mmb=k.stride(0)` passes a stride by hand" in p for p in found), found
+
+
+def test_score_grad_row_by_hand_is_caught():
+    """A user score_mod's gradient row (claim backward_kernel_addresses) typed back into the dQ kernel as the old
+    Grad_row pointer, and the scatter's entries addressed by hand."""
+    v = next(v for v in BlockConfig(64, 64, score_mods=("spec.score_mods:rel_bias",)).variants()
+             if v.kind.name == "bwd" and v.score_mod and not v.mask_mod)
+    source = render_variant(v)
+    old = "sgacc = tl.load(ScoreGrad + sg_off,"
+    assert old in source
+    found = problems(source.replace(old, "sgacc = tl.load(ScoreGrad + sg_base + offs_e,"))
+    assert any("ScoreGrad + sg_base + offs_e" in p and "printed address term" in p for p in found), found
+    row = "        off_b, off_h, SF, SI, ScoreGrad, sg_base, SCORE_CHUNK)"
+    assert source.count(row) == 3  # the dQ kernel's three stage calls
+    old_row = source.replace(row, "        off_b, off_h, SF, SI, Grad_row, 0, SCORE_CHUNK)").replace(
+        "    sg_base = stride_sgp*", "    Grad_row = ScoreGrad + stride_sgp * pid_m\n    sg_base = stride_sgp*", 1)
+    found = problems(old_row)
+    assert any("`Grad_row` handed to _attn_bwd_dq_stage as the pointer ScoreGrad" in p for p in found), found
+    clean = problems(source)
+    assert not any("ScoreGrad" in p for p in clean), clean
+
+
 def test_pointer_gaps_are_listed_on_the_verification_page():
     """Every function rule 4 skips is named on docs/verification.md as a gap."""
     from pathlib import Path
@@ -200,6 +241,7 @@ def test_pointer_gaps_are_listed_on_the_verification_page():
     page = (Path(__file__).resolve().parents[1] / "docs" / "verification.md").read_text()
     missing = [name for name in hygiene.POINTER_GAPS if f"`{name}`" not in page]
     missing += [f"{fn}: {local}" for fn, local in hygiene.HANDED_POINTER_GAPS if f"`{local}`" not in page]
+    missing += [f"{fn}: {kw}" for fn, kw in hygiene.LAUNCH_STRIDE_GAPS if f"`{kw}`" not in page]
     assert missing == [], missing
 
 

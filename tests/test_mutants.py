@@ -1700,3 +1700,95 @@ BOUND_MUTANTS = {
 @pytest.mark.parametrize("mutant", list(BOUND_MUTANTS))
 def test_fp8_error_bound_mutant_is_refuted(mutant):
     assert_failed(P8.prove_fp8_error_bound(**BOUND_MUTANTS[mutant]))
+
+
+# ---------------------------------------------------------------- issue 24: the last hand-written addresses
+# The TMA boxes (claim tma_addresses), FP8's descale loads and the mask_mod row stride (forward_addresses), a user
+# score_mod's gradient rows (backward_kernel_addresses): each edit a real bug would make, applied to the printed
+# term or to the spec.launch function the runtime calls.
+def _tma_failing(**kw):
+    return _failing(PAD.prove_tma_addresses(**kw))
+
+
+def test_tma_tail_box_at_column_zero_is_refuted():
+    """The split head dim's tail read from column 0 (the main part's columns again) instead of HEAD_DIM."""
+    box = swap(AD.TMA_BOXES["q_tail_box"], AD.q_tail_box,
+               terms.box(terms.int32(AD.off_b), terms.int32(AD.off_h), terms.int32(AD.start_m_fwd), 0))
+    failing = _tma_failing(boxes=dict(AD.TMA_BOXES, q_tail_box=box))
+    assert failing == ["q_tail: box lane (r, c) moves q[off_b, off_h, lane_r + start_m, HEAD_DIM + lane_c] "
+                       "(offset Σ idx·stride)"], failing
+
+
+def test_tma_kv_box_of_the_query_head_is_refuted():
+    """GQA dropped on the TMA path: K/V's box at the query head off_h (heads past Hkv clipped to zeros)."""
+    box = swap(AD.TMA_BOXES["k_box"], AD.k_box,
+               terms.box(terms.int32(AD.off_b), terms.int32(AD.off_h), terms.int32(AD.start_n), 0))
+    failing = _tma_failing(boxes=dict(AD.TMA_BOXES, k_box=box))
+    assert "k: box lane (r, c) moves k[off_b, off_kvh, lane_r + start_n, lane_c] (offset Σ idx·stride)" in failing
+    assert "v: every coordinate of the box lies inside its dimension (int32 exact)" in failing, failing
+
+
+def test_tma_descriptor_bugs_are_refuted():
+    """spec.launch edited: a descriptor over (B·H, N, D) (a box past N would read the next head's rows instead of
+    zeros), V's box BLOCK_D wide (MLA: D_v != D), the descriptor's strides of b and h swapped."""
+    def flattened(t, rows, width):
+        return ([t.shape[0] * t.shape[1], t.shape[2], t.shape[3]], [t.stride(1), t.stride(2), t.stride(3)],
+                [1, rows, width])
+
+    assert all(name.endswith("]") and "the box is the pointer path's tile" in name
+               for name in _tma_failing(descriptor=flattened))
+
+    def v_at_k_width(q, k, v, out, bm, bn, bd, bdv, bdt=0):
+        return dict(LA.forward_tma_operands(q, k, v, out, bm, bn, bd, bdv, bdt), v=(v, bn, bd))
+
+    assert _tma_failing(operands=v_at_k_width) == ["v: the box is the pointer path's tile [1, 1, BLOCK_N, BLOCK_DV]"]
+
+    def swapped(t, rows, width):
+        shape, strides, block = LA.tma_descriptor(t, rows, width)
+        return shape, [strides[1], strides[0], *strides[2:]], block
+
+    assert len(_tma_failing(descriptor=swapped)) == 6  # each operand's element
+
+
+def test_fp8_descale_offset_bugs_are_refuted():
+    """The old kernel's one stride pair (q_descale's) for the three descales; a descale read at the query head."""
+    def one_pair(*args, **kw):
+        grid, ints = LA.forward_launch(*args, **kw)
+        return grid, dict(ints, stride_kdesc_b=ints["stride_qdesc_b"], stride_kdesc_h=ints["stride_qdesc_h"],
+                          stride_vdesc_b=ints["stride_qdesc_b"], stride_vdesc_h=ints["stride_qdesc_h"])
+
+    assert _forward_failing(launch=one_pair) == ["kdesc_off is k_descale[b, off_kvh]", "vdesc_off is v_descale[b, off_kvh]"]
+    desc = swap(FG["descale_offsets"], AD.vdesc_off, AD.off_b * AD.F_["stride_vdesc_b"] + AD.off_h * AD.F_["stride_vdesc_h"])
+    assert _forward_failing(groups=dict(FG, descale_offsets=desc)) == ["vdesc_off is v_descale[b, off_kvh]"]
+
+
+def test_mask_mod_row_stride_by_hand_is_refuted():
+    """stride_mmb taken from the wrong dimension of mask_mod_args (the launcher used to pass it by hand; it is
+    spec.launch.mask_mod_strides' now, in forward_launch and the backward launches)."""
+    def column_stride(*args, **kw):
+        grid, ints = LA.forward_launch(*args, **kw)
+        return grid, dict(ints, stride_mmb=args[11].stride(1))
+
+    assert _forward_failing(launch=column_stride) == ["MM_row is row b of mask_mod_args"]
+
+
+def test_score_grad_row_bugs_are_refuted():
+    """A user score_mod's gradient: the row of the query head only (pid_m dropped: the programs of a head race on
+    one row), the buffer made with grid[0] rows only, the buffer made transposed (entries strided by the rows)."""
+    row = swap(BKG["score_grad_row"], AD.sg_base, AD.off_bh * AD.BK_["stride_sgp"])
+    failing = _bwd_failing(groups=dict(BKG, score_grad_row=row))
+    assert failing == ["dq: score_grad offset is score_grad[off_bh·grid[0] + pid_m, e]",
+                       "dq: two programs of the grid never share a score_grad row (no atomics needed)"], failing
+
+    def short(score_f, grid):
+        buf = score_f.new_zeros((grid[0], score_f.numel()))
+        return buf, {"stride_sgp": buf.stride(0)}
+
+    assert _bwd_failing(score_grad_launch=short) == [
+        "dq: score_grad[row, e] inside (programs of the grid, entries e < len(SF))"]
+
+    def transposed(score_f, grid):
+        buf = score_f.new_zeros((score_f.numel(), grid[0] * grid[1])).transpose(0, 1)
+        return buf, {"stride_sgp": buf.stride(0)}
+
+    assert _bwd_failing(score_grad_launch=transposed) == ["dq: score_grad offset is score_grad[off_bh·grid[0] + pid_m, e]"]

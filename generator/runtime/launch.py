@@ -269,7 +269,7 @@ def dropout_launch(device: torch.device, *, dropout_p, philox) -> tuple[dict, tu
 # ----------------------------------------------------------------------------------
 # FP8 forward (issue 30): FlashAttention 3's descales
 # ----------------------------------------------------------------------------------
-#: the descales in an attention kernel's signature: float32 (B, Hkv), one stride pair for the three
+#: the descales in an attention kernel's signature: float32 (B, Hkv), a stride pair each
 DESCALE_POINTERS = {"QDescale": "fp32", "KDescale": "fp32", "VDescale": "fp32"}
 
 
@@ -315,16 +315,17 @@ def round_fp8_to_nearest_in_interpreter() -> None:
 
 
 def descale_launch(device: torch.device, dot_dtype: torch.dtype, descales) -> tuple[dict, tuple]:
-    """``(constexprs, (q_descale, k_descale, v_descale, (batch stride, head stride), p_scale))`` of an
-    attention kernel's launch: ``descales`` the checked float32 ``(B, Hkv)`` triple with one layout
-    (``checks.check_descales``), or None (off: placeholders the kernel never reads)."""
+    """``(constexprs, (q_descale, k_descale, v_descale, p_scale))`` of an attention kernel's launch:
+    ``descales`` the checked float32 ``(B, Hkv)`` triple, or None (off: ``(1, 1)`` placeholders the kernel
+    never reads). Their strides are ``spec.launch.descale_strides``' (``forward_launch``: claim
+    forward_addresses)."""
     if descales is None:
-        placeholder = torch.ones((1,), dtype=torch.float32, device=device)
-        return descale_constexprs(False), (placeholder, placeholder, placeholder, (0, 0), 1.0)
+        placeholder = torch.ones((1, 1), dtype=torch.float32, device=device)
+        return descale_constexprs(False), (placeholder, placeholder, placeholder, 1.0)
     if interpreting() and dot_dtype in FP8_FORMATS:
         round_fp8_to_nearest_in_interpreter()
     qd, kd, vd = descales
-    return descale_constexprs(True), (qd, kd, vd, tuple(qd.stride()), p_scale(dot_dtype))
+    return descale_constexprs(True), (qd, kd, vd, p_scale(dot_dtype))
 
 
 def tl_dtype_of(dtype: str) -> tuple[torch.dtype, str]:
@@ -430,7 +431,8 @@ def tma_operands(wanted: bool, operands: dict[str, tuple], block_d: int) -> tupl
     * some tensor's layout cannot take a descriptor (``tma_layout_problem``): the tensors and
       ``USE_TMA=False``, with a ``TmaFallbackWarning`` that says which tensor and why.
     * otherwise one ``TensorDescriptor`` per tensor over its real shape and strides with block
-      ``[1, 1, rows, block_d]``: TMA zero-fills reads outside the tensor and clips writes.
+      ``[1, 1, rows, block_d]`` (``spec.launch.tma_descriptor``: claim tma_addresses): TMA zero-fills reads
+      outside the tensor and clips writes.
     """
     blocks = {name: (op[0], op[1], op[2] if len(op) > 2 else block_d) for name, op in operands.items()}
     tensors = [t for t, _, _ in blocks.values()]
@@ -446,8 +448,7 @@ def tma_operands(wanted: bool, operands: dict[str, tuple], block_d: int) -> tupl
                           stacklevel=3)
             return tensors, False
     TensorDescriptor = _tensor_descriptor_class()
-    return [TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, width])
-            for t, rows, width in blocks.values()], True
+    return [TensorDescriptor(t, *spec_launch.tma_descriptor(t, rows, width)) for t, rows, width in blocks.values()], True
 
 
 def takes_tma_path(wanted: bool, tensors: dict[str, torch.Tensor], block_d: int) -> bool:

@@ -454,7 +454,8 @@ def _forward_tensors():
     slopes = {"(Hq,)": A.symbolic("alibi_slopes", (Hq,)), "(B, Hq)": A.symbolic("alibi_slopes", (B, Hq))}
     return dict(q=q, k=k, v=v, out=out, lse=lse, key_lengths=A.symbolic("key_lengths", (B,)), mask=mask,
                 block_map=block_map, slopes=slopes, sinks=A.symbolic("sinks", (Hq,)),
-                mask_mod_args=A.symbolic("mask_mod_args", (B, "P")), philox=A.symbolic("philox", (2,)))
+                mask_mod_args=A.symbolic("mask_mod_args", (B, "P")), philox=A.symbolic("philox", (2,)),
+                descales=tuple(A.symbolic(f"{x}_descale", (B, k.shape[1])) for x in "qkv"))
 
 
 @claim(A.CLAIM_FORWARD,
@@ -467,7 +468,9 @@ def _forward_tensors():
        "_score_mod_scalars (spec.addresses.FORWARD_GROUPS) is the offset of the element the reference reads — "
        "q[b, h, i, d], out[b, h, i, dv], lse[b, h, i], k[b, h // GROUP, j, d], v[.., j, dv], the split head dim's "
        "tails q[b, h, i, dt] and k[b, h // GROUP, j, dt] (claim head_dim_split), mask[b, h, i, j], block_map[b, h, i // BLOCK_M, "
-       "j0 // BLOCK_N], key_lengths[b], sinks[h], slopes[h] or [b, h], mask_mod_args[b, 0], philox[1], and "
+       "j0 // BLOCK_N], key_lengths[b], sinks[h], slopes[h] or [b, h], mask_mod_args[b, 0] (its row stride "
+       "from spec.launch.mask_mod_strides, the function both directions' launches call), FP8's q/k/v_descale[b, h // GROUP] "
+       "(three float32 (B, Hkv) tensors, any strides: spec.launch.descale_strides), philox[1], and "
        "_dropout_keep's keep[b, h, i, j] for the strides and grid spec.launch.dropout_mask_launch passes — and lies "
        "inside the tensor for every program of the grid and every lane the load or store lets through (rows "
        "i < N_Q, keys j < N_K, d < HEAD_DIM <= D, dt < HEAD_DIM + HEAD_DIM_TAIL = D, dv < HEAD_DIM_V = D_v; key tiles start inside [0, N_K), as the stages visit them: claim "
@@ -480,7 +483,9 @@ def _forward_tensors():
              "in-head products int32 (bounded by index_int32 for q, out, k, v and mask; lse's offs_m·stride_lm, "
              "the block map's tile products and the slope/sink/key_lengths offsets of an int64 factor are not "
              "bounded by it: lse and the block map are made by the runtime, contiguous and small); the packed "
-             "(varlen) form is claim varlen_addresses'")
+             "(varlen) form is claim varlen_addresses' (FP8's descales there: the same printed term with b the "
+             "segment, (B, Hkv) with B the segments by the contract; their extent is checked here for the dense "
+             "grid only)")
 def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=None, dropout_mask_launch=None):
     launch = L.forward_launch if launch is None else launch
     dropout_mask_launch = L.dropout_mask_launch if dropout_mask_launch is None else dropout_mask_launch
@@ -494,7 +499,7 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
     i, j, d, dv = A.offs_m, A.offs_n, A.offs_d, A.offs_dv
     for tag, slopes in t["slopes"].items():
         grid, ints = launch(q, k, v, out, lse, t["key_lengths"], t["mask"], t["block_map"], slopes, t["sinks"], n.B_r,
-                            t["mask_mod_args"])
+                            t["mask_mod_args"], descales=t["descales"])
         launched = {sym: sp.sympify(ints[name]) for name, sym in A.F_.items() if name in ints}
         launched.update({A.GROUP: sp.sympify(ints["GROUP"])})
 
@@ -531,6 +536,9 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
             same("sink offset is sinks[h]", at(g["sink_offset"][A.fsink_off]), t["sinks"], (A.off_h,))
             (mm,) = groups["mm_row"]
             same("MM_row is row b of mask_mod_args", at(mm) - A.MaskModArgs, t["mask_mod_args"], (A.off_b, 0))
+            # FP8: each descale at this program's (batch, KV head), at its own strides
+            for term, x, tensor in zip(groups["descale_offsets"], "qkv", t["descales"]):
+                same(f"{x}desc_off is {x}_descale[b, off_kvh]", at(term), tensor, (A.off_b, A.off_kvh))
             (rng,) = groups["rng_offset"]
             same("rng_off is philox[1] (as spec.launch.philox_words passes it)", at(rng), philox_words(t["philox"]),
                  (1,))
@@ -588,6 +596,8 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
         cases.append(_decide("key_lengths[b], sinks[h], slopes[h], mask_mod_args[b, 0] inside", hyp + [z(sp.Symbol(
             "P", integer=True, positive=True)) >= 1], z3.And(_inside((offb,), (B,)), _inside((offh,), (Hq,)),
                                                              _inside((offb, 0), t["mask_mod_args"].shape))))
+        cases.append(_decide("q/k/v_descale[b, off_kvh] inside (B, Hkv)", hyp,
+                             _inside((offb, offkvh), t["descales"][0].shape)))
         cases.append(_decide("philox[1] inside philox (2,)", [], _inside((z3.IntVal(1),), (2,))))
         # the grid covers every row of every (batch, query head): cdiv(N_Q, BLOCK_M) tiles, B x Hq programs
         cases.append(_decide("the grid covers every (b, h, i): grid[0]·BLOCK_M >= N_Q, grid[1] = B·Hq",
@@ -633,6 +643,108 @@ def _grid_hyp(grid, ints, q, k):
     offkvh = z3.substitute(z(S.GQA_HEAD.expr.xreplace({S.group: sp.sympify(ints.get("GROUP", 1))})),
                            (z(A.off_h), offh))
     return hyp, (offb, offh, offkvh, pidm, pidm * z(n.B_r) + lane)
+
+
+# ----------------------------------------------------------------------------------
+# The forward's TMA path.
+# ----------------------------------------------------------------------------------
+BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL = (sp.Symbol(s, integer=True, positive=True) for s in (
+    "BLOCK_D", "BLOCK_DV", "BLOCK_DT", "HEAD_DIM_TAIL"))
+
+
+@claim(A.CLAIM_TMA,
+       "the forward's TMA boxes: for all shapes and non-negative strides of q (B, Hq, N_Q, D), k (B, Hkv, N_K, D), "
+       "v (B, Hkv, N_K, D_v), out (B, Hq, N_Q, D_v), with the operands spec.launch.forward_tma_operands names, the "
+       "descriptors spec.launch.tma_descriptor builds over them (their shapes and strides, a [1, 1, rows, width] box) "
+       "and the grid spec.launch.forward_launch passes, each printed box (spec.addresses.TMA_BOXES: Q's and Out's "
+       "q_box, K's and V's k_box, the split head dim's q_tail_box, k_tail_box) moves at box lane (r, c) the element "
+       "q[b, h, start_m + r, c], out[b, h, start_m + r, c], k/v[b, h // GROUP, start_n + r, c], q[b, h, start_m + r, "
+       "HEAD_DIM + c], k[b, h // GROUP, start_n + r, HEAD_DIM + c] (the element the reference reads, at its offset Σ "
+       "idx·stride); its box is the pointer path's tile (BLOCK_M or BLOCK_N rows, BLOCK_D, BLOCK_DV or BLOCK_DT "
+       "wide); a lane's element lies inside the tensor exactly when the pointer path's mask lets that lane through "
+       "(rows i < N_Q or keys j < N_K, columns d < HEAD_DIM, dv < D_v, tail columns < HEAD_DIM + HEAD_DIM_TAIL = D), "
+       "so TMA's per-dimension clipping (zero-filled loads, skipped stores) is the pointer path's masked load "
+       "(other=0) and store; and every coordinate lies inside its dimension (b < B, h < H, a tile's first row < N, "
+       "the tail's first column HEAD_DIM < D), so its int32 cast is exact",
+       r"\mathrm{box}(b, h, i_0, d_0)[r, c] = X[b, h, i_0 + r, d_0 + c],\quad "
+       r"\mathrm{inside} \iff \mathrm{mask}",
+       terms=tuple(t.name for g in A.TMA_BOXES.values() for t in g),
+       scope="symbolic shapes, strides (>= 0), grid, tile sizes and lanes (SymPy canonical zero for the offsets, z3 "
+             "over unbounded integers for the rest); the head dim split as the launch makes it (claim head_dim_split: "
+             "HEAD_DIM <= BLOCK_D, D = HEAD_DIM + HEAD_DIM_TAIL, a tail only when HEAD_DIM = BLOCK_D, D_v <= BLOCK_DV, "
+             "HEAD_DIM_TAIL <= BLOCK_DT); a key tile's first key < N_K as the stages visit them (claim "
+             "mask_tiles_sound); TMA's clipping is the hardware's documented semantics (PTX cp.async.bulk.tensor: "
+             "out-of-bound elements zero-filled on load, not written on store), checked here on the interpreter's "
+             "emulation by tests/test_tma.py; the int32 casts exact for dimensions below 2^31 "
+             "(launch.tma_layout_problem refuses larger ones)")
+def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launch=None):
+    operands = L.forward_tma_operands if operands is None else operands
+    descriptor = L.tma_descriptor if descriptor is None else descriptor
+    launch = L.forward_launch if launch is None else launch
+    t = _forward_tensors()
+    q, k, v, out = (t[x] for x in ("q", "k", "v", "out"))
+    B, Hq, N_Q, D = q.shape
+    N_K, Dv = k.shape[2], v.shape[3]
+    grid, ints = launch(q, k, v, out, t["lse"], t["key_lengths"], t["mask"], t["block_map"], t["slopes"]["(Hq,)"],
+                        t["sinks"], n.B_r)
+    ops = operands(q, k, v, out, n.B_r, n.B_c, BLOCK_D, BLOCK_DV, BLOCK_DT)
+    r, c = (sp.Symbol(x, integer=True) for x in ("lane_r", "lane_c"))
+    start_m = A.start_m_fwd
+    z = _Z3A()
+    hyp, (offb, offh, offkvh, pidm, _) = _grid_hyp(grid, ints, q, k)
+    hd, bd, bdv, bdt, tail, Dz, Dvz = (z(x) for x in (A.HEAD_DIM_, BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL, D, Dv))
+    hyp += [1 <= hd, hd <= bd, tail >= 0, Dz == hd + tail, z3.Implies(tail > 0, hd == bd), Dvz <= bdv,
+            tail <= bdt, z(A.start_n) >= 0, z(A.start_n) < z(N_K), z(N_K) >= 1, Dvz >= 1]
+    program = [(z(A.off_b), offb), (z(A.off_h), offh), (z(A.off_kvh), offkvh), (z(start_m), pidm * z(n.B_r))]
+    # per operand: its printed box, the element the reference reads at lane (r, c), the pointer path's tile
+    # (rows, width) and mask (as the element's index), and whether it is a split head dim's tail (read when > 0)
+    row_q, row_k = start_m + r, A.start_n + r
+    want = {
+        "q": ("q_box", (A.off_b, A.off_h, row_q, c), (n.B_r, BLOCK_D), lambda i: z3.And(i[2] < z(N_Q), i[3] < hd), 0),
+        "out": ("q_box", (A.off_b, A.off_h, row_q, c), (n.B_r, BLOCK_DV),
+                lambda i: z3.And(i[2] < z(N_Q), i[3] < Dvz), 0),
+        "k": ("k_box", (A.off_b, A.off_kvh, row_k, c), (n.B_c, BLOCK_D), lambda i: z3.And(i[2] < z(N_K), i[3] < hd), 0),
+        "v": ("k_box", (A.off_b, A.off_kvh, row_k, c), (n.B_c, BLOCK_DV),
+              lambda i: z3.And(i[2] < z(N_K), i[3] < Dvz), 0),
+        "q_tail": ("q_tail_box", (A.off_b, A.off_h, row_q, A.HEAD_DIM_ + c), (n.B_r, BLOCK_DT),
+                  lambda i: z3.And(i[2] < z(N_Q), i[3] < hd + tail), 1),
+        "k_tail": ("k_tail_box", (A.off_b, A.off_kvh, row_k, A.HEAD_DIM_ + c), (n.B_c, BLOCK_DT),
+                  lambda i: z3.And(i[2] < z(N_K), i[3] < hd + tail), 1),
+    }
+    cases = []
+    for param, (box_name, index, tile, mask, is_tail) in want.items():
+        if param not in ops:
+            cases.append((f"{param}: an operand of the TMA launch", sp.Symbol(f"missing operand {param}")))
+            continue
+        tensor, rows, width = ops[param]
+        desc = descriptor(tensor, rows, width)
+        (term,) = boxes[box_name]
+        coords = A.box_coordinates(term)
+        if coords is None or len(coords) != len(tensor.shape):
+            cases.append((f"{param}: {box_name} is a box of {len(tensor.shape)} coordinates",
+                          sp.Symbol(f"not a box: {term.expr}")))
+            continue
+        ref = dict(q=q, out=out, k=k, v=v, q_tail=q, k_tail=k)[param]
+        block = [difference(a, b) for a, b in zip(desc[2], (1, 1, *tile))] if len(desc[2]) == 4 else [desc[2]]
+        cases.append((f"{param}: the box is the pointer path's tile [1, 1, {tile[0]}, {tile[1]}]",
+                      sp.Integer(0) if all(x == 0 for x in block) else sp.Tuple(*block)))
+        if len(desc[0]) != len(tensor.shape) or len(desc[2]) != len(tensor.shape):
+            continue  # the descriptor is not over the tensor's dimensions: failed above
+        got_index, offset = A.tma_element(desc, coords, (0, 0, r, c))
+        cases.append((f"{param}: box lane (r, c) moves {ref.name}{list(index)} (offset Σ idx·stride)",
+                      difference(sp.expand(offset), sp.expand(ref.offset_of(index)))))
+        # the extents (z3): lanes of the descriptor's box, the program's (b, h, tile) by the launch grid
+        lanes = [0 <= z(r), z(r) < z(sp.sympify(desc[2][2])), 0 <= z(c), z(c) < z(sp.sympify(desc[2][3]))]
+        idx = [z3.substitute(z(sp.sympify(x)), *program) for x in got_index]
+        shape = [z(sp.sympify(x)) for x in desc[0]]
+        inside = z3.And(*[z3.And(0 <= x, x < s_) for x, s_ in zip(idx, shape)])
+        side = hyp + lanes + ([tail > 0] if is_tail else [])
+        cases.append(_decide(f"{param}: a lane's element is inside the tensor exactly when the pointer path's mask "
+                             "lets it through (TMA's clipping = the masked load/store)", side, inside == mask(idx)))
+        origin = [z3.substitute(z(sp.sympify(x)), *program) for x in coords]
+        cases.append(_decide(f"{param}: every coordinate of the box lies inside its dimension (int32 exact)", side,
+                             z3.And(*[z3.And(0 <= x, x < s_) for x, s_ in zip(origin, shape)])))
+    return result(A.CLAIM_TMA, cases, "offsets by SymPy (canonical zero), clipping and extents by z3")
 
 
 # ----------------------------------------------------------------------------------
@@ -942,18 +1054,25 @@ def _backward_tensors():
        "(i < N_Q, j < N_K, d < HEAD_DIM <= D, dt < HEAD_DIM + HEAD_DIM_TAIL = D, dv < D_v; a full tile's rows and keys are inside by claim mask_tiles_sound), "
        "every visited tile start i0 < N_Q, j0 < N_K; the grids cover every key tile (dK/dV) and row tile (dQ) of "
        "every (b, head); the in-head products the kernels compute in int32 are exactly row·stride_row + "
-       "col·stride_col of q, grad_out, k, v, dq, dk, dv; the packed batch is claim varlen_addresses'",
+       "col·stride_col of q, grad_out, k, v, dq, dk, dv; the packed batch is claim varlen_addresses'. A user "
+       "score_mod's parameter gradient (dQ): for any launch grid (G0, G1), program (pid_m, off_bh)'s entry e "
+       "(sg_base, sg_off) is score_grad[off_bh·G0 + pid_m, e] of the buffer spec.launch.score_grad_launch makes "
+       "from that grid (both launchers pass it the grid they launch), inside it for e < len(SF), and no two "
+       "programs share a row (the deterministic fixed-order sum needs no atomics)",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
        terms=tuple(t.name for g in A.BACKWARD_KERNEL_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grids, GQA groups and lanes (SymPy canonical zero for the offsets, "
              "z3 over unbounded integers for the extents); off_b, off_kvh, off_h and the per-program bases are int64, "
              "the in-head products int32 (bounded by index_int32 for q, k, v, grad_out and the mask; dq, dk, dv are "
              "made contiguous in q's, k's, v's shapes; Δ/lse2's row products, the mask tile's and the block map's tile "
-             "products are not bounded by a claim); dense launches (the packed form: claim varlen_addresses)")
+             "products are not bounded by a claim); dense launches (the packed form: claim varlen_addresses); the "
+             "score_mod gradient row: any grid, the entries e the score_mod reads assumed in [0, len(SF)) (the user's "
+             "indices), the row product computed in int32 (a buffer under 2^31 entries, not checked)")
 def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch=None, dq_launch=None,
-                                    row_tensors=None):
+                                    row_tensors=None, score_grad_launch=None):
     from spec import structure as S
 
+    score_grad_launch = L.score_grad_launch if score_grad_launch is None else score_grad_launch
     dkdv_launch = L.dkdv_launch if dkdv_launch is None else dkdv_launch
     dq_launch = L.dq_launch if dq_launch is None else dq_launch
     t = _backward_tensors()
@@ -1107,4 +1226,32 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
             cases.append(_decide("dq: the grid covers every row tile of every (b, h): grid[0]·BLOCK_M >= N_Q, "
                                  "grid[1] = B·Hq", dims, z3.And(z(sp.sympify(grid[0])) * bm >= Nqz,
                                                                 z(sp.sympify(grid[1])) == Bz * Hqz)))
+    cases += _score_grad_cases(g, score_grad_launch)
     return result(A.CLAIM_BACKWARD_KERNELS, cases, "offsets by SymPy (canonical zero), extents by z3")
+
+
+def _score_grad_cases(g, score_grad_launch) -> list:
+    """A user score_mod's parameter-gradient rows (dQ): for any launch grid (G0, G1) (dense or packed: the buffer
+    is made from the grid the launch uses), program (pid_m, off_bh)'s entry e is score_grad[off_bh·G0 + pid_m, e]
+    of the buffer spec.launch.score_grad_launch makes, inside it, and two programs never share a row."""
+    score_f = A.symbolic("score_f", ("P",))
+    G0, G1 = (sp.Symbol(s, integer=True, positive=True) for s in ("G0", "G1"))
+    buf, ints = score_grad_launch(score_f, (G0, G1))
+    launched = {A.BK_["stride_sgp"]: sp.sympify(ints["stride_sgp"]), A.num_pid_m: G0}
+    got = sp.expand(g[A.sg_off].expr.xreplace({A.sg_base: g[A.sg_base].expr}).xreplace(launched))
+    row = A.off_bh * G0 + A.pid_m
+    cases = [("dq: score_grad offset is score_grad[off_bh·grid[0] + pid_m, e]",
+              difference(got, sp.expand(buf.offset_of((row, A.offs_e)))))]
+    # the printed row (sg_base / stride_sgp), of two programs (pid_m, off_bh) and (pid_m2, off_bh2) of the grid
+    z = _Z3A()
+    printed_row = sp.cancel(g[A.sg_base].expr.xreplace({A.num_pid_m: G0}) / A.BK_["stride_sgp"])
+    p0, b0, p1, b1, e = z3.Ints("pid_m off_bh pid_m2 off_bh2 e")
+    g0, g1, P_ = z(G0), z(G1), z(score_f.shape[0])
+    row0 = z3.substitute(z(printed_row), (z(A.pid_m), p0), (z(A.off_bh), b0))
+    row1 = z3.substitute(z(printed_row), (z(A.pid_m), p1), (z(A.off_bh), b1))
+    hyp = [g0 >= 1, g1 >= 1, P_ >= 1] + [z3.And(0 <= x, x < gx) for x, gx in ((p0, g0), (b0, g1), (p1, g0), (b1, g1))]
+    cases.append(_decide("dq: score_grad[row, e] inside (programs of the grid, entries e < len(SF))",
+                         hyp + [0 <= e, e < P_], _inside((row0, e), buf.shape)))
+    cases.append(_decide("dq: two programs of the grid never share a score_grad row (no atomics needed)",
+                         hyp + [z3.Or(p0 != p1, b0 != b1)], row0 != row1))
+    return cases
