@@ -116,17 +116,41 @@ def _run(cmd: list[str], env=None, stdout=None) -> tuple[int, bool]:
         return 124, True
 
 
-#: pytest -v's result lines, with or without xdist's ``[gw3] [ 12%]`` prefix
-RESULT = re.compile(r"\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
+_WORDS = r"PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS"
+#: one test's result as pytest prints it: ``-v``'s ``tests/x.py::t[a] PASSED [ 12%]`` (``SKIPPED (why)``),
+#: xdist's ``[gw3] [ 12%] FAILED tests/x.py::t[a]`` and the short summary's (``-rfE``)
+#: ``FAILED tests/x.py::t[a] - AssertionError: ...``
+RESULT = re.compile(rf"^(?:\[gw\d+\]\s+\[\s*\d+%\]\s+)?"  # xdist's worker and progress
+                    rf"(?:(?P<word>{_WORDS})\s+(?P<id>\S.*?::.+?)(?:\s+-\s+(?P<why>.*?))?"  # word first
+                    rf"|(?P<id_v>\S.*?::.+?)\s+(?P<word_v>{_WORDS})(?:\s+\((?P<why_v>.*)\))?"  # -v: id first
+                    rf"(?:\s+\[\s*\d+%\])?)\s*$")
 
 
-def _partial_summary(log: str) -> str:
-    """What a run stopped at its time limit had done: counts of pytest -v's result lines."""
-    counts: dict = {}
+def parse_results(log: str) -> dict[str, tuple[str, str]]:
+    """Every test id pytest printed a result for, in order: ``{id: (word, why)}`` (``why``: the short
+    summary's reason, ``""`` where only the progress line was printed); a test printed twice (its ``-v``
+    line, then its ``-rfE`` summary line) keeps its last word and the reason it was given."""
+    results: dict[str, tuple[str, str]] = {}
     for line in log.splitlines():
-        m = RESULT.search(line)
-        if m and "::" in line:
-            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+        m = RESULT.match(line.strip())
+        if m:
+            test = m.group("id") or m.group("id_v")
+            why = m.group("why") or m.group("why_v") or results.get(test, ("", ""))[1]
+            results[test] = (m.group("word") or m.group("word_v"), why)
+    return results
+
+
+def failures_of(results: dict[str, tuple[str, str]]) -> list[str]:
+    """``FAILED <id>`` / ``ERROR <id>``, with `` - <reason>`` where the short summary gave one."""
+    return [f"{word} {test}" + (f" - {why}" if why else "") for test, (word, why) in results.items()
+            if word in ("FAILED", "ERROR")]
+
+
+def _partial_summary(results: dict[str, tuple[str, str]]) -> str:
+    """What a run stopped at its time limit had done: its tests' results counted."""
+    counts: dict = {}
+    for word, _ in results.values():
+        counts[word] = counts.get(word, 0) + 1
     done = ", ".join(f"{n} {word.lower()}" for word, n in sorted(counts.items())) or "no test finished"
     return f"stopped at the {LIMIT['s']} s time limit: {done} before it"
 
@@ -145,14 +169,13 @@ def run_tests(workers: int | None, extra: list[str]) -> dict:
         returncode, stopped = _run(cmd, env=env, stdout=log_file)
     log = (STATE / "pytest.log").read_text()
     print(log[-4000:])
-    lines = [line.strip("= ") for line in log.splitlines()]
-    summaries = [line for line in lines if SUMMARY.search(line)]
+    results = parse_results(log)  # the one parse: the failures and a stopped run's counts
     if stopped:
-        summary = _partial_summary(log)
-        failures = [line for line in lines if "::" in line and re.search(r"\b(FAILED|ERROR)\b", line)]
+        summary = _partial_summary(results)
     else:
+        summaries = [line.strip("= ") for line in log.splitlines() if SUMMARY.search(line)]
         summary = summaries[-1] if summaries else f"no pytest summary (exit {returncode}); see the log"
-        failures = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    failures = failures_of(results)
     return dict(command="FLASHPROOF_TEST_DEVICE=cuda python " + shlex.join(cmd[1:]), returncode=returncode,
                 summary=summary, failures=failures[:40])
 

@@ -208,6 +208,27 @@ def _dense(s: Sizes) -> Callable:
     return lambda: flash_attention(q, k, v, causal=True)
 
 
+def document_mask(n: int, documents: int = 4) -> torch.Tensor:
+    """A bool ``(n, n)`` causal mask over ``documents`` packed documents of equal length (block-diagonal,
+    lower triangular: ``benchmarks.packed``'s dense bool mask layout)."""
+    doc = torch.arange(n) * documents // max(n, 1)
+    return (doc[:, None] == doc[None, :]) & torch.ones((n, n), dtype=torch.bool).tril()
+
+
+def _dense_mask(s: Sizes) -> Callable:
+    """A dense bool mask (packed documents), through the custom op: the checks planned per signature, the
+    block map built from the mask's content every call (device work, O(N^2) on these CPU tensors: N is
+    at most 128 here, so the row stays the host path's cost)."""
+    from generated import flash_attention
+
+    n = min(s.seq, 128)
+    q = torch.randn(1, s.heads_q, n, s.head_dim, dtype=s.dtype)
+    k = torch.empty(1, s.heads_kv, n, s.head_dim, dtype=s.dtype)
+    v = torch.empty_like(k)
+    mask = document_mask(n)
+    return lambda: flash_attention(q, k, v, mask=mask)
+
+
 def _dense_grad(s: Sizes) -> Callable:
     """The training forward: q, k, v require grad, so the call records the op's autograd
     (``autograd.DirectForward`` in eager mode, past the custom op's dispatch)."""
@@ -279,6 +300,7 @@ CASES: dict[str, tuple[str, Callable[[Sizes], Callable]]] = {
     "decode-compiled": ("the decode case under torch.compile(backend='eager', fullgraph=True)",
                         _compiled(lambda s: _decode(s, 1))),
     "dense-compiled": ("the dense case under torch.compile(backend='eager', fullgraph=True)", _compiled(_dense)),
+    "dense-mask": ("flash_attention forward, a dense bool mask (4 causal documents, N <= 128)", _dense_mask),
     "varlen": ("flash_attention_varlen forward, causal", _varlen),
     "merge": ("merge_state", _merge),
     "custom-op": ("a bare torch.library.custom_op (the floor)", _bare_custom_op),

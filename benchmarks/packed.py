@@ -16,6 +16,7 @@ interpreted case through the same code and checks that the three layouts agree o
 no time is meaningful there.
 
     python -m benchmarks.packed                          # on a GPU
+    python -m benchmarks.packed --forward-only --host    # the forwards, and where each one's host time goes
     TRITON_INTERPRET=1 python -m benchmarks.packed --smoke
 """
 
@@ -94,7 +95,7 @@ def run(fn, q, k, v, mode):
 HEADER = ["layout", "HBM MiB / head", "tile pairs / head", "FLOPs skipped", "fwd ms", "fwd+bwd ms"]
 
 
-def measure(lengths, heads, d, dtype, device, timer, block) -> list[list]:
+def measure(lengths, heads, d, dtype, device, timer, block, modes=("fwd", "fwd+bwd")) -> list[list]:
     model = hbm.packed_traffic(lengths, d, *block)
     baseline = model["no mask"].tiles
     ops = layouts(lengths, device, block)
@@ -102,12 +103,66 @@ def measure(lengths, heads, d, dtype, device, timer, block) -> list[list]:
     for name in LAYOUTS:
         times = []
         for mode in ("fwd", "fwd+bwd"):
+            if mode not in modes:
+                times.append("-")
+                continue
             q, k, v = packed_inputs(lengths, heads, d, dtype, device, requires_grad=mode != "fwd")
             ms = timer(run(ops[name], q, k, v, mode))
             times.append("ran" if ms is None else f"{ms:.3f}")
         t = model[name]
         rows.append([name, f"{t.total / hbm.MB:.2f}", t.tiles, f"{1 - t.tiles / baseline:.0%}", *times])
     return rows
+
+
+def host_costs(lengths, heads, d, dtype, device, block, calls: int = 50, top: int = 12) -> str:
+    """Where each layout's forward spends the host's time (``--host``): µs per call with the kernel
+    launches stubbed (Python, the torch ops it issues and any device->host sync: what a host-bound
+    ``do_bench`` measures) and with them, the syncs of one call, and a cProfile (own time) of the
+    varlen and dense-mask forwards with their launches."""
+    import cProfile
+    import io
+    import pstats
+    import time
+
+    from benchmarks.host import HostSyncGuard, stubbed_launches
+
+    ops = layouts(lengths, device, block)
+    q, k, v = packed_inputs(lengths, heads, d, dtype, device, requires_grad=False)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def per_call(fn):
+        for _ in range(3):
+            fn(q, k, v)
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn(q, k, v)
+        sync()
+        return (time.perf_counter() - t0) / calls * 1e6
+
+    rows, profiles = [], []
+    with torch.no_grad():
+        for name in LAYOUTS:
+            launched_us = per_call(ops[name])
+            with stubbed_launches():
+                stubbed_us = per_call(ops[name])
+                with HostSyncGuard(dispatch=False) as guard:
+                    ops[name](q, k, v)
+            rows.append([name, f"{stubbed_us:.0f}", f"{launched_us:.0f}", len(guard.syncs),
+                         "; ".join(sorted({f"{x.what} at {x.where}" for x in guard.syncs})) or "-"])
+        for name in ("varlen", "dense bool mask"):
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(calls):
+                ops[name](q, k, v)
+            sync()
+            prof.disable()
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+            profiles.append(f"cProfile, {name} forward, {calls} calls (own time):\n" + out.getvalue())
+    table = text_table(["layout (forward)", "host µs/call, launches stubbed", "µs/call, launched", "syncs/call",
+                        "syncs"], rows)
+    return table + "\n\n" + "\n".join(profiles)
 
 
 def check_agreement(lengths, heads, d, dtype, device, block) -> float:
@@ -126,6 +181,9 @@ def main(argv=None) -> int:
     ap.add_argument("--documents", type=int, nargs="+", default=list(hbm.DOCUMENTS))
     ap.add_argument("--dtype", default="bf16", choices=["fp16", "bf16", "fp32"])
     ap.add_argument("--json", type=Path, help="write the table (header, rows, what was run) here")
+    ap.add_argument("--forward-only", action="store_true", help="time the forwards only (no backward to compile)")
+    ap.add_argument("--host", action="store_true", help="also where each forward's host time goes (µs per call "
+                    "with launches stubbed and not, syncs, a cProfile of the varlen and dense-mask forwards)")
     args = ap.parse_args(argv)
     smoke = smoke_run(ap, args.smoke)
     if smoke:
@@ -139,8 +197,11 @@ def main(argv=None) -> int:
     v = versions()
     print(f"device: {device_name(device)}; torch {v['torch']}; triton {v['triton']}; documents {list(lengths)}, "
           f"{heads} heads, D = {d}, causal, block {block}")
-    rows = measure(lengths, heads, d, dtype, device, timer, block)
+    modes = ("fwd",) if args.forward_only else ("fwd", "fwd+bwd")
+    rows = measure(lengths, heads, d, dtype, device, timer, block, modes)
     print(text_table(HEADER, rows))
+    if args.host:
+        print("\n" + host_costs(lengths, heads, d, dtype, device, block))
     if args.json:
         setup = (f"documents {list(lengths)} ({sum(lengths)} tokens), {heads} heads, D = {d}, "
                  f"{str(dtype).removeprefix('torch.')}, causal, block {block[0]}x{block[1]}")

@@ -311,16 +311,20 @@ FP8_ARCHS = (90,)
 
 
 def fp8_jobs(archs=tuple(ARCHS), head_dims=HEAD_DIMS) -> list[Job]:
-    """The FP8 forward (``HAS_DESCALE``, both products on fp8 tiles: wgmma e4m3/e5m2, ``QGMMA`` in SASS) at
-    the pointer path's default block, unmasked, causal and packed (varlen), on the archs with fp8 tensor
-    cores (``FP8_ARCHS``); it takes the pointer path (no TMA)."""
+    """The FP8 forward (``HAS_DESCALE``, both products on fp8 tiles: wgmma e4m3/e5m2, ``QGMMA`` in SASS, each
+    instruction's partial promoted to fp32: ``max_num_imprecise_acc``) at the pointer path's default block,
+    unmasked, causal and packed (varlen), on the archs with fp8 tensor cores (``FP8_ARCHS``); it takes the
+    pointer path (no TMA). And the decode kernel on an FP8 q and cache (its 16-row products: below wgmma's
+    64 rows, mma.sync on the fp8 tiles upcast to fp16, ``HMMA``)."""
     modules = kernel_modules()
     jobs = []
+    decode = of_block(modules, runtime_blocks()["decode"], "attention_decode")
     for arch in (a for a in archs if a in FP8_ARCHS):
         for head_dim in head_dims:
             fwd = of_block(modules, default_block(arch, head_dim, False), "attention_fwd")
             jobs += make_jobs(fwd, archs=(arch,), dtypes=FP8_DTYPES, head_dims=(head_dim,),
                               masks=("none", "causal", "varlen causal"))
+        jobs += make_jobs(decode, archs=(arch,), dtypes=FP8_DTYPES[:1], head_dims=(128,), masks=("none",))
     return jobs
 
 

@@ -56,12 +56,13 @@ def alibi_beta(alibi_slopes, n_q: int, n_k: int, alignment: str = "top_left", sh
 
 
 def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None, softcap=False, dtype=None,
-                    descaled=None, alibi=None) -> tuple[float, float]:
+                    descaled=None, alibi=None, fp8_mma=False) -> tuple[float, float]:
     """``(out, lse)`` tolerances of one case from the bound: its sizes and its data (``block_n``
     None: the largest bound over the block sizes a kernel may use; ``softcap``: the scores capped;
     ``alibi``: the case's ``β`` (``alibi_beta``) with ALiBi slopes).
     ``dtype`` (a name of ``spec.error_bound.UNIT_ROUNDOFF``, default v's) and ``descaled``: the FP8
-    forward's case, with q, k, v the dequantised tensors (``forward_bound``'s arguments)."""
+    forward's case, with q, k, v the dequantised tensors (``forward_bound``'s arguments); ``fp8_mma``: its
+    products on sm_90's fp8 MMA (the compiled kernel on Hopper: claim ``fp8_mma_bound``)."""
     D = q.shape[-1]
     s = abs(scale) if scale is not None else 1 / math.sqrt(D)
     group = q.shape[1] // k.shape[1]
@@ -71,7 +72,7 @@ def case_tolerances(q, k, v, *, scale=None, block_n=None, ref_lse=None, softcap=
     lse_max = finite.abs().max().item() if finite.numel() else 0.0
     blocks = REGIME["block_ns"] if block_n is None else (block_n,)
     bounds = [forward_bound(dtype or DTYPE_NAMES[v.dtype], k.shape[2], bn, D, scaled_abs, lse_max, softcap=softcap,
-                            descaled=descaled, alibi=alibi)
+                            descaled=descaled, alibi=alibi, fp8_mma=fp8_mma)
               for bn in blocks]
     return max(b.out for b in bounds), max(b.lse_abs for b in bounds)
 

@@ -350,7 +350,8 @@ def decode_context(variant: Variant) -> dict:
                    "bottom-right: the last new token sees the last valid key")
     keeps = {kind: print_term(keep_term(kind), DECODE_NAMES) for kind in ("causal", "window")}
     return {
-        **{key: fwd[key] for key in ("qk_scale", "qk", "tile", "epilogue", "mask_term", "init", "score_mod")},
+        **{key: fwd[key] for key in ("qk_scale", "qk", "tile", "tile_head", "tile_tail", "epilogue", "mask_term",
+                                     "init", "score_mod", "fp8")},
         "qk_tail": print_term(T.QK_TAIL),  # MLA: the split head dim's tail (claim head_dim_split)
         "score_index": DECODE_SCORE_NAMES,
         "split_range": _lines(P.SPLIT_RANGE),

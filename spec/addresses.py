@@ -9,7 +9,7 @@ and prove that each printed offset is the offset of the element the reference re
 ``Σ_d index_d · stride_d``, at an index inside the tensor's shape.
 
 Covered: the decode kernel (``_decode_fwd``: Q, the paged ``block_table``, ``cache_seqlens``, K and V
-of a contiguous or a paged cache, the partial ``o`` and ``lse``), the varlen segment block (the
+of a contiguous or a paged cache, the partial ``o`` and ``lse``, an FP8 cache's descales), the varlen segment block (the
 ``cu_seqlens`` loads and the segment offsets of every Q/K/V/O/dO/dQ/dK/dV/lse/lse2/Δ pointer), the dense
 forward (FP8's descales included), its TMA path's boxes (claim tma_addresses), softmax and the merges, the KV
 append, the backward preprocess and the backward dK/dV and dQ kernels (a user score_mod's gradient rows
@@ -149,7 +149,8 @@ DECODE_STRIDES = {name: _int(name) for name in (
     "stride_qb", "stride_qn", "stride_qh", "stride_qd", "stride_kb", "stride_kn", "stride_kh", "stride_kd",
     "stride_vb", "stride_vn", "stride_vh", "stride_vd", "stride_os", "stride_ob", "stride_on", "stride_oh",
     "stride_od", "stride_ls", "stride_lb", "stride_ln", "stride_lh", "stride_bt_b", "stride_bt_p", "stride_cs",
-    "stride_sink", "stride_lp", "stride_bi")}
+    "stride_sink", "stride_lp", "stride_bi",
+    "stride_qdesc_b", "stride_qdesc_h", "stride_kdesc_b", "stride_kdesc_h", "stride_vdesc_b", "stride_vdesc_h")}
 S_ = DECODE_STRIDES
 
 #: row offs_m of a program is query head off_kvh·GROUP + offs_m // N_Q, new token offs_m % N_Q
@@ -202,11 +203,17 @@ OUT_OFFSETS = (
 #: the row's sink (HAS_SINKS, unsplit): sinks[head]
 sink_off = _int("sink_off")
 SINK_OFFSET = Term(sink_off, head * S_["stride_sink"], CLAIM_DECODE, "sinks[head]")
+#: an FP8 cache (issue 30): the three float32 (B, Hkv) descales of this program's (batch, KV head), each at its
+#: own strides (spec.launch.descale_strides, passed by decode_launch); the shared _fp8_descales prints them
+qdesc_off, kdesc_off, vdesc_off = _int("qdesc_off"), _int("kdesc_off"), _int("vdesc_off")
+DECODE_DESCALE_OFFSETS = tuple(
+    Term(sym, off_b * S_[f"stride_{x}desc_b"] + off_kvh * S_[f"stride_{x}desc_h"], CLAIM_DECODE,
+         f"{x}_descale[b, kv head]") for sym, x in ((qdesc_off, "q"), (kdesc_off, "k"), (vdesc_off, "v")))
 DECODE_GROUPS = {"rows": DECODE_ROWS, "sink_offset": (SINK_OFFSET,), "key_len": (KEY_LEN,),
                  "leftpad_offset": (LEFTPAD_OFFSET,), "batch_idx_offset": (BATCH_IDX_OFFSET,), "q_offset": (Q_OFFSET,), "bt_offset": (BT_OFFSET,),
                  "paged_rows": PAGED_ROWS, "contiguous_rows": CONTIGUOUS_ROWS, "kv_offsets": KV_OFFSETS,
                  "q_tail_offset": (Q_TAIL_OFFSET,), "k_tail_offset": (K_TAIL_OFFSET,),
-                 "out_offsets": OUT_OFFSETS}
+                 "out_offsets": OUT_OFFSETS, "descale_offsets": DECODE_DESCALE_OFFSETS}
 
 # ----------------------------------------------------------------------------------
 # Varlen: the segment's offsets (cu_seqlens loads) and the pointers moved to its first row.
@@ -321,8 +328,7 @@ offs_m64, keep_off = _int("offs_m64", nonnegative=True), _int("keep_off")
 KEEP_OFFSET = (Term(keep_off, off_b * F_["stride_keep_b"] + off_h * F_["stride_keep_h"] + col(offs_m64)
                     * F_["stride_keep_m"] + row(offs_n) * F_["stride_keep_n"], CLAIM_FORWARD, "keep[b, h, i, j]"),)
 #: FP8 (issue 30): the three float32 (B, Hkv) descales of this program's (batch, KV head), each at its own
-#: strides (spec.launch.descale_strides); packed, b is the segment
-qdesc_off, kdesc_off, vdesc_off = _int("qdesc_off"), _int("kdesc_off"), _int("vdesc_off")
+#: strides (spec.launch.descale_strides); packed, b is the segment (qdesc_off, ...: the decode's names)
 FWD_DESCALE_OFFSETS = tuple(
     Term(sym, off_b * F_[f"stride_{x}desc_b"] + off_kvh * F_[f"stride_{x}desc_h"], CLAIM_FORWARD,
          f"{x}_descale[b, h // GROUP]") for sym, x in ((qdesc_off, "q"), (kdesc_off, "k"), (vdesc_off, "v")))

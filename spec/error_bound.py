@@ -98,6 +98,40 @@ P_ABS = {name: FP8[name].eta / FP8[name].p_scale if name in FP8 else 0.0 for nam
 SCALE_ROUNDINGS = 3
 SCALE_ROUNDINGS_DESCALED = 5
 
+# ----------------------------------------------------------------------------------
+# sm_90's fp8 MMA (issue 30): a wgmma on fp8 operands accumulates with fewer bits than fp32 (the
+# e8m13 accumulator reported for H100; DeepSeek-V3 §3.3.2 measures about 14 bits), so the
+# inner-product lemma in fp32 does not describe it. Triton's ``tl.dot(..., max_num_imprecise_acc=M)``
+# (the WGMMA lowering, triton 3.x) keeps a partial accumulator of its own and adds it to the fp32
+# accumulator with an fp32 add once it has summed M or more products, and after the dot's last
+# instruction: at ``M = 32`` after every ``k = 32`` instruction. Its default for fp8 on sm_90 is
+# ``2^30``: the whole sum, and FA2's ``acc += P V`` across every key tile, in the narrow accumulator;
+# ``M < 32`` is no wgmma at all (AccelerateMatmul falls back from MMAv3 for an fp8 dot that must
+# accumulate in fp32: compiled, no QGMMA and 2.2-3x the loop's instructions). The kernels print
+# ``M = 32`` (``spec.printer``; fp16/bf16/fp32 dots ignore it; an fp8 dot needs K >= 32:
+# ``generator.runtime.launch.block_d`` pads an fp8 head dim to 32, every generated B_c is >= 32).
+# ----------------------------------------------------------------------------------
+#: ``max_num_imprecise_acc`` of every printed dot: promote after each fp8 MMA instruction
+FP8_MAX_IMPRECISE_ACC = 32
+#: products one sm_90 fp8 wgmma instruction sums (``wgmma.m64nNk32``)
+FP8_MMA_K = 32
+#: the fraction bits of the modelled accumulator: aligns the products to the largest one's binade and
+#: keeps this many bits below its leading bit, truncating (the e8m13 reported for H100's fp8 MMA)
+FP8_MMA_BITS = 13
+#: the hardware hypothesis (not proved; the GPU measurement checks it): one fp8 MMA instruction
+#: from a zero accumulator returns its ``FP8_MMA_K`` exact products' sum within ``FP8_MMA_ERR·Σ|a_i b_i|``.
+#: The model above errs by at most ``K·2^-t + 2^-t·(1 + K·2^-t)`` = 2^-8 + 2^-13 + 2^-21 (claim
+#: fp8_mma_bound); the hypothesis takes twice that, 2^-7, as a margin on the model.
+FP8_MMA_ERR = 2.0**-7
+
+
+def fp8_mma_model_error(k: int = FP8_MMA_K, bits: int = FP8_MMA_BITS):
+    """The modelled accumulator's error bound relative to ``Σ|a_i b_i|``: ``k`` truncations each below
+    ``2^-bits`` of the largest product's binade (``<= 2^-bits·max|a_i b_i|``), then the sum truncated to
+    ``bits`` fraction bits (relative ``2^-bits``): ``k·τ + τ(1 + k·τ)``, ``τ = 2^-bits``."""
+    tau = 2.0**-bits
+    return k * tau + tau * (1 + k * tau)
+
 
 def gamma(n: float) -> float:
     """``γ_n = n u / (1 - n u)`` (requires ``n u < 1``)."""
@@ -128,6 +162,7 @@ class Numbers:
 
     U = U
     U_FUNC = U_FUNC
+    FP8_MMA_ERR = None  # set below (the hardware hypothesis of sm_90's fp8 MMA)
     SOFTCAP_REL = None  # set below, once softcap_rel is defined
     unit_roundoff = UNIT_ROUNDOFF
     u_store = U_STORE
@@ -142,6 +177,7 @@ class Numbers:
     expm1 = staticmethod(math.expm1)
 
 
+Numbers.FP8_MMA_ERR = FP8_MMA_ERR
 FLOATS = Numbers()
 
 
@@ -150,18 +186,29 @@ def n_tiles(n_k, block_n, num: Numbers = FLOATS):
     return num.max(1, num.ceil(n_k / block_n))
 
 
+def fp8_dot_factor(n, num: "Numbers" = None):
+    """The relative error (to ``Σ|a_i b_i|``) of an ``n``-term dot of fp8 products on sm_90's fp8 MMA with
+    every instruction's partial sum promoted (``FP8_MAX_IMPRECISE_ACC = FP8_MMA_K``): each of the ``ceil(n/K)``
+    partials within ``FP8_MMA_ERR`` of its products' sum, then at most ``ceil(n/K)`` fp32 adds:
+    ``(1 + ε)(1 + γ_{ceil(n/K)}) − 1`` (claim ``fp8_mma_bound``)."""
+    num = FLOATS if num is None else num
+    return (1 + num.FP8_MMA_ERR) * (1 + num.gamma(num.ceil(n / FP8_MMA_K))) - 1
+
+
 def exponent_error(head_dim: int, n_tiles: int, scaled_abs: float, num: Numbers = FLOATS, softcap: bool = False,
-                   scale_roundings: int = SCALE_ROUNDINGS) -> float:
+                   scale_roundings: int = SCALE_ROUNDINGS, fp8_mma: bool = False) -> float:
     """``E``: every exponent's absolute error (natural units), from ``s·A`` (``scaled_abs``), plus the
     relative error of the at most ``T + 1`` exp2 factors of a weight (``p`` and the rescales); with
     ``softcap``, the capped score's factor (``softcap_score_factor``); ``scale_roundings``: those of
-    ``x·qk_scale`` (``SCALE_ROUNDINGS_DESCALED`` with FP8's descales, which take no softcap)."""
+    ``x·qk_scale`` (``SCALE_ROUNDINGS_DESCALED`` with FP8's descales, which take no softcap);
+    ``fp8_mma``: the score's dot on sm_90's fp8 MMA (``fp8_dot_factor`` for ``γ_D``)."""
     if softcap:
         if scale_roundings != SCALE_ROUNDINGS:
             raise ValueError("exponent_error: the softcap is bounded without FP8's descales only")
         factor = softcap_score_factor(num.gamma(head_dim), num.gamma(2), num.gamma(5), num.SOFTCAP_REL, num.U)
     else:
-        factor = score_factor(num.gamma(head_dim), num.gamma(scale_roundings), num.U)
+        dot = fp8_dot_factor(head_dim, num) if fp8_mma else num.gamma(head_dim)
+        factor = score_factor(dot, num.gamma(scale_roundings), num.U)
     return scaled_abs * factor - (n_tiles + 1) * num.log1p(-num.U_FUNC)
 
 
@@ -175,12 +222,22 @@ def weight_factor(rho_w, rho):
 TILE_ROUNDINGS = 2
 
 
-def carried_factor(tile_local, n_tiles, u_n=None):
+def carried_factor(tile_local, n_tiles, u_n=None, roundings=TILE_ROUNDINGS):
     """The relative factor bound of a key's weight in ``acc`` (or ``l_i``) after ``n_tiles`` tiles:
-    ``(1 + tile_local)(1 + γ_{TILE_ROUNDINGS·T}) − 1`` (``tile_local``: the cast of P and the dot of the
-    key's own tile); ``u_n`` is ``γ`` for numbers, given for symbolic reals."""
-    g = gamma(TILE_ROUNDINGS * n_tiles) if u_n is None else u_n(TILE_ROUNDINGS * n_tiles)
+    ``(1 + tile_local)(1 + γ_{roundings·T}) − 1`` (``tile_local``: the cast of P and the dot of the
+    key's own tile; ``roundings`` per tile: ``TILE_ROUNDINGS``, or ``fp8_tile_roundings`` on sm_90's fp8
+    MMA); ``u_n`` is ``γ`` for numbers, given for symbolic reals."""
+    g = gamma(roundings * n_tiles) if u_n is None else u_n(roundings * n_tiles)
     return weight_factor(tile_local, g)
+
+
+def fp8_tile_roundings(block_n, num: "Numbers" = None):
+    """The fp32 roundings ``acc`` goes through per key tile on sm_90's fp8 MMA with every instruction
+    promoted: ``acc·alpha``, then one add per instruction's partial (``ceil(B_c/K)``) — each key's product
+    enters its instruction's partial (``FP8_MMA_ERR``, the tile-local part) and then at most these
+    (claim ``fp8_mma_bound``)."""
+    num = FLOATS if num is None else num
+    return 1 + num.ceil(block_n / FP8_MMA_K)
 
 
 def out_bound(rho_w, rho_num, rho_den, u_div, u_store, abs_num=0):
@@ -221,7 +278,7 @@ def lse_bound(exponent, log_den, log_n, lse_abs, u=U, u_func=U_FUNC):
 
 def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs: float, lse: float = 0.0,
                   num: Numbers = FLOATS, softcap: bool = False, *, out_dtype: str | None = None,
-                  descaled: bool | None = None, alibi=None) -> Bound:
+                  descaled: bool | None = None, alibi=None, fp8_mma: bool = False) -> Bound:
     """The bound for one row: ``dtype`` in ``UNIT_ROUNDOFF`` (the dtype of the products' operands and of
     P's cast: ``"e4m3"``/``"e5m2"`` for FP8), ``scaled_abs = s·max_j Σ_d |q_d k_jd|`` on the dequantised
     inputs (``num``: the arithmetic, floats unless claims ``forward_error_bound`` / ``fp8_error_bound``
@@ -231,18 +288,29 @@ def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs:
     ``dtype`` is FP8): two more roundings in ``qk_scale`` and one more multiply of ``out``; an FP8 ``dtype``
     adds P's subnormal error. FP8 takes no softcap and no ALiBi (refused: ``ValueError``). ``alibi``: with
     ALiBi on, ``β = max_j |slope·(i + shift − j)|`` over the row's keys (natural units; ``alibi_reach``),
-    whose printed bias adds ``alibi_exponent_error``'s terms."""
+    whose printed bias adds ``alibi_exponent_error``'s terms. ``fp8_mma``: an FP8 ``dtype``'s products on
+    sm_90's fp8 MMA (the compiled kernel on a Hopper GPU), each instruction's partial promoted: the score's
+    dot ``fp8_dot_factor(D)`` for ``γ_D``, P V's tile ``FP8_MMA_ERR`` for ``γ_{B_c}`` and
+    ``fp8_tile_roundings(B_c)`` carried roundings per tile (claim ``fp8_mma_bound``; the hardware
+    hypothesis ``FP8_MMA_ERR``); off (the default): the products accumulate in fp32 (the interpreter)."""
     descaled = dtype in FP8 if descaled is None else descaled
+    if fp8_mma and dtype not in FP8:
+        raise ValueError(f"forward_bound: fp8_mma is the products of an FP8 dtype on the fp8 MMA (got {dtype!r}: "
+                         "its products run in its own dtype, accumulated in fp32)")
     if softcap and descaled:
         raise ValueError("forward_bound: FP8's descaled forward takes no softcap (nothing is bounded there)")
     if alibi is not None and descaled:
         raise ValueError("forward_bound: FP8's descaled forward takes no ALiBi (nothing is bounded there)")
     tiles = n_tiles(n_k, block_n, num)
     E = (exponent_error(head_dim, tiles, scaled_abs, num, softcap,
-                        SCALE_ROUNDINGS_DESCALED if descaled else SCALE_ROUNDINGS) if alibi is None
+                        SCALE_ROUNDINGS_DESCALED if descaled else SCALE_ROUNDINGS, fp8_mma) if alibi is None
          else alibi_exponent_error(head_dim, tiles, scaled_abs, alibi, num, softcap))
     rho_w = num.expm1(E)
-    rho_num = carried_factor(weight_factor(num.unit_roundoff[dtype], num.gamma(block_n)), tiles, num.gamma)
+    if fp8_mma:  # P V on the fp8 MMA: the key's instruction, then acc·alpha and one add per instruction
+        rho_num = carried_factor(weight_factor(num.unit_roundoff[dtype], num.FP8_MMA_ERR), tiles, num.gamma,
+                                 fp8_tile_roundings(block_n, num))
+    else:
+        rho_num = carried_factor(weight_factor(num.unit_roundoff[dtype], num.gamma(block_n)), tiles, num.gamma)
     rho_den = carried_factor(num.gamma(block_n), tiles, num.gamma)
     u_div = weight_factor(num.U, num.U) if descaled else num.U  # acc / l, then · v_scale (FP8_OUT)
     abs_num = fp8_abs_num(n_k, num.p_abs[dtype], E, rho_den, num) if dtype in FP8 else 0

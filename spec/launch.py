@@ -46,7 +46,7 @@ def decode_window(window, q, capacity):
 # Decode: _decode_fwd's grid and integer arguments; the merge's row views.
 # ----------------------------------------------------------------------------------
 def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, block_m, sinks=None,
-                  cache_leftpad=None, cache_batch_idx=None, split_keys=0):
+                  cache_leftpad=None, cache_batch_idx=None, split_keys=0, descales=None):
     """``(grid, ints, constexprs)`` of one ``_decode_fwd`` launch: ``ints`` the kernel's integer
     parameters by name (every stride as the tensor has it, the sizes), ``grid`` = (row blocks, splits,
     B x Hkv), ``constexprs`` the page size and rows per program.
@@ -56,7 +56,8 @@ def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, blo
     N_q, Hq)`` (S splits: the grid's second axis is ``out``'s first); ``cache_seqlens`` ``(B,)``; ``sinks``
     ``(Hq,)`` or None (then stride 0: never read); ``cache_leftpad``, ``cache_batch_idx`` ``(B,)`` or
     None (then stride 0 and ``HAS_LEFTPAD`` / ``HAS_BATCH_IDX`` off: never read); ``split_keys > 0``:
-    fixed-size splits (``BATCH_INVARIANT``)."""
+    fixed-size splits (``BATCH_INVARIANT``); ``descales`` an FP8 cache's ``(q_descale, k_descale, v_descale)``,
+    each ``(B, Hkv)``, or None (``descale_strides``)."""
     B, N_Q, HQ, _ = q.shape
     H_KV = k_cache.shape[2]
     group = HQ // H_KV
@@ -73,6 +74,7 @@ def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, blo
                 stride_lp=cache_leftpad.stride(0) if cache_leftpad is not None else 0,
                 stride_bi=cache_batch_idx.stride(0) if cache_batch_idx is not None else 0,
                 H_KV=H_KV, GROUP=group, N_Q=N_Q, num_splits=num_splits, split_keys=split_keys)
+    ints.update(descale_strides(descales))
     # row tiles first (CUDA launches axis 0 fastest): the tiles of one (split, KV head) run side by side and
     # read the same K/V rows, so the second can find them in L2 (MLA's 128 heads: two tiles of 64 rows)
     grid = (cdiv(group * N_Q, block_m), num_splits, B * H_KV)
@@ -163,7 +165,7 @@ def dropout_mask_launch(keep, block_m):
     return (cdiv(N_Q, block_m), B * H), ints
 
 
-#: FP8's descales (float32 ``(B, Hkv)``, one stride pair each) in the forward's signature
+#: FP8's descales (float32 ``(B, Hkv)``, one stride pair each) in the forward's and the decode's signatures
 DESCALE_STRIDE_NAMES = {"q_descale": ("stride_qdesc_b", "stride_qdesc_h"),
                         "k_descale": ("stride_kdesc_b", "stride_kdesc_h"),
                         "v_descale": ("stride_vdesc_b", "stride_vdesc_h")}
@@ -171,7 +173,8 @@ DESCALE_STRIDE_NAMES = {"q_descale": ("stride_qdesc_b", "stride_qdesc_h"),
 
 def descale_strides(descales) -> dict:
     """The strides of FP8's ``(q_descale, k_descale, v_descale)``, each ``(B, Hkv)`` as passed (any strides),
-    by the forward's parameter names; ``None`` (no FP8: ``HAS_DESCALE`` off, never read): zeros."""
+    by the kernels' parameter names (``forward_launch``, ``decode_launch``); ``None`` (no FP8: ``HAS_DESCALE``
+    off, never read): zeros."""
     if descales is None:
         return {name: 0 for pair in DESCALE_STRIDE_NAMES.values() for name in pair}
     ints = {}

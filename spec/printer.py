@@ -26,7 +26,10 @@ constants (``1/log 2``)     a float literal (``1.4426950408889634``)
 ``Mod(a, b)``               ``a % b``  (index terms: non-negative operands)
 ``ceiling(a/b)``            ``tl.cdiv(a, b)``
 ``rowmax``/``rowsum``       ``tl.max(x, 1)`` / ``tl.sum(x, 1)``
-``dot(a, b)``               ``tl.dot(a, b, input_precision=INPUT_PRECISION)``
+``dot(a, b)``               ``tl.dot(a, b, input_precision=INPUT_PRECISION, max_num_imprecise_acc=32)``
+                            (``spec.error_bound.FP8_MAX_IMPRECISE_ACC``: fp8 products on sm_90
+                            promote every MMA instruction's partial sum to the fp32 accumulator;
+                            other dtypes ignore it)
 ``trans`` / ``col``         ``tl.trans(x)`` / ``x[:, None]``
 ``row``                     ``x[None, :]`` (a per-column vector of a key-major tile)
 ``Indexed`` ``p[x]``        ``tl.load(p + x)`` (a mask_mod parameter read)
@@ -53,6 +56,7 @@ from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.pycode import PythonCodePrinter
 
 from spec import terms as T
+from spec.error_bound import FP8_MAX_IMPRECISE_ACC
 from spec.mask_mod import floor_div
 from spec.score_mods import onehot_sum
 
@@ -284,7 +288,11 @@ class TritonPrinter(PythonCodePrinter):
 
     def _print_dot(self, expr):
         a, b = (self._dot_operand(x) for x in expr.args)
-        return f"tl.dot({a}, {b}, input_precision={self.input_precision})"
+        # fp8 x fp8 on sm_90: each wgmma's partial sum (32 products) is added to the fp32 accumulator in fp32
+        # (Triton's max_num_imprecise_acc; its default 2^30 keeps the whole sum in the MMA's narrow
+        # accumulator): the hypothesis of spec.error_bound.fp8_dot_factor (claim fp8_mma_bound)
+        return (f"tl.dot({a}, {b}, input_precision={self.input_precision}, "
+                f"max_num_imprecise_acc={FP8_MAX_IMPRECISE_ACC})")
 
     def _dot_operand(self, x):
         inner = x.args[0] if isinstance(x, T.trans) else x

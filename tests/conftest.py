@@ -38,9 +38,58 @@ def pytest_configure(config):
             raise pytest.UsageError(problem)
 
 
+# ---------------------------------------------------------------------------------
+# pytest-xdist (``-n auto``, CI's two workers): tests sharing a costly fixture run on one worker
+# ---------------------------------------------------------------------------------
+#: node-id prefix -> group. ``--dist loadgroup`` (pyproject.toml) hands each group to one worker
+#: whole, so its fixture is built once per run instead of once per worker; every other test is
+#: handed out one by one. The groups go out first (the scheduler orders work by size), so the two
+#: workers finish together. (Groups are listed here, not as ``xdist_group`` marks: with pytest 9.2
+#: pytest-xdist 3.8 drops the marks' groups silently, pytest-dev/pytest-xdist#1386.)
+XDIST_GROUPS = {
+    "tests/test_static.py::": "static",  # ``suite``: the static compiles through ptxas
+    "tests/test_docs.py::": "proved",  # ``site``: the mkdocs build; one test uses ``proved``
+    "tests/test_user_score_mods.py::": "proved",  # ``package``, emitted with ``proved``
+    "tests/test_claims.py::test_claim_is_proved[": "proved",
+    "tests/test_merge.py::test_lse_merge_is_proved_on_the_printed_terms": "proved",
+    "tests/test_ring.py::test_ring_claims_proved": "proved",
+    "tests/test_mask_mod.py::test_generator_emits_a_user_mask_mod": "proved",
+    "tests/test_spec_cli.py::test_json_report": "proved",
+    "tests/test_contract.py::test_row14_every_entry_point_of_an_emitted_package_runs_its_own_kernels": "proved",
+    "tests/test_install.py::": "install",  # ``src``: a copy of the checkout to build from
+    "tests/test_tma.py::test_tma_forward_compiles_for_sm90": "tma_rows",  # two static compiles
+    "tests/test_tma.py::test_tma_forward_is_ok_statically": "tma_rows",
+    "tests/test_reliability.py::test_row8_row9_inductor_fullgraph_forward_and_backward": "compiled_run",
+    "tests/test_reliability.py::test_compiled_graph_has_no_host_check_and_matches_eager": "compiled_run",
+}
+
+
+def xdist_group(nodeid: str) -> str | None:
+    """The group of ``XDIST_GROUPS`` a test belongs to, None for a test handed out alone."""
+    return next((group for prefix, group in XDIST_GROUPS.items() if nodeid.startswith(prefix)), None)
+
+
+try:
+    from xdist.scheduler import LoadGroupScheduling
+except ImportError:  # without pytest-xdist the suite runs in one process: nothing to schedule
+    pass
+else:
+    class _GroupScheduling(LoadGroupScheduling):
+        """``--dist loadgroup`` with the groups of ``XDIST_GROUPS`` (and of any ``xdist_group``
+        mark, should pytest-xdist keep them)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid) or super()._split_scope(nodeid)
+
+    def pytest_xdist_make_scheduler(config, log):
+        return _GroupScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
 @pytest.fixture(scope="session")
 def proved():
-    """The results of one ``prove_all()`` run by claim id, shared by the claim tests."""
+    """The results of one ``prove_all()`` run by claim id, shared by the claim tests. Every test
+    using it is in the group ``proved`` of ``XDIST_GROUPS`` (tests/test_xdist_groups.py checks):
+    under ``-n`` the proofs run once per run, not once per worker."""
     from spec.claims import prove_all
 
     return {r.id: r for r in prove_all()}

@@ -135,6 +135,15 @@ def ring_job(rank, world_size, payload):
         group = dist.new_group(members)
         if rank in members:
             out["subgroup"] = _run_case(members.index(rank), len(members), payload["subgroup"]["case"], group)
+        else:  # new_group gave this process GroupMember.NON_GROUP_MEMBER: refused, naming group
+            from generated import ring_attention
+
+            q = torch.randn(1, 2, 8, 16)
+            try:
+                ring_attention(q, q, q, group=group)
+                out["non_member"] = ("finished",)
+            except Exception as e:  # the test decides what was expected
+                out["non_member"] = (type(e).__name__, str(e))
     if payload.get("errors"):
         out["errors"] = errors_job(rank, world_size, payload)
         out["order"] = order_job(rank, world_size, payload)
@@ -160,7 +169,37 @@ def errors_job(rank, world_size, payload):
         ring_attention(q, q, q, layout="zigzag")
     except ValueError as e:
         raised["zigzag"] = str(e)
+    raised["peers"] = peers_job(rank)
     return raised
+
+
+def peer_base():
+    """A valid call of ring_attention, the same on every rank (``peers_job`` changes it on rank 1)."""
+    g = torch.Generator().manual_seed(0)
+    return dict(q=torch.randn(1, 2, 8, 16, generator=g), k=torch.randn(1, 1, 8, 16, generator=g),
+                v=torch.randn(1, 1, 8, 16, generator=g), group=None, causal=True, scale=0.5, layout="contiguous",
+                return_lse=False, block=(16, 32))
+
+
+def peers_job(rank):
+    """Each rule of ring_attention's contract that the ranks must agree on (``checks.PEERS``), broken on
+    rank 1 only by the rule's own ``bad`` change; then a dtype that differs, and a call that rank 1's own
+    rules refuse. Per case, ``(error type, message)`` (or ``("finished",)``): every rank must raise."""
+    from generated import ring_attention
+    from generator.runtime import contract
+
+    cases = {name: rule.bad(peer_base(), name) for name, rule in contract._PEER_RULES["ring_attention"]}
+    cases["q dtype"] = {t: peer_base()[t].half() for t in ("q", "k", "v")}
+    cases["refused on rank 1"] = {t: peer_base()[t].double() for t in ("q", "k", "v")}
+    out = {}
+    for case, changes in cases.items():
+        call = {**peer_base(), **(changes if rank == 1 else {})}
+        try:
+            ring_attention(**call)
+            out[case] = ("finished",)
+        except Exception as e:  # every rank reports; the test decides what was expected
+            out[case] = (type(e).__name__, str(e))
+    return out
 
 
 def order_job(rank, world_size, payload):

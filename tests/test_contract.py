@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -266,15 +265,20 @@ PACKAGE = "kernels_contract23"
 
 
 @pytest.fixture(scope="module")
-def emitted(tmp_path_factory):
+def emitted(tmp_path_factory, proved):
     """``python -m generator --br 16 --bc 16 --out DIR/kernels_contract23``: a block the repo's
-    generated/ lacks, imported by its own name from a temporary directory."""
+    generated/ lacks, imported by its own name from a temporary directory. The CLI runs in this
+    process on the session's proofs (``proved``: one ``prove_all()`` per run; the CLI's own proof
+    run is tests/test_generator_cli.py's)."""
     import generated
+    from generator import __main__ as cli
+    from spec import claims
 
     assert (16, 16) not in generated.KERNELS
     root = tmp_path_factory.mktemp("emitted")
-    subprocess.run([sys.executable, "-m", "generator", "--br", "16", "--bc", "16", "--out", str(root / PACKAGE)],
-                   cwd=ROOT, check=True, capture_output=True, text=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(claims, "prove_all", lambda: list(proved.values()))
+        assert cli.main(["--br", "16", "--bc", "16", "--out", str(root / PACKAGE)]) == 0
     sys.path.insert(0, str(root))
     try:
         yield importlib.import_module(PACKAGE), root
@@ -373,6 +377,58 @@ def test_limits_in_the_declaration_are_read_from_the_assumptions(monkeypatch):
     q, k, v, lens = decode_problem()
     with pytest.raises(ValueError, match=r"0\.\.7 .*num_splits_max"):
         on_device(flash_attention_with_kvcache, q, k, v, lens, num_splits=8)
+
+
+def test_page_sizes_in_the_declaration_are_read_from_the_assumptions(monkeypatch):
+    """The page sizes were typed by hand ("16 to 512") in the paged cache's error and varlen's block_table
+    text: a lowered ``page_sizes`` limit must show in both."""
+    from generator.runtime import contract
+
+    monkeypatch.setitem(assumptions.ASSUMPTIONS, "page_sizes",
+                        assumptions.Assumption("page_sizes", "test", "reject", (16, 32)))
+    varlen_table = contract.markdown().split("**`flash_attention_varlen`**")[1].split("**`")[0]
+    assert "page_size 16..32" in varlen_table and "512" not in varlen_table
+    q, k, v, lens = decode_problem(capacity=64)
+    with pytest.raises(ValueError, match=r"power of two from 16 to 32, got 64 \[page_sizes\]"):
+        on_device(flash_attention_with_kvcache, q, k, v, lens, block_table=torch.tensor([[0], [1]], dtype=torch.int32))
+
+
+def test_the_sequence_length_limit_in_the_declaration_is_read_from_the_assumptions(monkeypatch):
+    """"N_q + N_k ≤ 2^29" was typed by hand in the rules of flash_attention's and varlen's q (and "(2^29)" in
+    the error): a lowered ``seq_len_int32`` limit must show in the tables and the error."""
+    from generator.runtime import contract
+
+    monkeypatch.setitem(assumptions.ASSUMPTIONS, "seq_len_int32",
+                        assumptions.Assumption("seq_len_int32", "test", "reject", 16))
+    tables = contract.markdown().split("| assumption |")[0]
+    assert "N_q + N_k ≤ 2^4" in tables and "total_q + total_k ≤ 2^4" in tables and "2^29" not in tables
+    q, k, v = randn(1, 1, 9, D), randn(1, 1, 8, D, seed=1), randn(1, 1, 8, D, seed=2)
+    with pytest.raises(ValueError, match=r"N_q \+ N_k = 17 exceeds 16: the kernels compute tile bounds in int32 \[seq_len_int32\]"):
+        on_device(flash_attention, q, k, v, block=SMALL)
+
+
+def test_the_dropout_limits_in_the_declaration_are_read_from_their_homes(monkeypatch):
+    """"at most 2^28" (the returned mask) was typed by hand in the tables, and "exceeds 2^62" in the counter's
+    error: a lowered limit must show in both."""
+    from generator.runtime import checks, contract
+
+    monkeypatch.setattr(checks, "DROPOUT_MASK_MAX", 2**10)
+    monkeypatch.setitem(assumptions.ASSUMPTIONS, "dropout_counter",
+                        assumptions.Assumption("dropout_counter", "test", "reject", 100))
+    tables = contract.markdown().split("| assumption |")[0]
+    assert "at most 2^10 elements" in tables and "a returned mask ≤ 2^10" in tables and "2^28" not in tables
+    q, k, v = randn(1, 1, 8, D), randn(1, 1, 16, D, seed=1), randn(1, 1, 16, D, seed=2)
+    with pytest.raises(ValueError, match=r"= 128 elements exceeds 100 \[dropout_counter\]"):
+        on_device(flash_attention, q, k, v, dropout_p=0.5, block=SMALL)
+
+
+def test_the_index_limit_in_the_error_is_read_from_the_assumptions(monkeypatch):
+    """The int32 offsets' error said "(at most {bound}, 2^31 - 1)": "2^31 - 1" typed by hand beside the limit."""
+    _lower_index_limit(monkeypatch, 100)
+    q, k, v = randn(1, 1, 8, D), randn(1, 1, 8, D, seed=1), randn(1, 1, 8, D, seed=2)
+    with pytest.raises(ValueError, match=r"q spans 127 elements .*\(at most 100\) \[index_int32\]") as raised:
+        on_device(flash_attention, q, k, v, block=SMALL)
+    assert "2^31" not in str(raised.value)
 
 
 # ==================================================================================
@@ -585,11 +641,32 @@ def _varlen_fp8_case(g):
     return tensors, expandable, (), call
 
 
+def _kvcache_fp8_case(g):
+    """An FP8 paged cache (issue 30): q, the pages in e4m3 with (B, Hkv) descales, split in two."""
+    q, k, v, lens = decode_problem(seed=int(torch.randint(0, 99, (), generator=g)))
+    kp, vp, table = paged(k, v)
+    fp8 = torch.float8_e4m3fn
+    tensors = {"q": q.to(fp8), "k_cache": kp.to(fp8), "v_cache": vp.to(fp8), "cache_seqlens": lens,
+               "block_table": table,
+               **{name: torch.rand(q.shape[0], kp.shape[2], generator=g) + 0.5
+                  for name in ("q_descale", "k_descale", "v_descale")}}
+    expandable = {"q": (0, 1, 2), "k_cache": (1, 3), "v_cache": (1, 3), "cache_seqlens": (0,), "block_table": (0,),
+                  "q_descale": (0, 1), "k_descale": (0, 1), "v_descale": (0, 1)}
+
+    def call(t):
+        return flash_attention_with_kvcache(t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"],
+                                            block_table=t["block_table"], q_descale=t["q_descale"],
+                                            k_descale=t["k_descale"], v_descale=t["v_descale"], causal=True,
+                                            num_splits=2, return_lse=True)
+    return tensors, expandable, (), call
+
+
 #: a key "entry[variant]" is one more case of the entry point "entry" (the coverage test unions them)
 CASES = {"flash_attention": _dense_case, "flash_attention_varlen": _varlen_case,
          "flash_attention_varlen[paged]": _varlen_paged_case,
          "flash_attention[fp8]": _fp8_case, "flash_attention_varlen[fp8]": _varlen_fp8_case,
          "flash_attention_with_kvcache": _kvcache_case, "flash_attention_with_kvcache[append]": _kvcache_append_case,
+         "flash_attention_with_kvcache[fp8]": _kvcache_fp8_case,
          "merge_state": _merge_state_case,
          "merge_states": _merge_states_case, "ring_attention": _ring_case, "softmax": _softmax_case}
 
@@ -630,7 +707,7 @@ def _run(call, base, layouts, differentiable, contiguous: bool):
 
 
 @pytest.mark.parametrize("entry", list(CASES))
-@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                                   HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_layout_of_any_tensor_argument_is_bitwise_its_contiguous_copy(entry, data, one_rank_group):

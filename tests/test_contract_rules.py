@@ -32,7 +32,7 @@ import generated
 from attention_cases import to_device
 from benchmarks import host
 from generator.runtime import contract
-from generator.runtime.checks import VALUES
+from generator.runtime.checks import PEERS, VALUES
 from spec import assumptions
 from spec.masks import prefix_lm
 
@@ -95,7 +95,15 @@ def _kvcache():
     paged = {**plain, "k_cache": _randn(6, 16, 1, D, seed=1), "v_cache": _randn(6, 16, 1, D, seed=2),
              "cache_seqlens": torch.tensor([30, 17], dtype=I32),
              "block_table": torch.tensor([[4, 0, 2], [1, 5, 3]], dtype=I32), "batch_invariant": False}
-    return [extras, plain, paged]
+    for call in (extras, plain, paged):
+        call.update(q_descale=None, k_descale=None, v_descale=None, out_dtype=None)
+    # an FP8 cache (issue 30): q, the caches and the appended k, v in e4m3 with (B, Hkv) descales, out in fp16
+    f8 = torch.float8_e4m3fn
+    fp8 = {**extras, **{n: extras[n].to(f8) for n in ("q", "k_cache", "v_cache", "k", "v")}, "rotary_cos": None,
+           "rotary_sin": None, "softcap": None, "alibi_slopes": None, "sinks": None, "out_dtype": torch.float16,
+           **{n: torch.rand(2, 1, generator=torch.Generator().manual_seed(i)) + 0.5
+              for i, n in enumerate(("q_descale", "k_descale", "v_descale"))}}
+    return [extras, plain, paged, fp8]
 
 
 def _merge_state():
@@ -120,8 +128,10 @@ def _softmax():
 BASES = {"flash_attention": _dense, "flash_attention_varlen": _varlen, "flash_attention_with_kvcache": _kvcache,
          "merge_state": _merge_state, "merge_states": _merge_states, "ring_attention": _ring, "softmax": _softmax}
 
+#: every rule one process can break (a ``PEERS`` rule needs ranks that differ: tests/test_ring.py breaks
+#: each on one rank of two)
 RULES = [(entry, a.name, i) for entry, args in contract.ENTRY_POINTS.items() for a in args
-         for i in range(len(a.rules))]
+         for i in range(len(a.rules)) if a.rules[i].stage != PEERS]
 
 
 def test_every_argument_of_every_entry_point_has_rules():
@@ -133,8 +143,9 @@ def test_every_argument_of_every_entry_point_has_rules():
                 assert r.bad is not None, f"{entry}.{a.name}: rule {r.text!r} has no refused input"
 
 
-def test_the_bases_are_valid_calls():
-    """The refused inputs below differ from these by one rule's change: each base passes every rule."""
+def test_the_bases_are_valid_calls(process_group):
+    """The refused inputs below differ from these by one rule's change: each base passes every rule (ring_attention's
+    in a one-rank process group)."""
     with contract.checking_values():
         for entry, bases in BASES.items():
             for base in bases():
@@ -142,7 +153,8 @@ def test_the_bases_are_valid_calls():
 
 
 def _refused_input(entry: str, name: str, index: int):
-    """The first base of ``entry`` the rule applies to, with the rule's ``bad`` change: ``(call, limits)``."""
+    """The first base of ``entry`` the rule applies to, with the rule's ``bad`` change: ``(rule, call, limits)``
+    (``limits``: the assumptions lowered for the call, and ``(owner, attribute)`` set for it)."""
     arg = next(a for a in contract.ENTRY_POINTS[entry] if a.name == name)
     rule = arg.rules[index]
     for base in BASES[entry]():
@@ -152,6 +164,7 @@ def _refused_input(entry: str, name: str, index: int):
         except (AttributeError, TypeError, IndexError):  # the change needs the argument this base leaves out
             continue
         limits = changes.pop("__limits__", {})
+        limits.update({(owner, attribute): value for owner, attribute, value in changes.pop("__patch__", ())})
         call = {**base, **changes}
         if call[name] is None and arg.optional:
             continue
@@ -179,6 +192,9 @@ def process_group(tmp_path_factory):
 def test_each_declared_rule_refuses_its_input_naming_the_argument(entry, name, index, monkeypatch, process_group):
     rule, call, limits = _refused_input(entry, name, index)
     for assumption, value in limits.items():
+        if isinstance(assumption, tuple):  # the process's state (contract._patched): set for the call
+            monkeypatch.setattr(*assumption, value)
+            continue
         old = assumptions.ASSUMPTIONS[assumption]
         monkeypatch.setitem(assumptions.ASSUMPTIONS, assumption,
                             assumptions.Assumption(assumption, old.statement, old.enforcement, value))
@@ -242,3 +258,22 @@ def test_each_value_rule_by_default_keeps_reads_in_bounds_without_a_sync(entry, 
     assert not rule.flags(clamped, {**ctx, name: clamped}), f"{entry}.{name}: its clamp leaves the rule's range"
     torch.manual_seed(0)
     _same(got, run(**{**call, name: clamped}))
+
+
+PEER_RULES = [(entry, name, rule) for entry, rules in contract._PEER_RULES.items() for name, rule in rules]
+
+
+@pytest.mark.parametrize("entry, name, rule", PEER_RULES, ids=[f"{e}-{n}" for e, n, _ in PEER_RULES])
+def test_each_rule_the_ranks_must_agree_on_refuses_its_change_naming_the_argument(entry, name, rule):
+    """A ``PEERS`` rule in one process: its entry point names its process group (``contract.GROUP``), its
+    fact has its declared width, and its check refuses the facts of the base call on one rank and of the
+    base with the rule's ``bad`` change on another (the same comparison ``contract.enforce`` makes on
+    every rank after its one all_gather; tests/test_ring.py makes it across two real ranks)."""
+    assert contract.GROUP in {a.name for a in contract.ENTRY_POINTS[entry]}, entry
+    base = to_device(BASES[entry]()[0])
+    ctx = contract._enforce_here(entry, base, values=False)
+    changed = contract._enforce_here(entry, {**base, **rule.bad(base, name)}, values=False)
+    facts = [contract._fact(rule, name, c) for c in (ctx, changed)]
+    rule.check(name, [facts[0], facts[0]], ctx)  # alike: accepted
+    with pytest.raises(ValueError, match=rf"^{re.escape(name)} must be alike on every rank .* rank 1 passes"):
+        rule.check(name, facts, ctx)

@@ -133,3 +133,16 @@ def test_tolerances_are_the_bound_at_the_test_regime():
 
     for dtype, name in DTYPE_NAMES.items():
         assert TOLERANCES[dtype] == regime_bound(name).out
+
+
+def test_the_fp8_mma_bound_is_for_fp8_products_and_contains_the_fp32_one():
+    """``forward_bound(..., fp8_mma=True)`` (claim fp8_mma_bound): only for FP8 products (an fp16/bf16 q on an
+    FP8 cache runs its products in its own dtype: refused), and every field at least the fp32-accumulation
+    bound's (the MMA's partials add a relative 2^-7 where fp32 adds γ_n)."""
+    with pytest.raises(ValueError, match="fp8_mma is the products of an FP8 dtype"):
+        forward_bound("bf16", 128, 64, 64, 5.0, descaled=True, fp8_mma=True)
+    for fmt in ("e4m3", "e5m2"):
+        for n_k, block_n, d in ((40, 32, 32), (4096, 64, 128)):
+            fp32 = forward_bound(fmt, n_k, block_n, d, 5.0, lse=5.0)
+            mma = forward_bound(fmt, n_k, block_n, d, 5.0, lse=5.0, fp8_mma=True)
+            assert all(m > f for m, f in zip(mma, fp32)), (fmt, n_k, mma, fp32)

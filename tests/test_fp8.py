@@ -241,3 +241,124 @@ def test_torch_compile_runs_the_fp8_forward():
     kd = torch.full((1, 1), 0.5)
     compiled = torch.compile(lambda q, k, v, kd: flash_attention(q, k, v, k_descale=kd, causal=True, block=BLOCK))
     assert torch.equal(compiled(q8, k8, v8, kd), flash_attention(q8, k8, v8, k_descale=kd, causal=True, block=BLOCK))
+
+
+# ----------------------------------------------------------------------------------
+# An FP8 KV cache on the decode path (flash_attention_with_kvcache)
+# ----------------------------------------------------------------------------------
+def _quantise_cache(x, dtype, Hkv=None):
+    """``(x8, descale (B, Hkv), dequantised float64 (B, H, N, D))`` of a ``(B, N, H, D)`` cache or query
+    (``quantise``'s, per (batch, KV head); ``Hkv`` default H)."""
+    from benchmarks.fp8_errors import quantise
+
+    x8, descale, deq = quantise(x.transpose(1, 2), dtype, Hkv or x.shape[2])
+    return x8.transpose(1, 2).contiguous(), descale, deq
+
+
+def _paged(cache, page=16):
+    """A contiguous ``(B, N, H, D)`` cache as pages ``(B·N/page, page, H, D)`` in a shuffled order, and the
+    block table that gathers them back (``N`` a multiple of ``page``)."""
+    B, N = cache.shape[:2]
+    pages = cache.reshape(B * N // page, page, *cache.shape[2:])
+    order = torch.randperm(pages.shape[0], generator=torch.Generator().manual_seed(7))
+    table = torch.empty_like(order)
+    table[order] = torch.arange(order.numel())
+    return pages[order].contiguous(), table.reshape(B, N // page).to(torch.int32)
+
+
+@pytest.mark.parametrize("q_fmt, fmt, layout, splits", [
+    ("fp8", "e4m3", "contiguous", 1), ("fp8", "e4m3", "paged", 3), ("fp8", "e5m2", "contiguous", 3),
+    (torch.bfloat16, "e4m3", "paged", 1), (torch.float16, "e5m2", "contiguous", 3)])
+def test_fp8_kv_cache_decode_within_the_proven_bound(q_fmt, fmt, layout, splits):
+    """An FP8 cache (contiguous or paged through block_table, split or not; q in the cache's format with
+    q_descale, or fp16/bf16 on the cache upcast exactly) against the float64 reference on the dequantised
+    tensors, per batch entry at its own length, within ``forward_bound`` (claim fp8_error_bound)."""
+    from generated import flash_attention_with_kvcache
+    from spec.reference import attention as reference
+
+    dtype = FORMATS[fmt]
+    g = torch.Generator().manual_seed(3)
+    B, Nq, Hq, Hkv, D, N = 2, 3, 4, 2, 32, 48
+    q = torch.randn(B, Nq, Hq, D, generator=g)
+    k8, kd, kk = _quantise_cache(torch.randn(B, N, Hkv, D, generator=g), dtype)
+    v8, vd, vv = _quantise_cache(torch.randn(B, N, Hkv, D, generator=g), dtype)
+    if q_fmt == "fp8":
+        q8, qd, qq = _quantise_cache(q, dtype, Hkv)  # q's descale per (batch, KV head) of its group
+        q_name = fmt
+    else:
+        q8, qd = q.to(q_fmt), None
+        qq = q8.double().transpose(1, 2)
+        q_name = {torch.bfloat16: "bf16", torch.float16: "fp16"}[q_fmt]
+    lens = torch.tensor([N, 21], dtype=torch.int32)
+    table = None
+    if layout == "paged":
+        (k8, table), (v8, _) = _paged(k8), _paged(v8)
+    out, lse = flash_attention_with_kvcache(q8, k8, v8, lens, block_table=table, q_descale=qd, k_descale=kd,
+                                            v_descale=vd, causal=True, num_splits=splits, return_lse=True)
+    assert out.dtype == (torch.bfloat16 if q_fmt == "fp8" else q_fmt) and lse.dtype == torch.float32
+    for b in range(B):
+        n = int(lens[b])
+        ro, rl = reference(qq[b:b + 1], kk[b:b + 1, :, :n], vv[b:b + 1, :, :n], causal=True, alignment="bottom_right")
+        tol, lse_tol = case_tolerances(qq[b:b + 1], kk[b:b + 1, :, :n], vv[b:b + 1, :, :n], ref_lse=rl, dtype=q_name,
+                                       descaled=True)
+        out_err, lse_err = attention_errors(out[b:b + 1].transpose(1, 2), lse[b:b + 1], ro, rl, vv[b:b + 1, :, :n])
+        print(f"FP8 cache {q_fmt}/{fmt} {layout} splits={splits} b={b}: out {out_err:.2e} <= {tol:.2e}, "
+              f"lse {lse_err:.1e} <= {lse_tol:.1e}")
+        assert out_err <= tol and lse_err <= lse_tol, (b, out_err, tol, lse_err, lse_tol)
+
+
+def test_fp8_kv_cache_append_copies_the_quantised_rows():
+    """New k, v in the cache's FP8 format are copied in as they are (FlashAttention 3's rule): the call with
+    the append gives what the same cache written by hand gives, and the cache holds the rows bit for bit."""
+    from generated import flash_attention_with_kvcache
+
+    f8, g = torch.float8_e4m3fn, torch.Generator().manual_seed(5)
+    B, Hkv, D, N = 2, 1, 32, 40
+    q = torch.randn(B, 2, 2, D, generator=g).to(torch.bfloat16)
+    kc, vc = (torch.randn(B, N, Hkv, D, generator=g).to(f8) for _ in range(2))
+    k, v = (torch.randn(B, 2, Hkv, D, generator=g).to(f8) for _ in range(2))
+    kd, vd = torch.rand(B, Hkv, generator=g) + 0.5, torch.rand(B, Hkv, generator=g) + 0.5
+    lens = torch.tensor([30, 11], dtype=torch.int32)
+    by_hand_k, by_hand_v = kc.clone(), vc.clone()
+    for b in range(B):
+        n = int(lens[b])
+        by_hand_k[b, n:n + 2], by_hand_v[b, n:n + 2] = k[b], v[b]
+    got = flash_attention_with_kvcache(q, kc, vc, lens, k=k, v=v, k_descale=kd, v_descale=vd, causal=True,
+                                       return_lse=True)
+    assert torch.equal(kc.view(torch.uint8), by_hand_k.view(torch.uint8))
+    assert torch.equal(vc.view(torch.uint8), by_hand_v.view(torch.uint8))
+    want = flash_attention_with_kvcache(q, by_hand_k, by_hand_v, lens + 2, k_descale=kd, v_descale=vd, causal=True,
+                                        return_lse=True)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda c: {"k": c["k"].to(torch.bfloat16), "v": c["v"].to(torch.bfloat16)}, r"k has dtype .*quantise them"),
+    (lambda c: {"rotary_cos": torch.ones(40, 8), "rotary_sin": torch.zeros(40, 8)},
+     r"rotary_cos is not supported with FP8"),
+    (lambda c: {"softcap": 5.0}, r"softcap is not supported with FP8"),
+    (lambda c: {"k_cache": c["k_cache"].to(torch.bfloat16), "k": None, "v": None}, r"k_cache has dtype .*FP8"),
+    (lambda c: {"k_descale": torch.ones(2, 3)}, r"k_descale must have shape \(batch, kv_heads\)"),
+])
+def test_fp8_kv_cache_errors_name_the_fix(change, match):
+    from generated import flash_attention_with_kvcache
+
+    f8 = torch.float8_e4m3fn
+    call = dict(q=torch.randn(2, 1, 2, 32).to(torch.bfloat16), k_cache=torch.randn(2, 40, 1, 32).to(f8),
+                v_cache=torch.randn(2, 40, 1, 32).to(f8), cache_seqlens=torch.tensor([8, 3], dtype=torch.int32),
+                k=torch.randn(2, 2, 1, 32).to(f8), v=torch.randn(2, 2, 1, 32).to(f8),
+                k_descale=torch.ones(2, 1), v_descale=torch.ones(2, 1))
+    with pytest.raises((TypeError, ValueError), match=match):
+        flash_attention_with_kvcache(**{**call, **change(call)})
+
+
+def test_fp8_lines_are_printed_into_the_decode_kernel():
+    """The four FP8 terms reach the generated decode kernel too (its tile is the forward's), each citing claim
+    fp8_descale."""
+    from pathlib import Path
+
+    from generator import render
+
+    src = (Path(__file__).parents[1] / "generated" / "attention_decode_br16_bc32.py").read_text()
+    for line in render.fp8_context()["fp8"].values():
+        assert line in src and "(claim: fp8_descale)" in line

@@ -90,3 +90,23 @@ def test_readme_gpu_command_runs_the_report_test_files():
     line = next(ln for ln in readme.splitlines() if ln.startswith("FLASHPROOF_TEST_DEVICE=cuda python -m pytest"))
     assert tuple(line.split("pytest", 1)[1].split()) == gpu_report.TEST_FILES
     assert all((ROOT / f).is_file() for f in gpu_report.TEST_FILES)
+
+
+def test_report_failures_come_from_one_parse_of_the_log():
+    """The failures and a stopped run's counts come from one parse of pytest's result lines
+    (``gpu_report.parse_results``): a run stopped at its time limit lists each failed test's id
+    without xdist's ``[gw1] [ 82%]`` prefix; a finished run's short summary adds the reason."""
+    stopped = ("[gw3] [ 12%] PASSED tests/test_forward.py::test_a[fp16-64]\n"
+               "[gw1] [ 82%] FAILED tests/test_api.py::test_b[varlen causal]\n"
+               "tests/test_softmax.py::test_c SKIPPED (no TMA)                          [ 90%]\n"
+               "[gw0] [ 96%] ERROR tests/test_tma.py::test_e\n")
+    results = gpu_report.parse_results(stopped)
+    assert gpu_report.failures_of(results) == ["FAILED tests/test_api.py::test_b[varlen causal]",
+                                               "ERROR tests/test_tma.py::test_e"]
+    assert results["tests/test_softmax.py::test_c"][0] == "SKIPPED"
+    finished = stopped + ("=========================== short test summary info ============================\n"
+                          "FAILED tests/test_api.py::test_b[varlen causal] - AssertionError: assert 1 == 0\n"
+                          "===== 1 failed, 1 passed, 1 skipped, 1 error in 3.21s =====\n")
+    assert gpu_report.failures_of(gpu_report.parse_results(finished))[0] == \
+        "FAILED tests/test_api.py::test_b[varlen causal] - AssertionError: assert 1 == 0"
+    assert gpu_report.parse_results("collected 4 items\n....\n") == {}

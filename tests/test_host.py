@@ -34,7 +34,8 @@ def test_the_host_benchmark_runs_at_tiny_sizes(capsys):
         assert case in out
     assert "FlashAttention" in out or "flash_attn" in out
     rows = host.measure(host.TINY, number=2, repeat=1, cases=("decode", "decode-splits", "decode-compiled", "dense",
-                                                              "dense-grad", "dense-compiled", "varlen", "merge"))
+                                                              "dense-grad", "dense-compiled", "dense-mask", "varlen",
+                                                              "merge"))
     by_case = {r["case"]: r for r in rows}
     # each case reached its kernels: a case that launched nothing would time a shortcut
     for case in ("decode", "decode-compiled"):
@@ -43,6 +44,9 @@ def test_the_host_benchmark_runs_at_tiny_sizes(capsys):
         assert by_case[case]["launches"] == ["_attn_fwd"]
     assert by_case["decode-splits"]["launches"] == ["_decode_fwd", "_merge_states"]
     assert by_case["dense"]["launches"] == ["_attn_fwd"] and by_case["varlen"]["launches"] == ["_attn_fwd"]
+    assert by_case["dense-mask"]["launches"] == ["_attn_fwd"]
+    # the packed call reads its offsets back in one sync per call; the dense mask's call reads nothing
+    assert len(by_case["varlen"]["syncs"]) == 1 and by_case["dense-mask"]["syncs"] == []
     assert by_case["merge"]["launches"] == ["_merge_state"]
     assert all(0 < r["us"] < 1e6 for r in rows)
 
@@ -171,6 +175,62 @@ def test_eager_call_paths_make_no_host_sync(through_op, monkeypatch):
                 with host.HostSyncGuard(fail=True, dispatch=through_op) as guard:
                     call()
             assert guard.syncs == [] and launched == kernels, (guard.syncs, launched)
+
+
+def _varlen_inputs():
+    """Two segments, 3 and 4 queries on 3 and 4 keys (offsets [0, 3, 7]), Hq 4 / Hkv 2, D = 16."""
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+    return torch.randn(7, 4, 16), torch.randn(7, 2, 16), torch.randn(7, 2, 16), cu
+
+
+def test_varlen_call_checks_its_metadata_once_and_reads_its_offsets_in_one_sync(monkeypatch):
+    """A plain packed call checks its arguments' metadata once per signature (the contract's rules are not
+    run again: ``varlen._PLANS``), runs the forward op's body directly (no custom-op dispatch: the op is
+    replaced by a function that fails) and reads both offset vectors back in one sync, on every call, so
+    an edit in place, even through ``.numpy()`` (no version bump), raises the named error next call. On
+    the code before (main at 6bf29f8) every call ran the whole contract, went through the custom op and
+    read each vector back on its own (two syncs)."""
+    from generated import flash_attention_varlen
+    from generator.runtime import contract, varlen
+
+    q, k, v, cu = _varlen_inputs()
+    enforced = []
+    enforce = contract.enforce
+    monkeypatch.setattr(contract, "enforce", lambda entry, *a, **kw: enforced.append(entry) or enforce(entry, *a, **kw))
+    monkeypatch.setattr(varlen, "flash_attention_varlen_op", _refuse)
+    with host.stubbed_launches() as launched:
+        for _ in range(3):
+            with host.HostSyncGuard(dispatch=False) as guard:
+                flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)
+            assert [s.what for s in guard.syncs] == ["Tensor.tolist()"], guard.syncs
+        assert enforced == ["flash_attention_varlen"] and launched == ["_attn_fwd"] * 3
+        cu.numpy()[1] = 9  # in place, behind torch's version counter: no longer non-decreasing
+        with pytest.raises(ValueError, match="non-decreasing"):
+            flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)
+        cu.numpy()[1] = 2  # valid offsets, but a segment of 5 rows above the hint 4
+        with pytest.raises(ValueError, match="smaller than the longest segment"):
+            flash_attention_varlen(q, k, v, cu, cu, 4, 4, causal=True)
+
+
+def test_dense_mask_call_checks_its_metadata_once(monkeypatch):
+    """A dense bool mask call checks its arguments' metadata once per signature (``api._PLANS``, the mask
+    by its metadata) and plans its launch once (``custom_op._PLANS``), and builds its block map from the
+    mask's content on every call (reliability row 5: no map cached). On the code before (main at 6bf29f8)
+    every mask call ran the whole contract and planned its launch again."""
+    from generated import flash_attention
+    from generator.runtime import contract, dispatch
+
+    enforced, built = [], []
+    enforce, block_map = contract.enforce, dispatch.block_map
+    monkeypatch.setattr(contract, "enforce", lambda entry, *a, **kw: enforced.append(entry) or enforce(entry, *a, **kw))
+    monkeypatch.setattr(dispatch, "block_map", lambda *a: built.append(1) or block_map(*a))
+    q, k, v, _ = _dense_inputs()
+    mask = torch.ones((32, 40), dtype=torch.bool).tril()
+    with host.stubbed_launches() as launched, host.HostSyncGuard(fail=True, dispatch=False):
+        for _ in range(3):
+            flash_attention(q, k, v, mask=mask, block=(16, 32))
+    # the map: once for the plan (its shape and strides), then once per call
+    assert enforced == ["flash_attention"] and len(built) == 1 + 3 and launched == ["_attn_fwd"] * 3
 
 
 def test_opt_in_value_checks_sync_only_in_check_values():

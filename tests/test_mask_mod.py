@@ -73,7 +73,7 @@ def sorted_ids(draw, length):
     return np.sort(np.array(draw(st.lists(st.integers(0, 4), min_size=length, max_size=length))))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), pred=trees())
 def test_random_predicates_of_the_class_are_classified_soundly(data, pred):
     if pred in (sp.true, sp.false):
@@ -215,7 +215,7 @@ def test_wrong_direction_rules_are_refuted(rule, mutant):
 # ----------------------------------------------------------------------------------
 # The interval kinds are instances of the class
 # ----------------------------------------------------------------------------------
-@settings(max_examples=30, deadline=None, derandomize=True)
+@settings(max_examples=30, deadline=None)
 @given(kinds=st.sampled_from(list(masks.kind_sets())), nq=st.integers(1, 24), nk=st.integers(1, 24),
        br=st.sampled_from([2, 4, 16]), bc=st.sampled_from([4, 8, 16]), s=st.integers(-8, 8),
        wl=st.integers(0, 6), wr=st.integers(0, 6), data=st.data())

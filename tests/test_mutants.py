@@ -1702,6 +1702,38 @@ def test_fp8_error_bound_mutant_is_refuted(mutant):
     assert_failed(P8.prove_fp8_error_bound(**BOUND_MUTANTS[mutant]))
 
 
+def _bound_ignoring_fp8_mma(dtype, *args, fp8_mma=False, **kw):
+    return EB.forward_bound(dtype, *args, **kw)
+
+
+def _line_without_promotion(term):
+    from spec.printer import print_term
+    return print_term(term, comment=False).replace(", max_num_imprecise_acc=32", "")
+
+
+#: wrong versions of the sm_90 fp8 MMA bound's pieces: claim fp8_mma_bound must fail on each
+MMA_MUTANTS = {
+    # the printed dots left at Triton's default (the whole sum in the MMA's narrow accumulator)
+    "dots not promoted": {"print_line": _line_without_promotion},
+    "promotion after 2^30 products": {"imprecise": 2**30},
+    # 0: Triton then compiles no wgmma at all (not the kernel the hypothesis is about)
+    "promotion at 0": {"imprecise": 0},
+    # a hypothesis below the modelled accumulator's error
+    "epsilon below the model": {"mma_err": 2.0**-9},
+    # the score's dot counted as an fp32 inner product
+    "score dot gamma_D": {"dot_factor": lambda n, num=None: (num or EB.FLOATS).gamma(n)},
+    # P V's tile counted with the dense kernel's two roundings
+    "two roundings per tile": {"tile_roundings": lambda block_n, num=None: 2},
+    # forward_bound without the sm_90 terms
+    "bound ignores fp8_mma": {"bound": _bound_ignoring_fp8_mma},
+}
+
+
+@pytest.mark.parametrize("mutant", list(MMA_MUTANTS))
+def test_fp8_mma_bound_mutant_is_refuted(mutant):
+    assert_failed(P8.prove_fp8_mma_bound(**MMA_MUTANTS[mutant]))
+
+
 # ---------------------------------------------------------------- issue 24: the last hand-written addresses
 # The TMA boxes (claim tma_addresses), FP8's descale loads and the mask_mod row stride (forward_addresses), a user
 # score_mod's gradient rows (backward_kernel_addresses): each edit a real bug would make, applied to the printed
@@ -1760,6 +1792,28 @@ def test_fp8_descale_offset_bugs_are_refuted():
     assert _forward_failing(launch=one_pair) == ["kdesc_off is k_descale[b, off_kvh]", "vdesc_off is v_descale[b, off_kvh]"]
     desc = swap(FG["descale_offsets"], AD.vdesc_off, AD.off_b * AD.F_["stride_vdesc_b"] + AD.off_h * AD.F_["stride_vdesc_h"])
     assert _forward_failing(groups=dict(FG, descale_offsets=desc)) == ["vdesc_off is v_descale[b, off_kvh]"]
+
+
+def test_decode_fp8_descale_offset_bugs_are_refuted():
+    """An FP8 cache's descales on the decode (the shared _fp8_descales, claim decode_addresses): q_descale's
+    stride pair for all three (the fp8kv branch's one pair), k_descale read at the cache row off_bc instead of
+    q's batch b, v_descale at the query head of the program's first row."""
+    def one_pair(*args, **kw):
+        grid, ints, constexprs = LA.decode_launch(*args, **kw)
+        return grid, dict(ints, stride_kdesc_b=ints["stride_qdesc_b"], stride_kdesc_h=ints["stride_qdesc_h"],
+                          stride_vdesc_b=ints["stride_qdesc_b"], stride_vdesc_h=ints["stride_qdesc_h"]), constexprs
+
+    assert _failing(PAD.prove_decode_addresses(launch=one_pair)) == [
+        f"{tag}: {x}desc_off is {x}_descale[b, off_kvh]" for tag in ("paged", "contiguous") for x in "kv"]
+    DG = AD.DECODE_GROUPS
+    desc = swap(DG["descale_offsets"], AD.kdesc_off, AD.off_bc * AD.S_["stride_kdesc_b"]
+                + AD.off_kvh * AD.S_["stride_kdesc_h"])
+    assert _failing(PAD.prove_decode_addresses(groups=dict(DG, descale_offsets=desc))) == [
+        "paged: kdesc_off is k_descale[b, off_kvh]", "contiguous: kdesc_off is k_descale[b, off_kvh]"]
+    desc = swap(DG["descale_offsets"], AD.vdesc_off, AD.off_b * AD.S_["stride_vdesc_b"]
+                + AD.off_kvh * AD.GROUP * AD.S_["stride_vdesc_h"])
+    assert _failing(PAD.prove_decode_addresses(groups=dict(DG, descale_offsets=desc))) == [
+        "paged: vdesc_off is v_descale[b, off_kvh]", "contiguous: vdesc_off is v_descale[b, off_kvh]"]
 
 
 def test_mask_mod_row_stride_by_hand_is_refuted():

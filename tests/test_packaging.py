@@ -74,8 +74,10 @@ def test_every_package_directory_is_packaged():
 
 def test_hypothesis_draws_fixed_examples_by_default():
     """CI is deterministic: the default profile (``ci``, tests/conftest.py) is derandomized with no
-    example database, and no test opts out of it; ``--hypothesis-profile=explore`` (or
-    FLASHPROOF_HYPOTHESIS=explore) draws fresh examples instead."""
+    example database, and no test sets its own ``derandomize``, seed or database, so the profile decides
+    for every test: ``--hypothesis-profile=explore`` (or FLASHPROOF_HYPOTHESIS=explore) draws fresh
+    examples instead (issue 23: a test's own ``derandomize=True`` kept test_mask_mod's predicates and the
+    layout property fixed under the documented explore command too)."""
     import os
     import re
 
@@ -86,6 +88,6 @@ def test_hypothesis_draws_fixed_examples_by_default():
     if os.environ.get("FLASHPROOF_HYPOTHESIS", "ci") == "ci" and settings._current_profile == "ci":
         assert settings.default.derandomize
     opting_out = [p.name for p in (ROOT / "tests").glob("*.py")
-                  if re.search(r"derandomize\s*=\s*False|@seed\(|database\s*=", p.read_text()) and p.name != "conftest.py"
+                  if re.search(r"derandomize\s*=|@seed\(|database\s*=", p.read_text()) and p.name != "conftest.py"
                   and p.name != "test_packaging.py"]
     assert not opting_out, opting_out

@@ -173,6 +173,10 @@ def test_ring_on_a_subgroup():
     """group=new_group([0, 2]) on a world of 3: the ring's neighbours are global ranks 0 and 2."""
     results = _run(3)
     assert "subgroup" not in results[1]
+    # rank 1, outside the group (new_group returned GroupMember.NON_GROUP_MEMBER there), passing it anyway:
+    # the contract's membership rule of group (before: "must be a torch.distributed process group, got int")
+    kind, message = results[1]["non_member"]
+    assert kind == "ValueError" and "not a member of group" in message, results[1]["non_member"]
     case = SUBGROUP["case"]
     got = _gathered([results[r]["subgroup"] for r in SUBGROUP["members"]], case["layout"])
     want = _expected(case, exact=False)
@@ -195,8 +199,37 @@ def test_ring_errors_name_the_problem():
     results = _run(2)
     for r in (0, 1):
         errors = results[r]["errors"]
-        assert "rank 1 differs from rank 0: q shard length 8 vs 16" in errors["lengths"], errors
+        assert ("q must be alike on every rank" in errors["lengths"] and "rank 1 passes a float32 shard of shape "
+                "(1, 2, 16, 16) and rank 0 a float32 shard of shape (1, 2, 8, 16)" in errors["lengths"]), errors
+        assert "ring_shard" in errors["lengths"], errors
         assert "not divisible by 2P = 4" in errors["zigzag"] and "layout='contiguous'" in errors["zigzag"], errors
+
+
+def test_every_rule_the_ranks_must_agree_on_fails_on_every_rank():
+    """Issue 23: the cross-rank agreement of ring_attention is declared (``contract``'s ``PEERS`` rules,
+    ``checks.agree``) and enforced by ``contract.enforce`` in one all_gather. Each rule broken on rank 1
+    alone by its own ``bad`` change (a shape, the dtype, causal, scale, layout, block): every rank raises
+    the rule's error, the same message on every rank, naming the argument and the fix; none hangs
+    (``_run``'s spawn fails on a hang). A call rank 1's own rules refuse: rank 1 raises its error, rank 0
+    a ValueError naming rank 1 and the argument (before, rank 0 waited in the comparison for the timeout)."""
+    from generator.runtime import contract
+
+    peers = [results["errors"]["peers"] for results in (_run(2)[0], _run(2)[1])]
+    names = [name for name, _ in contract._PEER_RULES["ring_attention"]]
+    assert names == ["q", "k", "v", "causal", "scale", "layout", "block"], names
+    wanted = {name: f"{name} must be alike on every rank of the process group" for name in names}
+    wanted["q dtype"] = "q must be alike on every rank of the process group"
+    for case, start in wanted.items():
+        kind, message = peers[0][case]
+        assert kind == "ValueError" and message.startswith(start), (case, peers[0][case])
+        assert peers[1][case] == peers[0][case], (case, peers)  # the same error on every rank
+        assert "rank 1 passes" in message and "rank 0" in message and "on every rank" in message, message
+    assert "rank 1 passes a float16 shard" in peers[0]["q dtype"][1], peers[0]["q dtype"]
+    assert "scale 1.0 and rank 0 scale 0.5" in peers[0]["scale"][1], peers[0]["scale"]
+    assert "causal=False and rank 0 causal=True" in peers[0]["causal"][1], peers[0]["causal"]
+    own, told = peers[1]["refused on rank 1"], peers[0]["refused on rank 1"]
+    assert own[0] == "TypeError" and "float64" in own[1], own
+    assert told[0] == "ValueError" and "rank 1 of 2 refused its argument q" in told[1], told
 
 
 def test_a_rank_failing_mid_ring_makes_every_rank_raise():

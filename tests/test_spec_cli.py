@@ -21,8 +21,20 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def json_run():
-    return run_cli("--json")
+def json_run(proved):
+    """``python -m spec --json``'s output and exit status, the CLI run in this process on the
+    session's proofs (``proved``: one ``prove_all()`` per run); the CLI's own proof run is
+    test_plain_report_proves_every_claim's, in a subprocess."""
+    import contextlib
+    import dataclasses
+    import io
+
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
+        for cid, c in claims.REGISTRY.items():
+            mp.setitem(claims.REGISTRY, cid, dataclasses.replace(c, prove=lambda r=proved[cid]: r))
+        code = cli.main(["--json"])
+    return subprocess.CompletedProcess(["python", "-m", "spec", "--json"], code, stdout=out.getvalue(), stderr="")
 
 
 def test_plain_report_proves_every_claim():

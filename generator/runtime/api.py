@@ -135,9 +135,10 @@ _PLANS = plans.PlanCache()
 
 
 def _signature(package, q, k, v, causal, alignment, window, key_lengths, scale, return_lse, block, tma, softcap,
-               alibi_slopes, sinks):
-    """The key of a call without a dense mask, mask_mod or dropout, outside autocast, forward-mode AD
-    and functorch transforms (their effects are per call), or None: not cached (the full path)."""
+               alibi_slopes, sinks, mask=None):
+    """The key of a call without a mask_mod or dropout, outside autocast, forward-mode AD and functorch
+    transforms (their effects are per call), or None: not cached (the full path). A dense ``mask``
+    enters by its metadata (its checks read no value; its block map is the op's, per content)."""
     if torch.compiler.is_compiling() or torch.autograd.forward_ad._current_level >= 0 \
             or torch._C._functorch.peek_interpreter_stack() is not None:
         return None
@@ -149,7 +150,7 @@ def _signature(package, q, k, v, causal, alignment, window, key_lengths, scale, 
         options = plans.options_key(causal, alignment, window, scale, return_lse, block, tma, softcap)
         return (package, plans.tensor_key(q), plans.tensor_key(k), plans.tensor_key(v), plans.tensor_key(key_lengths),
                 plans.tensor_key(alibi_slopes), plans.tensor_key(sinks), aligned, torch.is_grad_enabled(),
-                launch.interpreting(), options) if options is not None else None
+                launch.interpreting(), options, plans.tensor_key(mask)) if options is not None else None
     except (TypeError, AttributeError, RuntimeError):  # an argument that is no tensor, an option that is no key
         return None
 
@@ -162,11 +163,11 @@ def _attention(package, q, k, v, causal, alignment, window, key_lengths, mask, s
     # forward (FP8 k, v or descales given) is not planned
     fp8 = checks.fp8_mode(k, (q_descale, k_descale, v_descale))
     key = None
-    if mask is None and mask_mod is None and mask_args is None and type(dropout_p) is float and dropout_p == 0.0 \
+    if mask_mod is None and mask_args is None and type(dropout_p) is float and dropout_p == 0.0 \
             and return_dropout_mask is False and score_mod is None and score_args is None and not fp8 \
             and out_dtype is None:
         key = _signature(package, q, k, v, causal, alignment, window, key_lengths, scale, return_lse, block, tma,
-                         softcap, alibi_slopes, sinks)
+                         softcap, alibi_slopes, sinks, mask)
     entry = _PLANS.get(key) if key is not None else None
     packed = philox = score_f = score_i = None
     if entry is None or entry[2]:
@@ -228,7 +229,7 @@ def _attention(package, q, k, v, causal, alignment, window, key_lengths, mask, s
     # dropout: this call's Philox seed and offset, from torch's generator for q's device
     if dropout_p > 0:
         philox = checks.draw_philox(q.device)
-    if key is not None and entry[3] and plans.dispatcher_idle():
+    if key is not None and mask is None and entry[3] and plans.dispatcher_idle():
         # eager, nothing for the dispatcher to do: the op's body itself, with the launch plan of this
         # signature (a gradient to record: the op's own autograd functions, autograd.DirectForward)
         if entry[1] is None:

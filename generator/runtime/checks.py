@@ -87,11 +87,12 @@ def check_bool(value, name: str) -> bool:
     return value
 
 
-def check_tensor(t, name: str, *, optional: bool = False):
+def check_tensor(t, name: str, *, optional: bool = False, fix: str = ""):
+    """The contract's ``is_tensor`` rule (an entry point's fast path may run it before ``contract.enforce``)."""
     if t is None and optional:
         return
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}"
+        raise TypeError(f"{name} must be a torch.Tensor{fix}, got {type(t).__name__}"
                         + (f"; wrap it with torch.tensor({name})" if isinstance(t, (list, tuple)) else ""))
 
 
@@ -271,7 +272,7 @@ def check_heads(Hq: int, Hkv: int, D: int, Dv: int | None = None):
 def check_seq_lens(Nq: int, Nk: int):
     """Query and key lengths whose int32 tile bounds cannot overflow [seq_len_int32]."""
     if Nq + Nk > limit("seq_len_int32"):
-        raise ValueError(f"q and k: N_q + N_k = {Nq + Nk} exceeds {limit('seq_len_int32')} (2^29): the kernels compute "
+        raise ValueError(f"q and k: N_q + N_k = {Nq + Nk} exceeds {limit('seq_len_int32')}: the kernels compute "
                          "tile bounds in int32 [seq_len_int32]; split the sequence (e.g. ring attention)")
 
 
@@ -298,7 +299,7 @@ def check_index_width(**tensors) -> None:
         reach = sum((size - 1) * abs(step) for size, step in zip(shape[-2:], stride[-2:]))
         if reach > bound:
             raise ValueError(f"{name} spans {reach} elements inside one (batch, head) slice, beyond the kernels' "
-                             f"int32 offsets (at most {bound}, 2^31 - 1) [index_int32]; pass {name}.contiguous() "
+                             f"int32 offsets (at most {power_text(bound)}) [index_int32]; pass {name}.contiguous() "
                              "or split the sequence")
 
 
@@ -437,6 +438,16 @@ def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None):
 DROPOUT_MASK_MAX = 2**28
 
 
+def power_text(n: int) -> str:
+    """``n`` as ``2^e`` when it is a power of two, as ``2^e - 1`` when it is one past a large one (how errors and the
+    README write such limits), else its digits."""
+    if n > 0 and n & (n - 1) == 0:
+        return f"2^{n.bit_length() - 1}"
+    if n >= 1023 and (n + 1) & n == 0:
+        return f"2^{n.bit_length()} - 1"
+    return str(n)
+
+
 def check_dropout(dropout_p, return_dropout_mask, elements: int) -> float:
     """``dropout_p`` as a float in ``[0, 1)`` [dropout_p_range]; with dropout on, ``elements`` =
     B·Hq·N_q·N_k within the Philox counter's int64 range [dropout_counter]; ``return_dropout_mask``
@@ -450,8 +461,9 @@ def check_dropout(dropout_p, return_dropout_mask, elements: int) -> float:
                          "dropout_p=0.0 for no dropout")
     check_bool(return_dropout_mask, "return_dropout_mask")
     if p > 0 and elements > limit("dropout_counter"):
-        raise ValueError(f"dropout_p > 0 on B·Hq·N_q·N_k = {elements} elements exceeds 2^62 [dropout_counter]: the Philox "
-                         "counter of (b, h, i, j) must fit int64; split the batch")
+        raise ValueError(f"dropout_p > 0 on B·Hq·N_q·N_k = {elements} elements exceeds "
+                         f"{power_text(limit('dropout_counter'))} "
+                         "[dropout_counter]: the Philox counter of (b, h, i, j) must fit int64; split the batch")
     if return_dropout_mask and elements > DROPOUT_MASK_MAX:
         raise ValueError(f"return_dropout_mask=True would write a {elements}-element mask (B·Hq·N_q·N_k, one byte "
                          f"each; at most {DROPOUT_MASK_MAX}): it is meant for small problems; pass "
@@ -584,8 +596,10 @@ def check_not_scalar(name: str, x) -> None:
 #: to the others (shapes, devices, pairs), the values of its elements (clamped on the device; checked, one
 #: host sync, only as the opt-in ``contract.checking_values``);
 #: ``IN_OP``: a value the op itself must read on the host, also under ``torch.compile`` (varlen's
-#: offsets size its grid): declared here, checked by the op with the same function, not by ``enforce``
-KIND, RELATION, VALUES, IN_OP = 0, 1, 2, 3
+#: offsets size its grid): declared here, checked by the op with the same function, not by ``enforce``;
+#: ``PEERS``: the same on every rank of the call's process group (``agree``: ``ring_attention``), compared
+#: by ``contract.enforce`` in one all_gather after every local rule, so every rank raises the same error
+KIND, RELATION, VALUES, IN_OP, PEERS = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)
@@ -605,7 +619,9 @@ class Rule:
     happens without). ``when(ctx)``: the calls the rule applies to; ``convert(value,
     ctx)``: the value the call goes on with (it checks too: ``enforce`` calls it instead of ``check``);
     ``bad(ctx, name)``: ``{argument: value}`` changes to a valid
-    call that break this rule (the contract test derives one refused input per rule from it)."""
+    call that break this rule (the contract test derives one refused input per rule from it; a
+    ``PEERS`` rule's changes are made on one rank only). A ``PEERS`` rule (``agree``) has a ``fact(value,
+    ctx)``: ``width`` ints, what every rank must share; its ``check(name, every, ctx)`` gets every rank's."""
     text: str
     check: Callable
     stage: int = RELATION
@@ -615,6 +631,8 @@ class Rule:
     bad: Callable | None = None
     clamp: Callable | None = None
     kept: str = ""
+    fact: Callable | None = None
+    width: int = 0
 
 
 def _shape(t) -> tuple:
@@ -639,9 +657,7 @@ def _other_dtype(t: torch.Tensor, allowed) -> torch.Tensor:
 
 def is_tensor(fix: str = "") -> Rule:
     def check(name, v, ctx):
-        if not isinstance(v, torch.Tensor):
-            wrap = f"; wrap it with torch.tensor({name})" if isinstance(v, (list, tuple)) else ""
-            raise TypeError(f"{name} must be a torch.Tensor{fix}, got {type(v).__name__}{wrap}")
+        check_tensor(v, name, fix=fix)
     return Rule("a torch.Tensor", check, KIND, bad=lambda c, n: {n: [1.0, 2.0]})
 
 
@@ -748,6 +764,19 @@ def in_op(text: str, fn: Callable, bad: Callable, when=None) -> Rule:
     """A rule the op checks (``IN_OP``): ``fn(name, value, ctx)`` is what it runs, named here so the
     declaration lists it and the contract test derives its refused input."""
     return Rule(text + " (checked by the op)", fn, IN_OP, when=when, bad=bad)
+
+
+def agree(text: str, fact: Callable, width: int, show: Callable, fix: str, bad: Callable) -> Rule:
+    """The same on every rank of the call's process group (``PEERS``): ``fact(value, ctx)``, ``width``
+    ints (``show(fact)`` says it in words), is gathered from every rank with every other ``PEERS`` rule
+    of the call (``contract.enforce``: one all_gather), and ``check`` sees them all, so every rank raises
+    the same error, naming the first rank that differs from rank 0 and the ``fix``."""
+    def check(name, every, ctx):
+        for r, theirs in enumerate(every):
+            if theirs != every[0]:
+                raise ValueError(f"{name} must be alike on every rank of the process group ({text}), but rank {r} "
+                                 f"passes {show(theirs)} and rank 0 {show(every[0])}; {fix}")
+    return Rule(f"alike on every rank: {text} (one all_gather)", check, PEERS, bad=bad, fact=fact, width=width)
 
 
 def call(text: str, fn: Callable, stage: int = RELATION, convert=None, when=None, bad=None) -> Rule:

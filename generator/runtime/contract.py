@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import struct
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,7 +47,7 @@ from spec.assumptions import ASSUMPTIONS, limit
 
 from generator.runtime import checks as R
 from generator.runtime import launch
-from generator.runtime.checks import IN_OP, KIND, RELATION, VALUES
+from generator.runtime.checks import IN_OP, KIND, PEERS, RELATION, VALUES
 
 #: the kernel reads the tensor through its strides (permuted, sliced, expanded views: no copy)
 ANY = "any (read through the strides, no copy)"
@@ -81,6 +82,10 @@ class Arg:
 
 def _dtypes() -> str:
     return "/".join({"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[d] for d in limit("dtypes"))
+
+
+def _seq_lens(what: str) -> str:
+    return f"{what} ≤ {R.power_text(limit('seq_len_int32'))}"
 
 
 def _pow2s(name: str) -> str:
@@ -160,12 +165,12 @@ def _dropout(box) -> tuple[Arg, Arg]:
             "offset drawn from torch's generator for the device", ("dropout_p_range", "dropout_counter"),
             rules=(R.call("0 ≤ p < 1", lambda n, v, c: R.check_dropout(v, False, 0), KIND,
                           convert=lambda v, c: R.check_dropout(v, False, 0), bad=lambda c, n: {n: 1.0}),
-                   R.call("counter within int64",
+                   R.call(f"counter within int64; a returned mask ≤ {R.power_text(R.DROPOUT_MASK_MAX)} elements",
                           lambda n, v, c: R.check_dropout(v, c["return_dropout_mask"], box(c)), RELATION,
                           bad=lambda c, n: {n: 0.5, **_lower("dropout_counter", 1)})))
     mask = Arg("return_dropout_mask", "bool", "—", NONE,
-               "True or False (not 1); True appends the bool keep mask the kernels drew (at most 2^28 "
-               "elements: small problems)", rules=(R.is_bool(),))
+               "True or False (not 1); True appends the bool keep mask the kernels drew (at most "
+               f"{R.power_text(R.DROPOUT_MASK_MAX)} elements: small problems)", rules=(R.is_bool(),))
     return p, mask
 
 
@@ -205,15 +210,23 @@ def _not_fp8(bad, on=lambda v: True) -> R.Rule:
                   bad=lambda c, n: {n: bad(c)} if _fp8(c) else {})
 
 
-def _fp8_args(sizes) -> tuple[Arg, ...]:
-    """``q_descale``, ``k_descale``, ``v_descale`` and ``out_dtype``; ``sizes(ctx)`` the descales' ``(B, Hkv)``."""
+def _fp8_positive_scale(what: str, when) -> R.Rule:
+    """``scale > 0`` with FP8 (``when``): the host's sign rewrite would negate an FP8 q."""
+    return R.call(f"> 0 with {what}", lambda n, v, c: None if v is None or v > 0 else R._raise(
+        ValueError, f"{n} must be > 0 with {what}, got {v}; fold the sign into q before quantising"),
+        when=when, bad=lambda c, n: {n: -0.5} if when(c) else {})
+
+
+def _fp8_args(sizes, kv: str = "k", no_grad=_fp8_no_grad) -> tuple[Arg, ...]:
+    """``q_descale``, ``k_descale``, ``v_descale`` and ``out_dtype``; ``sizes(ctx)`` the descales' ``(B, Hkv)``;
+    ``kv``: the argument holding K (``k``; ``k_cache`` for the KV-cache decode), ``no_grad()``: its rule."""
     def descale(name):
         return Arg(name, "None or a float32 tensor", "(B, Hkv) (varlen: B the segments)", COPIED,
-                   "finite and > 0 (opt-in check); None: 1; with FP8 k, v only", ("fp8_descales",),
+                   f"finite and > 0 (opt-in check); None: 1; with FP8 {kv} only", ("fp8_descales",),
                    rules=(R.is_tensor(),
                           R.dtype_in((torch.float32,), "it must be float32 (batch, kv_heads), FlashAttention 3's; "
                                      "convert with .float()"),
-                          R.call("with FP8 k, v", lambda n, v, c: R.check_fp8_descale_kv(n, c["k"]),
+                          R.call(f"with FP8 {kv}", lambda n, v, c: R.check_fp8_descale_kv(n, c[kv]),
                                  bad=lambda c, n: {n: torch.ones(sizes(c), device=c["q"].device)}),
                           R.call("(B, Hkv)", lambda n, v, c: R.check_fp8_descale_shape(n, v, *sizes(c)),
                                  bad=lambda c, n: {n: torch.cat([c[n], c[n]], 1)}),
@@ -222,13 +235,13 @@ def _fp8_args(sizes) -> tuple[Arg, ...]:
                                    bad=lambda c, n: {n: c[n].clone().fill_(0)},
                                    kept="no clamp can: without the check a descale ≤ 0 or not finite scales its "
                                    "tensor as given (every read stays in bounds; claim fp8_descale assumes > 0)"),
-                          _fp8_no_grad()))
+                          no_grad()))
     return (*(descale(name) for name in R.FP8_NAMES),
             Arg("out_dtype", "None or torch.bfloat16 / float16 / float32", "—", NONE,
                 "FP8 inputs only; None: bf16 (q's dtype with an fp16/bf16 q)", ("fp8_descales",),
                 rules=(R.call("bf16, fp16 or fp32", lambda n, v, c: R.check_fp8_out_dtype(n, v), KIND,
                               bad=lambda c, n: {n: torch.float64}),
-                       R.call("with FP8 inputs", lambda n, v, c: R.check_fp8_only(n, c["k"]),
+                       R.call("with FP8 inputs", lambda n, v, c: R.check_fp8_only(n, c[kv]),
                               bad=lambda c, n: {n: torch.bfloat16}))))
 
 
@@ -238,9 +251,7 @@ def _with_fp8_limits(args: tuple[Arg, ...]) -> tuple[Arg, ...]:
     or paged cache."""
     q_heads = lambda c: c["q"].shape[1]  # noqa: E731  (Hq: dim 1 of (B, Hq, N, D) and of (total, Hq, D))
     limits = {
-        "scale": R.call("> 0 with FP8 inputs", lambda n, v, c: None if v is None or v > 0 else R._raise(
-            ValueError, f"{n} must be > 0 with FP8 inputs, got {v}; fold the sign into q before quantising"),
-            when=_fp8, bad=lambda c, n: {n: -0.5} if _fp8(c) else {}),
+        "scale": _fp8_positive_scale("FP8 inputs", _fp8),
         "softcap": _not_fp8(lambda c: 5.0),
         "alibi_slopes": _not_fp8(lambda c: torch.rand(q_heads(c), device=c["q"].device)),
         "sinks": _not_fp8(lambda c: torch.zeros(q_heads(c), device=c["q"].device)),
@@ -303,7 +314,7 @@ def _dense_qkv(q_shape: str, kv_shape: str, v_shape: str, strides: str = ANY, fp
                               bad=lambda c, n: {n: c[n].double()}),
                        R.call(f"D in 1..{limit('head_dim_max')}", lambda n, v, c: R.check_head_dim(v.shape[3]), bad=lambda c, n: {n: c[n][..., :0], **both(
                                lambda t: t[..., :0])(c, n)}),
-                       R.call("N_q + N_k ≤ 2^29", lambda n, v, c: R.check_seq_lens(v.shape[2], c["k"].shape[2]),
+                       R.call(_seq_lens("N_q + N_k"), lambda n, v, c: R.check_seq_lens(v.shape[2], c["k"].shape[2]),
                               bad=lambda c, n: _lower("seq_len_int32", 1)),
                        R.call("in-slice offsets of q, k, v, mask, out fit int32", lambda n, v, c: R.check_index_width(
                            q=v, k=c["k"], v=c["v"], mask=c.get("mask"), out=(*v.shape[:3], c["v"].shape[3])),
@@ -343,16 +354,87 @@ def _merge_lse(o_name: str) -> tuple:
 
 
 def _ring_qkv(args):
-    """``ring_attention``'s q, k, v: the dense ones, k's shard as long as q's."""
+    """``ring_attention``'s q, k, v: the dense ones, k's shard as long as q's, and each shard's shape and
+    dtype alike on every rank (``_RING_PEERS``)."""
     q, k, v = args
-    return q, replace(k, rules=k.rules + (R.call("q's shard length", _ring_shards,
-                                                 bad=lambda c, n: {n: c[n][:, :, :-1], "v": c["v"][:, :, :-1]}),)), v
+    k = replace(k, rules=k.rules + (R.call("q's shard length", _ring_shards,
+                                           bad=lambda c, n: {n: c[n][:, :, :-1], "v": c["v"][:, :, :-1]}),))
+    return tuple(replace(a, rules=a.rules + (_RING_PEERS[a.name],)) for a in (q, k, v))
+
+
+# ----------------------------------------------------------------------------------
+# ring_attention: what every rank of the group must pass alike (``checks.agree``, the PEERS stage:
+# ``enforce`` gathers these facts from every rank in one all_gather and every rank raises the same
+# error). A rank's shards are cut from the same full tensors (``ring_shard``), so their shapes and dtype
+# agree; the options decide each step's plan (causal, layout) and the logits (scale) on every rank, and
+# the generated kernels (block). ``return_lse`` is each rank's own: it changes no rank's work.
+# ----------------------------------------------------------------------------------
+#: the dtypes a fact may name, by index
+_FACT_DTYPES = (*R.DTYPES, *launch.FP8_FORMATS)
+
+
+def _shard_fact(v, c) -> tuple[int, ...]:
+    return (*v.shape, _FACT_DTYPES.index(v.dtype) if v.dtype in _FACT_DTYPES else -1)
+
+
+def _show_shard(f) -> str:
+    dtype = _FACT_DTYPES[f[4]] if 0 <= f[4] < len(_FACT_DTYPES) else "another dtype"
+    return f"a {str(dtype).replace('torch.', '')} shard of shape {tuple(f[:4])}"
+
+
+def _scale_fact(v, c) -> tuple[int]:
+    """The scale the kernels get (None: 1/sqrt(D)), as the bits of its float64."""
+    return (struct.unpack("<q", struct.pack("<d", R.sm_scale_of(v, c["q"].shape[-1])))[0],)
+
+
+def _show_scale(f) -> str:
+    return f"scale {struct.unpack('<d', struct.pack('<q', f[0]))[0]!r}"
+
+
+def _show_layout(f) -> str:
+    from generator.runtime.ring import LAYOUTS
+
+    return f"layout={LAYOUTS[f[0]]!r}"
+
+
+def _layout_fact(v, c) -> tuple[int]:
+    from generator.runtime.ring import LAYOUTS
+
+    return (LAYOUTS.index(v),)
+
+
+_SHARDS_FIX = "cut every rank's shards from the same full tensors with ring_shard(x, P, rank, layout=layout)"
+_RING_PEERS = {
+    "q": R.agree("shape (B, Hq, N/P, D) and dtype", _shard_fact, 5, _show_shard, _SHARDS_FIX,
+                 bad=lambda c, n: {t: c[t][:, :, :c[t].shape[2] // 2] for t in ("q", "k", "v")}),
+    "k": R.agree("shape (B, Hkv, N/P, D) and dtype", _shard_fact, 5, _show_shard, _SHARDS_FIX,
+                 bad=lambda c, n: {t: torch.cat([c[t], c[t]], 1) for t in ("k", "v")}),
+    "v": R.agree("shape (B, Hkv, N/P, D_v) and dtype", _shard_fact, 5, _show_shard, _SHARDS_FIX,
+                 bad=lambda c, n: {n: c[n][..., :c[n].shape[-1] // 2]}),
+    "causal": R.agree("the causal flag", lambda v, c: (int(v),), 1, lambda f: f"causal={bool(f[0])}",
+                      "pass the same causal on every rank", bad=lambda c, n: {n: not c[n]}),
+    "scale": R.agree("the softmax scale (None: 1/sqrt(D))", _scale_fact, 1, _show_scale,
+                     "pass the same scale on every rank",
+                     bad=lambda c, n: {n: 2 * R.sm_scale_of(c[n], c["q"].shape[-1])}),
+    "layout": R.agree("the layout", _layout_fact, 1, _show_layout, "pass the same layout on every rank",
+                      bad=lambda c, n: {n: "zigzag" if c[n] == "contiguous" else "contiguous"}),
+    "block": R.agree('the block (B_r, B_c) or "auto"', lambda v, c: (0, 0) if v == "auto" else tuple(v), 2,
+                     lambda f: "block=" + ('"auto"' if f == (0, 0) else str(tuple(f))),
+                     "pass the same block on every rank",
+                     bad=lambda c, n: {n: (16, 32) if c[n] != (16, 32) else (32, 32)}),
+}
 
 
 def _lower(assumption: str, value) -> dict:
     """A rule's refused input that is too large to build: the limit lowered instead (the contract test
     sets ``spec.assumptions`` to it for the call)."""
     return {"__limits__": {assumption: value}}
+
+
+def _patched(owner, attribute: str, value) -> dict:
+    """A rule's refused input that is the process's state, not an argument (torch.distributed not
+    initialised): the contract test sets ``owner.attribute`` to ``value`` for the call."""
+    return {"__patch__": ((owner, attribute, value),)}
 
 
 def _dense_sizes(c):
@@ -466,12 +548,11 @@ def _segment_lengths(cu):
 
 _INFERENCE_FIX = ("call it under torch.no_grad() / torch.inference_mode() or detach the tensors; for training use "
                   "flash_attention (differentiable)")
-_PAGE_SIZES = "a power of two from 16 to 512"
-
-
 def _page_size_check(n, v, c):
     if v.shape[1] not in limit("page_sizes"):
-        raise ValueError(f"page_size ({n} dim 1) must be {_PAGE_SIZES}, got {v.shape[1]} [page_sizes]")
+        sizes = limit("page_sizes")
+        raise ValueError(f"page_size ({n} dim 1) must be a power of two from {sizes[0]} to {sizes[-1]}, got "
+                         f"{v.shape[1]} [page_sizes]")
 
 
 def _segments(c):
@@ -669,19 +750,100 @@ def _cache_rows_rules(meaning: str) -> tuple:
             R.shape_is(lambda c: (c["q"].shape[0],), "(batch,)"))
 
 
+def _kv_fp8(c) -> bool:
+    """An FP8 KV cache (issue 30): k_cache in an FP8 format (the dtype rule holds v_cache to it)."""
+    return isinstance(c["k_cache"], torch.Tensor) and c["k_cache"].dtype in launch.FP8_FORMATS
+
+
+def _kv_not_fp8(bad, on=lambda v: True) -> R.Rule:
+    """A feature the FP8 cache does not combine with (yet): refused there, as ``_not_fp8`` on the dense path."""
+    return R.call("not with an FP8 cache", lambda n, v, c: R.check_not_fp8(n, v, on(v)), when=_kv_fp8,
+                  bad=lambda c, n: {n: bad(c)} if _kv_fp8(c) else {})
+
+
+def _kv_cache_dtype(n, v, c):
+    """One dtype for q and the cache, or an FP8 cache (k_cache, v_cache one FP8 format) with q in that format or
+    fp16/bf16 [fp8_descales]."""
+    try:
+        R.check_dtypes(c["q"], c["k_cache"], c["v_cache"], True)
+    except TypeError as e:
+        raise TypeError(f"{n} has dtype {v.dtype} with q {c['q'].dtype} (q, k, v below: q, k_cache, v_cache): {e}") \
+            from None
+
+
+def _kv_fp8_rotary(c, n):
+    """A call with an FP8 cache that appends, with rotary tables added (refused)."""
+    if not _kv_fp8(c) or c["k"] is None:
+        return {}
+    angle = torch.rand(_kv_capacity(c), c["q"].shape[3] // 4, device=c["q"].device)
+    return {"rotary_cos": angle.cos(), "rotary_sin": angle.sin()}
+
+
+def _kv_fp8_score_mod(c, n):
+    from spec.score_mods import tanh_cap
+
+    return {n: tanh_cap, "score_args": {"cap": 5.0}} if _kv_fp8(c) else {}
+
+
+def _kv_append_dtype(n, v, c):
+    if v.dtype != c["k_cache"].dtype:
+        raise TypeError(f"{n} has dtype {v.dtype} but the cache is {c['k_cache'].dtype}: the new keys and values are "
+                        "copied into an FP8 cache as they are (FlashAttention 3's rule), so quantise them with the "
+                        f"cache's descales first: ({n} / {n}_descale[:, None, :, None]).to({c['k_cache'].dtype}) "
+                        "[fp8_descales]")
+
+
+def _kv_with_fp8_limits(args: tuple[Arg, ...]) -> tuple[Arg, ...]:
+    """The KV-cache decode's arguments with an FP8 cache's limits (issue 30) on the arguments they limit: new
+    k, v already in the cache's FP8 format, no rotary (it would rotate quantised keys), a positive scale, and no
+    softcap, ALiBi, sinks or score_mod (as the dense FP8 forward)."""
+    q_heads = lambda c: c["q"].shape[2]  # noqa: E731  (Hq: dim 2 of (B, N_q, Hq, D))
+    limits = {
+        "k": R.call("an FP8 cache: k in its dtype", _kv_append_dtype, KIND, when=_kv_fp8,
+                    bad=lambda c, n: {n: c[n].to(torch.bfloat16), "v": c["v"].to(torch.bfloat16)}
+                    if _kv_fp8(c) and c[n] is not None else {}),
+        "v": R.call("an FP8 cache: v in its dtype", _kv_append_dtype, KIND, when=_kv_fp8,
+                    bad=lambda c, n: {n: c[n].to(torch.bfloat16)} if _kv_fp8(c) and c[n] is not None else {}),
+        "rotary_cos": replace(_kv_not_fp8(lambda c: None), bad=_kv_fp8_rotary),
+        "scale": _fp8_positive_scale("an FP8 cache", _kv_fp8),
+        "softcap": _kv_not_fp8(lambda c: 5.0),
+        "alibi_slopes": _kv_not_fp8(lambda c: torch.rand(q_heads(c), device=c["q"].device)),
+        "sinks": _kv_not_fp8(lambda c: torch.zeros(q_heads(c), device=c["q"].device)),
+    }
+    out = []
+    for a in args:
+        if a.name == "score_mod":
+            a = replace(a, rules=a.rules + (replace(_kv_not_fp8(lambda c: None), bad=_kv_fp8_score_mod),))
+        elif a.name in limits:
+            rule = limits[a.name]
+            # the FP8 rule of k / v before their own "k_cache's dtype" (which would name no fix)
+            a = replace(a, rules=(rule, *a.rules) if a.name in ("k", "v") else a.rules + (rule,))
+        out.append(a)
+    return tuple(out)
+
+
 def _kvcache() -> tuple[Arg, ...]:
+    return _kv_with_fp8_limits(_kvcache_args()) + _fp8_args(lambda c: (c["q"].shape[0], c["k_cache"].shape[2]),
+                                                            "k_cache", _kv_no_grad)
+
+
+def _kvcache_args() -> tuple[Arg, ...]:
+    kv_dtype = R.call("q's dtype (FP8 cache: k_cache, v_cache one FP8 format, q it or fp16/bf16)", _kv_cache_dtype,
+                      bad=lambda c, n: {n: c[n].double()})
     return (
-        Arg("q", _dtypes() + ", one dtype for q and the cache", f"(B, N_q, Hq, D), D in 1..{limit('decode_head_dim_max')[0]}",
-            ANY, "any", ("dtypes", "decode_head_dim_max", "gqa_divides", "index_int32"),
+        Arg("q", _dtypes() + ", one dtype for q and the cache" + "; or an FP8 cache: k_cache, v_cache float8_e4m3fn/"
+            "e5m2, q in that dtype or fp16/bf16", f"(B, N_q, Hq, D), D in 1..{limit('decode_head_dim_max')[0]}",
+            ANY, "any", ("dtypes", "decode_head_dim_max", "gqa_divides", "index_int32", "fp8_descales"),
             rules=(R.is_tensor(), R.supported_device(), R.rank(4, "(batch, N_q, Hq, D): FlashAttention's layout"),
-                   R.dtype_in(R.DTYPES, _SUPPORTED), _kv_no_grad(),
+                   R.call("a supported dtype or FP8", lambda n, v, c: R.check_supported_dtype(n, v, True), KIND,
+                          bad=lambda c, n: {n: c[n].double()}), _kv_no_grad(),
                    R.call("B, N_q, Hq ≥ 1; D in 1..max", _kv_q_dims, bad=lambda c, n: {n: c[n][:, :0]}),
                    R.call("in-slice offsets of q, the cache and out fit int32", _kv_index_width,
                           bad=lambda c, n: _lower("index_int32", 0)))),
         Arg("k_cache", "q's", "(B, N_cache, Hkv, D), or paged (num_pages, page_size, Hkv, D)", ANY,
             "any (slots past cache_seqlens[b] are never read)", ("gqa_divides", "page_sizes", "index_int32"),
             rules=(R.is_tensor(), R.rank(4, "(batch, N_cache, Hkv, D), or paged (num_pages, page_size, Hkv, D)"),
-                   R.same_dtype("q"), _kv_no_grad(),
+                   kv_dtype, _kv_no_grad(),
                    R.call("q's D; Hq % Hkv = 0", _kv_cache_dims, bad=lambda c, n: {n: c[n][..., :1],
                                                                                    "v_cache": c["v_cache"][..., :1]}),
                    R.call("contiguous: q's batch", _kv_cache_rows,
@@ -694,7 +856,7 @@ def _kvcache() -> tuple[Arg, ...]:
             "(MLA's absorbed decode: D = 576, D_v = 512); out has D_v", ANY,
             "any; a view of k_cache's storage (k_cache[..., :D_v]) is read as it is, no copy",
             ("decode_head_dim_max", "index_int32"),
-            rules=(R.is_tensor(), R.same_dtype("q"), _kv_no_grad(),
+            rules=(R.is_tensor(), kv_dtype, _kv_no_grad(),
                    R.call("k_cache's shape but its head dim", lambda n, v, c: R.check_v_like_k(c["k_cache"], v, "k_cache", n),
                           bad=lambda c, n: {n: c[n][:, :-1]}),
                    R.call(f"D_v in 1..{limit('decode_head_dim_max')[1]}", lambda n, v, c: R.check_head_dim(
@@ -855,7 +1017,7 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                               bad=lambda c, n: {n: c[n][..., :0], "k": c["k"][..., :0], "v": c["v"][..., :0]}),
                        replace(R.no_grad("flash_attention_varlen with block_table (paged K/V)", _INFERENCE_FIX),
                                when=_paged),
-                       R.call("total_q + total_k ≤ 2^29", lambda n, v, c: R.check_seq_lens(
+                       R.call(_seq_lens("total_q + total_k"), lambda n, v, c: R.check_seq_lens(
                            v.shape[0], c["k"].shape[0]), when=_packed, bad=lambda c, n: _lower("seq_len_int32", 1)))),
             Arg("k", "q's", "(total_k, Hkv, D), Hq % Hkv = 0 (GQA); with block_table a paged cache (num_pages, "
                 "page_size, Hkv, D)", ANY, "any", ("dtypes", "gqa_divides", "page_sizes", "index_int32"),
@@ -915,7 +1077,8 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
             Arg("batch_invariant", "bool", "—", NONE, "True or False (the packed kernels are batch invariant)",
                 rules=(R.is_bool(),)),
             Arg("block_table", "None or an int32 tensor", "(B, max_pages)", COPIED,
-                "k, v then paged caches (num_pages, page_size 16..512, Hkv, D), cu_seqlens_k their key counts; "
+                f"k, v then paged caches (num_pages, page_size {_pow2s('page_sizes')}, Hkv, D), cu_seqlens_k their "
+                "key counts; "
                 "forward only, no dropout; the pages a sequence reads in [0, num_pages) (opt-in check; else clamped "
                 "into it by the paged path)",
                 ("page_sizes", "page_ids_range"),
@@ -955,17 +1118,23 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
         ),
         "ring_attention": _ring_qkv(_dense_qkv("(B, Hq, N/P, D): this rank's shard", "(B, Hkv, N/P, D), q's N/P",
                                                "(B, Hkv, N/P, D_v)", COPIED + "; sent around the ring")) + (
-            Arg("group", "None or a torch.distributed process group", "—", NONE,
-                "every rank passes the same shapes and options (checked by one all_gather)",
-                rules=(R.call("a process group", lambda n, v, c: None if hasattr(v, "rank") or hasattr(
-                    v, "size") else R._raise(TypeError, f"group must be a torch.distributed process group or None, "
-                                             f"got {type(v).__name__}"), KIND, bad=lambda c, n: {n: "world"}),)),
-            CAUSAL, SCALE,
+            Arg("group", "a torch.distributed process group, or None: the world", "—", NONE,
+                "its ranks pass alike: the shapes and dtype of q, k, v, causal, scale, layout, block (one all_gather "
+                "of every rule marked 'alike on every rank'; a rank whose own rules refuse its call tells the others, "
+                "so every rank raises)",
+                rules=(R.call("torch.distributed initialised", _ring_initialised, KIND,
+                              bad=lambda c, n: _patched(_dist(), "is_initialized", lambda: False)),
+                       R.call("a process group", _ring_group, KIND, bad=lambda c, n: {n: "world"}),
+                       R.call("this process a member", _ring_member, KIND,
+                              bad=lambda c, n: {n: _dist().GroupMember.NON_GROUP_MEMBER}))),
+            *(replace(a, rules=a.rules + (_RING_PEERS[a.name],)) for a in (CAUSAL, SCALE)),
             Arg("layout", "str", "—", NONE, '"zigzag" (N divisible by 2P) or "contiguous" (by P)',
                 rules=(R.call("one of LAYOUTS", lambda n, v, c: _ring_layout(v), KIND, bad=lambda c, n: {n: "ring"}),
                        R.in_op("zigzag: N divisible by 2P (an even shard length)", _ring_chunks,
-                               bad=lambda c, n: {n: "zigzag", **{t: c[t][:, :, :-1] for t in ("q", "k", "v")}}))),
-            RETURN_LSE, _block('(64, 64); "auto" allowed', True),
+                               bad=lambda c, n: {n: "zigzag", **{t: c[t][:, :, :-1] for t in ("q", "k", "v")}}),
+                       _RING_PEERS["layout"])),
+            RETURN_LSE,
+            (lambda a: replace(a, rules=a.rules + (_RING_PEERS["block"],)))(_block('(64, 64); "auto" allowed', True)),
         ),
         "softmax": (
             Arg("x", _dtypes(), "any, rank ≥ 1", ROWS, "any; a row of only −inf gives zeros", ("dtypes",),
@@ -979,6 +1148,39 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
             _block("(64, 64)", False),
         ),
     }
+
+
+def _dist():
+    import torch.distributed as dist
+
+    return dist
+
+
+def _ring_initialised(n, v, c):
+    dist = _dist()
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(f"ring_attention needs torch.distributed for its {n} (None: the world): call "
+                           "torch.distributed.init_process_group (backend 'nccl' on GPUs, 'gloo' on CPU) on every rank "
+                           "first")
+
+
+def _non_member(v) -> bool:
+    """What ``torch.distributed.new_group`` returns on a process outside the group (an int sentinel)."""
+    non_member = _dist().GroupMember.NON_GROUP_MEMBER
+    return v is non_member or (type(v) is type(non_member) and v == non_member)
+
+
+def _ring_group(n, v, c):
+    if v is not None and not _non_member(v) and not (hasattr(v, "rank") or hasattr(v, "size")):
+        raise TypeError(f"{n} must be a torch.distributed process group or None, got {type(v).__name__}")
+
+
+def _ring_member(n, v, c):
+    dist = _dist()
+    if _non_member(v) or (v is not None and dist.get_rank(v) < 0):
+        raise ValueError(f"{n}: this process (global rank {dist.get_rank()}) is not a member of {n} "
+                         "(torch.distributed.new_group returns GroupMember.NON_GROUP_MEMBER on the other processes): "
+                         "call ring_attention on the group's ranks only")
 
 
 def _ring_layout(layout):
@@ -1024,6 +1226,9 @@ ENTRY_POINTS = _with_devices(entry_points())
 _ORDER = {entry: tuple(sorted(((a.name, a.optional, r) for a in args for r in a.rules), key=lambda x: x[2].stage))
           for entry, args in ENTRY_POINTS.items()}
 
+
+#: per entry point, its ``PEERS`` rules ``(argument, rule)`` in the order of the signature (``_agree``)
+_PEER_RULES = {entry: tuple((name, r) for name, _, r in order if r.stage == PEERS) for entry, order in _ORDER.items()}
 
 #: per entry point, its value rules only (what a cached call runs)
 _VALUE_RULES = {entry: tuple(x for x in order if x[2].stage == VALUES) for entry, order in _ORDER.items()}
@@ -1078,12 +1283,28 @@ def enforce(entry: str, arguments: dict, values: bool = True) -> dict:
     the first broken one raises its error (naming the argument, the problem and the fix). Returns
     the arguments as the call goes on with them (the rules' conversions: ``scale`` a float,
     ``window`` a pair of ints, ``cache_seqlens`` an int tensor, ...). Value rules (``VALUES``) run
-    as ``keep_values`` runs them (``values=False``: not at all, the caller does)."""
+    as ``keep_values`` runs them (``values=False``: not at all, the caller does). An entry point with
+    ``PEERS`` rules (``ring_attention``) then compares them across its process group (``_agree``)."""
+    if not _PEER_RULES[entry]:
+        return _enforce_here(entry, arguments, values)
+    try:
+        ctx = _enforce_here(entry, arguments, values)
+    except Exception as error:
+        with contextlib.suppress(Exception):  # whatever the exchange meets, this rank's own error stands
+            _agree(entry, arguments, None, getattr(error, "_contract_rule", len(_ORDER[entry])), error)
+        raise
+    _agree(entry, arguments, ctx, -1, None)
+    return ctx
+
+
+def _enforce_here(entry: str, arguments: dict, values: bool) -> dict:
+    """``enforce`` on this process alone (every stage up to ``IN_OP``); an error carries the index of the
+    rule that raised it in ``_ORDER[entry]`` (``_contract_rule``: what ``_agree`` tells the peers)."""
     ctx = dict(arguments)
     pending = []
-    for name, optional, rule in _ORDER[entry]:
-        if rule.stage == IN_OP:
-            break  # the last stage: the op checks these itself
+    for index, (name, optional, rule) in enumerate(_ORDER[entry]):
+        if rule.stage >= IN_OP:
+            break  # the op checks these itself (IN_OP); PEERS: across the ranks, by _agree
         value = ctx[name]
         if value is None and optional:
             continue
@@ -1092,13 +1313,95 @@ def enforce(entry: str, arguments: dict, values: bool = True) -> dict:
         if rule.stage == VALUES:
             pending.append((name, rule))
             continue
-        if rule.convert is None:
-            rule.check(name, value, ctx)
-        else:  # checks and converts in one call
-            ctx[name] = rule.convert(value, ctx)
+        try:
+            if rule.convert is None:
+                rule.check(name, value, ctx)
+            else:  # checks and converts in one call
+                ctx[name] = rule.convert(value, ctx)
+        except Exception as error:
+            error._contract_rule = index
+            raise
     if values and pending:
         keep_values(entry, ctx, tuple(pending))
     return ctx
+
+
+#: the argument that names the process group of an entry point with ``PEERS`` rules (None: the world)
+GROUP = "group"
+
+
+def _exchange_device(group, lead) -> torch.device:
+    """Where the facts travel: a CUDA tensor for NCCL (q's device, else the current one), the CPU for any
+    other backend (gloo, and the CPU side of a mixed "cpu:gloo,cuda:nccl" group)."""
+    if _backend(group) != "nccl":
+        return torch.device("cpu")
+    if isinstance(lead, torch.Tensor) and lead.is_cuda:
+        return lead.device
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _backend(group) -> str:
+    import torch.distributed as dist
+
+    return str(dist.get_backend(group))
+
+
+def _agree(entry: str, arguments: dict, ctx: dict | None, failed: int, error: BaseException | None) -> None:
+    """The ``PEERS`` rules of ``entry`` across the ranks of ``arguments[GROUP]``: each rank sends, in one
+    all_gather of ``1 + Σ width`` int64s, the index of the local rule that refused its call (``failed``;
+    -1: none) and every ``PEERS`` fact of its call (``ctx``). Every rank receives the same rows, so every
+    rank raises the same error: a refused rank its own (``error``, re-raised by ``enforce``), the others a
+    ValueError naming that rank and its argument; else the first ``PEERS`` rule whose facts differ
+    (``checks.agree``'s error, naming the first rank that differs from rank 0). No rank waits for a
+    peer that gave up: that is what made a mismatch a hang. Without an exchange (torch.distributed not
+    initialised, a group refused or that this process is not in, one rank) it returns at once."""
+    import torch.distributed as dist
+
+    rules = _PEER_RULES[entry]
+    group = arguments[GROUP]
+    order = _ORDER[entry]
+    if 0 <= failed < len(order) and order[failed][0] == GROUP:
+        return  # no group to exchange over: this rank raises alone
+    if not (dist.is_available() and dist.is_initialized()):
+        return  # the op's own error (torch.distributed must be initialised) follows on every rank
+    if dist.get_rank(group) < 0 or dist.get_world_size(group) <= 1:
+        return
+    width = sum(rule.width for _, rule in rules)
+    if error is None:
+        facts = [x for name, rule in rules for x in _fact(rule, name, ctx)]
+    else:
+        facts = [0] * width
+    lead = arguments[ENTRY_POINTS[entry][0].name]
+    mine = torch.tensor([failed, *facts], dtype=torch.int64, device=_exchange_device(group, lead))
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    try:
+        dist.all_gather(every, mine, group=group)
+    except RuntimeError as e:
+        raise RuntimeError(f"{entry}: rank {dist.get_rank(group)} could not compare its arguments with the other "
+                           f"ranks of its process group (a peer raised before the comparison, died or is slower than "
+                           f"the group's timeout). Cause: {e}") from e
+    rows = [t.tolist() for t in every]
+    refused = [(r, row[0]) for r, row in enumerate(rows) if row[0] >= 0]
+    if refused:
+        if error is not None:
+            error.add_note(f"{entry}: the other ranks of the process group raise ValueError naming this rank")
+            return  # enforce re-raises this rank's own error
+        r, index = refused[0]
+        what = (f"its argument {order[index][0]} ({order[index][2].text})" if index < len(order)
+                else "its arguments")
+        raise ValueError(f"{entry}: rank {r} of {len(rows)} refused {what}; see that rank's error for the problem "
+                         f"and fix it there (every rank raises, none runs)")
+    start = 1
+    for name, rule in rules:
+        rule.check(name, [tuple(row[start:start + rule.width]) for row in rows], ctx)
+        start += rule.width
+
+
+def _fact(rule, name: str, ctx: dict) -> tuple[int, ...]:
+    fact = tuple(int(x) for x in rule.fact(ctx[name], ctx))
+    if len(fact) != rule.width:
+        raise AssertionError(f"PEERS rule {rule.text!r} of {name}: fact {fact} is not {rule.width} ints wide")
+    return fact
 
 
 def check_values(pending, ctx) -> None:
@@ -1153,7 +1456,7 @@ def markdown() -> str:
     """One table per entry point: argument, dtype, shape, strides, accepted values and their
     enforcement, the normalisation, and the assumptions (``spec/assumptions.py``) it answers to."""
     out = []
-    stages = {KIND: "", RELATION: "", VALUES: "", IN_OP: ""}
+    stages = {KIND: "", RELATION: "", VALUES: "", IN_OP: "", PEERS: ""}
     for entry, args in _with_devices(entry_points()).items():
         out += [f"**`{entry}`**", "", "| argument | dtype | shape | strides | values | normalised | assumptions | "
                 "rules enforced |", "|---|---|---|---|---|---|---|---|"]

@@ -46,17 +46,17 @@ def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
                        philox: Optional[torch.Tensor] = None, score_mod: Optional[str] = None,
                        score_f: Optional[torch.Tensor] = None,
                        score_i: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    if mask is None and mask_mod is None and philox is None and score_mod is None:  # planned per signature
+    if mask_mod is None and philox is None and score_mod is None:  # planned per signature (a mask by its metadata)
         window = None if window is None else tuple(window)
-        key = plans.signature((q, k, v, key_lengths, alibi_slopes, sinks),
+        key = plans.signature((q, k, v, key_lengths, alibi_slopes, sinks, mask),
                               (causal, alignment, window, scale, block_m, block_n, tma, package, softcap))
         run = _PLANS.get(key) if key is not None else None
         if run is None:
             run = _PLANS.record(key, dispatch.planned_forward(
                 dispatch.module_for("fwd", (block_m, block_n), package, q.device), q, k, v, causal=causal,
                 alignment=alignment, window=window, key_lengths=key_lengths, scale=scale, tma=tma, softcap=softcap,
-                alibi_slopes=alibi_slopes, sinks=sinks))
-        return run(q, k, v, key_lengths, alibi_slopes, sinks)
+                alibi_slopes=alibi_slopes, sinks=sinks, mask=mask))
+        return run(q, k, v, key_lengths, alibi_slopes, sinks, mask)
     module = dispatch.module_of("fwd", (block_m, block_n), package, q.device, mask_mod, score_mod)
     return dispatch.attention_forward(module, q, k, v, causal=causal, alignment=alignment,
                                       window=None if window is None else tuple(window), key_lengths=key_lengths,

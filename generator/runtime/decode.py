@@ -58,7 +58,8 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
                                  rotary_sin=None, rotary_interleaved=True, cache_leftpad=None, cache_batch_idx=None,
                                  block_table=None, causal=False, window=None, scale=None, num_splits=0,
                                  return_lse=False, softcap=None, alibi_slopes=None, sinks=None,
-                                 batch_invariant=False, score_mod=None, score_args=None):
+                                 batch_invariant=False, score_mod=None, score_args=None, q_descale=None,
+                                 k_descale=None, v_descale=None, out_dtype=None):
     """Attention of ``N_q`` new tokens over a KV cache (decode, speculative decoding, chunked prefill).
 
     FlashAttention's layouts and names: ``q`` ``(B, N_q, Hq, D)``; a contiguous cache ``k_cache``,
@@ -118,11 +119,21 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
     kernel emitted with ``python -m generator --score-mod module:name``), with ``b`` the batch entry,
     ``h`` the query head, ``i`` the new token (``0 … N_q − 1``), ``j`` the cache key and ``shift =
     cache_seqlens[b] − N_q`` (after an append: its new length); inference only, like the rest.
+
+    An FP8 cache (FlashAttention 3's, docs/fp8.md): ``k_cache``, ``v_cache`` in ``torch.float8_e4m3fn`` (or
+    ``float8_e5m2``) with ``k_descale``, ``v_descale`` float32 ``(B, Hkv)`` (each None: 1), contiguous or paged,
+    split or not: attention on ``k_cache·k_descale``, ``v_cache·v_descale`` (claim ``fp8_descale``, per split;
+    the merge is linear in the partials). ``q`` in the cache's format with ``q_descale`` (both products in
+    fp8, out bf16) or fp16/bf16 (K and V upcast exactly, out in q's dtype); ``out_dtype`` bf16/fp16/fp32 to
+    choose. New ``k``, ``v`` are copied into the FP8 cache as they are (FlashAttention 3's rule): quantise
+    them with the cache's descales first; rotary, the score modifications and a score_mod are refused
+    with an FP8 cache.
     """
     # by position, in _kvcache's order (21 keywords passed on cost more than the rest of a cached call's Python)
     return _kvcache(config.DEFAULT_PACKAGE, q, k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin,
                     rotary_interleaved, cache_leftpad, cache_batch_idx, block_table, causal, window, scale, num_splits,
-                    return_lse, softcap, alibi_slopes, sinks, batch_invariant, score_mod, score_args)
+                    return_lse, softcap, alibi_slopes, sinks, batch_invariant, score_mod, score_args, q_descale,
+                    k_descale, v_descale, out_dtype)
 
 
 class _Checked(NamedTuple):
@@ -160,13 +171,15 @@ def _signature(package, q, k_cache, v_cache, cache_seqlens, block_table, causal,
 
 def _arguments(q, k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin, rotary_interleaved, cache_leftpad,
                cache_batch_idx, block_table, causal, window, scale, num_splits, return_lse, softcap, alibi_slopes,
-               sinks, batch_invariant, score_mod=None, score_args=None) -> dict:
+               sinks, batch_invariant, score_mod=None, score_args=None, q_descale=None, k_descale=None, v_descale=None,
+               out_dtype=None) -> dict:
     return {"q": q, "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens, "k": k, "v": v,
             "rotary_cos": rotary_cos, "rotary_sin": rotary_sin, "rotary_interleaved": rotary_interleaved,
             "cache_leftpad": cache_leftpad, "cache_batch_idx": cache_batch_idx, "block_table": block_table,
             "causal": causal, "window": window, "scale": scale, "num_splits": num_splits, "return_lse": return_lse,
             "softcap": softcap, "alibi_slopes": alibi_slopes, "sinks": sinks, "batch_invariant": batch_invariant,
-            "score_mod": score_mod, "score_args": score_args}
+            "score_mod": score_mod, "score_args": score_args, "q_descale": q_descale, "k_descale": k_descale,
+            "v_descale": v_descale, "out_dtype": out_dtype}
 
 
 def _check(arguments: dict):
@@ -187,31 +200,35 @@ def _check(arguments: dict):
     rows = [contract.unit_stride("flash_attention_with_kvcache", name, a[name]) for name in
             ("cache_leftpad", "cache_batch_idx")]
     return (_Checked(capacity, num_pages, n_new, a["softcap"], a["scale"], num_splits, window, split_keys),
-            *[None if t is None else t.to(torch.int32) for t in rows], a.get("packed_score_args", (None, None)))
+            *[None if t is None else t.to(torch.int32) for t in rows], a.get("packed_score_args", (None, None)), a)
 
 
 def _kvcache(package, q, k_cache, v_cache, cache_seqlens, k=None, v=None, rotary_cos=None, rotary_sin=None,
              rotary_interleaved=True, cache_leftpad=None, cache_batch_idx=None, block_table=None, causal=False,
              window=None, scale=None, num_splits=0, return_lse=False, softcap=None, alibi_slopes=None, sinks=None,
-             batch_invariant=False, score_mod=None, score_args=None):
+             batch_invariant=False, score_mod=None, score_args=None, q_descale=None, k_descale=None, v_descale=None,
+             out_dtype=None):
     checks.check_tensor(q, "q")
+    # an FP8 cache (issue 30): checked every call and planned per call (its descales ride the plan)
+    fp8 = checks.fp8_mode(k_cache, (q_descale, k_descale, v_descale)) or out_dtype is not None
     if not isinstance(cache_seqlens, torch.Tensor):  # an int (numpy integers too): every sequence's length
         cache_seqlens = torch.full((q.shape[0],), checks._as_int(cache_seqlens, "cache_seqlens"), dtype=torch.int32,
                                    device=q.device)
     # the checks of shapes, dtypes, strides, devices and options: once per call signature (plans)
     key = None
     if k is None and v is None and rotary_cos is None and rotary_sin is None and cache_leftpad is None \
-            and cache_batch_idx is None and score_mod is None and score_args is None \
+            and cache_batch_idx is None and score_mod is None and score_args is None and not fp8 \
             and not torch.compiler.is_compiling():
         key = _signature(package, q, k_cache, v_cache, cache_seqlens, block_table, causal, window, scale, num_splits,
                          return_lse, softcap, alibi_slopes, sinks, batch_invariant, rotary_interleaved)
     entry = _PLANS.get(key) if key is not None else None
     arguments = _arguments(q, k_cache, v_cache, cache_seqlens, k, v, rotary_cos, rotary_sin, rotary_interleaved,
                            cache_leftpad, cache_batch_idx, block_table, causal, window, scale, num_splits, return_lse,
-                           softcap, alibi_slopes, sinks, batch_invariant, score_mod, score_args)
+                           softcap, alibi_slopes, sinks, batch_invariant, score_mod, score_args, q_descale, k_descale,
+                           v_descale, out_dtype)
     score_f = score_i = None
     if entry is None:
-        checked, arguments["cache_leftpad"], arguments["cache_batch_idx"], (score_f, score_i) = _check(arguments)
+        checked, arguments["cache_leftpad"], arguments["cache_batch_idx"], (score_f, score_i), a = _check(arguments)
         # the plan: what the checks derived, the launch plan (once run directly), the value rules that apply,
         # and whether the tensors may skip the custom op (plans.plain: their types and gradients, in the key)
         entry = _PLANS.record(key, [checked, None, contract.value_rules("flash_attention_with_kvcache", arguments),
@@ -237,7 +254,10 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, k=None, v=None, rotary
             q = rotary_q_op(q, cache_seqlens, rotary_cos, rotary_sin, rotary_interleaved,
                             causal or checked.window is not None, package)
         cache_seqlens = cache_seqlens + n_new
-    if key is not None and entry[3] and plans.dispatcher_idle():
+    if fp8:
+        out, lse = _kvcache_fp8(package, q, k_cache, v_cache, cache_seqlens, block_table, causal, checked, scale,
+                                cache_leftpad, cache_batch_idx, a)
+    elif key is not None and entry[3] and plans.dispatcher_idle():
         # eager, nothing for the dispatcher to do: the op's body itself, with the launch plan of this signature
         if entry[1] is None:
             entry[1] = _plan(q, k_cache, v_cache, cache_seqlens, block_table, *_options(causal, checked, scale, q),
@@ -249,6 +269,28 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, k=None, v=None, rotary
                               package, cache_leftpad, cache_batch_idx, checked.split_keys,
                               None if score_mod is None else score_mod.name, score_f, score_i)
     return (out, lse) if return_lse else out
+
+
+def _kvcache_fp8(package, q, k_cache, v_cache, cache_seqlens, block_table, causal, checked, scale, cache_leftpad,
+                 cache_batch_idx, a):
+    """``(out, lse)`` of an FP8 cache (issue 30) on checked inputs (``a``: ``contract.enforce``'s values; its
+    rules refuse a gradient, rotary, the score modifications, a score_mod, a scale <= 0 and new k, v not in the
+    cache's format): the splits and their merge as every decode, each split's kernel with the descales
+    (claim ``fp8_descale``), out in ``api.fp8_out_dtype``. Planned per call (the descales ride the plan) and
+    run eagerly under torch.compile (``_fp8_run``: no custom op)."""
+    descales = api.fp8_descales("flash_attention_with_kvcache", a, q.shape[0], k_cache.shape[2], q.device)
+    out_dtype = api.fp8_out_dtype(q, a["out_dtype"])
+    return _fp8_run(q, k_cache, v_cache, cache_seqlens, block_table, _options(causal, checked, scale, q), package,
+                    cache_leftpad, cache_batch_idx, checked.split_keys, descales, out_dtype)
+
+
+@torch.compiler.disable
+def _fp8_run(q, k_cache, v_cache, cache_seqlens, block_table, options, package, cache_leftpad, cache_batch_idx,
+             split_keys, descales, out_dtype):
+    plan = _plan(q, k_cache, v_cache, cache_seqlens, block_table, *options, None, None, package, cache_leftpad,
+                 cache_batch_idx, split_keys, descales=descales, out_dtype=out_dtype)
+    return _run(plan, q, k_cache, v_cache, cache_seqlens, block_table, None, None, cache_leftpad, cache_batch_idx,
+                out_dtype=out_dtype)
 
 
 def _options(causal, checked: _Checked, scale, q) -> tuple:
@@ -308,10 +350,12 @@ class _Launch(NamedTuple):
 
 
 def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_scale, num_splits, softcap, alibi_slopes, sinks, package,
-          cache_leftpad, cache_batch_idx, split_keys, score_mod=None) -> _Launch:
+          cache_leftpad, cache_batch_idx, split_keys, score_mod=None, descales=None, out_dtype=None) -> _Launch:
     """The launch plan of ``kvcache_op``'s body for these tensors (their metadata) and options:
     the modules (``score_mod``: the decode module with that user score_mod compiled in), the number of
-    splits (the heuristic for 0) and the decode module's ``splits_plan``."""
+    splits (the heuristic for 0) and the decode module's ``splits_plan``; ``descales`` (an FP8 cache's, held
+    by the plan: never kept) and ``out_dtype`` (None: q's)."""
+    out_dtype = out_dtype or q.dtype
     B, Nq, Hq, D = q.shape
     block = config.block_for("decode", package)
     module = dispatch.module_of("decode", block, package, q.device, None, score_mod)
@@ -333,19 +377,20 @@ def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_sc
         o_part = torch.empty((num_splits, B, Nq, Hq, Dv), dtype=torch.float32, device="meta")
         lse_part = torch.empty((num_splits, B, Nq, Hq), dtype=torch.float32, device="meta")
     else:
-        o_part = torch.empty((B, Nq, Hq, Dv), dtype=q.dtype, device="meta")[None]
+        o_part = torch.empty((B, Nq, Hq, Dv), dtype=out_dtype, device="meta")[None]
         lse_part = torch.empty((B, Hq, Nq), dtype=torch.float32, device="meta").transpose(1, 2)[None]
     splits = module.splits_plan(q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, sm_scale=sm_scale,
                                 num_splits=num_splits, causal=causal, window=None if window is None else tuple(window),
                                 softcap=softcap, alibi_slopes=alibi_slopes, sinks=None if merged else sinks,
-                                cache_leftpad=cache_leftpad, cache_batch_idx=cache_batch_idx, split_keys=split_keys)
+                                cache_leftpad=cache_leftpad, cache_batch_idx=cache_batch_idx, split_keys=split_keys,
+                                descales=descales)
     if not merged:
         return _Launch(module, None, num_splits, splits, (B, Hq, Nq))
     # the merge of the splits' rows into out: spec.launch's views (claim decode_addresses)
     merge = api.module_for("merge", block, package, q.device)
     o_rows, lse_rows = spec_launch.decode_partial_rows(o_part, lse_part)
     merging = merge.merge_states_plan(o_rows, lse_rows, spec_launch.decode_merged_out(
-        torch.empty((B, Nq, Hq, Dv), dtype=q.dtype, device="meta")), sinks)
+        torch.empty((B, Nq, Hq, Dv), dtype=out_dtype, device="meta")), sinks)
     # the merged lse (R,) seen as the output's (B, Hq, N_q): where it is that layout (N_q = 1, every
     # dim of size > 1 at the contiguous stride), the merge writes the output's lse itself
     as_output = spec_launch.decode_merged_lse(torch.empty(lse_rows.shape[1:], device="meta"), B, Nq, Hq)
@@ -355,11 +400,13 @@ def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_sc
 
 
 def _run(plan: _Launch, q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes, sinks, cache_leftpad,
-         cache_batch_idx, score_f=None, score_i=None):
+         cache_batch_idx, score_f=None, score_i=None, out_dtype=None):
     """``(out, lse)``: the launches of ``plan`` on these tensors (of the plan's metadata); ``score_f``,
-    ``score_i``: a user score_mod's packed parameters (its module's launch takes them)."""
+    ``score_i``: a user score_mod's packed parameters (its module's launch takes them); ``out_dtype``: the
+    plan's (None: q's)."""
     scored = dispatch.score_mod_arguments(score_f, score_i)
-    out = q.new_empty((*q.shape[:3], v_cache.shape[3]))  # contiguous, v's head dim D_v
+    # contiguous, v's head dim D_v
+    out = q.new_empty((*q.shape[:3], v_cache.shape[3]), dtype=out_dtype or q.dtype)
     lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
     if plan.merge is None:  # one split: the kernel writes out and lse in place (the plan holds their views)
         plan.module.launch_splits(plan.splits, q, k_cache, v_cache, cache_seqlens, block_table, out, lse,

@@ -197,18 +197,22 @@ def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths
 
 
 def planned_forward(module, q, k, v, *, causal, alignment, window, key_lengths, scale, tma=False, softcap=None,
-                    alibi_slopes=None, sinks=None):
-    """``run(q, k, v, key_lengths, alibi_slopes, sinks) -> (out, lse)``: ``attention_forward`` without a
-    dense mask, mask_mod or dropout for tensors of these shapes, strides, dtypes and device and these
-    options, with its launch planned once (``module.forward_plan``: nothing of it depends on a value)."""
+                    alibi_slopes=None, sinks=None, mask=None):
+    """``run(q, k, v, key_lengths, alibi_slopes, sinks, mask=None) -> (out, lse)``: ``attention_forward``
+    without a mask_mod or dropout for tensors of these shapes, strides, dtypes and device and these
+    options, with its launch planned once (``module.forward_plan``: nothing of it depends on a value). A
+    dense ``mask`` (one of the same metadata at every call) is expanded and its block map built from its
+    content at each call (``mask_arguments``); the plan holds only what their shapes and strides give."""
     plan = module.forward_plan(q, k, v, causal=causal, window=window, tma=tma, softcap=softcap,
                                alibi_slopes=alibi_slopes, sinks=sinks,
                                key_lengths=lengths_argument(key_lengths, k.shape[2]),
-                               **mask_arguments(module, q, k, alignment=alignment, mask=None, scale=scale))
+                               **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale))
 
-    def run(q, k, v, key_lengths, alibi_slopes, sinks):
+    def run(q, k, v, key_lengths, alibi_slopes, sinks, mask=None):
+        dense = {} if mask is None else mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale)
         return module.launch_forward(plan, q, k, v, key_lengths=lengths_argument(key_lengths, k.shape[2]),
-                                     alibi_slopes=alibi_slopes, sinks=sinks, tma=tma)
+                                     alibi_slopes=alibi_slopes, sinks=sinks, tma=tma, mask=dense.get("mask"),
+                                     block_map=dense.get("block_map"))
     return run
 
 

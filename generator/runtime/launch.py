@@ -65,10 +65,13 @@ def dot_constants(dtype: torch.dtype, interpret: bool | None = None) -> dict:
     return {"DOT_DTYPE": tl_dtype, "INPUT_PRECISION": "ieee" if dtype == torch.float32 else "tf32"}
 
 
-def block_d(head_dim: int) -> int:
-    """The head dimension padded to a power of two >= 16 (tl.arange / tl.dot shapes);
-    loads and stores are masked on ``d < HEAD_DIM``, so the padding reads and writes nothing."""
-    return max(16, triton.next_power_of_2(head_dim))
+def block_d(head_dim: int, dot_dtype: torch.dtype | None = None) -> int:
+    """The head dimension padded to a power of two >= 16 (tl.arange / tl.dot shapes), >= 32 for fp8
+    products (``dot_dtype`` FP8: an fp8 dot's K is at least the ``max_num_imprecise_acc`` = 32 it is
+    printed with, ``spec.error_bound.FP8_MAX_IMPRECISE_ACC``); loads and stores are masked on
+    ``d < HEAD_DIM``, so the padding reads and writes nothing."""
+    from spec.error_bound import FP8_MMA_K
+    return max(FP8_MMA_K if dot_dtype in FP8_FORMATS else 16, triton.next_power_of_2(head_dim))
 
 
 def head_dim_split(head_dim: int) -> tuple[int, int]:

@@ -121,14 +121,10 @@ class _Ring:
     """This rank's place in the group's ring and the transport (``batch_isend_irecv``)."""
 
     def __init__(self, group):
-        if not dist.is_available() or not dist.is_initialized():
-            raise RuntimeError("ring_attention needs torch.distributed: call torch.distributed.init_process_group "
-                               "(backend 'nccl' on GPUs, 'gloo' on CPU) on every rank first")
+        # torch.distributed initialised and this process in `group`: the declared contract's rules of group
         self.group = group if group is not None else dist.group.WORLD
         self.size = dist.get_world_size(self.group)
         self.rank = dist.get_rank(self.group)
-        if self.rank < 0:
-            raise ValueError("ring_attention: this process is not a member of `group`")
         # the peers of spec.ring (claim ring_schedule: each send meets a receive, and the shard held at
         # step s is spec.ring.source_rank's)
         self.next = dist.get_global_rank(self.group, spec_ring.next_rank(self.rank, self.size))
@@ -158,27 +154,6 @@ class _Ring:
                 f"ring_attention: rank {self.rank} of {self.size} {doing} at step {step} (from rank "
                 f"{(self.rank - 1) % self.size}, to rank {(self.rank + 1) % self.size}): a peer raised, died or is "
                 f"slower than the process group's timeout. Cause: {e}") from e
-
-
-def _check_peers(ring: _Ring, q, k, v, causal, layout, block):
-    """Every rank must call with the same shapes and options: one small all_gather, so that a
-    mismatch raises the same error on every rank instead of a hang or a wrong result."""
-    B, Hq, n, D = q.shape
-    desc = [B, Hq, k.shape[1], n, k.shape[2], D, v.shape[3], checks.DTYPES.index(q.dtype), int(causal),
-            LAYOUTS.index(layout), *block]
-    mine = torch.tensor(desc, dtype=torch.int64, device=q.device)
-    every = [torch.empty_like(mine) for _ in range(ring.size)]
-    with ring.transport_errors("could not compare shapes with its peers", 0):
-        dist.all_gather(every, mine, group=ring.group)
-    every = [t.tolist() for t in every]
-    names = ("batch", "q heads", "kv heads", "q shard length", "k shard length", "head_dim", "v head_dim", "dtype",
-             "causal", "layout", "block_m", "block_n")
-    for r, other in enumerate(every):
-        diff = [f"{name} {a} vs {b}" for name, a, b in zip(names, every[0], other) if a != b]
-        if diff:
-            raise ValueError(f"ring_attention: every rank must pass shards of one shape and the same options, but "
-                             f"rank {r} differs from rank 0: {', '.join(diff)} (shapes q {tuple(q.shape)}, "
-                             f"k {tuple(k.shape)} here, rank {ring.rank}); shard the full tensors with ring_shard")
 
 
 # ----------------------------------------------------------------------------------
@@ -390,7 +365,8 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, layout="zig
 
 def _ring(package, q, k, v, *, group=None, causal=False, scale=None, layout="zigzag", return_lse=False,
           block=checks.DEFAULT_BLOCK):
-    # every input check: the declared contract (generator.runtime.contract), none here
+    # every input check: the declared contract (generator.runtime.contract), none here; its PEERS rules
+    # (shapes, dtype, causal, scale, layout, block alike on every rank) are compared across the group there
     a = contract.enforce("ring_attention", dict(q=q, k=k, v=v, group=group, causal=causal, scale=scale, layout=layout,
                                                 return_lse=return_lse, block=block))
     scale, block = a["scale"], a["block"]
@@ -398,8 +374,6 @@ def _ring(package, q, k, v, *, group=None, causal=False, scale=None, layout="zig
     tma = config.memory_path("auto", q.device)  # as flash_attention's tma="auto"
     if block == "auto":
         block = config.dense_auto_block(q, k, v, tma)
-    if ring.size > 1:
-        _check_peers(ring, q, k, v, causal, layout, block)
     _chunk_size(q.shape[2] * ring.size, ring.size, layout, "the sequence (P x the shard length)")
     q, scale = checks.normalise_scale(q, scale)  # s <= 0: the proven rewrite to s' > 0, as flash_attention
     opts = {"causal": causal, "layout": layout, "scale": scale, "block": block,

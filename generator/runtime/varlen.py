@@ -31,7 +31,7 @@ import torch
 from spec import launch as spec_launch
 from spec import varlen as spec_varlen
 
-from generator.runtime import api, checks, contract, dispatch
+from generator.runtime import api, checks, contract, dispatch, plans
 
 #: what an omitted max_seqlen hint is passed to the op as: computed from the offsets
 COMPUTE = checks.COMPUTE
@@ -45,8 +45,17 @@ def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     (a smaller grid would silently drop that segment's last rows). Each packed tensor's longest
     segment is checked for int32 offsets (``index_int32``: the kernels offset a segment's first
     row in int64, its rows and head dim in int32): ``q, k`` and the further packed tensors
-    ``rows`` (``name=tensor``: v, out, grad_out), query-side unless named in ``KEY_SIDE``."""
-    segs = spec_varlen.segments(cu_seqlens_q.cpu(), cu_seqlens_k.cpu(), q.shape[0], k.shape[0])
+    ``rows`` (``name=tensor``: v, out, grad_out), query-side unless named in ``KEY_SIDE``.
+
+    The offsets are read on every call (so an edit in place is checked, even one that torch's version
+    counter does not see: ``tests/test_reliability.py``'s row 5 for masks), both vectors in one read
+    back to the host: one device->host sync per call."""
+    if cu_seqlens_q.shape == cu_seqlens_k.shape:  # B + 1 each: one read of both
+        both = torch.cat((cu_seqlens_q, cu_seqlens_k)).tolist()
+        cu_q, cu_k = both[:len(both) // 2], both[len(both) // 2:]
+    else:  # their lengths differ: spec.varlen.segments names the problem
+        cu_q, cu_k = cu_seqlens_q.cpu(), cu_seqlens_k.cpu()
+    segs = spec_varlen.segments(cu_q, cu_k, q.shape[0], k.shape[0])
     longest = (max(q1 - q0 for q0, q1, _, _ in segs), max(k1 - k0 for _, _, k0, k1 in segs))
     for name, t in {"q": q, "k": k, **rows}.items():
         n = longest[1] if name in KEY_SIDE else longest[0]
@@ -78,6 +87,15 @@ def flash_attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               philox: Optional[torch.Tensor] = None, score_mod: Optional[str] = None,
                               score_f: Optional[torch.Tensor] = None,
                               score_i: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    return _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale, block_m,
+                    block_n, softcap, alibi_slopes, sinks, package, dropout_p, philox, score_mod, score_f, score_i)
+
+
+def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale, block_m, block_n,
+             softcap=None, alibi_slopes=None, sinks=None, package=api.DEFAULT_PACKAGE, dropout_p=0.0, philox=None,
+             score_mod=None, score_f=None, score_i=None):
+    """The forward op's body: the offsets' values checked (``resolve_max_seqlen``), the packed kernel launched.
+    ``_varlen`` runs it directly where nothing needs the dispatcher (``plans.direct``)."""
     module = dispatch.module_of("fwd", (block_m, block_n), package, q.device, None, score_mod)
     max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, v=v,
                                   out=torch.empty((*q.shape[:2], v.shape[2]), device="meta"))  # out: fresh, contiguous
@@ -235,33 +253,71 @@ def _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, a):
     return (out, lse) if a["return_lse"] else out
 
 
+#: per call signature (``_signature``): the options the contract's checks derived (window, scale, block,
+#: softcap, the max_seqlen hints) of a call that passed every check (``generator.runtime.plans``)
+_PLANS = plans.PlanCache()
+
+
+def _signature(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale,
+               return_lse, block, softcap, alibi_slopes, sinks):
+    """The key of a plain packed call (no dropout, score_mod, FP8 or block_table: the caller says), outside
+    a torch.compile trace, forward-mode AD and functorch transforms, or None (the full path). The offsets
+    enter by their metadata: their values are the op's, read on every call (``resolve_max_seqlen``)."""
+    if torch.compiler.is_compiling() or torch.autograd.forward_ad._current_level >= 0 \
+            or torch._C._functorch.peek_interpreter_stack() is not None:
+        return None
+    try:
+        options = plans.options_key(max_seqlen_q, max_seqlen_k, causal, window, scale, return_lse, block, softcap)
+        tensors = tuple(map(plans.tensor_key, (q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks)))
+        return None if options is None else (package, tensors, torch.is_grad_enabled(), options)
+    except (TypeError, AttributeError, RuntimeError):  # an argument that is no tensor, an option that is no key
+        return None
+
+
 def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
             causal=False, window=None, scale=None, return_lse=False, block=api.DEFAULT_BLOCK,
             softcap=None, alibi_slopes=None, sinks=None, dropout_p=0.0, return_dropout_mask=False,
             batch_invariant=False, block_table=None, score_mod=None, score_args=None, q_descale=None, k_descale=None,
             v_descale=None, out_dtype=None):
-    # every input check: the declared contract (generator.runtime.contract), none here
-    a = contract.enforce("flash_attention_varlen", dict(
-        q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-        max_seqlen_k=max_seqlen_k, causal=causal, window=window, scale=scale, return_lse=return_lse, block=block,
-        softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p,
-        return_dropout_mask=return_dropout_mask, batch_invariant=batch_invariant, block_table=block_table,
-        score_mod=score_mod, score_args=score_args, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-        out_dtype=out_dtype))
-    if checks.fp8_mode(k, (q_descale, k_descale, v_descale)):  # FP8 k, v (the contract refused the rest)
-        return _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, a)
-    if block_table is not None:  # k, v are paged caches (FlashAttention 2's form): the decode kernel's gather
-        from generator.runtime.varlen_paged import flash_attention_varlen_paged
+    # the checks of types, shapes, dtypes, strides, devices and options: once per call signature (plans)
+    key = None
+    if type(dropout_p) is float and dropout_p == 0.0 and return_dropout_mask is False \
+            and type(batch_invariant) is bool and block_table is None and score_mod is None and score_args is None and out_dtype is None \
+            and q_descale is None and k_descale is None and v_descale is None:
+        key = _signature(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window,
+                         scale, return_lse, block, softcap, alibi_slopes, sinks)
+    entry = _PLANS.get(key) if key is not None else None
+    if entry is None:
+        # every input check: the declared contract (generator.runtime.contract), none here
+        a = contract.enforce("flash_attention_varlen", dict(
+            q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k, causal=causal, window=window, scale=scale, return_lse=return_lse, block=block,
+            softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p,
+            return_dropout_mask=return_dropout_mask, batch_invariant=batch_invariant, block_table=block_table,
+            score_mod=score_mod, score_args=score_args, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+            out_dtype=out_dtype))
+        if checks.fp8_mode(k, (q_descale, k_descale, v_descale)):  # FP8 k, v (the contract refused the rest)
+            return _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, a)
+        if block_table is not None:  # k, v are paged caches (FlashAttention 2's form): the decode kernel's gather
+            from generator.runtime.varlen_paged import flash_attention_varlen_paged
 
-        return flash_attention_varlen_paged(package, a)
-    window, scale, block, softcap, dropout_p = a["window"], a["scale"], a["block"], a["softcap"], a["dropout_p"]
-    max_q, max_k = (COMPUTE if a[n] is None else a[n] for n in ("max_seqlen_q", "max_seqlen_k"))
-    if block == "auto":
-        block = api.auto_block(q.device, max(q.shape[-1], v.shape[-1]), tma=False, dtype=q.dtype)  # the packed kernels: pointers
-    # the proven host rewrites of flash_attention: a scale <= 0 becomes a positive one (scale_sign_rewrite);
-    # window sides clamp to total_q + total_k, at least every segment's n_q + n_k (window_clamp)
+            return flash_attention_varlen_paged(package, a)
+        window, scale, block, softcap, dropout_p = a["window"], a["scale"], a["block"], a["softcap"], a["dropout_p"]
+        max_q, max_k = (COMPUTE if a[n] is None else a[n] for n in ("max_seqlen_q", "max_seqlen_k"))
+        if block == "auto":
+            # the packed kernels: pointers
+            block = api.auto_block(q.device, max(q.shape[-1], v.shape[-1]), tma=False, dtype=q.dtype)
+        # window sides clamp to total_q + total_k, at least every segment's n_q + n_k (window_clamp)
+        window = checks.normalise_window(window, spec_launch.varlen_window, q, k)
+        score_f, score_i = a.get("packed_score_args", (None, None))  # packed by the score_mod rule
+        # a value rule to run every call (none applies to a plain call): not planned
+        entry = _PLANS.record(None if contract.value_rules("flash_attention_varlen", a) else key,
+                              (window, scale, (int(block[0]), int(block[1])), softcap, max_q, max_k))
+    else:
+        score_f = score_i = None
+    window, scale, block, softcap, max_q, max_k = entry
+    # the proven host rewrite of flash_attention: a scale <= 0 becomes a positive one (scale_sign_rewrite)
     q, scale = checks.normalise_scale(q, scale)
-    window = checks.normalise_window(window, spec_launch.varlen_window, q, k)
     # the declared stride policy: the kernels read the offsets and the sinks at unit stride
     cu_seqlens_q, cu_seqlens_k, sinks = (contract.unit_stride("flash_attention_varlen", name, t) for name, t in
                                          (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
@@ -269,11 +325,13 @@ def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     # dropout's box is (1, Hq, total_q, total_k): the packed rows and keys, global
     box = (1, q.shape[1], q.shape[0], k.shape[0])
     philox = checks.draw_philox(q.device) if dropout_p > 0 else None
-    score_f, score_i = a.get("packed_score_args", (None, None))  # packed by the score_mod rule
-    out, lse = flash_attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window,
-                                         scale, int(block[0]), int(block[1]), softcap, alibi_slopes, sinks, package,
-                                         dropout_p, philox, None if score_mod is None else score_mod.name, score_f,
-                                         score_i)
+    # eager, nothing for the dispatcher to do (no trace, mode or transform, plain tensors, no gradient to
+    # record): the op's body itself, without the custom op's dispatch
+    op = _forward if key is not None and plans.direct(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks) \
+        else flash_attention_varlen_op
+    out, lse = op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window, scale, int(block[0]),
+                  int(block[1]), softcap, alibi_slopes, sinks, package, dropout_p, philox,
+                  None if score_mod is None else score_mod.name, score_f, score_i)
     result = (out, lse) if return_lse else out
     if return_dropout_mask:
         keep = dispatch.dropout_mask((int(block[0]), int(block[1])), package, philox, dropout_p, box)

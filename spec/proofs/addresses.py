@@ -68,7 +68,9 @@ def _decode_tensors(paged: bool):
     bt = A.symbolic("block_table", ("B", "MP")) if paged else None
     sinks = A.symbolic("sinks", ("Hq",))
     leftpad, batch_idx = A.symbolic("cache_leftpad", ("B",)), A.symbolic("cache_batch_idx", ("B",))
-    return q, k, v, out, lse, cs, bt, sinks, leftpad, batch_idx
+    # an FP8 cache's descales: three float32 (B, Hkv), each at its own strides
+    descales = tuple(A.symbolic(f"{x}_descale", ("B", "Hkv")) for x in "qkv")
+    return q, k, v, out, lse, cs, bt, sinks, leftpad, batch_idx, descales
 
 
 @claim(A.CLAIM_DECODE,
@@ -78,11 +80,13 @@ def _decode_tensors(paged: bool):
        "lse (S, B, N_q, Hq), cache_seqlens, cache_leftpad, cache_batch_idx (B,) and block_table (B, max_pages), with the strides, sizes and "
        "grid spec.launch.decode_launch passes (the function the launcher calls), every printed offset of "
        "_decode_fwd (spec.addresses: q, cache_seqlens, cache_leftpad, cache_batch_idx, block_table, k/v rows, "
-       "out, lse) is the offset of the element the reference reads — q[b, tok, head, d], cache_seqlens[b], "
+       "out, lse, FP8's descales) is the offset of the element the reference reads — q[b, tok, head, d], cache_seqlens[b], "
        "cache_leftpad[b], cache_batch_idx[b], block_table[b, j // PAGE_SIZE], "
        "k_cache[block_table[b, j // PAGE_SIZE], j % PAGE_SIZE, kvh, d] (paged) or k_cache[off_bc, j, kvh, d] "
        "(off_bc = b, or cache_batch_idx[b] with HAS_BATCH_IDX), v_cache likewise at dv, "
-       "out[split, b, tok, head, dv], lse[split, b, tok, head], sinks[head] — and that element lies inside the "
+       "out[split, b, tok, head, dv], lse[split, b, tok, head], sinks[head], an FP8 cache's "
+       "q/k/v_descale[b, kvh] (three float32 (B, Hkv) tensors, any strides: spec.launch.descale_strides, through "
+       "decode_launch; the shared _fp8_descales) — and that element lies inside the "
        "tensor's shape for every program of the grid (row tiles, splits, B·Hkv: program_id 0, 1, 2) and every lane "
        "its mask lets through (d < D, dv < D_v); "
        "with the head dim split at D_v (MLA, claim head_dim_split) the tails q[b, tok, head, dt] and "
@@ -98,7 +102,8 @@ def _decode_tensors(paged: bool):
        scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the "
              "offsets, z3 for the extents); mathematical integers Z (the kernel's products are int64 where a "
              "factor is off_b, off_kvh, head or page; tok·stride, slot·stride and d·stride are int32 products "
-             "not proven free of overflow)")
+             "not proven free of overflow); the FP8 descales: (B, Hkv) indexed by q's batch b (not the cache row "
+             "off_bc), contiguous and paged alike, their offsets int64 (off_b, off_kvh)")
 def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None):
     launch = L.decode_launch if launch is None else launch
     partial_rows = L.decode_partial_rows if partial_rows is None else partial_rows
@@ -108,9 +113,10 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
     block_m = sp.Symbol("BLOCK_M", integer=True, positive=True)
     for paged in (True, False):
         tag = "paged" if paged else "contiguous"
-        q, k, v, out, lse, cs, bt, sinks, leftpad, batch_idx = _decode_tensors(paged)
+        q, k, v, out, lse, cs, bt, sinks, leftpad, batch_idx, descales = _decode_tensors(paged)
         grid, ints, constexprs = launch(q, k, v, out, lse, cs, bt, block_m, sinks, cache_leftpad=leftpad,
-                                        cache_batch_idx=batch_idx, split_keys=sp.Symbol("split_keys", integer=True))
+                                        cache_batch_idx=batch_idx, split_keys=sp.Symbol("split_keys", integer=True),
+                                        descales=descales)
         launched = {sym: ints[sym.name] for sym in (*A.DECODE_STRIDES.values(), A.GROUP, A.N_Q, A.H_KV)}
         launched[P.page_size] = constexprs["PAGE_SIZE"]
         B, N_q, Hq, D = q.shape
@@ -174,6 +180,10 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         v_is_k = sp.expand(kv_values["v"].xreplace(as_view).xreplace({dv: d}))
         cases.append((f"{tag}: v_cache = k_cache[..., :D_v]: v offset at lane d is k's",
                       difference(v_is_k, kv_values["k"])))
+        # an FP8 cache: each descale at this program's (batch, KV head), at its own strides
+        for term, x, tensor in zip(groups["descale_offsets"], "qkv", descales):
+            cases.append((f"{tag}: {x}desc_off is {x}_descale[b, off_kvh]",
+                          difference(at(term), sp.expand(tensor.offset_of((A.off_b, A.off_kvh))))))
         (sink_term,) = groups["sink_offset"]
         cases.append((f"{tag}: sink offset is sinks[head]",
                       difference(at(sink_term), sp.expand(sinks.offset_of((head,))))))
@@ -213,6 +223,8 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         cases.append(_decide(f"{tag}: cache_seqlens[b] inside cache_seqlens", hyp, inside((offb,), (Bz,))))
         cases.append(_decide(f"{tag}: cache_leftpad[b], cache_batch_idx[b] inside theirs (B,)", hyp,
                              inside((offb,), (Bz,))))
+        cases.append(_decide(f"{tag}: q/k/v_descale[b, kvh] inside (B, Hkv)", hyp,
+                             z3.And(*[inside((offb, kvh), [z(x) for x in t.shape]) for t in descales])))
         S_z = z(out.shape[0])
         cases.append(_decide(f"{tag}: out/lse[split, b, tok, head, dv] inside out and lse (lanes row_ok & dv_ok)",
                              hyp + [row_ok, dv_ok, S_z >= 1],

@@ -245,13 +245,112 @@ def _composition_cases(bound, out_bound, formats, scale_roundings):
     # fp8 K/V cache upcast exactly: the descales only, c = 0)
     for name, c in [(f, nk * pa * sp.exp(2 * E) * (1 + rho_den)) for f in formats] + [("fp16", 0), ("bf16", 0)]:
         want = error_bound.Bound(out_bound(rho_w, rho_num, rho_den, error_bound.weight_factor(u, u), uo, c), lse_want, E)
-        try:
-            got = bound(name, nk, bc, dd, sA, lse, num=Symbolic(), descaled=True)
-        except Exception as exc:  # noqa: BLE001  (a bound that cannot run symbolically: a failed case)
-            got = error_bound.Bound(*(sp.Symbol(f"{type(exc).__name__}: {exc}"),) * 3)
-        for field in error_bound.Bound._fields:
-            residual = getattr(got, field) - getattr(want, field)
-            residual = residual if residual == 0 else sp.expand(residual)
-            cases.append((f"forward_bound({name}, descaled).{field} is the FP8 composition (symbolic N_k, B_c, D, "
-                          "s·A, u, u_p, u_out, p_abs, U_FUNC)", residual))
+        cases += _bound_cases(lambda: bound(name, nk, bc, dd, sA, lse, num=Symbolic(), descaled=True), want,
+                              f"forward_bound({name}, descaled).{{}} is the FP8 composition (symbolic N_k, B_c, D, "
+                              "s·A, u, u_p, u_out, p_abs, U_FUNC)")
     return cases
+
+
+def _bound_cases(call, want, label):
+    """One case per field of ``Bound``: ``call()`` (a ``forward_bound`` in SymPy) minus ``want``, expanded
+    (``label.format(field)``); a bound that cannot run symbolically fails every field."""
+    try:
+        got = call()
+    except Exception as exc:  # noqa: BLE001  (a bound that cannot run symbolically: a failed case)
+        got = error_bound.Bound(*(sp.Symbol(f"{type(exc).__name__}: {exc}"),) * 3)
+    cases = []
+    for field in error_bound.Bound._fields:
+        residual = getattr(got, field) - getattr(want, field)
+        cases.append((label.format(field), residual if residual == 0 else sp.expand(residual)))
+    return cases
+
+
+@claim("fp8_mma_bound",
+       "forward_bound(e4m3 / e5m2, fp8_mma=True) bounds the compiled sm_90 FP8 kernel, whose products run on the "
+       "fp8 MMA, under one hardware hypothesis: an fp8 wgmma instruction (FP8_MMA_K = 32 exact products) from a "
+       "zero accumulator returns their sum within FP8_MMA_ERR·Σ|a_i b_i| (2^-7: twice the error 2^-8 + 2^-13 + "
+       "2^-21 of an accumulator aligning the products to the largest one's binade and truncating to 13 fraction "
+       "bits, proved here). (i) every printed dot passes max_num_imprecise_acc = FP8_MAX_IMPRECISE_ACC = 32 = "
+       "FP8_MMA_K, so Triton adds each instruction's partial to the fp32 accumulator with an fp32 add; (ii) a partial within "
+       "ε·S_c of its products' sum then rounded by (1 + θ), |θ| <= γ, is within ((1+ε)(1+γ) − 1)·S_c: summed "
+       "over the ceil(n/32) partials, a dot of n fp8 products errs by at most fp8_dot_factor(n)·Σ|a_i b_i|, "
+       "which replaces γ_D in the score (forward_error_bound's exponent lemma); (iii) P V's key enters its "
+       "instruction's partial (FP8_MMA_ERR for γ_{B_c}) and then acc·alpha and one add per instruction, "
+       "1 + ceil(B_c/32) roundings per tile (fp8_tile_roundings for TILE_ROUNDINGS); (iv) forward_bound(..., "
+       "fp8_mma=True) is this composition (symbolic sizes, roundoffs and ε); out, lse and the rest as "
+       "fp8_error_bound",
+       r"|\widehat{a\cdot b} - a\cdot b| \le \left((1+\varepsilon)(1+\gamma_{\lceil n/32\rceil}) - 1\right)"
+       r"\sum|a_i b_i|,\quad \varepsilon = 2^{-7}",
+       terms=(),
+       scope="the hardware hypothesis FP8_MMA_ERR (not proved: an upper bound on sm_90's fp8 wgmma, k = 32, from "
+             "a zero accumulator; the model it doubles is proved for exact rationals); Triton's lowering of "
+             "max_num_imprecise_acc (promotion after every k = 32 instruction at 32; stated, not proved); symbolic u, u_p, "
+             "u_out, U_FUNC, ε, B_c, T, N_k, D (z3 nonlinear reals, SymPy); the standard model for the fp32 adds, "
+             "no fp32 underflow or overflow",
+       assumptions=("scale_positive",))
+def prove_fp8_mma_bound(bound=error_bound.forward_bound, mma_err=error_bound.FP8_MMA_ERR,
+                        mma_k=error_bound.FP8_MMA_K, mma_bits=error_bound.FP8_MMA_BITS,
+                        imprecise=error_bound.FP8_MAX_IMPRECISE_ACC, qk=terms.QK, forward_tile=terms.FORWARD_TILE,
+                        dot_factor=error_bound.fp8_dot_factor, tile_roundings=error_bound.fp8_tile_roundings,
+                        print_line=None):
+    from spec.printer import print_term
+    print_line = print_line or (lambda term: print_term(term, comment=False))
+    cases = []
+    # (i) the printed dots promote after every instruction
+    acc = next(t for t in forward_tile if t.name == "acc")
+    for term in (qk, acc):
+        line = print_line(term)
+        cases.append((f"printed {term.name}: every tl.dot passes max_num_imprecise_acc = {imprecise} = FP8_MMA_K "
+                      f"= {mma_k} (promote after each instruction)",
+                      ZERO if imprecise == mma_k and line.count("tl.dot(") >= 1
+                      and line.count("tl.dot(") == line.count(f"max_num_imprecise_acc={mma_k})") else sp.Symbol(line)))
+    # the hypothesis covers the modelled accumulator (exact rationals), and the model's bound (z3 reals)
+    tau = Fraction(1, 2 ** mma_bits)
+    model = mma_k * tau + tau * (1 + mma_k * tau)
+    cases.append((f"FP8_MMA_ERR = {mma_err:g} >= the model's K·τ + τ(1 + K·τ) = {float(model):.6g} (K = {mma_k}, "
+                  f"τ = 2^-{mma_bits})", ZERO if Fraction(mma_err) >= model else sp.Symbol(f"{mma_err} < {model}")))
+    k_, t_, S, M, E1, s_, dl = z3.Reals("K tau S M E1 s delta")
+    cases.append(("model: K products each truncated below τ·M (M the largest |product| <= S), the sum truncated "
+                  "by (1 + δ), |δ| <= τ => |(s + E1)(1 + δ) − s| <= (K·τ + τ(1 + K·τ))·S",
+                  _verdict([k_ >= 1, t_ > 0, t_ < 1, M >= 0, M <= S, s_ <= S, -s_ <= S, E1 <= k_ * t_ * M,
+                            -E1 <= k_ * t_ * M, dl <= t_, -dl <= t_],
+                           z3.And((s_ + E1) * (1 + dl) - s_ <= (k_ * t_ + t_ * (1 + k_ * t_)) * S,
+                                  s_ - (s_ + E1) * (1 + dl) <= (k_ * t_ + t_ * (1 + k_ * t_)) * S))))
+    # (ii) one instruction's partial, then the fp32 adds it goes through
+    eps, g, th, sh = z3.Reals("eps gamma theta sh")
+    cases.append(("partial: |ŝ − s| <= ε·S, |s| <= S, |θ| <= γ => |ŝ(1 + θ) − s| <= ((1+ε)(1+γ) − 1)·S "
+                  "(summed over the partials: fp8_dot_factor)",
+                  _verdict([eps >= 0, g >= 0, S >= 0, s_ <= S, -s_ <= S, sh - s_ <= eps * S, s_ - sh <= eps * S,
+                            th <= g, -th <= g],
+                           z3.And(sh * (1 + th) - s_ <= ((1 + eps) * (1 + g) - 1) * S,
+                                  s_ - sh * (1 + th) <= ((1 + eps) * (1 + g) - 1) * S))))
+    # (iii)-(iv) the composition, symbolic
+    u, uf, up, uo, sA, pa, ep = sp.symbols("u U_f u_p u_out sA p_abs epsilon", positive=True)
+    nk, bc, dd = sp.symbols("N_k B_c D", integer=True, positive=True)
+    lse = sp.Symbol("lse", real=True)
+    gam = lambda m: m * u / (1 - m * u)  # noqa: E731
+    Symbolic = symbolic_numbers(u, uf, up, uo, pa)
+    Symbolic.FP8_MMA_ERR = ep
+    num = Symbolic()
+    dot_want = (1 + ep) * (1 + gam(sp.ceiling(dd / mma_k))) - 1
+    cases.append(("fp8_dot_factor(D) = (1 + ε)(1 + γ_{ceil(D/32)}) − 1 (symbolic D, ε)",
+                  sp.expand(dot_factor(dd, num) - dot_want)))
+    cases.append(("fp8_tile_roundings(B_c) = 1 + ceil(B_c/32): acc·alpha, one add per instruction",
+                  sp.expand(tile_roundings(bc, num) - (1 + sp.ceiling(bc / mma_k)))))
+    T = sp.Max(1, sp.ceiling(nk / bc))
+    r = scale_roundings = error_bound.SCALE_ROUNDINGS_DESCALED
+    E = sA * error_bound.score_factor(dot_want, gam(scale_roundings), u) + (T + 1) * (-sp.log(1 - uf))
+    rho_w = sp.exp(E) - 1
+    rho_num = error_bound.carried_factor(error_bound.weight_factor(up, ep), T, gam, 1 + sp.ceiling(bc / mma_k))
+    rho_den = error_bound.carried_factor(gam(bc), T, gam)
+    lse_want = error_bound.lse_bound(E, -sp.log(1 - error_bound.weight_factor(rho_w, rho_den)),
+                                     sp.log(sp.Max(nk, 1)), sp.Abs(lse), u, uf)
+    c = nk * pa * sp.exp(2 * E) * (1 + rho_den)
+    want = error_bound.Bound(error_bound.out_bound(rho_w, rho_num, rho_den, error_bound.weight_factor(u, u), uo, c),
+                             lse_want, E)
+    for name in error_bound.FP8:
+        cases += _bound_cases(lambda: bound(name, nk, bc, dd, sA, lse, num=num, descaled=True, fp8_mma=True), want,
+                              f"forward_bound({name}, fp8_mma=True).{{}} is the sm_90 composition (symbolic N_k, "
+                              f"B_c, D, s·A, u, u_p, u_out, p_abs, ε; γ_{r} for qk_scale)")
+    return result("fp8_mma_bound", cases, "exact rationals; z3 nonlinear reals; forward_bound checked symbolically "
+                  "to be the sm_90 composition")
