@@ -364,6 +364,25 @@ def decode_rows(num_sms: int = 132, shapes: dict | None = None):
     return rows
 
 
+#: the MLA rows add what crosses HBM if the row tiles' re-reads hit L2 (benchmarks.hbm_decode.model_bytes)
+MLA_DECODE_HEADER = DECODE_HEADER + ["row tiles", "K/V MiB, tiles share L2", "modelled / ideal, tiles share L2"]
+
+
+def mla_decode_rows(num_sms: int = 132):
+    """``decode_rows`` of ``MLA_DECODE_SHAPES``, each with its row tiles (programs per split and KV head:
+    128 heads, 64 rows a program) and the model's K/V and total over the ideal when L2 serves the further
+    row tiles' re-reads (``model_bytes(tiles_share_l2=True)``: an assumption, not measured)."""
+    from benchmarks.hbm_decode import DecodeShape, default_splits, ideal_bytes, model_bytes, row_tiles
+
+    rows = decode_rows(num_sms, MLA_DECODE_SHAPES)
+    shapes = [DecodeShape(**kwargs) for kwargs in MLA_DECODE_SHAPES.values() for _ in DECODE_KEYS]
+    for row, shape in zip(rows, shapes):
+        keys = row[1]
+        shared = model_bytes(shape, keys, default_splits(shape, keys, num_sms), tiles_share_l2=True)
+        row += [row_tiles(shape), f"{shared['kv'] / MB:.2f}", f"{sum(shared.values()) / ideal_bytes(shape, keys):.4f}"]
+    return rows
+
+
 def markdown_page(plot: str, table=None, dense=None, packed=None, decode=None) -> str:
     """The docs page; ``table`` / ``dense`` / ``packed`` / ``decode``: rows already computed by
     ``table_rows`` / ``dense_rows`` / ``packed_rows`` / ``decode_rows`` (computed here when not given)."""
@@ -476,12 +495,18 @@ paged 64; [MLA](../mla.md)). With `v_cache = k_cache[..., :512]` V lies inside K
 each latent row once, and so does each decode program: it loads the K tile (512 + 64 columns, the head
 dim split at D_v) and uses its first 512 columns as the V tile (`V_IS_K`, claim `decode_addresses`).
 But the 128 query heads are two programs of `B_r = 64` rows (the grid's row tiles), each reading its
-split's latent rows, so the model requests each latent row twice (whatever part of the second read L2
-serves); a 128-row tile would halve it. The rest above twice the ideal (up to 7 %) is the split
-heuristic's: 128 query rows write and re-read fp32 partials of 512 columns per split. Beside it, the
-same shapes with a separate v cache, whose ideal reads both:
+split's latent rows, so the kernels *request* each latent row twice ("modelled": 1.94-2.07x the ideal).
+One program of 128 rows would request it once, but does not fit: its fp32 output tile alone, 128 x 512,
+is 256 KB, an SM's whole register file. What crosses HBM depends
+on L2: the two row tiles of a split are adjacent programs (the grid's axis 0, `spec.launch.decode_launch`),
+launched together and streaming the same latent rows at the same pace, so the second tile's reads can hit
+the lines the first brought in. If L2 serves all of them, HBM moves each latent row once ("tiles share
+L2": 1.00-1.07x the ideal, the rest the split heuristic's: 128 query rows write and re-read fp32
+partials of 512 columns per split). Which of the two an H100 achieves is **not measured** here (an
+`ncu` DRAM-bytes count or a 128-head vs 64-head timing would tell). Beside it, the same shapes with a
+separate v cache, whose ideal reads both:
 
-{markdown_table(DECODE_HEADER, decode_rows(shapes=MLA_DECODE_SHAPES))}
+{markdown_table(MLA_DECODE_HEADER, mla_decode_rows())}
 
 For D = 128 and `B_r = 64` the tiled kernel's K/V traffic (`2 · N² · 128 / 64 · b`)
 matches standard attention's `S`/`P` traffic: without causal skipping the saving then comes

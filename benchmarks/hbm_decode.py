@@ -17,7 +17,9 @@ tile of the dense forward reads all its keys (the decode kernel skips no causal 
 them all back once and writes out (in q's dtype) and lse; with ``S = 1`` the split writes out and
 lse directly. ``S`` is ``default_num_splits`` unless given. In the absorbed layout the kernel loads
 the K tile (``D`` columns, split as ``D_v`` + the tail) and uses its first ``D_v`` columns as the V
-tile (``V_IS_K``): each latent row is requested once.
+tile (``V_IS_K``): each latent row is requested once per program; 128 heads are two programs of 64
+rows (row tiles, adjacent on the grid's axis 0), so twice, and once from HBM if L2 serves the second
+tile's reads (``model_bytes(tiles_share_l2=True)``: an assumption, not measured).
 
 **Append** (``k=``, ``v=``, ``rotary_cos=``: the append kernel before the attention): ``k``,
 ``v`` read and written into the cache, ``q`` read and its rotated copy written (the attention
@@ -73,11 +75,18 @@ def row_tiles(shape: DecodeShape) -> int:
     return -(-rows // min(rows, MAX_BLOCK_M))
 
 
-def model_bytes(shape: DecodeShape, keys: int, splits: int) -> dict[str, int]:
-    """Bytes the kernels request per tensor, for every sequence holding ``keys`` valid keys."""
+def model_bytes(shape: DecodeShape, keys: int, splits: int, tiles_share_l2: bool = False) -> dict[str, int]:
+    """Bytes the kernels request per tensor, for every sequence holding ``keys`` valid keys.
+
+    ``tiles_share_l2``: what crosses HBM if L2 serves every re-read of a (split, KV head)'s K/V rows and
+    pages by its further row tiles (an assumption, not a measurement): the row tiles are adjacent programs
+    (the grid's axis 0, ``spec.launch.decode_launch``) that start together and stream the same rows at the
+    same pace, so the second tile's reads can hit the lines the first brought into L2. Then K/V and the
+    block table cross HBM once per (split, KV head), as the ideal's; the default counts every request."""
     s = shape
     rows = s.n_q * s.heads_q  # query rows of one sequence (all KV heads)
-    tiles = row_tiles(s)  # each row tile's program reads the split's K/V (and pages) again
+    # each row tile's program requests the split's K/V (and pages) again
+    tiles = 1 if tiles_share_l2 else row_tiles(s)
     out = {
         "q": splits * rows * s.head_dim * s.elem,  # each split program reads its KV head's rows
         # a K tile and a V tile per key tile; V_IS_K (v in k): the K tile serves as V, no V load

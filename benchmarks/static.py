@@ -233,8 +233,7 @@ def page_jobs(archs=tuple(ARCHS), dtypes=DTYPES, head_dims=HEAD_DIMS) -> list[Jo
                                   + ([] if tma else of_block(mask_mods, bwd_block, "attention_bwd")),
                                   masks=("none",), tma=(tma,), **at)
     if tuple(head_dims) == HEAD_DIMS:  # the whole page: the defaults above head dim 128, on fp32, MLA and FP8 too
-        jobs += (wide_jobs(archs) + fp32_jobs(archs) + mla_jobs(tuple(a for a in archs if a in TMA_ARCHS))
-                 + fp8_jobs(archs) + score_mod_jobs(archs, dtypes))
+        jobs += wide_jobs(archs) + fp32_jobs(archs) + mla_jobs(archs) + fp8_jobs(archs) + score_mod_jobs(archs, dtypes)
     return list(dict.fromkeys(jobs))  # the same default block at both head dims: once
 
 
@@ -312,11 +311,12 @@ def wide_jobs(archs=tuple(ARCHS)) -> list[Job]:
     return jobs
 
 
-def mla_jobs(archs=TMA_ARCHS, dtypes=("bf16",)) -> list[Job]:
-    """MLA's head-dim pairs (issue 27) at the defaults sm_90 runs them with (the block of the wider
-    of D and D_v): the forward on the TMA path and the pointer fallback and the backward's three at
-    each ``MLA_TRAIN`` pair, unmasked and causal; the decode kernel of the runtime's block
-    (contiguous and paged) at ``MLA_DECODE``, unmasked and causal. bf16, DeepSeek's dtype."""
+def mla_jobs(archs=tuple(ARCHS), dtypes=("bf16",)) -> list[Job]:
+    """MLA's head-dim pairs (issue 27) at the defaults each arch runs them with (the block of the wider
+    of D and D_v): the forward (on sm_90 the TMA path and the pointer fallback) and the backward's three
+    at each ``MLA_TRAIN`` pair, unmasked and causal (192 split as 128 + 64 in both: claim head_dim_split);
+    the decode kernel of the runtime's block (contiguous and paged) at ``MLA_DECODE``, unmasked, causal and
+    with a v cache of its own. bf16, DeepSeek's dtype."""
     modules, served, jobs = kernel_modules(), runtime_blocks(), []
     for arch in archs:
         for d, dv in MLA_TRAIN:
@@ -1129,7 +1129,7 @@ How each column is obtained (see `benchmarks/static.py`):
   warps, per multiply-add the step's products need (2 in the forward and in decode, 4 in dK/dV,
   3 in dQ, each rows x keys x head dim, the true D or D_v, not its padded width): 1.00 when no warp
   recomputes another's product and no tile pads a head dim (192 padded to 256 issues 4/3 of its
-  products; the forward splits it as 128 + 64: [MLA](../mla.md)). `n/a`
+  products; the forward and the backward split it as 128 + 64: [MLA](../mla.md)). `n/a`
   for a kernel with no tensor-core loop (the backward's preprocess, the merge kernels).
 - **TMA ld/st**: the `UTMALDG` / `UTMASTG` instructions (TMA bulk tensor loads / stores) in
   SASS. Rows whose mask reads `+tma` are the forward's TMA variant (the default on sm_90)

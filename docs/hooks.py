@@ -482,6 +482,7 @@ def _plan_cell(plan) -> str:
 GROUP_FAMILY = {"qk_scale": "fwd", "qk": "fwd", "forward_tile": "fwd", "forward_epilogue": "fwd",
                 "softmax_normalise": "softmax", "backward_preprocess": "bwd", "backward_tile": "bwd",
                 "backward_tile_t": "bwd", "backward_dkdv_t": "bwd", "backward_dq": "bwd", "backward_scale": "bwd",
+                "backward_tail": "bwd",  # a split head dim (MLA, claim head_dim_split)
                 "merge_state": "merge",
                 # score modifications (docs/softcap.md, alibi.md, sinks.md)
                 "softcap_scalars": "fwd", "softcap": "fwd", "alibi_scalar": "fwd", "alibi": "fwd",

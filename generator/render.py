@@ -262,8 +262,14 @@ def backward_context(variant: Variant) -> dict:
         "segment_pointers_dq": _lines(AD.SEGMENT_POINTERS["dq"]),
         "row_stages": _stages(S.ROW_STAGES),
         "gqa_group_head": print_term(S.GQA_GROUP_HEAD),
-        "init_dkdv": _inits(S.GRAD_INIT, {"dk": "[BLOCK_N, BLOCK_D]", "dv": "[BLOCK_N, BLOCK_DV]"}),
-        "init_dq": _inits(S.GRAD_INIT, {"dq": "[BLOCK_M, BLOCK_D]"}),
+        # a split head dim's gradient tails (claim head_dim_split) as tiles of their own, BLOCK_DT wide
+        "init_dkdv": _inits(S.GRAD_INIT, {"dk": "[BLOCK_N, BLOCK_D]", "dv": "[BLOCK_N, BLOCK_DV]",
+                                          "dk_tail": "[BLOCK_N, BLOCK_DT]"}),
+        "init_dq": _inits(S.GRAD_INIT, {"dq": "[BLOCK_M, BLOCK_D]", "dq_tail": "[BLOCK_M, BLOCK_DT]"}),
+        # the split head dim (claim head_dim_split): Sᵀ's tail product, dK's and dQ's tail columns, their scales;
+        # the dQ loop's row-major scores add the forward's QK_TAIL
+        "qk_tail": print_term(T.QK_TAIL),
+        "bwd_tail": dict(zip(("qk_t", "dk", "scale_dk", "dq", "scale_dq"), _lines(T.BACKWARD_TAIL))),
         # the mask helper takes i, j broadcast to the tile's layout: the spec's names, unrenamed
         "kinds": [dict(kind, keep=print_term(keep_term(kind["name"])),
                        row_bounds=_lines(row_bounds_terms(kind["name"]))) for kind in fwd["kinds"]],

@@ -586,6 +586,16 @@ BWD_MAP_ROW = (
          "block_map[b, h, query tile, key tile]"),
 )
 BWD_KEY_LEN = (Term(bkl_off, off_b * BK_["stride_kl"], CLAIM_BACKWARD_KERNELS, "key_lengths[b]"),)
+#: the head dim split (claim head_dim_split: D held as a main part HEAD_DIM and a tail HEAD_DIM_TAIL, 192 = 128 + 64):
+#: k / dk at [b, kv head, j, dt], q / dq at [b, h, i, dt], dt in [HEAD_DIM, D): the offsets above at lane offs_dt
+bk_tail_off, q_tail_rows_off, dk_tail_off, dq_tail_off = (_int(s) for s in (
+    "bk_tail_off", "q_tail_rows_off", "dk_tail_off", "dq_tail_off"))
+BWD_TAILS = (
+    Term(bk_tail_off, BWD_KV_OFFSETS[0].expr.xreplace({offs_d: offs_dt}), CLAIM_BACKWARD_KERNELS, "k[b, kv head, j, dt]"),
+    Term(q_tail_rows_off, BWD_ROWS[0].expr.xreplace({offs_d: offs_dt}), CLAIM_BACKWARD_KERNELS, "q[b, h, i, dt]"),
+    Term(dk_tail_off, BWD_GRAD_KV[0].expr.xreplace({offs_d: offs_dt}), CLAIM_BACKWARD_KERNELS, "dk[b, kv head, j, dt]"),
+    Term(dq_tail_off, BWD_DQ[0].expr.xreplace({offs_d: offs_dt}), CLAIM_BACKWARD_KERNELS, "dq[b, h, i, dt]"),
+)
 #: a user score_mod (issue 28): the dQ program (pid_m, off_bh)'s own row of the parameter-gradient buffer
 #: (grid[0]·grid[1] rows of len(SF) fp32 entries, spec.launch.score_grad_launch), num_pid_m = grid[0]; then entry
 #: offs_e of that row (the buffer's entries are contiguous: column stride 1); no two programs share a row
@@ -598,4 +608,6 @@ BWD_SCORE_GRAD = (Term(sg_off, sg_base + offs_e, CLAIM_BACKWARD_KERNELS, "score_
 BACKWARD_KERNEL_GROUPS = {"kv_base": BWD_KV_BASE, "kv_offsets": BWD_KV_OFFSETS, "vt_offset": BWD_VT_OFFSET,
                           "grad_kv": BWD_GRAD_KV, "dq": BWD_DQ, "row_base": BWD_ROW_BASE, "rows": BWD_ROWS,
                           "mask_base": BWD_MASK_BASE, "mask": BWD_MASK, "map_col": BWD_MAP_COL, "map_row": BWD_MAP_ROW,
-                          "key_len": BWD_KEY_LEN, "score_grad_row": BWD_SCORE_GRAD_ROW, "score_grad": BWD_SCORE_GRAD}
+                          "key_len": BWD_KEY_LEN, "score_grad_row": BWD_SCORE_GRAD_ROW, "score_grad": BWD_SCORE_GRAD,
+                          "k_tail": BWD_TAILS[:1], "q_tail_rows": BWD_TAILS[1:2], "dk_tail": BWD_TAILS[2:3],
+                          "dq_tail": BWD_TAILS[3:]}

@@ -173,8 +173,9 @@ class Numbers:
     abs = staticmethod(abs)
     exp = staticmethod(math.exp)
     log = staticmethod(math.log)
-    log1p = staticmethod(math.log1p)
-    expm1 = staticmethod(math.expm1)
+    #: past the bound's range (a factor ``b >= 1``, an exponent past a double's) the bound is vacuous: ``inf``
+    log1p = staticmethod(lambda x: math.log1p(x) if x > -1 else -math.inf)
+    expm1 = staticmethod(lambda x: math.expm1(x) if x < 709 else math.inf)
 
 
 Numbers.FP8_MMA_ERR = FP8_MMA_ERR
@@ -248,6 +249,8 @@ def out_bound(rho_w, rho_num, rho_den, u_div, u_store, abs_num=0):
     arithmetic: floats here, z3 reals in claims ``forward_error_bound`` (``abs_num = 0``) and
     ``fp8_error_bound``, which prove it (requires ``b < 1``)."""
     a, b = weight_factor(rho_w, rho_num), weight_factor(rho_w, rho_den)
+    if isinstance(b, float) and not b < 1:  # numbers past the proof's range (b >= 1): nothing is bounded
+        return math.inf
     last = (1 + u_div) * (1 + u_store)
     return (a + b + abs_num) / (1 - b) * last + (last - 1)
 

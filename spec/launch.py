@@ -48,12 +48,12 @@ def decode_window(window, q, capacity):
 def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, block_m, sinks=None,
                   cache_leftpad=None, cache_batch_idx=None, split_keys=0, descales=None):
     """``(grid, ints, constexprs)`` of one ``_decode_fwd`` launch: ``ints`` the kernel's integer
-    parameters by name (every stride as the tensor has it, the sizes), ``grid`` = (splits, B x Hkv,
-    row blocks), ``constexprs`` the page size and rows per program.
+    parameters by name (every stride as the tensor has it, the sizes), ``grid`` = (row blocks, splits,
+    B x Hkv), ``constexprs`` the page size and rows per program.
 
     q ``(B, N_q, Hq, D)``; the cache ``(B, N_cache, Hkv, D)`` or, with ``block_table`` ``(B,
     max_pages)``, ``(num_pages, PAGE_SIZE, Hkv, D)``; ``out`` ``(S, B, N_q, Hq, D)``, ``lse`` ``(S, B,
-    N_q, Hq)`` (S splits: the grid's first axis is ``out``'s); ``cache_seqlens`` ``(B,)``; ``sinks``
+    N_q, Hq)`` (S splits: the grid's second axis is ``out``'s first); ``cache_seqlens`` ``(B,)``; ``sinks``
     ``(Hq,)`` or None (then stride 0: never read); ``cache_leftpad``, ``cache_batch_idx`` ``(B,)`` or
     None (then stride 0 and ``HAS_LEFTPAD`` / ``HAS_BATCH_IDX`` off: never read); ``split_keys > 0``:
     fixed-size splits (``BATCH_INVARIANT``); ``descales`` an FP8 cache's ``(q_descale, k_descale, v_descale)``,
@@ -75,7 +75,9 @@ def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, blo
                 stride_bi=cache_batch_idx.stride(0) if cache_batch_idx is not None else 0,
                 H_KV=H_KV, GROUP=group, N_Q=N_Q, num_splits=num_splits, split_keys=split_keys)
     ints.update(descale_strides(descales))
-    grid = (num_splits, B * H_KV, cdiv(group * N_Q, block_m))
+    # row tiles first (CUDA launches axis 0 fastest): the tiles of one (split, KV head) run side by side and
+    # read the same K/V rows, so the second can find them in L2 (MLA's 128 heads: two tiles of 64 rows)
+    grid = (cdiv(group * N_Q, block_m), num_splits, B * H_KV)
     constexprs = dict(BLOCK_M=block_m, PAGED=paged, PAGE_SIZE=k_cache.shape[1] if paged else 1,
                       HAS_LEFTPAD=cache_leftpad is not None, HAS_BATCH_IDX=cache_batch_idx is not None,
                       BATCH_INVARIANT=split_keys > 0)

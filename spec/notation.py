@@ -66,6 +66,8 @@ dq, dk, dv = sp.symbols("dq dk dv", real=True)  # gradient accumulators (fp32 ti
 qkT = sp.Symbol("qkT", extended_real=True)  # the transposed scores K Qᵀ (masked: -oo)
 pT = sp.Symbol("pT", nonnegative=True)  # Pᵀ: one column per query row
 dpT, dsT = sp.symbols("dpT dsT", real=True)  # dPᵀ = V dOᵀ and dSᵀ
+#: a split head dim's (claim head_dim_split) gradient columns [HEAD_DIM, D): dK's and dQ's tails (fp32 tiles)
+dk_tail, dq_tail = sp.symbols("dk_tail dq_tail", real=True)
 
 # --- merging two normalised partial results (split-KV combine, merge_state) ---------
 # A partial result of a set of keys, normalised: o_x = õ/d' (one column), lse_x = m + log d'

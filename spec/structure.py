@@ -33,6 +33,9 @@ GRAD_INIT = (
     Term(n.dk, sp.Integer(0), "initial_state", "dK: an empty sum over query tiles"),
     Term(n.dv, sp.Integer(0), "initial_state", "dV: an empty sum over query tiles"),
     Term(n.dq, sp.Integer(0), "initial_state", "dQ: an empty sum over key tiles"),
+    # a split head dim's (claim head_dim_split) gradient tails, columns [HEAD_DIM, D)
+    Term(n.dk_tail, sp.Integer(0), "initial_state", "dK's tail columns: an empty sum over query tiles"),
+    Term(n.dq_tail, sp.Integer(0), "initial_state", "dQ's tail columns: an empty sum over key tiles"),
 )
 
 # ---------------------------------------------------------------------------------- heads

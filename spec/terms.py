@@ -199,6 +199,20 @@ BACKWARD_SCALE = (  # in kernel order: the dK/dV program, then the dQ program
     Term(n.dk, n.dk * n.sm_scale, "backward_grads", "∂S/∂K = scale · Q: one multiply per element"),
     Term(n.dq, n.dq * n.sm_scale, "backward_grads", "∂S/∂Q = scale · K: one multiply per element"),
 )
+#: the backward's split head dim (MLA, issue 27; claim head_dim_split): q = [q | q_tail], k = [k | k_tail] as in the
+#: forward (192 = 128 + 64), so the key-major scores add the tails' product, and dK, dQ get their tail columns
+#: [HEAD_DIM, D) as tiles of their own: dK_tail = scale · dSᵀ Q_tail, dQ_tail = scale · dS K_tail (the dQ kernel's
+#: row-major scores add QK_TAIL, the forward's term). In kernel order: the dK/dV loop, its epilogue, dQ's.
+BACKWARD_TAIL = (
+    Term(n.qkT, n.qkT + dot(n.k_tail, trans(n.q_tail)), "head_dim_split",
+         "Sᵀ += K_tail Q_tailᵀ: the columns [HEAD_DIM, D), accumulated in fp32"),
+    Term(n.dk_tail, n.dk_tail + dot(n.dsT, n.q_tail), "head_dim_split",
+         "dK's tail columns += dSᵀ Q_tail, scaled once after the loop"),
+    Term(n.dk_tail, n.dk_tail * n.sm_scale, "head_dim_split", "dK's tail columns: ∂S/∂K = scale · Q_tail"),
+    Term(n.dq_tail, n.dq_tail + dot(n.ds, n.k_tail), "head_dim_split",
+         "dQ's tail columns += dS K_tail, scaled once after the loop"),
+    Term(n.dq_tail, n.dq_tail * n.sm_scale, "head_dim_split", "dQ's tail columns: ∂S/∂Q = scale · K_tail"),
+)
 
 # ----------------------------------------------------------------------------------
 # Merging two normalised partial results by their LSEs (split-KV combine, merge_state).
@@ -246,6 +260,7 @@ GROUPS = {
     "backward_dkdv_t": BACKWARD_DKDV_T,
     "backward_dq": BACKWARD_DQ,
     "backward_scale": BACKWARD_SCALE,
+    "backward_tail": BACKWARD_TAIL,
     "merge_state": MERGE_STATE,
 }
 

@@ -225,9 +225,10 @@ def test_score_grad_row_by_hand_is_caught():
     assert old in source
     found = problems(source.replace(old, "sgacc = tl.load(ScoreGrad + sg_base + offs_e,"))
     assert any("ScoreGrad + sg_base + offs_e" in p and "printed address term" in p for p in found), found
-    row = "        off_b, off_h, SF, SI, ScoreGrad, sg_base, SCORE_CHUNK)"
+    # (the split head dim's offs_dt, HEAD_DIM_TAIL follow: claim head_dim_split)
+    row = "        off_b, off_h, SF, SI, ScoreGrad, sg_base, SCORE_CHUNK, offs_dt, HEAD_DIM_TAIL)"
     assert source.count(row) == 3  # the dQ kernel's three stage calls
-    old_row = source.replace(row, "        off_b, off_h, SF, SI, Grad_row, 0, SCORE_CHUNK)").replace(
+    old_row = source.replace(row, "        off_b, off_h, SF, SI, Grad_row, 0, SCORE_CHUNK, offs_dt, HEAD_DIM_TAIL)").replace(
         "    sg_base = stride_sgp*", "    Grad_row = ScoreGrad + stride_sgp * pid_m\n    sg_base = stride_sgp*", 1)
     found = problems(old_row)
     assert any("`Grad_row` handed to _attn_bwd_dq_stage as the pointer ScoreGrad" in p for p in found), found

@@ -335,3 +335,62 @@ def test_split_head_dim_varlen_forward():
     ref_out, ref_lse = reference.varlen_attention(q.double(), k.double(), v.double(), cu_q, cu_k, causal=True)
     assert out.shape == (17, 4, 32)
     assert attention_failures(out[None], lse.T[None], ref_out[None], ref_lse.T[None], v) == []
+
+
+# ---------------------------------------------------------------- the backward's head dim split
+@pytest.mark.parametrize("D, Dv", [(192, 128), (128, 64)], ids=["D192-Dv128", "D128-Dv64"])
+def test_backward_at_the_issue_head_dims(D, Dv):
+    """The issue's training pairs at a tiny N (interpreter): (192, 128) runs the backward split as 128 + 64
+    (Sᵀ, dK and dQ each as a main and a tail product, claim head_dim_split), (128, 64) unsplit with D_v = D/2.
+    fp32, GQA 2/1, causal bottom-right, padding keys holding NaN, forward and gradients against float64."""
+    q, k, v, do = _inputs(D, Dv, 2, 1, torch.float32, Nq=9, Nk=14, seed=14)
+    k[:, :, 11:], v[:, :, 11:] = float("nan"), float("nan")
+    _check(q, k, v, do, causal=True, alignment="bottom_right", key_lengths=torch.tensor([11]))
+
+
+def test_split_head_dim_varlen_backward():
+    """The packed-batch backward with the head dim split (48 = 32 + 16): the q, k tails read and the dq, dk
+    tails written through the segment-moved pointers (claim varlen_addresses), causal, GQA 4/2, D_v = 32,
+    fp32, the gradients against float64."""
+    g = torch.Generator().manual_seed(15)
+    cu_q, cu_k = torch.tensor([0, 5, 13], dtype=torch.int32), torch.tensor([0, 9, 21], dtype=torch.int32)
+    q, k, v = torch.randn(13, 4, 48, generator=g), torch.randn(21, 2, 48, generator=g), torch.randn(21, 2, 32, generator=g)
+    do = torch.randn(13, 4, 32, generator=g)
+    leaves = [to_device(t).detach().clone().requires_grad_() for t in (q, k, v)]
+    out = flash_attention_varlen(*leaves, *to_device((cu_q, cu_k)), causal=True, block=BLOCK)
+    out.backward(to_device(do))
+    grads = to_cpu(tuple(t.grad for t in leaves))
+    ref_leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    ref_out, _ = reference.varlen_attention(*ref_leaves, cu_q, cu_k, causal=True)
+    ref_out.backward(do.double())
+    errors = _grad_errors(grads, [t.grad for t in ref_leaves])
+    assert all(e <= GRAD_TOLERANCES_EMPIRICAL[torch.float32] for e in errors), errors
+
+
+def test_an_unscaled_tail_gradient_is_caught(monkeypatch, tmp_path):
+    """Mutant: the backward printed with dK's tail columns left unscaled (no × sm_scale after the loop: the
+    main columns' BACKWARD_SCALE not carried to the tail). Claim head_dim_split refutes the term, and the kernel
+    rendered with it fails the float64 check of dk at D = 48 (32 + 16), while dq and dv stay right. (A tail
+    product taken with the main columns does not compile: the main and tail tiles differ in width.)"""
+    from dataclasses import replace
+
+    from generator import manifest, render
+    from generator.variants import BlockConfig
+    from spec import notation as n
+    from spec import terms as T
+    from spec.proofs.kernel import prove_head_dim_split
+
+    tail = list(T.BACKWARD_TAIL)
+    tail[2] = replace(tail[2], expr=n.dk_tail)
+    assert not prove_head_dim_split(backward_tail=tuple(tail)).proved
+    monkeypatch.setattr(T, "BACKWARD_TAIL", tuple(tail))
+    variant = next(v for v in BlockConfig(*BLOCK).variants() if v.kind.name == "bwd")
+    path = tmp_path / "mutant_unscaled_tail.py"
+    path.write_text(render.render_variant(variant))
+    mutant = manifest.import_file(path)
+    q, k, v, do = _inputs(48, 32, 2, 2, torch.float32, Nq=10, Nk=13, seed=16)
+    out, lse = reference.attention(q.double(), k.double(), v.double())
+    grads = on_device(mutant.backward, do, q, k, v, out.float(), lse.float(), sm_scale=48 ** -0.5)[:3]
+    _, _, ref_grads = _reference(q, k, v, do)
+    errors = _grad_errors(grads, ref_grads)
+    assert errors[1] > GRAD_TOLERANCES_EMPIRICAL[torch.float32] and max(errors[0], errors[2]) <= 1e-4, errors

@@ -1142,7 +1142,9 @@ def test_varlen_keys_offset_by_the_query_start_are_refuted():
     pointers["fwd"] = swap(pointers["fwd"], sp.Symbol("K"),
                            sp.Symbol("K") + n_varlen_start_q() * sp.Symbol("stride_kn", integer=True))
     failing = _failing(PAD.prove_varlen_addresses(pointers=pointers))
-    assert failing == ["fwd: K reaches k[cu_seqlens_k[b] + i, h, d]"], failing
+    # the split head dim's K tail (claim head_dim_split) is read from the same moved pointer: it fails with it
+    assert failing == ["fwd: K reaches k[cu_seqlens_k[b] + i, h, d]",
+                       "fwd: K reaches k[cu_seqlens_k[b] + i, h, d] (k_tail_off)"], failing
 
 
 def n_varlen_start_q():
@@ -1280,6 +1282,35 @@ def test_head_dim_split_mutants_are_refuted():
     for bad in (terms.QK_TAIL.expr.xreplace({n.q_tail: n.q}), n.qk):
         tail = (replace(terms.QK_TAIL, expr=bad),)
         assert_failed(prove_head_dim_split(qk_tail=tail))
+
+
+def test_backward_head_dim_split_mutants_are_refuted():
+    """The backward's split head dim (claim head_dim_split, BACKWARD_TAIL): Sᵀ's tail product dropped or taken
+    with the main q columns, dK's tail from the main q columns, dQ's tail from the main k columns or from dSᵀ,
+    either tail left unscaled: each fails the claim on its own case."""
+    from spec.proofs.kernel import prove_head_dim_split
+
+    tail = terms.BACKWARD_TAIL
+    mutants = {0: (n.qkT, tail[0].expr.xreplace({n.q_tail: n.q})), 1: (tail[1].expr.xreplace({n.q_tail: n.q}),),
+               2: (n.dk_tail,), 3: (tail[3].expr.xreplace({n.k_tail: n.k}), tail[3].expr.xreplace({n.ds: n.dsT})),
+               4: (n.dq_tail,)}
+    for index, bads in mutants.items():
+        for bad in bads:
+            mutated = tail[:index] + (replace(tail[index], expr=bad),) + tail[index + 1:]
+            assert_failed(prove_head_dim_split(backward_tail=mutated))
+
+
+def test_backward_tail_offsets_at_the_main_lane_are_refuted():
+    """The backward's split head dim: the k, q, dk, dq tails addressed at offs_d (the main columns) instead of
+    offs_dt (claim backward_kernel_addresses), as a template that reused the main tile's offsets would."""
+    groups = dict(AD.BACKWARD_KERNEL_GROUPS)
+    for name in ("k_tail", "q_tail_rows", "dk_tail", "dq_tail"):
+        (term,) = groups[name]
+        groups[name] = (AD.Term(term.symbol, term.expr.xreplace({AD.offs_dt: AD.offs_d}), term.claim, "x"),)
+    failing = _failing(PAD.prove_backward_kernel_addresses(groups=groups))
+    for want in ("dkdv: k tail offset is k[b, kvh, j, dt]", "dq: q tail offset is q[b, h, i, dt]",
+                 "dkdv: dk tail offset is dk[b, kvh, j, dt]", "dq: dq tail offset is dq[b, h, i, dt]"):
+        assert want in failing, failing
 
 
 def test_forward_tail_offsets_at_the_main_lane_are_refuted():
@@ -1501,7 +1532,9 @@ def test_backward_address_query_rows_of_the_kv_head_are_refuted():
     """GQA: dK/dV's loop reads the Q rows of the K/V head (off_kvh) instead of the group's query head off_h."""
     rb = swap(BKG["row_base"], AD.bq_base, AD.off_b * AD.BK_["stride_qb"] + AD.off_kvh * AD.BK_["stride_qh"])
     failing = _bwd_failing(groups=dict(BKG, row_base=rb))
-    assert failing == ["dkdv: q offset is q[b, h, i, d]", "dq: q offset is q[b, h, i, d]"], failing
+    # the split head dim's q tail (claim head_dim_split) reads from the same base: it fails with it
+    assert failing == ["dkdv: q tail offset is q[b, h, i, dt]", "dkdv: q offset is q[b, h, i, d]",
+                       "dq: q tail offset is q[b, h, i, dt]", "dq: q offset is q[b, h, i, d]"], failing
 
 
 def test_backward_address_mask_tile_transposed_is_refuted():

@@ -215,9 +215,11 @@ def suite_groups() -> dict[str, list[static.Job]]:
         # on sm_90 in bf16, the kernel whose tiles are largest (the static page has the rest: mla_jobs)
         "mla": [_job("attention_decode", served["decode"], 90, static.MLA_DECODE[0],
                      f"D_v={static.MLA_DECODE[1]}", "bf16")],
-        # the training forward at DeepSeek's (192, 128), sm_90's TMA default: 192 split as 128 + 64
+        # the training forward and backward at DeepSeek's (192, 128), sm_90's defaults: 192 split as 128 + 64
         "mla train": [_job("attention_fwd", fwd(90, static.MLA_TRAIN[0][0], True), 90, static.MLA_TRAIN[0][0],
-                           f"D_v={static.MLA_TRAIN[0][1]}", "bf16", tma=True)],
+                           f"D_v={static.MLA_TRAIN[0][1]}", "bf16", tma=True),
+                      _job("attention_bwd", bwd(90, static.MLA_TRAIN[0][0]), 90, static.MLA_TRAIN[0][0],
+                           f"D_v={static.MLA_TRAIN[0][1]}", "bf16")],
     }
     return groups
 
@@ -512,6 +514,17 @@ def test_mla_training_forward_splits_the_head_dim_at_its_default(suite):
     needed, is <= 1.05 (padded to 256 it was 1.20); no spill, fits shared memory, TMA loads."""
     rows = [r for r in suite["mla train"] if r["kernel"] == "_attn_fwd"]
     assert rows
+    bad = [f"{_name(r)}: {r.get('error') or static.verdict(r)}, MMA {r.get('mma_issued_per_needed')}" for r in rows
+           if "error" in r or not all(static.verdict(r).values()) or not r["mma_issued_per_needed"] <= 1.05]
+    assert not bad, "\n".join(bad)
+
+
+def test_mla_training_backward_splits_the_head_dim_at_its_default(suite):
+    """The backward's dK/dV and dQ kernels at (192, 128) on sm_90 in bf16 (issue 27): Sᵀ, dK (S, dQ) over
+    128 + 64 columns (claim head_dim_split, BACKWARD_TAIL), so MMA issued/needed <= 1.05 (padded to 256 they
+    issued 1.20 and 1.25); no spill, fits shared memory."""
+    rows = [r for r in suite["mla train"] if r["kernel"] in ("_attn_bwd_dkdv", "_attn_bwd_dq")]
+    assert len(rows) == 2
     bad = [f"{_name(r)}: {r.get('error') or static.verdict(r)}, MMA {r.get('mma_issued_per_needed')}" for r in rows
            if "error" in r or not all(static.verdict(r).values()) or not r["mma_issued_per_needed"] <= 1.05]
     assert not bad, "\n".join(bad)

@@ -87,7 +87,8 @@ def _decode_tensors(paged: bool):
        "out[split, b, tok, head, dv], lse[split, b, tok, head], sinks[head], an FP8 cache's "
        "q/k/v_descale[b, kvh] (three float32 (B, Hkv) tensors, any strides: spec.launch.descale_strides, through "
        "decode_launch; the shared _fp8_descales) — and that element lies inside the "
-       "tensor's shape for every program of the grid and every lane its mask lets through (d < D, dv < D_v); "
+       "tensor's shape for every program of the grid (row tiles, splits, B·Hkv: program_id 0, 1, 2) and every lane "
+       "its mask lets through (d < D, dv < D_v); "
        "with the head dim split at D_v (MLA, claim head_dim_split) the tails q[b, tok, head, dt] and "
        "k_cache[..., kvh, dt] for HEAD_DIM <= dt < D; and with v_cache = k_cache[..., :D_v] (k's pointer and "
        "strides) the v offset at lane d is the k offset (the kernel uses its K tile as V) (given Hq = GROUP·Hkv, 0 <= cache_seqlens[b] <= "
@@ -199,7 +200,8 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         split, pid1, pid2, lane = z3.Ints("split pid1 pid2 lane")
         Gz = z(sp.sympify(ints["GROUP"]))
         grid_z = [z(sp.sympify(x)) for x in grid]
-        hyp += [0 <= split, split < grid_z[0], 0 <= pid1, pid1 < grid_z[1], 0 <= pid2, pid2 < grid_z[2],
+        # the grid (row tiles, splits, B x Hkv): program_id(0) the row tile, (1) the split, (2) the (b, kv head)
+        hyp += [0 <= pid2, pid2 < grid_z[0], 0 <= split, split < grid_z[1], 0 <= pid1, pid1 < grid_z[2],
                 0 <= lane, lane < bm]
         offb, kvh = pid1 / z(sp.sympify(ints["H_KV"])), pid1 % z(sp.sympify(ints["H_KV"]))  # spec.structure.GRID_LINES
         m = pid2 * bm + lane
@@ -233,7 +235,7 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         head_m = z3.substitute(z(head.xreplace(launched)), (z(A.off_kvh), kvh))
         cases.append(_decide(f"{tag}: row g·N_q + t is (head kvh·GROUP + g, token t), in the grid and row_ok",
                              hyp + [0 <= g2, g2 < Gz, 0 <= t2, t2 < Nqz, mz == g2 * Nqz + t2],
-                             z3.And(tok_m == t2, head_m == kvh * Gz + g2, mz / bm < grid_z[2],
+                             z3.And(tok_m == t2, head_m == kvh * Gz + g2, mz / bm < grid_z[0],
                                     mz < Gz * z(sp.sympify(ints["N_Q"])))))
         # keys: j < split_hi <= key_len <= capacity (the load mask key_ok; claim paged_kv_reads)
         jz, key_len_z = z(j), z3.Int("key_len_value")
@@ -300,7 +302,8 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
        "every pointer a kernel addresses is moved), followed by the forward's printed offsets "
        "(spec.addresses.FORWARD_GROUPS, for the strides spec.launch.forward_launch passes a packed batch) or the "
        "backward kernels' printed offsets (spec.addresses.BACKWARD_KERNEL_GROUPS, for the strides "
-       "spec.launch.dkdv_launch and dq_launch pass a packed batch), reaches element (cu[b] + i, h, d) of its tensor "
+       "spec.launch.dkdv_launch and dq_launch pass a packed batch), a split head dim's tails among them (claim "
+       "head_dim_split: q, k, dq, dk at lane dt), reaches element (cu[b] + i, h, d) of its tensor "
        "(lse, lse2, Δ: (h, cu[b] + i)) "
        "— the segment's row i, queries from cu_seqlens_q and keys from cu_seqlens_k — inside the tensor for "
        "0 <= i < the segment's length, given the host's check of the offsets (non-decreasing, from 0 to the "
@@ -379,6 +382,12 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
                            "V": (A.bv_off, A.bv_base), "DK": (A.dk_off,), "DV": (A.dv_off,), "Lse2": rows, "Delta": rows},
                   "dq": {"Q": (A.q_rows_off, A.bq_base), "DO": (A.do_rows_off, A.bdo_base), "DQ": (A.dq_off,),
                          "K": (A.bk_off, A.bk_base), "V": (A.bvt_off, A.bv_base), "Lse2": rows, "Delta": rows}}
+    # a split head dim's tails (claim head_dim_split), addressed from the same moved pointers
+    tail_offset = {"fwd": {"Q": ((A.q_tail_off,),), "K": ((A.k_tail_off, A.k_base),)},
+                   "dkdv": {"Q": ((A.q_tail_rows_off, A.bq_base),), "K": ((A.bk_tail_off, A.bk_base),),
+                            "DK": ((A.dk_tail_off,),)},
+                   "dq": {"Q": ((A.q_tail_rows_off, A.bq_base),), "K": ((A.bk_tail_off, A.bk_base),),
+                          "DQ": ((A.dq_tail_off,),)}}
     for kernel, group in pointers.items():
         # every pointer the kernel addresses is moved (a pointer left at row 0 reads segment 0's rows)
         addressed = set(fwd_offset) if kernel == "fwd" else set(bwd_offset[kernel])
@@ -391,29 +400,24 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
             tensor = tensors[name]
             side = "q" if "total_q" in {str(x) for x in tensor.shape} else "k"
             start = mem[side](sp.expand(passed[side].offset_of((A.off_b,))))
-            if kernel == "fwd":  # the pointer moved by the printed move, then the printed dense offset
-                off, *bases = fwd_offset[ptr]
-                offset = _lanes(fg[off].expr)
+            groups_, offsets_, ints_ = ((fg, fwd_offset, flaunched) if kernel == "fwd"
+                                        else (bg, bwd_offset[kernel], blaunched[kernel]))
+            # the pointer moved by the printed move, then each printed offset from it: the dense one and a
+            # split head dim's tail (claim head_dim_split: lane dt of the same tensor)
+            for off, *bases in (offsets_[ptr], *tail_offset[kernel].get(ptr, ())):
+                offset = _lanes(groups_[off].expr)
                 for base in bases:
-                    offset = offset.xreplace({base: _lanes(fg[base].expr)})
-                offset = offset.xreplace({A.offs_m: i, A.offs_n: i, A.offs_d: d, A.offs_dv: d, A.off_h: h,
-                                          A.off_kvh: h})  # the lane d of either head dim (D or D_v)
-                moved = sp.expand(term.expr - term.symbol).xreplace(flaunched).xreplace(starts)
-                address = sp.expand(moved + offset.xreplace(flaunched))
-            else:  # dK/dV, dQ: the pointer moved by the printed move, then the printed backward offset
-                off, *bases = bwd_offset[kernel][ptr]
-                offset = _lanes(bg[off].expr)
-                for base in bases:
-                    offset = offset.xreplace({base: _lanes(bg[base].expr)})
-                offset = offset.xreplace({A.offs_m: i, A.offs_n: i, A.offs_d: d, A.offs_dv: d, A.off_h: h,
-                                          A.off_kvh: h})
-                moved = sp.expand(term.expr - term.symbol).xreplace(blaunched[kernel]).xreplace(starts)
-                address = sp.expand(moved + offset.xreplace(blaunched[kernel]))
-            per_row = name in ("lse", "lse2", "delta")
-            index = (h, start + i) if per_row else (start + i, h, d)
-            where = "h, cu_seqlens_q[b] + i" if per_row else f"cu_seqlens_{side}[b] + i, h, d"
-            cases.append((f"{kernel}: {ptr} reaches {name}[{where}]",
-                          difference(address, sp.expand(tensor.offset_of(index)))))
+                    offset = offset.xreplace({base: _lanes(groups_[base].expr)})
+                offset = offset.xreplace({A.offs_m: i, A.offs_n: i, A.offs_d: d, A.offs_dv: d, A.offs_dt: d,
+                                          A.off_h: h, A.off_kvh: h})  # the lane d of either head dim (D or D_v)
+                moved = sp.expand(term.expr - term.symbol).xreplace(ints_).xreplace(starts)
+                address = sp.expand(moved + offset.xreplace(ints_))
+                per_row = name in ("lse", "lse2", "delta")
+                index = (h, start + i) if per_row else (start + i, h, d)
+                where = "h, cu_seqlens_q[b] + i" if per_row else f"cu_seqlens_{side}[b] + i, h, d"
+                label = f" ({off.name})" if (off, *bases) != offsets_[ptr] else ""
+                cases.append((f"{kernel}: {ptr} reaches {name}[{where}]{label}",
+                              difference(address, sp.expand(tensor.offset_of(index)))))
     # the extents (z3): the program's segment b has cu[b + 1] inside cu_seqlens; a row i < length inside
     z = _Z3A()
     B1, H = z(cu_in["q"].shape[0]), z3.Int("Hq")
@@ -1054,11 +1058,12 @@ def _backward_tensors():
        "_attn_bwd_dkdv, _attn_bwd_dq, their stages, _attn_bwd_rows and _attn_bwd_mask "
        "(spec.addresses.BACKWARD_KERNEL_GROUPS) is the offset of the element the reference reads or writes — "
        "k/dk[b, kvh, j, d], v/dv[b, kvh, j, dv] (dQ's Vᵀ tile transposed), q/dq[b, h, i, d], grad_out[b, h, i, dv], "
+       "a split head dim's tails k/dk[b, kvh, j, dt] and q/dq[b, h, i, dt] (claim head_dim_split), "
        "Δ/lse2[b, h, i], mask[b, h, i, j], block_map[b, h, i0 // MAP_BLOCK_M, j0 // MAP_BLOCK_N], key_lengths[b], "
        "and (the forward's printed terms at the backward's strides) alibi_slopes[h] or [b, h], mask_mod_args[b] — "
        "with h = kvh·GROUP + g (dK/dV's loop over the group) or the program's head and kvh = h // GROUP (dQ), and "
        "lies inside the tensor for every program of the grid and every lane the load or store's mask lets through "
-       "(i < N_Q, j < N_K, d < D, dv < D_v; a full tile's rows and keys are inside by claim mask_tiles_sound), "
+       "(i < N_Q, j < N_K, d < HEAD_DIM <= D, dt < HEAD_DIM + HEAD_DIM_TAIL = D, dv < D_v; a full tile's rows and keys are inside by claim mask_tiles_sound), "
        "every visited tile start i0 < N_Q, j0 < N_K; the grids cover every key tile (dK/dV) and row tile (dQ) of "
        "every (b, head); the in-head products the kernels compute in int32 are exactly row·stride_row + "
        "col·stride_col of q, grad_out, k, v, dq, dk, dv; the packed batch is claim varlen_addresses'. A user "
@@ -1113,6 +1118,13 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
 
         # --- the element each offset reaches (polynomial identities) -------------------------------
         same("k offset is k[b, kvh, j, d]", at(A.bk_off, A.bk_base), k, (b, kvh, j, d))
+        # the head dim split (claim head_dim_split): the tails at lane dt in [HEAD_DIM, D)
+        same("k tail offset is k[b, kvh, j, dt]", at(A.bk_tail_off, A.bk_base), k, (b, kvh, j, A.offs_dt))
+        same("q tail offset is q[b, h, i, dt]", at(A.q_tail_rows_off, A.bq_base), q, (b, h, i, A.offs_dt))
+        if kernel == "dkdv":
+            same("dk tail offset is dk[b, kvh, j, dt]", at(A.dk_tail_off), dk, (b, kvh, j, A.offs_dt))
+        else:
+            same("dq tail offset is dq[b, h, i, dt]", at(A.dq_tail_off), dq, (b, h, i, A.offs_dt))
         if kernel == "dkdv":
             same("v offset is v[b, kvh, j, dv]", at(A.bv_off, A.bv_base), v, (b, kvh, j, dv_))
             same("dk offset is dk[b, kvh, j, d]", at(A.dk_off), dk, (b, kvh, j, d))
@@ -1144,12 +1156,16 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
         # the int32 products: the in-head offset row·stride_row + col·stride_col
         int32 = [("q", A.q_rows_off, i * ints["stride_qm"] + d * ints["stride_qd"]),
                  ("grad_out", A.do_rows_off, i * ints["stride_dom"] + dv_ * ints["stride_dod"]),
-                 ("k", A.bk_off, j * ints["stride_kn"] + d * ints["stride_kd"])]
+                 ("k", A.bk_off, j * ints["stride_kn"] + d * ints["stride_kd"]),
+                 ("q tail", A.q_tail_rows_off, i * ints["stride_qm"] + A.offs_dt * ints["stride_qd"]),
+                 ("k tail", A.bk_tail_off, j * ints["stride_kn"] + A.offs_dt * ints["stride_kd"])]
         int32 += ([("v", A.bv_off, j * ints["stride_vn"] + dv_ * ints["stride_vd"]),
                    ("dk", A.dk_off, j * ints["stride_dkn"] + d * ints["stride_dkd"]),
+                   ("dk tail", A.dk_tail_off, j * ints["stride_dkn"] + A.offs_dt * ints["stride_dkd"]),
                    ("dv", A.dv_off, j * ints["stride_dvn"] + dv_ * ints["stride_dvd"])] if kernel == "dkdv" else
                   [("v", A.bvt_off, j * ints["stride_vn"] + dv_ * ints["stride_vd"]),
-                   ("dq", A.dq_off, i * ints["stride_dqm"] + d * ints["stride_dqd"])])
+                   ("dq", A.dq_off, i * ints["stride_dqm"] + d * ints["stride_dqd"]),
+                   ("dq tail", A.dq_tail_off, i * ints["stride_dqm"] + A.offs_dt * ints["stride_dqd"])])
         for name, sym, want in int32:
             got = sp.Add(*[x for x in sp.Add.make_args(sp.expand(_lanes(g[sym].expr).xreplace(launched)))
                            if not (x.free_symbols & (_INT64 | _INT64_BWD))])
@@ -1187,6 +1203,14 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
         head_side = ("dk, dv" if kernel == "dkdv" else "")
         cases.append(_decide(f"{kernel}: k{', ' + head_side if head_side else ''}[b, kvh, j, d] inside (lanes j < N_K, "
                              "d < HEAD_DIM)", hyp + [key_ok, d_ok], _inside((offb, offkvh, jz, z(d)), k.shape)))
+        # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL = D (the launch's split of D)
+        dt_ok = z3.And(0 <= z(A.offs_dt), z(A.offs_dt) < Dz)
+        cases.append(_decide(f"{kernel}: k{', dk' if kernel == 'dkdv' else ''}[b, kvh, j, dt] inside (lanes j < N_K, "
+                             "dt < HEAD_DIM + HEAD_DIM_TAIL = D)", hyp + [key_ok, dt_ok],
+                             _inside((offb, offkvh, jz, z(A.offs_dt)), k.shape)))
+        cases.append(_decide(f"{kernel}: q{', dq' if kernel == 'dq' else ''}[b, h, i, dt] inside (lanes i < N_Q, "
+                             "dt < HEAD_DIM + HEAD_DIM_TAIL = D)", hyp + [row_ok, dt_ok],
+                             _inside((offb, offh, iz, z(A.offs_dt)), q.shape)))
         cases.append(_decide(f"{kernel}: v[b, kvh, j, dv] inside (lanes j < N_K, dv < HEAD_DIM_V)",
                              hyp + [key_ok, dv_ok], _inside((offb, offkvh, jz, z(dv_)), v.shape)))
         cases.append(_decide(f"{kernel}: q{', dq' if kernel == 'dq' else ''}[b, h, i, d] inside (lanes i < N_Q, "

@@ -131,29 +131,69 @@ def prove_merge_identity(merge=R.merge, forward_tile=terms.FORWARD_TILE,
 @claim("head_dim_split",
        "the scores of a head dim split at column D_v (q = [q | q_tail], k = [k | k_tail], the tails the columns "
        "[D_v, D)) are the whole inner product: the printed QK then QK_TAIL give S = Σ_{d=1}^{D} q_d k_d for "
-       "every split point and tail width. The decode kernel splits at the value head dim (MLA's absorbed 576 = "
-       "512 + 64); the forward kernel at the largest power of two below D where that saves padding "
-       "(generator.runtime.launch.head_dim_split: 192 = 128 + 64, 48 = 32 + 16), the split point D_v here",
-       r"S = Q_{[0,D_v)}K_{[0,D_v)}^\top + Q_{[D_v,D)}K_{[D_v,D)}^\top = QK^\top",
-       terms=("qk",),
-       scope="symbolic D_v >= 1 and tail width >= 1 (SymPy sums over the two column ranges, combined into "
-             "one); reals, exact (the kernel accumulates both products in fp32: rounding as any inner product)")
-def prove_head_dim_split(qk=terms.QK, qk_tail=terms.QK_TAIL_GROUP):
-    d = sp.Symbol("d", integer=True)
+       "every split point and tail width, and so do the backward's key-major Sᵀ = K Qᵀ then its tail's product "
+       "(BACKWARD_TAIL); the gradients' tail columns are the whole gradients' columns [D_v, D): the printed "
+       "dK_tail (+= dSᵀ Q_tail, then × scale) gives column D_v + t of dK = scale·dSᵀQ, and dQ_tail (+= dS K_tail, "
+       "then × scale) column D_v + t of dQ = scale·dS K, for every tail column t. The decode kernel splits at "
+       "the value head dim (MLA's absorbed 576 = 512 + 64); the forward and backward kernels at the largest "
+       "power of two below D where that saves padding (generator.runtime.launch.head_dim_split: 192 = 128 + 64, "
+       "48 = 32 + 16), the split point D_v here",
+       r"S = Q_{[0,D_v)}K_{[0,D_v)}^\top + Q_{[D_v,D)}K_{[D_v,D)}^\top = QK^\top,\quad "
+       r"dK_{[D_v,D)} = \mathrm{scale}\cdot dS^\top Q_{[D_v,D)},\quad dQ_{[D_v,D)} = \mathrm{scale}\cdot dS\,K_{[D_v,D)}",
+       terms=("qk", "qkT", "dk_tail", "dq_tail"),
+       scope="symbolic D_v >= 1, tail width >= 1, N query rows and M keys (SymPy sums over the column ranges, "
+             "combined into one; a gradient's tail column D_v + t for a symbolic t in [1, T], summed over the "
+             "symbolic rows or keys of one tile: the sum over tiles is the main columns' claim backward_grads'); "
+             "reals, exact (the kernel accumulates each product in fp32: rounding as any inner product)")
+def prove_head_dim_split(qk=terms.QK, qk_tail=terms.QK_TAIL_GROUP, qk_t=terms.BACKWARD_TILE_T[0],
+                         backward_tail=terms.BACKWARD_TAIL):
+    d, t, i, j = (sp.Symbol(s, integer=True) for s in ("d", "t", "i", "j"))
     Dv, T = sp.Symbol("D_v", integer=True, positive=True), sp.Symbol("T", integer=True, positive=True)
-    Qc, Kc = sp.IndexedBase("Q", real=True), sp.IndexedBase("K", real=True)  # one row of Q, one key of K
-    column_sums = {(n.q, n.k): sp.Sum(Qc[d] * Kc[d], (d, 1, Dv)),  # the first D_v columns
-                   (n.q_tail, n.k_tail): sp.Sum(Qc[d] * Kc[d], (d, Dv + 1, Dv + T))}  # the tail [D_v, D)
+    N, M = sp.Symbol("N", integer=True, positive=True), sp.Symbol("M", integer=True, positive=True)
+    Qc, Kc = sp.IndexedBase("Q", real=True), sp.IndexedBase("K", real=True)  # rows of Q (i, d), keys of K (j, d)
+    dS = sp.IndexedBase("dS", real=True)  # dS[i, j]: query row i, key j
+    i0, j0 = sp.Symbol("i_0", integer=True), sp.Symbol("j_0", integer=True)  # the element / row the sums are at
+    main, tail = sp.Sum(Qc[i0, d] * Kc[j0, d], (d, 1, Dv)), sp.Sum(Qc[i0, d] * Kc[j0, d], (d, Dv + 1, Dv + T))
+    # each product the printed lines may form, as the sum it is at one element: the scores' element (i0, j0)
+    # (row-major and key-major alike: a score is symmetric in its operands' roles), dK's tail column D_v + t of
+    # key j0 (summed over the tile's N query rows), dQ's tail column D_v + t of row i0 (over its M keys); a
+    # pairing of the wrong operands is a symbol no identity can cancel
+    products = {(n.q, ("T", n.k)): main, (n.k, ("T", n.q)): main,
+                (n.q_tail, ("T", n.k_tail)): tail, (n.k_tail, ("T", n.q_tail)): tail,
+                (n.dsT, n.q_tail): sp.Sum(dS[i, j0] * Qc[i, Dv + t], (i, 1, N)),
+                (n.dsT, n.q): sp.Sum(dS[i, j0] * Qc[i, t], (i, 1, N)),  # the main column t: not the tail's
+                (n.ds, n.k_tail): sp.Sum(dS[i0, j] * Kc[j, Dv + t], (j, 1, M)),
+                (n.ds, n.k): sp.Sum(dS[i0, j] * Kc[j, t], (j, 1, M))}
 
     def product(e):
-        a, b = e.args[0], e.args[1].args[0]  # dot(a, trans(b))
-        return column_sums.get((a, b), sp.Symbol(f"dot({a}, {b}) pairs no q columns with their k columns"))
+        a, b = e.args
+        key = (a, ("T", b.args[0]) if isinstance(b, terms.trans) else b)
+        return products.get(key, sp.Symbol(f"dot({a}, {b}) pairs no operands whose columns match"))
 
-    scores = terms.chain((qk, *qk_tail))[n.qk].replace(lambda e: isinstance(e, terms.dot), product)
-    whole = sp.Sum(Qc[d] * Kc[d], (d, 1, Dv + T))
-    return result("head_dim_split", [("S = q·k over [1, D_v] + q_tail·k_tail over [D_v + 1, D] = q·k over [1, D]",
-                                      sp.simplify(scores - whole))],
-                  "SymPy: the two column sums combined into one (sum_simplify), symbolic D_v and tail width")
+    def value(group, sym, start):
+        return terms.chain(group)[sym].xreplace({start: 0} if start is not None else {}).replace(
+            lambda e: isinstance(e, terms.dot), product)
+
+    whole = sp.Sum(Qc[i0, d] * Kc[j0, d], (d, 1, Dv + T))
+    by_name = {}
+    for term in backward_tail:
+        by_name.setdefault(term.name, []).append(term)
+    scores_t = value((qk_t, *by_name.get("qkT", ())), n.qkT, None)
+    dk_tail = value(by_name.get("dk_tail", ()), n.dk_tail, n.dk_tail)
+    dq_tail = value(by_name.get("dq_tail", ()), n.dq_tail, n.dq_tail)
+    cases = [
+        ("S = q·k over [1, D_v] + q_tail·k_tail over [D_v + 1, D] = q·k over [1, D]",
+         sp.simplify(value((qk, *qk_tail), n.qk, None) - whole)),
+        ("backward Sᵀ = k·q over [1, D_v] + k_tail·q_tail over [D_v + 1, D] = q·k over [1, D]",
+         sp.simplify(scores_t - whole)),
+        ("dK_tail column t = scale · Σ_i dS[i, j] Q[i, D_v + t]: column D_v + t of dK",
+         sp.simplify(dk_tail - n.sm_scale * sp.Sum(dS[i, j0] * Qc[i, Dv + t], (i, 1, N)))),
+        ("dQ_tail column t = scale · Σ_j dS[i, j] K[j, D_v + t]: column D_v + t of dQ",
+         sp.simplify(dq_tail - n.sm_scale * sp.Sum(dS[i0, j] * Kc[j, Dv + t], (j, 1, M)))),
+    ]
+    return result("head_dim_split", cases,
+                  "SymPy: the column sums combined into one (sum_simplify); the gradients' tail columns against "
+                  "the whole gradient's, symbolic D_v, tail width, tile rows and keys")
 
 
 @claim("block_update",

@@ -16,13 +16,13 @@ from spec.proofs.z3_int32 import Int32Line
 @claim("initial_state",
        "the printed initial on-chip state (m_i, l_i, acc) is E = (−∞, 0, 0), the identity of ⊕ (claim "
        "merge_identity), so the fold over key tiles starts from no key; the gradient accumulators "
-       "dK, dV, dQ start at 0, the empty sum",
+       "dK, dV, dQ (and a split head dim's dK, dQ tail columns) start at 0, the empty sum",
        r"(m_i, l_i, \mathrm{acc})_0 = E = (-\infty, 0, 0),\quad dK_0 = dV_0 = dQ_0 = 0",
        scope="exact; structural identity of the printed values",
        assumptions=())
 def prove_initial_state(forward_init=S.FORWARD_INIT, grad_init=S.GRAD_INIT):
     pairs = [("(m_i, l_i, acc) = E", tuple(t.expr for t in forward_init), tuple(R.E)),
-             ("(dk, dv, dq) = 0", tuple(t.expr for t in grad_init), (0, 0, 0))]
+             ("(dk, dv, dq, dk_tail, dq_tail) = 0", tuple(t.expr for t in grad_init), (0,) * 5)]
     return result("initial_state", equal_cases(pairs), "the printed initial values against E and 0")
 
 
