@@ -45,6 +45,12 @@ def decode_window(window, q, capacity):
 # ----------------------------------------------------------------------------------
 # Decode: _decode_fwd's grid and integer arguments; the merge's row views.
 # ----------------------------------------------------------------------------------
+#: CUDA's limit on a launch grid's axes 1 and 2 (gridDim.y, gridDim.z; axis 0 allows 2^31 - 1): the decode
+#: grid puts its splits on axis 1, so a call with more splits cannot launch (the contract refuses it:
+#: ``generator.runtime.contract``, num_splits)
+GRID_AXIS_MAX = 65535
+
+
 def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, block_m, sinks=None,
                   cache_leftpad=None, cache_batch_idx=None, split_keys=0, descales=None):
     """``(grid, ints, constexprs)`` of one ``_decode_fwd`` launch: ``ints`` the kernel's integer

@@ -133,6 +133,27 @@ def test_int_cache_seqlens_and_default_scale_and_splits():
     torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=1e-5)
 
 
+def test_batch_invariant_splits_past_the_grid_axis_are_refused():
+    """batch_invariant puts one split per 512 keys on the decode grid's axis 1, which CUDA caps at
+    spec.launch.GRID_AXIS_MAX (65535): a longer cache is refused before any launch, naming num_splits and the
+    fix (an expanded cache: no memory). One split fewer is accepted (stubbed launches: nothing runs)."""
+    from benchmarks import host
+    from generator.runtime.decode import BATCH_INVARIANT_SPLIT_KEYS
+    from spec.launch import GRID_AXIS_MAX
+
+    q = torch.zeros(1, 1, 1, 16)
+    for keys, refused in ((GRID_AXIS_MAX * BATCH_INVARIANT_SPLIT_KEYS, False),
+                          (GRID_AXIS_MAX * BATCH_INVARIANT_SPLIT_KEYS + 1, True)):
+        cache = torch.zeros(1, 1, 1, 16).expand(1, keys, 1, 16)
+        with host.stubbed_launches() as launched:
+            if refused:
+                with pytest.raises(ValueError, match=r"num_splits: .*GRID_AXIS_MAX.*batch_invariant=False"):
+                    flash_attention_with_kvcache(q, cache, cache, 8, batch_invariant=True)
+            else:
+                flash_attention_with_kvcache(q, cache, cache, 8, batch_invariant=True)
+        assert bool(launched) != refused, keys
+
+
 def test_default_num_splits_fills_the_sms():
     assert default_num_splits(programs=8, max_keys=128 * 1024, num_sms=132) == MAX_SPLITS
     assert default_num_splits(programs=64, max_keys=128 * 1024, num_sms=132) == 3

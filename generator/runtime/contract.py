@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+from spec import launch as spec_launch
 from spec.assumptions import ASSUMPTIONS, limit
 
 from generator.runtime import checks as R
@@ -740,6 +741,25 @@ def _batch_invariant_splits(n, v, c):
                          f"num_splits at 0, got {v}")
 
 
+def _decode_grid_splits(n, v, c):
+    """The decode grid's splits (axis 1: ``spec.launch.decode_launch``) fit CUDA's ``GRID_AXIS_MAX``:
+    ``num_splits``, or with ``batch_invariant`` one split per ``BATCH_INVARIANT_SPLIT_KEYS`` keys of the cache."""
+    from generator.runtime.decode import BATCH_INVARIANT_SPLIT_KEYS  # decode imports this module
+
+    most = spec_launch.GRID_AXIS_MAX
+    if c["batch_invariant"] is True:
+        capacity = _kv_capacity(c)
+        splits = spec_launch.cdiv(capacity, BATCH_INVARIANT_SPLIT_KEYS)
+        if splits > most:
+            raise ValueError(f"num_splits: batch_invariant=True cuts a cache of {capacity} keys into {splits} splits of "
+                             f"{BATCH_INVARIANT_SPLIT_KEYS} keys, more than the {most} a CUDA grid axis holds (the "
+                             f"decode grid's axis 1, spec.launch.GRID_AXIS_MAX); pass batch_invariant=False, or a "
+                             f"cache of at most {most * BATCH_INVARIANT_SPLIT_KEYS} keys")
+    elif v > most:
+        raise ValueError(f"num_splits={v} is more than the {most} splits a CUDA grid axis holds (the decode grid's "
+                         f"axis 1, spec.launch.GRID_AXIS_MAX): pass num_splits ≤ {most}, or 0 for the heuristic")
+
+
 def _cache_rows_rules(meaning: str) -> tuple:
     """``cache_leftpad`` / ``cache_batch_idx``: an int32 (or int64) ``(B,)`` tensor, contiguous cache only."""
     return (R.is_tensor(), R.dtype_in((torch.int32, torch.int64), f"it must be int32 (batch,): {meaning}",
@@ -944,7 +964,11 @@ def _kvcache_args() -> tuple[Arg, ...]:
                           convert=lambda v, c: R.check_num_splits(v), bad=lambda c, n: {n: -1}),
                    R.call("not a bool", lambda n, v, c: R.check_num_splits(v), KIND, bad=lambda c, n: {n: True}),
                    R.call("0 with batch_invariant", _batch_invariant_splits,
-                          bad=lambda c, n: {n: 3, "batch_invariant": True}))),
+                          bad=lambda c, n: {n: 3, "batch_invariant": True}),
+                   R.call(f"the decode grid's splits ≤ {spec_launch.GRID_AXIS_MAX} (CUDA's grid axis 1; "
+                          "batch_invariant: one per BATCH_INVARIANT_SPLIT_KEYS keys)", _decode_grid_splits,
+                          bad=lambda c, n: {n: 2, "batch_invariant": False,
+                                            **_patched(spec_launch, "GRID_AXIS_MAX", 1)}))),
         RETURN_LSE, SOFTCAP,
         _alibi(lambda c: (((c["q"].shape[2],), _kv_sizes(c)), _kv_sizes(c))),
         _sinks(lambda c: (((c["q"].shape[2],),), _kv_sizes(c)), "any finite logits (inference only: no gradient)",
