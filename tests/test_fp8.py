@@ -167,6 +167,23 @@ def test_fp8_input_errors_name_the_fix(call, match):
         call()
 
 
+@pytest.mark.parametrize("entry", ["flash_attention", "flash_attention_varlen"])
+def test_fp8_key_blocks_below_the_mma_k_are_refused(entry):
+    """Every fp8 tl.dot passes max_num_imprecise_acc = FP8_MAX_IMPRECISE_ACC (32), which Triton refuses for a
+    dot of fewer products: a block with B_c < 32 is refused by the contract, naming the blocks that work
+    (before: the dispatcher asked to emit the block, whose kernel Triton then refuses to compile)."""
+    import generated
+    from spec.error_bound import FP8_MAX_IMPRECISE_ACC
+
+    q, k = (_fp8(1, 2, 4, 32), _fp8(1, 1, 4, 32)) if entry == "flash_attention" else (_fp8(4, 2, 32), _fp8(4, 1, 32))
+    varlen = {} if entry == "flash_attention" else dict(cu_seqlens_q=torch.tensor([0, 4], dtype=torch.int32),
+                                                         cu_seqlens_k=torch.tensor([0, 4], dtype=torch.int32))
+    small = FP8_MAX_IMPRECISE_ACC // 2
+    with pytest.raises(ValueError, match=rf"block=\(32, {small}\): with FP8 inputs B_c .* ≥ "
+                                         rf"{FP8_MAX_IMPRECISE_ACC}.*B_c in 32, 64, 128, 256"):
+        getattr(generated, entry)(q, k, k, block=(32, small), **varlen)
+
+
 def test_fp8_lines_are_printed_into_the_forward():
     """The four FP8 terms reach the generated forward kernel, each citing claim fp8_descale."""
     from pathlib import Path

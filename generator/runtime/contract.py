@@ -259,6 +259,8 @@ def _with_fp8_limits(args: tuple[Arg, ...]) -> tuple[Arg, ...]:
         "dropout_p": _not_fp8(lambda c: 0.25, on=lambda v: v != 0),
         "return_dropout_mask": _not_fp8(lambda c: True, on=lambda v: v),
         "block_table": replace(_not_fp8(lambda c: None), bad=_fp8_paged),
+        "block": R.call("B_c ≥ FP8_MAX_IMPRECISE_ACC with FP8 inputs", _fp8_key_block, when=_fp8,
+                        bad=lambda c, n: {n: (64, 16)} if _fp8(c) else {}),
     }
     out = []
     for a in args:
@@ -273,6 +275,19 @@ def _with_fp8_limits(args: tuple[Arg, ...]) -> tuple[Arg, ...]:
                         assumptions=a.assumptions + ("fp8_descales",), rules=a.rules + (_fp8_no_grad(),))
         out.append(a)
     return tuple(out)
+
+
+def _fp8_key_block(n, v, c):
+    """FP8: every printed ``tl.dot`` passes ``max_num_imprecise_acc = FP8_MAX_IMPRECISE_ACC``, which Triton
+    refuses for a dot of fewer than that many products (K = B_c in P V): B_c ≥ FP8_MMA_K."""
+    from spec.error_bound import FP8_MAX_IMPRECISE_ACC
+
+    if v != "auto" and v[1] < FP8_MAX_IMPRECISE_ACC:
+        works = ", ".join(str(b) for b in limit("block_sizes") if b >= FP8_MAX_IMPRECISE_ACC)
+        raise ValueError(f"{n}={tuple(v)}: with FP8 inputs B_c (block[1]) must be ≥ {FP8_MAX_IMPRECISE_ACC}: every "
+                         f"fp8 tl.dot passes max_num_imprecise_acc={FP8_MAX_IMPRECISE_ACC} (spec.error_bound."
+                         f"FP8_MAX_IMPRECISE_ACC, one fp8 MMA instruction's K), which Triton refuses for a dot of "
+                         f"fewer products; pass a block with B_c in {works}, e.g. ({v[0]}, 64)")
 
 
 def _fp8_mask_mod(c, n):
