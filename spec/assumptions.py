@@ -30,6 +30,11 @@ class Assumption:
 #: the largest int32: the kernels compute tile bounds and in-head element offsets in int32
 INT32_MAX = 2**31 - 1
 
+#: ``return_dropout_mask=True`` writes one byte per (b, h, i, j): at most this many elements (the mask is
+#: for small problems: tests, inspection); a usability limit, not an assumption of a claim
+#: (``generator.runtime.checks.check_dropout`` refuses a larger mask)
+DROPOUT_MASK_MAX = 2**28
+
 ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
     Assumption("dtypes", "q, k, v (and softmax's x) are float16, bfloat16 or float32, one dtype",
                "reject", ("float16", "bfloat16", "float32")),

@@ -196,6 +196,15 @@ def test_return_dropout_mask_is_for_small_problems():
         on_device(flash_attention, q, q, q, return_dropout_mask=1)
 
 
+def test_the_dropout_mask_limit_is_defined_once_in_spec_assumptions():
+    """The returned mask's limit lives beside the other limits (spec.assumptions); checks reads that one."""
+    from generator.runtime import checks
+    from spec import assumptions
+
+    assert checks.DROPOUT_MASK_MAX is assumptions.DROPOUT_MASK_MAX
+    assert "DROPOUT_MASK_MAX =" not in open(checks.__file__).read()
+
+
 def test_torch_compile_fullgraph_draws_and_differentiates():
     """inductor, fullgraph: the seed and offset are drawn inside the graph (a tensor into the op),
     forward and backward run, and two compiled calls drop different entries."""

@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from spec.assumptions import ASSUMPTIONS, limit
+from spec.assumptions import ASSUMPTIONS, DROPOUT_MASK_MAX, limit
 from spec import rewrites
 from spec.mask_mod import MaskMod
 from spec.score_mods import ScoreMod
@@ -434,10 +434,6 @@ def check_score_mods(q, *, softcap=None, alibi_slopes=None, sinks=None):
 # ----------------------------------------------------------------------------------
 # Attention dropout (issue 29)
 # ----------------------------------------------------------------------------------
-#: ``return_dropout_mask`` writes one byte per (b, h, i, j): for small problems (tests, inspection)
-DROPOUT_MASK_MAX = 2**28
-
-
 def power_text(n: int) -> str:
     """``n`` as ``2^e`` when it is a power of two, as ``2^e - 1`` when it is one past a large one (how errors and the
     README write such limits), else its digits."""
