@@ -99,7 +99,8 @@ CACHE = Path(os.environ.get("FLASHPROOF_STATIC_CACHE") or ARTIFACTS / "static-ca
 #: ``generator.runtime.launch`` (signatures, constexprs, launch settings) and ``spec.launch``, which
 #: read ``spec.assumptions`` and ``spec.rewrites``; tests/test_static.py checks this is the whole closure
 #: of the project modules they import
-KEY_SOURCES = ("generator/runtime/launch.py", "spec/assumptions.py", "spec/launch.py", "spec/rewrites.py")
+KEY_SOURCES = ("generator/runtime/launch.py", "spec/assumptions.py", "spec/error_bound.py", "spec/launch.py",
+               "spec/rewrites.py")
 
 
 @dataclass(frozen=True)

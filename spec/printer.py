@@ -26,7 +26,7 @@ constants (``1/log 2``)     a float literal (``1.4426950408889634``)
 ``Mod(a, b)``               ``a % b``  (index terms: non-negative operands)
 ``ceiling(a/b)``            ``tl.cdiv(a, b)``
 ``rowmax``/``rowsum``       ``tl.max(x, 1)`` / ``tl.sum(x, 1)``
-``dot(a, b)``               ``tl.dot(a, b, input_precision=INPUT_PRECISION, max_num_imprecise_acc=32)``
+``dot(a, b)``               ``tl.dot(a, b, input_precision=INPUT_PRECISION, max_num_imprecise_acc=32 if DOT_DTYPE.is_fp8() else None)``
                             (``spec.error_bound.FP8_MAX_IMPRECISE_ACC``: fp8 products on sm_90
                             promote every MMA instruction's partial sum to the fp32 accumulator;
                             other dtypes ignore it)
@@ -57,6 +57,10 @@ from sympy.printing.pycode import PythonCodePrinter
 
 from spec import terms as T
 from spec.error_bound import FP8_MAX_IMPRECISE_ACC
+
+#: the printed dots' ``max_num_imprecise_acc``: FP8_MAX_IMPRECISE_ACC for fp8 operands (``DOT_DTYPE``, a
+#: constexpr: resolved at compile time), Triton's default (None: no promotion, exact for fp16/bf16/fp32) otherwise
+FP8_IMPRECISE_ARG = f"{FP8_MAX_IMPRECISE_ACC} if DOT_DTYPE.is_fp8() else None"
 from spec.mask_mod import floor_div
 from spec.score_mods import onehot_sum
 
@@ -291,8 +295,10 @@ class TritonPrinter(PythonCodePrinter):
         # fp8 x fp8 on sm_90: each wgmma's partial sum (32 products) is added to the fp32 accumulator in fp32
         # (Triton's max_num_imprecise_acc; its default 2^30 keeps the whole sum in the MMA's narrow
         # accumulator): the hypothesis of spec.error_bound.fp8_dot_factor (claim fp8_mma_bound)
+        # Only fp8 dots pass it: on fp16/bf16 an explicit value splits the wgmma accumulation too (measured: the
+        # sm_90 dK/dV at D = 128 went from 0.547 to 0.828 loop instructions per element and spilled)
         return (f"tl.dot({a}, {b}, input_precision={self.input_precision}, "
-                f"max_num_imprecise_acc={FP8_MAX_IMPRECISE_ACC})")
+                f"max_num_imprecise_acc={FP8_IMPRECISE_ARG})")
 
     def _dot_operand(self, x):
         inner = x.args[0] if isinstance(x, T.trans) else x

@@ -38,8 +38,8 @@ x, y, z = sp.symbols("x y z", extended_real=True)  # may be -oo, like m_i
     (T.row(x + y), "(x + y)[None, :]"),
     (T.row(n.delta), "delta[None, :]"),
     (T.trans(n.k), "tl.trans(k)"),
-    (T.dot(n.p, n.v), "tl.dot(p.to(DOT_DTYPE), v, input_precision=INPUT_PRECISION, max_num_imprecise_acc=32)"),
-    (T.dot(n.q, T.trans(n.k)), "tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION, max_num_imprecise_acc=32)"),
+    (T.dot(n.p, n.v), "tl.dot(p.to(DOT_DTYPE), v, input_precision=INPUT_PRECISION, max_num_imprecise_acc=32 if DOT_DTYPE.is_fp8() else None)"),
+    (T.dot(n.q, T.trans(n.k)), "tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION, max_num_imprecise_acc=32 if DOT_DTYPE.is_fp8() else None)"),
     (sp.floor(n.start_n / n.B_c), "(start_n // BLOCK_N)"),
     (sp.ceiling(n.start_n / n.B_c), "tl.cdiv(start_n, BLOCK_N)"),
     (sp.Abs(n.i - n.j), "tl.abs(i - j)"),  # ALiBi's distance

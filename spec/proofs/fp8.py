@@ -303,7 +303,7 @@ def prove_fp8_mma_bound(bound=error_bound.forward_bound, mma_err=error_bound.FP8
         cases.append((f"printed {term.name}: every tl.dot passes max_num_imprecise_acc = {imprecise} = FP8_MMA_K "
                       f"= {mma_k} (promote after each instruction)",
                       ZERO if imprecise == mma_k and line.count("tl.dot(") >= 1
-                      and line.count("tl.dot(") == line.count(f"max_num_imprecise_acc={mma_k})") else sp.Symbol(line)))
+                      and line.count("tl.dot(") == line.count(f"max_num_imprecise_acc={mma_k} if DOT_DTYPE.is_fp8() else None)") else sp.Symbol(line)))
     # the hypothesis covers the modelled accumulator (exact rationals), and the model's bound (z3 reals)
     tau = Fraction(1, 2 ** mma_bits)
     model = mma_k * tau + tau * (1 + mma_k * tau)
