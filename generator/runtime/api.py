@@ -139,8 +139,7 @@ def _signature(package, q, k, v, causal, alignment, window, key_lengths, scale, 
     """The key of a call without a mask_mod or dropout, outside autocast, forward-mode AD and functorch
     transforms (their effects are per call), or None: not cached (the full path). A dense ``mask``
     enters by its metadata (its checks read no value; its block map is the op's, per content)."""
-    if torch.compiler.is_compiling() or torch.autograd.forward_ad._current_level >= 0 \
-            or torch._C._functorch.peek_interpreter_stack() is not None:
+    if plans.per_call_context():
         return None
     try:
         if torch.is_autocast_enabled(q.device.type):

@@ -91,6 +91,13 @@ def direct(*tensors, autograd: bool = False) -> bool:
     return dispatcher_idle() and plain(*tensors, autograd=autograd)
 
 
+def per_call_context() -> bool:
+    """Whether a call runs where its checks' effects are per call, so no plan may be kept for its
+    signature: a ``torch.compile`` trace, forward-mode AD, a functorch transform."""
+    return (torch.compiler.is_compiling() or torch.autograd.forward_ad._current_level >= 0
+            or torch._C._functorch.peek_interpreter_stack() is not None)
+
+
 def dispatcher_idle() -> bool:
     """The call-time half of ``direct``: nothing active that needs PyTorch's dispatcher (no
     ``torch.compile`` trace, dispatch or ``__torch_function__`` mode, functorch transform, JIT trace)."""

@@ -263,8 +263,7 @@ def _signature(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     """The key of a plain packed call (no dropout, score_mod, FP8 or block_table: the caller says), outside
     a torch.compile trace, forward-mode AD and functorch transforms, or None (the full path). The offsets
     enter by their metadata: their values are the op's, read on every call (``resolve_max_seqlen``)."""
-    if torch.compiler.is_compiling() or torch.autograd.forward_ad._current_level >= 0 \
-            or torch._C._functorch.peek_interpreter_stack() is not None:
+    if plans.per_call_context():
         return None
     try:
         options = plans.options_key(max_seqlen_q, max_seqlen_k, causal, window, scale, return_lse, block, softcap)
