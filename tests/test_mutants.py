@@ -1832,6 +1832,37 @@ def test_decode_fp8_descale_offset_bugs_are_refuted():
         "paged: vdesc_off is v_descale[b, off_kvh]", "contiguous: vdesc_off is v_descale[b, off_kvh]"]
 
 
+def test_decode_slope_strides_and_head_are_refuted():
+    """Decode's ALiBi slope (issue 24: its strides passed by hand until then): decode_launch passing the strides of
+    contiguous slopes whatever the tensor (a strided view or an expanded one read wrong), the offset with the batch
+    stride dropped (a (B, Hq) tensor read as (Hq,)), and head_safe without its padding select (a padding row past
+    the last head reads outside the slopes: the load has no mask)."""
+    def contiguous_slopes(*args, alibi_slopes=None, **kw):
+        grid, ints, constexprs = LA.decode_launch(*args, alibi_slopes=alibi_slopes, **kw)
+        if alibi_slopes is None:
+            return grid, ints, constexprs
+        return grid, dict(ints, stride_sb=alibi_slopes.shape[-1] if alibi_slopes.dim() == 2 else 0,
+                          stride_sh=1), constexprs
+
+    tags = ("paged", "contiguous")
+    assert _failing(PAD.prove_decode_addresses(launch=contiguous_slopes)) == [
+        f"{tag}: slopes {stag}: slope offset at {lanes}" for tag in tags for stag, lanes in (
+            ("(Hq,)", "row_ok lanes: alibi_slopes[head]"), ("(B, Hq)", "row_ok lanes: alibi_slopes[b, head]"),
+            ("(B, Hq)", "padding lanes: alibi_slopes[b, 0]"))]
+    DG = AD.DECODE_GROUPS
+    no_batch = swap(DG["slope_offset"], AD.slope_off, AD.off_h * AD.S_["stride_sh"])
+    assert _failing(PAD.prove_decode_addresses(groups=dict(DG, slope_offset=no_batch))) == [
+        f"{tag}: slopes (B, Hq): slope offset at {lanes}" for tag in tags
+        for lanes in ("row_ok lanes: alibi_slopes[b, head]", "padding lanes: alibi_slopes[b, 0]")]
+    unsafe = swap(DG["slope_head"], AD.head_safe, sp.Piecewise((AD.head, AD.row_ok), (AD.head, True)))
+    assert _failing(PAD.prove_decode_addresses(groups=dict(DG, slope_head=unsafe))) == [
+        f"{tag}: {what}" for tag in tags for what in (
+            "slopes (Hq,): slope offset at padding lanes: alibi_slopes[0]",
+            "slopes (B, Hq): slope offset at padding lanes: alibi_slopes[b, 0]",
+            "slopes (Hq,)[head_safe] inside (padding lanes; the load has no mask)",
+            "slopes (B, Hq)[b, head_safe] inside (padding lanes; the load has no mask)")]
+
+
 def test_mask_mod_row_stride_by_hand_is_refuted():
     """stride_mmb taken from the wrong dimension of mask_mod_args (the launcher used to pass it by hand; it is
     spec.launch.mask_mod_strides' now, in forward_launch and the backward launches)."""

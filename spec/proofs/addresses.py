@@ -73,6 +73,10 @@ def _decode_tensors(paged: bool):
     return q, k, v, out, lse, cs, bt, sinks, leftpad, batch_idx, descales
 
 
+#: ALiBi slopes as the decode accepts them (checks.check_score_mods), any strides (a view, a stride-0 expand)
+DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
+
+
 @claim(A.CLAIM_DECODE,
        "decode's addresses: for all shapes and non-negative strides of q (B, N_q, Hq, D), a contiguous "
        "(B_cache, N_cache, Hkv, D) or paged (num_pages, PAGE_SIZE, Hkv, D) k cache and a v cache of the same "
@@ -86,9 +90,11 @@ def _decode_tensors(paged: bool):
        "(off_bc = b, or cache_batch_idx[b] with HAS_BATCH_IDX), v_cache likewise at dv, "
        "out[split, b, tok, head, dv], lse[split, b, tok, head], sinks[head], an FP8 cache's "
        "q/k/v_descale[b, kvh] (three float32 (B, Hkv) tensors, any strides: spec.launch.descale_strides, through "
-       "decode_launch; the shared _fp8_descales) — and that element lies inside the "
+       "decode_launch; the shared _fp8_descales), the ALiBi slope alibi_slopes[head] ((Hq,)) or [b, head] ((B, Hq)) "
+       "at any strides (spec.launch.slope_strides, through decode_launch; the offset printed into the shared "
+       "_score_mod_scalars at off_h = head_safe, head 0 on a padding row) — and that element lies inside the "
        "tensor's shape for every program of the grid (row tiles, splits, B·Hkv: program_id 0, 1, 2) and every lane "
-       "its mask lets through (d < D, dv < D_v); "
+       "its mask lets through (d < D, dv < D_v; the slope's load has no mask: every lane, padding rows included); "
        "with the head dim split at D_v (MLA, claim head_dim_split) the tails q[b, tok, head, dt] and "
        "k_cache[..., kvh, dt] for HEAD_DIM <= dt < D; and with v_cache = k_cache[..., :D_v] (k's pointer and "
        "strides) the v offset at lane d is the k offset (the kernel uses its K tile as V) (given Hq = GROUP·Hkv, 0 <= cache_seqlens[b] <= "
@@ -184,6 +190,25 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         for term, x, tensor in zip(groups["descale_offsets"], "qkv", descales):
             cases.append((f"{tag}: {x}desc_off is {x}_descale[b, off_kvh]",
                           difference(at(term), sp.expand(tensor.offset_of((A.off_b, A.off_kvh))))))
+        # ALiBi: the slope of the row's head (head_safe: head 0 on a padding row, whose load has no mask), at the
+        # strides decode_launch passes for each accepted layout of the slopes
+        (safe_term,), (slope_term,) = groups["slope_head"], groups["slope_offset"]
+        safe = {ok: safe_term.expr.xreplace({A.row_ok: sp.true if ok else sp.false}).xreplace({A.head: head})
+                for ok in (True, False)}
+        slope_cases = {}
+        for stag, shape in DECODE_SLOPES.items():
+            slopes = A.symbolic("alibi_slopes", shape)
+            s_ints = launch(q, k, v, out, lse, cs, bt, block_m, sinks, cache_leftpad=leftpad, cache_batch_idx=batch_idx,
+                            split_keys=sp.Symbol("split_keys", integer=True), descales=descales,
+                            alibi_slopes=slopes)[1]
+            s_launched = {**launched, **{A.S_[x]: s_ints[x] for x in ("stride_sb", "stride_sh")}}
+            at_head = (lambda h: (h,)) if len(shape) == 1 else (lambda h: (A.off_b, h))  # noqa: E731
+            for ok, what in ((True, "row_ok lanes: alibi_slopes[{}head]"), (False, "padding lanes: alibi_slopes[{}0]")):
+                got = sp.expand(_lanes(slope_term.expr).xreplace({A.off_h: safe[ok]}).xreplace(s_launched))
+                want = sp.expand(slopes.offset_of(at_head(head if ok else sp.Integer(0))))
+                cases.append((f"{tag}: slopes {stag}: slope offset at {what.format('' if len(shape) == 1 else 'b, ')}",
+                              difference(got, want)))
+            slope_cases[stag] = (slopes, at_head)
         (sink_term,) = groups["sink_offset"]
         cases.append((f"{tag}: sink offset is sinks[head]",
                       difference(at(sink_term), sp.expand(sinks.offset_of((head,))))))
@@ -225,6 +250,12 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
                              inside((offb,), (Bz,))))
         cases.append(_decide(f"{tag}: q/k/v_descale[b, kvh] inside (B, Hkv)", hyp,
                              z3.And(*[inside((offb, kvh), [z(x) for x in t.shape]) for t in descales])))
+        for stag, (slopes, at_head) in slope_cases.items():
+            for ok, lanes in ((True, [row_ok]), (False, [z3.Not(row_ok)])):
+                cases.append(_decide(f"{tag}: slopes {stag}[{'b, ' if len(slopes.shape) == 2 else ''}head_safe] inside "
+                                     f"({'row_ok' if ok else 'padding'} lanes; the load has no mask)", hyp + lanes,
+                                     inside([zsub(x.xreplace(launched)) for x in at_head(safe[ok])],
+                                            [z(x) for x in slopes.shape])))
         S_z = z(out.shape[0])
         cases.append(_decide(f"{tag}: out/lse[split, b, tok, head, dv] inside out and lse (lanes row_ok & dv_ok)",
                              hyp + [row_ok, dv_ok, S_z >= 1],
