@@ -376,10 +376,11 @@ TMA_BOXES = {
 
 def tma_element(descriptor, coords, lane):
     """What TMA moves at ``lane`` (``0 <= lane_d < block_d``) of a box at ``coords`` of ``descriptor`` =
-    ``(shape, strides, block)`` (spec.launch.tma_descriptor): ``(index, offset)``, the element ``coords +
+    ``(shape, strides, block, padding)`` (spec.launch.tma_descriptor): ``(index, offset)``, the element ``coords +
     lane`` and its offset ``Σ_d (c_d + l_d)·stride_d``. TMA clips per dimension: a load zero-fills an
-    element whose index is outside ``shape``, a store skips it (PTX ``cp.async.bulk.tensor``)."""
-    _, strides, _ = descriptor
+    element whose index is outside ``shape``, a store skips it (hardware hypothesis tma_out_of_bounds,
+    spec.assumptions.HYPOTHESES)."""
+    strides = descriptor[1]
     index = [sp.sympify(c) + l for c, l in zip(coords, lane)]
     return index, sp.Add(*[i * st for i, st in zip(index, strides)])
 

@@ -240,10 +240,16 @@ def forward_tma_operands(q, k, v, out, block_m, block_n, block_d, block_dv, bloc
     return ops
 
 
+#: what a TMA load gives outside the tensor (Triton's TensorDescriptor ``padding``: oobFill NONE, zeros): the
+#: padding the pointer path's masked loads read (``other=0``); hardware hypothesis tma_out_of_bounds
+TMA_PADDING = "zero"
+
+
 def tma_descriptor(t, rows, width):
-    """``(shape, strides, block)`` of the TMA descriptor of ``t`` ``(B, H, N, D)``: its own shape and strides
-    (TMA clips per dimension: a box never reaches another (b, h)) and a ``[1, 1, rows, width]`` box."""
-    return list(t.shape), list(t.stride()), [1, 1, rows, width]
+    """``(shape, strides, block, padding)`` of the TMA descriptor of ``t`` ``(B, H, N, D)``: its own shape and
+    strides (TMA clips per dimension: a box never reaches another (b, h)), a ``[1, 1, rows, width]`` box, and
+    zero fill (``TMA_PADDING``) — ``TensorDescriptor(t, *tma_descriptor(t, rows, width))``."""
+    return list(t.shape), list(t.stride()), [1, 1, rows, width], TMA_PADDING
 
 
 # ----------------------------------------------------------------------------------

@@ -1781,7 +1781,7 @@ def test_tma_descriptor_bugs_are_refuted():
     zeros), V's box BLOCK_D wide (MLA: D_v != D), the descriptor's strides of b and h swapped."""
     def flattened(t, rows, width):
         return ([t.shape[0] * t.shape[1], t.shape[2], t.shape[3]], [t.stride(1), t.stride(2), t.stride(3)],
-                [1, rows, width])
+                [1, rows, width], "zero")
 
     assert all(name.endswith("]") and "the box is the pointer path's tile" in name
                for name in _tma_failing(descriptor=flattened))
@@ -1792,10 +1792,17 @@ def test_tma_descriptor_bugs_are_refuted():
     assert _tma_failing(operands=v_at_k_width) == ["v: the box is the pointer path's tile [1, 1, BLOCK_N, BLOCK_DV]"]
 
     def swapped(t, rows, width):
-        shape, strides, block = LA.tma_descriptor(t, rows, width)
-        return shape, [strides[1], strides[0], *strides[2:]], block
+        shape, strides, block, padding = LA.tma_descriptor(t, rows, width)
+        return shape, [strides[1], strides[0], *strides[2:]], block, padding
 
     assert len(_tma_failing(descriptor=swapped)) == 6  # each operand's element
+
+    def nan_fill(t, rows, width):  # Triton's padding="nan": the padding columns' NaN would reach the dot
+        return (*LA.tma_descriptor(t, rows, width)[:3], "nan")
+
+    assert _tma_failing(descriptor=nan_fill) == [
+        f"{x}: the descriptor's out-of-bound fill is zero (padding 'zero')"
+        for x in ("q", "out", "k", "v", "q_tail", "k_tail")]
 
 
 def test_fp8_descale_offset_bugs_are_refuted():

@@ -706,7 +706,8 @@ BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL = (sp.Symbol(s, integer=True, positive=True) f
        "idx·stride); its box is the pointer path's tile (BLOCK_M or BLOCK_N rows, BLOCK_D, BLOCK_DV or BLOCK_DT "
        "wide); a lane's element lies inside the tensor exactly when the pointer path's mask lets that lane through "
        "(rows i < N_Q or keys j < N_K, columns d < HEAD_DIM, dv < D_v, tail columns < HEAD_DIM + HEAD_DIM_TAIL = D), "
-       "so TMA's per-dimension clipping (zero-filled loads, skipped stores) is the pointer path's masked load "
+       "and every descriptor asks for zero fill (padding 'zero'), so under the hardware hypothesis tma_out_of_bounds "
+       "TMA's per-dimension clipping (zero-filled loads, skipped stores) is the pointer path's masked load "
        "(other=0) and store; and every coordinate lies inside its dimension (b < B, h < H, a tile's first row < N, "
        "the tail's first column HEAD_DIM < D), so its int32 cast is exact",
        r"\mathrm{box}(b, h, i_0, d_0)[r, c] = X[b, h, i_0 + r, d_0 + c],\quad "
@@ -716,10 +717,12 @@ BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL = (sp.Symbol(s, integer=True, positive=True) f
              "over unbounded integers for the rest); the head dim split as the launch makes it (claim head_dim_split: "
              "HEAD_DIM <= BLOCK_D, D = HEAD_DIM + HEAD_DIM_TAIL, a tail only when HEAD_DIM = BLOCK_D, D_v <= BLOCK_DV, "
              "HEAD_DIM_TAIL <= BLOCK_DT); a key tile's first key < N_K as the stages visit them (claim "
-             "mask_tiles_sound); TMA's clipping is the hardware's documented semantics (PTX cp.async.bulk.tensor: "
-             "out-of-bound elements zero-filled on load, not written on store), checked here on the interpreter's "
-             "emulation by tests/test_tma.py; the int32 casts exact for dimensions below 2^31 "
-             "(launch.tma_layout_problem refuses larger ones)")
+             "mask_tiles_sound); TMA's clipping is the hardware hypothesis tma_out_of_bounds (spec.assumptions."
+             "HYPOTHESES, not proved: the documented semantics of cuTensorMapEncodeTiled's oobFill and PTX "
+             "cp.async.bulk.tensor — out-of-bound elements zero-filled on load, not written on store), checked on the "
+             "interpreter's emulation by tests/test_tma.py, on the hardware only on an sm_90 GPU; the int32 casts exact "
+             "for dimensions below 2^31 (launch.tma_layout_problem refuses larger ones)",
+       hypotheses=("tma_out_of_bounds",))
 def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launch=None):
     operands = L.forward_tma_operands if operands is None else operands
     descriptor = L.tma_descriptor if descriptor is None else descriptor
@@ -771,6 +774,10 @@ def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launc
         block = [difference(a, b) for a, b in zip(desc[2], (1, 1, *tile))] if len(desc[2]) == 4 else [desc[2]]
         cases.append((f"{param}: the box is the pointer path's tile [1, 1, {tile[0]}, {tile[1]}]",
                       sp.Integer(0) if all(x == 0 for x in block) else sp.Tuple(*block)))
+        # the fill tma_out_of_bounds states: zeros (a NaN fill would reach the dot through the padding columns)
+        fill = desc[3] if len(desc) > 3 else None
+        cases.append((f"{param}: the descriptor's out-of-bound fill is zero (padding 'zero')",
+                      sp.Integer(0) if fill == L.TMA_PADDING == "zero" else sp.Symbol(f"padding {fill!r}")))
         if len(desc[0]) != len(tensor.shape) or len(desc[2]) != len(tensor.shape):
             continue  # the descriptor is not over the tensor's dimensions: failed above
         got_index, offset = A.tma_element(desc, coords, (0, 0, r, c))
