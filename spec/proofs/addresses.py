@@ -107,7 +107,7 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
        terms=tuple(t.name for g in A.DECODE_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the "
              "offsets, z3 for the extents); mathematical integers Z (the kernel's products are int64 where a "
-             "factor is off_b, off_kvh, head or page; tok·stride, slot·stride and d·stride are int32 products "
+             "factor is off_b, off_kvh, head, head_safe or page; tok·stride, slot·stride and d·stride are int32 products "
              "not proven free of overflow); the FP8 descales: (B, Hkv) indexed by q's batch b (not the cache row "
              "off_bc), contiguous and paged alike, their offsets int64 (off_b, off_kvh)")
 def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None):
