@@ -1117,6 +1117,17 @@ def _tensor_core_verdict(rows: list[dict]) -> str:
     return " ".join(parts)
 
 
+def kernels_compiled() -> str:
+    """Which kernels the page describes: the git tree of ``generated/`` and of the launch sources the
+    cache key reads (``KEY_SOURCES``) at the commit compiled, so a page left behind by a kernel change shows it."""
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--", "generated", *KEY_SOURCES)
+    return (f"Kernels: `generated/` tree `{git('rev-parse', 'HEAD:generated')[:12]}` at commit "
+            f"`{git('rev-parse', 'HEAD')[:12]}`{' (with uncommitted changes)' if dirty else ''}.")
+
+
 def markdown_page(rows: list[dict], command: str) -> str:
     import platform
 
@@ -1127,7 +1138,7 @@ def markdown_page(rows: list[dict], command: str) -> str:
 
 Every generated kernel compiled **ahead of time, without a GPU**: `triton.compile` with a
 `GPUTarget("cuda", 80 | 90, 32)` runs Triton's whole pipeline (TTIR → TTGIR → PTX → ptxas →
-cubin) on the CPU. Triton {triton_version()}, Python {platform.python_version()}.
+cubin) on the CPU. Triton {triton_version()}, Python {platform.python_version()}. {kernels_compiled()}
 No kernel was run: these are the compiler's numbers, not measurements.
 
 Each kernel is compiled as Triton's JIT binder specialises a real launch on contiguous tensors
