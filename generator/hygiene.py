@@ -128,11 +128,7 @@ POINTER_GAPS: dict = {
 HANDED_POINTER_GAPS: frozenset = frozenset()
 #: (host function, keyword) pairs of a generated file that pass a kernel stride by hand instead of from a
 #: spec.launch function (rule 5 refuses any other), each listed on docs/verification.md
-LAUNCH_STRIDE_GAPS = frozenset({
-    # decode's ALiBi slope strides come from generator.runtime.launch.score_mod_launch (the forward's and the
-    # backward's from spec.launch.slope_strides, claims forward_addresses / backward_kernel_addresses)
-    ("splits_plan", "stride_sb"), ("splits_plan", "stride_sh"),
-})
+LAUNCH_STRIDE_GAPS: frozenset = frozenset()  # none since decode's slope strides ride spec.launch.decode_launch
 #: a helper's program-coordinate parameters (rule 6): a call hands each the caller's name of the same coordinate
 COORDINATES = frozenset({"off_b", "off_h", "off_kvh", "off_bc", "off_head"})
 #: (caller, helper, parameter) triples rule 6 accepts with another argument, each listed on docs/verification.md
