@@ -62,18 +62,18 @@ from spec import launch as spec_launch
 
 BLOCK_M = 64
 BLOCK_N = 64
-#: launch settings per (architecture, head dim), chosen by the generator from the static report
-#: (generator.variants.default_fwd_settings, whose docstring says why): ``{arch: {largest padded
-#: head dim: {"num_warps", "num_stages"}}}``; the pointer path takes sm_80's on every GPU
-#: (``launch.memory_path_arch``); `--num-warps` / `--num-stages` set all of them
+#: launch settings per (architecture, head dims), chosen by the generator from the static report
+#: (generator.variants.default_fwd_settings, whose docstring says why): ``{arch: {(padded q/k width,
+#: padded v width): {"num_warps", "num_stages"}}}`` (``launch.fwd_settings_key``); the pointer path
+#: takes sm_80's on every GPU (``launch.memory_path_arch``); `--num-warps` / `--num-stages` set all of them
 SETTINGS = {
     80: {
-        128: {'num_warps': 4, 'num_stages': 3},
-        256: {'num_warps': 8, 'num_stages': 2},
+        (128, 128): {'num_warps': 4, 'num_stages': 3},
+        (256, 256): {'num_warps': 8, 'num_stages': 2},
     },
     90: {
-        128: {'num_warps': 4, 'num_stages': 3},
-        256: {'num_warps': 8, 'num_stages': 2},
+        (128, 128): {'num_warps': 4, 'num_stages': 3},
+        (256, 256): {'num_warps': 8, 'num_stages': 2},
     },
 }
 #: mask kinds this file was generated with (`--mask`), and the command that emitted it
@@ -81,13 +81,20 @@ MASKS = ['causal', 'window', 'lengths', 'dense']
 COMMAND = "python -m generator --br 64 --bc 64"
 
 
-def launch_settings(arch: int, block_d: int, *, tma: bool = False, varlen: bool = False) -> dict:
-    """``SETTINGS`` of a launch on ``arch`` (``launch.settings_arch``) at ``block_d``: the arch's
-    own on the TMA path, sm_80's on the pointer path (``launch.memory_path_arch``). ``varlen``: the
+def launch_settings(arch: int, head_dim: int, head_dim_v: int | None = None, *, tma: bool = False,
+                    varlen: bool = False, dropout: bool = False, fp8: bool = False) -> dict:
+    """``SETTINGS`` of a launch on ``arch`` (``launch.settings_arch``) at q/k's ``head_dim`` and v's
+    ``head_dim_v`` (None: the same; their bucket is ``launch.fwd_settings_key``): the arch's own on
+    the TMA path, sm_80's on the pointer path (``launch.memory_path_arch``). ``varlen``: the
     packed-batch kernel (pointer path), on one pipeline stage above head dim 128, where it keeps
     its segment's bounds in registers beside a 256-wide accumulator and the second stage spills
-    (28 B at 64x64 on sm_90: ``python -m benchmarks.static --head-dim 256 --mask "varlen causal"``)."""
-    settings = launch.pick_settings(SETTINGS, launch.memory_path_arch(arch, tma), block_d)
+    (28 B at 64x64 on sm_90: ``python -m benchmarks.static --head-dim 256 --mask "varlen causal"``).
+    ``dropout``, ``fp8``: the kernel with dropout (its Philox state) or FP8 descales compiled in, which
+    takes the square bucket of the wider head dim, not an MLA one (generator.variants.FWD_SM80)."""
+    widths = launch.fwd_settings_key(head_dim, head_dim if head_dim_v is None else head_dim_v,
+                                     narrow_v=not (dropout or fp8))
+    settings = launch.pick_settings(SETTINGS, launch.memory_path_arch(arch, tma), widths)
+    block_d = max(widths)
     return dict(settings, num_stages=1) if varlen and block_d > 128 else settings
 #: the mask_mod compiled into this file (spec.mask_mod; claim mask_mod_sound), its predicate and
 #: its parameters' order in the int32 row MM_row of each batch entry (scalars, then tensors)
@@ -634,8 +641,9 @@ def forward_plan(q, k, v, *, sm_scale, shift=0, causal=False, window=None, key_l
                      **ints, HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, HEAD_DIM_V=D_V, BLOCK_DV=BLOCK_DV,
                      HEAD_DIM_TAIL=TAIL, BLOCK_DT=BLOCK_DT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, **flags, **score_flags,
                      **drop_flags, **desc_flags, **launch.dot_constants(q.dtype), USE_TMA=use_tma, IS_VARLEN=False,
-                     # the settings of the unsplit padded width (those chosen for 256 at 192)
-                     **launch_settings(launch.settings_arch(q.device), max(launch.block_d(D), BLOCK_DV), tma=use_tma)))
+                     # the settings of the unsplit padded widths (those chosen for 256 at 192) of q/k and v
+                     **launch_settings(launch.settings_arch(q.device), D, D_V, tma=use_tma,
+                                       dropout=drop_flags["HAS_DROPOUT"], fp8=desc_flags["HAS_DESCALE"])))
                  for use_tma in ((False, True) if tma else (False,))}
     return (grid, (sm_scale, softcap_arg, drop_p), placeholders, constants, (BLOCK_D, BLOCK_DV, BLOCK_DT if TAIL else 0),
             out_dtype)
@@ -732,6 +740,6 @@ def aot_compile_args(dtype="fp16", head_dim=64, *, causal=False, window=False, l
     widths = {"Q": block_d, "K": block_d, "V": block_dv, "Out": block_dv, "QTail": block_dt, "KTail": block_dt}
     descriptors = {p: launch.tma_signature(name, r, widths[p]) for p, r in rows.items()} if tma else None
     # one step of the key loop: a BLOCK_M x BLOCK_N tile, two products (Q Kᵀ over BLOCK_D, P V over BLOCK_DV)
-    settings = launch_settings(arch, max(launch.block_d(head_dim), block_dv), tma=tma, varlen=varlen)
+    settings = launch_settings(arch, head_dim, head_dim_v, tma=tma, varlen=varlen, dropout=dropout, fp8=descaled)
     return launch.aot_args(_attn_fwd, pointers, ("sm_scale", "softcap", "dropout_p", "p_scale"), constexprs,
                            settings["num_warps"], settings["num_stages"], descriptors, loop=(BLOCK_M, BLOCK_N, 2, 1))

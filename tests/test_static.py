@@ -220,6 +220,9 @@ def suite_groups() -> dict[str, list[static.Job]]:
                            f"D_v={static.MLA_TRAIN[0][1]}", "bf16", tma=True),
                       _job("attention_bwd", bwd(90, static.MLA_TRAIN[0][0]), 90, static.MLA_TRAIN[0][0],
                            f"D_v={static.MLA_TRAIN[0][1]}", "bf16")],
+        # the same forward on sm_90's pointer fallback (sm_80's settings, the 64x64 block): its MLA bucket
+        "mla pointer": [_job("attention_fwd", fwd(90, static.MLA_TRAIN[0][0]), 90, static.MLA_TRAIN[0][0],
+                             f"causal, D_v={static.MLA_TRAIN[0][1]}", "bf16")],
     }
     return groups
 
@@ -525,6 +528,18 @@ def test_mla_training_backward_splits_the_head_dim_at_its_default(suite):
     issued 1.20 and 1.25); no spill, fits shared memory."""
     rows = [r for r in suite["mla train"] if r["kernel"] in ("_attn_bwd_dkdv", "_attn_bwd_dq")]
     assert len(rows) == 2
+    bad = [f"{_name(r)}: {r.get('error') or static.verdict(r)}, MMA {r.get('mma_issued_per_needed')}" for r in rows
+           if "error" in r or not all(static.verdict(r).values()) or not r["mma_issued_per_needed"] <= 1.05]
+    assert not bad, "\n".join(bad)
+
+
+def test_mla_training_forward_on_the_pointer_path_runs_one_warpgroup(suite):
+    """The pointer forward at (192, 128) on sm_90 (the TMA path's fallback, sm_80's settings: the 64x64
+    block) in bf16, causal, at its default: the MLA bucket (generator.variants.FWD_SM80, 4 warps), so its
+    64 rows sit on one warpgroup and MMA issued/needed is <= 1.05 (the square head dim's 8 warps, which
+    ran it before, issued 1.60: both warpgroups recomputed the products); no spill, fits shared memory."""
+    rows = suite["mla pointer"]
+    assert [r["kernel"] for r in rows] == ["_attn_fwd"] and not rows[0].get("tma")
     bad = [f"{_name(r)}: {r.get('error') or static.verdict(r)}, MMA {r.get('mma_issued_per_needed')}" for r in rows
            if "error" in r or not all(static.verdict(r).values()) or not r["mma_issued_per_needed"] <= 1.05]
     assert not bad, "\n".join(bad)
