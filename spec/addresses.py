@@ -621,7 +621,8 @@ BACKWARD_KERNEL_GROUPS = {"kv_base": BWD_KV_BASE, "kv_offsets": BWD_KV_OFFSETS, 
 # the batch on axis 2 (FlashAttention's layout): each index is its program id, no product B·H is an axis,
 # and the launch order is the one (tile, b·H + h) had (the tiles of one head side by side: their K/V
 # reads can hit L2). Decode folds its row tiles and splits into axis 0, row tile fastest (both 64-head tiles
-# of one split side by side), KV head on axis 1, batch on axis 2. Every index is int64 past this point.
+# of one split side by side), KV head on axis 1, batch on axis 2. The batch and head indices are int64 (their
+# products with strides are), the tiles and the split int32.
 # ----------------------------------------------------------------------------------
 CLAIM_GRID = "launch_grid"
 #: decode: its row tiles per (split, KV head), cdiv(GROUP·N_Q, BLOCK_M) (spec.launch.decode_launch passes it)
