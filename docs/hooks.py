@@ -678,7 +678,8 @@ def claim_scopes() -> str:
             _proofs()  # computed once per build; the time is the claim's own re-run
             c.prove()
             _timings[cid] = time.perf_counter() - start
-        assumes = ", ".join(f"`{a}`" for a in c.assumptions) or "—"
+        assumes = ", ".join([f"`{a}`" for a in c.assumptions]
+                            + [f"hardware hypothesis `{h}`" for h in c.hypotheses]) or "—"
         rows.append(f"| [`{cid}`](merge.md#{cid}) | {md_text(c.scope or 'not stated')} | {assumes} | "
                     f"{_timings[cid]:.2f} s | {_status_html(_proofs()[cid])} |")
     return "\n".join(rows) + "\n"
@@ -780,6 +781,7 @@ def trust_base() -> str:
     import z3
 
     from spec import error_bound
+    from spec.assumptions import HYPOTHESES
 
     items = [
         f"**SymPy {sp.__version__}**: `simplify`, `expand` and its assumption system (the sign of an "
@@ -805,10 +807,14 @@ def trust_base() -> str:
         "(any summation order) for the dots and row sums of `forward_error_bound`.",
         "**Triton semantics**: int32 scalar arguments and `program_id` products, `//` truncating toward zero, "
         "`tl.cdiv(x, d) = (x + d - 1) // d`, constexpr branches compiled as written.",
-        "**Not proved, tested only**: loads and stores (masks, strides, TMA descriptors), the pointer "
-        "offsets inside a head (assumption `index_int32`, checked by the runtime), the autograd / runtime "
-        "glue, and the backward's rounding (no bound; the forward's out and lse bounds are claim "
-        "`forward_error_bound`, and Hypothesis searches beyond them in `tests/test_error_bound.py`).",
+        "**Hardware hypotheses** (`spec.assumptions.HYPOTHESES`, each named in its claims' scope): "
+        + "; ".join(f"`{h.name}`: {h.statement} (source: {h.source}; checked by {h.checked_by})"
+                    for h in HYPOTHESES.values()) + ".",
+        "**Not proved, tested only**: the load and store masks (template text; the address claims take them as "
+        "the lanes' hypotheses), the int32 products no claim bounds (listed under \"What remains outside the "
+        "proofs\"), the autograd / runtime glue, and the backward's rounding (no bound; the forward's out and "
+        "lse bounds are claim `forward_error_bound`, and Hypothesis searches beyond them in "
+        "`tests/test_error_bound.py`).",
     ]
     return "\n".join(f"- {item}" for item in items) + "\n"
 

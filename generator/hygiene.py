@@ -120,11 +120,7 @@ POINTER_GAPS: dict = {
 HANDED_POINTER_GAPS: frozenset = frozenset()
 #: (host function, keyword) pairs of a generated file that pass a kernel stride by hand instead of from a
 #: spec.launch function (rule 5 refuses any other), each listed on docs/verification.md
-LAUNCH_STRIDE_GAPS = frozenset({
-    # decode's ALiBi slope strides come from generator.runtime.launch.score_mod_launch (the forward's and the
-    # backward's from spec.launch.slope_strides, claims forward_addresses / backward_kernel_addresses)
-    ("splits_plan", "stride_sb"), ("splits_plan", "stride_sh"),
-})
+LAUNCH_STRIDE_GAPS: frozenset = frozenset()  # none since decode's slope strides ride spec.launch.decode_launch
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
 ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses", "rows_addresses", "append_addresses",
                   "backward_addresses", "backward_kernel_addresses", "tma_addresses")

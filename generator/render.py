@@ -354,7 +354,9 @@ def decode_context(variant: Variant) -> dict:
     keeps = {kind: print_term(keep_term(kind), DECODE_NAMES) for kind in ("causal", "window")}
     return {
         **{key: fwd[key] for key in ("qk_scale", "qk", "tile", "tile_head", "tile_tail", "epilogue", "mask_term",
-                                     "init", "score_mod", "fp8")},
+                                     "init", "fp8")},
+        # the score modifications' lines, the ALiBi slope's offset at decode_launch's strides (claim decode_addresses)
+        "score_mod": {**fwd["score_mod"], "slope_offset": print_term(AD.DECODE_SLOPE_OFFSET[0])},
         "qk_tail": print_term(T.QK_TAIL),  # MLA: the split head dim's tail (claim head_dim_split)
         "score_index": DECODE_SCORE_NAMES,
         "split_range": _lines(P.SPLIT_RANGE),

@@ -149,7 +149,7 @@ DECODE_STRIDES = {name: _int(name) for name in (
     "stride_qb", "stride_qn", "stride_qh", "stride_qd", "stride_kb", "stride_kn", "stride_kh", "stride_kd",
     "stride_vb", "stride_vn", "stride_vh", "stride_vd", "stride_os", "stride_ob", "stride_on", "stride_oh",
     "stride_od", "stride_ls", "stride_lb", "stride_ln", "stride_lh", "stride_bt_b", "stride_bt_p", "stride_cs",
-    "stride_sink", "stride_lp", "stride_bi",
+    "stride_sink", "stride_lp", "stride_bi", "stride_sb", "stride_sh",
     "stride_qdesc_b", "stride_qdesc_h", "stride_kdesc_b", "stride_kdesc_h", "stride_vdesc_b", "stride_vdesc_h")}
 S_ = DECODE_STRIDES
 
@@ -209,11 +209,21 @@ qdesc_off, kdesc_off, vdesc_off = _int("qdesc_off"), _int("kdesc_off"), _int("vd
 DECODE_DESCALE_OFFSETS = tuple(
     Term(sym, off_b * S_[f"stride_{x}desc_b"] + off_kvh * S_[f"stride_{x}desc_h"], CLAIM_DECODE,
          f"{x}_descale[b, kv head]") for sym, x in ((qdesc_off, "q"), (kdesc_off, "k"), (vdesc_off, "v")))
+#: ALiBi (HAS_ALIBI): the row's slope alibi_slopes[head] ((Hq,): stride_sb = 0) or [b, head] ((B, Hq)), at the
+#: strides spec.launch.decode_launch passes (spec.launch.slope_strides); the load has no mask, so a padding row
+#: (row_ok false) reads head 0's slope (the shared _score_mod_scalars prints the offset, off_h = head_safe)
+head_safe, row_ok = _int("head_safe"), sp.Symbol("row_ok")
+DECODE_SLOPE_HEAD = (Term(head_safe, sp.Piecewise((head, row_ok), (0, True)), CLAIM_DECODE,
+                          "the row's query head; a padding row reads head 0's slope"),)
+#: (off_h: _score_mod_scalars' head parameter, the forward's off_h; the decode passes head_safe)
+DECODE_SLOPE_OFFSET = (Term(_int("slope_off"), off_b * S_["stride_sb"] + _int("off_h", nonnegative=True)
+                            * S_["stride_sh"], CLAIM_DECODE, "alibi_slopes[b, head_safe]"),)
 DECODE_GROUPS = {"rows": DECODE_ROWS, "sink_offset": (SINK_OFFSET,), "key_len": (KEY_LEN,),
                  "leftpad_offset": (LEFTPAD_OFFSET,), "batch_idx_offset": (BATCH_IDX_OFFSET,), "q_offset": (Q_OFFSET,), "bt_offset": (BT_OFFSET,),
                  "paged_rows": PAGED_ROWS, "contiguous_rows": CONTIGUOUS_ROWS, "kv_offsets": KV_OFFSETS,
                  "q_tail_offset": (Q_TAIL_OFFSET,), "k_tail_offset": (K_TAIL_OFFSET,),
-                 "out_offsets": OUT_OFFSETS, "descale_offsets": DECODE_DESCALE_OFFSETS}
+                 "out_offsets": OUT_OFFSETS, "descale_offsets": DECODE_DESCALE_OFFSETS,
+                 "slope_head": DECODE_SLOPE_HEAD, "slope_offset": DECODE_SLOPE_OFFSET}
 
 # ----------------------------------------------------------------------------------
 # Varlen: the segment's offsets (cu_seqlens loads) and the pointers moved to its first row.
@@ -261,7 +271,7 @@ SEGMENT_POINTERS = {kernel: segment_pointers(kernel) for kernel in _POINTERS}
 # store offset, for the strides spec.launch.forward_launch passes (claim forward_addresses).
 # ----------------------------------------------------------------------------------
 CLAIM_FORWARD = "forward_addresses"
-#: the program's (batch, query head) and its K/V head (int64: spec.structure.GRID_LINES, GQA_HEAD),
+#: the program's (batch, query head) and its K/V head (int64: GRID_HEAD below, spec.structure.GQA_HEAD),
 #: its query tile's index, a key tile's first key
 off_h = _int("off_h", nonnegative=True)
 pid_m, start_n = _int("pid_m", nonnegative=True), _int("start_n", nonnegative=True)
@@ -366,10 +376,11 @@ TMA_BOXES = {
 
 def tma_element(descriptor, coords, lane):
     """What TMA moves at ``lane`` (``0 <= lane_d < block_d``) of a box at ``coords`` of ``descriptor`` =
-    ``(shape, strides, block)`` (spec.launch.tma_descriptor): ``(index, offset)``, the element ``coords +
+    ``(shape, strides, block, padding)`` (spec.launch.tma_descriptor): ``(index, offset)``, the element ``coords +
     lane`` and its offset ``Σ_d (c_d + l_d)·stride_d``. TMA clips per dimension: a load zero-fills an
-    element whose index is outside ``shape``, a store skips it (PTX ``cp.async.bulk.tensor``)."""
-    _, strides, _ = descriptor
+    element whose index is outside ``shape``, a store skips it (hardware hypothesis tma_out_of_bounds,
+    spec.assumptions.HYPOTHESES)."""
+    strides = descriptor[1]
     index = [sp.sympify(c) + l for c, l in zip(coords, lane)]
     return index, sp.Add(*[i * st for i, st in zip(index, strides)])
 

@@ -54,7 +54,7 @@ GRID_AXIS0_MAX = 2**31 - 1
 
 
 def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, block_m, sinks=None,
-                  cache_leftpad=None, cache_batch_idx=None, split_keys=0, descales=None):
+                  cache_leftpad=None, cache_batch_idx=None, split_keys=0, descales=None, alibi_slopes=None):
     """``(grid, ints, constexprs)`` of one ``_decode_fwd`` launch: ``ints`` the kernel's integer
     parameters by name (every stride as the tensor has it, the sizes), ``grid`` = (row tiles x splits,
     Hkv, B) with the row tiles fastest (``spec.addresses.GRID_DECODE``; ``ints["ROW_TILES"]`` the row tiles per
@@ -66,7 +66,8 @@ def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, blo
     ``(Hq,)`` or None (then stride 0: never read); ``cache_leftpad``, ``cache_batch_idx`` ``(B,)`` or
     None (then stride 0 and ``HAS_LEFTPAD`` / ``HAS_BATCH_IDX`` off: never read); ``split_keys > 0``:
     fixed-size splits (``BATCH_INVARIANT``); ``descales`` an FP8 cache's ``(q_descale, k_descale, v_descale)``,
-    each ``(B, Hkv)``, or None (``descale_strides``)."""
+    each ``(B, Hkv)``, or None (``descale_strides``); ``alibi_slopes`` ``(Hq,)`` or ``(B, Hq)`` at any strides
+    (``slope_strides``), or None (then stride 0: never read)."""
     B, N_Q, HQ, _ = q.shape
     H_KV = k_cache.shape[2]
     group = HQ // H_KV
@@ -85,6 +86,7 @@ def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, blo
                 H_KV=H_KV, GROUP=group, N_Q=N_Q, num_splits=num_splits, split_keys=split_keys,
                 ROW_TILES=cdiv(group * N_Q, block_m))
     ints.update(descale_strides(descales))
+    ints.update(zip(("stride_sb", "stride_sh"), slope_strides(alibi_slopes) if alibi_slopes is not None else (0, 0)))
     # row tiles first (CUDA launches axis 0 fastest): the tiles of one (split, KV head) run side by side and
     # read the same K/V rows, so the second can find them in L2 (MLA's 128 heads: two tiles of 64 rows); then
     # the splits, the KV heads (axis 1), the batch (axis 2): the order (row tile, split, b·Hkv + kvh) had
@@ -251,10 +253,16 @@ def forward_tma_operands(q, k, v, out, block_m, block_n, block_d, block_dv, bloc
     return ops
 
 
+#: what a TMA load gives outside the tensor (Triton's TensorDescriptor ``padding``: oobFill NONE, zeros): the
+#: padding the pointer path's masked loads read (``other=0``); hardware hypothesis tma_out_of_bounds
+TMA_PADDING = "zero"
+
+
 def tma_descriptor(t, rows, width):
-    """``(shape, strides, block)`` of the TMA descriptor of ``t`` ``(B, H, N, D)``: its own shape and strides
-    (TMA clips per dimension: a box never reaches another (b, h)) and a ``[1, 1, rows, width]`` box."""
-    return list(t.shape), list(t.stride()), [1, 1, rows, width]
+    """``(shape, strides, block, padding)`` of the TMA descriptor of ``t`` ``(B, H, N, D)``: its own shape and
+    strides (TMA clips per dimension: a box never reaches another (b, h)), a ``[1, 1, rows, width]`` box, and
+    zero fill (``TMA_PADDING``) — ``TensorDescriptor(t, *tma_descriptor(t, rows, width))``."""
+    return list(t.shape), list(t.stride()), [1, 1, rows, width], TMA_PADDING
 
 
 # ----------------------------------------------------------------------------------

@@ -1782,7 +1782,7 @@ def test_tma_descriptor_bugs_are_refuted():
     zeros), V's box BLOCK_D wide (MLA: D_v != D), the descriptor's strides of b and h swapped."""
     def flattened(t, rows, width):
         return ([t.shape[0] * t.shape[1], t.shape[2], t.shape[3]], [t.stride(1), t.stride(2), t.stride(3)],
-                [1, rows, width])
+                [1, rows, width], "zero")
 
     assert all(name.endswith("]") and "the box is the pointer path's tile" in name
                for name in _tma_failing(descriptor=flattened))
@@ -1793,10 +1793,17 @@ def test_tma_descriptor_bugs_are_refuted():
     assert _tma_failing(operands=v_at_k_width) == ["v: the box is the pointer path's tile [1, 1, BLOCK_N, BLOCK_DV]"]
 
     def swapped(t, rows, width):
-        shape, strides, block = LA.tma_descriptor(t, rows, width)
-        return shape, [strides[1], strides[0], *strides[2:]], block
+        shape, strides, block, padding = LA.tma_descriptor(t, rows, width)
+        return shape, [strides[1], strides[0], *strides[2:]], block, padding
 
     assert len(_tma_failing(descriptor=swapped)) == 6  # each operand's element
+
+    def nan_fill(t, rows, width):  # Triton's padding="nan": the padding columns' NaN would reach the dot
+        return (*LA.tma_descriptor(t, rows, width)[:3], "nan")
+
+    assert _tma_failing(descriptor=nan_fill) == [
+        f"{x}: the descriptor's out-of-bound fill is zero (padding 'zero')"
+        for x in ("q", "out", "k", "v", "q_tail", "k_tail")]
 
 
 def test_fp8_descale_offset_bugs_are_refuted():
@@ -1831,6 +1838,37 @@ def test_decode_fp8_descale_offset_bugs_are_refuted():
                 + AD.off_kvh * AD.GROUP * AD.S_["stride_vdesc_h"])
     assert _failing(PAD.prove_decode_addresses(groups=dict(DG, descale_offsets=desc))) == [
         "paged: vdesc_off is v_descale[b, off_kvh]", "contiguous: vdesc_off is v_descale[b, off_kvh]"]
+
+
+def test_decode_slope_strides_and_head_are_refuted():
+    """Decode's ALiBi slope (issue 24: its strides passed by hand until then): decode_launch passing the strides of
+    contiguous slopes whatever the tensor (a strided view or an expanded one read wrong), the offset with the batch
+    stride dropped (a (B, Hq) tensor read as (Hq,)), and head_safe without its padding select (a padding row past
+    the last head reads outside the slopes: the load has no mask)."""
+    def contiguous_slopes(*args, alibi_slopes=None, **kw):
+        grid, ints, constexprs = LA.decode_launch(*args, alibi_slopes=alibi_slopes, **kw)
+        if alibi_slopes is None:
+            return grid, ints, constexprs
+        return grid, dict(ints, stride_sb=alibi_slopes.shape[-1] if alibi_slopes.dim() == 2 else 0,
+                          stride_sh=1), constexprs
+
+    tags = ("paged", "contiguous")
+    assert _failing(PAD.prove_decode_addresses(launch=contiguous_slopes)) == [
+        f"{tag}: slopes {stag}: slope offset at {lanes}" for tag in tags for stag, lanes in (
+            ("(Hq,)", "row_ok lanes: alibi_slopes[head]"), ("(B, Hq)", "row_ok lanes: alibi_slopes[b, head]"),
+            ("(B, Hq)", "padding lanes: alibi_slopes[b, 0]"))]
+    DG = AD.DECODE_GROUPS
+    no_batch = swap(DG["slope_offset"], AD.slope_off, AD.off_h * AD.S_["stride_sh"])
+    assert _failing(PAD.prove_decode_addresses(groups=dict(DG, slope_offset=no_batch))) == [
+        f"{tag}: slopes (B, Hq): slope offset at {lanes}" for tag in tags
+        for lanes in ("row_ok lanes: alibi_slopes[b, head]", "padding lanes: alibi_slopes[b, 0]")]
+    unsafe = swap(DG["slope_head"], AD.head_safe, sp.Piecewise((AD.head, AD.row_ok), (AD.head, True)))
+    assert _failing(PAD.prove_decode_addresses(groups=dict(DG, slope_head=unsafe))) == [
+        f"{tag}: {what}" for tag in tags for what in (
+            "slopes (Hq,): slope offset at padding lanes: alibi_slopes[0]",
+            "slopes (B, Hq): slope offset at padding lanes: alibi_slopes[b, 0]",
+            "slopes (Hq,)[head_safe] inside (padding lanes; the load has no mask)",
+            "slopes (B, Hq)[b, head_safe] inside (padding lanes; the load has no mask)")]
 
 
 def test_mask_mod_row_stride_by_hand_is_refuted():

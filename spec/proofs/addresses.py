@@ -89,6 +89,10 @@ def _decode_tensors(paged: bool):
     return q, k, v, out, lse, cs, bt, sinks, leftpad, batch_idx, descales
 
 
+#: ALiBi slopes as the decode accepts them (checks.check_score_mods), any strides (a view, a stride-0 expand)
+DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
+
+
 @claim(A.CLAIM_DECODE,
        "decode's addresses: for all shapes and non-negative strides of q (B, N_q, Hq, D), a contiguous "
        "(B_cache, N_cache, Hkv, D) or paged (num_pages, PAGE_SIZE, Hkv, D) k cache and a v cache of the same "
@@ -102,10 +106,12 @@ def _decode_tensors(paged: bool):
        "(off_bc = b, or cache_batch_idx[b] with HAS_BATCH_IDX), v_cache likewise at dv, "
        "out[split, b, tok, head, dv], lse[split, b, tok, head], sinks[head], an FP8 cache's "
        "q/k/v_descale[b, kvh] (three float32 (B, Hkv) tensors, any strides: spec.launch.descale_strides, through "
-       "decode_launch; the shared _fp8_descales) — and that element lies inside the "
+       "decode_launch; the shared _fp8_descales), the ALiBi slope alibi_slopes[head] ((Hq,)) or [b, head] ((B, Hq)) "
+       "at any strides (spec.launch.slope_strides, through decode_launch; the offset printed into the shared "
+       "_score_mod_scalars at off_h = head_safe, head 0 on a padding row) — and that element lies inside the "
        "tensor's shape for every program of the grid (row tiles x splits, Hkv, B: program_id 0, 1, 2, split as "
        "spec.addresses.GRID_DECODE prints it) and every lane "
-       "its mask lets through (d < D, dv < D_v); "
+       "its mask lets through (d < D, dv < D_v; the slope's load has no mask: every lane, padding rows included); "
        "with the head dim split at D_v (MLA, claim head_dim_split) the tails q[b, tok, head, dt] and "
        "k_cache[..., kvh, dt] for HEAD_DIM <= dt < D; and with v_cache = k_cache[..., :D_v] (k's pointer and "
        "strides) the v offset at lane d is the k offset (the kernel uses its K tile as V) (given Hq = GROUP·Hkv, 0 <= cache_seqlens[b] <= "
@@ -118,7 +124,7 @@ def _decode_tensors(paged: bool):
        terms=tuple(t.name for g in A.DECODE_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the "
              "offsets, z3 for the extents); mathematical integers Z (the kernel's products are int64 where a "
-             "factor is off_b, off_kvh, head or page; tok·stride, slot·stride and d·stride are int32 products "
+             "factor is off_b, off_kvh, head, head_safe or page; tok·stride, slot·stride and d·stride are int32 products "
              "not proven free of overflow); the FP8 descales: (B, Hkv) indexed by q's batch b (not the cache row "
              "off_bc), contiguous and paged alike, their offsets int64 (off_b, off_kvh)")
 def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None):
@@ -201,6 +207,25 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         for term, x, tensor in zip(groups["descale_offsets"], "qkv", descales):
             cases.append((f"{tag}: {x}desc_off is {x}_descale[b, off_kvh]",
                           difference(at(term), sp.expand(tensor.offset_of((A.off_b, A.off_kvh))))))
+        # ALiBi: the slope of the row's head (head_safe: head 0 on a padding row, whose load has no mask), at the
+        # strides decode_launch passes for each accepted layout of the slopes
+        (safe_term,), (slope_term,) = groups["slope_head"], groups["slope_offset"]
+        safe = {ok: safe_term.expr.xreplace({A.row_ok: sp.true if ok else sp.false}).xreplace({A.head: head})
+                for ok in (True, False)}
+        slope_cases = {}
+        for stag, shape in DECODE_SLOPES.items():
+            slopes = A.symbolic("alibi_slopes", shape)
+            s_ints = launch(q, k, v, out, lse, cs, bt, block_m, sinks, cache_leftpad=leftpad, cache_batch_idx=batch_idx,
+                            split_keys=sp.Symbol("split_keys", integer=True), descales=descales,
+                            alibi_slopes=slopes)[1]
+            s_launched = {**launched, **{A.S_[x]: s_ints[x] for x in ("stride_sb", "stride_sh")}}
+            at_head = (lambda h: (h,)) if len(shape) == 1 else (lambda h: (A.off_b, h))  # noqa: E731
+            for ok, what in ((True, "row_ok lanes: alibi_slopes[{}head]"), (False, "padding lanes: alibi_slopes[{}0]")):
+                got = sp.expand(_lanes(slope_term.expr).xreplace({A.off_h: safe[ok]}).xreplace(s_launched))
+                want = sp.expand(slopes.offset_of(at_head(head if ok else sp.Integer(0))))
+                cases.append((f"{tag}: slopes {stag}: slope offset at {what.format('' if len(shape) == 1 else 'b, ')}",
+                              difference(got, want)))
+            slope_cases[stag] = (slopes, at_head)
         (sink_term,) = groups["sink_offset"]
         cases.append((f"{tag}: sink offset is sinks[head]",
                       difference(at(sink_term), sp.expand(sinks.offset_of((head,))))))
@@ -243,6 +268,12 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
                              inside((offb,), (Bz,))))
         cases.append(_decide(f"{tag}: q/k/v_descale[b, kvh] inside (B, Hkv)", hyp,
                              z3.And(*[inside((offb, kvh), [z(x) for x in t.shape]) for t in descales])))
+        for stag, (slopes, at_head) in slope_cases.items():
+            for ok, lanes in ((True, [row_ok]), (False, [z3.Not(row_ok)])):
+                cases.append(_decide(f"{tag}: slopes {stag}[{'b, ' if len(slopes.shape) == 2 else ''}head_safe] inside "
+                                     f"({'row_ok' if ok else 'padding'} lanes; the load has no mask)", hyp + lanes,
+                                     inside([zsub(x.xreplace(launched)) for x in at_head(safe[ok])],
+                                            [z(x) for x in slopes.shape])))
         S_z = z(out.shape[0])
         cases.append(_decide(f"{tag}: out/lse[split, b, tok, head, dv] inside out and lse (lanes row_ok & dv_ok)",
                              hyp + [row_ok, dv_ok, S_z >= 1],
@@ -692,7 +723,8 @@ BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL = (sp.Symbol(s, integer=True, positive=True) f
        "idx·stride); its box is the pointer path's tile (BLOCK_M or BLOCK_N rows, BLOCK_D, BLOCK_DV or BLOCK_DT "
        "wide); a lane's element lies inside the tensor exactly when the pointer path's mask lets that lane through "
        "(rows i < N_Q or keys j < N_K, columns d < HEAD_DIM, dv < D_v, tail columns < HEAD_DIM + HEAD_DIM_TAIL = D), "
-       "so TMA's per-dimension clipping (zero-filled loads, skipped stores) is the pointer path's masked load "
+       "and every descriptor asks for zero fill (padding 'zero'), so under the hardware hypothesis tma_out_of_bounds "
+       "TMA's per-dimension clipping (zero-filled loads, skipped stores) is the pointer path's masked load "
        "(other=0) and store; and every coordinate lies inside its dimension (b < B, h < H, a tile's first row < N, "
        "the tail's first column HEAD_DIM < D), so its int32 cast is exact",
        r"\mathrm{box}(b, h, i_0, d_0)[r, c] = X[b, h, i_0 + r, d_0 + c],\quad "
@@ -702,10 +734,12 @@ BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL = (sp.Symbol(s, integer=True, positive=True) f
              "over unbounded integers for the rest); the head dim split as the launch makes it (claim head_dim_split: "
              "HEAD_DIM <= BLOCK_D, D = HEAD_DIM + HEAD_DIM_TAIL, a tail only when HEAD_DIM = BLOCK_D, D_v <= BLOCK_DV, "
              "HEAD_DIM_TAIL <= BLOCK_DT); a key tile's first key < N_K as the stages visit them (claim "
-             "mask_tiles_sound); TMA's clipping is the hardware's documented semantics (PTX cp.async.bulk.tensor: "
-             "out-of-bound elements zero-filled on load, not written on store), checked here on the interpreter's "
-             "emulation by tests/test_tma.py; the int32 casts exact for dimensions below 2^31 "
-             "(launch.tma_layout_problem refuses larger ones)")
+             "mask_tiles_sound); TMA's clipping is the hardware hypothesis tma_out_of_bounds (spec.assumptions."
+             "HYPOTHESES, not proved: the documented semantics of cuTensorMapEncodeTiled's oobFill and PTX "
+             "cp.async.bulk.tensor — out-of-bound elements zero-filled on load, not written on store), checked on the "
+             "interpreter's emulation by tests/test_tma.py, on the hardware only on an sm_90 GPU; the int32 casts exact "
+             "for dimensions below 2^31 (launch.tma_layout_problem refuses larger ones)",
+       hypotheses=("tma_out_of_bounds",))
 def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launch=None):
     operands = L.forward_tma_operands if operands is None else operands
     descriptor = L.tma_descriptor if descriptor is None else descriptor
@@ -757,6 +791,10 @@ def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launc
         block = [difference(a, b) for a, b in zip(desc[2], (1, 1, *tile))] if len(desc[2]) == 4 else [desc[2]]
         cases.append((f"{param}: the box is the pointer path's tile [1, 1, {tile[0]}, {tile[1]}]",
                       sp.Integer(0) if all(x == 0 for x in block) else sp.Tuple(*block)))
+        # the fill tma_out_of_bounds states: zeros (a NaN fill would reach the dot through the padding columns)
+        fill = desc[3] if len(desc) > 3 else None
+        cases.append((f"{param}: the descriptor's out-of-bound fill is zero (padding 'zero')",
+                      sp.Integer(0) if fill == L.TMA_PADDING == "zero" else sp.Symbol(f"padding {fill!r}")))
         if len(desc[0]) != len(tensor.shape) or len(desc[2]) != len(tensor.shape):
             continue  # the descriptor is not over the tensor's dimensions: failed above
         got_index, offset = A.tma_element(desc, coords, (0, 0, r, c))
