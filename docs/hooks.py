@@ -691,11 +691,9 @@ def _kernel_statements(path: Path):
     import ast
 
     from generator import hygiene
-    from spec import structure
 
     source = path.read_text()
     lines = source.splitlines()
-    grid = {line: "gqa_head_map" for pair in structure.GRID_LINES.values() for line in pair}
     out = []
     for fn in ast.parse(source).body:
         if not (isinstance(fn, ast.FunctionDef) and hygiene._is_jit(fn)):
@@ -706,8 +704,8 @@ def _kernel_statements(path: Path):
             text = "\n".join(lines[stmt.lineno - 1:stmt.end_lineno]).strip()
             cited = re.search(r"\(claim: (\w+)\)$", text)
             code = text.split("  #")[0]
-            if cited or code in grid:
-                out.append((fn.name, stmt.lineno, code, cited[1] if cited else grid[code], "printed"))
+            if cited:
+                out.append((fn.name, stmt.lineno, code, cited[1], "printed"))
                 continue
             calls = {hygiene._call_name(c) for c in ast.walk(stmt) if isinstance(c, ast.Call)}
             category = ("store" if "store" in calls else "load" if calls & hygiene.LOADS else

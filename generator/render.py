@@ -189,6 +189,8 @@ def forward_context(variant: Variant) -> dict:
         "rows_past_end": print_term(ROWS_PAST_END),
         "init": _inits(S.FORWARD_INIT, {"m_i": "[BLOCK_M]", "l_i": "[BLOCK_M]", "acc": "[BLOCK_M, BLOCK_DV]"}),
         "gqa_head": print_term(S.GQA_HEAD),
+        # which (tile, head, batch) a program is, for the grids spec.launch computes (claim launch_grid)
+        "grid": {name: _lines(group) for name, group in AD.GRID_GROUPS.items()},
         "stages": _stages(S.KEY_STAGES),
         "index": TILE_NAMES,
         "score_index": SCORE_NAMES,
@@ -251,7 +253,7 @@ def backward_context(variant: Variant) -> dict:
         **{key: fwd[key] for key in ("qk_scale", "qk", "bounds_init", "tile_loop", "has_lengths", "dense",
                                      "mask_term", "dense_mask_term", "varlen_segment", "segment_loads",
                                      "rows_past_end",
-                                     "gqa_head", "stages", "score_mod", "dropout", "mask_mod", "user_score",
+                                     "gqa_head", "grid", "stages", "score_mod", "dropout", "mask_mod", "user_score",
                                      "addresses")},
         "keys_past_end": print_term(KEYS_PAST_END),
         # the preprocess's offsets (claim backward_addresses)
@@ -374,6 +376,7 @@ def decode_context(variant: Variant) -> dict:
         "keep_window": keeps["window"],
         # every load and store offset (claim decode_addresses)
         "addresses": {name: _lines(group) for name, group in AD.DECODE_GROUPS.items()},
+        "grid": {name: _lines(group) for name, group in AD.GRID_GROUPS.items()},
         # a user score_mod (spec.score_mods): its forward lines only (the decode kernel has no backward)
         "user_score": fwd["user_score"],
         "user_score_index": {"i": "tok[:, None]", "j": "offs_n[None, :]", "h": "head_safe[:, None]"},

@@ -271,7 +271,7 @@ SEGMENT_POINTERS = {kernel: segment_pointers(kernel) for kernel in _POINTERS}
 # store offset, for the strides spec.launch.forward_launch passes (claim forward_addresses).
 # ----------------------------------------------------------------------------------
 CLAIM_FORWARD = "forward_addresses"
-#: the program's (batch, query head) and its K/V head (int64: spec.structure.GRID_LINES, GQA_HEAD),
+#: the program's (batch, query head) and its K/V head (int64: GRID_HEAD below, spec.structure.GQA_HEAD),
 #: its query tile's index, a key tile's first key
 off_h = _int("off_h", nonnegative=True)
 pid_m, start_n = _int("pid_m", nonnegative=True), _int("start_n", nonnegative=True)
@@ -607,13 +607,14 @@ BWD_TAILS = (
     Term(dk_tail_off, BWD_GRAD_KV[0].expr.xreplace({offs_d: offs_dt}), CLAIM_BACKWARD_KERNELS, "dk[b, kv head, j, dt]"),
     Term(dq_tail_off, BWD_DQ[0].expr.xreplace({offs_d: offs_dt}), CLAIM_BACKWARD_KERNELS, "dq[b, h, i, dt]"),
 )
-#: a user score_mod (issue 28): the dQ program (pid_m, off_bh)'s own row of the parameter-gradient buffer
-#: (grid[0]·grid[1] rows of len(SF) fp32 entries, spec.launch.score_grad_launch), num_pid_m = grid[0]; then entry
+#: a user score_mod (issue 28): the dQ program (pid_m, off_h, off_b)'s own row of the parameter-gradient buffer
+#: (grid[0]·grid[1]·grid[2] rows of len(SF) fp32 entries, spec.launch.score_grad_launch), num_pid_m = grid[0],
+#: H = grid[1] (the query heads: spec.launch.dq_launch); then entry
 #: offs_e of that row (the buffer's entries are contiguous: column stride 1); no two programs share a row
-off_bh, num_pid_m = _int("off_bh", nonnegative=True), _int("num_pid_m", positive=True)
+num_pid_m = _int("num_pid_m", positive=True)
 offs_e = _int("offs_e", nonnegative=True)
 sg_base, sg_off = _int("sg_base"), _int("sg_off")
-BWD_SCORE_GRAD_ROW = (Term(sg_base, (off_bh * num_pid_m + pid_m) * BK_["stride_sgp"], CLAIM_BACKWARD_KERNELS,
+BWD_SCORE_GRAD_ROW = (Term(sg_base, ((off_b * H_ + off_h) * num_pid_m + pid_m) * BK_["stride_sgp"], CLAIM_BACKWARD_KERNELS,
                            "score_grad[this program's row]"),)
 BWD_SCORE_GRAD = (Term(sg_off, sg_base + offs_e, CLAIM_BACKWARD_KERNELS, "score_grad[row, e]"),)
 BACKWARD_KERNEL_GROUPS = {"kv_base": BWD_KV_BASE, "kv_offsets": BWD_KV_OFFSETS, "vt_offset": BWD_VT_OFFSET,
@@ -622,3 +623,44 @@ BACKWARD_KERNEL_GROUPS = {"kv_base": BWD_KV_BASE, "kv_offsets": BWD_KV_OFFSETS, 
                           "key_len": BWD_KEY_LEN, "score_grad_row": BWD_SCORE_GRAD_ROW, "score_grad": BWD_SCORE_GRAD,
                           "k_tail": BWD_TAILS[:1], "q_tail_rows": BWD_TAILS[1:2], "dk_tail": BWD_TAILS[2:3],
                           "dq_tail": BWD_TAILS[3:]}
+
+
+# ----------------------------------------------------------------------------------
+# The launch grid: which (tile, head, batch) a program is, for the grids spec.launch computes (claim
+# launch_grid). CUDA caps a grid's axes 1 and 2 at spec.launch.GRID_AXIS_MAX = 65535 programs and axis 0 at
+# 2^31 − 1, and launches axis 0 fastest. So a per-head kernel puts its tiles on axis 0, the head on axis 1 and
+# the batch on axis 2 (FlashAttention's layout): each index is its program id, no product B·H is an axis,
+# and the launch order is the one (tile, b·H + h) had (the tiles of one head side by side: their K/V
+# reads can hit L2). Decode folds its row tiles and splits into axis 0, row tile fastest (both 64-head tiles
+# of one split side by side), KV head on axis 1, batch on axis 2. The batch and head indices are int64 (their
+# products with strides are), the tiles and the split int32.
+# ----------------------------------------------------------------------------------
+CLAIM_GRID = "launch_grid"
+#: decode: its row tiles per (split, KV head), cdiv(GROUP·N_Q, BLOCK_M) (spec.launch.decode_launch passes it)
+ROW_TILES = _int("ROW_TILES", positive=True)
+#: the forward: its query tile (pid_m; start_m = pid_m·BLOCK_M)
+GRID_TILE = (Term(pid_m, T.program_id(0), CLAIM_GRID, "grid axis 0: the query tile"),)
+#: the per-head kernels (forward, dropout mask, preprocess, dQ): axis 1 the query head, axis 2 the batch entry
+GRID_HEAD = (
+    Term(off_h, T.int64(T.program_id(1)), CLAIM_GRID, "grid axis 1: the query head"),
+    Term(off_b, T.int64(T.program_id(2)), CLAIM_GRID, "grid axis 2: the batch entry (packed: the segment)"),
+)
+#: dK/dV: axis 1 the K/V head, axis 2 the batch entry
+GRID_KV_HEAD = (
+    Term(off_kvh, T.int64(T.program_id(1)), CLAIM_GRID, "grid axis 1: the K/V head"),
+    Term(off_b, T.int64(T.program_id(2)), CLAIM_GRID, "grid axis 2: the batch entry (packed: the segment)"),
+)
+#: decode: axis 0 holds ROW_TILES row tiles per split, the row tile fastest; then the K/V head and the batch entry
+GRID_DECODE = (
+    Term(pid_m, sp.Mod(T.program_id(0), ROW_TILES), CLAIM_GRID, "grid axis 0, fastest: the row tile"),
+    Term(P.split, sp.floor(T.program_id(0) / ROW_TILES), CLAIM_GRID, "grid axis 0, then: the split"),
+    Term(off_kvh, T.int64(T.program_id(1)), CLAIM_GRID, "grid axis 1: the K/V head"),
+    Term(off_b, T.int64(T.program_id(2)), CLAIM_GRID, "grid axis 2: the batch entry"),
+)
+#: the KV append: axis 0 its token tiles, axis 1 the cache's (K/V) head, axis 2 the batch entry
+GRID_APPEND = (
+    Term(off_head, T.int64(T.program_id(1)), CLAIM_GRID, "grid axis 1: the K/V head"),
+    Term(off_b, T.int64(T.program_id(2)), CLAIM_GRID, "grid axis 2: the batch entry"),
+)
+GRID_GROUPS = {"tile": GRID_TILE, "head": GRID_HEAD, "kv_head": GRID_KV_HEAD, "decode": GRID_DECODE,
+               "append": GRID_APPEND}

@@ -94,6 +94,10 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
                "the cache, no host sync); reject with the opt-in value checks (FLASHPROOF_CHECK_VALUES=1)"),
     Assumption("page_sizes", "a paged cache's page_size is a power of two from 16 to 512 (a whole number of "
                "key tiles per page)", "reject", (16, 32, 64, 128, 256, 512)),
+    Assumption("grid_axes", "B <= 65535 and Hq <= 65535 (a packed batch: its segments for B): CUDA's grid axes 2 "
+               "and 1 hold the batch and the heads (spec.launch.GRID_AXIS_MAX, claim launch_grid); "
+               "flash_attention_with_kvcache also ceil(GROUP·N_q / 16) x splits <= 2^31 - 1 (its axis 0: row tiles x "
+               "splits)", "reject", 65535),
     Assumption("num_splits_max", "0 <= num_splits <= 64 (0: the heuristic)", "reject", 64),
     Assumption("merge_head_dim_max", "merge_state(s)' head dim is at most 1024 (one row of o per program "
                "lane block)", "reject", 1024),

@@ -1399,10 +1399,10 @@ def test_forward_address_launch_bugs_are_refuted():
 
     def rounded_down(*args, **kw):
         grid, ints = LA.forward_launch(*args, **kw)
-        return (sp.floor(ints["N_Q"] / args[10]), grid[1]), ints
+        return (sp.floor(ints["N_Q"] / args[10]), *grid[1:]), ints
 
     assert _forward_failing(launch=rounded_down) == [
-        "the grid covers every (b, h, i): grid[0]·BLOCK_M >= N_Q, grid[1] = B·Hq"]
+        "the grid covers every (b, h, i): grid[0]·BLOCK_M >= N_Q, grid[1:] = (Hq, B)"]
 
     def swapped_slopes(*args, **kw):
         grid, ints = LA.forward_launch(*args, **kw)
@@ -1575,10 +1575,11 @@ def test_backward_address_launch_bugs_of_the_kernels_are_refuted():
 
     def rounded_down(q, k, v, do, dq, delta, *rest, **kw):
         grid, ints = LA.dq_launch(q, k, v, do, dq, delta, *rest, **kw)
-        return (sp.floor(ints["N_Q"] / rest[4]), grid[1]), ints
+        return (sp.floor(ints["N_Q"] / rest[4]), *grid[1:]), ints
 
     failing = _bwd_failing(dq_launch=rounded_down)
-    assert failing == ["dq: the grid covers every row tile of every (b, h): grid[0]·BLOCK_M >= N_Q, grid[1] = B·Hq"]
+    assert failing == ["dq: the grid covers every row tile of every (b, h): grid[0]·BLOCK_M >= N_Q, grid[1:] = (Hq, B), "
+                       "and the kernel's H is grid[1] (the score_mod gradient's rows)"]
 
     def lse2_transposed(lse, sinks):
         delta, lse2, dsink = LA.backward_row_tensors(lse, sinks)
@@ -1894,9 +1895,9 @@ def test_mask_mod_row_stride_by_hand_is_refuted():
 def test_score_grad_row_bugs_are_refuted():
     """A user score_mod's gradient: the row of the query head only (pid_m dropped: the programs of a head race on
     one row), the buffer made with grid[0] rows only, the buffer made transposed (entries strided by the rows)."""
-    row = swap(BKG["score_grad_row"], AD.sg_base, AD.off_bh * AD.BK_["stride_sgp"])
+    row = swap(BKG["score_grad_row"], AD.sg_base, (AD.off_b * AD.H_ + AD.off_h) * AD.BK_["stride_sgp"])
     failing = _bwd_failing(groups=dict(BKG, score_grad_row=row))
-    assert failing == ["dq: score_grad offset is score_grad[off_bh·grid[0] + pid_m, e]",
+    assert failing == ["dq: score_grad offset is score_grad[(b·grid[1] + h)·grid[0] + pid_m, e]",
                        "dq: two programs of the grid never share a score_grad row (no atomics needed)"], failing
 
     def short(score_f, grid):
@@ -1907,7 +1908,50 @@ def test_score_grad_row_bugs_are_refuted():
         "dq: score_grad[row, e] inside (programs of the grid, entries e < len(SF))"]
 
     def transposed(score_f, grid):
-        buf = score_f.new_zeros((score_f.numel(), grid[0] * grid[1])).transpose(0, 1)
+        buf = score_f.new_zeros((score_f.numel(), grid[0] * grid[1] * grid[2])).transpose(0, 1)
         return buf, {"stride_sgp": buf.stride(0)}
 
-    assert _bwd_failing(score_grad_launch=transposed) == ["dq: score_grad offset is score_grad[off_bh·grid[0] + pid_m, e]"]
+    assert _bwd_failing(score_grad_launch=transposed) == [
+        "dq: score_grad offset is score_grad[(b·grid[1] + h)·grid[0] + pid_m, e]"]
+
+
+# ---------------------------------------------------------------- issue 24: the grid's ceiling (claim launch_grid)
+def test_decode_grid_split_with_mod_and_div_swapped_is_refuted():
+    """Decode's axis 0 split with % and // exchanged (row tile = pid // ROW_TILES, split = pid % ROW_TILES):
+    the row tile leaves [0, ROW_TILES) and the old launch order is lost."""
+    tile, split, *rest = AD.GRID_DECODE
+    pid = tile.expr.args[0]
+    swapped = (replace(tile, expr=sp.floor(pid / AD.ROW_TILES)), replace(split, expr=sp.Mod(pid, AD.ROW_TILES)), *rest)
+    failing = _failing(PAD.prove_launch_grid(groups=dict(AD.GRID_GROUPS, decode=swapped)))
+    assert "decode: every program's (row tile, split, kv head, batch) is in range" in failing, failing
+
+
+def test_grid_head_and_batch_axes_swapped_are_refuted():
+    """The per-head kernels reading the head off axis 2 and the batch off axis 1."""
+    head, batch = AD.GRID_HEAD
+    swapped = (replace(head, expr=batch.expr), replace(batch, expr=head.expr))
+    failing = _failing(PAD.prove_launch_grid(groups=dict(AD.GRID_GROUPS, head=swapped)))
+    assert "forward: every program's (tile, head, batch) is in range" in failing, failing
+
+
+def test_grid_limit_one_past_cuda_is_refuted():
+    """The contract accepting B or Hq = 65536 (the grid_axes limit off by one): axis 1 or 2 passes CUDA's 65535."""
+    failing = _failing(PAD.prove_launch_grid(accepted=LA.GRID_AXIS_MAX + 1))
+    assert "forward: axis 0 <= 2^31 - 1, axes 1, 2 <= 65535 (CUDA's limits)" in failing, failing
+    assert "decode: axis 0 <= 2^31 - 1, axes 1, 2 <= 65535 (CUDA's limits)" in failing, failing
+
+
+def test_batch_times_heads_on_one_axis_is_refuted():
+    """The old grid, (tiles, B·Hq) with the product on axis 1: more than 65535 programs there for accepted
+    shapes (B = Hq = 65535), and the head split no longer the printed one."""
+    def launch(q, *args, **kw):
+        grid, ints = LA.forward_launch(q, *args, **kw)
+        return (grid[0], grid[1] * grid[2], 1), ints
+
+    launches = PAD._grid_launches()
+    grid, ints, kind, sizes, hyp = launches["forward"]
+    t = PAD._forward_tensors()
+    old, _ = launch(t["q"], t["k"], t["v"], t["out"], t["lse"], t["key_lengths"], t["mask"], t["block_map"],
+                    t["slopes"]["(Hq,)"], t["sinks"], n.B_r, t["mask_mod_args"], descales=t["descales"])
+    failing = _failing(PAD.prove_launch_grid(launches={"forward": (old, ints, kind, sizes, hyp)}))
+    assert "forward: axis 0 <= 2^31 - 1, axes 1, 2 <= 65535 (CUDA's limits)" in failing, failing
