@@ -58,9 +58,11 @@ class Strided:
     launch passes; it is inside the tensor when ``0 <= index_d < shape_d`` for every ``d``
     (``in_shape``)."""
 
-    def __init__(self, name: str, shape, strides):
+    def __init__(self, name: str, shape, strides, ptr=None):
         self.name, self.shape, self.strides = name, tuple(sp.sympify(s) for s in shape), tuple(
             sp.sympify(s) for s in strides)
+        # the address of element 0 (torch's data_ptr: the storage offset included); a view passes its base's
+        self.ptr = sp.Symbol(f"{name}_ptr", integer=True) if ptr is None else ptr
         assert len(self.shape) == len(self.strides)
 
     # --- the torch methods the launch functions use -----------------------------------
@@ -69,6 +71,9 @@ class Strided:
 
     def dim(self) -> int:
         return len(self.shape)
+
+    def data_ptr(self):
+        return self.ptr
 
     def size(self, dim=None):
         return self.shape if dim is None else self.shape[dim]
@@ -104,12 +109,12 @@ class Strided:
         shape, strides = list(self.shape), list(self.strides)
         shape[a], shape[b] = shape[b], shape[a]
         strides[a], strides[b] = strides[b], strides[a]
-        return Strided(self.name, shape, strides)
+        return Strided(self.name, shape, strides, self.ptr)
 
     def __getitem__(self, key):
         """``t[None]``: a leading dimension of size 1 (stride 0)."""
         if key is None:
-            return Strided(self.name, (1,) + self.shape, (0,) + self.strides)
+            return Strided(self.name, (1,) + self.shape, (0,) + self.strides, self.ptr)
         raise TypeError("Strided supports t[None] only")
 
     # --- addresses --------------------------------------------------------------------

@@ -43,6 +43,41 @@ def decode_window(window, q, capacity):
 
 
 # ----------------------------------------------------------------------------------
+# The head dims every attention launch passes, read off the tensors as passed.
+# ----------------------------------------------------------------------------------
+def head_dims(k, v, main=None) -> dict:
+    """The head-dim constexprs of a launch: q and k's head dim ``D = k.shape[-1]`` held as a main part
+    ``HEAD_DIM = main`` (None: ``D``, unsplit) and a tail ``HEAD_DIM_TAIL = D - main`` (claim head_dim_split: the
+    two products are the whole inner product; the runtime picks ``main`` to save padding,
+    ``generator.runtime.launch.head_dim_split``, decode at ``D_v``), and v's (so out's) head dim
+    ``HEAD_DIM_V = v.shape[-1]`` (MLA: ``D_v != D``). The address claims take their lanes' bounds from this output
+    (``d < HEAD_DIM``, ``dt < HEAD_DIM + HEAD_DIM_TAIL``, ``dv < HEAD_DIM_V``) and prove they cover the tensors'
+    columns and stay inside them."""
+    D = k.shape[-1]
+    main = D if main is None else main
+    return {"HEAD_DIM": main, "HEAD_DIM_TAIL": D - main, "HEAD_DIM_V": v.shape[-1]}
+
+
+def _min(a, b):
+    """``min`` of numbers, ``Min`` of SymPy sizes."""
+    return sp.Min(a, b) if isinstance(a, sp.Basic) or isinstance(b, sp.Basic) else min(a, b)
+
+
+def decode_v_shares_k_layout(k_cache, v_cache) -> bool:
+    """Whether a ``v_cache`` of this layout may be ``k_cache``'s first ``D_v`` columns: k's strides and ``D_v <= D``
+    (a property of the call signature: the plan builds the ``V_IS_K`` variant only then)."""
+    return tuple(v_cache.stride()) == tuple(k_cache.stride()) and bool(v_cache.shape[-1] <= k_cache.shape[-1])
+
+
+def decode_v_is_k(k_cache, v_cache) -> bool:
+    """``V_IS_K`` of a decode launch: ``v_cache`` IS ``k_cache[..., :D_v]`` (MLA's absorbed layout): k's layout
+    (``decode_v_shares_k_layout``) at k's first element (``data_ptr``: the storage offset included), so the kernel
+    uses its K tile as the V tile (claim decode_addresses: only then is every V address the K address).
+    Decided per call (an address), from the tensors as passed."""
+    return bool(v_cache.data_ptr() == k_cache.data_ptr()) and decode_v_shares_k_layout(k_cache, v_cache)
+
+
+# ----------------------------------------------------------------------------------
 # Decode: _decode_fwd's grid and integer arguments; the merge's row views.
 # ----------------------------------------------------------------------------------
 #: CUDA's limit on a launch grid's axes 1 and 2 (gridDim.y, gridDim.z): the per-head kernels put the heads on
@@ -58,7 +93,8 @@ def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, blo
     """``(grid, ints, constexprs)`` of one ``_decode_fwd`` launch: ``ints`` the kernel's integer
     parameters by name (every stride as the tensor has it, the sizes), ``grid`` = (row tiles x splits,
     Hkv, B) with the row tiles fastest (``spec.addresses.GRID_DECODE``; ``ints["ROW_TILES"]`` the row tiles per
-    split), ``constexprs`` the page size and rows per program.
+    split), ``constexprs`` the page size, rows per program and the head dims (``head_dims``, q/k's split at
+    ``D_v`` when ``D > D_v``: MLA's rope tail).
 
     q ``(B, N_q, Hq, D)``; the cache ``(B, N_cache, Hkv, D)`` or, with ``block_table`` ``(B,
     max_pages)``, ``(num_pages, PAGE_SIZE, Hkv, D)``; ``out`` ``(S, B, N_q, Hq, D)``, ``lse`` ``(S, B,
@@ -93,7 +129,8 @@ def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, blo
     grid = (ints["ROW_TILES"] * num_splits, H_KV, B)
     constexprs = dict(BLOCK_M=block_m, PAGED=paged, PAGE_SIZE=k_cache.shape[1] if paged else 1,
                       HAS_LEFTPAD=cache_leftpad is not None, HAS_BATCH_IDX=cache_batch_idx is not None,
-                      BATCH_INVARIANT=split_keys > 0)
+                      BATCH_INVARIANT=split_keys > 0,
+                      **head_dims(k_cache, v_cache, _min(q.shape[3], v_cache.shape[3])))
     return grid, ints, constexprs
 
 
@@ -210,9 +247,10 @@ def mask_mod_strides(mask_mod_args) -> dict:
 
 
 def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sinks, block_m, mask_mod_args=None,
-                   cu_seqlens_q=None, max_seqlen_q=None, descales=None):
+                   cu_seqlens_q=None, max_seqlen_q=None, descales=None, head_dim=None):
     """``(grid, ints)`` of one ``_attn_fwd`` launch: ``ints`` its integer parameters by name (every
-    stride as the tensor has it, the heads, ``GROUP``, ``N_Q``, ``N_K``).
+    stride as the tensor has it, the heads, ``GROUP``, ``N_Q``, ``N_K``) and its head dims (``head_dims``:
+    ``head_dim`` the main part of q/k's split, None unsplit; ``HEAD_DIM_V`` v's).
 
     Dense: q ``(B, Hq, N_Q, D)``, k/v ``(B, Hkv, N_K, D)``, out like q, lse ``(B, Hq, N_Q)``, grid
     ``(cdiv(N_Q, block_m), Hq, B)``. Packed (``cu_seqlens_q`` given): q ``(total_q, Hq, D)``, k/v
@@ -235,7 +273,7 @@ def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sink
     ints.update(descale_strides(descales))
     H, H_KV = q.shape[1], k.shape[1]
     n_q, n_k = (q.shape[0], k.shape[0]) if packed else (q.shape[2], k.shape[2])
-    ints.update(H=H, GROUP=H // H_KV, N_Q=n_q, N_K=n_k)
+    ints.update(H=H, GROUP=H // H_KV, N_Q=n_q, N_K=n_k, **head_dims(k, v, head_dim))
     grid = varlen_grid(max_seqlen_q, block_m, cu_seqlens_q, H) if packed else head_grid(cdiv(n_q, block_m), H,
                                                                                         q.shape[0])
     return grid, ints
@@ -330,7 +368,8 @@ def preprocess_launch(out, do, grad_lse, lse, delta, sinks, block_m):
     """``(grid, ints)`` of ``_attn_bwd_preprocess``: out, do ``(B, Hq, N_Q, D)`` or packed ``(total_q, Hq,
     D)``; grad_lse, lse and delta ``(B, Hq, N_Q)`` or packed ``(Hq, total_q)`` (Δ, lse2, dsink share Δ's
     layout: ``backward_row_tensors``); ``sinks`` ``(Hq,)`` (a placeholder when off). A packed batch runs as
-    one batch: grid ``(cdiv(total_q, block_m), Hq, 1)``, else ``(cdiv(N_Q, block_m), Hq, B)``."""
+    one batch: grid ``(cdiv(total_q, block_m), Hq, 1)``, else ``(cdiv(N_Q, block_m), Hq, B)``. ``HEAD_DIM``: the
+    width Δ = rowsum(dO ∘ O) runs over, out's head dim (v's D_v)."""
     packed = out.dim() == 3
     ints = dict(zip(("stride_ob", "stride_oh", "stride_om", "stride_od"), attention_strides(out)))
     ints.update(zip(("stride_dob", "stride_doh", "stride_dom", "stride_dod"), attention_strides(do)))
@@ -339,7 +378,7 @@ def preprocess_launch(out, do, grad_lse, lse, delta, sinks, block_m):
     ints.update(zip(("stride_rb", "stride_rh", "stride_rm"), lse_strides(delta)))
     H = out.shape[1]
     N_Q = out.shape[0] if packed else out.shape[2]
-    ints.update(stride_sink=sinks.stride(0), H=H, N_Q=N_Q)
+    ints.update(stride_sink=sinks.stride(0), H=H, N_Q=N_Q, HEAD_DIM=out.shape[-1])
     return head_grid(cdiv(N_Q, block_m), H, 1 if packed else out.shape[0]), ints
 
 
@@ -358,10 +397,11 @@ BACKWARD_STRIDE_NAMES = {
     "rows": ("stride_rb", "stride_rh", "stride_rm")}
 
 
-def _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mask_mod_args):
+def _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mask_mod_args, head_dim=None):
     """The integers both backward kernels take: q, k, v, grad_out and Δ/lse2 strides (``attention_strides``,
     ``lse_strides``), the dense mask's, the block map's, the slopes' and key_lengths' strides, ``GROUP``,
-    ``N_Q``, ``N_K`` (a packed batch: the totals)."""
+    ``N_Q``, ``N_K`` (a packed batch: the totals), and the head dims (``head_dims``, ``head_dim`` the main part of
+    q/k's split: None unsplit)."""
     ints = {}
     for name, t in (("q", q), ("k", k), ("v", v), ("do", do)):
         ints.update(zip(BACKWARD_STRIDE_NAMES[name], attention_strides(t)))
@@ -373,12 +413,12 @@ def _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mas
     ints.update(mask_mod_strides(mask_mod_args))
     packed = q.dim() == 3
     n_q, n_k = (q.shape[0], k.shape[0]) if packed else (q.shape[2], k.shape[2])
-    ints.update(GROUP=q.shape[1] // k.shape[1], N_Q=n_q, N_K=n_k)
+    ints.update(GROUP=q.shape[1] // k.shape[1], N_Q=n_q, N_K=n_k, **head_dims(k, v, head_dim))
     return ints
 
 
 def dkdv_launch(q, k, v, do, dk, dv, delta, key_lengths, mask, block_map, slopes, block_n, mask_mod_args=None,
-                cu_seqlens_q=None, max_seqlen_k=None):
+                cu_seqlens_q=None, max_seqlen_k=None, head_dim=None):
     """``(grid, ints)`` of one ``_attn_bwd_dkdv`` launch: every stride as the tensor has it, ``H_KV``,
     ``GROUP``, ``N_Q``, ``N_K``. Dense: q, do ``(B, Hq, N_Q, D / D_v)``, k, dk ``(B, Hkv, N_K, D)``, v, dv ``(B,
     Hkv, N_K, D_v)``, delta ``(B, Hq, N_Q)`` (lse2 shares its layout), grid ``(cdiv(N_K, block_n), Hkv, B)``.
@@ -387,7 +427,7 @@ def dkdv_launch(q, k, v, do, dk, dv, delta, key_lengths, mask, block_map, slopes
     N_K)``, ``block_map`` ``(B, Hq, cdiv(N_Q, MAP_BLOCK_M), cdiv(N_K, MAP_BLOCK_N))``, ``slopes`` ``(Hq,)`` or
     ``(B, Hq)``, ``mask_mod_args`` ``(B, P)``: as passed (one-element placeholders where a flag compiles the
     read out)."""
-    ints = _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mask_mod_args)
+    ints = _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mask_mod_args, head_dim)
     ints.update(zip(BACKWARD_STRIDE_NAMES["dk"], attention_strides(dk)))
     ints.update(zip(BACKWARD_STRIDE_NAMES["dv"], attention_strides(dv)))
     H_KV = k.shape[1]
@@ -398,11 +438,11 @@ def dkdv_launch(q, k, v, do, dk, dv, delta, key_lengths, mask, block_map, slopes
 
 
 def dq_launch(q, k, v, do, dq, delta, key_lengths, mask, block_map, slopes, block_m, mask_mod_args=None,
-              cu_seqlens_q=None, max_seqlen_q=None):
+              cu_seqlens_q=None, max_seqlen_q=None, head_dim=None):
     """``(grid, ints)`` of one ``_attn_bwd_dq`` launch: as ``dkdv_launch`` with dq ``(B, Hq, N_Q, D)`` (packed
     ``(total_q, Hq, D)``) for dk, dv, ``H`` for ``H_KV``; grid ``(cdiv(N_Q, block_m), Hq, B)``, packed
     ``varlen_grid``'s over the queries (``max_seqlen_q``)."""
-    ints = _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mask_mod_args)
+    ints = _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mask_mod_args, head_dim)
     ints.update(zip(BACKWARD_STRIDE_NAMES["dq"], attention_strides(dq)))
     H = q.shape[1]
     ints["H"] = H

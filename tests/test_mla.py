@@ -211,7 +211,12 @@ def test_absorbed_decode_with_a_paged_latent_cache(num_splits, dtype, monkeypatc
     out, lse = to_cpu((out, lse))
     assert seen == [(True, True, 64)]  # the view itself, not a copy
     # the kernel splits q/k's head dim at D_v (64 + a tail of 8, not padded to 128) and uses its K tile as V
-    assert module.head_dims(q, kc, vc) == (64, 8, True) and module.head_dims(q, kc, vc.clone())[2] is False
+    from spec import launch as spec_launch
+
+    out_p, lse_p = torch.empty(1, *q.shape[:3], 64), torch.empty(1, *q.shape[:3])
+    dims = spec_launch.decode_launch(q, kc, vc, out_p, lse_p, lens, table, 16)[2]
+    assert (dims["HEAD_DIM"], dims["HEAD_DIM_TAIL"], dims["HEAD_DIM_V"]) == (64, 8, 64)
+    assert spec_launch.decode_v_is_k(kc, vc) and not spec_launch.decode_v_is_k(kc, vc.clone())
     ref_out, ref_lse, _, _ = reference.kvcache_attention(q, kc, vc, lens, block_table=table, causal=True)
     assert out.shape == (2, 2, 16, 64) and out.dtype == dtype
     # attention_failures wants (B, H, N, D_v) and (B, H, N): the decode layout is (B, N_q, Hq, D_v)

@@ -1285,6 +1285,45 @@ def test_varlen_dv_moved_by_dk_row_stride_is_refuted():
     assert failing == ["dkdv: DV reaches dv[cu_seqlens_k[b] + i, h, d]"], failing
 
 
+def test_launches_passing_q_head_dim_for_v_are_refuted():
+    """Audit of round three: a launch passing q/k's head dim D as HEAD_DIM_V (D=16, D_v=32: out error 1e38, columns
+    D… never written; D > D_v: reads and writes past v's and out's columns). HEAD_DIM_V is spec.launch.head_dims'
+    output now; a launch function overriding it fails the address claims' coverage and extent cases."""
+    def wrong_v(fn):
+        def launch(q, k, v, *args, **kwargs):
+            grid, ints, *rest = fn(q, k, v, *args, **kwargs)
+            if rest:  # decode: (grid, ints, constexprs)
+                return grid, ints, dict(rest[0], HEAD_DIM_V=q.shape[-1])
+            return grid, dict(ints, HEAD_DIM_V=q.shape[-1])
+        return launch
+
+    cover = "the head dims' lanes cover every column: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v (spec.launch.head_dims)"
+    failing = _failing(PAD.prove_forward_addresses(launch=wrong_v(LA.forward_launch)))
+    assert cover in failing and "v[b, off_kvh, j, dv] inside (lanes j < N_K, dv < HEAD_DIM_V)" in failing, failing
+    failing = _failing(PAD.prove_backward_kernel_addresses(dkdv_launch=wrong_v(LA.dkdv_launch)))
+    assert f"dkdv: {cover}" in failing, failing
+    failing = _failing(PAD.prove_backward_kernel_addresses(dq_launch=wrong_v(LA.dq_launch)))
+    assert f"dq: {cover}" in failing, failing
+    failing = _failing(PAD.prove_backward_addresses(launch=lambda out, do, *a: (
+        LA.preprocess_launch(out, do, *a)[0], dict(LA.preprocess_launch(out, do, *a)[1], HEAD_DIM=2 * out.shape[-1]))))
+    assert "dense: the lanes d < HEAD_DIM cover out's columns: HEAD_DIM = D" in failing, failing
+    assert "dense: out/grad_out[b, h, i, d] inside (lanes i < N_Q, d < D)" in failing, failing
+    failing = _failing(PAD.prove_decode_addresses(launch=wrong_v(LA.decode_launch)))
+    assert f"paged: {cover}" in failing and "contiguous: out/lse[split, b, tok, head, dv] inside out and lse (lanes " \
+        "row_ok & dv_ok)" in failing, failing
+
+
+def test_decode_v_is_k_without_the_pointer_check_is_refuted():
+    """Audit of round three: decode taking the absorbed V_IS_K variant for any v cache of k's layout (no
+    ``v_cache.data_ptr() == k_cache.data_ptr()``: two caches of one layout, V read as K, error 1.2); and one that never
+    takes it (MLA's absorbed decode reading its latent rows twice)."""
+    failing = _failing(PAD.prove_decode_addresses(v_is_k=LA.decode_v_shares_k_layout))
+    assert failing == [f"{tag}: V_IS_K for a second cache of k's layout: the V address at lane d is the K address"
+                       for tag in ("paged", "contiguous")], failing
+    failing = _failing(PAD.prove_decode_addresses(v_is_k=lambda k, v: False))
+    assert failing == [f"{tag}: V_IS_K for v_cache = k_cache[..., :D_v]" for tag in ("paged", "contiguous")], failing
+
+
 def test_head_dim_split_mutants_are_refuted():
     """MLA (issue 27), claim head_dim_split: the tail's product dropped, or taken with the main q columns."""
     from spec.proofs.kernel import prove_head_dim_split

@@ -111,10 +111,15 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
        "_score_mod_scalars at off_h = head_safe, head 0 on a padding row) — and that element lies inside the "
        "tensor's shape for every program of the grid (row tiles x splits, Hkv, B: program_id 0, 1, 2, split as "
        "spec.addresses.GRID_DECODE prints it) and every lane "
-       "its mask lets through (d < D, dv < D_v; the slope's load has no mask: every lane, padding rows included); "
+       "its mask lets through (d < HEAD_DIM, dv < HEAD_DIM_V, the head dims decode_launch passes (spec.launch.head_dims), "
+       "which cover every column: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; the slope's load has no mask: every "
+       "lane, padding rows included); "
        "with the head dim split at D_v (MLA, claim head_dim_split) the tails q[b, tok, head, dt] and "
        "k_cache[..., kvh, dt] for HEAD_DIM <= dt < D; and with v_cache = k_cache[..., :D_v] (k's pointer and "
-       "strides) the v offset at lane d is the k offset (the kernel uses its K tile as V) (given Hq = GROUP·Hkv, 0 <= cache_seqlens[b] <= "
+       "strides) the v offset at lane d is the k offset (the kernel uses its K tile as V): for each v cache for which "
+       "spec.launch.decode_v_is_k (the launcher's per-call choice of V_IS_K) holds — k_cache[..., :D_v] must be one; a "
+       "second cache of k's layout, one at k's pointer with other strides or a cache of its own are tried — the V "
+       "address (pointer + offset) at lane d is the K address and HEAD_DIM = HEAD_DIM_V (given Hq = GROUP·Hkv, 0 <= cache_seqlens[b] <= "
        "capacity, B_cache = B without cache_batch_idx, cache_batch_idx entries in [0, B_cache) and, paged, "
        "block_table entries in [0, num_pages)); the rows (GROUP heads x N_q tokens) "
        "map one to one onto the (head, token) pairs of the KV head; and the merge's row views "
@@ -127,8 +132,10 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
              "factor is off_b, off_kvh, head, head_safe or page; tok·stride, slot·stride and d·stride are int32 products "
              "not proven free of overflow); the FP8 descales: (B, Hkv) indexed by q's batch b (not the cache row "
              "off_bc), contiguous and paged alike, their offsets int64 (off_b, off_kvh)")
-def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None):
+def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None,
+                           v_is_k=None):
     launch = L.decode_launch if launch is None else launch
+    v_is_k = L.decode_v_is_k if v_is_k is None else v_is_k
     partial_rows = L.decode_partial_rows if partial_rows is None else partial_rows
     merged_out = L.decode_merged_out if merged_out is None else merged_out
     merged_lse = L.decode_merged_lse if merged_lse is None else merged_lse
@@ -197,12 +204,32 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         k_tail = sp.expand(at(k_tail_term, {A.k_rows: _lanes(rows[A.k_rows].expr)}).xreplace(sub).xreplace(launched))
         cases.append((f"{tag}: k tail offset is k_cache[..., kvh, dt]",
                       difference(k_tail, sp.expand(k.offset_of(index(dt))))))
-        # V_IS_K (the absorbed layout, v_cache = k_cache[..., :D_v]: k's pointer and strides): the V tile at
-        # lane d is the K tile's, so the kernel may use the K tile it loaded as V
-        as_view = dict(zip(v.strides, k.strides))
-        v_is_k = sp.expand(kv_values["v"].xreplace(as_view).xreplace({dv: d}))
-        cases.append((f"{tag}: v_cache = k_cache[..., :D_v]: v offset at lane d is k's",
-                      difference(v_is_k, kv_values["k"])))
+        # V_IS_K (spec.launch.decode_v_is_k, per call): the kernel then uses the K tile it loaded as V, so for every
+        # v cache the launch takes it for, each V address (pointer + offset at lane d) is the K address, and the K
+        # tile's columns d < HEAD_DIM are V's dv < HEAD_DIM_V. The layouts tried: k_cache[..., :D_v] (k's pointer
+        # and strides, D_v = D - E <= D: the absorbed layout, which it must take), a second cache of k's layout
+        # (another pointer), one at k's pointer with other strides, a v cache of its own
+        narrow = (*k.shape[:3], D - sp.Symbol("E", integer=True, nonnegative=True))
+        layouts = {"k_cache[..., :D_v]": A.Strided("v", narrow, k.strides, k.data_ptr()),
+                   "a second cache of k's layout": A.Strided("v", narrow, k.strides),
+                   "k's pointer, other strides": A.Strided("v", narrow, v.strides, k.data_ptr()),
+                   "its own cache": v}
+        for what, vl in layouts.items():
+            taken = bool(v_is_k(k, vl))
+            if what == "k_cache[..., :D_v]":
+                cases.append((f"{tag}: V_IS_K for v_cache = k_cache[..., :D_v]",
+                              sp.Integer(0) if taken else sp.Symbol("the absorbed layout not taken")))
+            if not taken:
+                continue
+            v_at_d = sp.expand(kv_values["v"].xreplace(dict(zip(v.strides, vl.strides))).xreplace({dv: d}))
+            cases.append((f"{tag}: V_IS_K for {what}: the V address at lane d is the K address",
+                          difference(vl.data_ptr() + v_at_d, k.data_ptr() + kv_values["k"])))
+            vx = launch(q, k, vl, out, lse, cs, bt, block_m, sinks, cache_leftpad=leftpad, cache_batch_idx=batch_idx,
+                        split_keys=sp.Symbol("split_keys", integer=True), descales=descales)[2]
+            zv = _Z3A()
+            cases.append(_decide(f"{tag}: V_IS_K for {what}: the K tile's columns are V's (HEAD_DIM = HEAD_DIM_V)",
+                                 [zv(D) >= 1, zv(vl.shape[3]) >= 1],
+                                 zv(sp.sympify(vx["HEAD_DIM"])) == zv(sp.sympify(vx["HEAD_DIM_V"]))))
         # an FP8 cache: each descale at this program's (batch, KV head), at its own strides
         for term, x, tensor in zip(groups["descale_offsets"], "qkv", descales):
             cases.append((f"{tag}: {x}desc_off is {x}_descale[b, off_kvh]",
@@ -253,14 +280,18 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         tok_z, head_z = zsub(tok.xreplace(launched)), zsub(head.xreplace(launched))
         row_ok = m < Gz * z(sp.sympify(ints["N_Q"]))
         dz, dvz = z(d), z(dv)
-        d_ok = z3.And(0 <= dz, dz < Dz)
-        dv_ok = z3.And(0 <= dvz, dvz < Dvz)
+        # the lanes' column bounds: the launch's head dims (spec.launch.head_dims: q/k split at D_v)
+        hyp, cover = _head_dim_lanes(constexprs, D, v.shape[3], z, hyp)
+        cases.append((f"{tag}: {cover[0]}", cover[1]))
+        main_z, tail_z = z(sp.sympify(constexprs["HEAD_DIM"])), z(sp.sympify(constexprs["HEAD_DIM_TAIL"]))
+        d_ok = z3.And(0 <= dz, dz < main_z)
+        dv_ok = z3.And(0 <= dvz, dvz < z(sp.sympify(constexprs["HEAD_DIM_V"])))
         inside = lambda idx, shape: z3.And(*[z3.And(0 <= i, i < s) for i, s in zip(idx, shape)])  # noqa: E731
         cases.append(_decide(f"{tag}: q[b, tok, head, d] inside q (lanes row_ok & d_ok)", hyp + [row_ok, d_ok],
                              inside((offb, tok_z, head_z, dz), (Bz, Nqz, Hqz, Dz))))
-        # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL = D (the launch's split of D)
-        dtz, main_z = z(A.offs_dt), z3.Int("HEAD_DIM")
-        dt_ok = z3.And(1 <= main_z, main_z <= Dz, main_z <= dtz, dtz < Dz)
+        # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
+        dtz = z(A.offs_dt)
+        dt_ok = z3.And(main_z <= dtz, dtz < main_z + tail_z)
         cases.append(_decide(f"{tag}: q[b, tok, head, dt] inside q (lanes row_ok & dt_ok)", hyp + [row_ok, dt_ok],
                              inside((offb, tok_z, head_z, dtz), (Bz, Nqz, Hqz, Dz))))
         cases.append(_decide(f"{tag}: cache_seqlens[b] inside cache_seqlens", hyp, inside((offb,), (Bz,))))
@@ -534,7 +565,9 @@ def _forward_tensors():
        "(three float32 (B, Hkv) tensors, any strides: spec.launch.descale_strides), philox[1], and "
        "_dropout_keep's keep[b, h, i, j] for the strides and grid spec.launch.dropout_mask_launch passes — and lies "
        "inside the tensor for every program of the grid and every lane the load or store lets through (rows "
-       "i < N_Q, keys j < N_K, d < HEAD_DIM <= D, dt < HEAD_DIM + HEAD_DIM_TAIL = D, dv < HEAD_DIM_V = D_v; key tiles start inside [0, N_K), as the stages visit them: claim "
+       "i < N_Q, keys j < N_K, d < HEAD_DIM, HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL, dv < HEAD_DIM_V: the head dims "
+       "forward_launch passes (spec.launch.head_dims, for any split point HEAD_DIM in [1, D] the runtime picks), "
+       "which cover every column: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; key tiles start inside [0, N_K), as the stages visit them: claim "
        "mask_tiles_sound), given Hq = GROUP·Hkv; the grid covers every (b, h, i); the int32 part of "
        "q/out/k/v/mask's offsets (and the tails') is exactly the in-head offset row·stride_row + col·stride_col that assumption index_int32 bounds (claim int32)",
        r"\mathrm{off}(X, (b, h, i, d)) = b\,s_b + h\,s_h + i\,s_i + d\,s_d,\quad 0\le\mathrm{idx}<\mathrm{shape}",
@@ -560,7 +593,7 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
     i, j, d, dv = A.offs_m, A.offs_n, A.offs_d, A.offs_dv
     for tag, slopes in t["slopes"].items():
         grid, ints = launch(q, k, v, out, lse, t["key_lengths"], t["mask"], t["block_map"], slopes, t["sinks"], n.B_r,
-                            t["mask_mod_args"], descales=t["descales"])
+                            t["mask_mod_args"], descales=t["descales"], head_dim=A.HEAD_DIM_)
         launched = {sym: sp.sympify(ints[name]) for name, sym in A.F_.items() if name in ints}
         launched.update({A.GROUP: sp.sympify(ints["GROUP"])})
 
@@ -630,8 +663,12 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
         hyp, (offb, offh, offkvh, pidm, row) = _grid_hyp(grid, ints, q, k)
         z = _Z3A()
         jz, dz, dvz, sn = z(j), z(d), z(dv), z(A.start_n)
-        row_ok, d_ok, key_ok = row < z(N_Q), z3.And(0 <= dz, dz < z(D)), z3.And(0 <= jz, jz < z(N_K))
-        dv_ok = z3.And(0 <= dvz, dvz < z(v.shape[3]))
+        # the lanes' column bounds are the launch's head dims (spec.launch.head_dims), for any split point the
+        # runtime picks in [1, D] (generator.runtime.launch.head_dim_split)
+        hyp, cover = _head_dim_lanes(ints, D, v.shape[3], z, hyp)
+        cases.append(cover)
+        row_ok, d_ok, key_ok = row < z(N_Q), z3.And(0 <= dz, dz < z(ints["HEAD_DIM"])), z3.And(0 <= jz, jz < z(N_K))
+        dv_ok = z3.And(0 <= dvz, dvz < z(ints["HEAD_DIM_V"]))
         cases.append(_decide("q[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)", hyp + [row_ok, d_ok],
                              _inside((offb, offh, row, dz), q.shape)))
         cases.append(_decide("out[b, h, i, dv] inside (lanes i < N_Q, dv < HEAD_DIM_V)", hyp + [row_ok, dv_ok,
@@ -642,9 +679,9 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                              _inside((offb, offkvh, jz, dz), k.shape)))
         cases.append(_decide("v[b, off_kvh, j, dv] inside (lanes j < N_K, dv < HEAD_DIM_V)", hyp + [key_ok, dv_ok],
                              _inside((offb, offkvh, jz, dvz), v.shape)))
-        # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL = D (the launch's split of D)
+        # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
         dtz = z(A.offs_dt)
-        dt_ok = z3.And(0 <= dtz, dtz < z(D))
+        dt_ok = z3.And(z(ints["HEAD_DIM"]) <= dtz, dtz < z(ints["HEAD_DIM"]) + z(ints["HEAD_DIM_TAIL"]))
         cases.append(_decide("q[b, h, i, dt] inside (lanes i < N_Q, dt < HEAD_DIM + HEAD_DIM_TAIL = D)",
                              hyp + [row_ok, dt_ok], _inside((offb, offh, row, dtz), q.shape)))
         cases.append(_decide("k[b, off_kvh, j, dt] inside (lanes j < N_K, dt < HEAD_DIM + HEAD_DIM_TAIL = D)",
@@ -680,6 +717,21 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                          z3.And(_inside((offb, offh, row, z(j)), keep.shape),
                                 z(sp.sympify(kgrid[0])) * z(n.B_r) >= z(N_Q))))
     return result(A.CLAIM_FORWARD, cases, "offsets by SymPy (canonical zero), extents by z3")
+
+
+def _head_dim_lanes(ints, D, Dv, z, hyp):
+    """The launch's head dims (``spec.launch.head_dims`` through the launch function: ``ints`` or ``constexprs``):
+    ``(hyp, case)``, ``hyp`` with the split point ``HEAD_DIM`` the launch was given in ``[1, D]`` and ``D_v >= 1``,
+    and the case that the lanes cover every column and no more: ``HEAD_DIM + HEAD_DIM_TAIL = D`` (q, k: each column
+    of the inner product read once, claim head_dim_split) and ``HEAD_DIM_V = D_v`` (v, out: every output column
+    written). With the extents' cases (lanes ``d < HEAD_DIM``, ``dv < HEAD_DIM_V`` inside the tensors) a launch
+    passing q's head dim for v's fails: D > D_v reads and writes past v's and out's columns, D < D_v leaves out's
+    columns D… unwritten."""
+    main, tail, hdv = (z(sp.sympify(ints[x])) for x in ("HEAD_DIM", "HEAD_DIM_TAIL", "HEAD_DIM_V"))
+    hyp = hyp + [z(D) >= 1, z(Dv) >= 1, 1 <= z(A.HEAD_DIM_), z(A.HEAD_DIM_) <= z(D)]
+    return hyp, _decide("the head dims' lanes cover every column: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v "
+                        "(spec.launch.head_dims)", hyp,
+                        z3.And(1 <= main, tail >= 0, main + tail == z(D), hdv == z(Dv)))
 
 
 def _inside(idx, shape):
@@ -1018,7 +1070,8 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
        "spec.launch.preprocess_launch passes (the functions both launchers call), every printed offset of "
        "_attn_bwd_preprocess (spec.addresses.BACKWARD_GROUPS) is the offset of the element the reference reads or "
        "writes — out/grad_out[b, h, i, d], grad_lse/lse/Δ/lse2/dsink[b, h, i] (packed: [i, h, d], [h, i]), "
-       "sinks[h] — inside the tensor for every program of the grid and every lane i < N_Q, d < D, and the grid "
+       "sinks[h] — inside the tensor for every program of the grid and every lane i < N_Q, d < HEAD_DIM (the width "
+       "preprocess_launch passes: HEAD_DIM = D, every column of out), and the grid "
        "covers every (b, h, i); the dK/dV and dQ kernels' offsets are claim backward_kernel_addresses'",
        r"\mathrm{off}(X, (b, h, i)) = b\,s_b + h\,s_h + i\,s_i",
        terms=tuple(t.name for g in A.BACKWARD_GROUPS.values() for t in g),
@@ -1068,7 +1121,10 @@ def prove_backward_addresses(groups=A.BACKWARD_GROUPS, launch=None, row_tensors=
         grid_hyp, prog = _grid_program(A.GRID_HEAD, grid, ints, z)
         hyp = dims + grid_hyp + [0 <= lane, lane < z(n.B_r)]
         offb, offh, iz = prog[A.off_b], prog[A.off_h], pidm * z(n.B_r) + lane
-        lanes = [iz < N, 0 <= z(d), z(d) < z(out.shape[-1])]
+        # the lanes' columns d < HEAD_DIM, preprocess_launch's: every column of out and grad_out, no more
+        lanes = [iz < N, 0 <= z(d), z(d) < z(sp.sympify(ints["HEAD_DIM"]))]
+        cases.append(_decide(f"{tag}: the lanes d < HEAD_DIM cover out's columns: HEAD_DIM = D", dims,
+                             z(sp.sympify(ints["HEAD_DIM"])) == z(out.shape[-1])))
         if packed:
             cases.append(_decide("packed: the one batch: off_b = 0", hyp, offb == 0))
         idx_full = (iz, offh, z(d)) if packed else (offb, offh, iz, z(d))
@@ -1122,7 +1178,9 @@ def _backward_tensors():
        "and (the forward's printed terms at the backward's strides) alibi_slopes[h] or [b, h], mask_mod_args[b] — "
        "with h = kvh·GROUP + g (dK/dV's loop over the group) or the program's head and kvh = h // GROUP (dQ), and "
        "lies inside the tensor for every program of the grid and every lane the load or store's mask lets through "
-       "(i < N_Q, j < N_K, d < HEAD_DIM <= D, dt < HEAD_DIM + HEAD_DIM_TAIL = D, dv < D_v; a full tile's rows and keys are inside by claim mask_tiles_sound), "
+       "(i < N_Q, j < N_K, d < HEAD_DIM, HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL, dv < HEAD_DIM_V: the head dims "
+       "dkdv_launch and dq_launch pass (spec.launch.head_dims, any split point in [1, D]), which cover every column: "
+       "HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; a full tile's rows and keys are inside by claim mask_tiles_sound), "
        "every visited tile start i0 < N_Q, j0 < N_K; the grids cover every key tile (dK/dV) and row tile (dQ) of "
        "every (b, head); the in-head products the kernels compute in int32 are exactly row·stride_row + "
        "col·stride_col of q, grad_out, k, v, dq, dk, dv; the packed batch is claim varlen_addresses'. A user "
@@ -1159,8 +1217,10 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
     common = (t["key_lengths"], t["mask"], t["block_map"])
     launches = {}
     for tag, slopes in t["slopes"].items():
-        launches[tag] = (dkdv_launch(q, k, v, do, dk, dv, t["delta"], *common, slopes, n.B_c, t["mask_mod_args"]),
-                         dq_launch(q, k, v, do, dq, t["delta"], *common, slopes, n.B_r, t["mask_mod_args"]))
+        launches[tag] = (dkdv_launch(q, k, v, do, dk, dv, t["delta"], *common, slopes, n.B_c, t["mask_mod_args"],
+                                     head_dim=A.HEAD_DIM_),
+                         dq_launch(q, k, v, do, dq, t["delta"], *common, slopes, n.B_r, t["mask_mod_args"],
+                                   head_dim=A.HEAD_DIM_))
     for kernel, index in (("dkdv", 0), ("dq", 1)):
         grid, ints = launches["(Hq,)"][index]
         launched = {sym: sp.sympify(ints[name]) for name, sym in A.BK_.items() if name in ints}
@@ -1258,12 +1318,16 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
             tile_m, tile_n = pid0 * bm, z(A.start_n)
             tile_hyp = [tile_n >= 0, tile_n < Nkz]
         row_ok, key_ok = z3.And(0 <= iz, iz < Nqz), z3.And(0 <= jz, jz < Nkz)
-        d_ok, dv_ok = z3.And(0 <= z(d), z(d) < Dz), z3.And(0 <= z(dv_), z(dv_) < Dvz)
+        # the lanes' column bounds: the launch's head dims (spec.launch.head_dims), any split point in [1, D]
+        hyp, cover = _head_dim_lanes(ints, D, Dv, z, hyp)
+        cases.append((f"{kernel}: {cover[0]}", cover[1]))
+        main_z, tail_z = z(sp.sympify(ints["HEAD_DIM"])), z(sp.sympify(ints["HEAD_DIM_TAIL"]))
+        d_ok, dv_ok = z3.And(0 <= z(d), z(d) < main_z), z3.And(0 <= z(dv_), z(dv_) < z(sp.sympify(ints["HEAD_DIM_V"])))
         head_side = ("dk, dv" if kernel == "dkdv" else "")
         cases.append(_decide(f"{kernel}: k{', ' + head_side if head_side else ''}[b, kvh, j, d] inside (lanes j < N_K, "
                              "d < HEAD_DIM)", hyp + [key_ok, d_ok], _inside((offb, offkvh, jz, z(d)), k.shape)))
-        # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL = D (the launch's split of D)
-        dt_ok = z3.And(0 <= z(A.offs_dt), z(A.offs_dt) < Dz)
+        # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
+        dt_ok = z3.And(main_z <= z(A.offs_dt), z(A.offs_dt) < main_z + tail_z)
         cases.append(_decide(f"{kernel}: k{', dk' if kernel == 'dkdv' else ''}[b, kvh, j, dt] inside (lanes j < N_K, "
                              "dt < HEAD_DIM + HEAD_DIM_TAIL = D)", hyp + [key_ok, dt_ok],
                              _inside((offb, offkvh, jz, z(A.offs_dt)), k.shape)))
