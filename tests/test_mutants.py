@@ -1723,8 +1723,10 @@ def _bound_ignoring_fp8_mma(dtype, *args, fp8_mma=False, **kw):
 
 
 def _line_without_promotion(term):
-    from spec.printer import print_term
-    return print_term(term, comment=False).replace(", max_num_imprecise_acc=32 if DOT_DTYPE.is_fp8() else None", "")
+    from spec.printer import FP8_IMPRECISE_ARG, print_term
+    line = print_term(term, comment=False)
+    assert f", {FP8_IMPRECISE_ARG}" in line  # the mutant removes what the printer prints
+    return line.replace(f", {FP8_IMPRECISE_ARG}", "")
 
 
 #: wrong versions of the sm_90 fp8 MMA bound's pieces: claim fp8_mma_bound must fail on each

@@ -293,7 +293,7 @@ def prove_fp8_mma_bound(bound=error_bound.forward_bound, mma_err=error_bound.FP8
                         imprecise=error_bound.FP8_MAX_IMPRECISE_ACC, qk=terms.QK, forward_tile=terms.FORWARD_TILE,
                         dot_factor=error_bound.fp8_dot_factor, tile_roundings=error_bound.fp8_tile_roundings,
                         print_line=None):
-    from spec.printer import print_term
+    from spec.printer import fp8_imprecise_arg, print_term
     print_line = print_line or (lambda term: print_term(term, comment=False))
     cases = []
     # (i) the printed dots promote after every instruction
@@ -303,7 +303,7 @@ def prove_fp8_mma_bound(bound=error_bound.forward_bound, mma_err=error_bound.FP8
         cases.append((f"printed {term.name}: every tl.dot passes max_num_imprecise_acc = {imprecise} = FP8_MMA_K "
                       f"= {mma_k} (promote after each instruction)",
                       ZERO if imprecise == mma_k and line.count("tl.dot(") >= 1
-                      and line.count("tl.dot(") == line.count(f"max_num_imprecise_acc={mma_k} if DOT_DTYPE.is_fp8() else None)") else sp.Symbol(line)))
+                      and line.count("tl.dot(") == line.count(f", {fp8_imprecise_arg(mma_k)})") else sp.Symbol(line)))
     # the hypothesis covers the modelled accumulator (exact rationals), and the model's bound (z3 reals)
     tau = Fraction(1, 2 ** mma_bits)
     model = mma_k * tau + tau * (1 + mma_k * tau)
