@@ -176,6 +176,9 @@ class Numbers:
     #: past the bound's range (a factor ``b >= 1``, an exponent past a double's) the bound is vacuous: ``inf``
     log1p = staticmethod(lambda x: math.log1p(x) if x > -1 else -math.inf)
     expm1 = staticmethod(lambda x: math.expm1(x) if x < 709 else math.inf)
+    #: ``x / (1 − b)`` for the denominator's factor ``b``: the proofs assume ``b < 1`` (their reals divide,
+    #: ``spec.proofs.float.Reals``); past it (``b >= 1``, or NaN) nothing is bounded: ``inf``
+    over_one_minus = staticmethod(lambda x, b: x / (1 - b) if b < 1 else math.inf)
 
 
 Numbers.FP8_MMA_ERR = FP8_MMA_ERR
@@ -241,18 +244,16 @@ def fp8_tile_roundings(block_n, num: "Numbers" = None):
     return 1 + num.ceil(block_n / FP8_MMA_K)
 
 
-def out_bound(rho_w, rho_num, rho_den, u_div, u_store, abs_num=0):
+def out_bound(rho_w, rho_num, rho_den, u_div, u_store, abs_num=0, num: Numbers = FLOATS):
     """``|out^ − out| / max|v|`` from the weight errors: every key's exponent factor within ``1 ± rho_w``,
     numerator factor within ``1 ± rho_num``, denominator factor within ``1 ± rho_den``; then the division
     (``u_div``) and the store (``u_store``). ``abs_num``: an absolute error of the numerator, relative to
     ``max|v|`` and the exact denominator (FP8's subnormal P: ``fp8_abs_num``; 0 otherwise). Plain
-    arithmetic: floats here, z3 reals in claims ``forward_error_bound`` (``abs_num = 0``) and
-    ``fp8_error_bound``, which prove it (requires ``b < 1``)."""
+    arithmetic in ``num``: floats here, z3 reals in claims ``forward_error_bound`` (``abs_num = 0``) and
+    ``fp8_error_bound``, which prove it for ``b < 1`` (``num.over_one_minus``: ``inf`` for floats past it)."""
     a, b = weight_factor(rho_w, rho_num), weight_factor(rho_w, rho_den)
-    if isinstance(b, float) and not b < 1:  # numbers past the proof's range (b >= 1): nothing is bounded
-        return math.inf
     last = (1 + u_div) * (1 + u_store)
-    return (a + b + abs_num) / (1 - b) * last + (last - 1)
+    return num.over_one_minus(a + b + abs_num, b) * last + (last - 1)
 
 
 def fp8_abs_num(n_k, p_abs, exponent, rho_den, num: Numbers = FLOATS):
@@ -324,7 +325,7 @@ def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs:
     rho_den = carried_factor(num.gamma(block_n), tiles, num.gamma)
     u_div = weight_factor(num.U, num.U) if descaled else num.U  # acc / l, then · v_scale (FP8_OUT)
     abs_num = fp8_abs_num(n_k, num.p_abs[dtype], E, rho_den, num) if dtype in FP8 else 0
-    out = out_bound(rho_w, rho_num, rho_den, u_div, num.u_store[out_dtype or dtype], abs_num)
+    out = out_bound(rho_w, rho_num, rho_den, u_div, num.u_store[out_dtype or dtype], abs_num, num)
     lse_abs = lse_bound(E, -num.log1p(-weight_factor(rho_w, rho_den)), num.log(num.max(n_k, 1)), num.abs(lse),
                         num.U, num.U_FUNC)
     return Bound(out, lse_abs, E)

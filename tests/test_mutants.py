@@ -850,7 +850,7 @@ def test_error_bound_lemma_with_a_smaller_bound_is_refuted():
     assert_failed(PF.prove_error_bound(weight_bound=a + b))
 
 
-def _out_bound_without_the_product_of_the_last_roundings(rho_w, rho_num, rho_den, u, u_out):
+def _out_bound_without_the_product_of_the_last_roundings(rho_w, rho_num, rho_den, u, u_out, num=None):
     """The formula before the proof: (a+b)/(1−b)·(1+u)(1+u_out) + u + u_out misses u·u_out·max|v|."""
     from spec.error_bound import weight_factor
 
@@ -928,7 +928,7 @@ def _bound_without_the_cast_of_p(dtype, n_k, block_n, head_dim, scaled_abs, lse=
     rho_w = num.expm1(E)
     rho_num = EB.carried_factor(num.gamma(block_n), tiles, num.gamma)  # u_p dropped
     rho_den = EB.carried_factor(num.gamma(block_n), tiles, num.gamma)
-    out = EB.out_bound(rho_w, rho_num, rho_den, num.U, num.u_store[dtype])
+    out = EB.out_bound(rho_w, rho_num, rho_den, num.U, num.u_store[dtype], num=num)
     lse_abs = EB.lse_bound(E, -num.log1p(-EB.weight_factor(rho_w, rho_den)), num.log(num.max(n_k, 1)),
                            num.abs(lse), num.U, num.U_FUNC)
     return EB.Bound(out, lse_abs, E)
@@ -1691,8 +1691,8 @@ def _bound_without_subnormals(dtype, *args, num=EB.FLOATS, **kw):
     return EB.forward_bound(dtype, *args, num=NoAbs(), **kw)
 
 
-def _out_bound_without_abs(rho_w, rho_num, rho_den, u_div, u_store, abs_num=0):
-    return EB.out_bound(rho_w, rho_num, rho_den, u_div, u_store)
+def _out_bound_without_abs(rho_w, rho_num, rho_den, u_div, u_store, abs_num=0, num=EB.FLOATS):
+    return EB.out_bound(rho_w, rho_num, rho_den, u_div, u_store, num=num)
 
 
 #: wrong versions of the FP8 bound's pieces: claim fp8_error_bound must fail on each

@@ -306,7 +306,7 @@ def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=term
                            z3.And(x * ell - nn <= M * (K * last + last - 1), nn - x * ell <= M * (K * last + last - 1)))))
     cases.append(("out_bound(ρ_w, ρ_num, ρ_den, u, u_out) >= K·last + last − 1 with K = (a+b)/(1−b)",
                   _verdict(signs + [u > 0, uo >= 0],
-                           out_bound(rw, rn, rd, u, uo) >= (a_ + b_) / (1 - b_) * last + last - 1)))
+                           out_bound(rw, rn, rd, u, uo, num=REALS) >= (a_ + b_) / (1 - b_) * last + last - 1)))
     cases += _exponent_cases(exponent_factor, softcap_factor, scale_roundings, qk_scale)
     cases += _alibi_cases(alibi_factor, exponent_factor, softcap_factor, alibi_terms, alibi_roundings,
                           score_log2_terms, score_log2_roundings)
@@ -316,10 +316,21 @@ def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=term
                   "forward_bound checked symbolically to be the stated composition")
 
 
+class Reals(error_bound.Numbers):
+    """``spec.error_bound.Numbers`` on the claims' reals (z3, SymPy): the quotient by the denominator's
+    ``1 − b`` is a plain division, the claims' hypothesis ``b < 1`` (floats past it: ``inf``)."""
+
+    over_one_minus = staticmethod(lambda x, b: x / (1 - b))
+
+
+#: the bound's lemmas (``out_bound``) evaluated on z3 or SymPy reals
+REALS = Reals()
+
+
 def symbolic_numbers(u, uf, up, uo, p_abs=0):
     """``spec.error_bound.Numbers`` in SymPy: the roundoffs ``u``, ``U_FUNC``, ``u_p``, ``u_out`` (and FP8's
     ``p_abs``) symbolic for every dtype, ``γ_m = m u / (1 − m u)``, the functions SymPy's (a class: call it)."""
-    class Symbolic(error_bound.Numbers):
+    class Symbolic(Reals):
         U, U_FUNC = u, uf
         unit_roundoff = {dtype: up for dtype in error_bound.UNIT_ROUNDOFF}
         u_store = {dtype: uo for dtype in error_bound.U_STORE}
@@ -378,7 +389,7 @@ def _composition_cases(bound, score_mod=False):
         rho_num = error_bound.carried_factor(error_bound.weight_factor(up, gam(bc)), T, gam)
         rho_den = error_bound.carried_factor(gam(bc), T, gam)
         want = error_bound.Bound(
-            out_bound(rho_w, rho_num, rho_den, u, uo),
+            out_bound(rho_w, rho_num, rho_den, u, uo, num=REALS),
             lse_bound(E, -sp.log(1 - error_bound.weight_factor(rho_w, rho_den)), sp.log(sp.Max(nk, 1)), sp.Abs(lse),
                       u, uf),
             E)

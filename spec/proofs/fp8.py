@@ -33,7 +33,7 @@ import z3
 
 from spec import error_bound, structure, terms
 from spec import notation as n
-from spec.proofs.float import _verdict, scaled_score_roundings, symbolic_numbers
+from spec.proofs.float import REALS, _verdict, scaled_score_roundings, symbolic_numbers
 from spec.proofs.symbolic import D, R, ROWMAX, Q, V, a_, d, j, run, sum_zero, w_
 from spec.proofs.tools import ZERO, result
 from spec.registry import claim
@@ -195,8 +195,8 @@ def prove_fp8_error_bound(out_bound=error_bound.out_bound, bound=error_bound.for
                   "M·out_bound(ρ_w, ρ_num, ρ_den, u_div, u_out, c)",
                   _verdict(signs + [uu > 0, uo >= 0, nn <= M, -nn <= M, ell <= last, ell >= 2 - last,
                                     e - nn <= M * K, nn - e <= M * K],
-                           z3.And(e * ell - nn <= M * out_bound(rw, rn, rd, ud, uo, c),
-                                  nn - e * ell <= M * out_bound(rw, rn, rd, ud, uo, c)))))
+                           z3.And(e * ell - nn <= M * out_bound(rw, rn, rd, ud, uo, c, num=REALS),
+                                  nn - e * ell <= M * out_bound(rw, rn, rd, ud, uo, c, num=REALS)))))
     # (iv) the descaled exponent: the printed qk_scale's roundings, then the score lemma with γ_r
     count = scaled_score_roundings(fp8_qk_scale.expr)  # its products, fp32 constants, then x·qk_scale
     cases.append((f"printed FP8 qk_scale and x·qk_scale round <= SCALE_ROUNDINGS_DESCALED = {scale_roundings} times",
@@ -244,7 +244,8 @@ def _composition_cases(bound, out_bound, formats, scale_roundings):
     # FP8 products (P cast to fp8: its subnormal error c), and the mixed path (fp16/bf16 products on an
     # fp8 K/V cache upcast exactly: the descales only, c = 0)
     for name, c in [(f, nk * pa * sp.exp(2 * E) * (1 + rho_den)) for f in formats] + [("fp16", 0), ("bf16", 0)]:
-        want = error_bound.Bound(out_bound(rho_w, rho_num, rho_den, error_bound.weight_factor(u, u), uo, c), lse_want, E)
+        want = error_bound.Bound(out_bound(rho_w, rho_num, rho_den, error_bound.weight_factor(u, u), uo, c, num=REALS),
+                                 lse_want, E)
         cases += _bound_cases(lambda: bound(name, nk, bc, dd, sA, lse, num=Symbolic(), descaled=True), want,
                               f"forward_bound({name}, descaled).{{}} is the FP8 composition (symbolic N_k, B_c, D, "
                               "s·A, u, u_p, u_out, p_abs, U_FUNC)")
@@ -346,8 +347,8 @@ def prove_fp8_mma_bound(bound=error_bound.forward_bound, mma_err=error_bound.FP8
     lse_want = error_bound.lse_bound(E, -sp.log(1 - error_bound.weight_factor(rho_w, rho_den)),
                                      sp.log(sp.Max(nk, 1)), sp.Abs(lse), u, uf)
     c = nk * pa * sp.exp(2 * E) * (1 + rho_den)
-    want = error_bound.Bound(error_bound.out_bound(rho_w, rho_num, rho_den, error_bound.weight_factor(u, u), uo, c),
-                             lse_want, E)
+    want = error_bound.Bound(error_bound.out_bound(rho_w, rho_num, rho_den, error_bound.weight_factor(u, u), uo, c,
+                                                   num=REALS), lse_want, E)
     for name in error_bound.FP8:
         cases += _bound_cases(lambda: bound(name, nk, bc, dd, sA, lse, num=num, descaled=True, fp8_mma=True), want,
                               f"forward_bound({name}, fp8_mma=True).{{}} is the sm_90 composition (symbolic N_k, "
