@@ -133,11 +133,18 @@ def fp8_mma_model_error(k: int = FP8_MMA_K, bits: int = FP8_MMA_BITS):
     return k * tau + tau * (1 + k * tau)
 
 
+def gamma_of(n, u):
+    """``γ_n = n u / (1 - n u)`` for the unit roundoff ``u``: ``n`` roundings in ``1 ± γ_n`` (Higham, Lemma 3.1;
+    ``n u < 1`` assumed). The one spelling of γ: numbers here, z3 or SymPy reals in the claims, which prove its
+    lemmas on it."""
+    return n * u / (1 - n * u)
+
+
 def gamma(n: float) -> float:
-    """``γ_n = n u / (1 - n u)`` (requires ``n u < 1``)."""
+    """``γ_n`` in fp32 (``u = U``; requires ``n u < 1``)."""
     if n * U >= 1:
         raise ValueError(f"gamma_{n}: n·u >= 1, the bound is void")
-    return n * U / (1 - n * U)
+    return gamma_of(n, U)
 
 
 class Bound(NamedTuple):
@@ -275,7 +282,7 @@ def lse_bound(exponent, log_den, log_n, lse_abs, u=U, u_func=U_FUNC):
     ``b``), ``log N_k`` (``log_n``) and ``|lse|`` (``lse_abs``). ``1`` stands for ``ln 2 < 1`` (log2's
     absolute error). Plain arithmetic: floats here, z3 reals in claim ``forward_error_bound``, which
     proves it."""
-    g = LSE_ROUNDINGS * u / (1 - LSE_ROUNDINGS * u)
+    g = gamma_of(LSE_ROUNDINGS, u)
     d = log_den + u_func * (1 + log_n + exponent + log_den)
     return d + g * (lse_abs + d)
 
@@ -349,9 +356,8 @@ SOFTCAP_EXP2 = 16 * U
 def softcap_rel(u=U, cf=SOFTCAP_CF, exp2_branch=SOFTCAP_EXP2):
     """``ρ_t``: the printed t within ``tanh(y^)·(1 ± ρ_t)`` (``y^`` the computed argument), the larger of
     the rational branch's ``(1+ε_CF)(1+γ_6)(1+u)/(1−γ_6) − 1`` and the exp2 branch's ``(1+γ_2)(1+16u) − 1``."""
-    g = lambda m: m * u / (1 - m * u)  # noqa: E731
-    rational = (1 + cf) * (1 + g(SOFTCAP_NUM_ROUNDINGS)) * (1 + u) / (1 - g(SOFTCAP_DEN_ROUNDINGS)) - 1
-    return max(rational, (1 + g(2)) * (1 + exp2_branch) - 1)
+    rational = (1 + cf) * (1 + gamma_of(SOFTCAP_NUM_ROUNDINGS, u)) * (1 + u) / (1 - gamma_of(SOFTCAP_DEN_ROUNDINGS, u)) - 1
+    return max(rational, (1 + gamma_of(2, u)) * (1 + exp2_branch) - 1)
 
 
 #: the printed t's relative error bound

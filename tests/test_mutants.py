@@ -902,7 +902,7 @@ def test_forward_error_bound_counts_the_roundings_of_the_printed_update():
 def _lse_bound_without_the_log2_error(exponent, log_den, log_n, lse_abs, u, u_func):
     """The lse bound without log2's own error U_FUNC·(1 + log N_k + E + λ): only the denominator's λ and
     the last roundings."""
-    g = 3 * u / (1 - 3 * u)
+    g = EB.gamma_of(3, u)
     return log_den + g * (lse_abs + log_den)
 
 

@@ -202,7 +202,7 @@ def prove_fp8_error_bound(out_bound=error_bound.out_bound, bound=error_bound.for
     cases.append((f"printed FP8 qk_scale and x·qk_scale round <= SCALE_ROUNDINGS_DESCALED = {scale_roundings} times",
                   ZERO if count is not None and count <= scale_roundings else sp.Symbol(f"{count} roundings")))
     u, A, cc, gD, x, xh, lr, B, F2, th, m0, mT, S2, dd = z3.Reals("u A c g_D x xh ell B F th m0 mT S d")
-    gr = scale_roundings * u / (1 - scale_roundings * u)
+    gr = error_bound.gamma_of(scale_roundings, u)
     base = [u > 0, u < z3.RealVal("0.01"), A >= 0, cc > 0, gD >= 0]
     score = base + [x <= A, -x <= A, xh - x <= gD * A, x - xh <= gD * A, lr <= 1 + gr, lr >= 1 - gr]
     cases.append((f"score: |x^ − x| <= γ_D·A, ℓ in 1 ± γ_{scale_roundings} => "
@@ -230,7 +230,7 @@ def _composition_cases(bound, out_bound, formats, scale_roundings):
     u, uf, up, uo, sA, pa = sp.symbols("u U_f u_p u_out sA p_abs", positive=True)
     nk, bc, dd = sp.symbols("N_k B_c D", integer=True, positive=True)
     lse = sp.Symbol("lse", real=True)
-    gam = lambda m: m * u / (1 - m * u)  # noqa: E731
+    gam = lambda m: error_bound.gamma_of(m, u)  # noqa: E731
     Symbolic = symbolic_numbers(u, uf, up, uo, pa)
 
     T = sp.Max(1, sp.ceiling(nk / bc))
@@ -329,7 +329,7 @@ def prove_fp8_mma_bound(bound=error_bound.forward_bound, mma_err=error_bound.FP8
     u, uf, up, uo, sA, pa, ep = sp.symbols("u U_f u_p u_out sA p_abs epsilon", positive=True)
     nk, bc, dd = sp.symbols("N_k B_c D", integer=True, positive=True)
     lse = sp.Symbol("lse", real=True)
-    gam = lambda m: m * u / (1 - m * u)  # noqa: E731
+    gam = lambda m: error_bound.gamma_of(m, u)  # noqa: E731
     Symbolic = symbolic_numbers(u, uf, up, uo, pa)
     Symbolic.FP8_MMA_ERR = ep
     num = Symbolic()
