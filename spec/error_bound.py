@@ -356,7 +356,8 @@ SOFTCAP_EXP2 = 16 * U
 def softcap_rel(u=U, cf=SOFTCAP_CF, exp2_branch=SOFTCAP_EXP2):
     """``ρ_t``: the printed t within ``tanh(y^)·(1 ± ρ_t)`` (``y^`` the computed argument), the larger of
     the rational branch's ``(1+ε_CF)(1+γ_6)(1+u)/(1−γ_6) − 1`` and the exp2 branch's ``(1+γ_2)(1+16u) − 1``."""
-    rational = (1 + cf) * (1 + gamma_of(SOFTCAP_NUM_ROUNDINGS, u)) * (1 + u) / (1 - gamma_of(SOFTCAP_DEN_ROUNDINGS, u)) - 1
+    g_num, g_den = gamma_of(SOFTCAP_NUM_ROUNDINGS, u), gamma_of(SOFTCAP_DEN_ROUNDINGS, u)
+    rational = (1 + cf) * (1 + g_num) * (1 + u) / (1 - g_den) - 1
     return max(rational, (1 + gamma_of(2, u)) * (1 + exp2_branch) - 1)
 
 

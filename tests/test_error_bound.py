@@ -121,7 +121,8 @@ def test_bound_grows_with_its_inputs():
 def test_the_numeric_bound_is_inf_exactly_where_the_proof_assumes_nothing():
     """``out_bound`` is proved for the denominator's factor ``b = weight_factor(ρ_w, ρ_den) < 1`` (claims
     forward_error_bound, fp8_error_bound); in floats (``Numbers.over_one_minus``) it is finite exactly there and
-    ``inf`` wherever that hypothesis fails (``b >= 1``, NaN), and ``forward_bound``'s ``out`` and ``lse_abs`` with it."""
+    ``inf`` wherever that hypothesis fails (``b >= 1``, NaN), and ``forward_bound``'s ``out`` and ``lse_abs``
+    with it."""
     below, above = 1 - 2.0**-20, 1 + 2.0**-20  # b = either, exactly
     for rho_w, rho_den in [(0.0, 0.0), (0.25, 0.5), (0.0, below), (below, 0.0), (0.0, 1.0), (1.0, 0.0), (0.5, 0.5),
                            (0.0, above), (math.inf, 0.0), (math.nan, 0.0)]:
