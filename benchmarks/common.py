@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import platform
 from pathlib import Path
 
@@ -74,6 +75,10 @@ def text_table(header: list[str], rows: list[list]) -> str:
 
 
 def write_text(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, then one
+    ``os.replace`` (a killed benchmark leaves the previous page or cache entry, never half of one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
     return path

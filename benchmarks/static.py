@@ -50,6 +50,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -726,11 +727,18 @@ def compile_job(job: Job) -> list[dict]:
     return rows
 
 
+#: the worker's line before each job's rows (JSON, one line): what the driver reads from its stdout
+ROWS_MARK = "@@ROWS@@ "
+
+
 def _worker() -> None:
-    """``--worker``: read jobs (JSON) on stdin, write their rows (JSON) on stdout."""
+    """``--worker``: read jobs (JSON) on stdin; after each compile, one line on stdout: ``ROWS_MARK``,
+    the job's index and its rows (JSON), flushed, so the driver caches every job as it finishes."""
     jobs = [Job(**j) for j in json.load(sys.stdin)]
-    out = [compile_job(job) for job in jobs]
-    sys.stdout.write("\n@@ROWS@@\n" + json.dumps(out))
+    for i, job in enumerate(jobs):
+        rows = compile_job(job)
+        sys.stdout.write("\n" + ROWS_MARK + json.dumps([i, rows]) + "\n")
+        sys.stdout.flush()
 
 
 # ----------------------------------------------------------------------------------------
@@ -740,6 +748,10 @@ def triton_version() -> str:
     import importlib.metadata
 
     return importlib.metadata.version("triton")
+
+
+#: the page's job lists beyond the block configs' own rows (``page_jobs``): ``--family`` compiles them alone
+EXTRA_JOBS = {"wide": wide_jobs, "fp32": fp32_jobs, "mla": mla_jobs, "fp8": fp8_jobs, "score_mod": score_mod_jobs}
 
 
 def run_jobs(jobs: list[Job], workers: int | None = None, use_cache: bool = True) -> list[dict]:
@@ -768,19 +780,34 @@ def run_jobs(jobs: list[Job], workers: int | None = None, use_cache: bool = True
                                  stderr=subprocess.PIPE, text=True))
         for chunk in chunks
     ]
-    for chunk, proc in procs:
+    errors: dict[int, str] = {}
+
+    def collect(n: int, chunk: list[Job], proc: subprocess.Popen) -> None:
+        """One worker's rows as they come: each job cached at once (a long run killed midway keeps
+        what it compiled); its stderr drained on a thread of its own so neither pipe fills."""
+        stderr = []
+        drain = threading.Thread(target=lambda: stderr.append(proc.stderr.read()))
+        drain.start()
         proc.stdin.write(json.dumps([asdict(j) for j in chunk]))
         proc.stdin.close()
-    for chunk, proc in procs:
-        stdout = proc.stdout.read()
-        stderr = proc.stderr.read()
-        if proc.wait() != 0 or "@@ROWS@@" not in stdout:
-            raise RuntimeError(f"static-analysis worker failed (exit {proc.returncode}):\n{stderr[-4000:]}")
-        for job, rows in zip(chunk, json.loads(stdout.split("@@ROWS@@", 1)[1])):
-            results[job] = rows
+        for line in proc.stdout:
+            if not line.startswith(ROWS_MARK):
+                continue
+            i, rows = json.loads(line[len(ROWS_MARK):])
+            results[chunk[i]] = rows
             if not any("error" in r for r in rows):
-                CACHE.mkdir(parents=True, exist_ok=True)
-                (CACHE / f"{job.cache_key(version)}.json").write_text(json.dumps(rows))
+                write_text(CACHE / f"{chunk[i].cache_key(version)}.json", json.dumps(rows))
+        drain.join()
+        if proc.wait() != 0 or not all(job in results for job in chunk):
+            errors[n] = f"static-analysis worker failed (exit {proc.returncode}):\n{''.join(stderr)[-4000:]}"
+
+    threads = [threading.Thread(target=collect, args=(n, chunk, proc)) for n, (chunk, proc) in enumerate(procs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError("\n".join(errors.values()))
     return [row for job in jobs for row in results[job]]
 
 
@@ -1212,8 +1239,14 @@ def main(argv=None) -> int:
     ap.add_argument("--score-mods", action="store_true",
                     help="only the example score_mods' rows (score_mod_jobs; --module filters them too), e.g. to "
                          "measure a change to their kernels without compiling the page")
+    ap.add_argument("--family", nargs="+", choices=list(EXTRA_JOBS),
+                    help="only these families of the page's jobs (the page's own selection of each, at the "
+                         "defaults; --arch filters them), e.g. to check new rows before the whole page")
     args = ap.parse_args(argv)
 
+    if args.family:
+        return _report(args, [j for f in args.family for j in EXTRA_JOBS[f](tuple(args.arch))
+                              if args.tma == "both" or j.tma == (args.tma == "on")])
     if args.score_mods:
         jobs = [j for j in score_mod_jobs(tuple(args.arch), tuple(args.dtype), tuple(args.head_dim))
                 if (args.tma == "both" or j.tma == (args.tma == "on"))
