@@ -34,22 +34,13 @@ from sympy.codegen.cfunctions import log2
 from spec import error_bound, terms
 from spec import notation as n
 from spec.proofs.tools import ZERO, result
+from spec.proofs.tools import z3_verdict as _verdict
 from spec.registry import claim
 
 U = sp.Rational(1, 2**24)
 #: (score x, qk_scale c) in fp32 where the fused exponent fma(x, c, -fl(c·x)) is positive (~2^-25):
 #: c = 0.1307... is sm_scale·log2(e) for sm_scale ≈ 0.0906 (head dim ≈ 122)
 FMA_WITNESS = ("9.56383800506591796875", "0.13070140779018402099609375")
-
-
-def _verdict(facts, goal, timeout_ms=20000):
-    s = z3.Solver()
-    s.set("timeout", timeout_ms)
-    s.add(*facts, z3.Not(goal))
-    r = s.check()
-    if r == z3.unsat:
-        return ZERO
-    return sp.Symbol(f"z3 {r}: {s.model() if r == z3.sat else ''}")
 
 
 def _printed_form_cases(forward_tile):

@@ -21,6 +21,9 @@ from spec import masks
 from spec import notation as n
 from spec import recurrences as R
 from spec import error_bound, terms
+from functools import partial
+
+from spec.proofs import tools
 from spec.proofs.tools import ZERO, equal_cases, natural_exp, finite_state, interpret, nonnegative, result, run_terms, scalar
 from spec.proofs.kernel import forward_env, kernel_tile, masked_scores
 from spec.proofs.ring import to_z3
@@ -181,13 +184,8 @@ def _rational_bounds(softcap_terms):
              z3_verdict([where], z3.And(t <= ab, -t <= ab, t <= 1, t >= -1)))]
 
 
-def z3_verdict(facts, goal, timeout_ms=30000):
-    """0 when z3 proves ``facts => goal`` on the reals, else a symbol naming its answer."""
-    solver = z3.Solver()
-    solver.set("timeout", timeout_ms)
-    solver.add(*facts, z3.Not(goal))
-    answer = solver.check()
-    return sp.Integer(0) if answer == z3.unsat else sp.Symbol(f"z3 {answer}: {solver.model() if answer == z3.sat else ''}")
+#: ``spec.proofs.tools.z3_verdict`` with 30 s per case (the softcap's nonlinear cases)
+z3_verdict = partial(tools.z3_verdict, timeout_ms=30000)
 
 
 def _biased_exponents(forward_tile, alibi_terms, alibi_scalar, mod_tile_scale):
