@@ -96,14 +96,6 @@ ANALYSIS_VERSION = 9
 TMA_ARCHS = (90,)
 #: the compiled rows, by ``Job.cache_key`` (``FLASHPROOF_STATIC_CACHE`` moves it, e.g. to time a cold run)
 CACHE = Path(os.environ.get("FLASHPROOF_STATIC_CACHE") or ARTIFACTS / "static-cache")
-#: besides the module itself, the code a compile job runs: the generated modules import only
-#: ``generator.runtime.launch`` (signatures, constexprs, launch settings) and ``spec.launch``, which
-#: read ``spec.assumptions`` and ``spec.rewrites``; tests/test_static.py checks this is the whole closure
-#: of the project modules they import
-KEY_SOURCES = ("generator/runtime/launch.py", "spec/assumptions.py", "spec/error_bound.py", "spec/launch.py",
-               "spec/rewrites.py")
-
-
 @dataclass(frozen=True)
 class Job:
     """One compilation: a generated module at one (arch, dtype, head dim, mask)."""
@@ -125,11 +117,10 @@ class Job:
     def cache_key(self, triton_version: str) -> str:
         """What the compiled row depends on: the module's code without its comments (the provenance
         line's spec hash and the claim names beside printed lines change with a claim's text, not
-        the kernel: ``ast.unparse`` drops them), the code its ``aot_compile_args`` runs
-        (``KEY_SOURCES``), the job, Triton's version and the analysis."""
+        the kernel: ``ast.unparse`` drops them), what ``triton.compile`` receives for its kernels
+        (``compile_inputs``), the job, Triton's version and the analysis."""
         h = hashlib.sha256(ast.unparse(ast.parse(module_source(self.module, self.commit))).encode())
-        for path in KEY_SOURCES:
-            h.update((ROOT / path).read_bytes())
+        h.update(compile_inputs(self).encode())
         h.update(json.dumps([asdict(self), triton_version, ANALYSIS_VERSION]).encode())
         return h.hexdigest()[:24]
 
@@ -623,6 +614,34 @@ def has_source(name: str, commit: str) -> bool:
     return subprocess.run(["git", "cat-file", "-e", f"{commit}:{path}"], cwd=ROOT, capture_output=True).returncode == 0
 
 
+def job_module(job: Job):
+    """The module ``job`` compiles: the generated one, or its variant (``_module_variant``)."""
+    import importlib
+
+    if job.module.startswith(SCORE_MOD_PACKAGE + ".") and str(SCORE_MOD_ROOT) not in sys.path:
+        sys.path.insert(0, str(SCORE_MOD_ROOT))
+    return (_module_variant(job, Path(tempfile.mkdtemp())) if job.deletes or job.commit
+            else importlib.import_module(job.module))
+
+
+def compile_inputs(job: Job) -> str:
+    """Everything ``triton.compile`` receives for ``job``'s kernels, as text: per kernel its JIT
+    ``cache_key`` (Triton's identity of a kernel: its source, the JIT functions it calls and the
+    globals it reads), the launch's specialisation (signature, constexprs, attrs) and its options.
+    Computed by running the module's ``aot_compile_args`` as the worker does, so the launch code it
+    reads (``generator.runtime.launch``, ``spec.launch``, ...) enters the key through what it returns:
+    an edit there that changes no compile changes no key."""
+    try:
+        specs = kernel_specs(job_module(job), job.dtype, job.head_dim,
+                             {**MASKS[job.mask], **({"tma": True} if job.tma else {})}, job.arch)
+        inputs = [(name, spec["fn"].cache_key, launch_specialisation(spec),
+                   {k: v for k, v in spec.items() if k != "fn"},
+                   job.num_warps or spec["num_warps"], job.num_stages or spec["num_stages"]) for name, spec in specs]
+    except Exception as exc:  # noqa: BLE001 - the worker reports it as a row (never cached)
+        return f"aot_compile_args: {type(exc).__name__}: {exc}"
+    return repr(inputs)
+
+
 def _module_variant(job: Job, tmp: Path):
     """The generated module of ``job`` compiled from its source as of ``job.commit`` and/or with
     ``job.deletes``' branches deleted (``delete_constexpr_branches``), imported from a file under
@@ -695,17 +714,12 @@ def verdict(row: dict) -> dict:
 
 def compile_job(job: Job) -> list[dict]:
     """Compile one job (all kernels of the module); errors become rows, not crashes."""
-    import importlib
-
     import triton
     from triton.backends.compiler import GPUTarget
 
     base = asdict(job)
-    if job.module.startswith(SCORE_MOD_PACKAGE + ".") and str(SCORE_MOD_ROOT) not in sys.path:
-        sys.path.insert(0, str(SCORE_MOD_ROOT))
     try:
-        module = (_module_variant(job, Path(tempfile.mkdtemp())) if job.deletes or job.commit
-                  else importlib.import_module(job.module))
+        module = job_module(job)
         specs = kernel_specs(module, job.dtype, job.head_dim, {**MASKS[job.mask], **({"tma": True} if job.tma else {})},
                              job.arch)
     except Exception as exc:  # noqa: BLE001 - reported per row
@@ -1117,6 +1131,18 @@ def _tensor_core_verdict(rows: list[dict]) -> str:
     return " ".join(parts)
 
 
+def kernels_compiled() -> str:
+    """Which kernels the page describes: the git tree of ``generated/`` at the commit compiled (flagged
+    when the kernels or the code that launches them has uncommitted edits), so a page left behind by a
+    kernel change shows it."""
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--", "generated", "generator", "spec")
+    return (f"Kernels: `generated/` tree `{git('rev-parse', 'HEAD:generated')[:12]}` at commit "
+            f"`{git('rev-parse', 'HEAD')[:12]}`{' (with uncommitted changes)' if dirty else ''}.")
+
+
 def markdown_page(rows: list[dict], command: str) -> str:
     import platform
 
@@ -1127,7 +1153,7 @@ def markdown_page(rows: list[dict], command: str) -> str:
 
 Every generated kernel compiled **ahead of time, without a GPU**: `triton.compile` with a
 `GPUTarget("cuda", 80 | 90, 32)` runs Triton's whole pipeline (TTIR → TTGIR → PTX → ptxas →
-cubin) on the CPU. Triton {triton_version()}, Python {platform.python_version()}.
+cubin) on the CPU. Triton {triton_version()}, Python {platform.python_version()}. {kernels_compiled()}
 No kernel was run: these are the compiler's numbers, not measurements.
 
 Each kernel is compiled as Triton's JIT binder specialises a real launch on contiguous tensors

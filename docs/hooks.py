@@ -678,7 +678,8 @@ def claim_scopes() -> str:
             _proofs()  # computed once per build; the time is the claim's own re-run
             c.prove()
             _timings[cid] = time.perf_counter() - start
-        assumes = ", ".join(f"`{a}`" for a in c.assumptions) or "—"
+        assumes = ", ".join([f"`{a}`" for a in c.assumptions]
+                            + [f"hardware hypothesis `{h}`" for h in c.hypotheses]) or "—"
         rows.append(f"| [`{cid}`](merge.md#{cid}) | {md_text(c.scope or 'not stated')} | {assumes} | "
                     f"{_timings[cid]:.2f} s | {_status_html(_proofs()[cid])} |")
     return "\n".join(rows) + "\n"
@@ -690,11 +691,9 @@ def _kernel_statements(path: Path):
     import ast
 
     from generator import hygiene
-    from spec import structure
 
     source = path.read_text()
     lines = source.splitlines()
-    grid = {line: "gqa_head_map" for pair in structure.GRID_LINES.values() for line in pair}
     out = []
     for fn in ast.parse(source).body:
         if not (isinstance(fn, ast.FunctionDef) and hygiene._is_jit(fn)):
@@ -705,8 +704,8 @@ def _kernel_statements(path: Path):
             text = "\n".join(lines[stmt.lineno - 1:stmt.end_lineno]).strip()
             cited = re.search(r"\(claim: (\w+)\)$", text)
             code = text.split("  #")[0]
-            if cited or code in grid:
-                out.append((fn.name, stmt.lineno, code, cited[1] if cited else grid[code], "printed"))
+            if cited:
+                out.append((fn.name, stmt.lineno, code, cited[1], "printed"))
                 continue
             calls = {hygiene._call_name(c) for c in ast.walk(stmt) if isinstance(c, ast.Call)}
             category = ("store" if "store" in calls else "load" if calls & hygiene.LOADS else
@@ -782,6 +781,7 @@ def trust_base() -> str:
     import z3
 
     from spec import error_bound
+    from spec.assumptions import HYPOTHESES
 
     items = [
         f"**SymPy {sp.__version__}**: `simplify`, `expand` and its assumption system (the sign of an "
@@ -807,10 +807,14 @@ def trust_base() -> str:
         "(any summation order) for the dots and row sums of `forward_error_bound`.",
         "**Triton semantics**: int32 scalar arguments and `program_id` products, `//` truncating toward zero, "
         "`tl.cdiv(x, d) = (x + d - 1) // d`, constexpr branches compiled as written.",
-        "**Not proved, tested only**: loads and stores (masks, strides, TMA descriptors), the pointer "
-        "offsets inside a head (assumption `index_int32`, checked by the runtime), the autograd / runtime "
-        "glue, and the backward's rounding (no bound; the forward's out and lse bounds are claim "
-        "`forward_error_bound`, and Hypothesis searches beyond them in `tests/test_error_bound.py`).",
+        "**Hardware hypotheses** (`spec.assumptions.HYPOTHESES`, each named in its claims' scope): "
+        + "; ".join(f"`{h.name}`: {h.statement} (source: {h.source}; checked by {h.checked_by})"
+                    for h in HYPOTHESES.values()) + ".",
+        "**Not proved, tested only**: the load and store masks (template text; the address claims take them as "
+        "the lanes' hypotheses), the int32 products no claim bounds (listed under \"What remains outside the "
+        "proofs\"), the autograd / runtime glue, and the backward's rounding (no bound; the forward's out and "
+        "lse bounds are claim `forward_error_bound`, and Hypothesis searches beyond them in "
+        "`tests/test_error_bound.py`).",
     ]
     return "\n".join(f"- {item}" for item in items) + "\n"
 

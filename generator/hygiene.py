@@ -47,7 +47,6 @@ The allow-list (reviewed; keep it short):
   load's ``other=`` after the load, as the TMA path does for keys past ``key_len``);
 * casts ``x.to(dtype)``, ``tl.multiple_of``, ``tl.arange``, ``tl.program_id``, ``tl.zeros`` of a
   name no printed line assigns (``dlse`` when the loss ignores lse), ``reshape``;
-* the launch grid's (batch, head) split, ``spec.structure.GRID_LINES`` verbatim (claim gqa_head_map);
 * index and pointer math: every name matches ``INDEX_NAME`` (offsets, strides, sizes, block
   constants, pointers — capitalised names —, loop bounds, masks of booleans).
 
@@ -91,7 +90,7 @@ INDEX_NAME = re.compile(
 #: (function, statement) pairs that assign a printed term's name without a printed term: reviewed
 #: gaps, each named in docs/verification.md's hygiene section; nothing else is excepted
 EXCEPTIONS = frozenset({
-    # (decode's grid split is spec.structure.GRID_LINES since issue 24; its offsets are printed)
+    # (every grid's program split is a printed term since issue 24: spec.addresses.GRID_GROUPS, claim launch_grid)
     # varlen: the packed segment's lengths rebind the kernel's N_Q / N_K (values from the printed
     # SEGMENT terms through _varlen_segment; the rebind itself is no term)
     ("_attn_fwd", "N_Q = n_q"), ("_attn_fwd", "N_K = n_k"),
@@ -121,11 +120,7 @@ POINTER_GAPS: dict = {
 HANDED_POINTER_GAPS: frozenset = frozenset()
 #: (host function, keyword) pairs of a generated file that pass a kernel stride by hand instead of from a
 #: spec.launch function (rule 5 refuses any other), each listed on docs/verification.md
-LAUNCH_STRIDE_GAPS = frozenset({
-    # decode's ALiBi slope strides come from generator.runtime.launch.score_mod_launch (the forward's and the
-    # backward's from spec.launch.slope_strides, claims forward_addresses / backward_kernel_addresses)
-    ("splits_plan", "stride_sb"), ("splits_plan", "stride_sh"),
-})
+LAUNCH_STRIDE_GAPS: frozenset = frozenset()  # none since decode's slope strides ride spec.launch.decode_launch
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
 ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses", "rows_addresses", "append_addresses",
                   "backward_addresses", "backward_kernel_addresses", "tma_addresses")
@@ -456,8 +451,7 @@ def printed_lines() -> tuple[frozenset[str], frozenset[str], frozenset[tuple]]:
 
     printed, assigned = variant_lines(BlockConfig(64, 64).variants())
     stages = {(st.lo.name, st.hi.name, st.masked) for st in (*S.KEY_STAGES, *S.ROW_STAGES)}
-    grid = {line for pair in S.GRID_LINES.values() for line in pair}  # proven by claim gqa_head_map
-    return frozenset(printed | grid), frozenset(assigned), frozenset(stages)
+    return frozenset(printed), frozenset(assigned), frozenset(stages)
 
 
 def check_file(path: Path) -> list[str]:

@@ -189,6 +189,8 @@ def forward_context(variant: Variant) -> dict:
         "rows_past_end": print_term(ROWS_PAST_END),
         "init": _inits(S.FORWARD_INIT, {"m_i": "[BLOCK_M]", "l_i": "[BLOCK_M]", "acc": "[BLOCK_M, BLOCK_DV]"}),
         "gqa_head": print_term(S.GQA_HEAD),
+        # which (tile, head, batch) a program is, for the grids spec.launch computes (claim launch_grid)
+        "grid": {name: _lines(group) for name, group in AD.GRID_GROUPS.items()},
         "stages": _stages(S.KEY_STAGES),
         "index": TILE_NAMES,
         "score_index": SCORE_NAMES,
@@ -251,7 +253,7 @@ def backward_context(variant: Variant) -> dict:
         **{key: fwd[key] for key in ("qk_scale", "qk", "bounds_init", "tile_loop", "has_lengths", "dense",
                                      "mask_term", "dense_mask_term", "varlen_segment", "segment_loads",
                                      "rows_past_end",
-                                     "gqa_head", "stages", "score_mod", "dropout", "mask_mod", "user_score",
+                                     "gqa_head", "grid", "stages", "score_mod", "dropout", "mask_mod", "user_score",
                                      "addresses")},
         "keys_past_end": print_term(KEYS_PAST_END),
         # the preprocess's offsets (claim backward_addresses)
@@ -352,7 +354,9 @@ def decode_context(variant: Variant) -> dict:
     keeps = {kind: print_term(keep_term(kind), DECODE_NAMES) for kind in ("causal", "window")}
     return {
         **{key: fwd[key] for key in ("qk_scale", "qk", "tile", "tile_head", "tile_tail", "epilogue", "mask_term",
-                                     "init", "score_mod", "fp8")},
+                                     "init", "fp8")},
+        # the score modifications' lines, the ALiBi slope's offset at decode_launch's strides (claim decode_addresses)
+        "score_mod": {**fwd["score_mod"], "slope_offset": print_term(AD.DECODE_SLOPE_OFFSET[0])},
         "qk_tail": print_term(T.QK_TAIL),  # MLA: the split head dim's tail (claim head_dim_split)
         "score_index": DECODE_SCORE_NAMES,
         "split_range": _lines(P.SPLIT_RANGE),
@@ -372,6 +376,7 @@ def decode_context(variant: Variant) -> dict:
         "keep_window": keeps["window"],
         # every load and store offset (claim decode_addresses)
         "addresses": {name: _lines(group) for name, group in AD.DECODE_GROUPS.items()},
+        "grid": {name: _lines(group) for name, group in AD.GRID_GROUPS.items()},
         # a user score_mod (spec.score_mods): its forward lines only (the decode kernel has no backward)
         "user_score": fwd["user_score"],
         "user_score_index": {"i": "tok[:, None]", "j": "offs_n[None, :]", "h": "head_safe[:, None]"},

@@ -63,20 +63,32 @@ def default_num_stages(block_m: int, block_n: int) -> int:
 
 
 def default_fwd_settings(block_m: int, block_n: int) -> dict:
-    """``{arch: {largest padded head dim: {"num_warps", "num_stages"}}}`` of the forward.
+    """``{arch: {(padded q/k width, padded v width): {"num_warps", "num_stages"}}}`` of the forward.
 
     sm_80: FWD_SM80 where it lists the block, else default_num_warps / default_num_stages, the
     tutorial's pointer-path choices; the pointer path takes them on every GPU
     (``launch.memory_path_arch``: on sm_90 it is the fallback). sm_90: FWD_SM90 where it lists the
     block, chosen from the static report's loop columns on the TMA path (the sm_90 default); else
-    the sm_80 choice."""
+    the sm_80 choice.
+
+    One rule keys every forward launch (dense, varlen, mask_mod, GQA alike): the padded widths of
+    both head dims, ``launch.fwd_settings_key(D, D_v)``, and the first bucket in sorted order that
+    holds both (``launch.pick_settings``). A row's registers are its Q tile's (D wide, 2-byte) and its
+    fp32 accumulator's (D_v wide), so an MLA pair with a narrower V (DeepSeek's (192, 128)) can run a
+    setting the square head dim spills at. The tables below list a square head dim by its padded
+    width ``d`` (the bucket ``(d, d)``) and an MLA bucket by its pair."""
     base = {"num_warps": default_num_warps(block_m, block_n), "num_stages": default_num_stages(block_m, block_n)}
     sm80 = FWD_SM80.get((block_m, block_n), {256: base})
     sm90 = FWD_SM90.get((block_m, block_n), sm80)
-    return {80: sm80, 90: sm90}
+    return {80: _by_widths(sm80), 90: _by_widths(sm90)}
 
 
-#: sm_90 forward settings per block and largest padded head dim (default_fwd_settings). Static
+def _by_widths(per_dim: dict) -> dict:
+    """``per_dim`` keyed by ``(q/k width, v width)`` pairs, sorted: a square head dim's ``d`` is ``(d, d)``."""
+    return dict(sorted((((d if isinstance(d, tuple) else (d, d)), e) for d, e in per_dim.items()), key=lambda de: de[0]))
+
+
+#: sm_90 forward settings per block and padded head dim d (the bucket (d, d): default_fwd_settings). Static
 #: report, TMA path, fp16 unmasked, warp-instructions per tile element of the full-tile loop:
 #:
 #: * 128x64 at head dim 64 on 4 warps (one warpgroup on 128 rows, tutorial 06's shape): 0.256 at
@@ -121,9 +133,29 @@ FWD_SM90: dict = {
 #: (varlen) kernel runs one stage there (the template's ``launch_settings``: 2 stages spill 28 B on
 #: sm_90). One stage spills 4 B unmasked on sm_90, 4 warps 12-252 B, and 3 stages need 172 KB of
 #: sm_80's 163.
+#:
+#: MLA pairs (issue 27) up to q/k width 192 (split 128 + 64: ``launch.fwd_settings_key``) with a V of
+#: at most 128, DeepSeek's training (192, 128), on the 64x64 pointer path: **4 warps, 2 stages**. Static
+#: report, bf16, warp-instructions per tile element of the loop, sm_80 | sm_90's fallback (`python -m
+#: benchmarks.static --module attention_fwd_br64_bc64 --mask "D_v=128" "causal, D_v=128" --arch 80 90
+#: --head-dim 192 --dtype bf16 --num-warps 4 8 --num-stages 2 --tma off`): 8 warps (the (256, 256)
+#: bucket's, which ran it before) 1.135 at 172 regs | 0.766 with MMA issued/needed 1.60 (64 rows on two
+#: warpgroups); 4 warps **0.786** at 255 regs, no spill | **0.447** at 203 regs, no spill, MMA 1.00;
+#: the same unmasked or causal, fp16 or bf16, with every score modification (softcap, ALiBi, sinks: 255 |
+#: 205 regs, no spill; 8 warps 2.045 | 2.645), on sm_90's TMA path at this block (0.395, 216 regs) and
+#: in the packed (varlen) kernel on its one stage (causal: 0.778 at 255 regs | 0.419 at 250; 8 warps
+#: 1.127 | 0.734 with MMA 1.60). (192, 64) takes it too: 0.493 | 0.384, 172 | 176 regs.
+#: Not the square (192, 192), where 4 warps spill (sm_80 80 B, sm_90 8 B; varlen causal on sm_80 184 B),
+#: nor (256, 128) (4 warps: 0.857 | 0.467 at 234 | 212 regs, no spill, but the packed kernel on sm_80
+#: spills 4 B), nor a mask_mod forward (mask_mod_fwd_settings: the document mask_mod spills 368 B on
+#: sm_80 at 4 warps, 24 B at 8), nor the kernels with dropout or FP8 compiled in (their launch takes the
+#: square bucket: ``launch.fwd_settings_key(narrow_v=False)``): at 4 warps dropout spills 328 B on sm_80
+#: (causal 360 B) and 4 B on sm_90, e4m3 412 B on sm_90; at 8 warps neither spills (dropout 248 | 254
+#: regs, e4m3 194 regs).
 FWD_SM80: dict = {
     (128, 128): {256: {"num_warps": 8, "num_stages": 3}},
-    (64, 64): {128: {"num_warps": 4, "num_stages": 3}, 256: {"num_warps": 8, "num_stages": 2}},
+    (64, 64): {128: {"num_warps": 4, "num_stages": 3}, (192, 128): {"num_warps": 4, "num_stages": 2},
+               256: {"num_warps": 8, "num_stages": 2}},
 }
 
 
@@ -134,8 +166,12 @@ def mask_mod_fwd_settings(block_m: int, block_n: int) -> dict:
     live beside the 4-warp TMA forward's 189 registers: at 128x64, head dim 64, the document
     mask_mod's TMA forward spilled 36/24 B on 4 warps and is spill-free on 8 (128 registers,
     0.497 warp-instructions per element; `python -m benchmarks.static --module maskmod_document
-    --num-warps 8`). One rule for every mask_mod, user-defined ones included."""
-    table = default_fwd_settings(block_m, block_n)
+    --num-warps 8`). One rule for every mask_mod, user-defined ones included. Nor does a mask_mod
+    forward take an MLA bucket (a pair with a V narrower than q/k: FWD_SM80's (192, 128)): at
+    (192, 128) the document mask_mod's pointer forward spills 368 B on sm_80 on its 4 warps, so it
+    runs the square bucket that holds it ((256, 256): 8 warps)."""
+    table = {arch: {dims: e for dims, e in per_dims.items() if dims[0] == dims[1]}
+             for arch, per_dims in default_fwd_settings(block_m, block_n).items()}
     if block_m >= 128:
         table[90] = {dim: {**e, "num_warps": max(e["num_warps"], 8)} for dim, e in table[90].items()}
     return table

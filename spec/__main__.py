@@ -2,7 +2,8 @@
 
 Per claim, ``PROVED <id>: <statement>`` or ``FAILED <id>: <why>``, then an indented line with
 its scope (symbolic or fixed sizes, ℤ / reals / int32 / fp32, exact or rounded), the accepted-range
-assumptions it relies on (``spec.assumptions``) and its time; then a total. Exit status 1 if any
+assumptions it relies on (``spec.assumptions``), the hardware hypotheses it takes unproved
+(``spec.assumptions.HYPOTHESES``) and its time; then a total. Exit status 1 if any
 claim failed. ``--json`` prints a machine-readable list instead.
 """
 
@@ -17,9 +18,10 @@ from spec.claims import REGISTRY
 
 
 def scope_line(c, seconds: float) -> str:
-    """The indented line under a claim: scope, assumptions, time."""
+    """The indented line under a claim: scope, assumptions, hardware hypotheses, time."""
     assumes = f"; assumes {', '.join(c.assumptions)}" if c.assumptions else ""
-    return f"    scope: {c.scope or 'not stated'}{assumes}; {seconds:.2f} s"
+    hypotheses = f"; hardware hypotheses (not proved) {', '.join(c.hypotheses)}" if c.hypotheses else ""
+    return f"    scope: {c.scope or 'not stated'}{assumes}{hypotheses}; {seconds:.2f} s"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             "terms": list(c.terms),
             "scope": c.scope,
             "assumptions": list(c.assumptions),
+            "hypotheses": list(c.hypotheses),
             "seconds": round(seconds[c.id], 3),
             "residuals": [{"case": name, "residual": str(res)} for name, res in r.cases],
         } for c, r in results], indent=2, ensure_ascii=False))

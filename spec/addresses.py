@@ -149,7 +149,7 @@ DECODE_STRIDES = {name: _int(name) for name in (
     "stride_qb", "stride_qn", "stride_qh", "stride_qd", "stride_kb", "stride_kn", "stride_kh", "stride_kd",
     "stride_vb", "stride_vn", "stride_vh", "stride_vd", "stride_os", "stride_ob", "stride_on", "stride_oh",
     "stride_od", "stride_ls", "stride_lb", "stride_ln", "stride_lh", "stride_bt_b", "stride_bt_p", "stride_cs",
-    "stride_sink", "stride_lp", "stride_bi",
+    "stride_sink", "stride_lp", "stride_bi", "stride_sb", "stride_sh",
     "stride_qdesc_b", "stride_qdesc_h", "stride_kdesc_b", "stride_kdesc_h", "stride_vdesc_b", "stride_vdesc_h")}
 S_ = DECODE_STRIDES
 
@@ -209,11 +209,21 @@ qdesc_off, kdesc_off, vdesc_off = _int("qdesc_off"), _int("kdesc_off"), _int("vd
 DECODE_DESCALE_OFFSETS = tuple(
     Term(sym, off_b * S_[f"stride_{x}desc_b"] + off_kvh * S_[f"stride_{x}desc_h"], CLAIM_DECODE,
          f"{x}_descale[b, kv head]") for sym, x in ((qdesc_off, "q"), (kdesc_off, "k"), (vdesc_off, "v")))
+#: ALiBi (HAS_ALIBI): the row's slope alibi_slopes[head] ((Hq,): stride_sb = 0) or [b, head] ((B, Hq)), at the
+#: strides spec.launch.decode_launch passes (spec.launch.slope_strides); the load has no mask, so a padding row
+#: (row_ok false) reads head 0's slope (the shared _score_mod_scalars prints the offset, off_h = head_safe)
+head_safe, row_ok = _int("head_safe"), sp.Symbol("row_ok")
+DECODE_SLOPE_HEAD = (Term(head_safe, sp.Piecewise((head, row_ok), (0, True)), CLAIM_DECODE,
+                          "the row's query head; a padding row reads head 0's slope"),)
+#: (off_h: _score_mod_scalars' head parameter, the forward's off_h; the decode passes head_safe)
+DECODE_SLOPE_OFFSET = (Term(_int("slope_off"), off_b * S_["stride_sb"] + _int("off_h", nonnegative=True)
+                            * S_["stride_sh"], CLAIM_DECODE, "alibi_slopes[b, head_safe]"),)
 DECODE_GROUPS = {"rows": DECODE_ROWS, "sink_offset": (SINK_OFFSET,), "key_len": (KEY_LEN,),
                  "leftpad_offset": (LEFTPAD_OFFSET,), "batch_idx_offset": (BATCH_IDX_OFFSET,), "q_offset": (Q_OFFSET,), "bt_offset": (BT_OFFSET,),
                  "paged_rows": PAGED_ROWS, "contiguous_rows": CONTIGUOUS_ROWS, "kv_offsets": KV_OFFSETS,
                  "q_tail_offset": (Q_TAIL_OFFSET,), "k_tail_offset": (K_TAIL_OFFSET,),
-                 "out_offsets": OUT_OFFSETS, "descale_offsets": DECODE_DESCALE_OFFSETS}
+                 "out_offsets": OUT_OFFSETS, "descale_offsets": DECODE_DESCALE_OFFSETS,
+                 "slope_head": DECODE_SLOPE_HEAD, "slope_offset": DECODE_SLOPE_OFFSET}
 
 # ----------------------------------------------------------------------------------
 # Varlen: the segment's offsets (cu_seqlens loads) and the pointers moved to its first row.
@@ -261,7 +271,7 @@ SEGMENT_POINTERS = {kernel: segment_pointers(kernel) for kernel in _POINTERS}
 # store offset, for the strides spec.launch.forward_launch passes (claim forward_addresses).
 # ----------------------------------------------------------------------------------
 CLAIM_FORWARD = "forward_addresses"
-#: the program's (batch, query head) and its K/V head (int64: spec.structure.GRID_LINES, GQA_HEAD),
+#: the program's (batch, query head) and its K/V head (int64: GRID_HEAD below, spec.structure.GQA_HEAD),
 #: its query tile's index, a key tile's first key
 off_h = _int("off_h", nonnegative=True)
 pid_m, start_n = _int("pid_m", nonnegative=True), _int("start_n", nonnegative=True)
@@ -366,10 +376,11 @@ TMA_BOXES = {
 
 def tma_element(descriptor, coords, lane):
     """What TMA moves at ``lane`` (``0 <= lane_d < block_d``) of a box at ``coords`` of ``descriptor`` =
-    ``(shape, strides, block)`` (spec.launch.tma_descriptor): ``(index, offset)``, the element ``coords +
+    ``(shape, strides, block, padding)`` (spec.launch.tma_descriptor): ``(index, offset)``, the element ``coords +
     lane`` and its offset ``Σ_d (c_d + l_d)·stride_d``. TMA clips per dimension: a load zero-fills an
-    element whose index is outside ``shape``, a store skips it (PTX ``cp.async.bulk.tensor``)."""
-    _, strides, _ = descriptor
+    element whose index is outside ``shape``, a store skips it (hardware hypothesis tma_out_of_bounds,
+    spec.assumptions.HYPOTHESES)."""
+    strides = descriptor[1]
     index = [sp.sympify(c) + l for c, l in zip(coords, lane)]
     return index, sp.Add(*[i * st for i, st in zip(index, strides)])
 
@@ -596,13 +607,14 @@ BWD_TAILS = (
     Term(dk_tail_off, BWD_GRAD_KV[0].expr.xreplace({offs_d: offs_dt}), CLAIM_BACKWARD_KERNELS, "dk[b, kv head, j, dt]"),
     Term(dq_tail_off, BWD_DQ[0].expr.xreplace({offs_d: offs_dt}), CLAIM_BACKWARD_KERNELS, "dq[b, h, i, dt]"),
 )
-#: a user score_mod (issue 28): the dQ program (pid_m, off_bh)'s own row of the parameter-gradient buffer
-#: (grid[0]·grid[1] rows of len(SF) fp32 entries, spec.launch.score_grad_launch), num_pid_m = grid[0]; then entry
+#: a user score_mod (issue 28): the dQ program (pid_m, off_h, off_b)'s own row of the parameter-gradient buffer
+#: (grid[0]·grid[1]·grid[2] rows of len(SF) fp32 entries, spec.launch.score_grad_launch), num_pid_m = grid[0],
+#: H = grid[1] (the query heads: spec.launch.dq_launch); then entry
 #: offs_e of that row (the buffer's entries are contiguous: column stride 1); no two programs share a row
-off_bh, num_pid_m = _int("off_bh", nonnegative=True), _int("num_pid_m", positive=True)
+num_pid_m = _int("num_pid_m", positive=True)
 offs_e = _int("offs_e", nonnegative=True)
 sg_base, sg_off = _int("sg_base"), _int("sg_off")
-BWD_SCORE_GRAD_ROW = (Term(sg_base, (off_bh * num_pid_m + pid_m) * BK_["stride_sgp"], CLAIM_BACKWARD_KERNELS,
+BWD_SCORE_GRAD_ROW = (Term(sg_base, ((off_b * H_ + off_h) * num_pid_m + pid_m) * BK_["stride_sgp"], CLAIM_BACKWARD_KERNELS,
                            "score_grad[this program's row]"),)
 BWD_SCORE_GRAD = (Term(sg_off, sg_base + offs_e, CLAIM_BACKWARD_KERNELS, "score_grad[row, e]"),)
 BACKWARD_KERNEL_GROUPS = {"kv_base": BWD_KV_BASE, "kv_offsets": BWD_KV_OFFSETS, "vt_offset": BWD_VT_OFFSET,
@@ -611,3 +623,44 @@ BACKWARD_KERNEL_GROUPS = {"kv_base": BWD_KV_BASE, "kv_offsets": BWD_KV_OFFSETS, 
                           "key_len": BWD_KEY_LEN, "score_grad_row": BWD_SCORE_GRAD_ROW, "score_grad": BWD_SCORE_GRAD,
                           "k_tail": BWD_TAILS[:1], "q_tail_rows": BWD_TAILS[1:2], "dk_tail": BWD_TAILS[2:3],
                           "dq_tail": BWD_TAILS[3:]}
+
+
+# ----------------------------------------------------------------------------------
+# The launch grid: which (tile, head, batch) a program is, for the grids spec.launch computes (claim
+# launch_grid). CUDA caps a grid's axes 1 and 2 at spec.launch.GRID_AXIS_MAX = 65535 programs and axis 0 at
+# 2^31 − 1, and launches axis 0 fastest. So a per-head kernel puts its tiles on axis 0, the head on axis 1 and
+# the batch on axis 2 (FlashAttention's layout): each index is its program id, no product B·H is an axis,
+# and the launch order is the one (tile, b·H + h) had (the tiles of one head side by side: their K/V
+# reads can hit L2). Decode folds its row tiles and splits into axis 0, row tile fastest (both 64-head tiles
+# of one split side by side), KV head on axis 1, batch on axis 2. The batch and head indices are int64 (their
+# products with strides are), the tiles and the split int32.
+# ----------------------------------------------------------------------------------
+CLAIM_GRID = "launch_grid"
+#: decode: its row tiles per (split, KV head), cdiv(GROUP·N_Q, BLOCK_M) (spec.launch.decode_launch passes it)
+ROW_TILES = _int("ROW_TILES", positive=True)
+#: the forward: its query tile (pid_m; start_m = pid_m·BLOCK_M)
+GRID_TILE = (Term(pid_m, T.program_id(0), CLAIM_GRID, "grid axis 0: the query tile"),)
+#: the per-head kernels (forward, dropout mask, preprocess, dQ): axis 1 the query head, axis 2 the batch entry
+GRID_HEAD = (
+    Term(off_h, T.int64(T.program_id(1)), CLAIM_GRID, "grid axis 1: the query head"),
+    Term(off_b, T.int64(T.program_id(2)), CLAIM_GRID, "grid axis 2: the batch entry (packed: the segment)"),
+)
+#: dK/dV: axis 1 the K/V head, axis 2 the batch entry
+GRID_KV_HEAD = (
+    Term(off_kvh, T.int64(T.program_id(1)), CLAIM_GRID, "grid axis 1: the K/V head"),
+    Term(off_b, T.int64(T.program_id(2)), CLAIM_GRID, "grid axis 2: the batch entry (packed: the segment)"),
+)
+#: decode: axis 0 holds ROW_TILES row tiles per split, the row tile fastest; then the K/V head and the batch entry
+GRID_DECODE = (
+    Term(pid_m, sp.Mod(T.program_id(0), ROW_TILES), CLAIM_GRID, "grid axis 0, fastest: the row tile"),
+    Term(P.split, sp.floor(T.program_id(0) / ROW_TILES), CLAIM_GRID, "grid axis 0, then: the split"),
+    Term(off_kvh, T.int64(T.program_id(1)), CLAIM_GRID, "grid axis 1: the K/V head"),
+    Term(off_b, T.int64(T.program_id(2)), CLAIM_GRID, "grid axis 2: the batch entry"),
+)
+#: the KV append: axis 0 its token tiles, axis 1 the cache's (K/V) head, axis 2 the batch entry
+GRID_APPEND = (
+    Term(off_head, T.int64(T.program_id(1)), CLAIM_GRID, "grid axis 1: the K/V head"),
+    Term(off_b, T.int64(T.program_id(2)), CLAIM_GRID, "grid axis 2: the batch entry"),
+)
+GRID_GROUPS = {"tile": GRID_TILE, "head": GRID_HEAD, "kv_head": GRID_KV_HEAD, "decode": GRID_DECODE,
+               "append": GRID_APPEND}

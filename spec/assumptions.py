@@ -94,6 +94,10 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
                "the cache, no host sync); reject with the opt-in value checks (FLASHPROOF_CHECK_VALUES=1)"),
     Assumption("page_sizes", "a paged cache's page_size is a power of two from 16 to 512 (a whole number of "
                "key tiles per page)", "reject", (16, 32, 64, 128, 256, 512)),
+    Assumption("grid_axes", "B <= 65535 and Hq <= 65535 (a packed batch: its segments for B): CUDA's grid axes 2 "
+               "and 1 hold the batch and the heads (spec.launch.GRID_AXIS_MAX, claim launch_grid); "
+               "flash_attention_with_kvcache also ceil(GROUP·N_q / 16) x splits <= 2^31 - 1 (its axis 0: row tiles x "
+               "splits)", "reject", 65535),
     Assumption("num_splits_max", "0 <= num_splits <= 64 (0: the heuristic)", "reject", 64),
     Assumption("merge_head_dim_max", "merge_state(s)' head dim is at most 1024 (one row of o per program "
                "lane block)", "reject", 1024),
@@ -103,6 +107,42 @@ ASSUMPTIONS: dict[str, Assumption] = {a.name: a for a in (
                "cannot overflow int32",
                "reject (eager); clamp: under torch.compile each value is clamped to [-2^30, 2^30] on the "
                "device", 2**30),
+)}
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A property of the hardware a claim takes from its documentation (or a measurement) without proving it:
+    what is assumed, where it is stated, and what checks it. A claim names the ones it uses (``@claim(...,
+    hypotheses=...)``) and its scope text names them too; docs/verification.md lists each under "What remains
+    outside the proofs" (tests/test_spec_cli.py checks both)."""
+    name: str
+    statement: str  # what the claim assumes, in one line
+    source: str  # the documentation it is read from, quoted where the wording matters
+    checked_by: str  # what tests it (never a proof)
+
+
+#: the hardware hypotheses of the claims (not input ranges: nothing for the runtime to check)
+HYPOTHESES: dict[str, Hypothesis] = {h.name: h for h in (
+    Hypothesis("tma_out_of_bounds",
+               "a TMA tiled load (cp.async.bulk.tensor through a descriptor made by cuTensorMapEncodeTiled: Triton's "
+               "TensorDescriptor with padding 'zero', oobFill CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) gives 0 for every "
+               "element of its box whose index lies outside the descriptor's shape in some dimension, and a TMA store "
+               "of a box writes the elements inside the shape only (the others are not written)",
+               "CUDA Driver API, Tensor Map Object Management, cuTensorMapEncodeTiled, parameter oobFill: "
+               "\"Indicate whether zero or special NaN constant must be used to fill out-of-bound elements\" "
+               "(CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: zero; _NAN_REQUEST_ZERO_FMA: the NaN); PTX ISA, section "
+               "Tensors (bounding box and out-of-bound access of cp.async.bulk.tensor): out-of-bound elements of "
+               "the box are filled on a load and not written on a store",
+               "tests/test_tma.py: on CPU Triton's interpreter, which emulates the descriptors (zero-filled reads, "
+               "clipped writes); the hardware only with FLASHPROOF_TEST_DEVICE=cuda on an sm_90 GPU"),
+    Hypothesis("fp8_mma_error",
+               "one sm_90 fp8 wgmma instruction (FP8_MMA_K = 32 exact products) from a zero accumulator returns their "
+               "sum within FP8_MMA_ERR·Σ|a_i b_i| (spec.error_bound: 2^-7, twice the proved error of an accumulator "
+               "with 13 fraction bits that truncates)",
+               "no NVIDIA document states the fp8 MMA accumulator's precision; the 13-bit (e8m13) accumulator is "
+               "the one reported for H100 by measurement (docs/fp8.md)",
+               "benchmarks.fp8_errors on an sm_90 GPU (the measured error against forward_bound(..., fp8_mma=True))"),
 )}
 
 

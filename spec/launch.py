@@ -45,25 +45,29 @@ def decode_window(window, q, capacity):
 # ----------------------------------------------------------------------------------
 # Decode: _decode_fwd's grid and integer arguments; the merge's row views.
 # ----------------------------------------------------------------------------------
-#: CUDA's limit on a launch grid's axes 1 and 2 (gridDim.y, gridDim.z; axis 0 allows 2^31 - 1): the decode
-#: grid puts its splits on axis 1, so a call with more splits cannot launch (the contract refuses it:
-#: ``generator.runtime.contract``, num_splits)
+#: CUDA's limit on a launch grid's axes 1 and 2 (gridDim.y, gridDim.z): the per-head kernels put the heads on
+#: axis 1 and the batch on axis 2, decode its KV heads and batch (``spec.addresses.GRID_GROUPS``), so a call
+#: with more cannot launch (the contract refuses it: ``generator.runtime.contract``, claim launch_grid)
 GRID_AXIS_MAX = 65535
+#: CUDA's limit on a grid's axis 0 (gridDim.x): the tiles (decode: row tiles x splits)
+GRID_AXIS0_MAX = 2**31 - 1
 
 
 def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, block_m, sinks=None,
-                  cache_leftpad=None, cache_batch_idx=None, split_keys=0, descales=None):
+                  cache_leftpad=None, cache_batch_idx=None, split_keys=0, descales=None, alibi_slopes=None):
     """``(grid, ints, constexprs)`` of one ``_decode_fwd`` launch: ``ints`` the kernel's integer
-    parameters by name (every stride as the tensor has it, the sizes), ``grid`` = (row blocks, splits,
-    B x Hkv), ``constexprs`` the page size and rows per program.
+    parameters by name (every stride as the tensor has it, the sizes), ``grid`` = (row tiles x splits,
+    Hkv, B) with the row tiles fastest (``spec.addresses.GRID_DECODE``; ``ints["ROW_TILES"]`` the row tiles per
+    split), ``constexprs`` the page size and rows per program.
 
     q ``(B, N_q, Hq, D)``; the cache ``(B, N_cache, Hkv, D)`` or, with ``block_table`` ``(B,
     max_pages)``, ``(num_pages, PAGE_SIZE, Hkv, D)``; ``out`` ``(S, B, N_q, Hq, D)``, ``lse`` ``(S, B,
-    N_q, Hq)`` (S splits: the grid's second axis is ``out``'s first); ``cache_seqlens`` ``(B,)``; ``sinks``
+    N_q, Hq)`` (S splits: ``out``'s first dim); ``cache_seqlens`` ``(B,)``; ``sinks``
     ``(Hq,)`` or None (then stride 0: never read); ``cache_leftpad``, ``cache_batch_idx`` ``(B,)`` or
     None (then stride 0 and ``HAS_LEFTPAD`` / ``HAS_BATCH_IDX`` off: never read); ``split_keys > 0``:
     fixed-size splits (``BATCH_INVARIANT``); ``descales`` an FP8 cache's ``(q_descale, k_descale, v_descale)``,
-    each ``(B, Hkv)``, or None (``descale_strides``)."""
+    each ``(B, Hkv)``, or None (``descale_strides``); ``alibi_slopes`` ``(Hq,)`` or ``(B, Hq)`` at any strides
+    (``slope_strides``), or None (then stride 0: never read)."""
     B, N_Q, HQ, _ = q.shape
     H_KV = k_cache.shape[2]
     group = HQ // H_KV
@@ -79,11 +83,14 @@ def decode_launch(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, blo
                 stride_sink=sinks.stride(0) if sinks is not None else 0,
                 stride_lp=cache_leftpad.stride(0) if cache_leftpad is not None else 0,
                 stride_bi=cache_batch_idx.stride(0) if cache_batch_idx is not None else 0,
-                H_KV=H_KV, GROUP=group, N_Q=N_Q, num_splits=num_splits, split_keys=split_keys)
+                H_KV=H_KV, GROUP=group, N_Q=N_Q, num_splits=num_splits, split_keys=split_keys,
+                ROW_TILES=cdiv(group * N_Q, block_m))
     ints.update(descale_strides(descales))
+    ints.update(zip(("stride_sb", "stride_sh"), slope_strides(alibi_slopes) if alibi_slopes is not None else (0, 0)))
     # row tiles first (CUDA launches axis 0 fastest): the tiles of one (split, KV head) run side by side and
-    # read the same K/V rows, so the second can find them in L2 (MLA's 128 heads: two tiles of 64 rows)
-    grid = (cdiv(group * N_Q, block_m), num_splits, B * H_KV)
+    # read the same K/V rows, so the second can find them in L2 (MLA's 128 heads: two tiles of 64 rows); then
+    # the splits, the KV heads (axis 1), the batch (axis 2): the order (row tile, split, b·Hkv + kvh) had
+    grid = (ints["ROW_TILES"] * num_splits, H_KV, B)
     constexprs = dict(BLOCK_M=block_m, PAGED=paged, PAGE_SIZE=k_cache.shape[1] if paged else 1,
                       HAS_LEFTPAD=cache_leftpad is not None, HAS_BATCH_IDX=cache_batch_idx is not None,
                       BATCH_INVARIANT=split_keys > 0)
@@ -122,10 +129,17 @@ def packed_strides(t):
     return 0, t.stride(1), t.stride(0), t.stride(2)
 
 
+def head_grid(tiles, heads, batch):
+    """A per-head kernel's grid ``(tiles, heads, batch)``: the tiles on axis 0 (launched fastest: a head's tiles
+    side by side), the head on axis 1, the batch entry on axis 2 (spec.addresses.GRID_HEAD / GRID_KV_HEAD read
+    them back; claim launch_grid)."""
+    return tiles, heads, batch
+
+
 def varlen_grid(max_seqlen, block, cu_seqlens, heads):
-    """``(cdiv(max_seqlen, block), B x heads)``: one program per tile of ``block`` rows (queries for the
-    forward and dQ, keys for dK/dV) and per (segment, head); ``B = len(cu_seqlens) - 1``."""
-    return cdiv(max_seqlen, block), (cu_seqlens.shape[0] - 1) * heads
+    """``(cdiv(max_seqlen, block), heads, B)``: one program per tile of ``block`` rows (queries for the
+    forward and dQ, keys for dK/dV), per head and per segment; ``B = len(cu_seqlens) - 1``."""
+    return head_grid(cdiv(max_seqlen, block), heads, cu_seqlens.shape[0] - 1)
 
 
 # ----------------------------------------------------------------------------------
@@ -164,11 +178,11 @@ def philox_words(philox):
 
 def dropout_mask_launch(keep, block_m):
     """``(grid, ints)`` of ``_dropout_keep`` writing ``keep`` ``(B, H, N_Q, N_K)`` (a packed batch: ``(1, H,
-    total_q, total_k)``): its strides, sizes and grid ``(cdiv(N_Q, block_m), B x H)``."""
+    total_q, total_k)``): its strides, sizes and grid ``(cdiv(N_Q, block_m), H, B)``."""
     B, H, N_Q, N_K = keep.shape
     ints = dict(zip(("stride_keep_b", "stride_keep_h", "stride_keep_m", "stride_keep_n"), keep.stride()))
     ints.update(H=H, N_Q=N_Q, N_K=N_K)
-    return (cdiv(N_Q, block_m), B * H), ints
+    return head_grid(cdiv(N_Q, block_m), H, B), ints
 
 
 #: FP8's descales (float32 ``(B, Hkv)``, one stride pair each) in the forward's and the decode's signatures
@@ -213,7 +227,7 @@ def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sink
     stride as the tensor has it, the heads, ``GROUP``, ``N_Q``, ``N_K``).
 
     Dense: q ``(B, Hq, N_Q, D)``, k/v ``(B, Hkv, N_K, D)``, out like q, lse ``(B, Hq, N_Q)``, grid
-    ``(cdiv(N_Q, block_m), B x Hq)``. Packed (``cu_seqlens_q`` given): q ``(total_q, Hq, D)``, k/v
+    ``(cdiv(N_Q, block_m), Hq, B)``. Packed (``cu_seqlens_q`` given): q ``(total_q, Hq, D)``, k/v
     ``(total_k, Hkv, D)``, lse ``(Hq, total_q)``, batch strides 0, ``N_Q``/``N_K`` the totals and
     ``varlen_grid``'s grid. ``key_lengths`` ``(B,)``, ``mask`` ``(B, Hq, N_Q, N_K)`` and ``block_map``
     ``(B, Hq, cdiv(N_Q, BLOCK_M), cdiv(N_K, BLOCK_N))`` (broadcast: stride 0), ``slopes`` ``(Hq,)`` or
@@ -230,7 +244,8 @@ def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sink
     H, H_KV = q.shape[1], k.shape[1]
     n_q, n_k = (q.shape[0], k.shape[0]) if packed else (q.shape[2], k.shape[2])
     ints.update(H=H, GROUP=H // H_KV, N_Q=n_q, N_K=n_k)
-    grid = varlen_grid(max_seqlen_q, block_m, cu_seqlens_q, H) if packed else (cdiv(n_q, block_m), q.shape[0] * H)
+    grid = varlen_grid(max_seqlen_q, block_m, cu_seqlens_q, H) if packed else head_grid(cdiv(n_q, block_m), H,
+                                                                                        q.shape[0])
     return grid, ints
 
 
@@ -246,10 +261,16 @@ def forward_tma_operands(q, k, v, out, block_m, block_n, block_d, block_dv, bloc
     return ops
 
 
+#: what a TMA load gives outside the tensor (Triton's TensorDescriptor ``padding``: oobFill NONE, zeros): the
+#: padding the pointer path's masked loads read (``other=0``); hardware hypothesis tma_out_of_bounds
+TMA_PADDING = "zero"
+
+
 def tma_descriptor(t, rows, width):
-    """``(shape, strides, block)`` of the TMA descriptor of ``t`` ``(B, H, N, D)``: its own shape and strides
-    (TMA clips per dimension: a box never reaches another (b, h)) and a ``[1, 1, rows, width]`` box."""
-    return list(t.shape), list(t.stride()), [1, 1, rows, width]
+    """``(shape, strides, block, padding)`` of the TMA descriptor of ``t`` ``(B, H, N, D)``: its own shape and
+    strides (TMA clips per dimension: a box never reaches another (b, h)), a ``[1, 1, rows, width]`` box, and
+    zero fill (``TMA_PADDING``) — ``TensorDescriptor(t, *tma_descriptor(t, rows, width))``."""
+    return list(t.shape), list(t.stride()), [1, 1, rows, width], TMA_PADDING
 
 
 # ----------------------------------------------------------------------------------
@@ -294,14 +315,14 @@ def append_launch(x, dst, cache_seqlens, table, batch_idx, cos, sin, block_t):
     a paged cache ``(num_pages, PAGE_SIZE, H, D)`` or a tensor like x; ``cache_seqlens`` ``(B,)``; ``table``
     the block table ``(B, max_pages)``, ``batch_idx`` ``cache_batch_idx`` ``(B,)``, ``cos``/``sin`` the rotary
     tables ``(seqlen_ro, rotary_dim / 2)`` (one-element placeholders where a flag compiles the read out:
-    their strides are passed, never used). Grid ``(B, H, cdiv(N_new, block_t))``."""
+    their strides are passed, never used). Grid ``(cdiv(N_new, block_t), H, B)`` (spec.addresses.GRID_APPEND)."""
     B, N_NEW, H, _ = x.shape
     ints = dict(zip(("stride_xb", "stride_xn", "stride_xh", "stride_xd"), x.stride()))
     ints.update(zip(("stride_db", "stride_dn", "stride_dh", "stride_dd"), dst.stride()))
     ints.update(stride_bt_b=table.stride(0), stride_bt_p=table.stride(-1), stride_cs=cache_seqlens.stride(0),
                 stride_bi=batch_idx.stride(0), stride_cos_n=cos.stride(0), stride_cos_d=cos.stride(-1),
                 stride_sin_n=sin.stride(0), stride_sin_d=sin.stride(-1), N_NEW=N_NEW)
-    return (B, H, cdiv(N_NEW, block_t)), ints
+    return head_grid(cdiv(N_NEW, block_t), H, B), ints
 
 
 # ----------------------------------------------------------------------------------
@@ -317,7 +338,7 @@ def preprocess_launch(out, do, grad_lse, lse, delta, sinks, block_m):
     """``(grid, ints)`` of ``_attn_bwd_preprocess``: out, do ``(B, Hq, N_Q, D)`` or packed ``(total_q, Hq,
     D)``; grad_lse, lse and delta ``(B, Hq, N_Q)`` or packed ``(Hq, total_q)`` (Δ, lse2, dsink share Δ's
     layout: ``backward_row_tensors``); ``sinks`` ``(Hq,)`` (a placeholder when off). A packed batch runs as
-    one batch: grid ``(cdiv(total_q, block_m), Hq)``, else ``(cdiv(N_Q, block_m), B x Hq)``."""
+    one batch: grid ``(cdiv(total_q, block_m), Hq, 1)``, else ``(cdiv(N_Q, block_m), Hq, B)``."""
     packed = out.dim() == 3
     ints = dict(zip(("stride_ob", "stride_oh", "stride_om", "stride_od"), attention_strides(out)))
     ints.update(zip(("stride_dob", "stride_doh", "stride_dom", "stride_dod"), attention_strides(do)))
@@ -327,7 +348,7 @@ def preprocess_launch(out, do, grad_lse, lse, delta, sinks, block_m):
     H = out.shape[1]
     N_Q = out.shape[0] if packed else out.shape[2]
     ints.update(stride_sink=sinks.stride(0), H=H, N_Q=N_Q)
-    return (cdiv(N_Q, block_m), H if packed else out.shape[0] * H), ints
+    return head_grid(cdiv(N_Q, block_m), H, 1 if packed else out.shape[0]), ints
 
 
 # ----------------------------------------------------------------------------------
@@ -364,7 +385,7 @@ def dkdv_launch(q, k, v, do, dk, dv, delta, key_lengths, mask, block_map, slopes
                 cu_seqlens_q=None, max_seqlen_k=None):
     """``(grid, ints)`` of one ``_attn_bwd_dkdv`` launch: every stride as the tensor has it, ``H_KV``,
     ``GROUP``, ``N_Q``, ``N_K``. Dense: q, do ``(B, Hq, N_Q, D / D_v)``, k, dk ``(B, Hkv, N_K, D)``, v, dv ``(B,
-    Hkv, N_K, D_v)``, delta ``(B, Hq, N_Q)`` (lse2 shares its layout), grid ``(cdiv(N_K, block_n), B x Hkv)``.
+    Hkv, N_K, D_v)``, delta ``(B, Hq, N_Q)`` (lse2 shares its layout), grid ``(cdiv(N_K, block_n), Hkv, B)``.
     Packed (``cu_seqlens_q`` given): ``(total, H, D)`` tensors, delta ``(Hq, total_q)``, batch strides 0 and
     ``varlen_grid``'s grid over the keys (``max_seqlen_k``). ``key_lengths`` ``(B,)``, ``mask`` ``(B, Hq, N_Q,
     N_K)``, ``block_map`` ``(B, Hq, cdiv(N_Q, MAP_BLOCK_M), cdiv(N_K, MAP_BLOCK_N))``, ``slopes`` ``(Hq,)`` or
@@ -377,13 +398,13 @@ def dkdv_launch(q, k, v, do, dk, dv, delta, key_lengths, mask, block_map, slopes
     ints["H_KV"] = H_KV
     if cu_seqlens_q is not None:
         return varlen_grid(max_seqlen_k, block_n, cu_seqlens_q, H_KV), ints
-    return (cdiv(ints["N_K"], block_n), q.shape[0] * H_KV), ints
+    return head_grid(cdiv(ints["N_K"], block_n), H_KV, q.shape[0]), ints
 
 
 def dq_launch(q, k, v, do, dq, delta, key_lengths, mask, block_map, slopes, block_m, mask_mod_args=None,
               cu_seqlens_q=None, max_seqlen_q=None):
     """``(grid, ints)`` of one ``_attn_bwd_dq`` launch: as ``dkdv_launch`` with dq ``(B, Hq, N_Q, D)`` (packed
-    ``(total_q, Hq, D)``) for dk, dv, ``H`` for ``H_KV``; grid ``(cdiv(N_Q, block_m), B x Hq)``, packed
+    ``(total_q, Hq, D)``) for dk, dv, ``H`` for ``H_KV``; grid ``(cdiv(N_Q, block_m), Hq, B)``, packed
     ``varlen_grid``'s over the queries (``max_seqlen_q``)."""
     ints = _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mask_mod_args)
     ints.update(zip(BACKWARD_STRIDE_NAMES["dq"], attention_strides(dq)))
@@ -391,14 +412,14 @@ def dq_launch(q, k, v, do, dq, delta, key_lengths, mask, block_map, slopes, bloc
     ints["H"] = H
     if cu_seqlens_q is not None:
         return varlen_grid(max_seqlen_q, block_m, cu_seqlens_q, H), ints
-    return (cdiv(ints["N_Q"], block_m), q.shape[0] * H), ints
+    return head_grid(cdiv(ints["N_Q"], block_m), H, q.shape[0]), ints
 
 
 def score_grad_launch(score_f, grid):
     """``(score_grad, ints)`` of a dQ launch of ``grid`` with a user score_mod: its parameter-gradient buffer,
-    one fp32 row of ``len(SF)`` entries per program (``grid[0]·grid[1]`` rows, zeros, contiguous: program
-    ``(pid_m, off_bh)`` owns row ``off_bh·grid[0] + pid_m``, so no atomics, and the rows are summed in a fixed
+    one fp32 row of ``len(SF)`` entries per program (``grid[0]·grid[1]·grid[2]`` rows, zeros, contiguous:
+    program ``(pid_m, h, b)`` owns row ``(b·grid[1] + h)·grid[0] + pid_m``, so no atomics, and the rows are summed in a fixed
     order: bitwise repeatable), and its row stride (claim backward_kernel_addresses). ``score_f``: the packed
     float parameters ``SF`` (fp32, 1-D)."""
-    score_grad = score_f.new_zeros((grid[0] * grid[1], score_f.numel()))
+    score_grad = score_f.new_zeros((grid[0] * grid[1] * grid[2], score_f.numel()))
     return score_grad, {"stride_sgp": score_grad.stride(0)}

@@ -39,6 +39,8 @@ constants (``1/log 2``)     a float literal (``1.4426950408889634``)
                             0.0), 0), 0)``: a score_mod's gradient scatter (spec.score_mods)
 ``int32(x)`` / ``box(c..)``  ``x.to(tl.int32)`` / ``[c_0, c_1, ...]``: a TMA box's int32 coordinates
                             (spec.addresses, claim tma_addresses)
+``program_id(a)``/``int64(x)``  ``tl.program_id(a)`` / ``x.to(tl.int64)``: a program's place in the launch
+                            grid (spec.addresses.GRID_GROUPS, claim launch_grid)
 ``philox_uniform(s, o)``    ``tl.rand(s, o)``: Triton's Philox uniform in [0, 1) (dropout's
                             keep decision, spec.terms.DROPOUT_KEEP; the only draw a kernel makes)
 ==========================  ===============================================
@@ -243,6 +245,13 @@ class TritonPrinter(PythonCodePrinter):
     def _print_int32(self, expr):
         return f"{self.parenthesize(expr.args[0], PRECEDENCE['Atom'], strict=True)}.to(tl.int32)"
 
+    def _print_int64(self, expr):
+        x = expr.args[0]
+        return f"{self._print(x) if x.is_Function else self.parenthesize(x, PRECEDENCE['Atom'], strict=True)}.to(tl.int64)"
+
+    def _print_program_id(self, expr):
+        return f"tl.program_id({int(expr.args[0])})"
+
     def _print_box(self, expr):
         return "[" + ", ".join(self._print(c) for c in expr.args) + "]"
 
@@ -337,6 +346,7 @@ class TorchPrinter(TritonPrinter):
     _print_rowmax = _print_rowsum = _print_dot = _print_trans = TritonPrinter._print_Basic
     _print_philox_uniform = TritonPrinter._print_Basic  # a draw is a kernel's, never the runtime's
     _print_int32 = _print_box = TritonPrinter._print_Basic  # TMA coordinates are a kernel's
+    _print_int64 = _print_program_id = TritonPrinter._print_Basic  # a program's place in the grid is a kernel's
 
 
 # exp2/log2 are sympy.codegen Functions: make sure the dispatcher finds them by name.

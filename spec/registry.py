@@ -39,6 +39,8 @@ class Claim:
     scope: str = ""
     #: names in spec.assumptions.ASSUMPTIONS the statement relies on (accepted input ranges)
     assumptions: tuple[str, ...] = ()
+    #: names in spec.assumptions.HYPOTHESES the proof takes from the hardware's documentation, unproved
+    hypotheses: tuple[str, ...] = ()
 
 
 REGISTRY: dict[str, Claim] = {}
@@ -61,7 +63,7 @@ CLAIM_IDS = (
 
 
 def claim(id: str, statement: str, latex: str, terms: tuple[str, ...] | None = None, scope: str = "",
-          assumptions: tuple[str, ...] = ()):
+          assumptions: tuple[str, ...] = (), hypotheses: tuple[str, ...] = ()):
     """Decorator: register ``fn() -> Result`` as the proof of claim ``id``.
 
     ``terms`` defaults to the names of the kernel terms (``spec.terms``) whose ``claim``
@@ -70,7 +72,7 @@ def claim(id: str, statement: str, latex: str, terms: tuple[str, ...] | None = N
 
     def register(fn: Callable[[], Result]) -> Callable[[], Result]:
         names = terms if terms is not None else _licensed_terms(id)
-        REGISTRY[id] = Claim(id, statement, latex, fn, names, scope, tuple(assumptions))
+        REGISTRY[id] = Claim(id, statement, latex, fn, names, scope, tuple(assumptions), tuple(hypotheses))
         return fn
 
     return register

@@ -45,15 +45,8 @@ GQA_HEAD = Term(off_kvh, sp.floor(off_h / group), "gqa_head_map",
 GQA_GROUP_HEAD = Term(off_h, off_kvh * group + g, "gqa_head_map",
                       "the g-th query head of this K/V head's group")
 
-
-#: the launch grid's second axis, one program per (batch, head): ``off_bh = b·H + h`` split back
-#: into ``(b, h)`` (int64 from here on). Kernel text, not a term (the printer has no ``%`` or
-#: cast): the hygiene check (generator.hygiene) allows exactly these lines, and claim
-#: gqa_head_map proves each a bijection of [0, B·H) onto [0, B) x [0, H).
-GRID_LINES = {
-    ("off_bh", "H"): ("off_b = (off_bh // H).to(tl.int64)", "off_h = (off_bh % H).to(tl.int64)"),
-    ("off_bkv", "H_KV"): ("off_b = (off_bkv // H_KV).to(tl.int64)", "off_kvh = (off_bkv % H_KV).to(tl.int64)"),
-}
+#: (the launch grid's split of a program id into (tile, head, batch) is printed: spec.addresses.GRID_GROUPS,
+#: claim launch_grid)
 
 # ---------------------------------------------------------------------------------- stages
 class Stage(NamedTuple):

@@ -61,6 +61,16 @@ class int32(sp.Function):
     says why it does)."""
 
 
+class int64(sp.Function):
+    """An integer widened to int64 (``x.to(tl.int64)``): the same value (a program's batch and head index, so
+    that their products with strides are int64)."""
+
+
+class program_id(sp.Function):
+    """The launch grid's program index along axis ``args[0]`` (``tl.program_id(axis)``): in ``[0, grid[axis])``
+    for the grid ``spec.launch`` computes (claim launch_grid)."""
+
+
 class box(sp.Function):
     """A TMA box's coordinates ``[c_0, ..., c_{n-1}]``, one per dimension of its descriptor's tensor: the box's
     first element (spec.addresses.tma_element)."""

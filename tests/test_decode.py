@@ -133,21 +133,21 @@ def test_int_cache_seqlens_and_default_scale_and_splits():
     torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=1e-5)
 
 
-def test_batch_invariant_splits_past_the_grid_axis_are_refused():
-    """batch_invariant puts one split per 512 keys on the decode grid's axis 1, which CUDA caps at
-    spec.launch.GRID_AXIS_MAX (65535): a longer cache is refused before any launch, naming num_splits and the
-    fix (an expanded cache: no memory). One split fewer is accepted (stubbed launches: nothing runs)."""
+def test_batch_invariant_splits_fold_into_axis_0_and_past_it_are_refused():
+    """batch_invariant puts one split per 512 keys on the decode grid's axis 0 (row tiles x splits, CUDA's
+    2^31 - 1; claim launch_grid): 65536 splits, past the 65535 an axis 1 held before, now launch (stubbed: nothing
+    runs; an expanded cache: no memory), and row tiles x splits past 2^31 - 1 (2^17 query rows on a 2^28-key
+    cache: 2^13 tiles x 2^19 splits) is refused before any launch, naming num_splits and the fix."""
     from benchmarks import host
     from generator.runtime.decode import BATCH_INVARIANT_SPLIT_KEYS
     from spec.launch import GRID_AXIS_MAX
 
-    q = torch.zeros(1, 1, 1, 16)
-    for keys, refused in ((GRID_AXIS_MAX * BATCH_INVARIANT_SPLIT_KEYS, False),
-                          (GRID_AXIS_MAX * BATCH_INVARIANT_SPLIT_KEYS + 1, True)):
+    for n_q, keys, refused in ((1, GRID_AXIS_MAX * BATCH_INVARIANT_SPLIT_KEYS + 1, False), (2**17, 2**28, True)):
+        q = torch.zeros(1, 1, 1, 16).expand(1, n_q, 1, 16)
         cache = torch.zeros(1, 1, 1, 16).expand(1, keys, 1, 16)
         with host.stubbed_launches() as launched:
             if refused:
-                with pytest.raises(ValueError, match=r"num_splits: .*GRID_AXIS_MAX.*batch_invariant=False"):
+                with pytest.raises(ValueError, match=r"num_splits: .*2147483647.*batch_invariant=False.*grid_axes"):
                     flash_attention_with_kvcache(q, cache, cache, 8, batch_invariant=True)
             else:
                 flash_attention_with_kvcache(q, cache, cache, 8, batch_invariant=True)

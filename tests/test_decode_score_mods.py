@@ -18,6 +18,7 @@ import torch
 from test_decode import D, TOL, make_problem
 
 from generated import flash_attention_with_kvcache
+from generator import checking
 from spec import reference
 
 #: lse is fp32 on chip in every dtype: a bound of fp32 rounding over ~70 keys
@@ -190,3 +191,32 @@ def test_custom_op_with_score_mods_compiles():
 
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     assert torch.equal(compiled(q, k, v, lens), f(q, k, v, lens))
+
+
+#: ALiBi slopes as views with their own strides: a (Hq,) slice of stride 2, a (B, Hq) transpose (strides (1, B)),
+#: a (Hq,) expanded to (B, Hq) (batch stride 0); values 0.05-0.25, a different one per (batch, head)
+SLOPE_VIEWS = {
+    "(Hq,) stride 2": lambda g, B, Hq: (0.05 + 0.2 * torch.rand(2 * Hq, generator=g))[::2],
+    "(B, Hq) transposed": lambda g, B, Hq: (0.05 + 0.2 * torch.rand(Hq, B, generator=g)).t(),
+    "(B, Hq) expanded": lambda g, B, Hq: (0.05 + 0.2 * torch.rand(Hq, generator=g)).expand(B, Hq),
+}
+
+
+@pytest.mark.parametrize("layout", list(SLOPE_VIEWS))
+def test_decode_alibi_slopes_at_any_strides(layout):
+    """Issue 24: decode reads the ALiBi slopes at the strides spec.launch.decode_launch takes from the tensor as
+    passed (claim decode_addresses); each view gives the float64 reference's result within the case's bound
+    (generator.checking, ALiBi's β included). GQA 2 x 2 heads, 2 new tokens, 40 keys, two splits."""
+    B, Hq, lens = 2, 4, [40, 37]
+    q, k, v, lens_t, _, _ = make_problem(11, B, 2, 2, 2, lens, torch.float32, capacity=40)
+    slopes = SLOPE_VIEWS[layout](torch.Generator().manual_seed(11), B, Hq)
+    assert not slopes.is_contiguous()
+    out, lse = run(q, k, v, lens_t, None, None, 2, causal=True, alibi_slopes=slopes)
+    want_o, want_lse = reference_decode(q, k, v, lens, causal=True, alibi_slopes=slopes)
+    for b, L in enumerate(lens):  # per batch entry: its keys (no NaN past the length) and its shift
+        head_first = lambda t: t[b:b + 1].transpose(1, 2)  # noqa: E731  (B, N, H, D) -> (1, H, N, D)
+        slope_b = slopes[b] if slopes.dim() == 2 else slopes
+        failures = checking.attention_failures(
+            head_first(out), lse[b:b + 1], head_first(want_o), want_lse[b:b + 1], head_first(v)[:, :, :L],
+            q=head_first(q), k=head_first(k)[:, :, :L], alibi=checking.alibi_beta(slope_b, 2, L, shift=L - 2))
+        assert failures == [], (layout, b, failures)

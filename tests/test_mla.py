@@ -394,3 +394,33 @@ def test_an_unscaled_tail_gradient_is_caught(monkeypatch, tmp_path):
     _, _, ref_grads = _reference(q, k, v, do)
     errors = _grad_errors(grads, ref_grads)
     assert errors[1] > GRAD_TOLERANCES_EMPIRICAL[torch.float32] and max(errors[0], errors[2]) <= 1e-4, errors
+
+
+# ---------------------------------------------------------------- the forward's launch settings at MLA pairs
+def test_forward_settings_keyed_by_both_head_dims():
+    """The forward's launch settings are keyed by the padded widths of q/k and of v
+    (``launch.fwd_settings_key``), so DeepSeek's (192, 128) on the 64x64 pointer path (sm_80's default,
+    sm_90's fallback) runs the MLA bucket of generator.variants.FWD_SM80 (4 warps, 2 stages; its packed
+    kernel one stage), while the square 192 and 256, (256, 128), dropout, FP8 and a mask_mod keep the
+    square bucket's 8 warps (4 spill there: the table's docstring). Keyed by the wider width alone, as
+    before, (192, 128) took 8 warps."""
+    from generated import attention_fwd_br64_bc64 as fwd, attention_fwd_maskmod_document_br64_bc64 as fwd_mm
+    from generator.variants import FWD_SM80
+
+    mla, square = FWD_SM80[(64, 64)][(192, 128)], FWD_SM80[(64, 64)][256]
+    assert (mla["num_warps"], square["num_warps"]) == (4, 8)
+    for arch in (80, 90):
+        assert fwd.launch_settings(arch, 192, 128) == mla
+        assert fwd.launch_settings(arch, 192, 64) == mla
+        assert fwd.launch_settings(arch, 192, 128, varlen=True) == dict(mla, num_stages=1)
+        for d, dv in ((192, 192), (256, 128), (128, 256), (256, 256)):
+            assert fwd.launch_settings(arch, d, dv) == square, (d, dv)
+        assert fwd.launch_settings(arch, 192, 128, dropout=True) == square
+        assert fwd.launch_settings(arch, 192, 128, fp8=True) == square
+        assert fwd_mm.launch_settings(arch, 192, 128) == square
+        assert fwd.launch_settings(arch, 128, 64) == fwd.launch_settings(arch, 128)  # the (128, 128) bucket
+    # the ahead-of-time compile (benchmarks.static) takes the same settings as the launch
+    a = fwd.aot_compile_args("bf16", 192, head_dim_v=128, arch=80)
+    assert (a["num_warps"], a["num_stages"]) == (4, 2)
+    a = fwd.aot_compile_args("bf16", 192, head_dim_v=128, arch=80, dropout=True)
+    assert (a["num_warps"], a["num_stages"]) == (8, 2)

@@ -1388,10 +1388,10 @@ def test_forward_address_launch_bugs_are_refuted():
 
     def rounded_down(*args, **kw):
         grid, ints = LA.forward_launch(*args, **kw)
-        return (sp.floor(ints["N_Q"] / args[10]), grid[1]), ints
+        return (sp.floor(ints["N_Q"] / args[10]), *grid[1:]), ints
 
     assert _forward_failing(launch=rounded_down) == [
-        "the grid covers every (b, h, i): grid[0]·BLOCK_M >= N_Q, grid[1] = B·Hq"]
+        "the grid covers every (b, h, i): grid[0]·BLOCK_M >= N_Q, grid[1:] = (Hq, B)"]
 
     def swapped_slopes(*args, **kw):
         grid, ints = LA.forward_launch(*args, **kw)
@@ -1564,10 +1564,11 @@ def test_backward_address_launch_bugs_of_the_kernels_are_refuted():
 
     def rounded_down(q, k, v, do, dq, delta, *rest, **kw):
         grid, ints = LA.dq_launch(q, k, v, do, dq, delta, *rest, **kw)
-        return (sp.floor(ints["N_Q"] / rest[4]), grid[1]), ints
+        return (sp.floor(ints["N_Q"] / rest[4]), *grid[1:]), ints
 
     failing = _bwd_failing(dq_launch=rounded_down)
-    assert failing == ["dq: the grid covers every row tile of every (b, h): grid[0]·BLOCK_M >= N_Q, grid[1] = B·Hq"]
+    assert failing == ["dq: the grid covers every row tile of every (b, h): grid[0]·BLOCK_M >= N_Q, grid[1:] = (Hq, B), "
+                       "and the kernel's H is grid[1] (the score_mod gradient's rows)"]
 
     def lse2_transposed(lse, sinks):
         delta, lse2, dsink = LA.backward_row_tensors(lse, sinks)
@@ -1783,7 +1784,7 @@ def test_tma_descriptor_bugs_are_refuted():
     zeros), V's box BLOCK_D wide (MLA: D_v != D), the descriptor's strides of b and h swapped."""
     def flattened(t, rows, width):
         return ([t.shape[0] * t.shape[1], t.shape[2], t.shape[3]], [t.stride(1), t.stride(2), t.stride(3)],
-                [1, rows, width])
+                [1, rows, width], "zero")
 
     assert all(name.endswith("]") and "the box is the pointer path's tile" in name
                for name in _tma_failing(descriptor=flattened))
@@ -1794,10 +1795,17 @@ def test_tma_descriptor_bugs_are_refuted():
     assert _tma_failing(operands=v_at_k_width) == ["v: the box is the pointer path's tile [1, 1, BLOCK_N, BLOCK_DV]"]
 
     def swapped(t, rows, width):
-        shape, strides, block = LA.tma_descriptor(t, rows, width)
-        return shape, [strides[1], strides[0], *strides[2:]], block
+        shape, strides, block, padding = LA.tma_descriptor(t, rows, width)
+        return shape, [strides[1], strides[0], *strides[2:]], block, padding
 
     assert len(_tma_failing(descriptor=swapped)) == 6  # each operand's element
+
+    def nan_fill(t, rows, width):  # Triton's padding="nan": the padding columns' NaN would reach the dot
+        return (*LA.tma_descriptor(t, rows, width)[:3], "nan")
+
+    assert _tma_failing(descriptor=nan_fill) == [
+        f"{x}: the descriptor's out-of-bound fill is zero (padding 'zero')"
+        for x in ("q", "out", "k", "v", "q_tail", "k_tail")]
 
 
 def test_fp8_descale_offset_bugs_are_refuted():
@@ -1834,6 +1842,37 @@ def test_decode_fp8_descale_offset_bugs_are_refuted():
         "paged: vdesc_off is v_descale[b, off_kvh]", "contiguous: vdesc_off is v_descale[b, off_kvh]"]
 
 
+def test_decode_slope_strides_and_head_are_refuted():
+    """Decode's ALiBi slope (issue 24: its strides passed by hand until then): decode_launch passing the strides of
+    contiguous slopes whatever the tensor (a strided view or an expanded one read wrong), the offset with the batch
+    stride dropped (a (B, Hq) tensor read as (Hq,)), and head_safe without its padding select (a padding row past
+    the last head reads outside the slopes: the load has no mask)."""
+    def contiguous_slopes(*args, alibi_slopes=None, **kw):
+        grid, ints, constexprs = LA.decode_launch(*args, alibi_slopes=alibi_slopes, **kw)
+        if alibi_slopes is None:
+            return grid, ints, constexprs
+        return grid, dict(ints, stride_sb=alibi_slopes.shape[-1] if alibi_slopes.dim() == 2 else 0,
+                          stride_sh=1), constexprs
+
+    tags = ("paged", "contiguous")
+    assert _failing(PAD.prove_decode_addresses(launch=contiguous_slopes)) == [
+        f"{tag}: slopes {stag}: slope offset at {lanes}" for tag in tags for stag, lanes in (
+            ("(Hq,)", "row_ok lanes: alibi_slopes[head]"), ("(B, Hq)", "row_ok lanes: alibi_slopes[b, head]"),
+            ("(B, Hq)", "padding lanes: alibi_slopes[b, 0]"))]
+    DG = AD.DECODE_GROUPS
+    no_batch = swap(DG["slope_offset"], AD.slope_off, AD.off_h * AD.S_["stride_sh"])
+    assert _failing(PAD.prove_decode_addresses(groups=dict(DG, slope_offset=no_batch))) == [
+        f"{tag}: slopes (B, Hq): slope offset at {lanes}" for tag in tags
+        for lanes in ("row_ok lanes: alibi_slopes[b, head]", "padding lanes: alibi_slopes[b, 0]")]
+    unsafe = swap(DG["slope_head"], AD.head_safe, sp.Piecewise((AD.head, AD.row_ok), (AD.head, True)))
+    assert _failing(PAD.prove_decode_addresses(groups=dict(DG, slope_head=unsafe))) == [
+        f"{tag}: {what}" for tag in tags for what in (
+            "slopes (Hq,): slope offset at padding lanes: alibi_slopes[0]",
+            "slopes (B, Hq): slope offset at padding lanes: alibi_slopes[b, 0]",
+            "slopes (Hq,)[head_safe] inside (padding lanes; the load has no mask)",
+            "slopes (B, Hq)[b, head_safe] inside (padding lanes; the load has no mask)")]
+
+
 def test_mask_mod_row_stride_by_hand_is_refuted():
     """stride_mmb taken from the wrong dimension of mask_mod_args (the launcher used to pass it by hand; it is
     spec.launch.mask_mod_strides' now, in forward_launch and the backward launches)."""
@@ -1847,9 +1886,9 @@ def test_mask_mod_row_stride_by_hand_is_refuted():
 def test_score_grad_row_bugs_are_refuted():
     """A user score_mod's gradient: the row of the query head only (pid_m dropped: the programs of a head race on
     one row), the buffer made with grid[0] rows only, the buffer made transposed (entries strided by the rows)."""
-    row = swap(BKG["score_grad_row"], AD.sg_base, AD.off_bh * AD.BK_["stride_sgp"])
+    row = swap(BKG["score_grad_row"], AD.sg_base, (AD.off_b * AD.H_ + AD.off_h) * AD.BK_["stride_sgp"])
     failing = _bwd_failing(groups=dict(BKG, score_grad_row=row))
-    assert failing == ["dq: score_grad offset is score_grad[off_bh·grid[0] + pid_m, e]",
+    assert failing == ["dq: score_grad offset is score_grad[(b·grid[1] + h)·grid[0] + pid_m, e]",
                        "dq: two programs of the grid never share a score_grad row (no atomics needed)"], failing
 
     def short(score_f, grid):
@@ -1860,7 +1899,50 @@ def test_score_grad_row_bugs_are_refuted():
         "dq: score_grad[row, e] inside (programs of the grid, entries e < len(SF))"]
 
     def transposed(score_f, grid):
-        buf = score_f.new_zeros((score_f.numel(), grid[0] * grid[1])).transpose(0, 1)
+        buf = score_f.new_zeros((score_f.numel(), grid[0] * grid[1] * grid[2])).transpose(0, 1)
         return buf, {"stride_sgp": buf.stride(0)}
 
-    assert _bwd_failing(score_grad_launch=transposed) == ["dq: score_grad offset is score_grad[off_bh·grid[0] + pid_m, e]"]
+    assert _bwd_failing(score_grad_launch=transposed) == [
+        "dq: score_grad offset is score_grad[(b·grid[1] + h)·grid[0] + pid_m, e]"]
+
+
+# ---------------------------------------------------------------- issue 24: the grid's ceiling (claim launch_grid)
+def test_decode_grid_split_with_mod_and_div_swapped_is_refuted():
+    """Decode's axis 0 split with % and // exchanged (row tile = pid // ROW_TILES, split = pid % ROW_TILES):
+    the row tile leaves [0, ROW_TILES) and the old launch order is lost."""
+    tile, split, *rest = AD.GRID_DECODE
+    pid = tile.expr.args[0]
+    swapped = (replace(tile, expr=sp.floor(pid / AD.ROW_TILES)), replace(split, expr=sp.Mod(pid, AD.ROW_TILES)), *rest)
+    failing = _failing(PAD.prove_launch_grid(groups=dict(AD.GRID_GROUPS, decode=swapped)))
+    assert "decode: every program's (row tile, split, kv head, batch) is in range" in failing, failing
+
+
+def test_grid_head_and_batch_axes_swapped_are_refuted():
+    """The per-head kernels reading the head off axis 2 and the batch off axis 1."""
+    head, batch = AD.GRID_HEAD
+    swapped = (replace(head, expr=batch.expr), replace(batch, expr=head.expr))
+    failing = _failing(PAD.prove_launch_grid(groups=dict(AD.GRID_GROUPS, head=swapped)))
+    assert "forward: every program's (tile, head, batch) is in range" in failing, failing
+
+
+def test_grid_limit_one_past_cuda_is_refuted():
+    """The contract accepting B or Hq = 65536 (the grid_axes limit off by one): axis 1 or 2 passes CUDA's 65535."""
+    failing = _failing(PAD.prove_launch_grid(accepted=LA.GRID_AXIS_MAX + 1))
+    assert "forward: axis 0 <= 2^31 - 1, axes 1, 2 <= 65535 (CUDA's limits)" in failing, failing
+    assert "decode: axis 0 <= 2^31 - 1, axes 1, 2 <= 65535 (CUDA's limits)" in failing, failing
+
+
+def test_batch_times_heads_on_one_axis_is_refuted():
+    """The old grid, (tiles, B·Hq) with the product on axis 1: more than 65535 programs there for accepted
+    shapes (B = Hq = 65535), and the head split no longer the printed one."""
+    def launch(q, *args, **kw):
+        grid, ints = LA.forward_launch(q, *args, **kw)
+        return (grid[0], grid[1] * grid[2], 1), ints
+
+    launches = PAD._grid_launches()
+    grid, ints, kind, sizes, hyp = launches["forward"]
+    t = PAD._forward_tensors()
+    old, _ = launch(t["q"], t["k"], t["v"], t["out"], t["lse"], t["key_lengths"], t["mask"], t["block_map"],
+                    t["slopes"]["(Hq,)"], t["sinks"], n.B_r, t["mask_mod_args"], descales=t["descales"])
+    failing = _failing(PAD.prove_launch_grid(launches={"forward": (old, ints, kind, sizes, hyp)}))
+    assert "forward: axis 0 <= 2^31 - 1, axes 1, 2 <= 65535 (CUDA's limits)" in failing, failing

@@ -438,7 +438,26 @@ def _decode_head_dim_max():
     assert out.shape == (1, 1, 1, 512) and torch.isfinite(out).all()
 
 
+def _grid_axes():
+    """B or Hq one past CUDA's 65535-program grid axis is refused naming the limit (the check itself: no tensor
+    of 65536 heads is built), 65535 accepted; flash_attention refuses 2 heads with the limit lowered to 1."""
+    from generator.runtime import checks
+    from spec import assumptions
+
+    for B, H in ((65536, 1), (1, 65536)):
+        with pytest.raises(ValueError, match=r"more than the 65535 .*grid_axes"):
+            checks.check_grid_axes("q", B, H)
+    checks.check_grid_axes("q", 65535, 65535)
+    old = assumptions.ASSUMPTIONS["grid_axes"]
+    assumptions.ASSUMPTIONS["grid_axes"] = assumptions.Assumption(old.name, old.statement, old.enforcement, 1)
+    try:
+        _rejects(r"q: 2 query heads are more than the 1 .*grid_axes")()
+    finally:
+        assumptions.ASSUMPTIONS["grid_axes"] = old
+
+
 ENFORCED = {
+    "grid_axes": _grid_axes,
     "decode_head_dim_max": _decode_head_dim_max,
     "cache_len_range": _decode_rejects(r"\[0, 32\].*cache_len_range", cache_seqlens=torch.tensor([33],
                                                                                                  dtype=torch.int32),

@@ -60,12 +60,34 @@ def test_every_claim_names_known_assumptions():
         assert set(c.assumptions) <= set(ASSUMPTIONS), (c.id, c.assumptions)
 
 
+def test_hardware_hypotheses_are_named_and_listed():
+    """A claim's hardware hypotheses (spec.assumptions.HYPOTHESES) exist, are named in its scope text, and each
+    hypothesis some claim uses is listed, with its documentation, on docs/verification.md's "What remains outside
+    the proofs"; the scope line of ``python -m spec`` names them."""
+    from spec.assumptions import HYPOTHESES
+
+    page = (ROOT / "docs" / "verification.md").read_text()
+    outside = page.split("## What remains outside the proofs", 1)[1].split("\n## ", 1)[0]
+    used = set()
+    for c in claims.REGISTRY.values():
+        assert set(c.hypotheses) <= set(HYPOTHESES), (c.id, c.hypotheses)
+        for name in c.hypotheses:
+            assert name in c.scope, (c.id, name)
+            assert name in cli.scope_line(c, 0.0), (c.id, name)
+        used |= set(c.hypotheses)
+    assert used == set(HYPOTHESES), set(HYPOTHESES) - used  # no hypothesis without a claim
+    assert [h for h in HYPOTHESES if f"`{h}`" not in outside] == []
+    assert {"tma_out_of_bounds"} <= set(claims.REGISTRY["tma_addresses"].hypotheses)
+    assert "cuTensorMapEncodeTiled" in outside and "must be used to fill out-of-bound elements" in outside
+
+
 def test_json_report(json_run):
     assert json_run.returncode == 0, json_run.stderr
     report = json.loads(json_run.stdout)
     assert [r["id"] for r in report] == list(claims.REGISTRY)
     for r in report:
-        assert set(r) >= {"id", "status", "statement", "detail", "residuals", "scope", "assumptions", "seconds"}
+        assert set(r) >= {"id", "status", "statement", "detail", "residuals", "scope", "assumptions", "hypotheses",
+                          "seconds"}
         assert r["status"] == "PROVED"
         assert r["residuals"] and all(c["residual"] == "0" for c in r["residuals"])
 

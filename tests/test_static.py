@@ -220,6 +220,9 @@ def suite_groups() -> dict[str, list[static.Job]]:
                            f"D_v={static.MLA_TRAIN[0][1]}", "bf16", tma=True),
                       _job("attention_bwd", bwd(90, static.MLA_TRAIN[0][0]), 90, static.MLA_TRAIN[0][0],
                            f"D_v={static.MLA_TRAIN[0][1]}", "bf16")],
+        # the same forward on sm_90's pointer fallback (sm_80's settings, the 64x64 block): its MLA bucket
+        "mla pointer": [_job("attention_fwd", fwd(90, static.MLA_TRAIN[0][0]), 90, static.MLA_TRAIN[0][0],
+                             f"causal, D_v={static.MLA_TRAIN[0][1]}", "bf16")],
     }
     return groups
 
@@ -530,6 +533,18 @@ def test_mla_training_backward_splits_the_head_dim_at_its_default(suite):
     assert not bad, "\n".join(bad)
 
 
+def test_mla_training_forward_on_the_pointer_path_runs_one_warpgroup(suite):
+    """The pointer forward at (192, 128) on sm_90 (the TMA path's fallback, sm_80's settings: the 64x64
+    block) in bf16, causal, at its default: the MLA bucket (generator.variants.FWD_SM80, 4 warps), so its
+    64 rows sit on one warpgroup and MMA issued/needed is <= 1.05 (the square head dim's 8 warps, which
+    ran it before, issued 1.60: both warpgroups recomputed the products); no spill, fits shared memory."""
+    rows = suite["mla pointer"]
+    assert [r["kernel"] for r in rows] == ["_attn_fwd"] and not rows[0].get("tma")
+    bad = [f"{_name(r)}: {r.get('error') or static.verdict(r)}, MMA {r.get('mma_issued_per_needed')}" for r in rows
+           if "error" in r or not all(static.verdict(r).values()) or not r["mma_issued_per_needed"] <= 1.05]
+    assert not bad, "\n".join(bad)
+
+
 def test_fp32_defaults_fit_shared_memory(suite):
     """On float32 inputs on a GPU the defaults (``api.FP32_BLOCK`` for the forward and backward,
     decode at its runtime block with its fp32 stage rule) fit shared memory on sm_80 and sm_90,
@@ -704,58 +719,39 @@ def test_decode_has_loop_columns_and_merge_has_none(rows):
     assert static._loop_cells(merge[0]) == ["n/a", "n/a"]
 
 
-#: launch.py's functions that only a launch runs (score_mod_launch checks the scale through
-#: generator.runtime.checks): not part of what a compile job reads
-LAUNCH_ONLY = {"score_mod_launch", "p_scale"}
+def test_the_cache_key_covers_what_a_compile_reads(monkeypatch):
+    """A cached row is keyed by the module's code (less its comments), ``compile_inputs`` and the job.
+    Sound because ``compile_inputs`` is what ``compile_job`` hands ``triton.compile``: captured here
+    from a real ``compile_job`` (``triton.compile`` stubbed), every kernel's JIT identity,
+    specialisation and options appear in it; and a launch-code change that changes a compile
+    (a launch setting) changes the key."""
+    import triton
 
+    job = static.Job("generated.attention_fwd_br128_bc64", 90, "fp16", 64, "causal")
+    seen = []
 
-def test_the_cache_key_covers_what_a_compile_reads():
-    """A cached row is keyed by the module's code (less its comments), ``KEY_SOURCES`` and
-    the job: sound only while the kernel modules import nothing else of the project (a module that
-    imported, say, generator.runtime.api would compile differently without changing its key)."""
-    import ast
+    def capture(src, target, options):
+        seen.append((src.fn.cache_key, src.signature, options["num_warps"], options["num_stages"], target.arch))
+        raise RuntimeError("stub")
 
-    from benchmarks.common import ROOT
-
-    project = ("generator", "spec", "benchmarks")
-    for name in kernel_modules():
-        tree = ast.parse((ROOT / (name.replace(".", "/") + ".py")).read_text())
-        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-        imported |= {f"{node.module}.{a.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                     for a in node.names}
-        ours = {m for m in imported if m.split(".")[0] in project and m not in ("generator.runtime", "spec")}
-        # spec.launch: the launch-argument functions the claims read (issue 24), in KEY_SOURCES
-        assert ours <= {"generator.runtime.launch", "spec.launch"}, (name, ours)
-    # the project modules those two import, transitively, but inside functions only a launch runs
-    # (LAUNCH_ONLY: never called by an aot_compile_args, checked below), are what a compile job reads
-    def project_imports(path: str) -> set[str]:
-        tree = ast.parse((ROOT / path).read_text())
-        launch_only = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name in LAUNCH_ONLY]
-        skipped = {id(n) for f in launch_only for n in ast.walk(f)}
-        out = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module.split(".")[0] in project and id(node) not in skipped:
-                for a in node.names:  # `from spec import launch` reads spec/launch.py
-                    sub = f"{node.module.replace('.', '/')}/{a.name}.py"
-                    out.add(sub if (ROOT / sub).exists() else node.module.replace(".", "/") + ".py")
-        return out
-
-    closure, todo = set(), ["generator/runtime/launch.py", "spec/launch.py"]
-    while todo:
-        path = todo.pop()
-        if path not in closure:
-            closure.add(path)
-            todo += sorted(project_imports(path))
-    assert closure <= set(static.KEY_SOURCES), closure - set(static.KEY_SOURCES)
-    for name in kernel_modules():
-        tree = ast.parse((ROOT / (name.replace(".", "/") + ".py")).read_text())
-        for f in ast.walk(tree):
-            if isinstance(f, ast.FunctionDef) and f.name == "aot_compile_args":
-                called = {n.attr for n in ast.walk(f) if isinstance(n, ast.Attribute)}
-                assert not called & LAUNCH_ONLY, (name, called & LAUNCH_ONLY)
-    job = static.Job(kernel_modules()[0], 90, "fp16", 64, "none")
+    monkeypatch.setattr(triton, "compile", capture)
+    rows = static.compile_job(job)
+    assert seen and all("stub" in r["error"] for r in rows)
+    inputs = static.compile_inputs(job)
+    for cache_key, signature, warps, stages, arch in seen:
+        assert cache_key in inputs and repr(signature) in inputs and arch == job.arch
+        assert f"{warps}, {stages})" in inputs
+    monkeypatch.undo()
+    key = job.cache_key("3.6.0")
+    assert key == job.cache_key("3.6.0")  # deterministic: the cache is hit at all
     # the job enters the key
-    assert job.cache_key("3.6.0") != static.Job(job.module, 80, "fp16", 64, "none").cache_key("3.6.0")
+    assert key != static.Job(job.module, 80, "fp16", 64, "causal").cache_key("3.6.0")
+    # a launch setting the module reads from generator.runtime.launch: another compile, another key
+    from generator.runtime import launch
+
+    real = launch.pick_settings
+    monkeypatch.setattr(launch, "pick_settings", lambda *a, **k: {**real(*a, **k), "num_warps": 2})
+    assert job.cache_key("3.6.0") != key
 
 
 def test_fp8_forward_is_fp8_wgmma_without_spill(suite):

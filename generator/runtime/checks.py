@@ -251,6 +251,29 @@ def check_gqa(Hq: int, Hkv: int, kv: str = "key/value heads", of: str = "q and k
                          f"[{ASSUMPTIONS['gqa_divides'].name}]")
 
 
+def check_grid_axes(name: str, batch: int, heads: int) -> None:
+    """The batch and the query heads of a call fit CUDA's grid axes 2 and 1 (``spec.launch.head_grid``,
+    ``decode_launch``: claim launch_grid) [grid_axes]; ``name`` the argument they are read from."""
+    most = limit("grid_axes")
+    for what, size, axis in (("batch entries", batch, 2), ("query heads", heads, 1)):
+        if size > most:
+            raise ValueError(f"{name}: {size} {what} are more than the {most} a CUDA launch grid's axis {axis} holds "
+                             f"(the kernels launch one program per tile, head and batch entry); split the call into "
+                             f"chunks of at most {most} {what} [grid_axes]")
+
+
+def check_decode_rows(name: str, rows: int, splits: int) -> None:
+    """Decode's axis 0 (row tiles x splits, rows per program at least 16) fits CUDA's 2^31 - 1 [grid_axes]:
+    ``rows`` = GROUP x N_q query rows per KV head, ``splits`` the most splits the call can take."""
+    from spec import launch as spec_launch
+
+    programs, most = -(-rows // 16) * splits, spec_launch.GRID_AXIS0_MAX
+    if programs > most:
+        raise ValueError(f"{name}: {rows} query rows per KV head (GROUP x N_q) in {splits} splits take up to {programs} "
+                         f"programs on the decode grid's axis 0, more than CUDA's {most} (spec.launch.GRID_AXIS0_MAX); "
+                         f"pass fewer new tokens per call, or fewer splits (batch_invariant=False) [grid_axes]")
+
+
 def check_head_dim(D: int, of: str = "q, k, v", bound: int | None = None, assumption: str = "head_dim_max"):
     """A head dim the kernels support [head_dim_max] (``bound``/``assumption``: another limit's, e.g.
     decode's pair ``decode_head_dim_max``)."""

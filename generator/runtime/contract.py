@@ -323,13 +323,15 @@ def _dense_qkv(q_shape: str, kv_shape: str, v_shape: str, strides: str = ANY, fp
                        lambda n, v, c: R.check_dtypes(c["q"], c["k"], c["v"], fp8), bad=lambda c, n: {n: c[n].double()})
     both = lambda f: (lambda c, n: {"k": f(c["k"]), "v": f(c["v"])})  # noqa: E731  (k and v changed alike)
     return (Arg("q", _dtypes() + ", one dtype for q, k, v", q_shape + f", D in 1..{limit('head_dim_max')}", ANY,
-                "any (keys past a length are never read)", qkv,
+                "any (keys past a length are never read)", qkv + ("grid_axes",),
                 rules=(R.is_tensor(), R.supported_device(), rank4,
                        R.call("a supported dtype" + (" or FP8" if fp8 else ""),
                               lambda n, v, c: R.check_supported_dtype(n, v, fp8), KIND,
                               bad=lambda c, n: {n: c[n].double()}),
                        R.call(f"D in 1..{limit('head_dim_max')}", lambda n, v, c: R.check_head_dim(v.shape[3]), bad=lambda c, n: {n: c[n][..., :0], **both(
                                lambda t: t[..., :0])(c, n)}),
+                       R.call("B, Hq ≤ grid_axes (CUDA's grid axes 2 and 1)", lambda n, v, c: R.check_grid_axes(
+                           n, v.shape[0], v.shape[1]), bad=lambda c, n: _lower("grid_axes", 0)),
                        R.call(_seq_lens("N_q + N_k"), lambda n, v, c: R.check_seq_lens(v.shape[2], c["k"].shape[2]),
                               bad=lambda c, n: _lower("seq_len_int32", 1)),
                        R.call("in-slice offsets of q, k, v, mask, out fit int32", lambda n, v, c: R.check_index_width(
@@ -757,22 +759,17 @@ def _batch_invariant_splits(n, v, c):
 
 
 def _decode_grid_splits(n, v, c):
-    """The decode grid's splits (axis 1: ``spec.launch.decode_launch``) fit CUDA's ``GRID_AXIS_MAX``:
-    ``num_splits``, or with ``batch_invariant`` one split per ``BATCH_INVARIANT_SPLIT_KEYS`` keys of the cache."""
+    """The decode grid's axis 0 (row tiles x splits: ``spec.launch.decode_launch``) fits CUDA's 2^31 - 1 for the
+    most splits the call can take: ``num_splits`` (0: the heuristic's, at most ``num_splits_max``), or with
+    ``batch_invariant`` one split per ``BATCH_INVARIANT_SPLIT_KEYS`` keys of the cache [grid_axes]."""
     from generator.runtime.decode import BATCH_INVARIANT_SPLIT_KEYS  # decode imports this module
 
-    most = spec_launch.GRID_AXIS_MAX
     if c["batch_invariant"] is True:
-        capacity = _kv_capacity(c)
-        splits = spec_launch.cdiv(capacity, BATCH_INVARIANT_SPLIT_KEYS)
-        if splits > most:
-            raise ValueError(f"num_splits: batch_invariant=True cuts a cache of {capacity} keys into {splits} splits of "
-                             f"{BATCH_INVARIANT_SPLIT_KEYS} keys, more than the {most} a CUDA grid axis holds (the "
-                             f"decode grid's axis 1, spec.launch.GRID_AXIS_MAX); pass batch_invariant=False, or a "
-                             f"cache of at most {most * BATCH_INVARIANT_SPLIT_KEYS} keys")
-    elif v > most:
-        raise ValueError(f"num_splits={v} is more than the {most} splits a CUDA grid axis holds (the decode grid's "
-                         f"axis 1, spec.launch.GRID_AXIS_MAX): pass num_splits ≤ {most}, or 0 for the heuristic")
+        splits = spec_launch.cdiv(_kv_capacity(c), BATCH_INVARIANT_SPLIT_KEYS)
+    else:
+        splits = v or limit("num_splits_max")
+    q, k = c["q"], c["k_cache"]
+    R.check_decode_rows(n, q.shape[2] // k.shape[2] * q.shape[1], splits)
 
 
 def _cache_rows_rules(meaning: str) -> tuple:
@@ -868,11 +865,13 @@ def _kvcache_args() -> tuple[Arg, ...]:
     return (
         Arg("q", _dtypes() + ", one dtype for q and the cache" + "; or an FP8 cache: k_cache, v_cache float8_e4m3fn/"
             "e5m2, q in that dtype or fp16/bf16", f"(B, N_q, Hq, D), D in 1..{limit('decode_head_dim_max')[0]}",
-            ANY, "any", ("dtypes", "decode_head_dim_max", "gqa_divides", "index_int32", "fp8_descales"),
+            ANY, "any", ("dtypes", "decode_head_dim_max", "gqa_divides", "index_int32", "fp8_descales", "grid_axes"),
             rules=(R.is_tensor(), R.supported_device(), R.rank(4, "(batch, N_q, Hq, D): FlashAttention's layout"),
                    R.call("a supported dtype or FP8", lambda n, v, c: R.check_supported_dtype(n, v, True), KIND,
                           bad=lambda c, n: {n: c[n].double()}), _kv_no_grad(),
                    R.call("B, N_q, Hq ≥ 1; D in 1..max", _kv_q_dims, bad=lambda c, n: {n: c[n][:, :0]}),
+                   R.call("B, Hq ≤ grid_axes (CUDA's grid axes 2 and 1)", lambda n, v, c: R.check_grid_axes(
+                       n, v.shape[0], v.shape[2]), bad=lambda c, n: _lower("grid_axes", 0)),
                    R.call("in-slice offsets of q, the cache and out fit int32", _kv_index_width,
                           bad=lambda c, n: _lower("index_int32", 0)))),
         Arg("k_cache", "q's", "(B, N_cache, Hkv, D), or paged (num_pages, page_size, Hkv, D)", ANY,
@@ -974,16 +973,16 @@ def _kvcache_args() -> tuple[Arg, ...]:
             "each side clamped to N_q + capacity (claim `window_clamp`: the same keys)", _window_rules()),
         SCALE,
         Arg("num_splits", "an int (numpy ints too; not bool)", "—", NONE,
-            f"0..{limit('num_splits_max')}; 0 picks enough splits to fill the GPU", ("num_splits_max",),
+            f"0..{limit('num_splits_max')}; 0 picks enough splits to fill the GPU", ("num_splits_max", "grid_axes"),
             rules=(R.call("an int in 0..num_splits_max", lambda n, v, c: R.check_num_splits(v), KIND,
                           convert=lambda v, c: R.check_num_splits(v), bad=lambda c, n: {n: -1}),
                    R.call("not a bool", lambda n, v, c: R.check_num_splits(v), KIND, bad=lambda c, n: {n: True}),
                    R.call("0 with batch_invariant", _batch_invariant_splits,
                           bad=lambda c, n: {n: 3, "batch_invariant": True}),
-                   R.call(f"the decode grid's splits ≤ {spec_launch.GRID_AXIS_MAX} (CUDA's grid axis 1; "
-                          "batch_invariant: one per BATCH_INVARIANT_SPLIT_KEYS keys)", _decode_grid_splits,
+                   R.call("the decode grid's axis 0, ceil(GROUP·N_q / 16) x splits ≤ 2^31 − 1 (CUDA's limit; "
+                          "batch_invariant: one split per BATCH_INVARIANT_SPLIT_KEYS keys)", _decode_grid_splits,
                           bad=lambda c, n: {n: 2, "batch_invariant": False,
-                                            **_patched(spec_launch, "GRID_AXIS_MAX", 1)}))),
+                                            **_patched(spec_launch, "GRID_AXIS0_MAX", 1)}))),
         RETURN_LSE, SOFTCAP,
         _alibi(lambda c: (((c["q"].shape[2],), _kv_sizes(c)), _kv_sizes(c))),
         _sinks(lambda c: (((c["q"].shape[2],),), _kv_sizes(c)), "any finite logits (inference only: no gradient)",
@@ -1079,9 +1078,11 @@ def entry_points() -> dict[str, tuple[Arg, ...]]:
                        *_paged_varlen_rules("v"))),
             Arg("cu_seqlens_q", "int32 tensor", "(B + 1,), B ≥ 1", COPIED,
                 "from 0, non-decreasing, ending at total_q (read on the host, one sync, also under torch.compile); "
-                "each segment's rows within int32 offsets", ("index_int32",),
+                "each segment's rows within int32 offsets", ("index_int32", "grid_axes"),
                 rules=(R.call("int32 (B + 1,), B ≥ 1", lambda n, v, c: R.check_cu_seqlens(n, v), KIND,
-                              bad=lambda c, n: {n: c[n].long()}), _offsets_in_op())),
+                              bad=lambda c, n: {n: c[n].long()}), _offsets_in_op(),
+                       R.call("B, Hq ≤ grid_axes (CUDA's grid axes 2 and 1)", lambda n, v, c: R.check_grid_axes(
+                           n, v.shape[0] - 1, c["q"].shape[1]), bad=lambda c, n: _lower("grid_axes", 0)))),
             Arg("cu_seqlens_k", "int32 tensor", "cu_seqlens_q's", COPIED,
                 "as cu_seqlens_q, ending at total_k; with block_table each sequence's key count ≤ its pages' "
                 "capacity (opt-in check; else clamped to it by the paged path)", ("index_int32", "cache_len_range"),

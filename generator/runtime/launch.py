@@ -165,9 +165,11 @@ def memory_path_arch(arch: int, use_tma: bool) -> int:
     return arch if use_tma else SETTINGS_ARCHS[0]
 
 
-def pick_settings(table: dict, arch: int, head_dim: int) -> dict:
+def pick_settings(table: dict, arch: int, head_dim) -> dict:
     """The entry of a generated ``{arch: {largest padded head dim: settings}}`` table for ``arch``
-    (the largest listed one not above it) and ``head_dim`` (the first bucket that holds it)."""
+    (the largest listed one not above it) and ``head_dim`` (the first bucket that holds it). A table
+    keyed by ``(q/k width, v width)`` pairs (the forward's: ``fwd_settings_key``) takes a pair: the
+    first bucket, in sorted order, that holds both widths."""
     archs = sorted(table)
     chosen = archs[0]
     for a in archs:  # plain loops: torch.compile traces this inside flash_attention
@@ -175,9 +177,21 @@ def pick_settings(table: dict, arch: int, head_dim: int) -> dict:
             chosen = a
     dims = sorted(table[chosen])
     for d in dims:
-        if d >= head_dim:
+        if (d >= head_dim) if isinstance(d, int) else (d[0] >= head_dim[0] and d[1] >= head_dim[1]):
             return table[chosen][d]
     return table[chosen][dims[-1]]
+
+
+def fwd_settings_key(head_dim: int, head_dim_v: int, *, narrow_v: bool = True) -> tuple[int, int]:
+    """The forward's launch-settings bucket of q/k's head dim and v's (MLA: D_v != D): the widths the
+    kernel holds a row at, q/k's as ``head_dim_split`` pads it (192 = 128 + 64: 192; 256: 256) and
+    v's padded, ``block_d(D_v)``. A row's registers are its Q tile's (D wide) and its fp32
+    accumulator's (D_v wide), so a narrower V can run a setting the square head dim spills at
+    (generator.variants.FWD_SM80 says where). ``narrow_v=False`` (a kernel whose own registers leave
+    no room for that: dropout's, FP8's) gives the square bucket of the wider width."""
+    main, tail = head_dim_split(head_dim)
+    widths = block_d(main) + (block_d(tail) if tail else 0), block_d(head_dim_v)
+    return widths if narrow_v else (max(widths), max(widths))
 
 
 def mask_constexprs(causal: bool, window: bool, lengths: bool, dense: bool) -> dict:

@@ -45,6 +45,10 @@ class _Z3A(_Z3):
 
     def __call__(self, e):
         e = sp.sympify(e)
+        if isinstance(e, terms.int64):  # a widening: the same value
+            return self(e.args[0])
+        if isinstance(e, terms.program_id):  # a program's index on grid axis a
+            return self.vars.setdefault(f"program_id_{int(e.args[0])}", z3.Int(f"program_id_{int(e.args[0])}"))
         if isinstance(e, sp.Mod):
             return self(e.args[0]) % self(e.args[1])
         if isinstance(e, sp.StrictGreaterThan):
@@ -52,6 +56,18 @@ class _Z3A(_Z3):
         if isinstance(e, sp.GreaterThan):
             return self(e.lhs) >= self(e.rhs)
         return super().__call__(e)
+
+
+def _grid_program(group, grid, ints, z):
+    """One program of ``grid``, ``program_id(a)`` in ``[0, grid[a])``, and the z3 value there of each printed
+    term of ``group`` (``spec.addresses.GRID_GROUPS``, its sizes as ``ints`` passes them): ``(hyp, {symbol:
+    value})``."""
+    hyp = [z3.And(0 <= z(terms.program_id(a)), z(terms.program_id(a)) < z(sp.sympify(g))) for a, g in enumerate(grid)]
+    values = {}
+    for t in group:
+        sizes = {s: sp.sympify(ints[s.name]) for s in t.expr.free_symbols if s.name in ints}
+        values[t.symbol] = z(t.expr.xreplace(sizes))
+    return hyp, values
 
 
 # ----------------------------------------------------------------------------------
@@ -73,6 +89,10 @@ def _decode_tensors(paged: bool):
     return q, k, v, out, lse, cs, bt, sinks, leftpad, batch_idx, descales
 
 
+#: ALiBi slopes as the decode accepts them (checks.check_score_mods), any strides (a view, a stride-0 expand)
+DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
+
+
 @claim(A.CLAIM_DECODE,
        "decode's addresses: for all shapes and non-negative strides of q (B, N_q, Hq, D), a contiguous "
        "(B_cache, N_cache, Hkv, D) or paged (num_pages, PAGE_SIZE, Hkv, D) k cache and a v cache of the same "
@@ -86,9 +106,12 @@ def _decode_tensors(paged: bool):
        "(off_bc = b, or cache_batch_idx[b] with HAS_BATCH_IDX), v_cache likewise at dv, "
        "out[split, b, tok, head, dv], lse[split, b, tok, head], sinks[head], an FP8 cache's "
        "q/k/v_descale[b, kvh] (three float32 (B, Hkv) tensors, any strides: spec.launch.descale_strides, through "
-       "decode_launch; the shared _fp8_descales) — and that element lies inside the "
-       "tensor's shape for every program of the grid (row tiles, splits, B·Hkv: program_id 0, 1, 2) and every lane "
-       "its mask lets through (d < D, dv < D_v); "
+       "decode_launch; the shared _fp8_descales), the ALiBi slope alibi_slopes[head] ((Hq,)) or [b, head] ((B, Hq)) "
+       "at any strides (spec.launch.slope_strides, through decode_launch; the offset printed into the shared "
+       "_score_mod_scalars at off_h = head_safe, head 0 on a padding row) — and that element lies inside the "
+       "tensor's shape for every program of the grid (row tiles x splits, Hkv, B: program_id 0, 1, 2, split as "
+       "spec.addresses.GRID_DECODE prints it) and every lane "
+       "its mask lets through (d < D, dv < D_v; the slope's load has no mask: every lane, padding rows included); "
        "with the head dim split at D_v (MLA, claim head_dim_split) the tails q[b, tok, head, dt] and "
        "k_cache[..., kvh, dt] for HEAD_DIM <= dt < D; and with v_cache = k_cache[..., :D_v] (k's pointer and "
        "strides) the v offset at lane d is the k offset (the kernel uses its K tile as V) (given Hq = GROUP·Hkv, 0 <= cache_seqlens[b] <= "
@@ -101,7 +124,7 @@ def _decode_tensors(paged: bool):
        terms=tuple(t.name for g in A.DECODE_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the "
              "offsets, z3 for the extents); mathematical integers Z (the kernel's products are int64 where a "
-             "factor is off_b, off_kvh, head or page; tok·stride, slot·stride and d·stride are int32 products "
+             "factor is off_b, off_kvh, head, head_safe or page; tok·stride, slot·stride and d·stride are int32 products "
              "not proven free of overflow); the FP8 descales: (B, Hkv) indexed by q's batch b (not the cache row "
              "off_bc), contiguous and paged alike, their offsets int64 (off_b, off_kvh)")
 def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None):
@@ -184,6 +207,25 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         for term, x, tensor in zip(groups["descale_offsets"], "qkv", descales):
             cases.append((f"{tag}: {x}desc_off is {x}_descale[b, off_kvh]",
                           difference(at(term), sp.expand(tensor.offset_of((A.off_b, A.off_kvh))))))
+        # ALiBi: the slope of the row's head (head_safe: head 0 on a padding row, whose load has no mask), at the
+        # strides decode_launch passes for each accepted layout of the slopes
+        (safe_term,), (slope_term,) = groups["slope_head"], groups["slope_offset"]
+        safe = {ok: safe_term.expr.xreplace({A.row_ok: sp.true if ok else sp.false}).xreplace({A.head: head})
+                for ok in (True, False)}
+        slope_cases = {}
+        for stag, shape in DECODE_SLOPES.items():
+            slopes = A.symbolic("alibi_slopes", shape)
+            s_ints = launch(q, k, v, out, lse, cs, bt, block_m, sinks, cache_leftpad=leftpad, cache_batch_idx=batch_idx,
+                            split_keys=sp.Symbol("split_keys", integer=True), descales=descales,
+                            alibi_slopes=slopes)[1]
+            s_launched = {**launched, **{A.S_[x]: s_ints[x] for x in ("stride_sb", "stride_sh")}}
+            at_head = (lambda h: (h,)) if len(shape) == 1 else (lambda h: (A.off_b, h))  # noqa: E731
+            for ok, what in ((True, "row_ok lanes: alibi_slopes[{}head]"), (False, "padding lanes: alibi_slopes[{}0]")):
+                got = sp.expand(_lanes(slope_term.expr).xreplace({A.off_h: safe[ok]}).xreplace(s_launched))
+                want = sp.expand(slopes.offset_of(at_head(head if ok else sp.Integer(0))))
+                cases.append((f"{tag}: slopes {stag}: slope offset at {what.format('' if len(shape) == 1 else 'b, ')}",
+                              difference(got, want)))
+            slope_cases[stag] = (slopes, at_head)
         (sink_term,) = groups["sink_offset"]
         cases.append((f"{tag}: sink offset is sinks[head]",
                       difference(at(sink_term), sp.expand(sinks.offset_of((head,))))))
@@ -197,14 +239,15 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         Bz, Nqz, Hqz, Dz, Dvz, Hkvz, bm = (z(x) for x in (B, N_q, Hq, D, v.shape[3], Hkv, block_m))
         g_true = z3.Int("group_true")
         hyp = [x >= 1 for x in (Bz, Nqz, Hqz, Dz, Dvz, Hkvz, bm, g_true)] + [Hqz == g_true * Hkvz]
-        split, pid1, pid2, lane = z3.Ints("split pid1 pid2 lane")
+        lane = z3.Int("lane")
         Gz = z(sp.sympify(ints["GROUP"]))
-        grid_z = [z(sp.sympify(x)) for x in grid]
-        # the grid (row tiles, splits, B x Hkv): program_id(0) the row tile, (1) the split, (2) the (b, kv head)
-        hyp += [0 <= pid2, pid2 < grid_z[0], 0 <= split, split < grid_z[1], 0 <= pid1, pid1 < grid_z[2],
-                0 <= lane, lane < bm]
-        offb, kvh = pid1 / z(sp.sympify(ints["H_KV"])), pid1 % z(sp.sympify(ints["H_KV"]))  # spec.structure.GRID_LINES
-        m = pid2 * bm + lane
+        row_tiles = z(sp.sympify(ints["ROW_TILES"]))
+        # the grid (row tiles x splits, Hkv, B): each program's (row tile, split, kv head, b) as the printed
+        # spec.addresses.GRID_DECODE splits it (claim launch_grid: one to one onto them)
+        grid_hyp, prog = _grid_program(A.GRID_DECODE, grid, ints, z)
+        hyp += grid_hyp + [0 <= lane, lane < bm]
+        offb, kvh, split = prog[A.off_b], prog[A.off_kvh], prog[P.split]
+        m = prog[A.pid_m] * bm + lane
         zsub = lambda e: z3.substitute(z(e), (z(A.off_b), offb), (z(A.off_kvh), kvh), (z(A.offs_m), m))  # noqa: E731
         hyp.append(z(A.offs_m) >= 0)
         tok_z, head_z = zsub(tok.xreplace(launched)), zsub(head.xreplace(launched))
@@ -225,6 +268,12 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
                              inside((offb,), (Bz,))))
         cases.append(_decide(f"{tag}: q/k/v_descale[b, kvh] inside (B, Hkv)", hyp,
                              z3.And(*[inside((offb, kvh), [z(x) for x in t.shape]) for t in descales])))
+        for stag, (slopes, at_head) in slope_cases.items():
+            for ok, lanes in ((True, [row_ok]), (False, [z3.Not(row_ok)])):
+                cases.append(_decide(f"{tag}: slopes {stag}[{'b, ' if len(slopes.shape) == 2 else ''}head_safe] inside "
+                                     f"({'row_ok' if ok else 'padding'} lanes; the load has no mask)", hyp + lanes,
+                                     inside([zsub(x.xreplace(launched)) for x in at_head(safe[ok])],
+                                            [z(x) for x in slopes.shape])))
         S_z = z(out.shape[0])
         cases.append(_decide(f"{tag}: out/lse[split, b, tok, head, dv] inside out and lse (lanes row_ok & dv_ok)",
                              hyp + [row_ok, dv_ok, S_z >= 1],
@@ -235,7 +284,7 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         head_m = z3.substitute(z(head.xreplace(launched)), (z(A.off_kvh), kvh))
         cases.append(_decide(f"{tag}: row g·N_q + t is (head kvh·GROUP + g, token t), in the grid and row_ok",
                              hyp + [0 <= g2, g2 < Gz, 0 <= t2, t2 < Nqz, mz == g2 * Nqz + t2],
-                             z3.And(tok_m == t2, head_m == kvh * Gz + g2, mz / bm < grid_z[0],
+                             z3.And(tok_m == t2, head_m == kvh * Gz + g2, mz / bm < row_tiles,
                                     mz < Gz * z(sp.sympify(ints["N_Q"])))))
         # keys: j < split_hi <= key_len <= capacity (the load mask key_ok; claim paged_kv_reads)
         jz, key_len_z = z(j), z3.Int("key_len_value")
@@ -424,10 +473,10 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
     max_seqlen, block = z3.Ints("max_seqlen BLOCK")
     g = grid(sp.Symbol("max_seqlen", integer=True, nonnegative=True), sp.Symbol("BLOCK", integer=True, positive=True),
              passed["q"], sp.Symbol("Hq", integer=True, positive=True))
-    g0, g1 = z(g[0]), z(g[1])
-    pid1, hh = z3.Ints("pid1 head")
-    offb = pid1 / H
-    hyp = [B1 >= 2, H >= 1, block >= 1, max_seqlen >= 0, 0 <= pid1, pid1 < g1]
+    g0 = z(g[0])
+    grid_hyp, prog = _grid_program(A.GRID_HEAD, g, {}, z)  # the (tile, head, segment) split: claim launch_grid
+    offb = prog[A.off_b]
+    hyp = [B1 >= 2, H >= 1, block >= 1, max_seqlen >= 0] + grid_hyp
     cases.append(_decide("every program's segment b has cu_seqlens[b + 1] inside cu_seqlens (B + 1 entries)", hyp,
                          z3.And(0 <= offb, offb + 1 < B1)))
     lo, hi, total, row_i = z3.Ints("cu_b cu_b1 total row")
@@ -611,11 +660,11 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
         cases.append(_decide("q/k/v_descale[b, off_kvh] inside (B, Hkv)", hyp,
                              _inside((offb, offkvh), t["descales"][0].shape)))
         cases.append(_decide("philox[1] inside philox (2,)", [], _inside((z3.IntVal(1),), (2,))))
-        # the grid covers every row of every (batch, query head): cdiv(N_Q, BLOCK_M) tiles, B x Hq programs
-        cases.append(_decide("the grid covers every (b, h, i): grid[0]·BLOCK_M >= N_Q, grid[1] = B·Hq",
+        # the grid covers every row of every (batch, query head): cdiv(N_Q, BLOCK_M) tiles, Hq heads, B entries
+        cases.append(_decide("the grid covers every (b, h, i): grid[0]·BLOCK_M >= N_Q, grid[1:] = (Hq, B)",
                              [x >= 1 for x in (z(B), z(Hq), z(N_Q), z(n.B_r))],
                              z3.And(z(sp.sympify(grid[0])) * z(n.B_r) >= z(N_Q),
-                                    z(sp.sympify(grid[1])) == z(B) * z(Hq))))
+                                    z(sp.sympify(grid[1])) == z(Hq), z(sp.sympify(grid[2])) == z(B))))
     # _dropout_keep: the keep mask (B, H, N_Q, N_K) it writes, at the strides dropout_mask_launch passes
     keep = A.symbolic("keep", ("B", "Hq", "N_Q", "N_K"))
     kgrid, kints = dropout_mask_launch(keep, n.B_r)
@@ -641,17 +690,16 @@ def _inside(idx, shape):
 
 def _grid_hyp(grid, ints, q, k):
     """Hypotheses of one program of ``grid`` and one row lane: ``(hyp, (off_b, off_h, off_kvh, pid_m, row))``
-    in z3, the program split as spec.structure.GRID_LINES and GQA_HEAD print it."""
+    in z3, the program split as spec.addresses.GRID_TILE, GRID_HEAD and spec.structure.GQA_HEAD print it."""
     from spec import structure as S
 
     z = _Z3A()
     B, Hq, Hkv = (z(x) for x in (q.shape[0], q.shape[1], k.shape[1]))
-    group_true, pidm, pid1, lane = z3.Ints("group_true pid_m_value pid1 lane")
+    group_true, lane = z3.Ints("group_true lane")
     hyp = [x >= 1 for x in (B, Hq, Hkv, z(q.shape[2]), z(q.shape[3]), z(k.shape[2]), z(n.B_r), z(n.B_c), group_true)]
-    hyp += [Hq == group_true * Hkv, 0 <= pidm, pidm < z(sp.sympify(grid[0])), 0 <= pid1, pid1 < z(sp.sympify(grid[1])),
-            0 <= lane, lane < z(n.B_r)]
-    H = z(sp.sympify(ints["H"]))
-    offb, offh = pid1 / H, pid1 % H
+    grid_hyp, prog = _grid_program(A.GRID_TILE + A.GRID_HEAD, grid, ints, z)  # claim launch_grid
+    hyp += [Hq == group_true * Hkv, 0 <= lane, lane < z(n.B_r)] + grid_hyp
+    offb, offh, pidm = prog[A.off_b], prog[A.off_h], prog[A.pid_m]
     offkvh = z3.substitute(z(S.GQA_HEAD.expr.xreplace({S.group: sp.sympify(ints.get("GROUP", 1))})),
                            (z(A.off_h), offh))
     return hyp, (offb, offh, offkvh, pidm, pidm * z(n.B_r) + lane)
@@ -675,7 +723,8 @@ BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL = (sp.Symbol(s, integer=True, positive=True) f
        "idx·stride); its box is the pointer path's tile (BLOCK_M or BLOCK_N rows, BLOCK_D, BLOCK_DV or BLOCK_DT "
        "wide); a lane's element lies inside the tensor exactly when the pointer path's mask lets that lane through "
        "(rows i < N_Q or keys j < N_K, columns d < HEAD_DIM, dv < D_v, tail columns < HEAD_DIM + HEAD_DIM_TAIL = D), "
-       "so TMA's per-dimension clipping (zero-filled loads, skipped stores) is the pointer path's masked load "
+       "and every descriptor asks for zero fill (padding 'zero'), so under the hardware hypothesis tma_out_of_bounds "
+       "TMA's per-dimension clipping (zero-filled loads, skipped stores) is the pointer path's masked load "
        "(other=0) and store; and every coordinate lies inside its dimension (b < B, h < H, a tile's first row < N, "
        "the tail's first column HEAD_DIM < D), so its int32 cast is exact",
        r"\mathrm{box}(b, h, i_0, d_0)[r, c] = X[b, h, i_0 + r, d_0 + c],\quad "
@@ -685,10 +734,12 @@ BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL = (sp.Symbol(s, integer=True, positive=True) f
              "over unbounded integers for the rest); the head dim split as the launch makes it (claim head_dim_split: "
              "HEAD_DIM <= BLOCK_D, D = HEAD_DIM + HEAD_DIM_TAIL, a tail only when HEAD_DIM = BLOCK_D, D_v <= BLOCK_DV, "
              "HEAD_DIM_TAIL <= BLOCK_DT); a key tile's first key < N_K as the stages visit them (claim "
-             "mask_tiles_sound); TMA's clipping is the hardware's documented semantics (PTX cp.async.bulk.tensor: "
-             "out-of-bound elements zero-filled on load, not written on store), checked here on the interpreter's "
-             "emulation by tests/test_tma.py; the int32 casts exact for dimensions below 2^31 "
-             "(launch.tma_layout_problem refuses larger ones)")
+             "mask_tiles_sound); TMA's clipping is the hardware hypothesis tma_out_of_bounds (spec.assumptions."
+             "HYPOTHESES, not proved: the documented semantics of cuTensorMapEncodeTiled's oobFill and PTX "
+             "cp.async.bulk.tensor — out-of-bound elements zero-filled on load, not written on store), checked on the "
+             "interpreter's emulation by tests/test_tma.py, on the hardware only on an sm_90 GPU; the int32 casts exact "
+             "for dimensions below 2^31 (launch.tma_layout_problem refuses larger ones)",
+       hypotheses=("tma_out_of_bounds",))
 def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launch=None):
     operands = L.forward_tma_operands if operands is None else operands
     descriptor = L.tma_descriptor if descriptor is None else descriptor
@@ -740,6 +791,10 @@ def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launc
         block = [difference(a, b) for a, b in zip(desc[2], (1, 1, *tile))] if len(desc[2]) == 4 else [desc[2]]
         cases.append((f"{param}: the box is the pointer path's tile [1, 1, {tile[0]}, {tile[1]}]",
                       sp.Integer(0) if all(x == 0 for x in block) else sp.Tuple(*block)))
+        # the fill tma_out_of_bounds states: zeros (a NaN fill would reach the dot through the padding columns)
+        fill = desc[3] if len(desc) > 3 else None
+        cases.append((f"{param}: the descriptor's out-of-bound fill is zero (padding 'zero')",
+                      sp.Integer(0) if fill == L.TMA_PADDING == "zero" else sp.Symbol(f"padding {fill!r}")))
         if len(desc[0]) != len(tensor.shape) or len(desc[2]) != len(tensor.shape):
             continue  # the descriptor is not over the tensor's dimensions: failed above
         got_index, offset = A.tma_element(desc, coords, (0, 0, r, c))
@@ -900,18 +955,20 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
         for name, term, tensor in (("cos", tables[A.cos_off], cos), ("sin", tables[A.sin_off], sin)):
             same(f"{name} offset is {name}[pos, freq]", at(term), tensor, (A.offs_pos, A.offs_freq))
         z = _Z3A()
-        b0, h0, pid2, lane = z3.Ints("pid_b pid_h pid_t lane")
+        lane = z3.Int("lane")
         dims = [z(sp.sympify(s_)) >= 1 for s_ in (B, N_new, H, D, block_t)]
-        hyp = dims + [0 <= b0, b0 < z(sp.sympify(grid[0])), 0 <= h0, h0 < z(sp.sympify(grid[1])), 0 <= pid2,
-                      pid2 < z(sp.sympify(grid[2])), 0 <= lane, lane < z(block_t)]
+        # the program (token tile, head, b) as spec.addresses.GRID_APPEND splits it (claim launch_grid)
+        grid_hyp, prog = _grid_program(A.GRID_APPEND, grid, ints, z)
+        hyp = dims + grid_hyp + [0 <= lane, lane < z(block_t)]
+        b0, h0, pid2 = prog[A.off_b], prog[A.off_head], z(terms.program_id(0))
         tz = pid2 * z(block_t) + lane
         lanes = [tz < z(N_new), 0 <= z(d), z(d) < z(D)]
         cases.append(_decide(f"{kind}: x[b, t, head, d] inside (lanes t < N_new, d < D)", hyp + lanes,
                              _inside((b0, tz, h0, z(d)), x.shape)))
         cases.append(_decide(f"{kind}: cache_seqlens[b] inside", hyp, _inside((b0,), (B,))))
         cases.append(_decide(f"{kind}: the grid covers every (b, head, t)", dims,
-                             z3.And(z(sp.sympify(grid[0])) == z(B), z(sp.sympify(grid[1])) == z(H),
-                                    z(sp.sympify(grid[2])) * z(block_t) >= z(N_new))))
+                             z3.And(z(sp.sympify(grid[2])) == z(B), z(sp.sympify(grid[1])) == z(H),
+                                    z(sp.sympify(grid[0])) * z(block_t) >= z(N_new))))
         dst_rows = {term.symbol: term for term in groups[f"dst_{kind}"]}[A.dst_base]
         start, jz = z3.Int("cache_seqlens_value"), z3.Int("j_value")
         if kind == "paged":
@@ -1002,26 +1059,28 @@ def prove_backward_addresses(groups=A.BACKWARD_GROUPS, launch=None, row_tensors=
         for name, t in (("delta", delta), ("lse2", lse2), ("dsink", dsink)):
             same(f"row offset is {name}[b, h, i]", A.brow_off, t, row(t))
         same("sink offset is sinks[h]", A.bsink_off, sinks, (A.off_h,))
-        # extents: program (pid_m, pid1) of the grid; off_b = pid1 // H, off_h = pid1 % H
+        # extents: program (pid_m, h, b) of the grid, split as spec.addresses.GRID_HEAD prints it (claim launch_grid)
         z = _Z3A()
-        pidm, pid1, lane = z3.Ints("pid_m pid1 lane")
-        H, N = z(sp.sympify(ints["H"])), z(sp.sympify(ints["N_Q"]))
+        lane = z3.Int("lane")
+        pidm = z(terms.program_id(0))  # start_m = program_id(0)·BLOCK_M
+        N = z(sp.sympify(ints["N_Q"]))
         dims = [z(x) >= 1 for x in (*out.shape, n.B_r)]
-        hyp = dims + [0 <= pidm, pidm < z(sp.sympify(grid[0])), 0 <= pid1, pid1 < z(sp.sympify(grid[1])),
-                      0 <= lane, lane < z(n.B_r)]
-        offb, offh, iz = pid1 / H, pid1 % H, pidm * z(n.B_r) + lane
+        grid_hyp, prog = _grid_program(A.GRID_HEAD, grid, ints, z)
+        hyp = dims + grid_hyp + [0 <= lane, lane < z(n.B_r)]
+        offb, offh, iz = prog[A.off_b], prog[A.off_h], pidm * z(n.B_r) + lane
         lanes = [iz < N, 0 <= z(d), z(d) < z(out.shape[-1])]
         if packed:
-            cases.append(_decide("packed: the one batch: pid1 < Hq is the head", hyp, offb == 0))
+            cases.append(_decide("packed: the one batch: off_b = 0", hyp, offb == 0))
         idx_full = (iz, offh, z(d)) if packed else (offb, offh, iz, z(d))
         idx_row = (offh, iz) if packed else (offb, offh, iz)
         cases.append(_decide(f"{tag}: out/grad_out[b, h, i, d] inside (lanes i < N_Q, d < D)", hyp + lanes,
                              _inside(idx_full, out.shape)))
         cases.append(_decide(f"{tag}: grad_lse/lse/delta/lse2/dsink[b, h, i] and sinks[h] inside (lanes i < N_Q)",
                              hyp + lanes, z3.And(_inside(idx_row, rows_shape), _inside((offh,), sinks.shape))))
-        bh = z(sp.sympify(out.shape[0])) * z(sp.sympify(out.shape[1])) if not packed else z(sp.sympify(out.shape[1]))
+        batch = z(sp.sympify(1 if packed else out.shape[0]))
         cases.append(_decide(f"{tag}: the grid covers every (b, h, i)", dims,
-                             z3.And(z(sp.sympify(grid[0])) * z(n.B_r) >= N, z(sp.sympify(grid[1])) == bh)))
+                             z3.And(z(sp.sympify(grid[0])) * z(n.B_r) >= N, z(sp.sympify(grid[1])) == z(out.shape[1]),
+                                    z(sp.sympify(grid[2])) == batch)))
     return result(A.CLAIM_BACKWARD, cases, "offsets by SymPy (canonical zero), extents by z3")
 
 
@@ -1067,8 +1126,8 @@ def _backward_tensors():
        "every visited tile start i0 < N_Q, j0 < N_K; the grids cover every key tile (dK/dV) and row tile (dQ) of "
        "every (b, head); the in-head products the kernels compute in int32 are exactly row·stride_row + "
        "col·stride_col of q, grad_out, k, v, dq, dk, dv; the packed batch is claim varlen_addresses'. A user "
-       "score_mod's parameter gradient (dQ): for any launch grid (G0, G1), program (pid_m, off_bh)'s entry e "
-       "(sg_base, sg_off) is score_grad[off_bh·G0 + pid_m, e] of the buffer spec.launch.score_grad_launch makes "
+       "score_mod's parameter gradient (dQ): for any launch grid (G0, G1, G2), program (pid_m, h, b)'s entry e "
+       "(sg_base, sg_off) is score_grad[(b·G1 + h)·G0 + pid_m, e] of the buffer spec.launch.score_grad_launch makes "
        "from that grid (both launchers pass it the grid they launch), inside it for e < len(SF), and no two "
        "programs share a row (the deterministic fixed-order sum needs no atomics)",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
@@ -1174,24 +1233,24 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
         # --- the extents (z3) ----------------------------------------------------------------------
         z = _Z3A()
         Bz, Hqz, Hkvz, Nqz, Nkz, Dz, Dvz = (z(sp.sympify(x)) for x in (B, Hq, Hkv, N_Q, N_K, D, Dv))
-        group_true, pid0, pid1, lane, gz = z3.Ints("group_true pid0 pid1 lane g")
+        group_true, lane, gz = z3.Ints("group_true lane g")
+        pid0 = z(terms.program_id(0))  # the tile: start = program_id(0)·BLOCK
         Gz = z(sp.sympify(ints["GROUP"]))
         bm, bn, mbm, mbn = z(n.B_r), z(n.B_c), z(A.MAP_BLOCK_M), z(A.MAP_BLOCK_N)
         hyp = [x >= 1 for x in (Bz, Hqz, Hkvz, Nqz, Nkz, Dz, Dvz, bm, bn, mbm, mbn, group_true)]
-        hyp += [Hqz == group_true * Hkvz, 0 <= pid0, pid0 < z(sp.sympify(grid[0])), 0 <= pid1,
-                pid1 < z(sp.sympify(grid[1])), 0 <= lane]
-        if kernel == "dkdv":  # program (key tile, b x kvh); the loop over the group's query heads
-            heads = z(sp.sympify(ints["H_KV"]))
-            offb, offkvh = pid1 / heads, pid1 % heads
+        # the program's (tile, head, b), split as spec.addresses.GRID_KV_HEAD / GRID_HEAD print it (claim launch_grid)
+        grid_hyp, prog = _grid_program(A.GRID_KV_HEAD if kernel == "dkdv" else A.GRID_HEAD, grid, ints, z)
+        hyp += [Hqz == group_true * Hkvz, 0 <= lane] + grid_hyp
+        if kernel == "dkdv":  # program (key tile, kvh, b); the loop over the group's query heads
+            offb, offkvh = prog[A.off_b], prog[A.off_kvh]
             offh = z3.substitute(z(S.GQA_GROUP_HEAD.expr.xreplace({S.group: sp.sympify(ints["GROUP"])})),
                                  (z(A.off_kvh), offkvh), (z(S.g), gz))
             jz, iz = pid0 * bn + lane, z(i)
             hyp += [lane < bn, 0 <= gz, gz < Gz]
             tile_n, tile_m = pid0 * bn, z(A.start_m)
             tile_hyp = [tile_m >= 0, tile_m < Nqz]
-        else:  # program (row tile, b x h); its K/V head by spec.structure.GQA_HEAD
-            heads = z(sp.sympify(ints["H"]))
-            offb, offh = pid1 / heads, pid1 % heads
+        else:  # program (row tile, h, b); its K/V head by spec.structure.GQA_HEAD
+            offb, offh = prog[A.off_b], prog[A.off_h]
             offkvh = z3.substitute(z(S.GQA_HEAD.expr.xreplace({S.group: sp.sympify(ints["GROUP"])})),
                                    (z(A.off_h), offh))
             iz, jz = pid0 * bm + lane, z(j)
@@ -1230,40 +1289,189 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
         dims = [x >= 1 for x in (Bz, Hqz, Hkvz, Nqz, Nkz, bm, bn)]
         if kernel == "dkdv":
             cases.append(_decide("dkdv: the grid covers every key tile of every (b, kv head): grid[0]·BLOCK_N >= N_K, "
-                                 "grid[1] = B·Hkv", dims, z3.And(z(sp.sympify(grid[0])) * bn >= Nkz,
-                                                                 z(sp.sympify(grid[1])) == Bz * Hkvz)))
+                                 "grid[1:] = (Hkv, B)", dims, z3.And(z(sp.sympify(grid[0])) * bn >= Nkz,
+                                                                     z(sp.sympify(grid[1])) == Hkvz,
+                                                                     z(sp.sympify(grid[2])) == Bz)))
             cases.append(_decide("dkdv: the group loop g < GROUP visits each query head of the kv head once: h < Hq "
                                  "and h // GROUP = kvh", hyp, z3.And(offh < Hqz, offh / group_true == offkvh)))
         else:
             cases.append(_decide("dq: the grid covers every row tile of every (b, h): grid[0]·BLOCK_M >= N_Q, "
-                                 "grid[1] = B·Hq", dims, z3.And(z(sp.sympify(grid[0])) * bm >= Nqz,
-                                                                z(sp.sympify(grid[1])) == Bz * Hqz)))
+                                 "grid[1:] = (Hq, B), and the kernel's H is grid[1] (the score_mod gradient's rows)",
+                                 dims, z3.And(z(sp.sympify(grid[0])) * bm >= Nqz, z(sp.sympify(grid[1])) == Hqz,
+                                              z(sp.sympify(grid[2])) == Bz, z(sp.sympify(ints["H"])) == z(sp.sympify(grid[1])))))
     cases += _score_grad_cases(g, score_grad_launch)
     return result(A.CLAIM_BACKWARD_KERNELS, cases, "offsets by SymPy (canonical zero), extents by z3")
 
 
 def _score_grad_cases(g, score_grad_launch) -> list:
-    """A user score_mod's parameter-gradient rows (dQ): for any launch grid (G0, G1) (dense or packed: the buffer
-    is made from the grid the launch uses), program (pid_m, off_bh)'s entry e is score_grad[off_bh·G0 + pid_m, e]
-    of the buffer spec.launch.score_grad_launch makes, inside it, and two programs never share a row."""
+    """A user score_mod's parameter-gradient rows (dQ): for any launch grid (G0, G1, G2) (dense or packed: the
+    buffer is made from the grid the launch uses; the kernel's H is G1, checked in the caller), program (pid_m,
+    h, b)'s entry e is score_grad[(b·G1 + h)·G0 + pid_m, e] of the buffer spec.launch.score_grad_launch makes,
+    inside it, and two programs never share a row."""
     score_f = A.symbolic("score_f", ("P",))
-    G0, G1 = (sp.Symbol(s, integer=True, positive=True) for s in ("G0", "G1"))
-    buf, ints = score_grad_launch(score_f, (G0, G1))
-    launched = {A.BK_["stride_sgp"]: sp.sympify(ints["stride_sgp"]), A.num_pid_m: G0}
+    G0, G1, G2 = (sp.Symbol(s, integer=True, positive=True) for s in ("G0", "G1", "G2"))
+    buf, ints = score_grad_launch(score_f, (G0, G1, G2))
+    launched = {A.BK_["stride_sgp"]: sp.sympify(ints["stride_sgp"]), A.num_pid_m: G0, A.H_: G1}
     got = sp.expand(g[A.sg_off].expr.xreplace({A.sg_base: g[A.sg_base].expr}).xreplace(launched))
-    row = A.off_bh * G0 + A.pid_m
-    cases = [("dq: score_grad offset is score_grad[off_bh·grid[0] + pid_m, e]",
+    row = (A.off_b * G1 + A.off_h) * G0 + A.pid_m
+    cases = [("dq: score_grad offset is score_grad[(b·grid[1] + h)·grid[0] + pid_m, e]",
               difference(got, sp.expand(buf.offset_of((row, A.offs_e)))))]
-    # the printed row (sg_base / stride_sgp), of two programs (pid_m, off_bh) and (pid_m2, off_bh2) of the grid
+    # the printed row (sg_base / stride_sgp), of two programs (pid_m, h, b) and (pid_m2, h2, b2) of the grid
     z = _Z3A()
-    printed_row = sp.cancel(g[A.sg_base].expr.xreplace({A.num_pid_m: G0}) / A.BK_["stride_sgp"])
-    p0, b0, p1, b1, e = z3.Ints("pid_m off_bh pid_m2 off_bh2 e")
-    g0, g1, P_ = z(G0), z(G1), z(score_f.shape[0])
-    row0 = z3.substitute(z(printed_row), (z(A.pid_m), p0), (z(A.off_bh), b0))
-    row1 = z3.substitute(z(printed_row), (z(A.pid_m), p1), (z(A.off_bh), b1))
-    hyp = [g0 >= 1, g1 >= 1, P_ >= 1] + [z3.And(0 <= x, x < gx) for x, gx in ((p0, g0), (b0, g1), (p1, g0), (b1, g1))]
+    printed_row = sp.cancel(g[A.sg_base].expr.xreplace({A.num_pid_m: G0, A.H_: G1}) / A.BK_["stride_sgp"])
+    p0, h0, b0, p1, h1, b1, e = z3.Ints("pid_m h b pid_m2 h2 b2 e")
+    g0, g1, g2, P_ = z(G0), z(G1), z(G2), z(score_f.shape[0])
+    row0 = z3.substitute(z(printed_row), (z(A.pid_m), p0), (z(A.off_h), h0), (z(A.off_b), b0))
+    row1 = z3.substitute(z(printed_row), (z(A.pid_m), p1), (z(A.off_h), h1), (z(A.off_b), b1))
+    hyp = [g0 >= 1, g1 >= 1, g2 >= 1, P_ >= 1] + [z3.And(0 <= x, x < gx) for x, gx in (
+        (p0, g0), (h0, g1), (b0, g2), (p1, g0), (h1, g1), (b1, g2))]
     cases.append(_decide("dq: score_grad[row, e] inside (programs of the grid, entries e < len(SF))",
                          hyp + [0 <= e, e < P_], _inside((row0, e), buf.shape)))
     cases.append(_decide("dq: two programs of the grid never share a score_grad row (no atomics needed)",
-                         hyp + [z3.Or(p0 != p1, b0 != b1)], row0 != row1))
+                         hyp + [z3.Or(p0 != p1, h0 != h1, b0 != b1)], row0 != row1))
     return cases
+
+
+# ----------------------------------------------------------------------------------
+# The launch grids: inside CUDA's limits, each program one (tile, head, batch).
+# ----------------------------------------------------------------------------------
+@claim(A.CLAIM_GRID,
+       "the launch grids fit CUDA's and name each program once: for all sizes the contract accepts (B and Hq at "
+       "most grid_axes' 65535, B a packed batch's segments; Hq = GROUP·Hkv; N_q + N_k <= 2^29 and a packed "
+       "max_seqlen <= 2^29; tiles of at least 16 rows; decode: ceil(GROUP·N_q / 16) x splits <= 2^31 − 1), every grid "
+       "spec.launch computes — forward_launch, dropout_mask_launch, preprocess_launch (dense and packed), "
+       "dkdv_launch, dq_launch, varlen_grid (the packed forward, dK/dV, dQ), append_launch and decode_launch — has "
+       "axis 0 <= "
+       "2^31 − 1 and axes 1, 2 <= GRID_AXIS_MAX = 65535 (CUDA's gridDim limits), and the printed split of the "
+       "program ids (spec.addresses.GRID_GROUPS) maps the grid's programs one to one onto (tile, head, batch) in "
+       "[0, tiles) x [0, heads) x [0, B) — decode: (row tile, split, KV head, batch) in [0, ROW_TILES) x [0, S) x "
+       "[0, Hkv) x [0, B) —, and the program of each such tuple is launched at the place the (tile, b·heads + h) "
+       "grid (decode: (row tile, split, b·Hkv + kvh)) gave it: the tiles of one head side by side",
+       r"\mathrm{grid}_0 \le 2^{31}-1,\ \mathrm{grid}_{1,2} \le 65535,\quad "
+       r"(p_0, p_1, p_2) \mapsto (p_0, p_1, p_2) \text{ or } (p_0 \bmod R, \lfloor p_0/R \rfloor, p_1, p_2)"
+       r"\text{ a bijection, } (p_2 G_1 + p_1) G_0 + p_0 = (b H + h)\,T + t",
+       scope="symbolic sizes and tile sizes (z3 over the integers, nonlinear); the kernels' program ids are int32 "
+             "(each below 2^31 by the axis bounds proved here, and % and // of non-negative int32 values are exact)",
+       assumptions=("grid_axes", "seq_len_int32", "block_sizes", "gqa_divides"))
+def prove_launch_grid(groups=A.GRID_GROUPS, launches=None, accepted=None):
+    from spec.assumptions import limit
+
+    accepted = limit("grid_axes") if accepted is None else accepted
+    launches = _grid_launches() if launches is None else launches
+    cases = []
+    for tag, (grid, ints, kind, sizes, hyp) in launches.items():
+        z = _Z3A()
+        zs = {k: z(sp.sympify(v)) for k, v in sizes.items()}
+        symbols = set().union(*(sp.sympify(v).free_symbols for v in (*grid, *sizes.values())))
+        dims = [z(s) >= (0 if s.name == "max_seqlen" else 1) for s in symbols]
+        accept = [zs["batch"] <= accepted, zs["Hq"] <= accepted] + [h(z) for h in hyp]
+        gz = [z(sp.sympify(x)) for x in grid]
+        cases.append(_decide(f"{tag}: axis 0 <= 2^31 - 1, axes 1, 2 <= {L.GRID_AXIS_MAX} (CUDA's limits)",
+                             dims + accept, z3.And(gz[0] <= L.GRID_AXIS0_MAX, gz[1] <= L.GRID_AXIS_MAX,
+                                                   gz[2] <= L.GRID_AXIS_MAX, *[x >= 0 for x in gz])))
+        # one program p and its tuple, a second program p' (fresh ids) and its tuple
+        hyp_p, prog = _grid_program(groups[kind] if kind != "tile_head" else groups["tile"] + groups["head"],
+                                    grid, ints, z)
+        pid = [z(terms.program_id(a)) for a in range(3)]
+        other = [z3.Int(f"other_program_id_{a}") for a in range(3)]
+        again = lambda e: z3.substitute(e, *zip(pid, other))  # noqa: E731
+        hyp_q = [again(h) for h in hyp_p]
+        if kind == "decode":
+            row_tiles, S_ = z(sp.sympify(ints["ROW_TILES"])), zs["splits"]
+            names = ("row tile", "split", "kv head", "batch")
+            ranges = (row_tiles, S_, zs["heads"], zs["batch"])
+            tup = (prog[A.pid_m], prog[P.split], prog[A.off_kvh], prog[A.off_b])
+            target = z3.Ints("t_tile t_split t_head t_batch")
+            witness = (target[1] * row_tiles + target[0], target[2], target[3])
+            old_place = ((target[3] * zs["heads"] + target[2]) * S_ + target[1]) * row_tiles + target[0]
+        else:
+            head = {"kv_head": prog.get(A.off_kvh), "append": prog.get(A.off_head)}.get(kind, prog.get(A.off_h))
+            names = ("tile", "head", "batch")
+            ranges = (zs["tiles"], zs["heads"], zs["batch"])
+            tup = (prog[A.pid_m] if kind == "tile_head" else pid[0], head, prog[A.off_b])
+            target = z3.Ints("t_tile t_head t_batch")
+            witness = tuple(target)
+            old_place = (target[2] * zs["heads"] + target[1]) * zs["tiles"] + target[0]
+        in_range = lambda vals: z3.And(*[z3.And(0 <= x, x < r) for x, r in zip(vals, ranges)])  # noqa: E731
+        cases.append(_decide(f"{tag}: every program's ({', '.join(names)}) is in range", dims + hyp_p, in_range(tup)))
+        cases.append(_decide(f"{tag}: two programs never share a ({', '.join(names)})",
+                             dims + hyp_p + hyp_q + [z3.Or(*[a != b for a, b in zip(pid, other)])],
+                             z3.Or(*[x != again(x) for x in tup])))
+        at = lambda e: z3.substitute(e, *zip(pid, witness))  # noqa: E731
+        place = (witness[2] * gz[1] + witness[1]) * gz[0] + witness[0]
+        cases.append(_decide(f"{tag}: each ({', '.join(names)}) in range is a program of the grid, launched where "
+                             "the old grid launched it", dims + [in_range(target)],
+                             z3.And(*[at(h) for h in hyp_p], *[at(x) == t for x, t in zip(tup, target)],
+                                    place == old_place)))
+    return result(A.CLAIM_GRID, cases, "z3 over the integers (nonlinear)")
+
+
+def _grid_launches() -> dict:
+    """``tag -> (grid, ints, group kind, sizes, accepted)`` of every launch whose grid has a program split
+    (spec.addresses.GRID_GROUPS): the spec.launch functions on symbolic tensors; ``sizes`` the tiles, heads,
+    batch (and Hq, decode's splits) the split must reach; ``accepted`` the contract's other bounds (z3)."""
+    seq = 2**29  # seq_len_int32
+    G = sp.Symbol("GROUP_TRUE", integer=True, positive=True)
+    blk = lambda z, b: z3.And(16 <= z(b), z(b) <= 256)  # noqa: E731  (block_sizes)
+    t = _forward_tensors()
+    q, k = t["q"], t["k"]
+    B, Hq, N_Q, _ = q.shape
+    Hkv, N_K = k.shape[1], k.shape[2]
+    dense = [lambda z: z3.And(z(N_Q) >= 1, z(N_K) >= 1, z(N_Q) + z(N_K) <= seq), lambda z: z(Hq) == z(G) * z(Hkv)]
+    out = {}
+    grid, ints = L.forward_launch(q, k, t["v"], t["out"], t["lse"], t["key_lengths"], t["mask"], t["block_map"],
+                                  t["slopes"]["(Hq,)"], t["sinks"], n.B_r, t["mask_mod_args"], descales=t["descales"])
+    out["forward"] = (grid, ints, "tile_head", dict(tiles=sp.ceiling(N_Q / n.B_r), heads=Hq, batch=B, Hq=Hq),
+                      dense + [lambda z: blk(z, n.B_r)])
+    keep = A.symbolic("keep", (B, Hq, N_Q, N_K))
+    grid, ints = L.dropout_mask_launch(keep, n.B_r)
+    out["dropout mask"] = (grid, ints, "head", dict(tiles=sp.ceiling(N_Q / n.B_r), heads=Hq, batch=B, Hq=Hq),
+                           dense + [lambda z: blk(z, n.B_r)])
+    bt = _backward_tensors()
+    for kernel, launch, block, kind, heads, n_rows in (
+            ("dkdv", L.dkdv_launch, n.B_c, "kv_head", Hkv, N_K), ("dq", L.dq_launch, n.B_r, "head", Hq, N_Q)):
+        grid, ints = launch(bt["q"], bt["k"], bt["v"], bt["do"], bt[f"d{kernel[-1]}" if kernel == "dq" else "dk"],
+                            *((bt["dv"],) if kernel == "dkdv" else ()), bt["delta"], bt["key_lengths"], bt["mask"],
+                            bt["block_map"], bt["slopes"]["(Hq,)"], block, bt["mask_mod_args"])
+        out[kernel] = (grid, ints, kind, dict(tiles=sp.ceiling(n_rows / block), heads=heads, batch=B, Hq=Hq),
+                       dense + [lambda z, block=block: blk(z, block)])
+    # the preprocess, dense and packed (one batch: rows the packed total)
+    total = sp.Symbol("total_q", integer=True, positive=True)
+    for tag, o_shape, r_shape, batch, rows in (("preprocess", (B, Hq, N_Q, "D"), (B, Hq, N_Q), B, N_Q),
+                                               ("packed preprocess", (total, Hq, "D"), (Hq, total), 1, total)):
+        o, lse = A.symbolic("out", o_shape), A.symbolic("lse", r_shape)
+        grid, ints = L.preprocess_launch(o, A.symbolic("do", o_shape), lse, lse, lse, A.symbolic("sinks", (Hq,)),
+                                         n.B_r)
+        out[tag] = (grid, ints, "head", dict(tiles=sp.ceiling(rows / n.B_r), heads=Hq, batch=batch, Hq=Hq),
+                    [lambda z, rows=rows: z(rows) <= seq, lambda z: blk(z, n.B_r)])
+    # a packed batch (forward, dK/dV, dQ): varlen_grid over the longest segment, per head and segment
+    max_seqlen, block = sp.Symbol("max_seqlen", integer=True, nonnegative=True), sp.Symbol("BLOCK", integer=True,
+                                                                                          positive=True)
+    heads = sp.Symbol("heads", integer=True, positive=True)
+    cu = A.symbolic("cu_seqlens", ("B1",))
+    segments = cu.shape[0] - 1
+    grid = L.varlen_grid(max_seqlen, block, cu, heads)
+    out["packed (varlen_grid)"] = (grid, {}, "head", dict(tiles=sp.ceiling(max_seqlen / block), heads=heads,
+                                                          batch=segments, Hq=heads),
+                                   [lambda z: z(max_seqlen) <= seq, lambda z: blk(z, block), lambda z: z(segments) >= 1])
+    # the KV append: (token tiles, H, B); its heads are the cache's Hkv <= Hq
+    x = A.symbolic("x", ("B", "N_new", "H", "D"))
+    B_, N_new, H_ = x.shape[0], x.shape[1], x.shape[2]
+    block_t = sp.Symbol("BLOCK_T", integer=True, positive=True)
+    table, cos = A.symbolic("block_table", (B_, "MP")), A.symbolic("cos", ("NR", "R"))
+    grid, ints = L.append_launch(x, A.symbolic("cache", ("NC", "PS", H_, "D")), A.symbolic("cache_seqlens", (B_,)),
+                                 table, A.symbolic("cache_batch_idx", (B_,)), cos, A.symbolic("sin", cos.shape), block_t)
+    out["append"] = (grid, ints, "append", dict(tiles=sp.ceiling(N_new / block_t), heads=H_, batch=B_, Hq=H_),
+                     [lambda z: z(N_new) <= seq, lambda z: blk(z, block_t)])
+    # decode: (row tiles x splits, Hkv, B)
+    dq_, dk_, dv_, dout, dlse, cs, _, sinks, leftpad, batch_idx, descales = _decode_tensors(False)
+    block_m = sp.Symbol("BLOCK_M", integer=True, positive=True)
+    grid, ints, _ = L.decode_launch(dq_, dk_, dv_, dout, dlse, cs, None, block_m, sinks, cache_leftpad=leftpad,
+                                    cache_batch_idx=batch_idx, split_keys=sp.Symbol("split_keys", integer=True),
+                                    descales=descales)
+    dB, dNq, dHq, _ = dq_.shape
+    dHkv, S_ = dk_.shape[2], dout.shape[0]
+    out["decode"] = (grid, ints, "decode", dict(heads=dHkv, batch=dB, Hq=dHq, splits=S_),
+                     [lambda z: z(dHq) == z(G) * z(dHkv), lambda z: z(dNq) <= seq, lambda z: blk(z, block_m),
+                      lambda z: (z(G) * z(dNq) + 15) / 16 * z(S_) <= 2**31 - 1])
+    return out

@@ -283,12 +283,13 @@ def _bound_cases(call, want, label):
        r"|\widehat{a\cdot b} - a\cdot b| \le \left((1+\varepsilon)(1+\gamma_{\lceil n/32\rceil}) - 1\right)"
        r"\sum|a_i b_i|,\quad \varepsilon = 2^{-7}",
        terms=(),
-       scope="the hardware hypothesis FP8_MMA_ERR (not proved: an upper bound on sm_90's fp8 wgmma, k = 32, from "
-             "a zero accumulator; the model it doubles is proved for exact rationals); Triton's lowering of "
+       scope="the hardware hypothesis fp8_mma_error (spec.assumptions.HYPOTHESES; FP8_MMA_ERR, not proved: an upper "
+             "bound on sm_90's fp8 wgmma, k = 32, from a zero accumulator; the model it doubles is proved for exact "
+             "rationals); Triton's lowering of "
              "max_num_imprecise_acc (promotion after every k = 32 instruction at 32; stated, not proved); symbolic u, u_p, "
              "u_out, U_FUNC, ε, B_c, T, N_k, D (z3 nonlinear reals, SymPy); the standard model for the fp32 adds, "
              "no fp32 underflow or overflow",
-       assumptions=("scale_positive",))
+       assumptions=("scale_positive",), hypotheses=("fp8_mma_error",))
 def prove_fp8_mma_bound(bound=error_bound.forward_bound, mma_err=error_bound.FP8_MMA_ERR,
                         mma_k=error_bound.FP8_MMA_K, mma_bits=error_bound.FP8_MMA_BITS,
                         imprecise=error_bound.FP8_MAX_IMPRECISE_ACC, qk=terms.QK, forward_tile=terms.FORWARD_TILE,

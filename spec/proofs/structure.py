@@ -37,8 +37,8 @@ def _head_value(term, env, bits):
 @claim("gqa_head_map",
        "GQA: query head h in [0, H_kv·G) reads K/V head off_kvh = h // G, the head "
        "repeat_interleave(G, dim=1) gives the reference (off_kvh·G <= h < off_kvh·G + G, 0 <= off_kvh < H_kv); "
-       "the dK/dV program of K/V head c sums exactly the query heads c·G + g, 0 <= g < G; the grid's "
-       "(batch, head) split of program_id(1) is a bijection",
+       "the dK/dV program of K/V head c sums exactly the query heads c·G + g, 0 <= g < G (the grid's "
+       "(tile, head, batch) split: claim launch_grid)",
        r"\mathrm{kvh}(h)=\lfloor h/G\rfloor:\ G\,\mathrm{kvh}(h)\le h<G\,\mathrm{kvh}(h)+G,\quad "
        r"\{h:\mathrm{kvh}(h)=c\}=\{cG+g: 0\le g<G\}",
        scope="symbolic H_kv, G; mathematical integers (z3, nonlinear), exact; heads are int64 in the kernels",
@@ -57,14 +57,6 @@ def prove_gqa_head_map(gqa_head=S.GQA_HEAD, gqa_group_head=S.GQA_GROUP_HEAD):
         "every head h that maps to c is c·G + g for one g in [0, G)": (
             [h >= 0, h < Hkv * G, c == kvh], z3.And(h - c * G >= 0, h - c * G < G)),
     }
-    B = z3.Int("B")
-    for (program, heads), lines in S.GRID_LINES.items():
-        bh, H = z3.Ints(f"{program} {heads}")
-        env = {program: bh, heads: H}
-        b, hh = (_head_value(line.replace(".to(tl.int64)", ""), env, None) for line in lines)
-        goals[f"grid: {lines[0]}; {lines[1]} is a bijection of [0, B·{heads}) onto [0, B) x [0, {heads})"] = (
-            [B >= 1, H >= 1, B <= 2**16, H <= 2**16, bh >= 0, bh < B * H],
-            z3.And(b >= 0, b < B, hh >= 0, hh < H, b * H + hh == bh))
     cases = []
     for name, (hyps, goal) in goals.items():
         cases.append((name, z3_verdict([*facts, *hyps], goal)))
