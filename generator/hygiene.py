@@ -38,6 +38,13 @@
 5. **launch strides from spec.launch** (issue 24). A generated file's host code passes no kernel
    stride by hand (a keyword ``stride_*=``): strides ride the integers of a ``spec.launch`` function,
    which the address claims quantify over (``LAUNCH_STRIDE_GAPS``: the reviewed exceptions).
+6. **program coordinates pass through by name** (audit of round three). The address claims prove a
+   helper's offsets in its parameters ``off_b``, ``off_h``, ``off_kvh``, ``off_bc``, ``off_head`` (``COORDINATES``:
+   the batch entry, query head, KV head, cache row, head of the program); a call of a ``@triton.jit`` helper
+   of the file hands each such parameter the caller's name of the same coordinate, whose binding is a
+   grid line or a printed term. ``_fp8_descales(..., off_b, off_h, ...)`` (the descales of the query head:
+   NaN under GQA) or ``(..., off_bc, ...)`` (of the cache row) proved every claim before this rule
+   (``COORDINATE_GAPS``: the reviewed exceptions).
 
 The allow-list (reviewed; keep it short):
 
@@ -121,6 +128,15 @@ HANDED_POINTER_GAPS: frozenset = frozenset()
 #: (host function, keyword) pairs of a generated file that pass a kernel stride by hand instead of from a
 #: spec.launch function (rule 5 refuses any other), each listed on docs/verification.md
 LAUNCH_STRIDE_GAPS: frozenset = frozenset()  # none since decode's slope strides ride spec.launch.decode_launch
+#: a helper's program-coordinate parameters (rule 6): a call hands each the caller's name of the same coordinate
+COORDINATES = frozenset({"off_b", "off_h", "off_kvh", "off_bc", "off_head"})
+#: (caller, helper, parameter) triples rule 6 accepts with another argument, each listed on docs/verification.md
+COORDINATE_GAPS = frozenset({
+    # decode's rows are GROUP x N_Q: each row's query head is the printed `head` (claim decode_addresses), a
+    # vector, with padding rows at head 0 (`head_safe`), for the ALiBi slope read of _score_mod_scalars and a
+    # user score_mod's h
+    ("_decode_fwd", "_score_mod_scalars", "off_h"), ("_decode_fwd", "_user_score", "off_h"),
+})
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
 ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses", "rows_addresses", "append_addresses",
                   "backward_addresses", "backward_kernel_addresses", "tma_addresses")
@@ -335,6 +351,24 @@ def _launcher_problems(tree: ast.Module) -> list[str]:
     return problems
 
 
+def _coordinate_problems(jit: list[ast.FunctionDef]) -> list[str]:
+    """Rule 6: a call of a @triton.jit helper of the file hands each parameter named a program coordinate
+    (``COORDINATES``) the caller's name of the same coordinate (``COORDINATE_GAPS``: the reviewed exceptions)."""
+    params = {fn.name: [a.arg for a in fn.args.args] for fn in jit}
+    problems = []
+    for fn in jit:
+        for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                     and c.func.id in params):
+            pairs = list(zip(params[call.func.id], call.args)) + [(kw.arg, kw.value) for kw in call.keywords]
+            for name, arg in pairs:
+                if name in COORDINATES and not (isinstance(arg, ast.Name) and arg.id == name) \
+                        and (fn.name, call.func.id, name) not in COORDINATE_GAPS:
+                    problems.append(f"{fn.name}:{call.lineno}: `{ast.unparse(arg)}` handed to {call.func.id} as its "
+                                    f"coordinate {name}: the claims prove the helper's offsets at the caller's "
+                                    f"{name}; pass it by that name")
+    return problems
+
+
 def check_source(source: str, printed: set[str], assigned: set[str], stages: set[tuple]) -> list[str]:
     """The hygiene problems of one generated file (empty: clean). ``printed``: every line the
     printer emits (stripped); ``assigned``: the names printed lines assign; ``stages``: the
@@ -344,7 +378,7 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
     jit = [fn for fn in tree.body if isinstance(fn, ast.FunctionDef) and _is_jit(fn)]
     helpers = {fn.name for fn in jit}
     stage_names = {name for triple in stages for name in triple[:2]}
-    problems = _launcher_problems(tree)
+    problems = _launcher_problems(tree) + _coordinate_problems(jit)
     file_pointers = _file_pointers(jit)
     addresses = {name for name in (line.split("=", 1)[0].strip() for line in printed
                                    if any(f"(claim: {c})" in line for c in ADDRESS_CLAIMS))

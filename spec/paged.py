@@ -53,6 +53,16 @@ SPLIT_RANGE_FIXED = (
          "this split's end; never past the row's keys (an empty split when split_lo >= key_len)"),
 )
 
+
+def batch_invariant_num_splits(capacity, split_keys):
+    """``num_splits`` of a ``batch_invariant`` decode launch: fixed splits of ``split_keys`` keys enough for a cache
+    of ``capacity`` keys, at least one (``flash_attention_with_kvcache`` calls it; claim batch_invariant_splits
+    proves the splits cover every key of every row). Numbers, or SymPy sizes (the claim's)."""
+    if isinstance(capacity, sp.Basic) or isinstance(split_keys, sp.Basic):
+        return sp.Max(1, sp.ceiling(sp.sympify(capacity) / split_keys))
+    return max(1, -(-capacity // split_keys))
+
+
 #: the load mask of a key tile j = start_n + arange(B_c), start_n in range(split_lo, split_hi, B_c)
 KEY_IN_SPLIT = sp.StrictLessThan(n.j, split_hi)
 

@@ -324,6 +324,36 @@ def test_fp8_kv_cache_decode_within_the_proven_bound(q_fmt, fmt, layout, splits)
         assert out_err <= tol and lse_err <= lse_tol, (b, out_err, tol, lse_err, lse_tol)
 
 
+def test_fp8_kv_cache_decode_with_a_batch_index_reads_the_descales_of_b():
+    """cache_batch_idx on an FP8 cache: batch ``b`` attends cache row ``cache_batch_idx[b]`` with the descales of
+    ``b`` (``(B, Hkv)``, FlashAttention 3's). Regression (audit of round three): the kernel's ``_fp8_descales``
+    called with the cache row ``off_bc`` instead of ``off_b`` proves every claim (the helper's offsets are
+    ``decode_addresses``', its call's arguments no claim reads) and read descales past ``(B, Hkv)``: NaN."""
+    from generated import flash_attention_with_kvcache
+    from spec.reference import attention as reference
+
+    dtype, g = FORMATS["e4m3"], torch.Generator().manual_seed(11)
+    B, Nq, Hq, Hkv, D, N = 2, 2, 4, 2, 32, 32
+    q8, qd, qq = _quantise_cache(torch.randn(B, Nq, Hq, D, generator=g), dtype, Hkv)
+    # three cache rows, batch b on row idx[b]; each batch entry's own descales (quantised for its row)
+    rows = [_quantise_cache(torch.randn(1, N, Hkv, D, generator=g) * s, dtype) for s in (1.0, 4.0, 0.25)]
+    idx = torch.tensor([2, 0], dtype=torch.int32)
+    kc = torch.cat([r[0] for r in rows])
+    kd = torch.cat([rows[i][1] for i in idx.tolist()])
+    kk = torch.cat([rows[i][2] for i in idx.tolist()])
+    vc, vd, vv = kc, kd, kk  # v = k: the descales' batch is what matters
+    lens = torch.tensor([N, 19], dtype=torch.int32)
+    out, lse = flash_attention_with_kvcache(q8, kc, vc, lens, cache_batch_idx=idx, q_descale=qd, k_descale=kd,
+                                            v_descale=vd, causal=True, return_lse=True)
+    for b in range(B):
+        n = int(lens[b])
+        ro, rl = reference(qq[b:b + 1], kk[b:b + 1, :, :n], vv[b:b + 1, :, :n], causal=True, alignment="bottom_right")
+        tol, lse_tol = case_tolerances(qq[b:b + 1], kk[b:b + 1, :, :n], vv[b:b + 1, :, :n], ref_lse=rl, dtype="e4m3",
+                                       descaled=True)
+        out_err, lse_err = attention_errors(out[b:b + 1].transpose(1, 2), lse[b:b + 1], ro, rl, vv[b:b + 1, :, :n])
+        assert out_err <= tol and lse_err <= lse_tol, (b, out_err, tol, lse_err, lse_tol)
+
+
 def test_fp8_kv_cache_append_copies_the_quantised_rows():
     """New k, v in the cache's FP8 format are copied in as they are (FlashAttention 3's rule): the call with
     the append gives what the same cache written by hand gives, and the cache holds the rows bit for bit."""

@@ -257,3 +257,29 @@ def test_a_second_random_draw_is_caught():
                             "            if HAS_DROPOUT:\n                keep_drop = tl.randint(drop_seed, offs_n) > 0\n"
                             "                keep_drop"))
     assert any("random draw `tl.randint(drop_seed, offs_n)`" in p for p in found), found
+
+
+# ---------------------------------------------------------------- audit of round three: coordinates (rule 6)
+@pytest.mark.parametrize("kind, old, new, sign", [
+    # FP8's descales read at the query head (under GQA: another KV head's, or past (B, Hkv): NaN)
+    ("fwd", "= _fp8_descales(QDescale, KDescale, VDescale, off_b, off_kvh,",
+     "= _fp8_descales(QDescale, KDescale, VDescale, off_b, off_h,", "`off_h` handed to _fp8_descales as its coordinate off_kvh"),
+    # an FP8 cache's descales read at the cache row (cache_batch_idx) instead of the batch entry
+    ("decode", "= _fp8_descales(QDescale, KDescale, VDescale, off_b, off_kvh,",
+     "= _fp8_descales(QDescale, KDescale, VDescale, off_bc, off_kvh,", "`off_bc` handed to _fp8_descales as its coordinate off_b"),
+    # ALiBi's slope of the KV head instead of the query head
+    ("fwd", "= _score_mod_scalars(sm_scale, softcap, Slopes, off_b, off_h,",
+     "= _score_mod_scalars(sm_scale, softcap, Slopes, off_b, off_kvh,", "`off_kvh` handed to _score_mod_scalars as its coordinate off_h"),
+])
+def test_a_coordinate_handed_to_a_helper_under_another_name_is_caught(kind, old, new, sign):
+    """Rule 6: every claim proves a helper's offsets at its parameters off_b / off_h / off_kvh; a call handing it
+    another coordinate proved every claim (the audit of round three measured NaN for the first two)."""
+    assert not [p for p in problems(edited(kind, old, old)) if "coordinate" in p]
+    found = problems(edited(kind, old, new))
+    assert any(sign in p for p in found), found
+
+
+def test_coordinate_gaps_are_listed_on_the_verification_page():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "verification.md").read_text()
+    missing = [gap for gap in hygiene.COORDINATE_GAPS if f"`{gap[1]}`" not in page or f"`{gap[2]}`" not in page]
+    assert missing == [], missing

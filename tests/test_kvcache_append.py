@@ -115,6 +115,19 @@ def test_append_matches_float64(paged, leftpad, batch_idx, rotary_dim, interleav
     run_and_check(*prob, dtype=dtype, interleaved=interleaved, causal=causal, window=window, num_splits=2)
 
 
+@pytest.mark.parametrize("paged", [False, True])
+def test_append_of_more_tokens_than_one_program_holds(paged):
+    """More new tokens than ``_append_rows``' BLOCK_T (16): a second program per (b, head) writes tokens 16…
+    Regression (audit of round three): its cache index ``offs_j`` from the tile's lanes ``tl.arange(0, BLOCK_T)``
+    instead of the tokens ``offs_t`` proves every claim (``append_addresses`` takes ``j = start + t`` as its
+    hypothesis) and passed every test (all appended at most 16 tokens): error 0.74."""
+    from generated.attention_decode_br16_bc32 import APPEND_BLOCK_T
+
+    n_new = 20
+    assert n_new > APPEND_BLOCK_T
+    prob = make(12, Nq=n_new, n_new=n_new, rotary_dim=32, page_size=16 if paged else None, dtype=torch.float32)
+    run_and_check(*prob, dtype=torch.float32, causal=True)
+
 @pytest.mark.parametrize("mod", ["softcap", "alibi", "sinks"])
 @pytest.mark.parametrize("paged", [False, True])
 def test_append_with_score_mods(mod, paged):

@@ -607,6 +607,17 @@ def test_a_split_size_from_the_batch_is_refuted():
     assert {name for name, res in r.cases if res != 0} >= {"split_lo depends on the row's key_lo, key_len and the split only"}
 
 
+def test_batch_invariant_splits_rounded_down_are_refuted():
+    """The runtime's split count floor(capacity / split_keys) (audit of round three: a 600-key cache lost keys
+    512…, error 0.43, while every claim proved): the launch's splits no longer cover every key."""
+    import sympy as sp
+    from spec.proofs import paged as PP
+    r = PP.prove_batch_invariant_splits(num_splits=lambda capacity, keys: sp.Max(1, sp.floor(capacity / keys)))
+    assert_failed(r)
+    assert [name for name, res in r.cases if res != 0] == [
+        "the launch's num_splits fixed splits cover every key: key_lo + num_splits·split_keys >= key_len for key_len "
+        "<= capacity"]
+
 def test_a_merge_exact_only_in_real_arithmetic_is_refuted():
     """lse = log(e^{lse_a} + e^{lse_b}) without the shift by lse_max: the same value in real
     arithmetic, but merging an empty split then rounds (log2(exp2(lse·log2 e))): a row's bits would

@@ -18,6 +18,7 @@ import torch
 from generator.runtime import api, checks, config, contract, dispatch, launch, plans
 from generator.runtime.config import DECODE_BLOCK  # noqa: F401  (the block whose decode kernel serves this op)
 from spec import launch as spec_launch
+from spec import paged as spec_paged
 
 MAX_SPLITS = 16
 #: keys a split streams at least, and at least this many per query row of its program: a split
@@ -196,7 +197,7 @@ def _check(arguments: dict):
     num_splits, split_keys = a["num_splits"], 0
     if a["batch_invariant"]:  # the grid covers the capacity; a row's splits past its keys are empty
         split_keys = BATCH_INVARIANT_SPLIT_KEYS
-        num_splits = max(1, math.ceil(capacity / split_keys))
+        num_splits = spec_paged.batch_invariant_num_splits(capacity, split_keys)  # claim batch_invariant_splits
     rows = [contract.unit_stride("flash_attention_with_kvcache", name, a[name]) for name in
             ("cache_leftpad", "cache_batch_idx")]
     return (_Checked(capacity, num_pages, n_new, a["softcap"], a["scale"], num_splits, window, split_keys),

@@ -181,7 +181,8 @@ def _merge_values(merge, sides: dict, exact: set) -> tuple[dict, list[str]]:
        "batch_invariant=True: a row's split plan is a function of that row's own lengths: every split's "
        "[split_lo, split_hi) in spec.paged.SPLIT_RANGE_FIXED has free symbols within {key_lo, key_len, split, "
        "split_keys} (not num_splits, which the batch's largest cache sets), a split with "
-       "split·split_keys >= key_len − key_lo reads no key (z3), and merging the empty partial (0, −inf) "
+       "split·split_keys >= key_len − key_lo reads no key, the num_splits spec.paged.batch_invariant_num_splits gives "
+       "the launch (the runtime's call) cover every key of a row of at most the cache's capacity (z3), and merging the empty partial (0, −inf) "
        "into a partial (o_a, lse_a) with lse_a finite (either side, or two empty ones) by spec.terms.MERGE_STATE "
        "returns that partial with every operation's exact result 0, 1, ±inf, ±o_a or ±lse_a, so each IEEE "
        "operation is exact given exp2(0) = 1, exp2(−inf) = 0, log2(1) = 0: the fold over a row's "
@@ -191,7 +192,8 @@ def _merge_values(merge, sides: dict, exact: set) -> tuple[dict, list[str]]:
        terms=tuple(t.name for t in P.SPLIT_RANGE_FIXED),
        scope="symbolic key_len, key_lo, split, split_keys (z3 over Z); the merge on symbolic finite o_a, lse_a: "
              "exact values, hence exact fp32 operations under the stated exp2/log2 facts")
-def prove_batch_invariant_splits(split_range_fixed=P.SPLIT_RANGE_FIXED, merge=terms.MERGE_STATE):
+def prove_batch_invariant_splits(split_range_fixed=P.SPLIT_RANGE_FIXED, merge=terms.MERGE_STATE,
+                                 num_splits=P.batch_invariant_num_splits):
     env = terms.chain(split_range_fixed)
     own = {n.key_len, P.key_lo, P.split, P.split_keys}
     cases = []
@@ -204,6 +206,12 @@ def prove_batch_invariant_splits(split_range_fixed=P.SPLIT_RANGE_FIXED, merge=te
     cases.append(_decide("a split past the row's keys is empty (split_lo >= split_hi)",
                          [K0 >= 0, SK >= 1, s >= 0, s * SK >= L - K0],
                          z(env[P.split_lo]) >= z(env[P.split_hi])))
+    # the launch's splits (num_splits of the runtime's function, for a cache of `capacity` keys) reach every key
+    # of every row: the last split's end key_lo + num_splits·split_keys is past key_len <= capacity
+    capacity = sp.Symbol("capacity", integer=True, positive=True)
+    cases.append(_decide("the launch's num_splits fixed splits cover every key: key_lo + num_splits·split_keys >= "
+                         "key_len for key_len <= capacity", [K0 >= 0, SK >= 1, L >= 0, L <= z(capacity)],
+                         K0 + z(num_splits(capacity, P.split_keys)) * SK >= L))
     o_x, lse_x = sp.symbols("o_x lse_x", real=True)  # a split's partial: lse finite
     # values whose IEEE operation is exact: 0, 1, ±inf, and the partial's own values (or their negation)
     exact = {sp.Integer(0), sp.Integer(1), n.NEG_INF, sp.oo, o_x, lse_x, -o_x, -lse_x}
