@@ -452,14 +452,10 @@ def _allowed_state_source(value, names, helpers) -> bool:
     return isinstance(value, ast.Call) and (_call_name(value) in LOADS or _call_name(value) in helpers)
 
 
-@lru_cache(maxsize=None)
-def printed_lines() -> tuple[frozenset[str], frozenset[str], frozenset[tuple]]:
-    """Every line the generator prints for any variant of any block config it knows, the names
-    those lines assign, and the allowed stage triples (``spec.structure``)."""
-    from spec import structure as S
-
+def variant_lines(variants) -> tuple[set[str], set[str]]:
+    """The printed lines (those citing a claim) the generator renders for ``variants``, and the names
+    those lines assign."""
     from generator.render import CONTEXTS
-    from generator.variants import BlockConfig
 
     lines: set[str] = set()
 
@@ -473,11 +469,21 @@ def printed_lines() -> tuple[frozenset[str], frozenset[str], frozenset[tuple]]:
             for v in value:
                 collect(v)
 
-    config = BlockConfig(64, 64)
-    for variant in config.variants():
+    for variant in variants:
         collect(CONTEXTS[variant.kind.name](variant))
     printed = {line for line in lines if "(claim: " in line}
-    assigned = {line.split("=", 1)[0].strip() for line in printed}
+    return printed, {line.split("=", 1)[0].strip() for line in printed}
+
+
+@lru_cache(maxsize=None)
+def printed_lines() -> tuple[frozenset[str], frozenset[str], frozenset[tuple]]:
+    """Every line the generator prints for any variant of any block config it knows, the names
+    those lines assign, and the allowed stage triples (``spec.structure``)."""
+    from spec import structure as S
+
+    from generator.variants import BlockConfig
+
+    printed, assigned = variant_lines(BlockConfig(64, 64).variants())
     stages = {(st.lo.name, st.hi.name, st.masked) for st in (*S.KEY_STAGES, *S.ROW_STAGES)}
     return frozenset(printed), frozenset(assigned), frozenset(stages)
 

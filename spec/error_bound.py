@@ -133,11 +133,18 @@ def fp8_mma_model_error(k: int = FP8_MMA_K, bits: int = FP8_MMA_BITS):
     return k * tau + tau * (1 + k * tau)
 
 
+def gamma_of(n, u):
+    """``γ_n = n u / (1 - n u)`` for the unit roundoff ``u``: ``n`` roundings in ``1 ± γ_n`` (Higham, Lemma 3.1;
+    ``n u < 1`` assumed). The one spelling of γ: numbers here, z3 or SymPy reals in the claims, which prove its
+    lemmas on it."""
+    return n * u / (1 - n * u)
+
+
 def gamma(n: float) -> float:
-    """``γ_n = n u / (1 - n u)`` (requires ``n u < 1``)."""
+    """``γ_n`` in fp32 (``u = U``; requires ``n u < 1``)."""
     if n * U >= 1:
         raise ValueError(f"gamma_{n}: n·u >= 1, the bound is void")
-    return n * U / (1 - n * U)
+    return gamma_of(n, U)
 
 
 class Bound(NamedTuple):
@@ -176,6 +183,9 @@ class Numbers:
     #: past the bound's range (a factor ``b >= 1``, an exponent past a double's) the bound is vacuous: ``inf``
     log1p = staticmethod(lambda x: math.log1p(x) if x > -1 else -math.inf)
     expm1 = staticmethod(lambda x: math.expm1(x) if x < 709 else math.inf)
+    #: ``x / (1 − b)`` for the denominator's factor ``b``: the proofs assume ``b < 1`` (their reals divide,
+    #: ``spec.proofs.float.Reals``); past it (``b >= 1``, or NaN) nothing is bounded: ``inf``
+    over_one_minus = staticmethod(lambda x, b: x / (1 - b) if b < 1 else math.inf)
 
 
 Numbers.FP8_MMA_ERR = FP8_MMA_ERR
@@ -241,18 +251,16 @@ def fp8_tile_roundings(block_n, num: "Numbers" = None):
     return 1 + num.ceil(block_n / FP8_MMA_K)
 
 
-def out_bound(rho_w, rho_num, rho_den, u_div, u_store, abs_num=0):
+def out_bound(rho_w, rho_num, rho_den, u_div, u_store, abs_num=0, num: Numbers = FLOATS):
     """``|out^ − out| / max|v|`` from the weight errors: every key's exponent factor within ``1 ± rho_w``,
     numerator factor within ``1 ± rho_num``, denominator factor within ``1 ± rho_den``; then the division
     (``u_div``) and the store (``u_store``). ``abs_num``: an absolute error of the numerator, relative to
     ``max|v|`` and the exact denominator (FP8's subnormal P: ``fp8_abs_num``; 0 otherwise). Plain
-    arithmetic: floats here, z3 reals in claims ``forward_error_bound`` (``abs_num = 0``) and
-    ``fp8_error_bound``, which prove it (requires ``b < 1``)."""
+    arithmetic in ``num``: floats here, z3 reals in claims ``forward_error_bound`` (``abs_num = 0``) and
+    ``fp8_error_bound``, which prove it for ``b < 1`` (``num.over_one_minus``: ``inf`` for floats past it)."""
     a, b = weight_factor(rho_w, rho_num), weight_factor(rho_w, rho_den)
-    if isinstance(b, float) and not b < 1:  # numbers past the proof's range (b >= 1): nothing is bounded
-        return math.inf
     last = (1 + u_div) * (1 + u_store)
-    return (a + b + abs_num) / (1 - b) * last + (last - 1)
+    return num.over_one_minus(a + b + abs_num, b) * last + (last - 1)
 
 
 def fp8_abs_num(n_k, p_abs, exponent, rho_den, num: Numbers = FLOATS):
@@ -274,7 +282,7 @@ def lse_bound(exponent, log_den, log_n, lse_abs, u=U, u_func=U_FUNC):
     ``b``), ``log N_k`` (``log_n``) and ``|lse|`` (``lse_abs``). ``1`` stands for ``ln 2 < 1`` (log2's
     absolute error). Plain arithmetic: floats here, z3 reals in claim ``forward_error_bound``, which
     proves it."""
-    g = LSE_ROUNDINGS * u / (1 - LSE_ROUNDINGS * u)
+    g = gamma_of(LSE_ROUNDINGS, u)
     d = log_den + u_func * (1 + log_n + exponent + log_den)
     return d + g * (lse_abs + d)
 
@@ -324,7 +332,7 @@ def forward_bound(dtype: str, n_k: int, block_n: int, head_dim: int, scaled_abs:
     rho_den = carried_factor(num.gamma(block_n), tiles, num.gamma)
     u_div = weight_factor(num.U, num.U) if descaled else num.U  # acc / l, then · v_scale (FP8_OUT)
     abs_num = fp8_abs_num(n_k, num.p_abs[dtype], E, rho_den, num) if dtype in FP8 else 0
-    out = out_bound(rho_w, rho_num, rho_den, u_div, num.u_store[out_dtype or dtype], abs_num)
+    out = out_bound(rho_w, rho_num, rho_den, u_div, num.u_store[out_dtype or dtype], abs_num, num)
     lse_abs = lse_bound(E, -num.log1p(-weight_factor(rho_w, rho_den)), num.log(num.max(n_k, 1)), num.abs(lse),
                         num.U, num.U_FUNC)
     return Bound(out, lse_abs, E)
@@ -348,9 +356,9 @@ SOFTCAP_EXP2 = 16 * U
 def softcap_rel(u=U, cf=SOFTCAP_CF, exp2_branch=SOFTCAP_EXP2):
     """``ρ_t``: the printed t within ``tanh(y^)·(1 ± ρ_t)`` (``y^`` the computed argument), the larger of
     the rational branch's ``(1+ε_CF)(1+γ_6)(1+u)/(1−γ_6) − 1`` and the exp2 branch's ``(1+γ_2)(1+16u) − 1``."""
-    g = lambda m: m * u / (1 - m * u)  # noqa: E731
-    rational = (1 + cf) * (1 + g(SOFTCAP_NUM_ROUNDINGS)) * (1 + u) / (1 - g(SOFTCAP_DEN_ROUNDINGS)) - 1
-    return max(rational, (1 + g(2)) * (1 + exp2_branch) - 1)
+    g_num, g_den = gamma_of(SOFTCAP_NUM_ROUNDINGS, u), gamma_of(SOFTCAP_DEN_ROUNDINGS, u)
+    rational = (1 + cf) * (1 + g_num) * (1 + u) / (1 - g_den) - 1
+    return max(rational, (1 + gamma_of(2, u)) * (1 + exp2_branch) - 1)
 
 
 #: the printed t's relative error bound

@@ -246,6 +246,18 @@ def mask_mod_strides(mask_mod_args) -> dict:
     return {} if mask_mod_args is None else {"stride_mmb": mask_mod_args.stride(0)}
 
 
+def row_mask_strides(key_lengths, mask, block_map, slopes, mask_mod_args) -> dict:
+    """The strides of what masks and biases a row, as both directions' kernels take them (the forward's
+    names): the dense mask's, its block map's, the ALiBi slopes' (``slope_strides``), ``key_lengths``' and
+    the mask_mod parameters' (``mask_mod_strides``)."""
+    ints = dict(zip(FORWARD_STRIDE_NAMES["mask"], mask.stride()))
+    ints.update(zip(FORWARD_STRIDE_NAMES["block_map"], block_map.stride()))
+    ints.update(zip(FORWARD_STRIDE_NAMES["slopes"], slope_strides(slopes)))
+    ints["stride_kl"] = key_lengths.stride(0)
+    ints.update(mask_mod_strides(mask_mod_args))
+    return ints
+
+
 def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sinks, block_m, mask_mod_args=None,
                    cu_seqlens_q=None, max_seqlen_q=None, descales=None, head_dim=None):
     """``(grid, ints)`` of one ``_attn_fwd`` launch: ``ints`` its integer parameters by name (every
@@ -265,11 +277,7 @@ def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sink
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
         ints.update(zip(FORWARD_STRIDE_NAMES[name], attention_strides(t)))
     ints.update(zip(FORWARD_STRIDE_NAMES["lse"], lse_strides(lse)))
-    ints.update(zip(FORWARD_STRIDE_NAMES["mask"], mask.stride()))
-    ints.update(zip(FORWARD_STRIDE_NAMES["block_map"], block_map.stride()))
-    ints.update(zip(FORWARD_STRIDE_NAMES["slopes"], slope_strides(slopes)))
-    ints.update(stride_kl=key_lengths.stride(0), stride_sink=sinks.stride(0))
-    ints.update(mask_mod_strides(mask_mod_args))
+    ints.update(row_mask_strides(key_lengths, mask, block_map, slopes, mask_mod_args), stride_sink=sinks.stride(0))
     ints.update(descale_strides(descales))
     H, H_KV = q.shape[1], k.shape[1]
     n_q, n_k = (q.shape[0], k.shape[0]) if packed else (q.shape[2], k.shape[2])
@@ -406,11 +414,7 @@ def _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mas
     for name, t in (("q", q), ("k", k), ("v", v), ("do", do)):
         ints.update(zip(BACKWARD_STRIDE_NAMES[name], attention_strides(t)))
     ints.update(zip(BACKWARD_STRIDE_NAMES["rows"], lse_strides(delta)))
-    ints.update(zip(FORWARD_STRIDE_NAMES["mask"], mask.stride()))
-    ints.update(zip(FORWARD_STRIDE_NAMES["block_map"], block_map.stride()))
-    ints.update(zip(FORWARD_STRIDE_NAMES["slopes"], slope_strides(slopes)))
-    ints["stride_kl"] = key_lengths.stride(0)
-    ints.update(mask_mod_strides(mask_mod_args))
+    ints.update(row_mask_strides(key_lengths, mask, block_map, slopes, mask_mod_args))
     packed = q.dim() == 3
     n_q, n_k = (q.shape[0], k.shape[0]) if packed else (q.shape[2], k.shape[2])
     ints.update(GROUP=q.shape[1] // k.shape[1], N_Q=n_q, N_K=n_k, **head_dims(k, v, head_dim))

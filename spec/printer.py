@@ -59,12 +59,19 @@ from sympy.printing.pycode import PythonCodePrinter
 
 from spec import terms as T
 from spec.error_bound import FP8_MAX_IMPRECISE_ACC
-
-#: the printed dots' ``max_num_imprecise_acc``: FP8_MAX_IMPRECISE_ACC for fp8 operands (``DOT_DTYPE``, a
-#: constexpr: resolved at compile time), Triton's default (None: no promotion, exact for fp16/bf16/fp32) otherwise
-FP8_IMPRECISE_ARG = f"{FP8_MAX_IMPRECISE_ACC} if DOT_DTYPE.is_fp8() else None"
 from spec.mask_mod import floor_div
 from spec.score_mods import onehot_sum
+
+
+def fp8_imprecise_arg(k: int) -> str:
+    """The printed dots' ``max_num_imprecise_acc`` argument for a promotion after ``k`` products: ``k`` for
+    fp8 operands (``DOT_DTYPE``, a constexpr: resolved at compile time), Triton's default (None: no
+    promotion, exact for fp16/bf16/fp32) otherwise. Claim fp8_mma_bound reads the printed lines for it."""
+    return f"max_num_imprecise_acc={k} if DOT_DTYPE.is_fp8() else None"
+
+
+#: the argument every printed dot passes: promotion after FP8_MAX_IMPRECISE_ACC products
+FP8_IMPRECISE_ARG = fp8_imprecise_arg(FP8_MAX_IMPRECISE_ACC)
 
 
 class UnsupportedNode(TypeError):
@@ -307,7 +314,7 @@ class TritonPrinter(PythonCodePrinter):
         # Only fp8 dots pass it: on fp16/bf16 an explicit value splits the wgmma accumulation too (measured: the
         # sm_90 dK/dV at D = 128 went from 0.547 to 0.828 loop instructions per element and spilled)
         return (f"tl.dot({a}, {b}, input_precision={self.input_precision}, "
-                f"max_num_imprecise_acc={FP8_IMPRECISE_ARG})")
+                f"{FP8_IMPRECISE_ARG})")
 
     def _dot_operand(self, x):
         inner = x.args[0] if isinstance(x, T.trans) else x

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from generator.checking import DTYPE_NAMES, alibi_beta, attention_errors, attention_failures, case_tolerances
 from generator.runtime import api
-from spec.error_bound import forward_bound, gamma, regime_bound
+from spec.error_bound import carried_factor, forward_bound, gamma, n_tiles, out_bound, regime_bound, weight_factor
 
 BLOCK = (16, 32)
 
@@ -116,6 +116,29 @@ def test_bound_grows_with_its_inputs():
     assert forward_bound("fp16", 128, 64, 32, 4.0).out > base.out
     assert forward_bound("bf16", 128, 64, 32, 4.0).out > forward_bound("fp16", 128, 64, 32, 4.0).out
     assert math.isclose(gamma(3), 3 * 2.0**-24 / (1 - 3 * 2.0**-24))
+
+
+def test_the_numeric_bound_is_inf_exactly_where_the_proof_assumes_nothing():
+    """``out_bound`` is proved for the denominator's factor ``b = weight_factor(ρ_w, ρ_den) < 1`` (claims
+    forward_error_bound, fp8_error_bound); in floats (``Numbers.over_one_minus``) it is finite exactly there and
+    ``inf`` wherever that hypothesis fails (``b >= 1``, NaN), and ``forward_bound``'s ``out`` and ``lse_abs``
+    with it."""
+    below, above = 1 - 2.0**-20, 1 + 2.0**-20  # b = either, exactly
+    for rho_w, rho_den in [(0.0, 0.0), (0.25, 0.5), (0.0, below), (below, 0.0), (0.0, 1.0), (1.0, 0.0), (0.5, 0.5),
+                           (0.0, above), (math.inf, 0.0), (math.nan, 0.0)]:
+        b = weight_factor(rho_w, rho_den)
+        out = out_bound(rho_w, 0.0, rho_den, 2.0**-24, 2.0**-8, abs_num=1e-3)
+        assert math.isinf(out) == (not b < 1) and out > 0, (rho_w, rho_den, b, out)
+    # forward_bound: b = weight_factor(e^E − 1, ρ_den) crosses 1 as s·A grows (E ≈ s·A·D·u)
+    n_k, block_n, d = 256, 64, 128
+    rho_den = carried_factor(gamma(block_n), n_tiles(n_k, block_n))
+    seen = set()
+    for scaled_abs in (2.0**k for k in range(12, 20)):
+        bound = forward_bound("bf16", n_k, block_n, d, scaled_abs, lse=1.0)
+        past = not weight_factor(math.expm1(bound.exponent), rho_den) < 1
+        assert math.isinf(bound.out) == past == math.isinf(bound.lse_abs), (scaled_abs, bound)
+        seen.add(past)
+    assert seen == {False, True}
 
 
 def test_the_softcap_is_bounded_without_fp8_descales_only():

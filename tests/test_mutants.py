@@ -861,7 +861,7 @@ def test_error_bound_lemma_with_a_smaller_bound_is_refuted():
     assert_failed(PF.prove_error_bound(weight_bound=a + b))
 
 
-def _out_bound_without_the_product_of_the_last_roundings(rho_w, rho_num, rho_den, u, u_out):
+def _out_bound_without_the_product_of_the_last_roundings(rho_w, rho_num, rho_den, u, u_out, num=None):
     """The formula before the proof: (a+b)/(1−b)·(1+u)(1+u_out) + u + u_out misses u·u_out·max|v|."""
     from spec.error_bound import weight_factor
 
@@ -913,7 +913,7 @@ def test_forward_error_bound_counts_the_roundings_of_the_printed_update():
 def _lse_bound_without_the_log2_error(exponent, log_den, log_n, lse_abs, u, u_func):
     """The lse bound without log2's own error U_FUNC·(1 + log N_k + E + λ): only the denominator's λ and
     the last roundings."""
-    g = 3 * u / (1 - 3 * u)
+    g = EB.gamma_of(3, u)
     return log_den + g * (lse_abs + log_den)
 
 
@@ -939,7 +939,7 @@ def _bound_without_the_cast_of_p(dtype, n_k, block_n, head_dim, scaled_abs, lse=
     rho_w = num.expm1(E)
     rho_num = EB.carried_factor(num.gamma(block_n), tiles, num.gamma)  # u_p dropped
     rho_den = EB.carried_factor(num.gamma(block_n), tiles, num.gamma)
-    out = EB.out_bound(rho_w, rho_num, rho_den, num.U, num.u_store[dtype])
+    out = EB.out_bound(rho_w, rho_num, rho_den, num.U, num.u_store[dtype], num=num)
     lse_abs = EB.lse_bound(E, -num.log1p(-EB.weight_factor(rho_w, rho_den)), num.log(num.max(n_k, 1)),
                            num.abs(lse), num.U, num.U_FUNC)
     return EB.Bound(out, lse_abs, E)
@@ -1742,8 +1742,8 @@ def _bound_without_subnormals(dtype, *args, num=EB.FLOATS, **kw):
     return EB.forward_bound(dtype, *args, num=NoAbs(), **kw)
 
 
-def _out_bound_without_abs(rho_w, rho_num, rho_den, u_div, u_store, abs_num=0):
-    return EB.out_bound(rho_w, rho_num, rho_den, u_div, u_store)
+def _out_bound_without_abs(rho_w, rho_num, rho_den, u_div, u_store, abs_num=0, num=EB.FLOATS):
+    return EB.out_bound(rho_w, rho_num, rho_den, u_div, u_store, num=num)
 
 
 #: wrong versions of the FP8 bound's pieces: claim fp8_error_bound must fail on each
@@ -1774,8 +1774,10 @@ def _bound_ignoring_fp8_mma(dtype, *args, fp8_mma=False, **kw):
 
 
 def _line_without_promotion(term):
-    from spec.printer import print_term
-    return print_term(term, comment=False).replace(", max_num_imprecise_acc=32 if DOT_DTYPE.is_fp8() else None", "")
+    from spec.printer import FP8_IMPRECISE_ARG, print_term
+    line = print_term(term, comment=False)
+    assert f", {FP8_IMPRECISE_ARG}" in line  # the mutant removes what the printer prints
+    return line.replace(f", {FP8_IMPRECISE_ARG}", "")
 
 
 #: wrong versions of the sm_90 fp8 MMA bound's pieces: claim fp8_mma_bound must fail on each

@@ -205,7 +205,6 @@ def test_reference_hook_matches_the_builtins():
 # ----------------------------------------------------------------------------------
 def test_emitted_files_are_clean(package):
     from generator import hygiene, manifest
-    from generator.render import CONTEXTS
     from generator.variants import BlockConfig
     from pathlib import Path
 
@@ -213,25 +212,12 @@ def test_emitted_files_are_clean(package):
     assert manifest.check(out) == []
     config = BlockConfig(*BLOCK, score_mods=tuple(f"spec.score_mods:{x}" for x in EXAMPLES))
     printed, assigned, stages = hygiene.printed_lines()
-    lines = set()
-
-    def collect(value):
-        if isinstance(value, str):
-            lines.add(value.strip())
-        elif isinstance(value, dict):
-            [collect(x) for x in value.values()]
-        elif isinstance(value, (list, tuple)):
-            [collect(x) for x in value]
-
     # every file of rel_bias (alone, with each mask_mod, decode); of the others, those without a mask_mod
     variants = [v for v in config.variants() if v.score_mod and (v.mask_mod is None or v.score_mod.endswith(":rel_bias"))]
-    for v in variants:
-        collect(CONTEXTS[v.kind.name](v))
-    mine = {line for line in lines if "(claim: " in line}
+    mine, mine_assigned = hygiene.variant_lines(variants)
     for v in variants:
         source = (out / v.filename).read_text()
-        assert hygiene.check_source(source, set(printed) | mine,
-                                    set(assigned) | {x.split("=", 1)[0].strip() for x in mine}, set(stages)) == []
+        assert hygiene.check_source(source, set(printed) | mine, set(assigned) | mine_assigned, set(stages)) == []
     fwd = importlib.import_module("sm_kernels.attention_fwd_scoremod_rel_bias_br16_bc32")
     assert fwd.SCORE_MOD == "rel_bias" and "--score-mod" in fwd.COMMAND
 

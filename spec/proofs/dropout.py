@@ -32,7 +32,7 @@ import z3
 
 from spec import notation as n
 from spec import terms
-from spec.proofs.tools import ZERO, interpret, reduce_zero, result, run_terms
+from spec.proofs.tools import ZERO, interpret, reduce_zero, result, run_terms, z3_verdict
 from spec.registry import claim
 
 #: the coordinates and keys the keep decision may depend on; anything else (a tile start, a
@@ -75,14 +75,6 @@ def _z3(expr, env):
             return acc
         raise ValueError(f"no integer rule for {e!r}")
     return go(expr), parts
-
-
-def _proved(facts, goal, timeout_ms=20000):
-    s = z3.Solver()
-    s.set("timeout", timeout_ms)
-    s.add(*facts)
-    s.add(z3.Not(goal))
-    return s.check() == z3.unsat
 
 
 @claim("dropout_mask_same",
@@ -138,10 +130,10 @@ def prove_dropout_mask_same(base=terms.DROPOUT_BASE, keep=terms.DROPOUT_KEEP):
     coords = lambda env: (env[n.drop_b], env[n.off_h], env[n.drop_i0] + env[n.i], env[n.drop_j0] + env[n.j])  # noqa: E731
     same = z3.And(*[x == y for x, y in zip(coords(one), coords(two))])
     cases.append(("injective: equal counters at (b, h, i, j) and (b', h', i', j') => equal coordinates",
-                  ZERO if _proved(sizes + box(one) + box(two) + [c1 == c2], same) else sp.Symbol("z3: not proved")))
+                  z3_verdict(sizes + box(one) + box(two) + [c1 == c2], same)))
     in_int64 = z3.And(*[z3.And(x >= 0, x <= INT64_MAX) for x in parts + [c1]])
     cases.append(("int64: every printed operation's value in [0, 2^63)",
-                  ZERO if _proved(sizes + box(one), in_int64) else sp.Symbol("z3: not proved")))
+                  z3_verdict(sizes + box(one), in_int64)))
     return result("dropout_mask_same", cases, "structure (free symbols), SymPy identity, z3 over the integers")
 
 

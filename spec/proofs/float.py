@@ -34,22 +34,13 @@ from sympy.codegen.cfunctions import log2
 from spec import error_bound, terms
 from spec import notation as n
 from spec.proofs.tools import ZERO, result
+from spec.proofs.tools import z3_verdict as _verdict
 from spec.registry import claim
 
 U = sp.Rational(1, 2**24)
 #: (score x, qk_scale c) in fp32 where the fused exponent fma(x, c, -fl(c·x)) is positive (~2^-25):
 #: c = 0.1307... is sm_scale·log2(e) for sm_scale ≈ 0.0906 (head dim ≈ 122)
 FMA_WITNESS = ("9.56383800506591796875", "0.13070140779018402099609375")
-
-
-def _verdict(facts, goal, timeout_ms=20000):
-    s = z3.Solver()
-    s.set("timeout", timeout_ms)
-    s.add(*facts, z3.Not(goal))
-    r = s.check()
-    if r == z3.unsat:
-        return ZERO
-    return sp.Symbol(f"z3 {r}: {s.model() if r == z3.sat else ''}")
 
 
 def _printed_form_cases(forward_tile):
@@ -125,7 +116,7 @@ def prove_exponent_rounding(forward_tile=terms.FORWARD_TILE, fused_slack=2 * U, 
 def prove_error_bound(weight_bound=None):
     cases = []
     na, nb, u = z3.Reals("n_a n_b u")
-    gamma = lambda k: k * u / (1 - k * u)  # noqa: E731
+    gamma = lambda k: error_bound.gamma_of(k, u)  # noqa: E731
     cases.append(("(1 + γ_a)(1 + γ_b) <= 1 + γ_(a+b) for (a+b)u < 1",
                   _verdict([na >= 0, nb >= 0, u > 0, (na + nb) * u < 1],
                            (1 + gamma(na)) * (1 + gamma(nb)) <= 1 + gamma(na + nb))))
@@ -251,7 +242,7 @@ def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=term
         cases.append((f"the carried {name} is rounded <= TILE_ROUNDINGS = {tile_roundings} times per tile",
                       ZERO if count is not None and count <= tile_roundings else sp.Symbol(f"{count} roundings")))
     u, k, T = z3.Reals("u k T")
-    g = lambda m: m * u / (1 - m * u)  # noqa: E731  γ_m on symbolic reals
+    g = lambda m: error_bound.gamma_of(m, u)  # noqa: E731  γ_m on symbolic reals
     R = tile_roundings
     # (2) induction on the tiles: a key's carried factor (1 + θ), |θ| <= γ_{R t}, after R more roundings
     th = z3.Real("theta")
@@ -306,7 +297,7 @@ def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=term
                            z3.And(x * ell - nn <= M * (K * last + last - 1), nn - x * ell <= M * (K * last + last - 1)))))
     cases.append(("out_bound(ρ_w, ρ_num, ρ_den, u, u_out) >= K·last + last − 1 with K = (a+b)/(1−b)",
                   _verdict(signs + [u > 0, uo >= 0],
-                           out_bound(rw, rn, rd, u, uo) >= (a_ + b_) / (1 - b_) * last + last - 1)))
+                           out_bound(rw, rn, rd, u, uo, num=REALS) >= (a_ + b_) / (1 - b_) * last + last - 1)))
     cases += _exponent_cases(exponent_factor, softcap_factor, scale_roundings, qk_scale)
     cases += _alibi_cases(alibi_factor, exponent_factor, softcap_factor, alibi_terms, alibi_roundings,
                           score_log2_terms, score_log2_roundings)
@@ -316,15 +307,26 @@ def prove_forward_error_bound(out_bound=error_bound.out_bound, forward_tile=term
                   "forward_bound checked symbolically to be the stated composition")
 
 
+class Reals(error_bound.Numbers):
+    """``spec.error_bound.Numbers`` on the claims' reals (z3, SymPy): the quotient by the denominator's
+    ``1 − b`` is a plain division, the claims' hypothesis ``b < 1`` (floats past it: ``inf``)."""
+
+    over_one_minus = staticmethod(lambda x, b: x / (1 - b))
+
+
+#: the bound's lemmas (``out_bound``) evaluated on z3 or SymPy reals
+REALS = Reals()
+
+
 def symbolic_numbers(u, uf, up, uo, p_abs=0):
     """``spec.error_bound.Numbers`` in SymPy: the roundoffs ``u``, ``U_FUNC``, ``u_p``, ``u_out`` (and FP8's
     ``p_abs``) symbolic for every dtype, ``γ_m = m u / (1 − m u)``, the functions SymPy's (a class: call it)."""
-    class Symbolic(error_bound.Numbers):
+    class Symbolic(Reals):
         U, U_FUNC = u, uf
         unit_roundoff = {dtype: up for dtype in error_bound.UNIT_ROUNDOFF}
         u_store = {dtype: uo for dtype in error_bound.U_STORE}
         p_abs = {dtype: p_abs for dtype in error_bound.UNIT_ROUNDOFF}
-        gamma = staticmethod(lambda m: m * u / (1 - m * u))
+        gamma = staticmethod(lambda m: error_bound.gamma_of(m, u))
         ceil = staticmethod(sp.ceiling)
         max = staticmethod(sp.Max)
         abs = staticmethod(sp.Abs)
@@ -350,7 +352,7 @@ def _composition_cases(bound, score_mod=False):
     u, uf, up, uo, sA = sp.symbols("u U_f u_p u_out sA", positive=True)
     nk, bc, d = sp.symbols("N_k B_c D", integer=True, positive=True)
     lse = sp.Symbol("lse", real=True)
-    gam = lambda m: m * u / (1 - m * u)  # noqa: E731  γ_m
+    gam = lambda m: error_bound.gamma_of(m, u)  # noqa: E731  γ_m
     Symbolic = symbolic_numbers(u, uf, up, uo)
     rho_t = sp.Symbol("rho_t", positive=True)
     Symbolic.SOFTCAP_REL = rho_t
@@ -378,7 +380,7 @@ def _composition_cases(bound, score_mod=False):
         rho_num = error_bound.carried_factor(error_bound.weight_factor(up, gam(bc)), T, gam)
         rho_den = error_bound.carried_factor(gam(bc), T, gam)
         want = error_bound.Bound(
-            out_bound(rho_w, rho_num, rho_den, u, uo),
+            out_bound(rho_w, rho_num, rho_den, u, uo, num=REALS),
             lse_bound(E, -sp.log(1 - error_bound.weight_factor(rho_w, rho_den)), sp.log(sp.Max(nk, 1)), sp.Abs(lse),
                       u, uf),
             E)
@@ -410,7 +412,7 @@ def _softcap_score_cases(softcap_factor):
     then the tile's product by ``qk_scale = 1``, exact: 3 roundings, ``ℓ_5`` in ``1 ± γ_5`` an upper count). Hypotheses: tanh is 1-Lipschitz and ``|tanh a| <= |a|``,
     so ``|Q − P| <= |s x^ ℓ − s x| <= F_0`` and ``|Q| <= |s x^ ℓ| <= B_0`` (the score cases above)."""
     u, sA, gD, g4, rho, Q, P, f, F0, B0 = z3.Reals("u sA g_D g_5 rho Q P f F0 B0")
-    g2 = 2 * u / (1 - 2 * u)
+    g2 = error_bound.gamma_of(2, u)
     phi = error_bound.weight_factor(rho, g4)
     ab = lambda t: z3.If(t >= 0, t, -t)  # noqa: E731
     base = [u > 0, u < z3.RealVal("0.01"), sA >= 0, gD >= 0, g4 >= 0, rho >= 0]
@@ -431,7 +433,7 @@ def _exponent_cases(exponent_factor, softcap_factor=error_bound.softcap_score_fa
     score rounds ``scale_roundings`` times, counted in the printed ``qk_scale``."""
     u, A, c, gD, x, xh, ell, th, m0, mT, S, d, B, F = z3.Reals("u A c g_D x xh ell th m0 mT S delta B F")
     k = scale_roundings
-    g2 = k * u / (1 - k * u)  # γ_k
+    g2 = error_bound.gamma_of(k, u)  # γ_k
     base = [u > 0, u < z3.RealVal("0.01"), A >= 0, c > 0, gD >= 0]
     score = base + [x <= A, -x <= A, xh - x <= gD * A, x - xh <= gD * A, ell <= 1 + g2, ell >= 1 - g2]
     # the printed qk_scale = sm_scale·log2 e: its product, log2 e as an fp32 constant (compiled), then x·qk_scale
@@ -540,7 +542,7 @@ def _alibi_cases(alibi_factor, exponent_factor, softcap_factor, alibi_terms, ali
     u = z3.Real("u")
     for k in sorted({alibi_roundings, score_log2_roundings}):
         cases.append((f"(1 + u)^{k} − 1 <= γ_{k}: {k} roundings in 1 ± γ_{k}",
-                      _verdict([u > 0, k * u < 1], (1 + u) ** k - 1 <= k * u / (1 - k * u))))
+                      _verdict([u > 0, k * u < 1], (1 + u) ** k - 1 <= error_bound.gamma_of(k, u))))
     # (3) the score's F_q, B_q against its factor φ: the raw score into log2 units (any γ_s), or the cap's
     A, c, gD, gs, x, xh, ell, sA, g5, rho = z3.Reals("A c g_D g_s x xh ell sA g_5 rho")
     base = [u > 0, u < z3.RealVal("0.01"), A >= 0, c > 0, gD >= 0, gs >= 0]
@@ -554,7 +556,7 @@ def _alibi_cases(alibi_factor, exponent_factor, softcap_factor, alibi_terms, ali
          _verdict(base, z3.And(Fq + 2 * u * Bq <= c * A * exponent_factor(gD, gs, u),
                                Bq <= c * A * (1 + exponent_factor(gD, gs, u))))),
     ]
-    g2 = 2 * u / (1 - 2 * u)
+    g2 = error_bound.gamma_of(2, u)
     B0 = sA * (1 + gD) * (1 + g2)
     cases.append(("softcap: B_q = B_0(1 + weight_factor(ρ_t, γ_5)) <= s·A·(1 + softcap_score_factor(γ_D, γ_2, γ_5, ρ_t, u))",
                   _verdict([u > 0, u < z3.RealVal("0.01"), sA >= 0, gD >= 0, g5 >= 0, rho >= 0],
@@ -650,7 +652,7 @@ def _lse_cases(lse_bound, forward_epilogue, lse_roundings):
     # (5) the printed operations: log2 within U_FUNC·(1 + |log2 x|), then LSE_ROUNDINGS roundings
     u, uf, lse, m_, e1, X_, Y, eta, d_, g_ = z3.Reals("u U_f lse m e1 X Y eta d g")
     R = lse_roundings
-    gR = R * u / (1 - R * u)
+    gR = error_bound.gamma_of(R, u)
     ab = lambda t: z3.If(t >= 0, t, -t)  # noqa: E731
     d = lam + uf * (1 + lnN + E + lam)
     cases.append(("log2: lse = ln 2·m + ln L, X = ln 2·(m + log2 l^ + ε), |ln 2·ε| = |e1| <= U_FUNC·(ln 2 + |ln l^|), "

@@ -33,7 +33,7 @@ import z3
 
 from spec import error_bound, structure, terms
 from spec import notation as n
-from spec.proofs.float import _verdict, scaled_score_roundings, symbolic_numbers
+from spec.proofs.float import REALS, _verdict, scaled_score_roundings, symbolic_numbers
 from spec.proofs.symbolic import D, R, ROWMAX, Q, V, a_, d, j, run, sum_zero, w_
 from spec.proofs.tools import ZERO, result
 from spec.registry import claim
@@ -195,14 +195,14 @@ def prove_fp8_error_bound(out_bound=error_bound.out_bound, bound=error_bound.for
                   "M·out_bound(ρ_w, ρ_num, ρ_den, u_div, u_out, c)",
                   _verdict(signs + [uu > 0, uo >= 0, nn <= M, -nn <= M, ell <= last, ell >= 2 - last,
                                     e - nn <= M * K, nn - e <= M * K],
-                           z3.And(e * ell - nn <= M * out_bound(rw, rn, rd, ud, uo, c),
-                                  nn - e * ell <= M * out_bound(rw, rn, rd, ud, uo, c)))))
+                           z3.And(e * ell - nn <= M * out_bound(rw, rn, rd, ud, uo, c, num=REALS),
+                                  nn - e * ell <= M * out_bound(rw, rn, rd, ud, uo, c, num=REALS)))))
     # (iv) the descaled exponent: the printed qk_scale's roundings, then the score lemma with γ_r
     count = scaled_score_roundings(fp8_qk_scale.expr)  # its products, fp32 constants, then x·qk_scale
     cases.append((f"printed FP8 qk_scale and x·qk_scale round <= SCALE_ROUNDINGS_DESCALED = {scale_roundings} times",
                   ZERO if count is not None and count <= scale_roundings else sp.Symbol(f"{count} roundings")))
     u, A, cc, gD, x, xh, lr, B, F2, th, m0, mT, S2, dd = z3.Reals("u A c g_D x xh ell B F th m0 mT S d")
-    gr = scale_roundings * u / (1 - scale_roundings * u)
+    gr = error_bound.gamma_of(scale_roundings, u)
     base = [u > 0, u < z3.RealVal("0.01"), A >= 0, cc > 0, gD >= 0]
     score = base + [x <= A, -x <= A, xh - x <= gD * A, x - xh <= gD * A, lr <= 1 + gr, lr >= 1 - gr]
     cases.append((f"score: |x^ − x| <= γ_D·A, ℓ in 1 ± γ_{scale_roundings} => "
@@ -230,7 +230,7 @@ def _composition_cases(bound, out_bound, formats, scale_roundings):
     u, uf, up, uo, sA, pa = sp.symbols("u U_f u_p u_out sA p_abs", positive=True)
     nk, bc, dd = sp.symbols("N_k B_c D", integer=True, positive=True)
     lse = sp.Symbol("lse", real=True)
-    gam = lambda m: m * u / (1 - m * u)  # noqa: E731
+    gam = lambda m: error_bound.gamma_of(m, u)  # noqa: E731
     Symbolic = symbolic_numbers(u, uf, up, uo, pa)
 
     T = sp.Max(1, sp.ceiling(nk / bc))
@@ -244,7 +244,8 @@ def _composition_cases(bound, out_bound, formats, scale_roundings):
     # FP8 products (P cast to fp8: its subnormal error c), and the mixed path (fp16/bf16 products on an
     # fp8 K/V cache upcast exactly: the descales only, c = 0)
     for name, c in [(f, nk * pa * sp.exp(2 * E) * (1 + rho_den)) for f in formats] + [("fp16", 0), ("bf16", 0)]:
-        want = error_bound.Bound(out_bound(rho_w, rho_num, rho_den, error_bound.weight_factor(u, u), uo, c), lse_want, E)
+        want = error_bound.Bound(out_bound(rho_w, rho_num, rho_den, error_bound.weight_factor(u, u), uo, c, num=REALS),
+                                 lse_want, E)
         cases += _bound_cases(lambda: bound(name, nk, bc, dd, sA, lse, num=Symbolic(), descaled=True), want,
                               f"forward_bound({name}, descaled).{{}} is the FP8 composition (symbolic N_k, B_c, D, "
                               "s·A, u, u_p, u_out, p_abs, U_FUNC)")
@@ -294,7 +295,7 @@ def prove_fp8_mma_bound(bound=error_bound.forward_bound, mma_err=error_bound.FP8
                         imprecise=error_bound.FP8_MAX_IMPRECISE_ACC, qk=terms.QK, forward_tile=terms.FORWARD_TILE,
                         dot_factor=error_bound.fp8_dot_factor, tile_roundings=error_bound.fp8_tile_roundings,
                         print_line=None):
-    from spec.printer import print_term
+    from spec.printer import fp8_imprecise_arg, print_term
     print_line = print_line or (lambda term: print_term(term, comment=False))
     cases = []
     # (i) the printed dots promote after every instruction
@@ -304,7 +305,7 @@ def prove_fp8_mma_bound(bound=error_bound.forward_bound, mma_err=error_bound.FP8
         cases.append((f"printed {term.name}: every tl.dot passes max_num_imprecise_acc = {imprecise} = FP8_MMA_K "
                       f"= {mma_k} (promote after each instruction)",
                       ZERO if imprecise == mma_k and line.count("tl.dot(") >= 1
-                      and line.count("tl.dot(") == line.count(f"max_num_imprecise_acc={mma_k} if DOT_DTYPE.is_fp8() else None)") else sp.Symbol(line)))
+                      and line.count("tl.dot(") == line.count(f", {fp8_imprecise_arg(mma_k)})") else sp.Symbol(line)))
     # the hypothesis covers the modelled accumulator (exact rationals), and the model's bound (z3 reals)
     tau = Fraction(1, 2 ** mma_bits)
     model = mma_k * tau + tau * (1 + mma_k * tau)
@@ -329,7 +330,7 @@ def prove_fp8_mma_bound(bound=error_bound.forward_bound, mma_err=error_bound.FP8
     u, uf, up, uo, sA, pa, ep = sp.symbols("u U_f u_p u_out sA p_abs epsilon", positive=True)
     nk, bc, dd = sp.symbols("N_k B_c D", integer=True, positive=True)
     lse = sp.Symbol("lse", real=True)
-    gam = lambda m: m * u / (1 - m * u)  # noqa: E731
+    gam = lambda m: error_bound.gamma_of(m, u)  # noqa: E731
     Symbolic = symbolic_numbers(u, uf, up, uo, pa)
     Symbolic.FP8_MMA_ERR = ep
     num = Symbolic()
@@ -347,8 +348,8 @@ def prove_fp8_mma_bound(bound=error_bound.forward_bound, mma_err=error_bound.FP8
     lse_want = error_bound.lse_bound(E, -sp.log(1 - error_bound.weight_factor(rho_w, rho_den)),
                                      sp.log(sp.Max(nk, 1)), sp.Abs(lse), u, uf)
     c = nk * pa * sp.exp(2 * E) * (1 + rho_den)
-    want = error_bound.Bound(error_bound.out_bound(rho_w, rho_num, rho_den, error_bound.weight_factor(u, u), uo, c),
-                             lse_want, E)
+    want = error_bound.Bound(error_bound.out_bound(rho_w, rho_num, rho_den, error_bound.weight_factor(u, u), uo, c,
+                                                   num=REALS), lse_want, E)
     for name in error_bound.FP8:
         cases += _bound_cases(lambda: bound(name, nk, bc, dd, sA, lse, num=num, descaled=True, fp8_mma=True), want,
                               f"forward_bound({name}, fp8_mma=True).{{}} is the sm_90 composition (symbolic N_k, "

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from spec import error_bound
 from spec import notation as n
 from spec import score_mods as SM
 from spec import terms
@@ -284,7 +285,7 @@ def _lemma_cases(score_mod_exponent, counts):
     small = [u > 0, u < z3.RealVal("0.01")]
     cases = []
     for k in sorted(counts):
-        g = k * u / (1 - k * u)
+        g = error_bound.gamma_of(k, u)
         cases.append((f"(1 ± u)^{k} in 1 ± γ_{k}: {k} roundings of a monomial",
                       _verdict(small, z3.And((1 + u) ** k - 1 <= g, 1 - (1 - u) ** k <= g))))
     ab = lambda t: z3.If(t >= 0, t, -t)  # noqa: E731

@@ -21,6 +21,9 @@ from spec import masks
 from spec import notation as n
 from spec import recurrences as R
 from spec import error_bound, terms
+from functools import partial
+
+from spec.proofs import tools
 from spec.proofs.tools import ZERO, equal_cases, natural_exp, finite_state, interpret, nonnegative, result, run_terms, scalar
 from spec.proofs.kernel import forward_env, kernel_tile, masked_scores
 from spec.proofs.ring import to_z3
@@ -181,13 +184,8 @@ def _rational_bounds(softcap_terms):
              z3_verdict([where], z3.And(t <= ab, -t <= ab, t <= 1, t >= -1)))]
 
 
-def z3_verdict(facts, goal, timeout_ms=30000):
-    """0 when z3 proves ``facts => goal`` on the reals, else a symbol naming its answer."""
-    solver = z3.Solver()
-    solver.set("timeout", timeout_ms)
-    solver.add(*facts, z3.Not(goal))
-    answer = solver.check()
-    return sp.Integer(0) if answer == z3.unsat else sp.Symbol(f"z3 {answer}: {solver.model() if answer == z3.sat else ''}")
+#: ``spec.proofs.tools.z3_verdict`` with 30 s per case (the softcap's nonlinear cases)
+z3_verdict = partial(tools.z3_verdict, timeout_ms=30000)
 
 
 def _biased_exponents(forward_tile, alibi_terms, alibi_scalar, mod_tile_scale):
@@ -500,7 +498,7 @@ def prove_softcap_accuracy(softcap_terms=terms.SOFTCAP, softcap_scalars=terms.SO
         cases.append((f"{label} {part}: positive terms, γ-index <= {stated}",
                       ZERO if count is not None and count <= stated else sp.Symbol(f"gamma index {count}")))
     u, i, j = z3.Reals("u i j")
-    g = lambda m: m * u / (1 - m * u)  # noqa: E731
+    g = lambda m: error_bound.gamma_of(m, u)  # noqa: E731
     ti, tj, a, b, ta, tb = z3.Reals("theta_i theta_j a b theta_a theta_b")
     cases.append(("product: |θ_i| <= γ_i, |θ_j| <= γ_j => |(1+θ_i)(1+θ_j) − 1| <= γ_(i+j)",
                   z3_verdict([u > 0, i >= 0, j >= 0, (i + j) * u < 1, ti <= g(i), -ti <= g(i), tj <= g(j), -tj <= g(j)],
@@ -511,9 +509,9 @@ def prove_softcap_accuracy(softcap_terms=terms.SOFTCAP, softcap_scalars=terms.SO
     # (6) the rational branch, composed: C_4 = T(1+η), numerator and denominator within γ, the division
     U = sp.Rational(1, 2**24)
     uz = z3.RealVal(str(U))
-    gq = lambda m: z3.RealVal(str(m * U / (1 - m * U)))  # noqa: E731
-    rho_rat = sp.nsimplify((1 + eps) * (1 + num_roundings * U / (1 - num_roundings * U)) * (1 + U)
-                           / (1 - den_roundings * U / (1 - den_roundings * U)) - 1)
+    gq = lambda m: z3.RealVal(str(error_bound.gamma_of(m, U)))  # noqa: E731
+    rho_rat = sp.nsimplify((1 + eps) * (1 + error_bound.gamma_of(num_roundings, U)) * (1 + U)
+                           / (1 - error_bound.gamma_of(den_roundings, U)) - 1)
     T, eta, tn, td, d = z3.Reals("T eta theta_N theta_D delta")
     th = T * (1 + eta) * (1 + tn) * (1 + d) / (1 + td)
     rz = z3.RealVal(str(rho_rat))
@@ -523,7 +521,7 @@ def prove_softcap_accuracy(softcap_terms=terms.SOFTCAP, softcap_scalars=terms.SO
                               td <= gq(den_roundings), -td <= gq(den_roundings), d <= uz, -d <= uz],
                              z3.And(th - T <= rz * T, T - th <= rz * T))))
     # (7) the exp2 branch: |y'| >= 1 − γ_2 (y' = y(1+θ), z's exact argument), so U' = e^{2y'} >= K or <= 1/K
-    g2 = 2 * U / (1 - 2 * U)
+    g2 = error_bound.gamma_of(2, U)
     K = sp.Rational(738, 100)
     cases.append(("e^{2(1 − γ_2)} >= K = 7.38", ZERO if sp.exp(2 * (1 - g2)) > K else sp.exp(2 * (1 - g2)) - K))
     Up, de, d1, d2, d3 = z3.Reals("U delta_e delta_1 delta_2 delta_3")

@@ -7,7 +7,7 @@ import z3
 
 from spec import recurrences as R
 from spec import structure as S
-from spec.proofs.tools import ZERO, equal_cases, result
+from spec.proofs.tools import ZERO, equal_cases, result, z3_verdict
 from spec.printer import print_term  # the generator's own printing of the term
 from spec.registry import claim
 from spec.proofs.z3_int32 import Int32Line
@@ -59,12 +59,7 @@ def prove_gqa_head_map(gqa_head=S.GQA_HEAD, gqa_group_head=S.GQA_GROUP_HEAD):
     }
     cases = []
     for name, (hyps, goal) in goals.items():
-        s = z3.Solver()
-        s.set("timeout", 20000)
-        s.add(*facts, *hyps, z3.Not(goal))
-        verdict = s.check()
-        cases.append((name, ZERO if verdict == z3.unsat else sp.Symbol(
-            f"z3 {verdict}: {s.model() if verdict == z3.sat else ''}")))
+        cases.append((name, z3_verdict([*facts, *hyps], goal)))
     return result("gqa_head_map", cases, "z3 over the integers")
 
 

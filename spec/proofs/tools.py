@@ -95,6 +95,18 @@ def nonnegative(expr: sp.Basic) -> sp.Basic:
     return expr
 
 
+def z3_verdict(facts, goal, timeout_ms: int = 20000) -> sp.Basic:
+    """``ZERO`` when z3 proves ``facts => goal`` (``facts ∧ ¬goal`` unsat), else a symbol naming its answer
+    (with the model where it found one): a case's residual. The claims' one implication check."""
+    import z3
+
+    solver = z3.Solver()
+    solver.set("timeout", timeout_ms)
+    solver.add(*facts, z3.Not(goal))
+    answer = solver.check()
+    return ZERO if answer == z3.unsat else sp.Symbol(f"z3 {answer}: {solver.model() if answer == z3.sat else ''}")
+
+
 def result(claim_id: str, cases: Iterable[tuple[str, sp.Basic]], how: str) -> Result:
     """A Result: PROVED iff every case's residual is the integer 0."""
     cases = tuple((name, sp.sympify(r)) for name, r in cases)
