@@ -453,6 +453,8 @@ APPEND_STRIDES = {name: _int(name) for name in (
     "stride_sin_d")}
 AP_ = APPEND_STRIDES
 acs_off, abi_off, abt_off = _int("acs_off"), _int("abi_off"), _int("abt_off")
+#: the keys before the new ones, cache_seqlens[b] as the kernel loads it
+start_new = _int("start_new")
 x_base, dst_base = _int("x_base"), _int("dst_base")
 xa_off, xp_off, dst_off, cos_off, sin_off = (_int(s) for s in ("xa_off", "xp_off", "dst_off", "cos_off", "sin_off"))
 APPEND_LOOKUPS = (
@@ -483,7 +485,9 @@ APPEND_TABLES = (
     Term(sin_off, col(offs_pos) * AP_["stride_sin_n"] + row(offs_freq) * AP_["stride_sin_d"], CLAIM_APPEND,
          "sin[pos, freq]"),
 )
-APPEND_GROUPS = {"lookups": APPEND_LOOKUPS, "x": APPEND_X, "dst_paged": APPEND_DST_PAGED,
+#: new token t's cache index: the keys before it, then its own position t (the token, not the tile's lane)
+APPEND_KEY = (Term(offs_j, start_new + offs_t, CLAIM_APPEND, "cache index of new token t: cache_seqlens[b] + t"),)
+APPEND_GROUPS = {"lookups": APPEND_LOOKUPS, "key": APPEND_KEY, "x": APPEND_X, "dst_paged": APPEND_DST_PAGED,
                  "dst_cache": APPEND_DST_CACHE, "dst_tensor": APPEND_DST_TENSOR, "dst": APPEND_DST,
                  "tables": APPEND_TABLES}
 

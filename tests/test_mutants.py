@@ -1324,6 +1324,19 @@ def test_decode_v_is_k_without_the_pointer_check_is_refuted():
     assert failing == [f"{tag}: V_IS_K for v_cache = k_cache[..., :D_v]" for tag in ("paged", "contiguous")], failing
 
 
+def test_append_cache_index_at_the_tile_lane_is_refuted():
+    """Audit of round three: the append's ``offs_j = start_new + tl.arange(0, BLOCK_T)`` (the tile's lanes, not the
+    tokens: 20 new tokens, error 0.74). offs_j is a printed term (APPEND_KEY) now; at the lane it fails
+    append_addresses' offsets (the extents still hold: each lane stays inside the cache)."""
+    block_t = sp.Symbol("BLOCK_T", integer=True, positive=True)
+    lane = (terms.Term(AD.offs_j, AD.start_new + AD.offs_t - terms.program_id(0) * block_t, AD.CLAIM_APPEND,
+                       "the tile's lane"),)
+    assert _failing(PAD.prove_append_addresses(groups=dict(AD.APPEND_GROUPS, key=lane))) == [
+        "paged: block_table offset is block_table[b, j // PAGE_SIZE], j = cache_seqlens[b] + t",
+        "paged: cache offset is cache[block_table[b, j // PS], j % PS, head, d], j = cache_seqlens[b] + t",
+        "cache: cache offset is cache[off_bc, j, head, d], j = cache_seqlens[b] + t"]
+
+
 def test_head_dim_split_mutants_are_refuted():
     """MLA (issue 27), claim head_dim_split: the tail's product dropped, or taken with the main q columns."""
     from spec.proofs.kernel import prove_head_dim_split
@@ -1511,8 +1524,9 @@ def test_append_address_block_table_without_its_column_stride_is_refuted():
     look = swap(APG["lookups"], AD.abt_off, AD.off_b * AD.AP_["stride_bt_b"] + AD.P.page_idx)
     failing = _failing(PAD.prove_append_addresses(groups=dict(APG, lookups=look)))
     # the page read from the wrong entry moves the cache row too
-    assert failing == ["paged: block_table offset is block_table[b, j // PAGE_SIZE]",
-                       "paged: cache offset is cache[block_table[b, j // PS], j % PS, head, d]"], failing
+    assert failing == ["paged: block_table offset is block_table[b, j // PAGE_SIZE], j = cache_seqlens[b] + t",
+                       "paged: cache offset is cache[block_table[b, j // PS], j % PS, head, d], j = cache_seqlens[b] + t"
+                       ], failing
 
 
 def test_append_address_cache_seqlens_at_b_is_refuted():

@@ -959,7 +959,9 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
        "element the reference reads or writes — cache_seqlens[b], cache_batch_idx[b], block_table[b, j // "
        "PAGE_SIZE], x[b, t, head, d] and its rotary partner x[b, t, head, pair], cache[block_table[b, j // "
        "PAGE_SIZE], j % PAGE_SIZE, head, d] (paged), cache[off_bc, j, head, d] (contiguous; off_bc = b or "
-       "cache_batch_idx[b]), out[b, t, head, d], cos/sin[pos, freq] — with j = cache_seqlens[b] + t; and x, the "
+       "cache_batch_idx[b]), out[b, t, head, d], cos/sin[pos, freq] — with j = cache_seqlens[b] + t, the token's "
+       "cache index the reference appends at, against the printed offs_j (APPEND_KEY, cache_seqlens[b] as loaded); "
+       "and x, the "
        "destination, cache_seqlens, cache_batch_idx and block_table are read or written inside their shapes for "
        "every program of the grid and every lane t < N_new, d < D (given cache_seqlens[b] + N_new <= the "
        "capacity, page ids in [0, num_pages), cache_batch_idx entries in [0, B_cache), B_cache = B without it; "
@@ -1022,19 +1024,27 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
                              z3.And(z(sp.sympify(grid[2])) == z(B), z(sp.sympify(grid[1])) == z(H),
                                     z(sp.sympify(grid[0])) * z(block_t) >= z(N_new))))
         dst_rows = {term.symbol: term for term in groups[f"dst_{kind}"]}[A.dst_base]
-        start, jz = z3.Int("cache_seqlens_value"), z3.Int("j_value")
+        # new token t's cache index: the printed offs_j (cache_seqlens[b] loaded as start_new), which the
+        # reference's index j = cache_seqlens[b] + t must equal
+        start, start_value = z3.Int("cache_seqlens_value"), sp.Symbol("cache_seqlens_value", integer=True)
+        (key_term,) = groups["key"]
+        j_printed = _lanes(key_term.expr).xreplace({A.start_new: start_value})
+        j_ref = start_value + t
+        jz = z3.substitute(z(j_printed), (z(t), tz))
         if kind == "paged":
-            gather = {s_: e.xreplace(launched) for s_, e in terms.chain(P.PAGE_GATHER).items()}
-            gather = {s_: e.xreplace({n.j: j, P.page_size: dst.shape[1]}) for s_, e in gather.items()}
+            chain = {s_: e.xreplace(launched) for s_, e in terms.chain(P.PAGE_GATHER).items()}
+            gather, ref = ({s_: e.xreplace({n.j: jj, P.page_size: dst.shape[1]}) for s_, e in chain.items()}
+                           for jj in (j_printed, j_ref))
             bt_at = at(lookups[A.abt_off], {P.page_idx: gather[P.page_idx]})
-            same("block_table offset is block_table[b, j // PAGE_SIZE]", bt_at, bt, (A.off_b, gather[P.page_idx]))
-            page = page_of(sp.expand(bt.offset_of((A.off_b, gather[P.page_idx]))))
+            same("block_table offset is block_table[b, j // PAGE_SIZE], j = cache_seqlens[b] + t", bt_at, bt,
+                 (A.off_b, ref[P.page_idx]))
+            page = page_of(sp.expand(bt.offset_of((A.off_b, ref[P.page_idx]))))
             got = at(dst_term, {A.dst_base: _lanes(dst_rows.expr)}).xreplace(
                 {A.page: page_of(bt_at), P.slot: gather[P.slot], P.page_idx: gather[P.page_idx]})
-            same("cache offset is cache[block_table[b, j // PS], j % PS, head, d]", sp.expand(got), dst,
-                 (page, gather[P.slot], A.off_head, d))
+            same("cache offset is cache[block_table[b, j // PS], j % PS, head, d], j = cache_seqlens[b] + t",
+                 sp.expand(got), dst, (page, ref[P.slot], A.off_head, d))
             PSz, MPz, NPz, pz = z(dst.shape[1]), z(bt.shape[1]), z(dst.shape[0]), z3.Int("page_value")
-            cap = [0 <= start, jz == start + tz, start + z(N_new) <= MPz * PSz, PSz >= 1, MPz >= 1, NPz >= 1,
+            cap = [0 <= start, start + z(N_new) <= MPz * PSz, PSz >= 1, MPz >= 1, NPz >= 1,
                    0 <= pz, pz < NPz]
             cases.append(_decide("paged: block_table[b, j // PS] and cache[page, j % PS, head, d] inside "
                                  "(lanes t < N_new, d < D)", hyp + lanes + cap,
@@ -1042,10 +1052,11 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
                                         _inside((pz, jz % PSz, h0, z(d)), (NPz, PSz, z(H), z(D))))))
         elif kind == "cache":
             same("cache_batch_idx offset is cache_batch_idx[b]", at(lookups[A.abi_off]), bi, (A.off_b,))
-            got = at(dst_term, {A.dst_base: _lanes(dst_rows.expr)})
-            same("cache offset is cache[off_bc, j, head, d]", got, dst, (A.off_bc, j, A.off_head, d))
+            got = at(dst_term, {A.dst_base: _lanes(dst_rows.expr)}).xreplace({j: j_printed})
+            same("cache offset is cache[off_bc, j, head, d], j = cache_seqlens[b] + t", sp.expand(got), dst,
+                 (A.off_bc, j_ref, A.off_head, d))
             Ncz, Bcz, offbc = z(dst.shape[1]), z(dst.shape[0]), z3.Int("off_bc_value")
-            cap = [0 <= start, jz == start + tz, start + z(N_new) <= Ncz]
+            cap = [0 <= start, start + z(N_new) <= Ncz]
             for what, row_hyp in (("b (B_cache = B)", [offbc == b0, Bcz == z(B)]),
                                   ("cache_batch_idx[b] in [0, B_cache)", [0 <= offbc, offbc < Bcz])):
                 cases.append(_decide(f"cache: cache[off_bc, j, head, d] inside, off_bc = {what} (lanes t < N_new, "
