@@ -625,17 +625,17 @@ def job_module(job: Job):
 
 
 def compile_inputs(job: Job) -> str:
-    """Everything ``triton.compile`` receives for ``job``'s kernels, as text: per kernel its JIT
-    ``cache_key`` (Triton's identity of a kernel: its source, the JIT functions it calls and the
-    globals it reads), the launch's specialisation (signature, constexprs, attrs) and its options.
-    Computed by running the module's ``aot_compile_args`` as the worker does, so the launch code it
-    reads (``generator.runtime.launch``, ``spec.launch``, ...) enters the key through what it returns:
-    an edit there that changes no compile changes no key."""
+    """Everything ``triton.compile`` receives for ``job``'s kernels besides their source (the module's
+    own text, in the key beside this: the generated modules import no project code but the host-side
+    launch modules, tests/test_static.py checks it), as text: per kernel the launch's specialisation
+    (signature, constexprs, attrs) and its options. Computed by running the module's
+    ``aot_compile_args`` as the worker does, so the launch code it reads (``generator.runtime.launch``,
+    ``spec.launch``, ...) enters the key through what it returns: an edit there that changes no
+    compile changes no key. The same text with or without ``TRITON_INTERPRET`` (the suite's mode)."""
     try:
         specs = kernel_specs(job_module(job), job.dtype, job.head_dim,
                              {**MASKS[job.mask], **({"tma": True} if job.tma else {})}, job.arch)
-        inputs = [(name, spec["fn"].cache_key, launch_specialisation(spec),
-                   {k: v for k, v in spec.items() if k != "fn"},
+        inputs = [(name, launch_specialisation(spec), {k: v for k, v in spec.items() if k != "fn"},
                    job.num_warps or spec["num_warps"], job.num_stages or spec["num_stages"]) for name, spec in specs]
     except Exception as exc:  # noqa: BLE001 - the worker reports it as a row (never cached)
         return f"aot_compile_args: {type(exc).__name__}: {exc}"

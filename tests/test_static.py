@@ -721,25 +721,42 @@ def test_decode_has_loop_columns_and_merge_has_none(rows):
 
 def test_the_cache_key_covers_what_a_compile_reads(monkeypatch):
     """A cached row is keyed by the module's code (less its comments), ``compile_inputs`` and the job.
-    Sound because ``compile_inputs`` is what ``compile_job`` hands ``triton.compile``: captured here
-    from a real ``compile_job`` (``triton.compile`` stubbed), every kernel's JIT identity,
-    specialisation and options appear in it; and a launch-code change that changes a compile
-    (a launch setting) changes the key."""
+    Sound because (1) the kernels' source is the module's own: a generated module imports no project
+    code but the host-side launch modules (no JIT function from elsewhere), and (2) ``compile_inputs``
+    holds what ``compile_job`` hands Triton besides that source: captured here from a real
+    ``compile_job`` (``ASTSource`` and ``triton.compile`` stubbed), every kernel's specialisation and
+    options appear in it; a launch setting changed in launch code changes the key."""
+    import ast
+
     import triton
 
+    from benchmarks.common import ROOT
+
+    for name in kernel_modules():
+        tree = ast.parse((ROOT / (name.replace(".", "/") + ".py")).read_text())
+        ours = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and node.module.split(".")[0] in ("generator", "spec", "benchmarks", "generated")}
+        ours |= {f"{node.module}.{a.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                 and node.module in ("generator.runtime", "spec") for a in node.names}
+        assert ours <= {"generator.runtime", "spec", "generator.runtime.launch", "spec.launch"}, (name, ours)
     job = static.Job("generated.attention_fwd_br128_bc64", 90, "fp16", 64, "causal")
     seen = []
 
+    def source(fn, signature, constexprs, attrs):
+        seen.append([signature, constexprs, attrs])
+        return seen[-1]
+
     def capture(src, target, options):
-        seen.append((src.fn.cache_key, src.signature, options["num_warps"], options["num_stages"], target.arch))
+        src += [options["num_warps"], options["num_stages"], target.arch]
         raise RuntimeError("stub")
 
+    monkeypatch.setattr(triton.compiler, "ASTSource", source)
     monkeypatch.setattr(triton, "compile", capture)
     rows = static.compile_job(job)
-    assert seen and all("stub" in r["error"] for r in rows)
+    assert seen and all("stub" in r["error"] for r in rows), rows
     inputs = static.compile_inputs(job)
-    for cache_key, signature, warps, stages, arch in seen:
-        assert cache_key in inputs and repr(signature) in inputs and arch == job.arch
+    for signature, constexprs, attrs, warps, stages, arch in seen:
+        assert repr((signature, constexprs, attrs)) in inputs and arch == job.arch
         assert f"{warps}, {stages})" in inputs
     monkeypatch.undo()
     key = job.cache_key("3.6.0")
