@@ -1120,7 +1120,7 @@ def test_contiguous_rows_of_b_not_the_cache_batch_row_are_refuted():
     # the k rows also carry the split head dim's tail (MLA) and, V_IS_K, stand in for v's
     assert failing == ["contiguous: k offset is k_cache[off_bc, j, kvh, d]",
                        "contiguous: k tail offset is k_cache[..., kvh, dt]",
-                       "contiguous: v_cache = k_cache[..., :D_v]: v offset at lane d is k's"], failing
+                       "contiguous: V_IS_K for k_cache[..., :D_v]: the V address at lane d is the K address"], failing
 
 
 def test_leftpad_and_batch_index_offsets_are_refuted():
