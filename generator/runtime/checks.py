@@ -267,7 +267,7 @@ def check_decode_rows(name: str, rows: int, splits: int) -> None:
     ``rows`` = GROUP x N_q query rows per KV head, ``splits`` the most splits the call can take."""
     from spec import launch as spec_launch
 
-    programs, most = -(-rows // 16) * splits, spec_launch.GRID_AXIS0_MAX
+    programs, most = spec_launch.cdiv(rows, 16) * splits, spec_launch.GRID_AXIS0_MAX
     if programs > most:
         raise ValueError(f"{name}: {rows} query rows per KV head (GROUP x N_q) in {splits} splits take up to {programs} "
                          f"programs on the decode grid's axis 0, more than CUDA's {most} (spec.launch.GRID_AXIS0_MAX); "

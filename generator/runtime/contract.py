@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 
 from spec import launch as spec_launch
+from spec import paged as spec_paged
 from spec.assumptions import ASSUMPTIONS, limit
 
 from generator.runtime import checks as R
@@ -765,7 +766,7 @@ def _decode_grid_splits(n, v, c):
     from generator.runtime.decode import BATCH_INVARIANT_SPLIT_KEYS  # decode imports this module
 
     if c["batch_invariant"] is True:
-        splits = spec_launch.cdiv(_kv_capacity(c), BATCH_INVARIANT_SPLIT_KEYS)
+        splits = spec_paged.batch_invariant_num_splits(_kv_capacity(c), BATCH_INVARIANT_SPLIT_KEYS)  # as the launch
     else:
         splits = v or limit("num_splits_max")
     q, k = c["q"], c["k_cache"]
