@@ -764,6 +764,48 @@ def test_ring_plan_step_classifies_with_step_pair(monkeypatch):
     assert RING.plan_step.__wrapped__("zigzag", 3, 0, 1, True, 4) != good
 
 
+_STEP_SLICES = RING.step_slices  # the function under test (a monkeypatched RING.step_slices calls the mutant)
+
+
+def _slices_ending_one_early(plan, size):
+    """The rows slice ends at ``rows[1]·size - 1``: the last query of the plan's last slot is dropped."""
+    (r0, r1), cols = _STEP_SLICES(plan, size)
+    return (r0, r1 - 1), cols
+
+
+def _slices_from_the_other_half(plan, size):
+    """The rows slice starts at the zigzag's other slot (``(T - 1 - rows[0])·size``)."""
+    (_, r1), cols = _STEP_SLICES(plan, size)
+    slots = max(plan.rows[1], plan.cols[1], 1)
+    return ((slots - 1 - plan.rows[0]) * size, r1), cols
+
+
+@pytest.mark.parametrize("slices, failing", [
+    (_slices_ending_one_early, "contiguous, own shard: the slices hold exactly the plan's slots"),
+    (_slices_from_the_other_half, "zigzag, another shard, plan full rows (1, 2) cols (0, 2): the call computes "
+                                  "exactly the attended pairs"),
+])
+def test_ring_slice_mutants_are_caught(slices, failing):
+    """Issue 24: the slices the runtime takes (spec.ring.step_slices) are in claim ring_causal_blocks."""
+    res = PRING.prove_ring_causal_blocks(step_slices=slices)
+    assert not res.proved
+    assert dict(res.cases)[failing] != 0, res.detail
+
+
+def test_ring_runtime_slices_with_step_slices(monkeypatch):
+    """The runtime's step slices q and the K/V shard with spec.ring.step_slices (the function the claim
+    proves) and runs the call at spec.ring.CALL_ALIGNMENT, not with a private copy."""
+    from types import SimpleNamespace
+
+    from generator.runtime import ring as runtime_ring
+
+    ring, opts = SimpleNamespace(rank=0, size=2), {"layout": "zigzag", "causal": True}
+    good = runtime_ring._Step(opts, ring, 1, 4)  # rank 0 holds chunks 0, 3 and, at step 1, rank 1's 1, 2
+    assert (good.rows, good.cols) == (slice(4, 8), slice(0, 8))  # chunk 3's queries see both key chunks
+    monkeypatch.setattr(RING, "step_slices", _slices_ending_one_early)
+    assert runtime_ring._Step(opts, ring, 1, 4).rows == slice(4, 7)
+
+
 def test_ring_merge_order_mutant_is_caught():
     """A merge that forgets to rescale its right operand depends on the arrival order."""
     def unscaled(a, b):
