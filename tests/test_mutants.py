@@ -1105,6 +1105,40 @@ def test_mask_mod_analyser_splitting_a_floor_fails_the_claim(monkeypatch):
     assert_failed(PMM.prove_mask_mod_sound())
 
 
+def _kernel_form_clamping_to(end):
+    """``MaskMod.kernel_form`` with a tensor index clamped into ``[0, end(length)]`` (the kernels': ``length - 1``)."""
+    from spec import mask_mod as MM
+
+    def kernel_form(self, expr):
+        slots = self._slots()
+
+        def read(ix):
+            name, (index,) = str(ix.base), ix.indices
+            length = n.Nq if self.tensors[name] == "i" else n.Nk
+            return MM.MM_ROW[slots[name] + sp.Min(sp.Max(index, 0), end(length))]
+
+        expr = MM.exact_floors(expr).replace(lambda x: isinstance(x, sp.Indexed), read)
+        return expr.xreplace({MM.Param(p): MM.MM_ROW[slots[p]] for p in self.scalars})
+    return kernel_form
+
+
+def test_mask_mod_parameter_load_past_its_row_fails_at_decoration_and_in_the_claim(monkeypatch):
+    """Issue 24: a tensor read clamped to its length (not length - 1) reads one entry past the tensor's part
+    of MM_row — past the row for the last tensor: mask_mod_sound's row cases fail, and so does the decorator
+    (AnalyserError)."""
+    from spec import mask_mod as MM
+
+    past_the_end = _kernel_form_clamping_to(lambda length: length)
+    r = PMM.prove_mask_mod_sound(kernel_form=past_the_end)
+    assert not r.proved
+    failed = [name for name, res in r.cases if res != 0]
+    assert "kernel form of document: its 10 parameter loads read entries of [0, N_K + N_Q), the row pack writes " \
+           "(z3, all N_Q, N_K >= 1)" in failed and all("parameter loads" in name for name in failed), failed
+    monkeypatch.setattr(MM.MaskMod, "kernel_form", past_the_end)
+    with pytest.raises(MM.AnalyserError, match="reads outside the row"):
+        MM.mask_mod(lambda i, j, doc_q, doc_k: sp.Eq(doc_q[i], doc_k[j]))
+
+
 def test_mask_mod_atom_rule_with_the_wrong_extreme_is_refuted():
     """mask_mod_sound: an atom classified from the wrong extreme of its tile (the least value
     where the greatest decides) is caught by the proof (more mutants: tests/test_mask_mod.py)."""
