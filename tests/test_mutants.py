@@ -1139,6 +1139,28 @@ def test_mask_mod_parameter_load_past_its_row_fails_at_decoration_and_in_the_cla
         MM.mask_mod(lambda i, j, doc_q, doc_k: sp.Eq(doc_q[i], doc_k[j]))
 
 
+def test_score_mod_flat_index_with_the_wrong_row_stride_fails_at_decoration(monkeypatch):
+    """A user score_mod's SF entries (issue 24): a flat index t[e_1, e_2] -> off + e_1·d_1 + e_2 (the row
+    stride from the wrong axis) reads past SF when d_1 > d_2: the decorator's z3 check
+    (spec.score_mods.entry_counterexample) names it with LayoutError."""
+    from spec import score_mods as SM
+
+    assert SM.entry_counterexample(SM.rel_bias) is None
+
+    def wrong_stride(self, read):
+        _, islot, tens = self._slots()
+        off, dims = tens[read.tensor]
+        flat = sp.Integer(0)
+        for a, e in enumerate(read.indices):
+            flat = flat * dims[a - 1] + e if a else e
+        return self._ints(off + flat, islot)
+
+    monkeypatch.setattr(SM.ScoreMod, "flat_index", wrong_stride)
+    assert SM.entry_counterexample(SM.rel_bias) not in (None, "unknown")
+    with pytest.raises(SM.LayoutError, match="reads outside SF"):
+        SM.score_mod(lambda s, h, i, j, table, w: s + table[h, sp.Min(sp.Max(i - j, 0), w)])
+
+
 def test_mask_mod_atom_rule_with_the_wrong_extreme_is_refuted():
     """mask_mod_sound: an atom classified from the wrong extreme of its tile (the least value
     where the greatest decides) is caught by the proof (more mutants: tests/test_mask_mod.py)."""

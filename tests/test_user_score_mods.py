@@ -133,6 +133,21 @@ def test_clamped_and_per_head_reads_are_accepted():
     assert [r.bounds for r in two_tables.reads] == [(SM.Param("width"),), (SM.BATCH - 1, SM.HEADS - 1)]
 
 
+def test_pack_writes_the_vectors_whose_widths_the_entry_check_reads():
+    """SF and SI as pack writes them have ScoreMod.widths' lengths (SF's in SI's dims): the vectors the
+    decorator's entry check (spec.score_mods.entry_counterexample) bounds every load by."""
+    @score_mod
+    def tables(s, h, i, j, c, t1, t2, m):
+        return s * c + t1[h, sp.Min(sp.Max(i - j, 0), m)] + t2[sp.Min(sp.Max(j, 0), m), h]
+
+    sf, si = tables.pack({"c": 0.5, "t1": torch.ones(H, 4), "t2": torch.ones(3, H), "m": 2}, B, H)
+    sf_width, si_width = tables.widths()
+    assert len(si) == si_width == 5 and si.tolist() == [2, H, 4, 3, H]
+    assert len(sf) == int(sf_width.replace(lambda x: isinstance(x, sp.Indexed) and x.base == SM.SI,
+                                           lambda x: si.tolist()[int(x.indices[0])])) == 1 + 4 * H + 3 * H
+    assert SM.entry_counterexample(tables) is None
+
+
 # ----------------------------------------------------------------------------------
 # The claims and their mutants
 # ----------------------------------------------------------------------------------
