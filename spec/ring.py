@@ -22,8 +22,10 @@ causal kernel over the whole shard; another rank's shard runs the rectangle of i
 (``step_plans``), or nothing. Claim ``ring_causal_blocks`` (``spec.proofs.ring``) proves, for
 symbolic ``P``, rank, source rank, slots, chunk size and positions, that the classifier never
 skips an attended pair, that full pairs are fully attended, that partial pairs are diagonal,
-that the own shard's local causal mask is the global one, and that every other step's classes
-match a plan. Claim ``ring_layout_partition`` proves each layout gives every
+that the own shard's local causal mask is the global one, that every other step's classes
+match a plan, and that the slices the runtime cuts q, k, v with (``step_slices`` of the plan) lie
+inside the shard, hold exactly the plan's slots, and make the call compute exactly the pairs the
+global mask attends. Claim ``ring_layout_partition`` proves each layout gives every
 chunk to exactly one (rank, slot); claim ``ring_merge_order`` proves that merging the steps'
 partial results by ⊕ in any arrival order equals single-device attention.
 """
