@@ -1902,11 +1902,13 @@ WIDTH_MUTANTS = {
 
 @pytest.mark.parametrize("mutant", list(WIDTH_MUTANTS))
 def test_a_tile_narrower_than_its_head_dim_is_refuted(mutant):
-    """Each address claim reads the tile widths the runtime launches with (spec.launch.tile_widths) and fails,
-    on exactly the broken width's cases, when one is narrower than its head dim."""
+    """The address claims read the tile widths the runtime launches with (spec.launch.tile_widths) and fail, on
+    exactly the broken width's cases, when one is narrower than its head dim: all three on the first mutant,
+    tma_addresses (the quickest) on the others (the cases are one helper's, _tile_width_cases)."""
     widths, want = WIDTH_MUTANTS[mutant]
     prefix = f"tile widths (spec.launch.tile_widths, every D, D_v in 1..{limit('head_dim_max')}): "
-    for prove in (PAD.prove_forward_addresses, PAD.prove_backward_kernel_addresses, PAD.prove_tma_addresses):
+    claims = (PAD.prove_forward_addresses, PAD.prove_backward_kernel_addresses, PAD.prove_tma_addresses)
+    for prove in claims if mutant == next(iter(WIDTH_MUTANTS)) else claims[2:]:
         assert _failing(prove(widths=widths)) == [prefix + name for name in want], (mutant, prove.__name__)
 
 
