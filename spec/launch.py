@@ -353,13 +353,13 @@ def append_launch(x, dst, cache_seqlens, table, batch_idx, cos, sin, block_t):
     a paged cache ``(num_pages, PAGE_SIZE, H, D)`` or a tensor like x; ``cache_seqlens`` ``(B,)``; ``table``
     the block table ``(B, max_pages)``, ``batch_idx`` ``cache_batch_idx`` ``(B,)``, ``cos``/``sin`` the rotary
     tables ``(seqlen_ro, rotary_dim / 2)`` (one-element placeholders where a flag compiles the read out:
-    their strides are passed, never used). Grid ``(cdiv(N_new, block_t), H, B)`` (spec.addresses.GRID_APPEND)."""
+    their strides are passed, never used), ``SEQLEN_RO`` the tables' rows (spec.rotary.ROTARY_ROW_OK). Grid ``(cdiv(N_new, block_t), H, B)`` (spec.addresses.GRID_APPEND)."""
     B, N_NEW, H, _ = x.shape
     ints = dict(zip(("stride_xb", "stride_xn", "stride_xh", "stride_xd"), x.stride()))
     ints.update(zip(("stride_db", "stride_dn", "stride_dh", "stride_dd"), dst.stride()))
     ints.update(stride_bt_b=table.stride(0), stride_bt_p=table.stride(-1), stride_cs=cache_seqlens.stride(0),
                 stride_bi=batch_idx.stride(0), stride_cos_n=cos.stride(0), stride_cos_d=cos.stride(-1),
-                stride_sin_n=sin.stride(0), stride_sin_d=sin.stride(-1), N_NEW=N_NEW)
+                stride_sin_n=sin.stride(0), stride_sin_d=sin.stride(-1), N_NEW=N_NEW, SEQLEN_RO=cos.shape[0])
     return head_grid(cdiv(N_NEW, block_t), H, B), ints
 
 
