@@ -365,7 +365,6 @@ def decode_context(variant: Variant) -> dict:
         # rotary embedding of its row (spec.rotary, claim rotary_rotation) on a (tokens, D) tile
         "append_gather": _lines(P.PAGE_GATHER, {"j": "offs_j"}),
         "rotary_position": _lines(RO.ROTARY_POSITION),
-        "rotary_row_ok": print_expr(RO.ROTARY_ROW_OK),
         "rotary_interleaved": _lines(RO.INTERLEAVED),
         "rotary_halves": _lines(RO.HALVES),
         "rotary_rotate": _lines(RO.ROTATE, {"offs_d": "offs_d[None, :]", "ro_sign": "ro_sign[None, :]"}),

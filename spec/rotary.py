@@ -24,7 +24,8 @@ windowed; ``cache_seqlens[b]`` for every query otherwise. ``cache_seqlens`` coun
 row's index 0, so with ``cache_leftpad`` the table is still indexed by the cache index (FA2's
 kernel adds ``leftpad_k`` back to its shifted position). ``kvcache_rotary`` is the launch line the runtime
 calls (each launch's start and PER_TOKEN, the tables, the layout); ``kvcache_rotary_row`` the reference's rule
-it is proved against. ``ROTARY_ROW_OK``: a row past the table is not read and rotates by 0.
+it is proved against. A row past the table is not read and rotates by 0 (cos 1, sin 0: FlashAttention's
+apply_rotary rule; the load mask ``spec.addresses.APPEND_ROW_OK``).
 """
 
 from __future__ import annotations
@@ -80,13 +81,6 @@ ROTARY_POSITION = (
     Term(ro_pos, seqlen + per_token * tok, CLAIM,
          "the table row: cache_seqlens[b] + t (keys; causal or windowed q), cache_seqlens[b] (other q)"),
 )
-
-seqlen_ro = sp.Symbol("SEQLEN_RO", integer=True, nonnegative=True)  # rotary_cos.shape[0]: the table's rows
-
-#: the table rows the kernel reads: a row past the table is not read and rotates by 0 (cos 1, sin 0), FlashAttention's
-#: apply_rotary rule (its Triton kernel's mask ``rm_cs < seqlen_ro``); the host's keys never reach it (claim
-#: rotary_rotation: cache_seqlens[b] + t < capacity <= seqlen_ro), a causal q longer than the append can
-ROTARY_ROW_OK = sp.StrictLessThan(ro_pos, seqlen_ro)
 
 GROUPS = {"interleaved": INTERLEAVED, "halves": HALVES, "rotate": ROTATE, "position": ROTARY_POSITION}
 

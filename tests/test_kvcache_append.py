@@ -180,7 +180,7 @@ def test_a_causal_q_longer_than_the_append_reads_no_table_row_past_seqlen_ro():
     """Causal, N_q = 4 > N_new = 1, cache_seqlens = capacity − N_new, tables of exactly capacity rows (the
     contract's seqlen_ro >= capacity, FlashAttention's assert): q's tokens 1..3 sit at rows capacity … capacity + 2,
     past the table. The kernel used to read them (the storage behind the tables' view, here 100s); now the rows
-    are masked (spec.rotary.ROTARY_ROW_OK) and rotate by 0, FlashAttention's apply_rotary rule, which the
+    are masked (spec.addresses.APPEND_ROW_OK) and rotate by 0, FlashAttention's apply_rotary rule, which the
     reference follows (claims rotary_rotation, append_addresses)."""
     g = torch.Generator().manual_seed(21)
     cap, n_new, Nq, half = 16, 1, 4, 4

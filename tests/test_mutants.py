@@ -724,28 +724,42 @@ def test_rotary_host_glue_mutants_are_refuted():
 
 
 def test_rotary_table_row_mask_mutants_are_refuted():
-    """The mask on the tables' rows (spec.rotary.ROTARY_ROW_OK) dropped, or pos <= SEQLEN_RO (one row past the
-    table): append_addresses' cos/sin extents fail; a mask one row short refuses a key's row, rotary_rotation's."""
-    from spec import rotary as RO
+    """The printed mask on the tables' rows (spec.addresses.APPEND_ROW_OK) dropped, or pos <= SEQLEN_RO (one row
+    past the table): append_addresses' cos/sin extents fail; a mask one row short refuses a key's row
+    (rotary_rotation)."""
     from spec.proofs import addresses as PAD_
-    for bad in (sp.true, sp.LessThan(RO.ro_pos, RO.seqlen_ro)):
-        failing = _failing(PAD_.prove_append_addresses(row_ok=bad))
-        assert all(name.startswith(("cache: cos/sin", "paged: cos/sin", "tensor: cos/sin")) for name in failing)
-        assert len(failing) == 6, failing
-    short = sp.StrictLessThan(RO.ro_pos, RO.seqlen_ro - 1)
+    (term,) = AD.APPEND_ROW_OK
+    for bad in (sp.true, sp.LessThan(AD.offs_pos, AD.seqlen_ro)):
+        mutated = dict(AD.APPEND_GROUPS, row_ok=(replace(term, expr=bad),))
+        failing = _failing(PAD_.prove_append_addresses(groups=mutated))
+        assert all("cos/sin[pos, freq] inside" in name for name in failing)
+        assert len(failing) == 12, failing  # 3 destinations x 2 layouts x 2 PER_TOKEN
+    short = (replace(term, expr=sp.StrictLessThan(AD.offs_pos, AD.seqlen_ro - 1)),)
     assert any(name.startswith("a new key's row lies in [0, seqlen_ro)") for name in _rotary_failures(row_ok=short))
 
 
-def test_rotary_tables_launched_with_one_row_too_many_are_refuted():
-    """append_launch passing SEQLEN_RO = seqlen_ro + 1: the mask admits a row past the tables."""
+def _append_launch_failing(**change):
     from spec import launch as LA_
     from spec.proofs import addresses as PAD_
 
     def bad(x, dst, cs, table, bi, cos, sin, block_t):
         grid, ints = LA_.append_launch(x, dst, cs, table, bi, cos, sin, block_t)
-        return grid, dict(ints, SEQLEN_RO=ints["SEQLEN_RO"] + 1)
-    failing = _failing(PAD_.prove_append_addresses(launch=bad))
-    assert len(failing) == 6 and all("cos/sin[pos, freq] inside" in name for name in failing), failing
+        return grid, dict(ints, **{name: f(ints, cos) for name, f in change.items()})
+    return _failing(PAD_.prove_append_addresses(launch=bad))
+
+
+def test_rotary_tables_launched_with_one_row_too_many_are_refuted():
+    """append_launch passing SEQLEN_RO = seqlen_ro + 1: the mask admits a row past the tables."""
+    failing = _append_launch_failing(SEQLEN_RO=lambda ints, cos: ints["SEQLEN_RO"] + 1)
+    assert len(failing) == 12 and all("cos/sin[pos, freq] inside" in name for name in failing), failing
+
+
+def test_rotary_half_launched_from_the_tables_rows_is_refuted():
+    """ROTARY_HALF = rotary_cos.shape[0] (the rows, not the columns): rotary lanes read table columns past R
+    and partner lanes past D."""
+    failing = _append_launch_failing(ROTARY_HALF=lambda ints, cos: cos.shape[0])
+    assert any("partner x[b, t, head, pair] inside" in name for name in failing), failing
+    assert any("cos/sin[pos, freq] inside" in name for name in failing), failing
 
 
 def test_page_slot_off_by_one_is_refuted():

@@ -22,7 +22,7 @@ Three parts, all on the printed terms of ``spec.rotary``:
    else at ``cache_seqlens[b]``; both launches get the user's tables and layout, and the attention
    ``cache_seqlens[b] + N_new`` keys. With the contract's rules as hypotheses (``cache_len_range``:
    ``0 <= cache_seqlens[b] <= capacity − N_new``; ``rotary_cos``'s ``seqlen_ro >= capacity``) a key's row
-   lies in ``[0, seqlen_ro)`` (``ROTARY_ROW_OK`` holds: a key is never rotated by the fallback), and the
+   lies in ``[0, seqlen_ro)`` (``APPEND_ROW_OK`` holds: a key is never rotated by the fallback), and the
    fallback a row past the table gets (cos 1, sin 0) is the reference's: ``ROTATE`` keeps the lane.
 """
 
@@ -66,7 +66,7 @@ def _rotate_at(rotate, lane, x_val, pair_val, sign, cos_t, sin_t):
        "the reference's rule), with the user's tables and layout, and cache_seqlens[b] + N_new keys to attend "
        "(SymPy, symbolic cache_seqlens[b], N_new, t); given the contract's 0 <= cache_seqlens[b] <= capacity − N_new "
        "(cache_len_range) and seqlen_ro >= capacity (rotary_cos's rule), a key's row lies in [0, seqlen_ro) and "
-       "ROTARY_ROW_OK keeps it (z3); a row past the table rotates by cos 1, sin 0: ROTATE keeps the lane, the "
+       "APPEND_ROW_OK keeps it (z3); a row past the table rotates by cos 1, sin 0: ROTATE keeps the lane, the "
        "reference's rule",
        r"\mathrm{ROTATE}(a, b) = R(\theta)\begin{pmatrix}x_a\\x_b\end{pmatrix},\quad "
        r"\langle R_m q, R_n k\rangle = f(m - n)",
@@ -74,7 +74,7 @@ def _rotate_at(rotate, lane, x_val, pair_val, sign, cos_t, sin_t):
        scope="symbolic rotary_dim/2, pair, lane (z3 over Z); symbolic angle, positions and frequency, "
              "reals, exact (not fp32-rounded: the kernel rotates in fp32 and rounds once to the cache dtype)")
 def prove_rotary_rotation(interleaved=R.INTERLEAVED, halves=R.HALVES, rotate=R.ROTATE,
-                          position=R.ROTARY_POSITION, host=None, row_ok=R.ROTARY_ROW_OK):
+                          position=R.ROTARY_POSITION, host=None, row_ok=A.APPEND_ROW_OK):
     host = R.kvcache_rotary if host is None else host
     cases = _launch_line(host, position, rotate, row_ok)
     # the table row of new token t: FlashAttention's cache_seqlens[b] + t (PER_TOKEN = 1), cache_seqlens[b] (0)
@@ -165,9 +165,10 @@ def _launch_line(host, position, rotate, row_ok):
     ro = host(cs, n_new, True, None, cos_t, sin_t, True)
     cap, seqlen_ro = sp.Symbol("capacity", integer=True), sp.Symbol("seqlen_ro", integer=True)
     key_row = row(ro.key_start, ro.key_per_token)
-    kept = row_ok.xreplace({R.ro_pos: key_row, R.seqlen_ro: seqlen_ro})
+    ((ok_term,),) = (row_ok,)
+    kept = ok_term.expr.xreplace({A.offs_pos: key_row, A.seqlen_ro: seqlen_ro})
     contract = [0 <= z(cs), z(cs) + z(n_new) <= z(cap), z(seqlen_ro) >= z(cap), 0 <= z(t), z(t) < z(n_new)]
-    cases.append(_decide("a new key's row lies in [0, seqlen_ro) and ROTARY_ROW_OK keeps it (cache_seqlens[b] "
+    cases.append(_decide("a new key's row lies in [0, seqlen_ro) and APPEND_ROW_OK keeps it (cache_seqlens[b] "
                          "<= capacity − N_new, seqlen_ro >= capacity)", contract,
                          z3.And(0 <= z(key_row), z(key_row) < z(seqlen_ro),
                                 z(kept) if kept not in (sp.true, sp.false) else z3.BoolVal(bool(kept)))))
