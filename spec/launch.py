@@ -396,15 +396,21 @@ def merge_states_launch(o_s, lse_s, o, lse, sinks, block_m):
 def append_launch(x, dst, cache_seqlens, table, batch_idx, cos, sin, block_t):
     """``(grid, ints)`` of ``_append_rows``: x ``(B, N_new, H, D)``, dst the cache ``(B_cache, N_cache, H, D)``,
     a paged cache ``(num_pages, PAGE_SIZE, H, D)`` or a tensor like x; ``cache_seqlens`` ``(B,)``; ``table``
-    the block table ``(B, max_pages)``, ``batch_idx`` ``cache_batch_idx`` ``(B,)``, ``cos``/``sin`` the rotary
-    tables ``(seqlen_ro, rotary_dim / 2)`` (one-element placeholders where a flag compiles the read out:
-    their strides are passed, never used). Grid ``(cdiv(N_new, block_t), H, B)`` (spec.addresses.GRID_APPEND)."""
+    the block table ``(B, max_pages)``, ``batch_idx`` ``cache_batch_idx`` ``(B,)`` (placeholders where a flag
+    compiles the read out: their strides are passed, never used), ``cos``/``sin`` the rotary tables
+    ``(seqlen_ro, rotary_dim / 2)`` or None (no rotary: strides 0): ``SEQLEN_RO`` their rows
+    (spec.addresses.APPEND_ROW_OK) and the constexpr ``ROTARY_HALF`` their columns (1 without). Grid
+    ``(cdiv(N_new, block_t), H, B)`` (spec.addresses.GRID_APPEND)."""
     B, N_NEW, H, _ = x.shape
     ints = dict(zip(("stride_xb", "stride_xn", "stride_xh", "stride_xd"), x.stride()))
     ints.update(zip(("stride_db", "stride_dn", "stride_dh", "stride_dd"), dst.stride()))
     ints.update(stride_bt_b=table.stride(0), stride_bt_p=table.stride(-1), stride_cs=cache_seqlens.stride(0),
-                stride_bi=batch_idx.stride(0), stride_cos_n=cos.stride(0), stride_cos_d=cos.stride(-1),
-                stride_sin_n=sin.stride(0), stride_sin_d=sin.stride(-1), N_NEW=N_NEW)
+                stride_bi=batch_idx.stride(0), N_NEW=N_NEW)
+    if cos is None:
+        ints.update(stride_cos_n=0, stride_cos_d=0, stride_sin_n=0, stride_sin_d=0, SEQLEN_RO=0, ROTARY_HALF=1)
+    else:
+        ints.update(stride_cos_n=cos.stride(0), stride_cos_d=cos.stride(-1), stride_sin_n=sin.stride(0),
+                    stride_sin_d=sin.stride(-1), SEQLEN_RO=cos.shape[0], ROTARY_HALF=cos.shape[1])
     return head_grid(cdiv(N_NEW, block_t), H, B), ints
 
 

@@ -685,6 +685,84 @@ def test_rotary_position_without_the_token_is_refuted():
     assert "the table row with PER_TOKEN = 1" in _rotary_failures(position=bad)
 
 
+def _host(**change):
+    """spec.rotary.kvcache_rotary with some of its outputs changed (a host-glue mutant)."""
+    from spec import rotary as RO
+
+    def host(cs, n_new, causal, window, cos, sin, interleaved):
+        ro = RO.kvcache_rotary(cs, n_new, causal, window, cos, sin, interleaved)
+        return ro._replace(**{name: f(ro, cs, n_new) for name, f in change.items()})
+    return host
+
+
+def test_rotary_q_at_the_positions_after_the_append_is_refuted():
+    """The audit edit (round three): q rotated at cache_seqlens + N_new, the positions after the append (error
+    1.19, 1.05 causal; only test_kvcache_append saw it): the query rows are no longer the reference's, nor, causal
+    or windowed, the rows their keys are appended at."""
+    failed = _rotary_failures(host=_host(query_start=lambda ro, cs, n_new: cs + n_new))
+    assert {f"{tag}: query t is rotated at the reference's row" for tag in (
+        "causal=False, window=None", "causal=True, window=None", "causal=False, window=given",
+        "causal=True, window=given")} <= failed
+    assert "causal=True, window=None: query t is rotated at the row its key is appended at (cache_seqlens[b] + t)" \
+        in failed
+
+
+def test_rotary_host_glue_mutants_are_refuted():
+    """Keys rotated all at cache_seqlens[b] (PER_TOKEN 0); q per token only when causal (the window forgotten); q
+    given the other layout; the attention run over cache_seqlens[b] keys (the append not counted)."""
+    failed = _rotary_failures(host=_host(key_per_token=lambda ro, cs, n_new: 0))
+    assert "causal=False, window=None: new key t is rotated at the row of its printed append index offs_j" in failed
+    from spec import rotary as RO
+
+    def causal_only(cs, n_new, causal, window, cos, sin, interleaved):
+        return RO.kvcache_rotary(cs, n_new, causal, None, cos, sin, interleaved)
+    assert "causal=False, window=given: query t is rotated at the reference's row" in _rotary_failures(
+        host=causal_only)
+    failed = _rotary_failures(host=_host(interleaved=lambda ro, cs, n_new: not ro.interleaved))
+    assert "causal=True, window=None, interleaved=True: both launches get the user's tables and layout" in failed
+    failed = _rotary_failures(host=_host(key_lengths=lambda ro, cs, n_new: cs))
+    assert "causal=True, window=None: the attention runs over cache_seqlens[b] + N_new keys" in failed
+
+
+def test_rotary_table_row_mask_mutants_are_refuted():
+    """The printed mask on the tables' rows (spec.addresses.APPEND_ROW_OK) dropped, or pos <= SEQLEN_RO (one row
+    past the table): append_addresses' cos/sin extents fail; a mask one row short refuses a key's row
+    (rotary_rotation)."""
+    from spec.proofs import addresses as PAD_
+    (term,) = AD.APPEND_ROW_OK
+    for bad in (sp.true, sp.LessThan(AD.offs_pos, AD.seqlen_ro)):
+        mutated = dict(AD.APPEND_GROUPS, row_ok=(replace(term, expr=bad),))
+        failing = _failing(PAD_.prove_append_addresses(groups=mutated))
+        assert all("cos/sin[pos, freq] inside" in name for name in failing)
+        assert len(failing) == 12, failing  # 3 destinations x 2 layouts x 2 PER_TOKEN
+    short = (replace(term, expr=sp.StrictLessThan(AD.offs_pos, AD.seqlen_ro - 1)),)
+    assert any(name.startswith("a new key's row lies in [0, seqlen_ro)") for name in _rotary_failures(row_ok=short))
+
+
+def _append_launch_failing(**change):
+    from spec import launch as LA_
+    from spec.proofs import addresses as PAD_
+
+    def bad(x, dst, cs, table, bi, cos, sin, block_t):
+        grid, ints = LA_.append_launch(x, dst, cs, table, bi, cos, sin, block_t)
+        return grid, dict(ints, **{name: f(ints, cos) for name, f in change.items()})
+    return _failing(PAD_.prove_append_addresses(launch=bad))
+
+
+def test_rotary_tables_launched_with_one_row_too_many_are_refuted():
+    """append_launch passing SEQLEN_RO = seqlen_ro + 1: the mask admits a row past the tables."""
+    failing = _append_launch_failing(SEQLEN_RO=lambda ints, cos: ints["SEQLEN_RO"] + 1)
+    assert len(failing) == 12 and all("cos/sin[pos, freq] inside" in name for name in failing), failing
+
+
+def test_rotary_half_launched_from_the_tables_rows_is_refuted():
+    """ROTARY_HALF = rotary_cos.shape[0] (the rows, not the columns): rotary lanes read table columns past R
+    and partner lanes past D."""
+    failing = _append_launch_failing(ROTARY_HALF=lambda ints, cos: cos.shape[0])
+    assert any("partner x[b, t, head, pair] inside" in name for name in failing), failing
+    assert any("cos/sin[pos, freq] inside" in name for name in failing), failing
+
+
 def test_page_slot_off_by_one_is_refuted():
     from spec import paged
     gather = swap(paged.PAGE_GATHER, paged.slot, n.j - paged.page_idx * paged.page_size + 1)

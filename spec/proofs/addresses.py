@@ -29,6 +29,7 @@ from spec import addresses as A
 from spec import launch as L
 from spec import notation as n
 from spec import paged as P
+from spec import rotary as RO
 from spec import terms
 from spec import varlen as V
 from spec.proofs.paged import _Z3, _decide
@@ -1010,8 +1011,12 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
        "and x, the "
        "destination, cache_seqlens, cache_batch_idx and block_table are read or written inside their shapes for "
        "every program of the grid and every lane t < N_new, d < D (given cache_seqlens[b] + N_new <= the "
-       "capacity, page ids in [0, num_pages), cache_batch_idx entries in [0, B_cache), B_cache = B without it; "
-       "the rotary partner and table lanes pair < D, pos < seqlen_ro, freq < R are claim rotary_rotation's)",
+       "capacity, page ids in [0, num_pages), cache_batch_idx entries in [0, B_cache), B_cache = B without it); "
+       "for every rotary lane (t < N_new, d < 2·ROTARY_HALF, ROTARY_HALF = R as append_launch passes it) of "
+       "either layout (spec.rotary's printed lane terms) the partner x[b, t, head, pair] is inside x (given "
+       "rotary_dim = 2R <= D, rotary_cos's contract rule) and, for either PER_TOKEN, the tables cos, sin are read "
+       "at [pos, freq] inside (seqlen_ro, R) for every lane whose row passes the printed mask pos_ok "
+       "(APPEND_ROW_OK: pos < SEQLEN_RO as append_launch passes it)",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d",
        terms=tuple(t.name for g in A.APPEND_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the offsets, "
@@ -1019,6 +1024,7 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
              "j·stride, d·stride and the table products are int32 products no claim bounds by 2^31)")
 def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
     launch = L.append_launch if launch is None else launch
+    ((row_ok_term,),) = (groups["row_ok"],)
     block_t = sp.Symbol("BLOCK_T", integer=True, positive=True)
     x = A.symbolic("x", ("B", "N_new", "H", "D"))
     B, N_new, H, D = x.shape
@@ -1077,6 +1083,26 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
         j_printed = _lanes(key_term.expr).xreplace({A.start_new: start_value})
         j_ref = start_value + t
         jz = z3.substitute(z(j_printed), (z(t), tz))
+        # the rotary lanes the loads' mask admits (t < N_new, d < 2·ROTARY_HALF; the tables' rows also
+        # the printed pos_ok, APPEND_ROW_OK) at the ROTARY_HALF and SEQLEN_RO append_launch passes: the partner lane and
+        # the table column of either layout (spec.rotary's printed terms), the row of either PER_TOKEN
+        (pos_term,) = RO.ROTARY_POSITION
+        half = sp.sympify(ints["ROTARY_HALF"])
+        ro_lanes = hyp + [tz < z(N_new), 0 <= z(d), z(d) < 2 * z(half), 2 * z(cos.shape[1]) <= z(D)]
+        for layout, index_terms in (("GPT-J", RO.INTERLEAVED), ("GPT-NeoX", RO.HALVES)):
+            env = {s_: e.xreplace({RO.rotary_half: half}) for s_, e in terms.chain(index_terms).items()}
+            freq, pair = z(env[RO.ro_freq]), z(env[RO.ro_pair])
+            cases.append(_decide(f"{kind}: {layout}: partner x[b, t, head, pair] inside (rotary lanes; rotary_dim "
+                                 "<= D, rotary_cos's rule)", ro_lanes, _inside((b0, tz, h0, pair), x.shape)))
+            for per in (0, 1):
+                pos = pos_term.expr.xreplace({RO.seqlen: start_value, RO.per_token: per})
+                ok = row_ok_term.expr.xreplace({A.offs_pos: pos, A.seqlen_ro: sp.sympify(ints["SEQLEN_RO"])})
+                pz = z3.substitute(z(pos), (z(t), tz))
+                ok_z = z3.BoolVal(bool(ok)) if ok in (sp.true, sp.false) else z3.substitute(z(ok), (z(t), tz))
+                cases.append(_decide(f"{kind}: {layout}: cos/sin[pos, freq] inside (PER_TOKEN = {per}; rotary lanes "
+                                     "whose row passes pos_ok; cache_seqlens[b] >= 0)",
+                                     ro_lanes + [0 <= start, ok_z],
+                                     z3.And(_inside((pz, freq), cos.shape), _inside((pz, freq), sin.shape))))
         if kind == "paged":
             chain = {s_: e.xreplace(launched) for s_, e in terms.chain(P.PAGE_GATHER).items()}
             gather, ref = ({s_: e.xreplace({n.j: jj, P.page_size: dst.shape[1]}) for s_, e in chain.items()}
