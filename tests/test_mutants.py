@@ -1697,6 +1697,32 @@ def test_score_mod_derived_refutes_a_mutated_instance(mutant):
     assert_failed(PSU.prove_score_mod_derived(examples=(_score_mod_mutants()[mutant],)))
 
 
+def test_score_mod_derived_refutes_the_gradients_taken_after_the_ds_factor():
+    """The audit's edit (round three): the dQ kernel's captured-tensor gradients taken after dS is multiplied by
+    ∂f/∂s (temperature's d inv_t off by 8 %). The steps are ScoreMod.backward_terms' sequence, printed as
+    _user_score_bwd's body in that order; the claim runs it. Also refused: the dK/dV kernel scattering too."""
+    from spec import score_mods as SM
+    from spec.proofs import score_mod_user as PSU
+
+    (dq, _), (dkdv, _) = PSU.BACKWARD_KERNELS
+    steps = SM.temperature.backward_terms()
+    swapped = {dq: (steps[-1], *steps[:-1]), dkdv: SM.temperature.backward_terms(scatter=False)}
+    failing = [name for name, r in PSU.derivative_cases(SM.temperature, backward=swapped) if r != 0]
+    assert failing == [f"{dq}: every gradient is scattered before ds·∂f/∂s (it reads ∂L/∂f)",
+                       f"{dq}: scattered sgrad_0 = ∂L/∂SF[offs_sp_0] = ∂L/∂f·∂logit/∂SF[offs_sp_0]"], failing
+
+    class GradsAfterDs(SM.ScoreMod):
+        def backward_terms(self, scatter=True):
+            steps = SM.ScoreMod.backward_terms(self, scatter)
+            return (steps[-1], *steps[:-1])
+
+    mutant = GradsAfterDs(*[getattr(SM.temperature, f) for f in SM.temperature.__dataclass_fields__])
+    twice = {dq: steps, dkdv: steps}
+    assert [name for name, r in PSU.derivative_cases(SM.temperature, backward=twice) if r != 0] == [
+        f"{dkdv}: no gradient scattered (the dQ kernel scatters every element once)"]
+    assert_failed(PSU.prove_score_mod_derived(examples=(mutant,)))
+
+
 def test_score_mod_builtins_refutes_a_swapped_instance():
     from spec import score_mods as SM
     from spec.proofs import score_mod_user as PSU
