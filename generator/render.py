@@ -106,6 +106,9 @@ def dropout_context() -> dict:
         "dp": print_term(T.DROPOUT_DP),
         "dv_t": _lines(T.DROPOUT_DV_T),
         "dp_t": print_term(T.DROPOUT_DP_T),
+        # each kernel's box and a packed batch's (claim dropout_mask_same reads them with spec.launch's integers)
+        "box": {kernel: _lines(box) for kernel, box in T.DROPOUT_BOXES.items()},
+        "box_packed": _lines(T.DROPOUT_BOX_PACKED),
         # the counter offset's word of the Philox pair (claim forward_addresses)
         "rng_offset": print_term(AD.FWD_RNG_OFFSET[0]),
     }}
