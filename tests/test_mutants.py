@@ -1078,6 +1078,7 @@ def test_mask_mod_atom_rule_with_the_wrong_extreme_is_refuted():
 from spec import addresses as AD  # noqa: E402
 from spec import launch as LA  # noqa: E402
 from spec import rewrites as RW  # noqa: E402
+from spec.assumptions import limit  # noqa: E402
 from spec.proofs import addresses as PAD  # noqa: E402
 from spec.proofs import rewrites as PRW  # noqa: E402
 
@@ -1920,6 +1921,45 @@ def test_tma_descriptor_bugs_are_refuted():
     assert _tma_failing(descriptor=nan_fill) == [
         f"{x}: the descriptor's out-of-bound fill is zero (padding 'zero')"
         for x in ("q", "out", "k", "v", "q_tail", "k_tail")]
+
+
+def _narrow_block_d(D, Dv, fp8=False):
+    w = LA.tile_widths(D, Dv, fp8)
+    return w._replace(BLOCK_D=w.BLOCK_D // 2)
+
+
+def _narrow_block_dt(D, Dv, fp8=False):
+    w = LA.tile_widths(D, Dv, fp8)
+    return w._replace(BLOCK_DT=LA.block_d(w.HEAD_DIM_TAIL // 2, fp8))
+
+
+def _narrow_block_dv(D, Dv, fp8=False):
+    w = LA.tile_widths(D, Dv, fp8)
+    return w._replace(BLOCK_DV=LA.block_d(Dv - 1))
+
+
+#: spec.launch.tile_widths edited, and the cases of it each address claim must fail: BLOCK_D one power of two
+#: too small (D = 64 on arange(32): columns 32..63 never read; 8 wide below 16; a split's main part 32 on a
+#: 16-wide tile), BLOCK_DT the block of half the tail (96 = 64 + 32 on a 16-wide tail), BLOCK_DV padding D_v - 1
+#: (D_v = 17 on 16 lanes)
+WIDTH_MUTANTS = {
+    "BLOCK_D halved": (_narrow_block_d, ["BLOCK_D >= HEAD_DIM", "a tail only when HEAD_DIM = BLOCK_D",
+                                         "BLOCK_D, BLOCK_DT, BLOCK_DV are powers of two >= 16"]),
+    "BLOCK_DT of half the tail": (_narrow_block_dt, ["BLOCK_DT >= HEAD_DIM_TAIL"]),
+    "BLOCK_DV of D_v - 1": (_narrow_block_dv, ["BLOCK_DV >= HEAD_DIM_V"]),
+}
+
+
+@pytest.mark.parametrize("mutant", list(WIDTH_MUTANTS))
+def test_a_tile_narrower_than_its_head_dim_is_refuted(mutant):
+    """The address claims read the tile widths the runtime launches with (spec.launch.tile_widths) and fail, on
+    exactly the broken width's cases, when one is narrower than its head dim: all three on the first mutant,
+    tma_addresses (the quickest) on the others (the cases are one helper's, _tile_width_cases)."""
+    widths, want = WIDTH_MUTANTS[mutant]
+    prefix = f"tile widths (spec.launch.tile_widths, every D, D_v in 1..{limit('head_dim_max')}): "
+    claims = (PAD.prove_forward_addresses, PAD.prove_backward_kernel_addresses, PAD.prove_tma_addresses)
+    for prove in claims if mutant == next(iter(WIDTH_MUTANTS)) else claims[2:]:
+        assert _failing(prove(widths=widths)) == [prefix + name for name in want], (mutant, prove.__name__)
 
 
 def test_fp8_descale_offset_bugs_are_refuted():
