@@ -119,6 +119,20 @@ def scatter_terms(g, idx) -> tuple[Term, ...]:
 
 SCATTER = scatter_terms(sp.Symbol("sgrad", real=True), sp.Symbol("offs_sp", integer=True))
 
+
+def backward_steps(grads, ds_term: Term) -> tuple[Term, ...]:
+    """A kernel's score_mod backward in its order (``ScoreMod.backward_terms``): each read's gradient tile and
+    entry ``(sgrad_k, offs_sp_k)`` of ``grads``, from ``ds = ∂L/∂f``, then ``ds_term`` (``ds·∂f/∂s``)."""
+    return (*(t for pair in grads for t in pair), ds_term)
+
+
+def scatter_points(steps) -> list[tuple[int, Term, Term]]:
+    """Where the printed body of ``steps`` scatters a gradient: ``(position, sgrad term, offs_sp term)`` for
+    each entry term (an ``offs_sp_k``), right after it, with the gradient term just before it. The generator
+    prints the ``_score_param_scatter`` call there; claim score_mod_derived reads the gradient's value at that
+    point of the sequence."""
+    return [(k, steps[k - 1], t) for k, t in enumerate(steps) if t.symbol.name.startswith("offs_sp") and k > 0]
+
 # ----------------------------------------------------------------------------------
 # The class
 # ----------------------------------------------------------------------------------
@@ -328,6 +342,16 @@ class ScoreMod:
             out.append((Term(g, n.ds * self.kernel_form(d), CLAIM, f"dS·∂f/∂{rd.tensor}[...], = {d}"),
                         Term(ix, self.flat_index(rd), CLAIM, f"the entry of {rd.tensor} this read takes, in SF")))
         return tuple(out)
+
+    def backward_terms(self, scatter: bool = True) -> tuple[Term, ...]:
+        """The backward's score_mod steps on a tile, in the order a kernel runs them (printed as the body of
+        ``_user_score_bwd`` / ``_user_score_ds``; claim score_mod_derived runs the sequence). It starts from
+        ``ds = ∂L/∂f`` (the softmax Jacobian's dS) and leaves ``ds = ∂L/∂s``. With ``scatter`` (the dQ kernel:
+        its program owns a row of the gradient buffer and visits every key tile of its rows once) each read's
+        gradient tile ``sgrad_k = ds·∂f/∂t[e]`` and its entry ``offs_sp_k`` come first, from ``∂L/∂f``, each
+        scattered after its entry; then ``ds·∂f/∂s``. Without (the dK/dV kernel: no gradient row, a second
+        scatter would count every element twice) only ``ds·∂f/∂s``."""
+        return backward_steps(self.grad_terms() if scatter else (), self.ds_term())
 
     # --- the error bound (claim score_mod_error_bound) -----------------------------------
     def outside_bound(self) -> str | None:

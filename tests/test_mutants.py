@@ -1415,6 +1415,29 @@ def test_dropout_mask_same_z3_case_refutes_an_overlapping_counter():
     assert dict(r.cases)["injective: equal counters at (b, h, i, j) and (b', h', i', j') => equal coordinates"] != 0
 
 
+def test_dropout_mask_same_refutes_a_dkdv_box_of_kv_heads():
+    """The audit's edit (round three): the dK/dV kernel's dropout box with H_KV heads, not H_KV·GROUP (B=2, GQA 4:2:
+    dK 0.63). The boxes are printed terms the claim evaluates at each kernel's spec.launch integers; a hand-typed box
+    line in the template is refused by hygiene rule 2 (drop_heads is a printed term's name)."""
+    from generator import hygiene
+    from generator.render import render_variant
+    from generator.variants import BlockConfig
+    from spec.printer import print_term
+
+    boxes = dict(terms.DROPOUT_BOXES, dkdv=terms.dropout_box(sp.Symbol("H_KV", integer=True, positive=True)))
+    r = PD.prove_dropout_mask_same(boxes=boxes)
+    assert_failed(r)
+    assert [name for name, res in r.cases if res != 0] == [
+        "dense: the dkdv kernel's counter at (b, h, i, j) is the dropout_mask helper's at keep[b, h, i, j]"]
+    # the same edit typed into the dK/dV kernel's source
+    source = render_variant(next(v for v in BlockConfig(64, 64).variants() if v.kind.name == "bwd"))
+    line = print_term(terms.DROPOUT_BOXES["dkdv"][1])
+    assert source.count(line) == 1
+    printed, assigned, stages = hygiene.printed_lines()
+    found = hygiene.check_source(source.replace(line, "drop_heads = H_KV"), set(printed), set(assigned), set(stages))
+    assert any("drop_heads = H_KV" in p and "only a printed spec term" in p for p in found), found
+
+
 GRAD_MUTANTS = {
     # dV from the undropped Pᵀ
     "dV undropped": {"dropout_dv_t": (terms.DROPOUT_DV_T[0],
@@ -1873,6 +1896,32 @@ def test_score_mod_derived_refutes_a_mutated_instance(mutant):
     from spec.proofs import score_mod_user as PSU
 
     assert_failed(PSU.prove_score_mod_derived(examples=(_score_mod_mutants()[mutant],)))
+
+
+def test_score_mod_derived_refutes_the_gradients_taken_after_the_ds_factor():
+    """The audit's edit (round three): the dQ kernel's captured-tensor gradients taken after dS is multiplied by
+    ∂f/∂s (temperature's d inv_t off by 8 %). The steps are ScoreMod.backward_terms' sequence, printed as
+    _user_score_bwd's body in that order; the claim runs it. Also refused: the dK/dV kernel scattering too."""
+    from spec import score_mods as SM
+    from spec.proofs import score_mod_user as PSU
+
+    (dq, _), (dkdv, _) = PSU.BACKWARD_KERNELS
+    steps = SM.temperature.backward_terms()
+    swapped = {dq: (steps[-1], *steps[:-1]), dkdv: SM.temperature.backward_terms(scatter=False)}
+    failing = [name for name, r in PSU.derivative_cases(SM.temperature, backward=swapped) if r != 0]
+    assert failing == [f"{dq}: every gradient is scattered before ds·∂f/∂s (it reads ∂L/∂f)",
+                       f"{dq}: scattered sgrad_0 = ∂L/∂SF[offs_sp_0] = ∂L/∂f·∂logit/∂SF[offs_sp_0]"], failing
+
+    class GradsAfterDs(SM.ScoreMod):
+        def backward_terms(self, scatter=True):
+            steps = SM.ScoreMod.backward_terms(self, scatter)
+            return (steps[-1], *steps[:-1])
+
+    mutant = GradsAfterDs(*[getattr(SM.temperature, f) for f in SM.temperature.__dataclass_fields__])
+    twice = {dq: steps, dkdv: steps}
+    assert [name for name, r in PSU.derivative_cases(SM.temperature, backward=twice) if r != 0] == [
+        f"{dkdv}: no gradient scattered (the dQ kernel scatters every element once)"]
+    assert_failed(PSU.prove_score_mod_derived(examples=(mutant,)))
 
 
 def test_score_mod_builtins_refutes_a_swapped_instance():

@@ -237,6 +237,38 @@ def test_emitted_files_are_clean(package):
     assert fwd.SCORE_MOD == "rel_bias" and "--score-mod" in fwd.COMMAND
 
 
+@pytest.mark.parametrize("name", ["temperature", "tanh_cap"])
+def test_each_backward_kernel_runs_its_printed_step_sequence(package, name):
+    """Claim score_mod_derived runs ScoreMod.backward_terms' sequences as the kernels' bodies: the dQ stage calls
+    _user_score_bwd once (its body those lines in that order, each gradient scattered after its entry), the dK/dV
+    stage _user_score_ds once (the dS factor alone), and neither calls the other's."""
+    import ast
+    from pathlib import Path
+
+    from spec.printer import print_term
+
+    sm = getattr(SM, name)
+    source = (Path(package.__file__).parent / f"attention_bwd_scoremod_{name}_br{BLOCK[0]}_bc{BLOCK[1]}.py").read_text()
+    funcs = {f.name: f for f in ast.parse(source).body if isinstance(f, ast.FunctionDef)}
+
+    def calls(fn):
+        return [c.func.id for c in ast.walk(funcs[fn]) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                and c.func.id.startswith("_user_score")]
+    assert calls("_attn_bwd_dq_stage") == ["_user_score", "_user_score_bwd"]
+    assert calls("_attn_bwd_dkdv_stage") == ["_user_score", "_user_score_ds"]
+
+    def body(fn):  # the statements after the docstring, before the return, as printed
+        return [ast.unparse(st) for st in funcs[fn].body[1:-1]]
+    code = lambda t: ast.unparse(ast.parse(print_term(t, SM.KERNEL_NAMES)))  # noqa: E731
+    want = []
+    for k, t in enumerate(steps := sm.backward_terms()):
+        want.append(code(t))
+        want += [f"_score_param_scatter(ScoreGrad, sg_base, {ix.name}, {g.name}, i, j, CHUNK)"
+                 for at, g, ix in SM.scatter_points(steps) if at == k]
+    assert body("_user_score_bwd") == want
+    assert body("_user_score_ds") == [code(t) for t in sm.backward_terms(scatter=False)]
+
+
 def test_generator_refuses_a_score_mod_outside_the_class(tmp_path, monkeypatch):
     from generator import __main__ as cli
 
