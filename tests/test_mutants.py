@@ -2302,6 +2302,55 @@ def test_paged_varlen_lse_without_its_transpose_is_refuted():
     assert "paged_lse is FlashAttention's varlen (Hq, total_q)" in failing, failing
 
 
+def _packed_tokens_mutant(start=0, end=1, right=True, token_from=0):
+    """spec.varlen.packed_tokens with the segment searched among cu[start:] (the ends: 1) and the token counted
+    from cu[s + token_from] (0: the segment's start)."""
+    def tokens(cu, total_q, ops):
+        rows = ops.arange(total_q)
+        seg = ops.searchsorted(cu[end:] if start == 0 else cu[:-1], rows, right=right)
+        return seg, rows - cu[seg + token_from], cu[seg + 1] - cu[seg]
+    return tokens
+
+
+def test_paged_varlen_row_to_token_map_is_proved():
+    """Packed row r -> (segment, token) (spec.varlen.packed_tokens, the runtime's map) is in claim
+    paged_varlen_slots: the token counted from the next segment's start, the search's side flipped (a row at a
+    segment's start put in the one before) and the search among the starts (s one too many) each fail it."""
+    row_in_segment = "row r lies in its segment s: 0 <= s < B, cu[s] <= r < cu[s+1]"
+    token = "row r is token t = r − cu[s] of segment s, 0 <= t < n_q[s] = cu[s+1] − cu[s]"
+    onto = "onto: token t of segment s (0 <= t < cu[s+1] − cu[s]) is packed row cu[s] + t < total_q, read as (s, t)"
+    assert PV.prove_paged_varlen_slots(tokens=_packed_tokens_mutant()).proved  # the mutant factory's identity
+    failing = _failing(PV.prove_paged_varlen_slots(tokens=_packed_tokens_mutant(token_from=1)))
+    assert failing == [token, onto], failing
+    for mutant in (_packed_tokens_mutant(right=False), _packed_tokens_mutant(start=-1)):
+        failing = _failing(PV.prove_paged_varlen_slots(tokens=mutant))
+        assert failing == [row_in_segment, token, onto], failing
+
+
+def test_paged_varlen_claims_model_of_searchsorted_is_torchs():
+    """The claim's torch.searchsorted (spec.proofs.varlen._SearchOps.contract) holds of torch's answers, and
+    spec.varlen.packed_tokens on torch gives each row's segment and token (empty segments included)."""
+    for cu in ([0, 2, 2, 5], [0, 0, 3], [0, 1, 2, 3, 3], [0, 4]):
+        cu = torch.tensor(cu, dtype=torch.int32)
+        seg, tok, length = V.packed_tokens(cu.long(), int(cu[-1]), torch)
+        want = [(b, t) for b in range(len(cu) - 1) for t in range(int(cu[b + 1] - cu[b]))]
+        assert list(zip(seg.tolist(), tok.tolist())) == want
+        assert length.tolist() == [int(cu[b + 1] - cu[b]) for b, _ in want]
+        for right in (True, False):
+            ops = PV._SearchOps()
+            ops.searchsorted(PV._Offsets(sp.Function("cu"), len(cu))[1:], ops.arange(int(cu[-1])), right=right)
+            got = torch.searchsorted(cu[1:], torch.arange(int(cu[-1])), right=right)
+            for p, i in enumerate(got.tolist()):
+                z = PV._Z3Functions()
+                facts = ops.contract(z, p) + [z.functions["cu"](k) == int(c) for k, c in enumerate(cu)]
+                answer = z.functions["searchsorted_0"](p)
+                # torch's answer is the only one the contract allows
+                for statement, verdict in ((answer == i, PV.z3.sat), (answer != i, PV.z3.unsat)):
+                    solver = PV.z3.Solver()
+                    solver.add(*facts, statement)
+                    assert solver.check() == verdict, (cu, right, p, i)
+
+
 def test_paged_varlen_claims_model_of_indexing_is_torchs():
     """prove_paged_varlen_slots reads spec.varlen's functions on symbolic tensors (torch's indexing semantics,
     spec.proofs.varlen._Elements): on numbers they give what torch gives, for the functions and the lse mutant."""
