@@ -739,6 +739,27 @@ def test_rotary_table_row_mask_mutants_are_refuted():
     assert any(name.startswith("a new key's row lies in [0, seqlen_ro)") for name in _rotary_failures(row_ok=short))
 
 
+def test_rotary_lane_mask_mutants_are_refuted():
+    """The printed rotary lane mask (spec.addresses.APPEND_RO_LANE, ro_lane) one lane long, d <= 2·ROTARY_HALF: the
+    lane d = rotary_dim reads a partner outside x (GPT-NeoX: lane −R) and a table column past R, and is not a lane
+    ROTATE rotates; one half short, d < ROTARY_HALF: the mask is no longer the rotated lanes (the second half would
+    read cos 1, sin 0: kept unrotated)."""
+    from spec import rotary as RO
+    from spec.proofs import addresses as PAD_
+    (term,) = AD.APPEND_RO_LANE
+    lanes = [f"{kind}: the rotary lanes ro_lane are d < rotary_dim = 2·R, the lanes ROTATE rotates"
+             for kind in ("paged", "cache", "tensor")]
+    long_ = (replace(term, expr=sp.LessThan(AD.offs_d, 2 * RO.rotary_half)),)
+    failing = _failing(PAD_.prove_append_addresses(groups=dict(AD.APPEND_GROUPS, ro_lane=long_)))
+    assert set(lanes) <= set(failing), failing
+    for kind in ("paged", "cache", "tensor"):
+        for layout in ("GPT-J", "GPT-NeoX"):
+            assert f"{kind}: {layout}: partner x[b, t, head, pair] inside (rotary lanes; rotary_dim <= D, " \
+                   "rotary_cos's rule)" in failing, failing
+    short = (replace(term, expr=sp.StrictLessThan(AD.offs_d, RO.rotary_half)),)
+    assert _failing(PAD_.prove_append_addresses(groups=dict(AD.APPEND_GROUPS, ro_lane=short))) == lanes
+
+
 def _append_launch_failing(**change):
     from spec import launch as LA_
     from spec.proofs import addresses as PAD_

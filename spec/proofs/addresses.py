@@ -1012,7 +1012,9 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
        "destination, cache_seqlens, cache_batch_idx and block_table are read or written inside their shapes for "
        "every program of the grid and every lane t < N_new, d < D (given cache_seqlens[b] + N_new <= the "
        "capacity, page ids in [0, num_pages), cache_batch_idx entries in [0, B_cache), B_cache = B without it); "
-       "for every rotary lane (t < N_new, d < 2·ROTARY_HALF, ROTARY_HALF = R as append_launch passes it) of "
+       "the printed rotary lane mask ro_lane (APPEND_RO_LANE, at ROTARY_HALF = R as append_launch passes it) "
+       "admits exactly the lanes d < rotary_dim = 2R of d < D, the lanes spec.rotary.ROTATE rotates; "
+       "for every rotary lane (t < N_new, d < D, ro_lane) of "
        "either layout (spec.rotary's printed lane terms) the partner x[b, t, head, pair] is inside x (given "
        "rotary_dim = 2R <= D, rotary_cos's contract rule) and, for either PER_TOKEN, the tables cos, sin are read "
        "at [pos, freq] inside (seqlen_ro, R) for every lane whose row passes the printed mask pos_ok "
@@ -1088,7 +1090,17 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
         # the table column of either layout (spec.rotary's printed terms), the row of either PER_TOKEN
         (pos_term,) = RO.ROTARY_POSITION
         half = sp.sympify(ints["ROTARY_HALF"])
-        ro_lanes = hyp + [tz < z(N_new), 0 <= z(d), z(d) < 2 * z(half), 2 * z(cos.shape[1]) <= z(D)]
+        # the printed lane mask ro_lane (APPEND_RO_LANE) at that ROTARY_HALF: exactly the lanes d < rotary_dim =
+        # 2·R (R the tables' columns) and exactly the lanes spec.rotary.ROTATE rotates (the others are kept)
+        (lane_term,) = groups["ro_lane"]
+        lane_ok = lane_term.expr.xreplace({RO.rotary_half: half})
+        lane_z = z3.BoolVal(bool(lane_ok)) if lane_ok in (sp.true, sp.false) else z(lane_ok)
+        (rotate_term,) = RO.ROTATE
+        rotated = rotate_term.expr.args[0][1].xreplace({RO.rotary_half: half})
+        cases.append(_decide(f"{kind}: the rotary lanes ro_lane are d < rotary_dim = 2·R, the lanes ROTATE rotates",
+                             hyp + [0 <= z(d), z(d) < z(D)],
+                             z3.And(lane_z == (z(d) < 2 * z(cos.shape[1])), lane_z == z(rotated))))
+        ro_lanes = hyp + [tz < z(N_new), 0 <= z(d), z(d) < z(D), lane_z, 2 * z(cos.shape[1]) <= z(D)]
         for layout, index_terms in (("GPT-J", RO.INTERLEAVED), ("GPT-NeoX", RO.HALVES)):
             env = {s_: e.xreplace({RO.rotary_half: half}) for s_, e in terms.chain(index_terms).items()}
             freq, pair = z(env[RO.ro_freq]), z(env[RO.ro_pair])
