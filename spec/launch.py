@@ -258,6 +258,16 @@ def philox_words(philox):
     return philox.contiguous()
 
 
+def dropout_mask_shape(q, k) -> tuple:
+    """The keep mask the host allocates for ``return_dropout_mask`` (``_dropout_keep`` writes it, claim
+    dropout_mask_same reads this shape): ``(B, Hq, N_q, N_k)`` for q ``(B, Hq, N_q, D)``, k ``(B, Hkv, N_k, D)``
+    — the query heads, one draw per (b, query head, row, key); a packed batch (q ``(total_q, Hq, D)``, k
+    ``(total_k, Hkv, D)``) one entry ``(1, Hq, total_q, total_k)``, its global rows and keys."""
+    if q.dim() == 3:
+        return (1, q.shape[1], q.shape[0], k.shape[0])
+    return (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+
+
 def dropout_mask_launch(keep, block_m):
     """``(grid, ints)`` of ``_dropout_keep`` writing ``keep`` ``(B, H, N_Q, N_K)`` (a packed batch: ``(1, H,
     total_q, total_k)``): its strides, sizes and grid ``(cdiv(N_Q, block_m), H, B)``."""

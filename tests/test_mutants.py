@@ -1459,6 +1459,22 @@ def test_dropout_mask_same_refutes_a_dkdv_box_of_kv_heads():
     assert any("drop_heads = H_KV" in p and "only a printed spec term" in p for p in found), found
 
 
+def test_dropout_mask_same_refutes_a_keep_mask_of_kv_heads():
+    """The keep mask return_dropout_mask allocates is spec.launch.dropout_mask_shape's (the runtime's api and varlen
+    call it): one of H_KV heads (k's, not q's) fails dropout_mask_same, dense and packed, and the kernels' counters
+    no longer match the mask the helper draws."""
+    def kv_heads(q, k):
+        return (q.shape[0], k.shape[1], q.shape[2], k.shape[2]) if q.dim() == 4 else (1, k.shape[1], q.shape[0],
+                                                                                        k.shape[0])
+    r = PD.prove_dropout_mask_same(launches=PD.box_launches(dropout_mask_shape=kv_heads))
+    assert_failed(r)
+    failing = [name for name, res in r.cases if res != 0]
+    for tag, shape in (("dense", "B"), ("packed", "1")):
+        assert f"{tag}: the host's keep mask is ({shape}, H_q, N_q, N_k)" in failing, failing
+    assert "dense: the forward kernel's counter at (b, h, i, j) is the dropout_mask helper's at keep[b, h, i, j]" \
+        in failing, failing
+
+
 GRAD_MUTANTS = {
     # dV from the undropped Pᵀ
     "dV undropped": {"dropout_dv_t": (terms.DROPOUT_DV_T[0],
