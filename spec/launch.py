@@ -103,6 +103,17 @@ def tile_widths(head_dim: int, head_dim_v: int, fp8: bool = False) -> TileWidths
     return TileWidths(main, tail, head_dim_v, block_d(main, fp8), block_d(tail, fp8), block_d(head_dim_v))
 
 
+def decode_tile_widths(head_dims: dict, fp8: bool = False) -> dict:
+    """The decode's tile widths for the head dims ``decode_launch`` passes (its constexprs ``HEAD_DIM``,
+    ``HEAD_DIM_TAIL``, ``HEAD_DIM_V``): ``BLOCK_D``, ``BLOCK_DT`` (q/k's, ``fp8``: products on fp8 operands; a tail
+    of 0 still gets a width, compiled out) and ``BLOCK_DV``, each ``block_d``. The decode launcher and its AOT
+    compile launch with these; claim decode_addresses evaluates it at every head dim the contract accepts
+    (``decode_head_dim_max``) and proves each width a power of two >= 16 and at least its head dim."""
+    return {"BLOCK_D": block_d(head_dims["HEAD_DIM"], fp8),
+            "BLOCK_DT": block_d(max(head_dims["HEAD_DIM_TAIL"], 1), fp8),
+            "BLOCK_DV": block_d(head_dims["HEAD_DIM_V"])}
+
+
 def _min(a, b):
     """``min`` of numbers, ``Min`` of SymPy sizes."""
     return sp.Min(a, b) if isinstance(a, sp.Basic) or isinstance(b, sp.Basic) else min(a, b)

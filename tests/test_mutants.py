@@ -2175,6 +2175,22 @@ def test_a_tile_narrower_than_its_head_dim_is_refuted(mutant):
         assert _failing(prove(widths=widths)) == [prefix + name for name in want], (mutant, prove.__name__)
 
 
+def test_a_decode_tile_narrower_than_its_head_dim_is_refuted():
+    """decode_addresses reads the decode's tile widths (spec.launch.decode_tile_widths, which its launcher and AOT
+    compile call) at decode_launch's head dims: v's tile padded from q/k's main part (narrower than D_v when
+    D < D_v) and the tail left unpadded (no power of two) fail exactly their cases. The claim's width cases are
+    _decode_width_cases' (prove_decode_addresses(tile_widths=...) passes the mutant there; run here alone: the
+    whole claim takes seconds more)."""
+    def mutant(head_dims, fp8=False):
+        w = LA.decode_tile_widths(head_dims, fp8)
+        return dict(w, BLOCK_DV=LA.block_d(head_dims["HEAD_DIM"]), BLOCK_DT=max(head_dims["HEAD_DIM_TAIL"], 1))
+    top_d, top_dv = limit("decode_head_dim_max")
+    prefix = f"tile widths (spec.launch.decode_tile_widths, every D in 1..{top_d}, D_v in 1..{top_dv}): "
+    cases = PAD._decode_width_cases(LA.decode_launch, mutant)
+    assert [name for name, residual in cases if residual != 0] == [
+        prefix + "BLOCK_DV >= HEAD_DIM_V", prefix + "BLOCK_D, BLOCK_DT, BLOCK_DV are powers of two >= 16"]
+
+
 def test_fp8_descale_offset_bugs_are_refuted():
     """The old kernel's one stride pair (q_descale's) for the three descales; a descale read at the query head."""
     def one_pair(*args, **kw):
