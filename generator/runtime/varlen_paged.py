@@ -12,8 +12,9 @@ exactly once, none past ``n_k``, inside the sequence's pages). Its rows are ``(B
 ``max_seqlen_q`` slots (left padding): query ``t`` of sequence ``b`` then sits at key position
 ``n_k − n_q + t``, the packed form's bottom-right alignment, for causal, window and ALiBi alike.
 The padding rows are computed and dropped (they read only the sequence's valid keys; claim
-``paged_varlen_slots`` proves the placement, the read-back of out and of lse in varlen's ``(Hq, total_q)``
-layout, and that no padding slot is read back: ``spec.varlen.paged_slot`` and its neighbours); the cost is
+``paged_varlen_slots`` proves each packed row's (segment, token) (``spec.varlen.packed_tokens``), the
+placement, the read-back of out and of lse in varlen's ``(Hq, total_q)`` layout, and that no padding slot
+is read back: ``spec.varlen.paged_slot`` and its neighbours); the cost is
 ``B·max_seqlen_q`` query rows instead of ``total_q``: efficient when the lengths are alike (chunked
 prefill of equal chunks, decode), wasteful for one long chunk among many single tokens. Forward only.
 
