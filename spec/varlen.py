@@ -121,6 +121,12 @@ def packed_tokens(cu_seqlens_q, total_q, ops):
     return seg, rows - start, cu_seqlens_q[seg + 1] - start
 
 
+def paged_key_lengths(cu_seqlens_k):
+    """Each segment's key count ``cu_seqlens_k[b + 1] − cu_seqlens_k[b]`` (``B`` entries): the decode launch's
+    ``cache_seqlens``, segment ``b``'s keys ``0 … n_k − 1`` in its pages (claim paged_varlen_slots)."""
+    return cu_seqlens_k[1:] - cu_seqlens_k[:-1]
+
+
 def paged_slot(b, t, n_q, max_seqlen_q):
     """``(row, slot)`` of packed query token ``t`` of segment ``b`` (``n_q`` its queries) in the decode launch's
     queries ``(B, max_seqlen_q, Hq, D)``: row ``b``, slot ``max_seqlen_q − n_q + t`` — right-aligned, the first

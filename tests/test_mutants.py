@@ -2380,6 +2380,16 @@ def test_paged_varlen_row_to_token_map_is_proved():
         assert failing == [row_in_segment, token, onto], failing
 
 
+def test_paged_varlen_key_lengths_as_the_offsets_are_refuted():
+    """The decode launch's cache_seqlens (spec.varlen.paged_key_lengths) read as the offsets' ends cu_seqlens_k[1:]
+    (segment b would attend the keys of every segment before it) fails paged_varlen_slots; and on numbers the
+    function is torch's per-segment count."""
+    failing = _failing(PV.prove_paged_varlen_slots(key_lengths=lambda cu: cu[1:]))
+    assert failing == ["segment b's key lengths entry (the decode's key_len) is cu_seqlens_k[b+1] − cu_seqlens_k[b], "
+                       "SEGMENT's N_K"], failing
+    assert V.paged_key_lengths(torch.tensor([0, 3, 3, 7])).tolist() == [3, 0, 4]
+
+
 def test_paged_varlen_claims_model_of_searchsorted_is_torchs():
     """The claim's torch.searchsorted (spec.proofs.varlen._SearchOps.contract) holds of torch's answers, and
     spec.varlen.packed_tokens on torch gives each row's segment and token (empty segments included)."""

@@ -52,7 +52,7 @@ def flash_attention_varlen_paged(package, a: dict):
     # functions (claim paged_varlen_slots proves them and packed_tokens)
     rows, slots = (x.to(q.device) for x in spec_varlen.paged_slot(seg, local, n_q, max_q))
     q_pad = spec_varlen.paged_queries(q, rows, slots, B, max_q)
-    n_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
+    n_k = spec_varlen.paged_key_lengths(cu_seqlens_k).to(torch.int32)
     out, lse = decode._kvcache(package, q_pad, a["k"], a["v"], n_k, block_table=a["block_table"], causal=a["causal"],
                                window=a["window"], scale=a["scale"], return_lse=True, softcap=a["softcap"],
                                alibi_slopes=a["alibi_slopes"], sinks=a["sinks"], batch_invariant=a["batch_invariant"])

@@ -273,6 +273,10 @@ class _Offsets:
     def long(self):
         return self
 
+    def __sub__(self, other):
+        """Elementwise, over this vector's entries (``other`` as long: the claim checks the length)."""
+        return _Index(self.length, lambda p: self.at(p) - other.at(p))
+
     def __getitem__(self, key):
         if isinstance(key, _Index):
             return _Index(key.length, lambda p: self.at(key.at(p)))
@@ -391,7 +395,9 @@ def _same_index(name, got, want, hypotheses, z):
        "paged varlen (flash_attention_varlen(..., block_table=), run on the decode kernel): for all segment counts "
        "B >= 1 and every non-decreasing cu_seqlens_q from 0 to total_q, spec.varlen.packed_tokens maps packed row "
        "0 <= r < total_q to segment s = searchsorted(cu_seqlens_q[1:], r, right=True) with cu[s] <= r < cu[s+1], "
-       "token t = r − cu[s] and length n_q[s] = cu[s+1] − cu[s], one to one and onto the segments' tokens; for "
+       "token t = r − cu[s] and length n_q[s] = cu[s+1] − cu[s], one to one and onto the segments' tokens, and "
+       "spec.varlen.paged_key_lengths gives segment b's key count k_len[b] = cu_seqlens_k[b+1] − cu_seqlens_k[b] "
+       "(spec.varlen.SEGMENT's N_K), the decode launch's cache_seqlens; for "
        "max_seqlen_q >= 1, heads Hq >= 1, head dims D, D_v >= 1, segments b (0 <= b < B) of n_q[b] <= "
        "max_seqlen_q queries and k_len[b] keys and tokens 0 <= t < n_q[b] (packed row r = cu_seqlens_q[b] + t, "
        "total_q rows), spec.varlen.paged_slot puts token (b, t) at row b, slot 0 <= slot < max_seqlen_q of the "
@@ -411,8 +417,9 @@ def _same_index(name, got, want, hypotheses, z):
              "SymPy for the element maps); the tensors' values by torch's indexing semantics (not their strides); "
              "cu_seqlens_q an uninterpreted non-decreasing integer function, torch.searchsorted by its documented "
              "result on a sorted sequence (a model: tests/test_mutants.py compares it with torch on numbers)")
-def prove_paged_varlen_slots(slot=None, queries=None, out_rows=None, lse_rows=None, tokens=None):
+def prove_paged_varlen_slots(slot=None, queries=None, out_rows=None, lse_rows=None, tokens=None, key_lengths=None):
     token_cases = _token_cases(V.packed_tokens if tokens is None else tokens)
+    key_lengths = V.paged_key_lengths if key_lengths is None else key_lengths
     slot = V.paged_slot if slot is None else slot
     queries = V.paged_queries if queries is None else queries
     out_rows = V.paged_out if out_rows is None else out_rows
@@ -458,6 +465,16 @@ def prove_paged_varlen_slots(slot=None, queries=None, out_rows=None, lse_rows=No
     reference_pos = t + seg[n.shift].xreplace({n.Nq: seg[n.Nq], n.Nk: seg[n.Nk]}).xreplace(lengths)
     cases.append(PP._decide("the decode's position of the slot is the reference's k_len − n_q + t", one,
                             z(decode_pos) == z(reference_pos)))
+    # the decode launch's cache_seqlens: segment b's key count, SEGMENT's N_K at cu_seqlens_k[b], cu_seqlens_k[b+1]
+    cu_k = sp.Function("cu_k")
+    k_lens = key_lengths(_Offsets(cu_k, B + 1))
+    cases.append(("paged_key_lengths gives one entry per segment",
+                  sp.Integer(0) if isinstance(k_lens, (_Index, _Offsets)) and sp.expand(k_lens.length - B) == 0
+                  else sp.Symbol(repr(k_lens))))
+    if isinstance(k_lens, (_Index, _Offsets)):
+        want = seg[n.Nk].xreplace({V.seq_start_k: cu_k(b), V.seq_end_k: cu_k(b + 1)})
+        cases.append(("segment b's key lengths entry (the decode's key_len) is cu_seqlens_k[b+1] − cu_seqlens_k[b], "
+                      "SEGMENT's N_K", sp.expand(k_lens.at(b) - want)))
     # the scatter: zeros of (B, max_seqlen_q, Hq, D), token r's q written at [row, slot]
     cases.append(("paged_queries is (B, max_seqlen_q, Hq, D)",
                   sp.Integer(0) if q_pad.shape == (B, M, Hq, D) else sp.Tuple(*q_pad.shape)))
