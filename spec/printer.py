@@ -247,7 +247,9 @@ class TritonPrinter(PythonCodePrinter):
 
     def _print_int64(self, expr):
         x = expr.args[0]
-        return f"{self._print(x) if x.is_Function else self.parenthesize(x, PRECEDENCE['Atom'], strict=True)}.to(tl.int64)"
+        # a call or a lane (tl.program_id(a), x[:, None]) is an atom; anything else (x % H, a sum) in parentheses
+        atom = isinstance(x, (T.program_id, T.col, T.row, T.int64))
+        return f"{self._print(x) if atom else self.parenthesize(x, PRECEDENCE['Atom'], strict=True)}.to(tl.int64)"
 
     def _print_program_id(self, expr):
         return f"tl.program_id({int(expr.args[0])})"
