@@ -173,10 +173,12 @@ LEFTPAD_OFFSET = Term(lp_off, off_b * S_["stride_lp"], CLAIM_DECODE, "cache_left
 bi_off = _int("bi_off")
 off_bc = _int("off_bc", nonnegative=True)
 BATCH_IDX_OFFSET = Term(bi_off, off_b * S_["stride_bi"], CLAIM_DECODE, "cache_batch_idx[b]")
-#: decode's offsets compute every product of a stride in int64 (a serving cache's row can pass 2^31 elements:
-#: N_cache·Hkv·D, and no contract rule bounds decode's strides): a factor is off_b, off_kvh, head, page or off_bc
-#: (int64 already), or an int32 lane widened first, ``x.to(tl.int64)`` (claim decode_addresses checks the widths
-#: of the printed lines)
+#: decode's offsets compute every product of a stride in int64 — a factor is off_b, off_kvh, head, page or off_bc
+#: (int64 already), or an int32 lane widened first, ``W(x)``: ``x.to(tl.int64)`` (the partials' split·stride_os
+#: passes 2^31 with many splits of a large batch; no rule bounds block_table's strides) — except the cache's own
+#: in-head products, slot or j times stride_kn and d times stride_kd: assumption index_int32 bounds a (batch or
+#: page, head) slice of k_cache and v_cache (the contract checks it), so the key loop keeps them int32 (widened,
+#: they cost 8-16% more loop instructions on sm_90). Claim decode_addresses checks the widths of the printed lines.
 W = T.int64
 #: the rows of Q (loaded once)
 Q_OFFSET = Term(q_off, off_b * S_["stride_qb"] + W(col(tok)) * S_["stride_qn"] + col(head) * S_["stride_qh"]
@@ -185,23 +187,23 @@ Q_OFFSET = Term(q_off, off_b * S_["stride_qb"] + W(col(tok)) * S_["stride_qn"] +
 BT_OFFSET = Term(bt_off, off_b * S_["stride_bt_b"] + W(P.page_idx) * S_["stride_bt_p"], CLAIM_DECODE,
                  "block_table[b, page_idx]")
 PAGED_ROWS = (
-    Term(k_rows, page * S_["stride_kb"] + W(P.slot) * S_["stride_kn"], CLAIM_DECODE, "k_cache[page, slot]"),
-    Term(v_rows, page * S_["stride_vb"] + W(P.slot) * S_["stride_vn"], CLAIM_DECODE, "v_cache[page, slot]"),
+    Term(k_rows, page * S_["stride_kb"] + P.slot * S_["stride_kn"], CLAIM_DECODE, "k_cache[page, slot]"),
+    Term(v_rows, page * S_["stride_vb"] + P.slot * S_["stride_vn"], CLAIM_DECODE, "v_cache[page, slot]"),
 )
 CONTIGUOUS_ROWS = (
-    Term(k_rows, off_bc * S_["stride_kb"] + W(offs_n) * S_["stride_kn"], CLAIM_DECODE, "k_cache[off_bc, j]"),
-    Term(v_rows, off_bc * S_["stride_vb"] + W(offs_n) * S_["stride_vn"], CLAIM_DECODE, "v_cache[off_bc, j]"),
+    Term(k_rows, off_bc * S_["stride_kb"] + offs_n * S_["stride_kn"], CLAIM_DECODE, "k_cache[off_bc, j]"),
+    Term(v_rows, off_bc * S_["stride_vb"] + offs_n * S_["stride_vn"], CLAIM_DECODE, "v_cache[off_bc, j]"),
 )
 #: the split head dim's tail (MLA): q[b, tok, head, dt] and k_cache[row, kvh, dt], dt in [D_v, D)
 q_tail_off, k_tail_off = _int("q_tail_off"), _int("k_tail_off")
 Q_TAIL_OFFSET = Term(q_tail_off, Q_OFFSET.expr.xreplace({offs_d: offs_dt}), CLAIM_DECODE, "q[b, tok, head, dt]")
 KV_OFFSETS = (
-    Term(k_off, off_kvh * S_["stride_kh"] + col(k_rows) + W(row(offs_d)) * S_["stride_kd"], CLAIM_DECODE,
+    Term(k_off, off_kvh * S_["stride_kh"] + col(k_rows) + row(offs_d) * S_["stride_kd"], CLAIM_DECODE,
          "k_cache[row, kv head, d]"),
-    Term(v_off, off_kvh * S_["stride_vh"] + col(v_rows) + W(row(offs_dv)) * S_["stride_vd"], CLAIM_DECODE,
+    Term(v_off, off_kvh * S_["stride_vh"] + col(v_rows) + row(offs_dv) * S_["stride_vd"], CLAIM_DECODE,
          "v_cache[row, kv head, dv]"),
 )
-K_TAIL_OFFSET = Term(k_tail_off, off_kvh * S_["stride_kh"] + col(k_rows) + W(row(offs_dt)) * S_["stride_kd"], CLAIM_DECODE,
+K_TAIL_OFFSET = Term(k_tail_off, off_kvh * S_["stride_kh"] + col(k_rows) + row(offs_dt) * S_["stride_kd"], CLAIM_DECODE,
                      "k_cache[row, kv head, dt]")
 #: the split's partial result: out[split, b, tok, head, d] and lse[split, b, tok, head]
 OUT_OFFSETS = (

@@ -1108,14 +1108,14 @@ def test_block_table_without_its_column_stride_is_refuted():
 
 def test_decode_key_offset_with_the_query_head_is_refuted():
     kv = swap(AD.KV_OFFSETS, AD.k_off, AD.head * AD.S_["stride_kh"] + terms.col(AD.k_rows)
-              + terms.int64(terms.row(AD.offs_d)) * AD.S_["stride_kd"])
+              + terms.row(AD.offs_d) * AD.S_["stride_kd"])
     assert "contiguous: k offset is k_cache[off_bc, j, kvh, d]" in _failing(
         PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, kv_offsets=kv)))
 
 
 def test_contiguous_rows_of_b_not_the_cache_batch_row_are_refuted():
     """cache_batch_idx ignored: the contiguous rows at off_b·stride_kb, not off_bc·stride_kb."""
-    rows = swap(AD.CONTIGUOUS_ROWS, AD.k_rows, AD.off_b * AD.S_["stride_kb"] + terms.int64(AD.offs_n) * AD.S_["stride_kn"])
+    rows = swap(AD.CONTIGUOUS_ROWS, AD.k_rows, AD.off_b * AD.S_["stride_kb"] + AD.offs_n * AD.S_["stride_kn"])
     failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, contiguous_rows=rows)))
     # the k rows also carry the split head dim's tail (MLA) and, V_IS_K, stand in for v's
     assert failing == ["contiguous: k offset is k_cache[off_bc, j, kvh, d]",
@@ -1147,18 +1147,21 @@ def _narrow(group):
 
 
 def test_decode_int32_products_of_a_stride_are_refuted():
-    """Issue 24: decode's products of a stride in int32 (the kernel before the widening): a contiguous cache row's
-    offs_n·stride_kn wraps once one batch entry's cache passes 2^31 elements (N_cache·Hkv·D: 2^19 keys of 32
-    heads of 128), a page's slot·stride_kn, the partial's split·stride_os, tok·stride_on likewise."""
+    """Issue 24: decode's products of a stride in int32 (the kernel before the widening): the partial's
+    split·stride_os wraps once the fp32 partials of many splits pass 2^31 elements, tok·stride_on, q's and the
+    block table's likewise (no rule bounds them). The cache's own in-head products stay int32 (index_int32 bounds
+    its slices): the width case accepts them, and an accepted cache slice reaching 2^32 fails their int32 case."""
     result = PAD.prove_decode_addresses(groups={name: _narrow(group) for name, group in AD.DECODE_GROUPS.items()})
     assert _failing(result) == [f"{tag}: {PAD.DECODE_WIDTHS}" for tag in ("paged", "contiguous")], _failing(result)
     said = {name: str(res) for name, res in result.cases}
-    for tag, rows in (("paged", "k_rows: slot * stride_kn"), ("contiguous", "k_rows: offs_n * stride_kn")):
-        for line in (rows, "q_off: stride_qn * tok[:, None]", "q_off: stride_qd * offs_d[None, :]",
-                     "k_off: stride_kd * offs_d[None, :]", "v_off: stride_vd * offs_dv[None, :]",
-                     "k_tail_off: stride_kd * offs_dt[None, :]", "bt_off: page_idx * stride_bt_p",
-                     "o_off: split * stride_os", "o_off: stride_on * tok[:, None]", "lse_off: split * stride_ls"):
+    for tag in ("paged", "contiguous"):
+        for line in ("q_off: stride_qn * tok[:, None]", "q_off: stride_qd * offs_d[None, :]",
+                     "q_tail_off: stride_qd * offs_dt[None, :]", "bt_off: page_idx * stride_bt_p",
+                     "o_off: split * stride_os", "o_off: stride_on * tok[:, None]", "o_off: stride_od * offs_dv[None, :]",
+                     "lse_off: split * stride_ls", "lse_off: stride_ln * tok"):
             assert line in said[f"{tag}: {PAD.DECODE_WIDTHS}"], (tag, line, said[f"{tag}: {PAD.DECODE_WIDTHS}"])
+        assert "k_rows" not in said[f"{tag}: {PAD.DECODE_WIDTHS}"] and "k_off" not in said[f"{tag}: {PAD.DECODE_WIDTHS}"]
+    assert PI._offset_case("decode's k cache", "D", index_limit=2**32)[1] != 0
 
 
 def test_rows_and_append_int32_products_of_a_stride_are_refuted():
@@ -1329,7 +1332,7 @@ def test_decode_value_and_out_offsets_at_the_key_head_dim_are_refuted():
     """MLA (issue 27): v and out printed at offs_d, q/k's head dim lane (the single-head-dim kernel),
     instead of offs_dv: the element is wrong (offs_d ≠ offs_dv) and, with D > D_v, outside v and out."""
     kv = swap(AD.KV_OFFSETS, AD.v_off, AD.off_kvh * AD.S_["stride_vh"] + terms.col(AD.v_rows)
-              + terms.int64(terms.row(AD.offs_d)) * AD.S_["stride_vd"])
+              + terms.row(AD.offs_d) * AD.S_["stride_vd"])
     failing = _failing(PAD.prove_decode_addresses(groups=dict(AD.DECODE_GROUPS, kv_offsets=kv)))
     assert sorted(failing) == ["contiguous: v offset is v_cache[off_bc, j, kvh, dv]",
                                "paged: v offset is v_cache[block_table[b, j // PS], j % PS, kvh, dv]"], failing

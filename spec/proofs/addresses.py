@@ -118,6 +118,9 @@ INDEX_INT32_STRIDES = {
     "forward": (("stride_qm", "stride_qd"), ("stride_om", "stride_od"), ("stride_kn", "stride_kd"),
                 ("stride_vn", "stride_vd"), ("stride_mm", "stride_mn")),
     "preprocess": (("stride_om", "stride_od"), ("stride_dom", "stride_dod")),
+    # decode: a (batch or page, head) slice of k_cache, v_cache (spec.launch.decode_launch passes their row and
+    # column strides as stride_kn, stride_kd and stride_vn, stride_vd)
+    "decode": (("stride_kn", "stride_kd"), ("stride_vn", "stride_vd")),
     "backward": (("stride_qm", "stride_qd"), ("stride_dom", "stride_dod"), ("stride_kn", "stride_kd"),
                  ("stride_vn", "stride_vd"), ("stride_dqm", "stride_dqd"), ("stride_dkn", "stride_dkd"),
                  ("stride_dvn", "stride_dvd"), ("stride_mm", "stride_mn")),
@@ -128,8 +131,9 @@ DENSE_WIDTHS = ("every int32 product or sum of a stride in the printed offsets i
                 "off_b, off_h, off_kvh, a base, or a lane widened .to(tl.int64))")
 
 #: decode's width case (its name, after "paged: " / "contiguous: ")
-DECODE_WIDTHS = ("every product and sum of a stride in the printed offsets is int64 (a factor off_b, off_kvh, head, "
-                 "page, off_bc, or a lane widened .to(tl.int64))")
+DECODE_WIDTHS = ("every int32 product or sum of a stride in the printed offsets is an in-head product of the k or v "
+                 "cache (bounded by index_int32); every other is int64 (a factor off_b, off_kvh, head, page, off_bc, "
+                 "or a lane widened .to(tl.int64))")
 
 #: ALiBi slopes as the decode accepts them (checks.check_score_mods), any strides (a view, a stride-0 expand)
 DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
@@ -167,13 +171,16 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
        "map one to one onto the (head, token) pairs of the KV head; and the merge's row views "
        "(decode_partial_rows, decode_merged_out, decode_merged_lse) put merged row r = (b·N_q + t)·Hq + h "
        "at out[b, t, h] and lse[b, h, t], where the kernel wrote partial (split, b, t, h); and every product or sum "
-       "of a stride in the printed offsets is int64 (no cache, q, out or block_table size bounds it by 2^31)",
+       "of a stride in the printed offsets is int64 (no q, out or block_table size bounds it by 2^31), but the k and "
+       "v caches' in-head products, int32 and bounded by index_int32",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
        terms=tuple(t.name for g in A.DECODE_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the "
              "offsets, z3 for the extents); mathematical integers Z, which the kernel's int64 arithmetic is for tensors "
              "under 2^63 elements: every product and sum of a stride in the printed lines is int64 (a factor off_b, "
-             "off_kvh, head, head_safe, page, off_bc, or tok, slot, j, d, split widened .to(tl.int64); widths read from "
+             "off_kvh, head, head_safe, page, off_bc, or tok, d, split, page_idx widened .to(tl.int64)) but the k and v "
+             "caches' in-head products slot·stride_kn or j·stride_kn and d·stride_kd, int32 and bounded by "
+             "index_int32 (claim int32_index_arithmetic); widths read from "
              "the printed text with Triton's typing: a stride int32 whenever its value fits; page and off_bc the "
              "template's .to(tl.int64) loads); the FP8 descales: (B, Hkv) indexed by q's batch b (not the cache row "
              "off_bc), contiguous and paged alike, their offsets int64 (off_b, off_kvh)")
@@ -214,7 +221,8 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
                  terms.Term(A.off_h, A.head_safe, A.CLAIM_DECODE, "the call passes head_safe as off_h"),
                  *(P.PAGE_GATHER if paged else ()), *groups["paged_rows" if paged else "contiguous_rows"],
                  *(t for name, g in groups.items() if name not in firsts for t in g))
-        cases.append(_widths_case(f"{tag}: {DECODE_WIDTHS}", order, {A.page.name: 64, A.off_bc.name: 64}))
+        cases.append(_widths_case(f"{tag}: {DECODE_WIDTHS}", order, {A.page.name: 64, A.off_bc.name: 64},
+                                  INDEX_INT32_STRIDES["decode"]))
         # --- the element each offset reaches (polynomial identities) -------------------------------
         (key_len,) = groups["key_len"]
         (q_term,) = groups["q_offset"]

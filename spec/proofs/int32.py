@@ -205,8 +205,8 @@ def _window_clamp_case():
        "equals its mathematical value in int32 — no overflow, no negative operand of // — for all "
        "inputs in the accepted ranges; the grid covers each query row once, each stage loop covers "
        "its range by whole tiles; clamping a window side to N_Q + N_K keeps the mask; the in-head "
-       "pointer offset of every unmasked lane fits int32, for both head dims (q, k, dq, dk at q/k's D; "
-       "v, out, dO, dv at v's D_v, which may differ: MLA; the dense mask's i·stride_mm + j·stride_mn at keys j < N_K, "
+       "pointer offset of every unmasked lane fits int32, for both head dims (q, k, dq, dk and decode's k cache at "
+       "q/k's D; v, out, dO, dv and decode's v cache at v's D_v, which may differ: MLA; the dense mask's i·stride_mm + j·stride_mn at keys j < N_K, "
        "the forward's and the backward's _attn_bwd_mask tile)",
        r"\forall x\in\mathrm{Assumptions}:\ \mathrm{int32}(e)(x) = e(x)\ \text{for every printed index expression } e",
        terms=(),
@@ -232,8 +232,8 @@ def prove_int32_index_arithmetic(seq_len_max=SEQ_LEN_MAX, window_max=None, block
     cases.append(("element predicates of a partial tile (every kind)", _overflow(facts, conditions)))
     cases += _grid_and_loop_cases(seq_len_max)
     cases.append(_window_clamp_case())
-    cases.append(_offset_case("q, k, dq, dk", "D", index_limit))
-    cases.append(_offset_case("v, out, dO, dv", "D_v", index_limit))
+    cases.append(_offset_case("q, k, dq, dk, decode's k cache (a key's or a page slot's row)", "D", index_limit))
+    cases.append(_offset_case("v, out, dO, dv, decode's v cache", "D_v", index_limit))
     # the dense mask (forward and backward: _attn_bwd_mask's tile i·stride_mm + j·stride_mn): rows i < N_Q, keys j < N_K
     cases.append(_offset_case("the mask", "N_K", index_limit))
     return result("int32_index_arithmetic", cases, "z3 over 32-bit two's complement")
