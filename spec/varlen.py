@@ -98,3 +98,41 @@ def packed_mask(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int, *, causa
                 params.update(window_left=window[0], window_right=window[1])
             out[q0:q1, k0:k1] = masks.dense_mask(kinds, q1 - q0, k1 - k0, **params) if kinds else True
     return out
+
+
+# ----------------------------------------------------------------------------------
+# Packed queries over paged caches (flash_attention_varlen(..., block_table=)): the decode launch's slots.
+# The functions run unchanged on torch tensors (generator.runtime.varlen_paged calls them) and on the
+# symbolic tensors of claim paged_varlen_slots (spec.proofs.varlen), which proves what they return.
+# ----------------------------------------------------------------------------------
+PAGED_CLAIM = "paged_varlen_slots"
+
+
+def paged_slot(b, t, n_q, max_seqlen_q):
+    """``(row, slot)`` of packed query token ``t`` of segment ``b`` (``n_q`` its queries) in the decode launch's
+    queries ``(B, max_seqlen_q, Hq, D)``: row ``b``, slot ``max_seqlen_q − n_q + t`` — right-aligned, the first
+    ``max_seqlen_q − n_q`` slots padding. The decode kernel aligns slot ``tok`` bottom-right, at key position
+    ``tok + key_len − max_seqlen_q``: token t at ``key_len − n_q + t``, the segment's own bottom-right position.
+    Numbers, tensors (one entry per token) or SymPy integers."""
+    return b, max_seqlen_q - n_q + t
+
+
+def paged_queries(q, rows, slots, batch, max_seqlen_q):
+    """The decode launch's queries ``(batch, max_seqlen_q, Hq, D)``: zeros (the padding slots), token ``r`` of the
+    packed ``q (total_q, Hq, D)`` at ``[rows[r], slots[r]]`` (``paged_slot``'s output)."""
+    q_pad = q.new_zeros((batch, max_seqlen_q) + tuple(q.shape[1:]))
+    q_pad[rows, slots] = q
+    return q_pad
+
+
+def paged_out(out, rows, slots):
+    """The decode's ``out (B, max_seqlen_q, Hq, D_v)`` read back as varlen's ``(total_q, Hq, D_v)``: token ``r``'s
+    row is ``out[rows[r], slots[r]]`` (the padding slots are never read)."""
+    return out[rows, slots]
+
+
+def paged_lse(lse, rows, slots):
+    """The decode's ``lse (B, Hq, max_seqlen_q)`` read back in FlashAttention's varlen layout ``(Hq, total_q)``:
+    element ``[h, r]`` is ``lse[rows[r], h, slots[r]]`` (torch puts the gathered dim first: ``(total_q, Hq)``,
+    then transposed; a view, the caller makes it contiguous)."""
+    return lse[rows, :, slots].t()

@@ -6,6 +6,7 @@ passes vacuously.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -2081,3 +2082,58 @@ def test_batch_times_heads_on_one_axis_is_refuted():
                     t["slopes"]["(Hq,)"], t["sinks"], n.B_r, t["mask_mod_args"], descales=t["descales"])
     failing = _failing(PAD.prove_launch_grid(launches={"forward": (old, ints, kind, sizes, hyp)}))
     assert "forward: axis 0 <= 2^31 - 1, axes 1, 2 <= 65535 (CUDA's limits)" in failing, failing
+
+
+# ---------------------------------------------------------------- paged varlen's slots (docs/verification.md's audit)
+def _paged_lse_untransposed(lse, rows, slots):
+    """The audit's edit: the decode's (B, Hq, max_q) lse read as if it were (B·max_q, Hq) rows (lse error 0.54)."""
+    B, Hq, max_q = lse.shape
+    return lse.reshape(B * max_q, Hq)[rows * max_q + slots].t()
+
+
+def test_paged_varlen_left_aligned_queries_are_refuted():
+    """The audit's edit: each segment's queries left-aligned in their max_seqlen_q slots (causal, unequal lengths:
+    error 0.81): padding slots are read back and a token's decode position is no longer k_len − n_q + t."""
+    failing = _failing(PV.prove_paged_varlen_slots(slot=lambda b, t, n_q, max_q: (b, t)))
+    assert "no padding slot: slot >= max_seqlen_q − n_q[b]" in failing, failing
+    assert "the decode's position of the slot is the reference's k_len − n_q + t" in failing, failing
+
+
+def test_paged_varlen_lse_without_its_transpose_is_refuted():
+    """The audit's edit (the decode lse gathered without its transpose), and the varlen layout dropped (the
+    gathered (total_q, Hq) returned, not FlashAttention's (Hq, total_q))."""
+    failing = _failing(PV.prove_paged_varlen_slots(lse_rows=_paged_lse_untransposed))
+    assert failing == ["paged_lse's [h, r] is the decode lse[row, h, slot] the kernel wrote"], failing
+    failing = _failing(PV.prove_paged_varlen_slots(lse_rows=lambda lse, rows, slots: lse[rows, :, slots]))
+    assert "paged_lse is FlashAttention's varlen (Hq, total_q)" in failing, failing
+
+
+def test_paged_varlen_claims_model_of_indexing_is_torchs():
+    """prove_paged_varlen_slots reads spec.varlen's functions on symbolic tensors (torch's indexing semantics,
+    spec.proofs.varlen._Elements): on numbers they give what torch gives, for the functions and the lse mutant."""
+    B, max_q, Hq, D = 3, 4, 2, 3
+    n_q = torch.tensor([2, 0, 4])
+    seg = torch.repeat_interleave(torch.arange(B), n_q)
+    local = torch.arange(len(seg)) - (torch.cumsum(n_q, 0) - n_q)[seg]
+    rows, slots = V.paged_slot(seg, local, n_q[seg], max_q)
+    index = [PV._Index(len(seg), lambda p, x=x: int(x[int(p)])) for x in (rows, slots)]
+
+    def same(fn, shape, *extra):
+        x = torch.arange(torch.Size(shape).numel()).view(shape)
+        got = fn(x, rows, slots, *extra)
+        model = fn(PV._Elements("x", shape), *index, *extra)
+        assert tuple(model.shape) == tuple(got.shape)
+        for idx in itertools.product(*map(range, got.shape)):
+            name, src = model.at(idx)
+            assert x[tuple(int(i) for i in src)] == got[idx], (fn, idx)
+    same(V.paged_lse, (B, Hq, max_q))
+    same(_paged_lse_untransposed, (B, Hq, max_q))
+    same(V.paged_out, (B, max_q, Hq, D))
+    q = torch.arange(len(seg) * Hq * D).view(len(seg), Hq, D) + 1
+    q_pad = V.paged_queries(q, rows, slots, B, max_q)
+    model = V.paged_queries(PV._Elements("q", q.shape), *index, B, max_q)
+    ((shape, src), value), = model.writes
+    assert tuple(model.shape) == tuple(q_pad.shape) and tuple(shape) == tuple(q.shape)
+    for idx in itertools.product(*map(range, shape)):
+        assert q_pad[tuple(int(i) for i in src(idx))] == q[tuple(int(i) for i in value.at(idx)[1])]
+    assert int((q_pad != 0).sum()) == q.numel()  # every other element of q_pad: a padding zero

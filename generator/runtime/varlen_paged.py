@@ -11,7 +11,9 @@ exactly once, none past ``n_k``, inside the sequence's pages). Its rows are ``(B
 ``N_q`` for the batch, bottom-right aligned, so each sequence's queries are placed at the *end* of
 ``max_seqlen_q`` slots (left padding): query ``t`` of sequence ``b`` then sits at key position
 ``n_k − n_q + t``, the packed form's bottom-right alignment, for causal, window and ALiBi alike.
-The padding rows are computed and dropped (they read only the sequence's valid keys); the cost is
+The padding rows are computed and dropped (they read only the sequence's valid keys; claim
+``paged_varlen_slots`` proves the placement, the read-back of out and of lse in varlen's ``(Hq, total_q)``
+layout, and that no padding slot is read back: ``spec.varlen.paged_slot`` and its neighbours); the cost is
 ``B·max_seqlen_q`` query rows instead of ``total_q``: efficient when the lengths are alike (chunked
 prefill of equal chunks, decode), wasteful for one long chunk among many single tokens. Forward only.
 
@@ -43,16 +45,18 @@ def flash_attention_varlen_paged(package, a: dict):
     max_q = max(1, checks.check_hint("max_seqlen_q", a["max_seqlen_q"], longest))
     # the padded queries and their output: fresh, contiguous; int32 offsets inside one (sequence, head) slice
     checks.check_index_width(q=((max_q, D), (Hq * D, 1)))
-    # row r of segment b (local token t) -> slot b·max_q + (max_q − n_q[b]) + t: right-aligned in its slots
+    # packed row r is token t = r − cu_seqlens_q[b] of segment b; its (row, slot) in the decode launch's queries:
+    # spec.varlen.paged_slot (right-aligned, so the decode's bottom-right slot is the segment's bottom-right
+    # position), scattered and read back by spec.varlen's functions (claim paged_varlen_slots)
     seg = torch.repeat_interleave(torch.arange(B), n_q)
     local = torch.arange(total_q) - cu_q[:-1].long()[seg]
-    dest = (seg * max_q + (max_q - n_q[seg]) + local).to(q.device)
-    q_pad = q.new_zeros((B * max_q, Hq, D)).index_copy_(0, dest, q).view(B, max_q, Hq, D)
+    rows, slots = (x.to(q.device) for x in spec_varlen.paged_slot(seg, local, n_q[seg], max_q))
+    q_pad = spec_varlen.paged_queries(q, rows, slots, B, max_q)
     n_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
     out, lse = decode._kvcache(package, q_pad, a["k"], a["v"], n_k, block_table=a["block_table"], causal=a["causal"],
                                window=a["window"], scale=a["scale"], return_lse=True, softcap=a["softcap"],
                                alibi_slopes=a["alibi_slopes"], sinks=a["sinks"], batch_invariant=a["batch_invariant"])
-    out = out.reshape(B * max_q, Hq, out.shape[-1])[dest]  # v's head dim D_v (MLA: D_v != D)
+    out = spec_varlen.paged_out(out, rows, slots)  # v's head dim D_v (MLA: D_v != D)
     if not a["return_lse"]:
         return out
-    return out, lse.transpose(1, 2).reshape(B * max_q, Hq)[dest].t().contiguous()
+    return out, spec_varlen.paged_lse(lse, rows, slots).contiguous()

@@ -28,6 +28,7 @@ Every inequality is decided on slack variables (``end = start + w``, ``w >= 0``)
 from __future__ import annotations
 
 import sympy as sp
+import z3
 
 from spec import addresses as A
 from spec import launch as L
@@ -37,6 +38,7 @@ from spec import terms
 from spec import varlen as V
 from spec.proofs.tools import difference, nonnegative, result
 from spec.proofs.masks import implies
+from spec.proofs import paged as PP
 from spec.registry import claim
 
 #: slack variables: the segment lengths, a row/key index's distance to the segment's ends,
@@ -131,3 +133,242 @@ def prove_varlen_segments_sound(segment=V.SEGMENT, rows_past_end=V.ROWS_PAST_END
                   f"segment offsets and lengths on slack variables; full-tile ends and empty segments for every "
                   f"combination of {list(masks.MASK_KINDS)} (and none), both kernels' loops")
 
+
+
+# ----------------------------------------------------------------------------------
+# Packed queries over paged caches: the decode launch's slots (spec.varlen.paged_*).
+# ----------------------------------------------------------------------------------
+class _Index:
+    """A 1-D index tensor (torch's long tensor of one entry per packed token): entry ``p`` is ``at(p)``.
+    Arithmetic is elementwise, as torch's."""
+
+    def __init__(self, length, at):
+        self.length, self.at = length, at
+
+    def _map(self, other, op):
+        other_at = other.at if isinstance(other, _Index) else (lambda p: other)
+        return _Index(self.length, lambda p: op(self.at(p), other_at(p)))
+
+    def __add__(self, other):
+        return self._map(other, lambda a, b: a + b)
+
+    def __sub__(self, other):
+        return self._map(other, lambda a, b: a - b)
+
+    def __mul__(self, other):
+        return self._map(other, lambda a, b: a * b)
+
+    def __floordiv__(self, other):
+        return self._map(other, lambda a, b: sp.floor(a / b))
+
+    def __mod__(self, other):
+        return self._map(other, lambda a, b: sp.Mod(a, b))
+
+    __radd__, __rmul__ = __add__, __mul__
+
+
+class _Elements:
+    """A tensor by what its elements are (torch's value semantics, not its strides): element ``idx`` is element
+    ``src(idx)`` of the tensor ``name``. The torch methods spec.varlen's paged functions use: ``shape``,
+    ``new_zeros`` (its elements 0: ``name`` None), indexing by ``_Index`` vectors and full slices (advanced
+    indexing: adjacent vectors keep their place, separated ones put the gathered dim first), item assignment (kept
+    in ``writes``), ``transpose``, ``t``, ``reshape``/``view`` (row-major), ``contiguous``."""
+
+    def __init__(self, name, shape, src=None):
+        self.name, self.shape = name, tuple(sp.sympify(s) for s in shape)
+        self.src = src if src is not None else (lambda idx: tuple(idx))
+        self.writes = []
+
+    def at(self, idx):
+        """``(tensor name, index)`` of the element at ``idx``."""
+        return self.name, tuple(sp.sympify(i) for i in self.src(tuple(idx)))
+
+    def new_zeros(self, shape, **_):
+        return _Elements(None, shape)
+
+    def contiguous(self):
+        return self
+
+    def transpose(self, a, b):
+        shape = list(self.shape)
+        shape[a], shape[b] = shape[b], shape[a]
+
+        def src(idx):
+            idx = list(idx)
+            idx[a], idx[b] = idx[b], idx[a]
+            return self.src(tuple(idx))
+        return _Elements(self.name, shape, src)
+
+    def t(self):
+        assert len(self.shape) == 2
+        return self.transpose(0, 1)
+
+    def reshape(self, *shape):
+        """Row-major: element idx of the new shape is the element of the same flat position in the old."""
+        shape = list(shape)
+        if -1 in shape:
+            known = sp.Mul(*[s for s in shape if s != -1])
+            shape[shape.index(-1)] = sp.cancel(sp.Mul(*self.shape) / known)
+
+        def src(idx):
+            flat = sp.Integer(0)
+            for i, s in zip(idx, shape):
+                flat = flat * s + i
+            old = []
+            for s in reversed(self.shape):
+                old.append(sp.Mod(flat, s))
+                flat = sp.floor(flat / s)
+            return self.src(tuple(reversed(old)))
+        return _Elements(self.name, shape, src)
+
+    view = reshape
+
+    def _key(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        key = key + (slice(None),) * (len(self.shape) - len(key))
+        for k in key:
+            assert isinstance(k, _Index) or k == slice(None), f"unsupported index {k!r}"
+        return key
+
+    def _gather(self, key):
+        """``(shape, src)`` of ``self[key]``."""
+        key = self._key(key)
+        vecs = [d for d, k in enumerate(key) if isinstance(k, _Index)]
+        free = [d for d, k in enumerate(key) if not isinstance(k, _Index)]
+        if not vecs:
+            return self.shape, self.src
+        length = key[vecs[0]].length
+        adjacent = vecs == list(range(vecs[0], vecs[-1] + 1))
+        # the result's dims: the gathered dim where the vectors were (adjacent) or first (separated)
+        order = ([d for d in free if d < vecs[0]] + ["p"] + [d for d in free if d > vecs[0]]) if adjacent \
+            else (["p"] + free)
+        shape = tuple(length if d == "p" else self.shape[d] for d in order)
+
+        def src(idx):
+            where = dict(zip(order, idx))
+            p = where["p"]
+            return self.src(tuple(key[d].at(p) if d in vecs else where[d] for d in range(len(self.shape))))
+        return shape, src
+
+    def __getitem__(self, key):
+        shape, src = self._gather(key)
+        return _Elements(self.name, shape, src)
+
+    def __setitem__(self, key, value):
+        self.writes.append((self._gather(key), value))
+
+
+def _same_index(name, got, want, hypotheses, z):
+    """The case ``name``: the element ``got`` is ``want`` (both ``(tensor, index)``): the same tensor, and each
+    index component equal — SymPy's canonical zero, else z3 under ``hypotheses`` (floor/Mod of a reshape)."""
+    if got[0] != want[0] or len(got[1]) != len(want[1]):
+        return name, sp.Symbol(f"element {got[0]}{list(got[1])}, not {want[0]}{list(want[1])}")
+    residual = [sp.expand(a - b) for a, b in zip(got[1], want[1])]
+    if all(r == 0 for r in residual):
+        return name, sp.Integer(0)
+    def mod_free(e):  # a reshape's remainder as its definition: a mod m = a − m·floor(a / m)
+        return sp.sympify(e).replace(sp.Mod, lambda a, m: a - m * sp.floor(a / m))
+    try:
+        statement = z3.And(*[z(mod_free(a)) == z(mod_free(b)) for a, b in zip(got[1], want[1])])
+    except TypeError as e:
+        return name, sp.Symbol(f"element {got[0]}{list(got[1])}, not {want[0]}{list(want[1])}: {e}")
+    return PP._decide(name, hypotheses, statement)
+
+
+@claim(V.PAGED_CLAIM,
+       "paged varlen (flash_attention_varlen(..., block_table=), run on the decode kernel): for all segment counts "
+       "B >= 1, max_seqlen_q >= 1, heads Hq >= 1, head dims D, D_v >= 1, segments b (0 <= b < B) of n_q[b] <= "
+       "max_seqlen_q queries and k_len[b] keys and tokens 0 <= t < n_q[b] (packed row r = cu_seqlens_q[b] + t, "
+       "total_q rows), spec.varlen.paged_slot puts token (b, t) at row b, slot 0 <= slot < max_seqlen_q of the "
+       "decode launch's queries, one to one (two tokens never share a (row, slot)), never in a padding slot "
+       "(slot >= max_seqlen_q − n_q[b]) and onto every non-padding slot; the decode kernel's bottom-right position "
+       "of that slot (slot + key_len − N_Q with key_len = k_len[b] and N_Q = the launch queries' max_seqlen_q rows) "
+       "is the reference's k_len[b] − n_q[b] + t (spec.varlen.SEGMENT's shift at the segment's lengths); "
+       "spec.varlen.paged_queries builds (B, max_seqlen_q, Hq, D) zeros with q[r, h, d] written at [row, slot, h, d], "
+       "spec.varlen.paged_out reads out[r, h, dv] from the decode's (B, max_seqlen_q, Hq, D_v) at [row, slot, h, dv] "
+       "and spec.varlen.paged_lse returns FlashAttention's varlen layout (Hq, total_q) with element [h, r] the decode "
+       "lse (B, Hq, max_seqlen_q)'s [row, h, slot] — the element the kernel wrote for that slot and head; so every "
+       "element read back is one a token wrote, never a padding slot's",
+       r"(b, t) \mapsto (b,\ M - n_q[b] + t)\ \text{one to one};\quad "
+       r"\mathrm{pos} = t + k_{\mathrm{len}}[b] - n_q[b];\quad \mathrm{lse}[h, r] = \mathrm{lse}_{dec}[b, h, M - n_q[b] + t]",
+       terms=(),
+       scope="symbolic B, max_seqlen_q, Hq, D, D_v, segment, token, lengths and head (z3 over unbounded integers Z, "
+             "SymPy for the element maps); the tensors' values by torch's indexing semantics (not their strides); "
+             "the packed row's (segment, token) from cu_seqlens_q (torch.repeat_interleave in the runtime) is not in "
+             "the claim")
+def prove_paged_varlen_slots(slot=None, queries=None, out_rows=None, lse_rows=None):
+    slot = V.paged_slot if slot is None else slot
+    queries = V.paged_queries if queries is None else queries
+    out_rows = V.paged_out if out_rows is None else out_rows
+    lse_rows = V.paged_lse if lse_rows is None else lse_rows
+    z = PP._Z3()
+    B, M, Hq, D, Dv, total_q = (sp.Symbol(x, integer=True, positive=True) for x in ("B", "M", "Hq", "D", "D_v", "total_q"))
+    b, t, b2, t2, h, d, nq, nq2, klen, r = (sp.Symbol(x, integer=True) for x in (
+        "b", "t", "b2", "t2", "h", "d", "n_q", "n_q2", "k_len", "r"))
+
+    def token(bb, tt, nn):
+        return [0 <= z(bb), z(bb) < z(B), 0 <= z(tt), z(tt) < z(nn), z(nn) <= z(M), z(M) >= 1]
+
+    row, sl = (sp.sympify(x) for x in slot(b, t, nq, M))
+    row2, sl2 = (sp.sympify(x) for x in slot(b2, t2, nq2, M))
+    one = token(b, t, nq)
+    cases = [
+        PP._decide("token (b, t) lands in row b, a slot in [0, max_seqlen_q)", one,
+                   z3.And(z(row) == z(b), 0 <= z(sl), z(sl) < z(M))),
+        PP._decide("no padding slot: slot >= max_seqlen_q − n_q[b]", one, z(sl) >= z(M) - z(nq)),
+        PP._decide("one to one: two tokens at one (row, slot) are one token",
+                   one + token(b2, t2, nq2) + [z3.Implies(z(b) == z(b2), z(nq) == z(nq2)),
+                                               z(row) == z(row2), z(sl) == z(sl2)],
+                   z3.And(z(b) == z(b2), z(t) == z(t2))),
+    ]
+    # onto the non-padding slots: slot x in [M − n_q, M) of row b is token x − (M − n_q)'s
+    x = sp.Symbol("x", integer=True)
+    row_x, sl_x = (sp.sympify(e) for e in slot(b, x - (M - nq), nq, M))
+    cases.append(PP._decide("onto: every non-padding slot of row b holds a token",
+                            [0 <= z(b), z(b) < z(B), z(nq) <= z(M), z(M) - z(nq) <= z(x), z(x) < z(M)],
+                            z3.And(z(row_x) == z(b), z(sl_x) == z(x), 0 <= z(x) - (z(M) - z(nq)),
+                                   z(x) - (z(M) - z(nq)) < z(nq))))
+    # the query position: the decode kernel's bottom-right slot position (the shift it prints, N_K = key_len,
+    # N_Q the launch queries' rows) against the reference's segment position
+    q = _Elements("q", (total_q, Hq, D))
+    row_of, slot_of = sp.Function("row_of"), sp.Function("slot_of")
+    rows_v, slots_v = _Index(total_q, row_of), _Index(total_q, slot_of)
+    at_token = {row_of(r): row, slot_of(r): sl}
+    q_pad = queries(q, rows_v, slots_v, B, M)
+    n_q_launch = q_pad.shape[1]
+    decode_pos = sl + masks.ALIGNMENT_SHIFT["bottom_right"].xreplace({n.Nk: klen, n.Nq: n_q_launch})
+    seg = terms.chain(V.SEGMENT)
+    lengths = {V.seq_start_q: 0, V.seq_end_q: nq, V.seq_start_k: 0, V.seq_end_k: klen}
+    reference_pos = t + seg[n.shift].xreplace({n.Nq: seg[n.Nq], n.Nk: seg[n.Nk]}).xreplace(lengths)
+    cases.append(PP._decide("the decode's position of the slot is the reference's k_len − n_q + t", one,
+                            z(decode_pos) == z(reference_pos)))
+    # the scatter: zeros of (B, max_seqlen_q, Hq, D), token r's q written at [row, slot]
+    cases.append(("paged_queries is (B, max_seqlen_q, Hq, D)",
+                  sp.Integer(0) if q_pad.shape == (B, M, Hq, D) else sp.Tuple(*q_pad.shape)))
+    cases.append(("paged_queries starts from zeros", sp.Integer(0) if q_pad.name is None else sp.Symbol(q_pad.name)))
+    written = [(shape, src, value) for (shape, src), value in q_pad.writes]
+    if len(written) != 1:
+        cases.append(("paged_queries writes q once", sp.Integer(len(written))))
+    else:
+        (shape, src, value), = written
+        index = tuple(e.xreplace(at_token) for e in src((r, h, d)))
+        cases.append(("paged_queries writes q[r] whole", sp.Integer(0) if tuple(shape) == tuple(value.shape)
+                      == (total_q, Hq, D) else sp.Tuple(*shape)))
+        # element (r, h, d) of the assignment: q_pad[index] = value's element (r, h, d), which must be q[r, h, d]
+        cases.append(_same_index("paged_queries writes q[r, h, d] (the packed token's element)",
+                                 value.at((r, h, d)), ("q", (r, h, d)), one, z))
+        cases.append(_same_index("paged_queries writes token r at [row, slot, h, d] (paged_slot's)",
+                                 ("q_pad", index), ("q_pad", (row, sl, h, d)), one, z))
+    # the read-back: out (B, M, Hq, D_v) and lse (B, Hq, M) at token r's slot
+    out = out_rows(_Elements("out", (B, M, Hq, Dv)), rows_v, slots_v)
+    cases.append(("paged_out is (total_q, Hq, D_v)",
+                  sp.Integer(0) if out.shape == (total_q, Hq, Dv) else sp.Tuple(*out.shape)))
+    got = (out.at((r, h, d))[0], tuple(e.xreplace(at_token) for e in out.at((r, h, d))[1]))
+    cases.append(_same_index("paged_out's [r, h, dv] is out[row, slot, h, dv]", got, ("out", (row, sl, h, d)), one, z))
+    lse = lse_rows(_Elements("lse", (B, Hq, M)), rows_v, slots_v)
+    cases.append(("paged_lse is FlashAttention's varlen (Hq, total_q)",
+                  sp.Integer(0) if lse.shape == (Hq, total_q) else sp.Tuple(*lse.shape)))
+    got = (lse.at((h, r))[0], tuple(e.xreplace(at_token) for e in lse.at((h, r))[1]))
+    cases.append(_same_index("paged_lse's [h, r] is the decode lse[row, h, slot] the kernel wrote", got,
+                             ("lse", (row, h, sl)), one + [0 <= z(h), z(h) < z(Hq)], z))
+    return result(V.PAGED_CLAIM, cases, "z3 over Z for the slots; element maps by torch's indexing semantics")
