@@ -174,7 +174,7 @@ bi_off = _int("bi_off")
 off_bc = _int("off_bc", nonnegative=True)
 BATCH_IDX_OFFSET = Term(bi_off, off_b * S_["stride_bi"], CLAIM_DECODE, "cache_batch_idx[b]")
 #: decode's offsets compute every product of a stride in int64 — a factor is off_b, off_kvh, head, page or off_bc
-#: (int64 already), or an int32 lane widened first, ``W(x)``: ``x.to(tl.int64)`` (the partials' split·stride_os
+#: (int64 already), or an int32 lane widened first, ``W(x)``: ``tl.cast(x, tl.int64)`` (the partials' split·stride_os
 #: passes 2^31 with many splits of a large batch; no rule bounds block_table's strides) — except the cache's own
 #: in-head products, slot or j times stride_kn and d times stride_kd: assumption index_int32 bounds a (batch or
 #: page, head) slice of k_cache and v_cache (the contract checks it), so the key loop keeps them int32 (widened,

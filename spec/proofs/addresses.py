@@ -41,7 +41,7 @@ from spec.terms import col, row
 
 def _lanes(e):
     """A tile offset lane by lane: ``x[:, None]`` and ``x[None, :]`` are ``x`` at the lane; a widening
-    ``x.to(tl.int64)`` is ``x`` (the same value: the widths are ``_widths_case``'s)."""
+    ``tl.cast(x, tl.int64)`` is ``x`` (the same value: the widths are ``_widths_case``'s)."""
     return sp.sympify(e).replace(col, lambda x: x).replace(row, lambda x: x).replace(terms.int64, lambda x: x)
 
 
@@ -128,12 +128,12 @@ INDEX_INT32_STRIDES = {
 #: the dense kernels' width case
 DENSE_WIDTHS = ("every int32 product or sum of a stride in the printed offsets is an in-head product of q, k, v, "
                 "out, grad_out, dq, dk, dv or the mask (bounded by index_int32); every other is int64 (a factor "
-                "off_b, off_h, off_kvh, a base, or a lane widened .to(tl.int64))")
+                "off_b, off_h, off_kvh, a base, or a lane widened by tl.cast(·, tl.int64))")
 
 #: decode's width case (its name, after "paged: " / "contiguous: ")
 DECODE_WIDTHS = ("every int32 product or sum of a stride in the printed offsets is an in-head product of the k or v "
                  "cache (bounded by index_int32); every other is int64 (a factor off_b, off_kvh, head, page, off_bc, "
-                 "or a lane widened .to(tl.int64))")
+                 "or a lane widened by tl.cast(·, tl.int64))")
 
 #: ALiBi slopes as the decode accepts them (checks.check_score_mods), any strides (a view, a stride-0 expand)
 DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
@@ -178,10 +178,10 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
        scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the "
              "offsets, z3 for the extents); mathematical integers Z, which the kernel's int64 arithmetic is for tensors "
              "under 2^63 elements: every product and sum of a stride in the printed lines is int64 (a factor off_b, "
-             "off_kvh, head, head_safe, page, off_bc, or tok, d, split, page_idx widened .to(tl.int64)) but the k and v "
-             "caches' in-head products slot·stride_kn or j·stride_kn and d·stride_kd, int32 and bounded by "
-             "index_int32 (claim int32_index_arithmetic); widths read from "
-             "the printed text with Triton's typing: a stride int32 whenever its value fits; page and off_bc the "
+             "off_kvh, head, head_safe, page, off_bc, or tok, d, split, page_idx widened by tl.cast(·, tl.int64)) "
+             "but the k and v caches' in-head products slot·stride_kn or j·stride_kn and d·stride_kd, int32 and "
+             "bounded by index_int32 (claim int32_index_arithmetic); widths read from the printed text with "
+             "Triton's typing: a stride int32 whenever its value fits; page and off_bc the "
              "template's .to(tl.int64) loads); the FP8 descales: (B, Hkv) indexed by q's batch b (not the cache row "
              "off_bc), contiguous and paged alike, their offsets int64 (off_b, off_kvh)")
 def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None,
@@ -640,7 +640,7 @@ def _forward_tensors():
              "unbounded integers for the extents); off_b, off_h, off_kvh and the per-program bases are int64, the "
              "in-head products int32 (bounded by index_int32 for q, out, k, v and mask: claim "
              "int32_index_arithmetic), every other product of a stride int64 (lse's offs_m, the block map's tile "
-             "indices and _dropout_keep's keys widened .to(tl.int64); the width case reads the printed lines with "
+             "indices and _dropout_keep's keys widened by tl.cast(·, tl.int64); the width case reads the printed lines with "
              "Triton's typing: a stride int32 whenever its value fits); the packed "
              "(varlen) form is claim varlen_addresses' (FP8's descales there: the same printed term with b the "
              "segment, (B, Hkv) with B the segments by the contract; their extent is checked here for the dense "
@@ -940,9 +940,9 @@ def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launc
 # Softmax and the merge kernels.
 # ----------------------------------------------------------------------------------
 #: rows_addresses' and append_addresses' width case
-ROWS_WIDTHS = "every product and sum of a stride in the printed offsets is int64 (a lane widened .to(tl.int64))"
+ROWS_WIDTHS = "every product and sum of a stride in the printed offsets is int64 (a lane widened by tl.cast(·, tl.int64))"
 APPEND_WIDTHS = ("every product and sum of a stride in the printed offsets is int64 (a factor off_b, off_head, page, "
-                 "off_bc, or a lane widened .to(tl.int64))")
+                 "off_bc, or a lane widened by tl.cast(·, tl.int64))")
 
 
 @claim(A.CLAIM_ROWS,
@@ -959,7 +959,7 @@ APPEND_WIDTHS = ("every product and sum of a stride in the printed offsets is in
        scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 for the "
              "extents); mathematical integers Z, which the kernels' int64 arithmetic is for tensors under 2^63 elements: "
              "every product and sum of a stride in the printed lines is int64 (offs_m, s, the columns widened "
-             ".to(tl.int64); widths read from the printed text with Triton's typing: a stride int32 whenever its value "
+             "by tl.cast(·, tl.int64); widths read from the printed text with Triton's typing: a stride int32 whenever its value "
              "fits)")
 def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_launch=None,
                          merge_states_launch=None):
@@ -1051,7 +1051,7 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
        scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the offsets, "
              "z3 for the extents); mathematical integers Z, which the kernel's int64 arithmetic is for tensors under 2^63 "
              "elements: every product and sum of a stride in the printed lines is int64 (a factor off_b, off_head, "
-             "page, off_bc, or t, j, slot, d, pos, freq widened .to(tl.int64); widths read from the printed text with "
+             "page, off_bc, or t, j, slot, d, pos, freq widened by tl.cast(·, tl.int64); widths read from the printed text with "
              "Triton's typing; page, off_bc the template's .to(tl.int64) loads)")
 def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
     launch = L.append_launch if launch is None else launch
@@ -1176,7 +1176,7 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
        scope="symbolic shapes, strides (>= 0), grid and lanes, dense and packed (SymPy canonical zero for the "
              "offsets, z3 for the extents); mathematical integers Z (off_b, off_h int64; out's and grad_out's in-row "
              "products int32, bounded by index_int32 (claim int32_index_arithmetic); grad_lse's, lse's and Δ/lse2's "
-             "row products int64, offs_m widened .to(tl.int64): the width case reads the printed lines)")
+             "row products int64, offs_m widened by tl.cast(·, tl.int64): the width case reads the printed lines)")
 def prove_backward_addresses(groups=A.BACKWARD_GROUPS, launch=None, row_tensors=None):
     launch = L.preprocess_launch if launch is None else launch
     row_tensors = L.backward_row_tensors if row_tensors is None else row_tensors
@@ -1297,7 +1297,7 @@ def _backward_tensors():
              "the in-head products int32 (bounded by index_int32 for q, k, v, grad_out and the mask — _attn_bwd_mask's "
              "tile i·stride_mm + j·stride_mn included: claim int32_index_arithmetic; dq, dk, dv are made contiguous "
              "in q's, k's, v's shapes); every other product of a stride int64 (Δ/lse2's offs_m and the block map's "
-             "tile indices widened .to(tl.int64); the width case reads the printed lines with Triton's typing); "
+             "tile indices widened by tl.cast(·, tl.int64); the width case reads the printed lines with Triton's typing); "
              "dense launches (the packed form: claim varlen_addresses); the score_mod gradient row: any grid, the "
              "entries e the score_mod reads assumed in [0, len(SF)) (the user's indices), sg_base int64 (off_b, off_h: "
              "the width case) and below the buffer's element count (the extent case), which torch holds in int64")

@@ -154,10 +154,16 @@ def counterexample(facts, goal, timeout_ms: int = 20000):
 # ----------------------------------------------------------------------------------
 # The integer width of each operation of a printed address line (issue 24: int32 products of strides).
 # ----------------------------------------------------------------------------------
-def _is_int64_cast(node) -> bool:
-    """``x.to(tl.int64)``."""
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to"
-            and len(node.args) == 1 and ast.unparse(node.args[0]) == "tl.int64")
+def _int64_cast(node):
+    """The operand of ``x.to(tl.int64)`` or ``tl.cast(x, tl.int64)``, else None."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return None
+    if node.func.attr == "to" and len(node.args) == 1 and ast.unparse(node.args[0]) == "tl.int64":
+        return node.func.value
+    if (ast.unparse(node.func) == "tl.cast" and len(node.args) == 2 and ast.unparse(node.args[1]) == "tl.int64"
+            and not node.keywords):
+        return node.args[0]
+    return None
 
 
 def narrow_stride_arithmetic(text: str, widths: dict[str, int]) -> tuple[str, int, list[str]]:
@@ -167,7 +173,7 @@ def narrow_stride_arithmetic(text: str, widths: dict[str, int]) -> tuple[str, in
     Triton's integer typing, as the kernels meet it: a name has the width ``widths`` gives it (the program's
     batch and head, a loaded page, …: 64; otherwise 32: lanes ``tl.arange``, program ids, scalar arguments and
     every stride, which Triton passes as int32 whenever its value fits — only then can a product wrap); an int
-    literal is int32; ``x.to(tl.int64)`` is int64; an operation of two integers has the wider width (the
+    literal is int32; ``x.to(tl.int64)`` and ``tl.cast(x, tl.int64)`` are int64; an operation of two integers has the wider width (the
     narrower operand is sign-extended first, so an int32 operand of an int64 operation is its exact value);
     ``x[:, None]`` keeps ``x``'s width; ``tl.where``/``tl.minimum``/``tl.maximum`` the widest of their
     operands. A ``*``, ``+`` or ``-`` computed in int32 with a ``stride_*`` name below it is listed: such an
@@ -190,8 +196,8 @@ def narrow_stride_arithmetic(text: str, widths: dict[str, int]) -> tuple[str, in
             return width(node.value)
         if isinstance(node, ast.UnaryOp):
             return width(node.operand)
-        if _is_int64_cast(node):
-            width(node.func.value)
+        if _int64_cast(node) is not None:
+            width(_int64_cast(node))
             return 64
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) == "tl":
             ws = [width(a) for a in node.args]
