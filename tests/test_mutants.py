@@ -1498,7 +1498,7 @@ def test_forward_address_mask_without_its_head_stride_is_refuted():
 
 def test_forward_address_block_map_by_key_not_tile_is_refuted():
     """The block map indexed by the tile's first key instead of its tile number."""
-    off = swap(FG["map_offset"], AD.map_off, AD.map_base + AD.start_n * AD.F_["stride_map_n"])
+    off = swap(FG["map_offset"], AD.map_off, AD.map_base + terms.int64(AD.start_n) * AD.F_["stride_map_n"])
     failing = _forward_failing(groups=dict(FG, map_offset=off))
     assert failing == ["block map offset is block_map[b, h, pid_m, start_n // BLOCK_N]"], failing
 
@@ -1683,7 +1683,7 @@ def test_backward_address_mask_tile_transposed_is_refuted():
 
 def test_backward_address_block_map_at_the_loop_tile_is_refuted():
     """dK/dV's block map read at the row step (start_m // BLOCK_M) instead of its map tile (// MAP_BLOCK_M)."""
-    col = swap(BKG["map_col"], AD.mapc_off, AD.mapc_base + sp.floor(AD.start_m / n.B_r) * AD.BK_["stride_map_m"])
+    col = swap(BKG["map_col"], AD.mapc_off, AD.mapc_base + terms.int64(sp.floor(AD.start_m / n.B_r)) * AD.BK_["stride_map_m"])
     failing = _bwd_failing(groups=dict(BKG, map_col=col))
     assert failing == ["dkdv: block map offset is block_map[b, h, start_m // MAP_BLOCK_M, start_n // MAP_BLOCK_N]"]
 
