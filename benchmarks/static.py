@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import hashlib
 import json
 import os
@@ -614,14 +615,25 @@ def has_source(name: str, commit: str) -> bool:
     return subprocess.run(["git", "cat-file", "-e", f"{commit}:{path}"], cwd=ROOT, capture_output=True).returncode == 0
 
 
+@contextlib.contextmanager
 def job_module(job: Job):
-    """The module ``job`` compiles: the generated one, or its variant (``_module_variant``)."""
+    """``with job_module(job) as module``: the module ``job`` compiles, the generated one, or its variant
+    (``_module_variant``) imported from a file in a temporary directory that is removed, and the variant
+    dropped from ``sys.modules``, when the block ends (the driver builds one per cache key, each worker one
+    per compile)."""
     import importlib
 
     if job.module.startswith(SCORE_MOD_PACKAGE + ".") and str(SCORE_MOD_ROOT) not in sys.path:
         sys.path.insert(0, str(SCORE_MOD_ROOT))
-    return (_module_variant(job, Path(tempfile.mkdtemp())) if job.deletes or job.commit
-            else importlib.import_module(job.module))
+    if not (job.deletes or job.commit):
+        yield importlib.import_module(job.module)
+        return
+    with tempfile.TemporaryDirectory(prefix="flashproof-variant-") as tmp:
+        module = _module_variant(job, Path(tmp))
+        try:
+            yield module
+        finally:
+            sys.modules.pop(module.__name__, None)
 
 
 def compile_inputs(job: Job) -> str:
@@ -633,10 +645,12 @@ def compile_inputs(job: Job) -> str:
     ``spec.launch``, ...) enters the key through what it returns: an edit there that changes no
     compile changes no key. The same text with or without ``TRITON_INTERPRET`` (the suite's mode)."""
     try:
-        specs = kernel_specs(job_module(job), job.dtype, job.head_dim,
-                             {**MASKS[job.mask], **({"tma": True} if job.tma else {})}, job.arch)
-        inputs = [(name, launch_specialisation(spec), {k: v for k, v in spec.items() if k != "fn"},
-                   job.num_warps or spec["num_warps"], job.num_stages or spec["num_stages"]) for name, spec in specs]
+        with job_module(job) as module:
+            specs = kernel_specs(module, job.dtype, job.head_dim,
+                                 {**MASKS[job.mask], **({"tma": True} if job.tma else {})}, job.arch)
+            inputs = [(name, launch_specialisation(spec), {k: v for k, v in spec.items() if k != "fn"},
+                       job.num_warps or spec["num_warps"], job.num_stages or spec["num_stages"])
+                      for name, spec in specs]
     except Exception as exc:  # noqa: BLE001 - the worker reports it as a row (never cached)
         return f"aot_compile_args: {type(exc).__name__}: {exc}"
     return repr(inputs)
@@ -714,16 +728,21 @@ def verdict(row: dict) -> dict:
 
 def compile_job(job: Job) -> list[dict]:
     """Compile one job (all kernels of the module); errors become rows, not crashes."""
+    try:
+        with job_module(job) as module:
+            return _compile_module(job, module)
+    except Exception as exc:  # noqa: BLE001 - reported per row
+        return [dict(asdict(job), kernel="?", error=f"aot_compile_args: {type(exc).__name__}: {exc}")]
+
+
+def _compile_module(job: Job, module) -> list[dict]:
+    """``compile_job`` on the module ``job_module`` gave."""
     import triton
     from triton.backends.compiler import GPUTarget
 
     base = asdict(job)
-    try:
-        module = job_module(job)
-        specs = kernel_specs(module, job.dtype, job.head_dim, {**MASKS[job.mask], **({"tma": True} if job.tma else {})},
-                             job.arch)
-    except Exception as exc:  # noqa: BLE001 - reported per row
-        return [dict(base, kernel="?", error=f"aot_compile_args: {type(exc).__name__}: {exc}")]
+    specs = kernel_specs(module, job.dtype, job.head_dim, {**MASKS[job.mask], **({"tma": True} if job.tma else {})},
+                         job.arch)
     rows = []
     for name, spec in specs:
         row = dict(base, kernel=name)

@@ -855,8 +855,8 @@ def score_mod_examples() -> str:
     for sm in SM.EXAMPLES:
         reads = "".join(math_block(rf"\frac{{\partial f}}{{\partial {tex(sp.IndexedBase(r.tensor)[r.indices])}}} = "
                                    + tex(d)) for r, d in zip(sm.reads, sm.derivatives_reads()))
-        lines = [print_term(t, names) for t in sm.forward_terms()] + [print_term(sm.ds_term(), names)]
-        lines += [print_term(t, names) for pair in sm.grad_terms() for t in pair]
+        lines = [print_term(t, names) for t in sm.forward_terms()]
+        lines += [print_term(t, names) for t in sm.backward_terms()]  # the dQ kernel's order (_user_score_bwd)
         parts = sm.abs_parts()
         bound = (f"\nForward error: **proven** (claim `score_mod_error_bound`): every monomial of the printed `f` "
                  f"carries at most k = {sm.roundings()} roundings; its absolute tree is α·|s| + κ with\n"
@@ -865,7 +865,8 @@ def score_mod_examples() -> str:
                  f"\nForward error: **empirical** (no proven bound): {md_text(sm.outside_bound())}.\n")
         out.append(f"### `{sm.name}`\n\n{md_text(sm.doc)}\n\n" + math_block(rf"f = {tex(sm.expr)}")
                    + math_block(rf"\frac{{\partial f}}{{\partial s}} = {tex(sm.derivative_s())}") + reads
-                   + "\nPrinted (forward, then the backward's dS and, per tensor read, its gradient and entry):\n\n"
+                   + "\nPrinted (forward, then the dQ kernel's backward in its order: per tensor read its gradient and "
+                   "entry, scattered, then the dS factor; the dK/dV kernel prints the dS factor alone):\n\n"
                    + "```python\n" + "\n".join(lines) + "\n```\n" + bound)
     return "\n".join(out)
 

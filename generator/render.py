@@ -106,6 +106,9 @@ def dropout_context() -> dict:
         "dp": print_term(T.DROPOUT_DP),
         "dv_t": _lines(T.DROPOUT_DV_T),
         "dp_t": print_term(T.DROPOUT_DP_T),
+        # each kernel's box and a packed batch's (claim dropout_mask_same reads them with spec.launch's integers)
+        "box": {kernel: _lines(box) for kernel, box in T.DROPOUT_BOXES.items()},
+        "box_packed": _lines(T.DROPOUT_BOX_PACKED),
         # the counter offset's word of the Philox pair (claim forward_addresses)
         "rng_offset": print_term(AD.FWD_RNG_OFFSET[0]),
     }}
@@ -133,18 +136,27 @@ def mask_mod_context(variant: Variant) -> dict | None:
 SCORE_MOD_NAMES = SM.KERNEL_NAMES
 
 
+def _backward_steps(steps) -> list[dict]:
+    """The dQ kernel's score_mod backward lines in their order, each gradient scattered right after its
+    entry (``spec.score_mods.scatter_points``): ``{"line", "scatter": (entry name, gradient name) or None}``."""
+    at = {k: (ix.name, g.name) for k, g, ix in SM.scatter_points(steps)}
+    return [{"line": print_term(t, SCORE_MOD_NAMES), "scatter": at.get(k)} for k, t in enumerate(steps)]
+
+
 def score_mod_user_context(variant: Variant) -> dict | None:
     """The printed slots of a file that compiles in a user score_mod (None: it does not): the
-    forward lines, the derived dS line and, per tensor read, its gradient and entry (spec.score_mods;
-    claim score_mod_derived), and the scatter into the program's gradient row."""
+    forward lines, the backward's steps of each kernel in their order (the derived dS line and, in the dQ
+    kernel, per tensor read its gradient and entry first; spec.score_mods, claim score_mod_derived), and the
+    scatter into the program's gradient row."""
     if variant.score_mod is None:
         return None
     sm = SM.resolve(variant.score_mod)
-    grads = [{"g": print_term(g, SCORE_MOD_NAMES), "idx": print_term(ix, SCORE_MOD_NAMES), "g_name": g.name,
-              "idx_name": ix.name} for g, ix in sm.grad_terms()]
     return {"name": sm.name, "expr": repr(str(sm.expr)), "params": repr(sm.params),
-            "forward": _lines(sm.forward_terms(), SCORE_MOD_NAMES), "ds": print_term(sm.ds_term(), SCORE_MOD_NAMES),
-            "grads": grads, "scatter": _lines(SM.SCATTER), "roundings": sm.roundings(),
+            "forward": _lines(sm.forward_terms(), SCORE_MOD_NAMES),
+            # the kernels' backward steps in their order (claim score_mod_derived runs these sequences)
+            "backward_dkdv": _lines(sm.backward_terms(scatter=False), SCORE_MOD_NAMES),
+            "backward_dq": _backward_steps(sm.backward_terms(scatter=True)),
+            "grads": bool(sm.grad_terms()), "scatter": _lines(SM.SCATTER), "roundings": sm.roundings(),
             "empirical": sm.outside_bound(),
             # the scatter's entries in the program's gradient row (claim backward_kernel_addresses)
             "sg_off": print_term(AD.BWD_SCORE_GRAD[0])}

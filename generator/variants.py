@@ -92,7 +92,8 @@ def _by_widths(per_dim: dict) -> dict:
 #: report, TMA path, fp16 unmasked, warp-instructions per tile element of the full-tile loop:
 #:
 #: * 128x64 at head dim 64 on 4 warps (one warpgroup on 128 rows, tutorial 06's shape): 0.256 at
-#:   189 regs (8 warps: 0.305). At head dim 128 4 warps spill (80-108 B), 8 warps 0.350: each
+#:   189 regs (8 warps: 0.305); with the softcap compiled in, 8 warps (the forward template's
+#:   ``launch_settings(softcap=True)``: 4 warps spill 4/12 B there). At head dim 128 4 warps spill (80-108 B), 8 warps 0.350: each
 #:   step rescales the 128 x 128 accumulator for only 128 x 64 scores (D / B_c = 2 multiplies per
 #:   score), and 8 warps pay the per-step bookkeeping on half the elements each.
 #: * 128x128 at head dim 128 on 8 warps (one m64 row slab per warpgroup, 128 keys per step, FA3's

@@ -499,9 +499,15 @@ APPEND_TABLES = (
 )
 #: new token t's cache index: the keys before it, then its own position t (the token, not the tile's lane)
 APPEND_KEY = (Term(offs_j, start_new + offs_t, CLAIM_APPEND, "cache index of new token t: cache_seqlens[b] + t"),)
+#: the tables' rows (SEQLEN_RO: rotary_cos.shape[0] as append_launch passes it); a row past them is not read and
+#: rotates by 0 (cos 1, sin 0), FlashAttention's apply_rotary rule (its Triton kernel's mask rm_cs < seqlen_ro):
+#: the host's keys never reach it (claim rotary_rotation), a causal q longer than the append can
+seqlen_ro, pos_ok = _int("SEQLEN_RO", nonnegative=True), sp.Symbol("pos_ok")
+APPEND_ROW_OK = (Term(pos_ok, sp.StrictLessThan(offs_pos, seqlen_ro), CLAIM_APPEND,
+                      "the table row is read: pos < seqlen_ro (past it: cos 1, sin 0)"),)
 APPEND_GROUPS = {"lookups": APPEND_LOOKUPS, "key": APPEND_KEY, "x": APPEND_X, "dst_paged": APPEND_DST_PAGED,
                  "dst_cache": APPEND_DST_CACHE, "dst_tensor": APPEND_DST_TENSOR, "dst": APPEND_DST,
-                 "tables": APPEND_TABLES}
+                 "tables": APPEND_TABLES, "row_ok": APPEND_ROW_OK}
 
 
 # ----------------------------------------------------------------------------------

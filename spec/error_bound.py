@@ -109,7 +109,7 @@ SCALE_ROUNDINGS_DESCALED = 5
 # ``M < 32`` is no wgmma at all (AccelerateMatmul falls back from MMAv3 for an fp8 dot that must
 # accumulate in fp32: compiled, no QGMMA and 2.2-3x the loop's instructions). The kernels print
 # ``M = 32`` (``spec.printer``; fp16/bf16/fp32 dots ignore it; an fp8 dot needs K >= 32:
-# ``generator.runtime.launch.block_d`` pads an fp8 head dim to 32, every generated B_c is >= 32).
+# ``spec.launch.block_d`` pads an fp8 head dim to 32, every generated B_c is >= 32).
 # ----------------------------------------------------------------------------------
 #: ``max_num_imprecise_acc`` of every printed dot: promote after each fp8 MMA instruction
 FP8_MAX_IMPRECISE_ACC = 32

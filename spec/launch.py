@@ -6,21 +6,19 @@ tensors (``generator.runtime`` and the generated launchers call it) and on ``spe
 symbolic tensors (claims ``decode_addresses``, ``varlen_addresses``, ``window_clamp``): what the
 claims prove about these functions' output is what the runtime passes, with no second copy.
 
-Integers are combined with ``cdiv`` (``triton.cdiv`` on numbers, ``ceiling`` on SymPy sizes).
+Integers are combined with ``cdiv`` (``triton.cdiv`` on numbers, ``ceiling`` on SymPy sizes; its home is
+``spec.integers``, which ``spec.paged`` imports too).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import sympy as sp
 
 from spec import rewrites
-
-
-def cdiv(a, b):
-    """``ceil(a / b)`` for ``b > 0``: numbers (as ``triton.cdiv``) or SymPy integers."""
-    if isinstance(a, sp.Basic) or isinstance(b, sp.Basic):
-        return sp.ceiling(sp.sympify(a) / b)
-    return -(-a // b)
+from spec.error_bound import FP8_MMA_K
+from spec.integers import cdiv, next_power_of_2  # cdiv: also spec.launch.cdiv, what the runtime calls
 
 
 # ----------------------------------------------------------------------------------
@@ -49,13 +47,60 @@ def head_dims(k, v, main=None) -> dict:
     """The head-dim constexprs of a launch: q and k's head dim ``D = k.shape[-1]`` held as a main part
     ``HEAD_DIM = main`` (None: ``D``, unsplit) and a tail ``HEAD_DIM_TAIL = D - main`` (claim head_dim_split: the
     two products are the whole inner product; the runtime picks ``main`` to save padding,
-    ``generator.runtime.launch.head_dim_split``, decode at ``D_v``), and v's (so out's) head dim
+    ``head_dim_split``, decode at ``D_v``), and v's (so out's) head dim
     ``HEAD_DIM_V = v.shape[-1]`` (MLA: ``D_v != D``). The address claims take their lanes' bounds from this output
     (``d < HEAD_DIM``, ``dt < HEAD_DIM + HEAD_DIM_TAIL``, ``dv < HEAD_DIM_V``) and prove they cover the tensors'
     columns and stay inside them."""
     D = k.shape[-1]
     main = D if main is None else main
     return {"HEAD_DIM": main, "HEAD_DIM_TAIL": D - main, "HEAD_DIM_V": v.shape[-1]}
+
+
+#: the narrowest tile width: ``tl.dot``'s K (and a tile's N) is at least 16
+MIN_TILE_WIDTH = 16
+
+
+def block_d(head_dim: int, fp8: bool = False) -> int:
+    """The tile width of a head dim: padded to a power of two (``tl.arange`` needs one) >= 16 (``tl.dot``), >= 32
+    for fp8 products (``fp8``: an fp8 dot's K is at least the ``max_num_imprecise_acc`` = 32 it is printed with,
+    ``spec.error_bound.FP8_MMA_K``); loads and stores are masked on the head dim, so the padding reads and
+    writes nothing."""
+    return max(FP8_MMA_K if fp8 else MIN_TILE_WIDTH, next_power_of_2(head_dim))
+
+
+def head_dim_split(head_dim: int) -> tuple[int, int]:
+    """``(HEAD_DIM, HEAD_DIM_TAIL)`` of the training kernels' q/k tiles: a head dim that ``block_d`` would pad by
+    more than its last power-of-two part's padding is held as a main part, the largest power of two below it,
+    and a tail of the rest, each padded on its own (claim head_dim_split: the two products are the whole inner
+    product). 192 = 128 + 64 issues Q·Kᵀ over 192 columns, not 256; 48 = 32 + 16. ``HEAD_DIM_TAIL`` 0 (no split,
+    compiled out) where it saves nothing: a power of two, 200 (128 + 72 pads to 256 too), 24 (16 + 8 pads to 32
+    too)."""
+    main = next_power_of_2(head_dim) // 2
+    if main < MIN_TILE_WIDTH or block_d(main) + block_d(head_dim - main) >= block_d(head_dim):
+        return head_dim, 0
+    return main, head_dim - main
+
+
+class TileWidths(NamedTuple):
+    """A training launch's head dims and tile widths (``tile_widths``), in the constexprs' names."""
+    HEAD_DIM: int
+    HEAD_DIM_TAIL: int
+    HEAD_DIM_V: int
+    BLOCK_D: int
+    BLOCK_DT: int
+    BLOCK_DV: int
+
+
+def tile_widths(head_dim: int, head_dim_v: int, fp8: bool = False) -> TileWidths:
+    """The head dims and tile widths of a training launch (the forward, dense or packed, and the backward): q/k's
+    ``head_dim`` split as ``head_dim_split`` (``HEAD_DIM``, ``HEAD_DIM_TAIL``), v's ``HEAD_DIM_V``, and the tiles'
+    widths ``BLOCK_D``, ``BLOCK_DT``, ``BLOCK_DV`` (``block_d`` of each; ``fp8``: q/k's products on fp8 operands).
+    The runtime launches with these; claims forward_addresses, backward_kernel_addresses and tma_addresses read
+    them for every head dim the contract accepts: each width a power of two >= 16 and at least its head dim, a
+    tail only when ``HEAD_DIM = BLOCK_D`` (so the lanes ``arange(BLOCK_*)`` reach every column the masks let
+    through, and a TMA box of the main part ends where the tail begins)."""
+    main, tail = head_dim_split(head_dim)
+    return TileWidths(main, tail, head_dim_v, block_d(main, fp8), block_d(tail, fp8), block_d(head_dim_v))
 
 
 def _min(a, b):
@@ -351,15 +396,21 @@ def merge_states_launch(o_s, lse_s, o, lse, sinks, block_m):
 def append_launch(x, dst, cache_seqlens, table, batch_idx, cos, sin, block_t):
     """``(grid, ints)`` of ``_append_rows``: x ``(B, N_new, H, D)``, dst the cache ``(B_cache, N_cache, H, D)``,
     a paged cache ``(num_pages, PAGE_SIZE, H, D)`` or a tensor like x; ``cache_seqlens`` ``(B,)``; ``table``
-    the block table ``(B, max_pages)``, ``batch_idx`` ``cache_batch_idx`` ``(B,)``, ``cos``/``sin`` the rotary
-    tables ``(seqlen_ro, rotary_dim / 2)`` (one-element placeholders where a flag compiles the read out:
-    their strides are passed, never used). Grid ``(cdiv(N_new, block_t), H, B)`` (spec.addresses.GRID_APPEND)."""
+    the block table ``(B, max_pages)``, ``batch_idx`` ``cache_batch_idx`` ``(B,)`` (placeholders where a flag
+    compiles the read out: their strides are passed, never used), ``cos``/``sin`` the rotary tables
+    ``(seqlen_ro, rotary_dim / 2)`` or None (no rotary: strides 0): ``SEQLEN_RO`` their rows
+    (spec.addresses.APPEND_ROW_OK) and the constexpr ``ROTARY_HALF`` their columns (1 without). Grid
+    ``(cdiv(N_new, block_t), H, B)`` (spec.addresses.GRID_APPEND)."""
     B, N_NEW, H, _ = x.shape
     ints = dict(zip(("stride_xb", "stride_xn", "stride_xh", "stride_xd"), x.stride()))
     ints.update(zip(("stride_db", "stride_dn", "stride_dh", "stride_dd"), dst.stride()))
     ints.update(stride_bt_b=table.stride(0), stride_bt_p=table.stride(-1), stride_cs=cache_seqlens.stride(0),
-                stride_bi=batch_idx.stride(0), stride_cos_n=cos.stride(0), stride_cos_d=cos.stride(-1),
-                stride_sin_n=sin.stride(0), stride_sin_d=sin.stride(-1), N_NEW=N_NEW)
+                stride_bi=batch_idx.stride(0), N_NEW=N_NEW)
+    if cos is None:
+        ints.update(stride_cos_n=0, stride_cos_d=0, stride_sin_n=0, stride_sin_d=0, SEQLEN_RO=0, ROTARY_HALF=1)
+    else:
+        ints.update(stride_cos_n=cos.stride(0), stride_cos_d=cos.stride(-1), stride_sin_n=sin.stride(0),
+                    stride_sin_d=sin.stride(-1), SEQLEN_RO=cos.shape[0], ROTARY_HALF=cos.shape[1])
     return head_grid(cdiv(N_NEW, block_t), H, B), ints
 
 

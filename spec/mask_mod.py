@@ -451,6 +451,44 @@ def check_analysis(predicate, tree, name: str = "mask_mod") -> None:
                             f"predicate")
 
 
+def row_entries(expr) -> list[sp.Expr]:
+    """The entries ``e`` of every load ``MM_row[e]`` in a kernel-form expression (``MaskMod.kernel_form``)."""
+    return [x.indices[0] for x in sp.preorder_traversal(sp.sympify(expr))
+            if isinstance(x, sp.Indexed) and x.base == MM_ROW]
+
+
+def row_entry_counterexample(exprs, width, timeout_ms: int = 20000):
+    """None when every entry ``e`` of ``MM_row[e]`` that the kernel-form ``exprs`` read lies in
+    ``[0, width)`` for all ``N_Q, N_K >= 1`` and all integer values of every other symbol (rows, keys,
+    ``shift``; tile starts ``>= 0`` and block sizes ``>= 1``, their declared signs) and of every
+    parameter entry (z3, ``_Z3``'s reading: a tensor
+    index read through ``MM_row`` is an uninterpreted function, a floor by a parameter a fresh integer);
+    else a counterexample (dict), or ``"unknown"``. The decision procedure the decorator runs on each
+    mask_mod's kernel terms: the parameter loads stay inside the row ``pack`` writes."""
+    from spec.proofs.z3_int32 import counterexample  # the proofs' one z3 query (imports only z3)
+
+    tr = _Z3()
+    entries = [e for x in exprs for e in row_entries(x)]
+    # the symbols' declared signs (spec.notation: tile starts >= 0, block sizes and N_Q, N_K >= 1), which
+    # SymPy already used when it simplified the clamps
+    signs = [tr.int(x) >= (1 if x.is_positive else 0) for x in set().union(*[e.free_symbols for e in entries],
+                                                                            {n.Nq, n.Nk})
+             if x.is_integer and x.is_nonnegative]
+    w = tr.int(sp.sympify(width))
+    inside = [tr.z3.And(0 <= tr.int(e), tr.int(e) < w) for e in entries]
+    return counterexample(signs, tr.z3.And(*inside) if inside else tr.z3.BoolVal(True), timeout_ms)
+
+
+def check_row_entries(mm: "MaskMod") -> None:
+    """Raise ``AnalyserError`` unless every parameter load of ``mm``'s kernel terms reads inside its row."""
+    exprs = [t.expr for t in mm.kernel_terms() + (mm.keep_term(),)]
+    counter = row_entry_counterexample(exprs, mm.row_layout()[1])
+    if counter is not None:
+        raise AnalyserError(f"mask_mod {mm.name}: a parameter load of its kernel terms reads outside the row of "
+                            f"{mm.row_layout()[1]} entries at {counter} (z3): a bug in spec.mask_mod's kernel form, "
+                            f"not in the predicate")
+
+
 def _atoms(tree):
     if isinstance(tree, Atom):
         yield tree
@@ -547,17 +585,26 @@ class MaskMod:
         return tuple(p for p in self.params if p not in self.tensors)
 
     # --- kernel form ---------------------------------------------------------------
-    def _slots(self) -> dict:
-        """Offset of each parameter in ``MM_row`` (scalars first, then the tensors)."""
-        offsets, at = {}, sp.Integer(0)
+    def row_layout(self, nq=n.Nq, nk=n.Nk) -> tuple[dict, sp.Expr | int]:
+        """``(offsets, width)`` of ``MM_row`` for ``nq`` rows and ``nk`` keys (symbols: ``N_Q``, ``N_K``;
+        or ints): each parameter's first entry (scalars first, one entry each, then each tensor's
+        ``nq`` or ``nk`` entries) and the row's width — the layout ``pack`` writes (ints: plain Python,
+        traceable by torch.compile) and ``kernel_form`` reads (the decorator checks, and claim
+        ``mask_mod_sound`` proves for the built-ins and probes, that every entry a kernel term reads
+        lies in ``[0, width)``: ``row_entry_counterexample``)."""
+        offsets, at = {}, 0
         for p in self.scalars:
             offsets[p] = at
             at += 1
         for p in self.params:
             if p in self.tensors:
                 offsets[p] = at
-                at = at + (n.Nq if self.tensors[p] == "i" else n.Nk)
-        return offsets
+                at = at + (nq if self.tensors[p] == "i" else nk)
+        return offsets, at
+
+    def _slots(self) -> dict:
+        """Offset of each parameter in ``MM_row`` (``row_layout``)."""
+        return self.row_layout()[0]
 
     def kernel_form(self, expr):
         """``expr`` with parameters read from ``MM_row`` (tensor indices clamped into the
@@ -644,17 +691,21 @@ class MaskMod:
             if not values_checked:  # a traced graph cannot sync: clamp on the device instead
                 v = v.clamp(-bound, bound)
             cols.append((p, v.to(torch.int32)))
-        order = list(self.scalars) + [p for p in self.params if p in self.tensors]  # the slots' order
-        cols = dict(cols)
-        return torch.cat([cols[p] for p in order], 1).contiguous() if order else \
-            torch.zeros((batch, 1), dtype=torch.int32, device=device)
+        if not cols:
+            return torch.zeros((batch, 1), dtype=torch.int32, device=device)
+        # each parameter at its offset of row_layout (what kernel_form reads); a fresh contiguous row per
+        # batch entry, so MM_row + e (MM_row: the row b the address claims prove) is entry e
+        offsets, width = self.row_layout(nq, nk)
+        row = torch.empty((batch, width), dtype=torch.int32, device=cols[0][1].device)
+        for p, v in cols:
+            row[:, offsets[p]:offsets[p] + v.shape[1]] = v
+        return row
 
     def values(self, packed, b: int, nq: int, nk: int) -> dict:
         """Batch entry ``b``'s parameters back from ``pack``'s tensor: ``{name: int or 1-d array}``."""
         row = packed[b].cpu().numpy()
         out = {}
-        for p, slot in self._slots().items():
-            at = int(slot.subs({n.Nq: nq, n.Nk: nk}))
+        for p, at in self.row_layout(nq, nk)[0].items():
             if p in self.tensors:
                 out[p] = row[at:at + (nq if self.tensors[p] == "i" else nk)]
             else:
@@ -724,7 +775,9 @@ def analyse(predicate, name: str = "mask_mod", params=(), module: str = "__main_
                      if s not in INDEX_ARGS.values() and str(s) not in params and not isinstance(s, sp.Indexed))
     if unknown:
         raise NotInClass(f"mask_mod {name} uses undeclared symbol(s) {unknown}: make them arguments")
-    return MaskMod(name, module, tuple(params), predicate, tree, dict(an.tensors), frozenset(an.positive), doc)
+    mm = MaskMod(name, module, tuple(params), predicate, tree, dict(an.tensors), frozenset(an.positive), doc)
+    check_row_entries(mm)  # every parameter load of its kernel terms inside the row pack writes, by z3
+    return mm
 
 
 #: every mask_mod defined so far, by name (the runtime finds a kernel's mask_mod by it)

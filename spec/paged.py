@@ -22,6 +22,7 @@ from __future__ import annotations
 import sympy as sp
 
 from spec import notation as n
+from spec.integers import cdiv
 from spec.terms import Term
 
 CLAIM = "paged_kv_reads"
@@ -59,8 +60,8 @@ def batch_invariant_num_splits(capacity, split_keys):
     of ``capacity`` keys, at least one (``flash_attention_with_kvcache`` calls it; claim batch_invariant_splits
     proves the splits cover every key of every row). Numbers, or SymPy sizes (the claim's)."""
     if isinstance(capacity, sp.Basic) or isinstance(split_keys, sp.Basic):
-        return sp.Max(1, sp.ceiling(sp.sympify(capacity) / split_keys))
-    return max(1, -(-capacity // split_keys))
+        return sp.Max(1, cdiv(capacity, split_keys))
+    return max(1, cdiv(capacity, split_keys))
 
 
 #: the load mask of a key tile j = start_n + arange(B_c), start_n in range(split_lo, split_hi, B_c)

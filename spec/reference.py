@@ -524,13 +524,17 @@ def rotary(x, cos, sin, positions, interleaved: bool = True) -> torch.Tensor:
     """Rotary embedding in float64: ``x`` ``(B, T, H, D)``, ``cos``/``sin`` ``(seqlen_ro, rotary_dim / 2)``,
     ``positions`` ``(B, T)`` integer table rows. Pair ``f`` (``spec.rotary.pair_lanes``: GPT-J
     lanes ``(2f, 2f + 1)``, GPT-NeoX ``(f, f + rotary_dim / 2)``) is rotated by ``spec.rotary.rotation``
-    with ``cos[pos, f]``, ``sin[pos, f]``; lanes past ``rotary_dim`` are kept."""
+    with ``cos[pos, f]``, ``sin[pos, f]``; lanes past ``rotary_dim`` are kept, and a row ``pos >= seqlen_ro``
+    rotates by 0 (cos 1, sin 0: FlashAttention's ``apply_rotary_emb``)."""
     x = _as_tensor(x, "x").to(torch.float64)
     cos, sin = _as_tensor(cos, "cos").to(torch.float64), _as_tensor(sin, "sin").to(torch.float64)
     positions = torch.as_tensor(positions, dtype=torch.long)
     half = cos.shape[1]
     out = x.clone()
-    c, s = cos[positions][:, :, None, :], sin[positions][:, :, None, :]  # (B, T, 1, half)
+    inside = (positions < cos.shape[0])[:, :, None, None]
+    safe = positions.clamp(max=cos.shape[0] - 1)
+    c = torch.where(inside, cos[safe][:, :, None, :], 1.0)  # (B, T, 1, half)
+    s = torch.where(inside, sin[safe][:, :, None, :], 0.0)
     lanes = [rotary_spec.pair_lanes(f, half, interleaved) for f in range(half)]
     a = torch.tensor([p[0] for p in lanes], dtype=torch.long)
     b = torch.tensor([p[1] for p in lanes], dtype=torch.long)
@@ -565,8 +569,8 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
     n_new = 0 if k is None else k.shape[1]
     q64 = q.to(torch.float64)
     if rotary_cos is not None:
-        per_token = causal or window is not None
-        pos_q = torch.tensor([[lens[b] + (t if per_token else 0) for t in range(Nq)] for b in range(B)])
+        pos_q = torch.tensor([[rotary_spec.kvcache_rotary_row(lens[b], t, query=True, causal=causal, window=window)
+                               for t in range(Nq)] for b in range(B)])
         q64 = rotary(q64, rotary_cos, rotary_sin, pos_q, rotary_interleaved)
 
     def where(b, j):
@@ -579,7 +583,8 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rot
     if k is not None:
         k64, v64 = _as_tensor(k, "k").to(torch.float64), _as_tensor(v, "v").to(torch.float64)
         if rotary_cos is not None:
-            pos_k = torch.tensor([[lens[b] + t for t in range(n_new)] for b in range(B)])
+            pos_k = torch.tensor([[rotary_spec.kvcache_rotary_row(lens[b], t, query=False) for t in range(n_new)]
+                                  for b in range(B)])
             k64 = rotary(k64, rotary_cos, rotary_sin, pos_k, rotary_interleaved)
         for b in range(B):
             for t in range(n_new):

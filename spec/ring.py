@@ -22,8 +22,10 @@ causal kernel over the whole shard; another rank's shard runs the rectangle of i
 (``step_plans``), or nothing. Claim ``ring_causal_blocks`` (``spec.proofs.ring``) proves, for
 symbolic ``P``, rank, source rank, slots, chunk size and positions, that the classifier never
 skips an attended pair, that full pairs are fully attended, that partial pairs are diagonal,
-that the own shard's local causal mask is the global one, and that every other step's classes
-match a plan. Claim ``ring_layout_partition`` proves each layout gives every
+that the own shard's local causal mask is the global one, that every other step's classes
+match a plan, and that the slices the runtime cuts q, k, v with (``step_slices`` of the plan) lie
+inside the shard, hold exactly the plan's slots, and make the call compute exactly the pairs the
+global mask attends. Claim ``ring_layout_partition`` proves each layout gives every
 chunk to exactly one (rank, slot); claim ``ring_merge_order`` proves that merging the steps'
 partial results by ⊕ in any arrival order equals single-device attention.
 """
@@ -174,10 +176,37 @@ class StepPlan:
     rows: tuple[int, int]  # slots [start, stop)
     cols: tuple[int, int]
 
+    @property
+    def causal(self) -> bool:
+        """Whether the call runs under the causal mask (aligned ``CALL_ALIGNMENT``), else unmasked."""
+        return self.kind == "causal"
+
     def expected(self, x: int, y: int) -> str:
         """The class of block pair (query slot x, key slot y) this plan computes correctly."""
         inside = self.rows[0] <= x < self.rows[1] and self.cols[0] <= y < self.cols[1]
         return FULL if self.kind == "full" and inside else EMPTY
+
+
+#: the alignment of a step's causal call: the own shard's slots against themselves, top-left
+CALL_ALIGNMENT = "top_left"
+
+
+def unmasked_plan(slots: int) -> StepPlan:
+    """Without a mask: every query slot against every key slot of the shard, no mask."""
+    return StepPlan("full", (0, slots), (0, slots))
+
+
+def own_shard_plan(slots: int) -> StepPlan:
+    """The rank's own shard under a causal mask: all its slots against all, top-left causal."""
+    return StepPlan("causal", (0, slots), (0, slots))
+
+
+def step_slices(plan: StepPlan, size):
+    """``((row_start, row_stop), (col_start, col_stop))``: the positions of the rank's local q (and
+    dO, O, lse, dQ) and of the held K/V shard (and its dK, dV) that the step's kernel call reads and
+    writes, the plan's slots ``[start, stop)`` times the chunk size ``size`` (numbers, or z3 terms in
+    claim ``ring_causal_blocks``, which proves they are exactly the plan's slots, inside the shard)."""
+    return tuple((span[0] * size, span[1] * size) for span in (plan.rows, plan.cols))
 
 
 @functools.lru_cache(maxsize=None)
@@ -196,9 +225,9 @@ def plan_step(layout: str, world_size: int, rank_: int, src: int, causal: bool, 
     classes matching one of ``step_plans`` (claim ``ring_causal_blocks``: one always does)."""
     slots = LAYOUTS[layout].slots
     if not causal:
-        return StepPlan("full", (0, slots), (0, slots))
+        return unmasked_plan(slots)
     if src == rank_:
-        return StepPlan("causal", (0, slots), (0, slots))
+        return own_shard_plan(slots)
     classes = {(x, y): classify(step_pair(layout, world_size, rank_, src, x, y, size))
                for x in range(slots) for y in range(slots)}
     for plan in step_plans(slots):

@@ -22,10 +22,15 @@ score ``⟨R_m q, R_n k⟩`` depends on ``m − n`` only.
 ``test_flash_attn_kvcache``): ``cache_seqlens[b] + t`` for keys, and for queries when causal or
 windowed; ``cache_seqlens[b]`` for every query otherwise. ``cache_seqlens`` counts from the
 row's index 0, so with ``cache_leftpad`` the table is still indexed by the cache index (FA2's
-kernel adds ``leftpad_k`` back to its shifted position).
+kernel adds ``leftpad_k`` back to its shifted position). ``kvcache_rotary`` is the launch line the runtime
+calls (each launch's start and PER_TOKEN, the tables, the layout); ``kvcache_rotary_row`` the reference's rule
+it is proved against. A row past the table is not read and rotates by 0 (cos 1, sin 0: FlashAttention's
+apply_rotary rule; the load mask ``spec.addresses.APPEND_ROW_OK``).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import sympy as sp
 
@@ -80,11 +85,42 @@ ROTARY_POSITION = (
 GROUPS = {"interleaved": INTERLEAVED, "halves": HALVES, "rotate": ROTATE, "position": ROTARY_POSITION}
 
 
+class KVCacheRotary(NamedTuple):
+    """What ``flash_attention_with_kvcache`` hands the append kernel for the new keys and for q (its two
+    ``_append_rows`` launches), and the key lengths the attention then runs over."""
+    key_start: object  # cache_seqlens: new key t is written at key_start[b] + t and rotated at its table row
+    key_per_token: int  # PER_TOKEN of the keys' launch
+    query_start: object  # the table row of q's token 0
+    query_per_token: int  # PER_TOKEN of q's launch
+    cos: object  # the tables both launches read
+    sin: object
+    interleaved: bool  # INTERLEAVED of both launches
+    key_lengths: object  # cache_seqlens + N_new: the keys attended after the append
+
+
+def kvcache_rotary(cache_seqlens, n_new, causal, window, cos, sin, interleaved) -> KVCacheRotary:
+    """The launch line of the append's rotary (the one function the runtime calls, claim ``rotary_rotation``
+    quantifies over it): new keys at ``cache_seqlens[b] + t`` (PER_TOKEN 1), q at the same rows when
+    ``causal`` or ``window`` (not None) is given, else every token of q at ``cache_seqlens[b]`` (PER_TOKEN 0),
+    both with the user's tables and layout; ``cache_seqlens`` a ``(B,)`` tensor (or a symbol)."""
+    per_query = int(bool(causal) or window is not None)
+    return KVCacheRotary(cache_seqlens, 1, cache_seqlens, per_query, cos, sin, bool(interleaved),
+                         cache_seqlens + n_new)
+
+
 def pair_lanes(f, half, interleaved: bool):
     """The lanes ``(first, second)`` of pair ``f`` (table column ``f``) when ``rotary_dim = 2·half``:
     the reference's layout (``spec.reference.rotary`` reads it with integers, claim
     ``rotary_rotation`` with symbols)."""
     return (2 * f, 2 * f + 1) if interleaved else (f, f + half)
+
+
+def kvcache_rotary_row(cache_seqlen, t, *, query: bool, causal: bool = False, window=None):
+    """The table row of new token ``t`` the reference (``spec.reference.kvcache_attention``) rotates at,
+    FlashAttention's ``flash_attn_with_kvcache`` rule: a key's, and a query's when ``causal`` or ``window``,
+    ``cache_seqlens[b] + t`` (the key index the append writes token t at); any other query's
+    ``cache_seqlens[b]``."""
+    return cache_seqlen + t if not query or causal or window is not None else cache_seqlen
 
 
 def rotation(x_a, x_b, cos_t, sin_t):

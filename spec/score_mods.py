@@ -41,7 +41,9 @@ Kernel form (``ScoreMod.kernel_form``): parameters live in two vectors, ``SF`` (
 scalars, then every tensor flattened row-major) and ``SI`` (int32: the integer scalars, then every
 tensor's dims); a read ``t[e_1, e_2]`` is ``SF[offset_t + e_1·d_2 + e_2]``. The gradient of ``SF``
 is reduced per program of the dQ kernel into its own row of a ``(programs, len(SF))`` buffer (no
-atomics) and summed over the programs on the host in a fixed order: bitwise repeatable.
+atomics) and summed over the programs on the host in a fixed order: bitwise repeatable. The decorator
+checks by z3 that every ``SF``/``SI`` load of the kernel form lies inside the vectors ``pack`` writes
+(``entry_counterexample``; ``LayoutError``, a bug in this layout, otherwise).
 """
 
 from __future__ import annotations
@@ -116,6 +118,20 @@ def scatter_terms(g, idx) -> tuple[Term, ...]:
 
 
 SCATTER = scatter_terms(sp.Symbol("sgrad", real=True), sp.Symbol("offs_sp", integer=True))
+
+
+def backward_steps(grads, ds_term: Term) -> tuple[Term, ...]:
+    """A kernel's score_mod backward in its order (``ScoreMod.backward_terms``): each read's gradient tile and
+    entry ``(sgrad_k, offs_sp_k)`` of ``grads``, from ``ds = ∂L/∂f``, then ``ds_term`` (``ds·∂f/∂s``)."""
+    return (*(t for pair in grads for t in pair), ds_term)
+
+
+def scatter_points(steps) -> list[tuple[int, Term, Term]]:
+    """Where the printed body of ``steps`` scatters a gradient: ``(position, sgrad term, offs_sp term)`` for
+    each entry term (an ``offs_sp_k``), right after it, with the gradient term just before it. The generator
+    prints the ``_score_param_scatter`` call there; claim score_mod_derived reads the gradient's value at that
+    point of the sequence."""
+    return [(k, steps[k - 1], t) for k, t in enumerate(steps) if t.symbol.name.startswith("offs_sp") and k > 0]
 
 # ----------------------------------------------------------------------------------
 # The class
@@ -288,6 +304,15 @@ class ScoreMod:
     def _ints(self, e, islot):
         return sp.sympify(e).xreplace({Param(p): SI[k] for p, k in islot.items()})
 
+    def widths(self) -> tuple[sp.Expr, int]:
+        """``(len(SF), len(SI))`` in the kernel's terms (the dims as ``SI`` reads): the float scalars then each
+        tensor's entries (``_slots``' offsets), and the integer scalars then each tensor's dims — what ``pack``
+        writes (``SI`` at least one entry). ``entry_counterexample`` checks every read lies inside."""
+        _, _, tens = self._slots()
+        n_dims = sum(len(dims) for _, dims in tens.values())
+        return sp.Integer(len(self.floats)) + sp.Add(*[sp.Mul(*dims) for _, dims in tens.values()]), \
+            max(1, len(self.ints) + n_dims)
+
     def kernel_form(self, expr) -> sp.Expr:
         """``expr`` with parameters read from ``SF`` / ``SI`` and ``s`` as the kernel's ``us``."""
         fslot, islot, _ = self._slots()
@@ -317,6 +342,16 @@ class ScoreMod:
             out.append((Term(g, n.ds * self.kernel_form(d), CLAIM, f"dS·∂f/∂{rd.tensor}[...], = {d}"),
                         Term(ix, self.flat_index(rd), CLAIM, f"the entry of {rd.tensor} this read takes, in SF")))
         return tuple(out)
+
+    def backward_terms(self, scatter: bool = True) -> tuple[Term, ...]:
+        """The backward's score_mod steps on a tile, in the order a kernel runs them (printed as the body of
+        ``_user_score_bwd`` / ``_user_score_ds``; claim score_mod_derived runs the sequence). It starts from
+        ``ds = ∂L/∂f`` (the softmax Jacobian's dS) and leaves ``ds = ∂L/∂s``. With ``scatter`` (the dQ kernel:
+        its program owns a row of the gradient buffer and visits every key tile of its rows once) each read's
+        gradient tile ``sgrad_k = ds·∂f/∂t[e]`` and its entry ``offs_sp_k`` come first, from ``∂L/∂f``, each
+        scattered after its entry; then ``ds·∂f/∂s``. Without (the dK/dV kernel: no gradient row, a second
+        scatter would count every element twice) only ``ds·∂f/∂s``."""
+        return backward_steps(self.grad_terms() if scatter else (), self.ds_term())
 
     # --- the error bound (claim score_mod_error_bound) -----------------------------------
     def outside_bound(self) -> str | None:
@@ -555,6 +590,59 @@ def _evaluate(e, env, tensors):
     raise NotInClass(f"no torch meaning for {type(e).__name__}: {e}")
 
 
+class LayoutError(AssertionError):
+    """A score_mod's kernel form reads ``SF`` or ``SI`` outside the vectors ``pack`` writes: a bug in
+    ``spec.score_mods``' layout (``ScoreMod._slots``, ``flat_index``), not in the user's score_mod."""
+
+
+def entry_counterexample(sm: ScoreMod, terms=None, timeout_ms: int = 20000):
+    """None when every ``SF[e]`` and ``SI[e]`` load of the kernel terms (default: the forward, dS and gradient
+    terms) reads inside ``ScoreMod.widths``: a tensor read's entry ``flat_index`` lies in ``[0, len(SF))``
+    whenever each of its indices ``e_a`` lies in ``[0, d_a)`` (``d_a`` the tensor's axis as ``SI`` holds it:
+    ``analyse`` proves ``0 <= e_a <= U_a`` by z3, ``pack`` checks ``U_a < d_a`` per call), for all dims ``>= 1``
+    (z3, nonlinear: the flat index's products); a scalar's entry is a number below the width. Else a
+    counterexample (dict), "unknown", or the entry no read accounts for (str)."""
+    import z3
+
+    from spec.mask_mod import _Z3
+    from spec.proofs.z3_int32 import counterexample
+
+    terms = (*sm.forward_terms(), sm.ds_term(), *(t for pair in sm.grad_terms() for t in pair)) \
+        if terms is None else terms
+    _, _, tens = sm._slots()
+    sf_width, si_width = sm.widths()
+    tr = _Z3()
+    facts = [tr.int(d) >= 1 for _, dims in tens.values() for d in dims]
+    goals = []
+    reads = {}  # each read's entry in the kernel's terms -> the same entry at abstract in-range indices
+    for k, rd in enumerate(sm.reads):
+        xs = tuple(sp.Symbol(f"x_{k}_{a}", integer=True) for a in range(len(rd.indices)))
+        facts += [z3.And(0 <= tr.int(x), tr.int(x) < tr.int(d)) for x, d in zip(xs, tens[rd.tensor][1])]
+        reads[sm.flat_index(rd)] = sm.flat_index(Read(rd.tensor, xs, rd.bounds))
+    for t in terms:
+        for x in sp.preorder_traversal(sp.sympify(t.expr)):
+            if not isinstance(x, sp.Indexed) or x.base not in (SF, SI):
+                continue
+            (e,) = x.indices
+            if x.base == SI or e.is_Integer:
+                goals.append(z3.And(0 <= tr.int(e), tr.int(e) < tr.int(sp.sympify(si_width if x.base == SI
+                                                                                    else sf_width))))
+            elif e in reads:
+                goals.append(z3.And(0 <= tr.int(reads[e]), tr.int(reads[e]) < tr.int(sf_width)))
+            else:
+                return f"{x} in {t.name}: an SF entry that is no read's flat_index"
+    return counterexample(facts, z3.And(*goals) if goals else z3.BoolVal(True), timeout_ms)
+
+
+def check_entries(sm: ScoreMod) -> None:
+    """Raise ``LayoutError`` unless every ``SF``/``SI`` load of ``sm``'s kernel terms reads inside the vectors."""
+    counter = entry_counterexample(sm)
+    if counter is not None:
+        raise LayoutError(f"score_mod {sm.name}: a parameter load of its kernel terms reads outside SF (length "
+                          f"{sm.widths()[0]}) or SI ({sm.widths()[1]}) at {counter} (z3): a bug in "
+                          "spec.score_mods' layout, not in the score_mod")
+
+
 def analyse(expr, name: str = "score_mod", params=(), module: str = "__main__", doc: str = "") -> ScoreMod:
     """Check ``expr`` is in the class and build its ``ScoreMod`` (``NotInClass`` with the reason if not)."""
     expr = sp.sympify(expr)
@@ -610,6 +698,7 @@ def analyse(expr, name: str = "score_mod", params=(), module: str = "__main__", 
     for d in (sm.derivative_s(), *sm.derivatives_reads()):
         if d.has(sp.Derivative, sp.Subs, sp.DiracDelta, sp.Heaviside, sp.sign):
             raise NotInClass(f"score_mod {name}: its derivative {d} is not a closed form of the class")
+    check_entries(sm)  # every SF/SI load inside the vectors pack writes, by z3
     return sm
 
 

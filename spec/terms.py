@@ -433,6 +433,39 @@ DROPOUT_SCALE = Term(n.drop_scale, 1 / (1 - n.dropout_p), "dropout_grads",
 DROPOUT_BASE = Term(n.drop_base, n.rng_offset + ((n.drop_b * n.drop_heads + n.off_h) * n.drop_nq + n.drop_i0)
                     * n.drop_nk + n.drop_j0, "dropout_mask_same",
                     "counter of (b, h, i0, j0): rng_offset + ((b·H + h)·N_q + i0)·N_k + j0, int64")
+#: dropout's box (drop_b, drop_heads, drop_nq, drop_nk, drop_i0, drop_j0) of each kernel that draws the mask, in the
+#: kernel's own names: its program's batch entry and the launch's integers (spec.launch's forward_launch,
+#: dropout_mask_launch, dkdv_launch, dq_launch: H the query heads; dK/dV has H_KV and GROUP). Claim
+#: dropout_mask_same evaluates each box at its launch's integers and proves every kernel's counter at (b, query head,
+#: i, j) the dropout_mask helper's at keep[b, h, i, j]
+_box_b, _box_h, _box_hkv, _box_group, _box_nq, _box_nk = (
+    sp.Symbol("off_b", integer=True, nonnegative=True), *sp.symbols("H H_KV GROUP N_Q N_K", integer=True, positive=True))
+
+
+def dropout_box(heads) -> tuple[Term, ...]:
+    """A kernel's box: ``(B, heads, N_Q, N_K)`` with ``heads`` the query heads in its launch's names, rows and keys
+    from 0 (a packed batch then rebinds ``DROPOUT_BOX_PACKED``)."""
+    claim = "dropout_mask_same"
+    return (Term(n.drop_b, _box_b, claim, "the box's batch entry: this program's"),
+            Term(n.drop_heads, heads, claim, "the box's heads: the query heads (spec.launch's integers)"),
+            Term(n.drop_nq, _box_nq, claim, "the box's rows"), Term(n.drop_nk, _box_nk, claim, "the box's keys"),
+            Term(n.drop_i0, sp.Integer(0), "dropout_mask_same", "the slice's first row"),
+            Term(n.drop_j0, sp.Integer(0), "dropout_mask_same", "the slice's first key"))
+
+
+#: per kernel: the forward and dQ programs and the dropout_mask helper's (_dropout_keep) know the query heads as H,
+#: the dK/dV program (one per K/V head, looping over its GROUP query heads) as H_KV·GROUP
+DROPOUT_BOXES = {"forward": dropout_box(_box_h), "dropout_mask": dropout_box(_box_h),
+                 "dkdv": dropout_box(_box_hkv * _box_group), "dq": dropout_box(_box_h)}
+#: a packed batch's box (1, H, total_q, total_k): batch entry 0, the segment's rows and keys at their packed places
+#: (cu_seqlens_q[b], cu_seqlens_k[b]; N_Q, N_K are the launch's totals when the box is taken)
+DROPOUT_BOX_PACKED = (
+    Term(n.drop_b, sp.Integer(0), "dropout_mask_same", "a packed batch is one batch entry"),
+    Term(n.drop_i0, sp.Symbol("seq_start_q", integer=True, nonnegative=True), "dropout_mask_same",
+         "the segment's first row, packed"),
+    Term(n.drop_j0, sp.Symbol("seq_start_k", integer=True, nonnegative=True), "dropout_mask_same",
+         "the segment's first key, packed"),
+)
 #: per element of a tile (either layout): the keep decision Z_ij
 DROPOUT_KEEP = Term(n.keep_drop, sp.GreaterThan(philox_uniform(n.drop_seed, n.drop_base + n.i * n.drop_nk + n.j),
                                                 n.dropout_p, evaluate=False), "dropout_mask_same",
@@ -462,6 +495,8 @@ GROUPS.update({
     "dropout_dp": (DROPOUT_DP,),
     "dropout_dv_t": DROPOUT_DV_T,
     "dropout_dp_t": (DROPOUT_DP_T,),
+    **{f"dropout_box.{kernel}": box for kernel, box in DROPOUT_BOXES.items()},
+    "dropout_box_packed": DROPOUT_BOX_PACKED,
 })
 
 

@@ -245,6 +245,13 @@ def test_one_keep_term_at_the_same_coordinates_in_every_kernel(block):
     assert keep_t in bwd["_attn_bwd_dkdv_stage"]
     for fn in (fwd["_attn_fwd"], bwd["_attn_bwd_dkdv"], bwd["_attn_bwd_dq"], fwd["_dropout_keep"]):
         assert base in fn
+    # each kernel's box is its printed one (spec.terms.DROPOUT_BOXES, read by claim dropout_mask_same with the
+    # kernel's spec.launch integers), a packed batch's rebinding too
+    for kernel, fn in (("forward", fwd["_attn_fwd"]), ("dkdv", bwd["_attn_bwd_dkdv"]), ("dq", bwd["_attn_bwd_dq"]),
+                       ("dropout_mask", fwd["_dropout_keep"])):
+        assert all(print_term(t) in fn for t in T.DROPOUT_BOXES[kernel]), kernel
+    for fn in (fwd["_attn_fwd"], bwd["_attn_bwd_dkdv"], bwd["_attn_bwd_dq"]):
+        assert all(print_term(t) in fn for t in T.DROPOUT_BOX_PACKED)
     # the two layouts name the same coordinates: i the query row (offs_m), j the key (offs_n)
     for names in (render.DROPOUT_NAMES, render.DROPOUT_NAMES_T):
         assert names["i"].startswith("offs_m.to(tl.int64)") and names["j"].startswith("offs_n")

@@ -176,6 +176,27 @@ def test_rotary_positions_with_leftpad_are_flashattentions_not_shifted_by_the_pa
         assert (out[b].double() - other[0]).abs().max() > 1e-2
 
 
+def test_a_causal_q_longer_than_the_append_reads_no_table_row_past_seqlen_ro():
+    """Causal, N_q = 4 > N_new = 1, cache_seqlens = capacity − N_new, tables of exactly capacity rows (the
+    contract's seqlen_ro >= capacity, FlashAttention's assert): q's tokens 1..3 sit at rows capacity … capacity + 2,
+    past the table. The kernel used to read them (the storage behind the tables' view, here 100s); now the rows
+    are masked (spec.addresses.APPEND_ROW_OK) and rotate by 0, FlashAttention's apply_rotary rule, which the
+    reference follows (claims rotary_rotation, append_addresses)."""
+    g = torch.Generator().manual_seed(21)
+    cap, n_new, Nq, half = 16, 1, 4, 4
+    q = torch.randn(1, Nq, 2, D, generator=g)
+    k, v = torch.randn(1, n_new, 1, D, generator=g), torch.randn(1, n_new, 1, D, generator=g)
+    kc, vc = torch.randn(1, cap, 1, D, generator=g), torch.randn(1, cap, 1, D, generator=g)
+    angle = torch.rand(cap, half, generator=g) * 2 * math.pi
+    storage = torch.full((2, cap + Nq, half), 100.0)  # cos, sin; rows past the tables' view: not a table row
+    storage[:, :cap] = torch.stack([angle.cos(), angle.sin()])
+    cos, sin = storage[0, :cap], storage[1, :cap]
+    lens = torch.tensor([cap - n_new], dtype=torch.int32)
+    run_and_check(q, k, v, kc, vc, lens, cos, sin, None, None, None, dtype=torch.float32, causal=True)
+    rows = reference.rotary(q, cos, sin, torch.tensor([[cap - 1, cap, cap + 1, cap + 2]]))
+    assert torch.equal(rows[:, 1:], q[:, 1:].double())  # the reference: rows past the table keep q
+
+
 def test_rotary_reference_is_complex_multiplication():
     """The reference's rotation, against its definition: pair f as a complex number times e^{iθ}."""
     g = torch.Generator().manual_seed(3)

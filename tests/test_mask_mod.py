@@ -354,6 +354,18 @@ def test_bad_mask_args_are_named(args, match):
         flash_attention(q, q, q, mask_mod=document, mask_args=args, block=(16, 32))
 
 
+def test_pack_writes_the_row_layout_the_kernels_read():
+    """MaskMod.pack writes each parameter at MaskMod.row_layout's offset (what kernel_form reads, claim
+    mask_mod_sound) in a fresh contiguous (B, width) row, so MM_row + e is mask_mod_args[b, e]."""
+    probe = mask_mod(lambda i, j, t_q, t_k, c: t_k[j + c] >= t_q[i] + c)
+    doc_q, doc_k = torch.tensor([[0, 0, 1], [2, 3, 3]]), torch.tensor([[0, 1, 1, 1], [2, 2, 3, 4]])
+    row = probe.pack({"t_q": doc_q, "t_k": doc_k, "c": torch.tensor([5, 6])}, 2, 3, 4)
+    assert row.shape == (2, probe.row_layout(3, 4)[1]) and row.stride() == (8, 1)
+    assert row.tolist() == [[5, 0, 0, 1, 0, 1, 1, 1], [6, 2, 3, 3, 2, 2, 3, 4]]  # c, then t_q, then t_k
+    back = probe.values(row, 1, 3, 4)
+    assert back["c"] == 6 and back["t_q"].tolist() == [2, 3, 3] and back["t_k"].tolist() == [2, 2, 3, 4]
+
+
 def test_chunk_must_be_positive():
     q = torch.randn(1, 1, 16, 16)
     with pytest.raises(ValueError, match=">= 1"):

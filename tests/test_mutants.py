@@ -685,6 +685,84 @@ def test_rotary_position_without_the_token_is_refuted():
     assert "the table row with PER_TOKEN = 1" in _rotary_failures(position=bad)
 
 
+def _host(**change):
+    """spec.rotary.kvcache_rotary with some of its outputs changed (a host-glue mutant)."""
+    from spec import rotary as RO
+
+    def host(cs, n_new, causal, window, cos, sin, interleaved):
+        ro = RO.kvcache_rotary(cs, n_new, causal, window, cos, sin, interleaved)
+        return ro._replace(**{name: f(ro, cs, n_new) for name, f in change.items()})
+    return host
+
+
+def test_rotary_q_at_the_positions_after_the_append_is_refuted():
+    """The audit edit (round three): q rotated at cache_seqlens + N_new, the positions after the append (error
+    1.19, 1.05 causal; only test_kvcache_append saw it): the query rows are no longer the reference's, nor, causal
+    or windowed, the rows their keys are appended at."""
+    failed = _rotary_failures(host=_host(query_start=lambda ro, cs, n_new: cs + n_new))
+    assert {f"{tag}: query t is rotated at the reference's row" for tag in (
+        "causal=False, window=None", "causal=True, window=None", "causal=False, window=given",
+        "causal=True, window=given")} <= failed
+    assert "causal=True, window=None: query t is rotated at the row its key is appended at (cache_seqlens[b] + t)" \
+        in failed
+
+
+def test_rotary_host_glue_mutants_are_refuted():
+    """Keys rotated all at cache_seqlens[b] (PER_TOKEN 0); q per token only when causal (the window forgotten); q
+    given the other layout; the attention run over cache_seqlens[b] keys (the append not counted)."""
+    failed = _rotary_failures(host=_host(key_per_token=lambda ro, cs, n_new: 0))
+    assert "causal=False, window=None: new key t is rotated at the row of its printed append index offs_j" in failed
+    from spec import rotary as RO
+
+    def causal_only(cs, n_new, causal, window, cos, sin, interleaved):
+        return RO.kvcache_rotary(cs, n_new, causal, None, cos, sin, interleaved)
+    assert "causal=False, window=given: query t is rotated at the reference's row" in _rotary_failures(
+        host=causal_only)
+    failed = _rotary_failures(host=_host(interleaved=lambda ro, cs, n_new: not ro.interleaved))
+    assert "causal=True, window=None, interleaved=True: both launches get the user's tables and layout" in failed
+    failed = _rotary_failures(host=_host(key_lengths=lambda ro, cs, n_new: cs))
+    assert "causal=True, window=None: the attention runs over cache_seqlens[b] + N_new keys" in failed
+
+
+def test_rotary_table_row_mask_mutants_are_refuted():
+    """The printed mask on the tables' rows (spec.addresses.APPEND_ROW_OK) dropped, or pos <= SEQLEN_RO (one row
+    past the table): append_addresses' cos/sin extents fail; a mask one row short refuses a key's row
+    (rotary_rotation)."""
+    from spec.proofs import addresses as PAD_
+    (term,) = AD.APPEND_ROW_OK
+    for bad in (sp.true, sp.LessThan(AD.offs_pos, AD.seqlen_ro)):
+        mutated = dict(AD.APPEND_GROUPS, row_ok=(replace(term, expr=bad),))
+        failing = _failing(PAD_.prove_append_addresses(groups=mutated))
+        assert all("cos/sin[pos, freq] inside" in name for name in failing)
+        assert len(failing) == 12, failing  # 3 destinations x 2 layouts x 2 PER_TOKEN
+    short = (replace(term, expr=sp.StrictLessThan(AD.offs_pos, AD.seqlen_ro - 1)),)
+    assert any(name.startswith("a new key's row lies in [0, seqlen_ro)") for name in _rotary_failures(row_ok=short))
+
+
+def _append_launch_failing(**change):
+    from spec import launch as LA_
+    from spec.proofs import addresses as PAD_
+
+    def bad(x, dst, cs, table, bi, cos, sin, block_t):
+        grid, ints = LA_.append_launch(x, dst, cs, table, bi, cos, sin, block_t)
+        return grid, dict(ints, **{name: f(ints, cos) for name, f in change.items()})
+    return _failing(PAD_.prove_append_addresses(launch=bad))
+
+
+def test_rotary_tables_launched_with_one_row_too_many_are_refuted():
+    """append_launch passing SEQLEN_RO = seqlen_ro + 1: the mask admits a row past the tables."""
+    failing = _append_launch_failing(SEQLEN_RO=lambda ints, cos: ints["SEQLEN_RO"] + 1)
+    assert len(failing) == 12 and all("cos/sin[pos, freq] inside" in name for name in failing), failing
+
+
+def test_rotary_half_launched_from_the_tables_rows_is_refuted():
+    """ROTARY_HALF = rotary_cos.shape[0] (the rows, not the columns): rotary lanes read table columns past R
+    and partner lanes past D."""
+    failing = _append_launch_failing(ROTARY_HALF=lambda ints, cos: cos.shape[0])
+    assert any("partner x[b, t, head, pair] inside" in name for name in failing), failing
+    assert any("cos/sin[pos, freq] inside" in name for name in failing), failing
+
+
 def test_page_slot_off_by_one_is_refuted():
     from spec import paged
     gather = swap(paged.PAGE_GATHER, paged.slot, n.j - paged.page_idx * paged.page_size + 1)
@@ -763,6 +841,48 @@ def test_ring_plan_step_classifies_with_step_pair(monkeypatch):
     good = RING.plan_step.__wrapped__("zigzag", 3, 0, 1, True, 4)
     monkeypatch.setattr(RING, "sequence_length", lambda layout, world_size, size: world_size * size)
     assert RING.plan_step.__wrapped__("zigzag", 3, 0, 1, True, 4) != good
+
+
+_STEP_SLICES = RING.step_slices  # the function under test (a monkeypatched RING.step_slices calls the mutant)
+
+
+def _slices_ending_one_early(plan, size):
+    """The rows slice ends at ``rows[1]·size - 1``: the last query of the plan's last slot is dropped."""
+    (r0, r1), cols = _STEP_SLICES(plan, size)
+    return (r0, r1 - 1), cols
+
+
+def _slices_from_the_other_half(plan, size):
+    """The rows slice starts at the zigzag's other slot (``(T - 1 - rows[0])·size``)."""
+    (_, r1), cols = _STEP_SLICES(plan, size)
+    slots = max(plan.rows[1], plan.cols[1], 1)
+    return ((slots - 1 - plan.rows[0]) * size, r1), cols
+
+
+@pytest.mark.parametrize("slices, failing", [
+    (_slices_ending_one_early, "contiguous, own shard: the slices hold exactly the plan's slots"),
+    (_slices_from_the_other_half, "zigzag, another shard, plan full rows (1, 2) cols (0, 2): the call computes "
+                                  "exactly the attended pairs"),
+])
+def test_ring_slice_mutants_are_caught(slices, failing):
+    """Issue 24: the slices the runtime takes (spec.ring.step_slices) are in claim ring_causal_blocks."""
+    res = PRING.prove_ring_causal_blocks(step_slices=slices)
+    assert not res.proved
+    assert dict(res.cases)[failing] != 0, res.detail
+
+
+def test_ring_runtime_slices_with_step_slices(monkeypatch):
+    """The runtime's step slices q and the K/V shard with spec.ring.step_slices (the function the claim
+    proves) and runs the call at spec.ring.CALL_ALIGNMENT, not with a private copy."""
+    from types import SimpleNamespace
+
+    from generator.runtime import ring as runtime_ring
+
+    ring, opts = SimpleNamespace(rank=0, size=2), {"layout": "zigzag", "causal": True}
+    good = runtime_ring._Step(opts, ring, 1, 4)  # rank 0 holds chunks 0, 3 and, at step 1, rank 1's 1, 2
+    assert (good.rows, good.cols) == (slice(4, 8), slice(0, 8))  # chunk 3's queries see both key chunks
+    monkeypatch.setattr(RING, "step_slices", _slices_ending_one_early)
+    assert runtime_ring._Step(opts, ring, 1, 4).rows == slice(4, 7)
 
 
 def test_ring_merge_order_mutant_is_caught():
@@ -1064,6 +1184,62 @@ def test_mask_mod_analyser_splitting_a_floor_fails_the_claim(monkeypatch):
     assert_failed(PMM.prove_mask_mod_sound())
 
 
+def _kernel_form_clamping_to(end):
+    """``MaskMod.kernel_form`` with a tensor index clamped into ``[0, end(length)]`` (the kernels': ``length - 1``)."""
+    from spec import mask_mod as MM
+
+    def kernel_form(self, expr):
+        slots = self._slots()
+
+        def read(ix):
+            name, (index,) = str(ix.base), ix.indices
+            length = n.Nq if self.tensors[name] == "i" else n.Nk
+            return MM.MM_ROW[slots[name] + sp.Min(sp.Max(index, 0), end(length))]
+
+        expr = MM.exact_floors(expr).replace(lambda x: isinstance(x, sp.Indexed), read)
+        return expr.xreplace({MM.Param(p): MM.MM_ROW[slots[p]] for p in self.scalars})
+    return kernel_form
+
+
+def test_mask_mod_parameter_load_past_its_row_fails_at_decoration_and_in_the_claim(monkeypatch):
+    """Issue 24: a tensor read clamped to its length (not length - 1) reads one entry past the tensor's part
+    of MM_row — past the row for the last tensor: mask_mod_sound's row cases fail, and so does the decorator
+    (AnalyserError)."""
+    from spec import mask_mod as MM
+
+    past_the_end = _kernel_form_clamping_to(lambda length: length)
+    r = PMM.prove_mask_mod_sound(kernel_form=past_the_end)
+    assert not r.proved
+    failed = [name for name, res in r.cases if res != 0]
+    assert "kernel form of document: its 10 parameter loads read entries of [0, N_K + N_Q), the row pack writes " \
+           "(z3, all N_Q, N_K >= 1)" in failed and all("parameter loads" in name for name in failed), failed
+    monkeypatch.setattr(MM.MaskMod, "kernel_form", past_the_end)
+    with pytest.raises(MM.AnalyserError, match="reads outside the row"):
+        MM.mask_mod(lambda i, j, doc_q, doc_k: sp.Eq(doc_q[i], doc_k[j]))
+
+
+def test_score_mod_flat_index_with_the_wrong_row_stride_fails_at_decoration(monkeypatch):
+    """A user score_mod's SF entries (issue 24): a flat index t[e_1, e_2] -> off + e_1·d_1 + e_2 (the row
+    stride from the wrong axis) reads past SF when d_1 > d_2: the decorator's z3 check
+    (spec.score_mods.entry_counterexample) names it with LayoutError."""
+    from spec import score_mods as SM
+
+    assert SM.entry_counterexample(SM.rel_bias) is None
+
+    def wrong_stride(self, read):
+        _, islot, tens = self._slots()
+        off, dims = tens[read.tensor]
+        flat = sp.Integer(0)
+        for a, e in enumerate(read.indices):
+            flat = flat * dims[a - 1] + e if a else e
+        return self._ints(off + flat, islot)
+
+    monkeypatch.setattr(SM.ScoreMod, "flat_index", wrong_stride)
+    assert SM.entry_counterexample(SM.rel_bias) not in (None, "unknown")
+    with pytest.raises(SM.LayoutError, match="reads outside SF"):
+        SM.score_mod(lambda s, h, i, j, table, w: s + table[h, sp.Min(sp.Max(i - j, 0), w)])
+
+
 def test_mask_mod_atom_rule_with_the_wrong_extreme_is_refuted():
     """mask_mod_sound: an atom classified from the wrong extreme of its tile (the least value
     where the greatest decides) is caught by the proof (more mutants: tests/test_mask_mod.py)."""
@@ -1078,6 +1254,7 @@ def test_mask_mod_atom_rule_with_the_wrong_extreme_is_refuted():
 from spec import addresses as AD  # noqa: E402
 from spec import launch as LA  # noqa: E402
 from spec import rewrites as RW  # noqa: E402
+from spec.assumptions import limit  # noqa: E402
 from spec.proofs import addresses as PAD  # noqa: E402
 from spec.proofs import rewrites as PRW  # noqa: E402
 
@@ -1304,6 +1481,29 @@ def test_dropout_mask_same_z3_case_refutes_an_overlapping_counter():
     r = PD.prove_dropout_mask_same(keep=_keep_at(n.drop_base + n.i * (n.drop_nk - 1) + n.j))
     assert_failed(r)
     assert dict(r.cases)["injective: equal counters at (b, h, i, j) and (b', h', i', j') => equal coordinates"] != 0
+
+
+def test_dropout_mask_same_refutes_a_dkdv_box_of_kv_heads():
+    """The audit's edit (round three): the dK/dV kernel's dropout box with H_KV heads, not H_KV·GROUP (B=2, GQA 4:2:
+    dK 0.63). The boxes are printed terms the claim evaluates at each kernel's spec.launch integers; a hand-typed box
+    line in the template is refused by hygiene rule 2 (drop_heads is a printed term's name)."""
+    from generator import hygiene
+    from generator.render import render_variant
+    from generator.variants import BlockConfig
+    from spec.printer import print_term
+
+    boxes = dict(terms.DROPOUT_BOXES, dkdv=terms.dropout_box(sp.Symbol("H_KV", integer=True, positive=True)))
+    r = PD.prove_dropout_mask_same(boxes=boxes)
+    assert_failed(r)
+    assert [name for name, res in r.cases if res != 0] == [
+        "dense: the dkdv kernel's counter at (b, h, i, j) is the dropout_mask helper's at keep[b, h, i, j]"]
+    # the same edit typed into the dK/dV kernel's source
+    source = render_variant(next(v for v in BlockConfig(64, 64).variants() if v.kind.name == "bwd"))
+    line = print_term(terms.DROPOUT_BOXES["dkdv"][1])
+    assert source.count(line) == 1
+    printed, assigned, stages = hygiene.printed_lines()
+    found = hygiene.check_source(source.replace(line, "drop_heads = H_KV"), set(printed), set(assigned), set(stages))
+    assert any("drop_heads = H_KV" in p and "only a printed spec term" in p for p in found), found
 
 
 GRAD_MUTANTS = {
@@ -1769,6 +1969,32 @@ def test_score_mod_derived_refutes_a_mutated_instance(mutant):
     assert_failed(PSU.prove_score_mod_derived(examples=(_score_mod_mutants()[mutant],)))
 
 
+def test_score_mod_derived_refutes_the_gradients_taken_after_the_ds_factor():
+    """The audit's edit (round three): the dQ kernel's captured-tensor gradients taken after dS is multiplied by
+    ∂f/∂s (temperature's d inv_t off by 8 %). The steps are ScoreMod.backward_terms' sequence, printed as
+    _user_score_bwd's body in that order; the claim runs it. Also refused: the dK/dV kernel scattering too."""
+    from spec import score_mods as SM
+    from spec.proofs import score_mod_user as PSU
+
+    (dq, _), (dkdv, _) = PSU.BACKWARD_KERNELS
+    steps = SM.temperature.backward_terms()
+    swapped = {dq: (steps[-1], *steps[:-1]), dkdv: SM.temperature.backward_terms(scatter=False)}
+    failing = [name for name, r in PSU.derivative_cases(SM.temperature, backward=swapped) if r != 0]
+    assert failing == [f"{dq}: every gradient is scattered before ds·∂f/∂s (it reads ∂L/∂f)",
+                       f"{dq}: scattered sgrad_0 = ∂L/∂SF[offs_sp_0] = ∂L/∂f·∂logit/∂SF[offs_sp_0]"], failing
+
+    class GradsAfterDs(SM.ScoreMod):
+        def backward_terms(self, scatter=True):
+            steps = SM.ScoreMod.backward_terms(self, scatter)
+            return (steps[-1], *steps[:-1])
+
+    mutant = GradsAfterDs(*[getattr(SM.temperature, f) for f in SM.temperature.__dataclass_fields__])
+    twice = {dq: steps, dkdv: steps}
+    assert [name for name, r in PSU.derivative_cases(SM.temperature, backward=twice) if r != 0] == [
+        f"{dkdv}: no gradient scattered (the dQ kernel scatters every element once)"]
+    assert_failed(PSU.prove_score_mod_derived(examples=(mutant,)))
+
+
 def test_score_mod_builtins_refutes_a_swapped_instance():
     from spec import score_mods as SM
     from spec.proofs import score_mod_user as PSU
@@ -1942,6 +2168,45 @@ def test_tma_descriptor_bugs_are_refuted():
     assert _tma_failing(descriptor=nan_fill) == [
         f"{x}: the descriptor's out-of-bound fill is zero (padding 'zero')"
         for x in ("q", "out", "k", "v", "q_tail", "k_tail")]
+
+
+def _narrow_block_d(D, Dv, fp8=False):
+    w = LA.tile_widths(D, Dv, fp8)
+    return w._replace(BLOCK_D=w.BLOCK_D // 2)
+
+
+def _narrow_block_dt(D, Dv, fp8=False):
+    w = LA.tile_widths(D, Dv, fp8)
+    return w._replace(BLOCK_DT=LA.block_d(w.HEAD_DIM_TAIL // 2, fp8))
+
+
+def _narrow_block_dv(D, Dv, fp8=False):
+    w = LA.tile_widths(D, Dv, fp8)
+    return w._replace(BLOCK_DV=LA.block_d(Dv - 1))
+
+
+#: spec.launch.tile_widths edited, and the cases of it each address claim must fail: BLOCK_D one power of two
+#: too small (D = 64 on arange(32): columns 32..63 never read; 8 wide below 16; a split's main part 32 on a
+#: 16-wide tile), BLOCK_DT the block of half the tail (96 = 64 + 32 on a 16-wide tail), BLOCK_DV padding D_v - 1
+#: (D_v = 17 on 16 lanes)
+WIDTH_MUTANTS = {
+    "BLOCK_D halved": (_narrow_block_d, ["BLOCK_D >= HEAD_DIM", "a tail only when HEAD_DIM = BLOCK_D",
+                                         "BLOCK_D, BLOCK_DT, BLOCK_DV are powers of two >= 16"]),
+    "BLOCK_DT of half the tail": (_narrow_block_dt, ["BLOCK_DT >= HEAD_DIM_TAIL"]),
+    "BLOCK_DV of D_v - 1": (_narrow_block_dv, ["BLOCK_DV >= HEAD_DIM_V"]),
+}
+
+
+@pytest.mark.parametrize("mutant", list(WIDTH_MUTANTS))
+def test_a_tile_narrower_than_its_head_dim_is_refuted(mutant):
+    """The address claims read the tile widths the runtime launches with (spec.launch.tile_widths) and fail, on
+    exactly the broken width's cases, when one is narrower than its head dim: all three on the first mutant,
+    tma_addresses (the quickest) on the others (the cases are one helper's, _tile_width_cases)."""
+    widths, want = WIDTH_MUTANTS[mutant]
+    prefix = f"tile widths (spec.launch.tile_widths, every D, D_v in 1..{limit('head_dim_max')}): "
+    claims = (PAD.prove_forward_addresses, PAD.prove_backward_kernel_addresses, PAD.prove_tma_addresses)
+    for prove in claims if mutant == next(iter(WIDTH_MUTANTS)) else claims[2:]:
+        assert _failing(prove(widths=widths)) == [prefix + name for name in want], (mutant, prove.__name__)
 
 
 def test_fp8_descale_offset_bugs_are_refuted():

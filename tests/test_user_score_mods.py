@@ -133,6 +133,21 @@ def test_clamped_and_per_head_reads_are_accepted():
     assert [r.bounds for r in two_tables.reads] == [(SM.Param("width"),), (SM.BATCH - 1, SM.HEADS - 1)]
 
 
+def test_pack_writes_the_vectors_whose_widths_the_entry_check_reads():
+    """SF and SI as pack writes them have ScoreMod.widths' lengths (SF's in SI's dims): the vectors the
+    decorator's entry check (spec.score_mods.entry_counterexample) bounds every load by."""
+    @score_mod
+    def tables(s, h, i, j, c, t1, t2, m):
+        return s * c + t1[h, sp.Min(sp.Max(i - j, 0), m)] + t2[sp.Min(sp.Max(j, 0), m), h]
+
+    sf, si = tables.pack({"c": 0.5, "t1": torch.ones(H, 4), "t2": torch.ones(3, H), "m": 2}, B, H)
+    sf_width, si_width = tables.widths()
+    assert len(si) == si_width == 5 and si.tolist() == [2, H, 4, 3, H]
+    assert len(sf) == int(sf_width.replace(lambda x: isinstance(x, sp.Indexed) and x.base == SM.SI,
+                                           lambda x: si.tolist()[int(x.indices[0])])) == 1 + 4 * H + 3 * H
+    assert SM.entry_counterexample(tables) is None
+
+
 # ----------------------------------------------------------------------------------
 # The claims and their mutants
 # ----------------------------------------------------------------------------------
@@ -220,6 +235,38 @@ def test_emitted_files_are_clean(package):
         assert hygiene.check_source(source, set(printed) | mine, set(assigned) | mine_assigned, set(stages)) == []
     fwd = importlib.import_module("sm_kernels.attention_fwd_scoremod_rel_bias_br16_bc32")
     assert fwd.SCORE_MOD == "rel_bias" and "--score-mod" in fwd.COMMAND
+
+
+@pytest.mark.parametrize("name", ["temperature", "tanh_cap"])
+def test_each_backward_kernel_runs_its_printed_step_sequence(package, name):
+    """Claim score_mod_derived runs ScoreMod.backward_terms' sequences as the kernels' bodies: the dQ stage calls
+    _user_score_bwd once (its body those lines in that order, each gradient scattered after its entry), the dK/dV
+    stage _user_score_ds once (the dS factor alone), and neither calls the other's."""
+    import ast
+    from pathlib import Path
+
+    from spec.printer import print_term
+
+    sm = getattr(SM, name)
+    source = (Path(package.__file__).parent / f"attention_bwd_scoremod_{name}_br{BLOCK[0]}_bc{BLOCK[1]}.py").read_text()
+    funcs = {f.name: f for f in ast.parse(source).body if isinstance(f, ast.FunctionDef)}
+
+    def calls(fn):
+        return [c.func.id for c in ast.walk(funcs[fn]) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                and c.func.id.startswith("_user_score")]
+    assert calls("_attn_bwd_dq_stage") == ["_user_score", "_user_score_bwd"]
+    assert calls("_attn_bwd_dkdv_stage") == ["_user_score", "_user_score_ds"]
+
+    def body(fn):  # the statements after the docstring, before the return, as printed
+        return [ast.unparse(st) for st in funcs[fn].body[1:-1]]
+    code = lambda t: ast.unparse(ast.parse(print_term(t, SM.KERNEL_NAMES)))  # noqa: E731
+    want = []
+    for k, t in enumerate(steps := sm.backward_terms()):
+        want.append(code(t))
+        want += [f"_score_param_scatter(ScoreGrad, sg_base, {ix.name}, {g.name}, i, j, CHUNK)"
+                 for at, g, ix in SM.scatter_points(steps) if at == k]
+    assert body("_user_score_bwd") == want
+    assert body("_user_score_ds") == [code(t) for t in sm.backward_terms(scatter=False)]
 
 
 def test_generator_refuses_a_score_mod_outside_the_class(tmp_path, monkeypatch):

@@ -19,6 +19,7 @@ from generator.runtime import api, checks, config, contract, dispatch, launch, p
 from generator.runtime.config import DECODE_BLOCK  # noqa: F401  (the block whose decode kernel serves this op)
 from spec import launch as spec_launch
 from spec import paged as spec_paged
+from spec import rotary as spec_rotary
 
 MAX_SPLITS = 16
 #: keys a split streams at least, and at least this many per query row of its program: a split
@@ -105,7 +106,9 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
     ``cache_seqlens[b] + t`` before they are written, and q at the same positions when ``causal`` or
     ``window`` is given, else every token of q at ``cache_seqlens[b]``; ``rotary_interleaved=True``
     pairs lanes ``(2f, 2f + 1)`` (GPT-J), ``False`` lanes ``(f, f + rotary_dim/2)`` (GPT-NeoX);
-    lanes past ``rotary_dim`` are kept (spec.rotary, claim ``rotary_rotation``). ``cache_leftpad``
+    lanes past ``rotary_dim`` are kept, and a row past ``seqlen_ro`` (a causal q longer than the append,
+    near the capacity) rotates by 0, FlashAttention's ``apply_rotary_emb`` rule (spec.rotary, claim
+    ``rotary_rotation``). ``cache_leftpad``
     int32 ``(B,)``: row ``b``'s keys start at ``cache_leftpad[b]`` (keys before it are never read;
     ``cache_seqlens`` still counts from index 0, and so do the rotary positions, as in
     FlashAttention). ``cache_batch_idx`` int32 ``(B,)``: batch ``b`` uses cache row
@@ -248,13 +251,16 @@ def _kvcache(package, q, k_cache, v_cache, cache_seqlens, k=None, v=None, rotary
     cache_seqlens, block_table = checks.cache_arguments(cache_seqlens, block_table)
     sinks = contract.unit_stride("flash_attention_with_kvcache", "sinks", sinks)
     if k is not None:
-        # the append: k (rotated) and v written in place at keys cache_seqlens[b] + t, then attended
-        kvcache_append_op(k_cache, v_cache, k, v, cache_seqlens, block_table, cache_batch_idx, rotary_cos,
-                          rotary_sin, rotary_interleaved, package)
-        if rotary_cos is not None:  # q at cache_seqlens[b] + t (causal / windowed), else all at cache_seqlens[b]
-            q = rotary_q_op(q, cache_seqlens, rotary_cos, rotary_sin, rotary_interleaved,
-                            causal or checked.window is not None, package)
-        cache_seqlens = cache_seqlens + n_new
+        # the append's launch line (spec.rotary.kvcache_rotary, claim rotary_rotation): k (rotated) and v written
+        # in place at keys cache_seqlens[b] + t, q rotated at the same rows (causal / windowed) or all at
+        # cache_seqlens[b]; then cache_seqlens + N_new keys attended
+        ro = spec_rotary.kvcache_rotary(cache_seqlens, n_new, causal, checked.window, rotary_cos, rotary_sin,
+                                        rotary_interleaved)
+        kvcache_append_op(k_cache, v_cache, k, v, ro.key_start, block_table, cache_batch_idx, ro.cos, ro.sin,
+                          ro.interleaved, bool(ro.key_per_token), package)
+        if rotary_cos is not None:
+            q = rotary_q_op(q, ro.query_start, ro.cos, ro.sin, ro.interleaved, bool(ro.query_per_token), package)
+        cache_seqlens = ro.key_lengths
     if fp8:
         out, lse = _kvcache_fp8(package, q, k_cache, v_cache, cache_seqlens, block_table, causal, checked, scale,
                                 cache_leftpad, cache_batch_idx, a)
@@ -303,20 +309,21 @@ def _options(causal, checked: _Checked, scale, q) -> tuple:
 def kvcache_append_op(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor],
                       cache_batch_idx: Optional[torch.Tensor], rotary_cos: Optional[torch.Tensor],
-                      rotary_sin: Optional[torch.Tensor], rotary_interleaved: bool,
+                      rotary_sin: Optional[torch.Tensor], rotary_interleaved: bool, per_token: bool,
                       package: str = config.DEFAULT_PACKAGE) -> None:
-    """Write ``k`` (rotated when ``rotary_cos`` is given) and ``v`` into the cache in place, at keys
-    ``cache_seqlens[b] + t`` (declared to torch.library as mutating both caches, so torch.compile
-    orders it before the attention that reads them)."""
+    """Write ``k`` (rotated when ``rotary_cos`` is given, at table rows ``cache_seqlens[b] + t`` when
+    ``per_token``) and ``v`` into the cache in place, at keys ``cache_seqlens[b] + t`` (declared to torch.library
+    as mutating both caches, so torch.compile orders it before the attention that reads them)."""
     module = api.module_for("decode", config.block_for("decode", package), package, k.device)
     module.append_rows(k, k_cache, cache_seqlens, block_table=block_table, cache_batch_idx=cache_batch_idx,
-                       rotary_cos=rotary_cos, rotary_sin=rotary_sin, interleaved=rotary_interleaved)
+                       rotary_cos=rotary_cos, rotary_sin=rotary_sin, interleaved=rotary_interleaved,
+                       per_token=per_token)
     module.append_rows(v, v_cache, cache_seqlens, block_table=block_table, cache_batch_idx=cache_batch_idx)
 
 
 @kvcache_append_op.register_fake
 def _(k_cache, v_cache, k, v, cache_seqlens, block_table, cache_batch_idx, rotary_cos, rotary_sin,
-      rotary_interleaved, package=config.DEFAULT_PACKAGE):
+      rotary_interleaved, per_token, package=config.DEFAULT_PACKAGE):
     return None
 
 

@@ -66,25 +66,14 @@ def dot_constants(dtype: torch.dtype, interpret: bool | None = None) -> dict:
 
 
 def block_d(head_dim: int, dot_dtype: torch.dtype | None = None) -> int:
-    """The head dimension padded to a power of two >= 16 (tl.arange / tl.dot shapes), >= 32 for fp8
-    products (``dot_dtype`` FP8: an fp8 dot's K is at least the ``max_num_imprecise_acc`` = 32 it is
-    printed with, ``spec.error_bound.FP8_MAX_IMPRECISE_ACC``); loads and stores are masked on
-    ``d < HEAD_DIM``, so the padding reads and writes nothing."""
-    from spec.error_bound import FP8_MMA_K
-    return max(FP8_MMA_K if dot_dtype in FP8_FORMATS else 16, triton.next_power_of_2(head_dim))
+    """The head dimension padded to a power of two >= 16, >= 32 for fp8 products (``dot_dtype`` FP8):
+    ``spec.launch.block_d``, the one home of the tile widths (claims forward_addresses,
+    backward_kernel_addresses and tma_addresses read it through ``spec.launch.tile_widths``)."""
+    return spec_launch.block_d(head_dim, dot_dtype in FP8_FORMATS)
 
 
-def head_dim_split(head_dim: int) -> tuple[int, int]:
-    """``(HEAD_DIM, HEAD_DIM_TAIL)`` of the training kernels' q/k tiles: a head dim that ``block_d``
-    would pad by more than its last power-of-two part's padding is held as a main part, the largest
-    power of two below it, and a tail of the rest, each padded on its own (claim head_dim_split:
-    the two products are the whole inner product). 192 = 128 + 64 issues Q·Kᵀ over 192 columns, not
-    256; 48 = 32 + 16. ``HEAD_DIM_TAIL`` 0 (no split, compiled out) where it saves nothing: a power
-    of two, 200 (128 + 72 pads to 256 too), 24 (16 + 8 pads to 32 too)."""
-    main = triton.next_power_of_2(head_dim) // 2
-    if main < 16 or block_d(main) + block_d(head_dim - main) >= block_d(head_dim):
-        return head_dim, 0
-    return main, head_dim - main
+#: ``(HEAD_DIM, HEAD_DIM_TAIL)`` of a training launch's q/k head dim: ``spec.launch.head_dim_split``
+head_dim_split = spec_launch.head_dim_split
 
 
 def by_position(kernel, first: int, arguments: dict) -> tuple[tuple, dict]:

@@ -166,9 +166,10 @@ class _Step:
     def __init__(self, opts, ring: _Ring, step: int, size: int):
         self.src = spec_ring.source_rank(ring.rank, step, ring.size)  # claim ring_schedule
         self.plan = spec_ring.plan_step(opts["layout"], ring.size, ring.rank, self.src, opts["causal"], size)
-        self.rows = slice(self.plan.rows[0] * size, self.plan.rows[1] * size)
-        self.cols = slice(self.plan.cols[0] * size, self.plan.cols[1] * size)
-        self.causal = self.plan.kind == "causal"
+        # the positions of the local q and of the held K/V shard the call reads (claim ring_causal_blocks)
+        (r0, r1), (c0, c1) = spec_ring.step_slices(self.plan, size)
+        self.rows, self.cols = slice(r0, r1), slice(c0, c1)
+        self.causal = self.plan.causal
 
     @property
     def empty(self) -> bool:
@@ -179,7 +180,7 @@ def _attend(step: _Step, q, k, v, opts):
     """``(o_s, lse_s)`` of one non-empty step: the generated forward kernel with its lse."""
     bm, bn = opts["block"]
     return flash_attention_op(q[:, :, step.rows], k[:, :, step.cols], v[:, :, step.cols], None, None, step.causal,
-                              "top_left", None, opts["scale"], bm, bn, opts["tma"], opts["package"])
+                              spec_ring.CALL_ALIGNMENT, None, opts["scale"], bm, bn, opts["tma"], opts["package"])
 
 
 def _attend_backward(step: _Step, grad_out, grad_lse, q, k, v, out, lse, opts):
@@ -190,7 +191,8 @@ def _attend_backward(step: _Step, grad_out, grad_lse, q, k, v, out, lse, opts):
     r, c = step.rows, step.cols
     dq, dk, dv, *_ = flash_attention_backward_op(grad_out[:, :, r], None if grad_lse is None else grad_lse[:, :, r],
                                        q[:, :, r], k[:, :, c], v[:, :, c], out[:, :, r], lse[:, :, r], None, None,
-                                       step.causal, "top_left", None, opts["scale"], bm, bn, opts["package"])
+                                       step.causal, spec_ring.CALL_ALIGNMENT, None, opts["scale"], bm, bn,
+                                       opts["package"])
     return dq, dk, dv
 
 

@@ -20,6 +20,7 @@ over mathematical integers, which int64 represents for every tensor smaller than
 
 from __future__ import annotations
 
+import functools
 import re
 
 import sympy as sp
@@ -29,6 +30,7 @@ from spec import addresses as A
 from spec import launch as L
 from spec import notation as n
 from spec import paged as P
+from spec import rotary as RO
 from spec import terms
 from spec import varlen as V
 from spec.printer import print_term
@@ -631,21 +633,23 @@ def _forward_tensors():
        "i < N_Q, keys j < N_K, d < HEAD_DIM, HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL, dv < HEAD_DIM_V: the head dims "
        "forward_launch passes (spec.launch.head_dims, for any split point HEAD_DIM in [1, D] the runtime picks), "
        "which cover every column: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; key tiles start inside [0, N_K), as the stages visit them: claim "
-       "mask_tiles_sound), given Hq = GROUP·Hkv; the grid covers every (b, h, i); the int32 part of "
+       "mask_tiles_sound), given Hq = GROUP·Hkv; the tile widths the runtime launches with (spec.launch.tile_widths, for every D, D_v in 1..head_dim_max, fp8 products or not) reach those columns: BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= D_v, each a power of two >= 16, its split HEAD_DIM + HEAD_DIM_TAIL = D with a tail only when HEAD_DIM = BLOCK_D; the grid covers every (b, h, i); the int32 part of "
        "q/out/k/v/mask's offsets (and the tails') is exactly the in-head offset row·stride_row + col·stride_col that "
        "assumption index_int32 bounds (claim int32_index_arithmetic), and every other product of a stride is int64",
        r"\mathrm{off}(X, (b, h, i, d)) = b\,s_b + h\,s_h + i\,s_i + d\,s_d,\quad 0\le\mathrm{idx}<\mathrm{shape}",
        terms=tuple(t.name for g in A.FORWARD_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 over "
-             "unbounded integers for the extents); off_b, off_h, off_kvh and the per-program bases are int64, the "
+             "unbounded integers for the extents; the tile widths by evaluating spec.launch.tile_widths at every accepted "
+             "(D, D_v)); off_b, off_h, off_kvh and the per-program bases are int64, the "
              "in-head products int32 (bounded by index_int32 for q, out, k, v and mask: claim "
              "int32_index_arithmetic), every other product of a stride int64 (lse's offs_m, the block map's tile "
-             "indices and _dropout_keep's keys widened by tl.cast(·, tl.int64); the width case reads the printed lines with "
-             "Triton's typing: a stride int32 whenever its value fits); the packed "
+             "indices and _dropout_keep's keys widened by tl.cast(·, tl.int64); the width case reads the printed lines "
+             "with Triton's typing: a stride int32 whenever its value fits); the packed "
              "(varlen) form is claim varlen_addresses' (FP8's descales there: the same printed term with b the "
              "segment, (B, Hkv) with B the segments by the contract; their extent is checked here for the dense "
              "grid only)")
-def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=None, dropout_mask_launch=None):
+def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=None, dropout_mask_launch=None,
+                            widths=None):
     launch = L.forward_launch if launch is None else launch
     dropout_mask_launch = L.dropout_mask_launch if dropout_mask_launch is None else dropout_mask_launch
     philox_words = L.philox_words if philox_words is None else philox_words
@@ -661,6 +665,9 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                           {A.offs_m64.name: 64}, INDEX_INT32_STRIDES["forward"])]
     g = {name: {term.symbol: term for term in group} for name, group in groups.items()}
     i, j, d, dv = A.offs_m, A.offs_n, A.offs_d, A.offs_dv
+    # the lanes arange(BLOCK_D), HEAD_DIM + arange(BLOCK_DT), arange(BLOCK_DV) reach every column the masks below
+    # let through, at the widths and split the runtime launches with (spec.launch.tile_widths)
+    cases += _tile_width_cases(widths)
     for tag, slopes in t["slopes"].items():
         grid, ints = launch(q, k, v, out, lse, t["key_lengths"], t["mask"], t["block_map"], slopes, t["sinks"], n.B_r,
                             t["mask_mod_args"], descales=t["descales"], head_dim=A.HEAD_DIM_)
@@ -734,7 +741,7 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
         z = _Z3A()
         jz, dz, dvz, sn = z(j), z(d), z(dv), z(A.start_n)
         # the lanes' column bounds are the launch's head dims (spec.launch.head_dims), for any split point the
-        # runtime picks in [1, D] (generator.runtime.launch.head_dim_split)
+        # runtime picks in [1, D] (spec.launch.head_dim_split)
         hyp, cover = _head_dim_lanes(ints, D, v.shape[3], z, hyp)
         cases.append(cover)
         row_ok, d_ok, key_ok = row < z(N_Q), z3.And(0 <= dz, dz < z(ints["HEAD_DIM"])), z3.And(0 <= jz, jz < z(N_K))
@@ -804,6 +811,42 @@ def _head_dim_lanes(ints, D, Dv, z, hyp):
                         z3.And(1 <= main, tail >= 0, main + tail == z(D), hdv == z(Dv)))
 
 
+@functools.lru_cache(maxsize=8)
+def _tile_width_cases(widths=None) -> tuple[tuple[str, sp.Basic], ...]:
+    """What the kernels' lanes need of the tile widths the runtime launches with (``spec.launch.tile_widths``),
+    checked on its output for every head dim the contract accepts (q/k's D and v's D_v in ``1..head_dim_max``,
+    q/k's products on fp8 operands or not): the split's parts ``HEAD_DIM + HEAD_DIM_TAIL = D`` (``HEAD_DIM >= 1``)
+    and ``HEAD_DIM_V = D_v``; ``arange(BLOCK_D)``, ``HEAD_DIM + arange(BLOCK_DT)``, ``arange(BLOCK_DV)`` reach
+    every column the masks let through (each width at least its head dim); a tail only when ``HEAD_DIM =
+    BLOCK_D`` (a box or tile of the main part ends where the tail begins); each width a power of two (tl.arange)
+    of at least 16 (tl.dot's K). A case's residual names the first head dims that break it."""
+    from spec.assumptions import limit
+
+    widths = L.tile_widths if widths is None else widths
+    top = limit("head_dim_max")
+    facts = {
+        "the split covers D and v's head dim is D_v: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM >= 1, HEAD_DIM_V = D_v":
+            lambda D, Dv, w: w.HEAD_DIM + w.HEAD_DIM_TAIL == D and w.HEAD_DIM >= 1 and w.HEAD_DIM_TAIL >= 0
+            and w.HEAD_DIM_V == Dv,
+        "BLOCK_D >= HEAD_DIM": lambda D, Dv, w: w.BLOCK_D >= w.HEAD_DIM,
+        "BLOCK_DT >= HEAD_DIM_TAIL": lambda D, Dv, w: w.BLOCK_DT >= w.HEAD_DIM_TAIL,
+        "BLOCK_DV >= HEAD_DIM_V": lambda D, Dv, w: w.BLOCK_DV >= w.HEAD_DIM_V,
+        "a tail only when HEAD_DIM = BLOCK_D": lambda D, Dv, w: w.HEAD_DIM_TAIL == 0 or w.HEAD_DIM == w.BLOCK_D,
+        "BLOCK_D, BLOCK_DT, BLOCK_DV are powers of two >= 16": lambda D, Dv, w: all(
+            x >= 16 and x & (x - 1) == 0 for x in (w.BLOCK_D, w.BLOCK_DT, w.BLOCK_DV)),
+    }
+    first = {}
+    for fp8 in (False, True):
+        for D in range(1, top + 1):
+            for Dv in range(1, top + 1):
+                w = widths(D, Dv, fp8)
+                for name, holds in facts.items():
+                    if name not in first and not holds(D, Dv, w):
+                        first[name] = sp.Symbol(f"D={D}, D_v={Dv}, fp8={fp8}: {tuple(w)}")
+    return tuple((f"tile widths (spec.launch.tile_widths, every D, D_v in 1..{top}): {name}",
+                  first.get(name, sp.Integer(0))) for name in facts)
+
+
 def _inside(idx, shape):
     z = _Z3A()
     return z3.And(*[z3.And(0 <= x, x < (z(sp.sympify(s)) if not isinstance(s, z3.ArithRef) else s))
@@ -848,21 +891,22 @@ BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL = (sp.Symbol(s, integer=True, positive=True) f
        "and every descriptor asks for zero fill (padding 'zero'), so under the hardware hypothesis tma_out_of_bounds "
        "TMA's per-dimension clipping (zero-filled loads, skipped stores) is the pointer path's masked load "
        "(other=0) and store; and every coordinate lies inside its dimension (b < B, h < H, a tile's first row < N, "
-       "the tail's first column HEAD_DIM < D), so its int32 cast is exact",
+       "the tail's first column HEAD_DIM < D), so its int32 cast is exact; the box widths are the runtime's: the tile widths the runtime launches with (spec.launch.tile_widths, for every D, D_v in 1..head_dim_max, fp8 products or not) reach those columns: BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= D_v, each a power of two >= 16, its split HEAD_DIM + HEAD_DIM_TAIL = D with a tail only when HEAD_DIM = BLOCK_D",
        r"\mathrm{box}(b, h, i_0, d_0)[r, c] = X[b, h, i_0 + r, d_0 + c],\quad "
        r"\mathrm{inside} \iff \mathrm{mask}",
        terms=tuple(t.name for g in A.TMA_BOXES.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid, tile sizes and lanes (SymPy canonical zero for the offsets, z3 "
-             "over unbounded integers for the rest); the head dim split as the launch makes it (claim head_dim_split: "
-             "HEAD_DIM <= BLOCK_D, D = HEAD_DIM + HEAD_DIM_TAIL, a tail only when HEAD_DIM = BLOCK_D, D_v <= BLOCK_DV, "
-             "HEAD_DIM_TAIL <= BLOCK_DT); a key tile's first key < N_K as the stages visit them (claim "
+             "over unbounded integers for the rest); the head dim split and the widths as the launch makes them "
+             "(spec.launch.tile_widths, evaluated at every accepted (D, D_v): HEAD_DIM <= BLOCK_D, D = HEAD_DIM + "
+             "HEAD_DIM_TAIL, a tail only when HEAD_DIM = BLOCK_D, D_v <= BLOCK_DV, HEAD_DIM_TAIL <= BLOCK_DT, the "
+             "facts the z3 cases then take of the symbolic widths); a key tile's first key < N_K as the stages visit them (claim "
              "mask_tiles_sound); TMA's clipping is the hardware hypothesis tma_out_of_bounds (spec.assumptions."
              "HYPOTHESES, not proved: the documented semantics of cuTensorMapEncodeTiled's oobFill and PTX "
              "cp.async.bulk.tensor — out-of-bound elements zero-filled on load, not written on store), checked on the "
              "interpreter's emulation by tests/test_tma.py, on the hardware only on an sm_90 GPU; the int32 casts exact "
              "for dimensions below 2^31 (launch.tma_layout_problem refuses larger ones)",
        hypotheses=("tma_out_of_bounds",))
-def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launch=None):
+def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launch=None, widths=None):
     operands = L.forward_tma_operands if operands is None else operands
     descriptor = L.tma_descriptor if descriptor is None else descriptor
     launch = L.forward_launch if launch is None else launch
@@ -878,6 +922,9 @@ def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launc
     z = _Z3A()
     hyp, (offb, offh, offkvh, pidm, _) = _grid_hyp(grid, ints, q, k)
     hd, bd, bdv, bdt, tail, Dz, Dvz = (z(x) for x in (A.HEAD_DIM_, BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL, D, Dv))
+    # the split and the widths as the runtime launches them: what the first cases prove of spec.launch.tile_widths'
+    # output for every accepted head dim, used here as facts of the symbolic widths
+    cases = list(_tile_width_cases(widths))
     hyp += [1 <= hd, hd <= bd, tail >= 0, Dz == hd + tail, z3.Implies(tail > 0, hd == bd), Dvz <= bdv,
             tail <= bdt, z(A.start_n) >= 0, z(A.start_n) < z(N_K), z(N_K) >= 1, Dvz >= 1]
     program = [(z(A.off_b), offb), (z(A.off_h), offh), (z(A.off_kvh), offkvh), (z(start_m), pidm * z(n.B_r))]
@@ -896,7 +943,6 @@ def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launc
         "k_tail": ("k_tail_box", (A.off_b, A.off_kvh, row_k, A.HEAD_DIM_ + c), (n.B_c, BLOCK_DT),
                   lambda i: z3.And(i[2] < z(N_K), i[3] < hd + tail), 1),
     }
-    cases = []
     for param, (box_name, index, tile, mask, is_tail) in want.items():
         if param not in ops:
             cases.append((f"{param}: an operand of the TMA launch", sp.Symbol(f"missing operand {param}")))
@@ -1043,9 +1089,13 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
        "and x, the "
        "destination, cache_seqlens, cache_batch_idx and block_table are read or written inside their shapes for "
        "every program of the grid and every lane t < N_new, d < D (given cache_seqlens[b] + N_new <= the "
-       "capacity, page ids in [0, num_pages), cache_batch_idx entries in [0, B_cache), B_cache = B without it; "
-       "the rotary partner and table lanes pair < D, pos < seqlen_ro, freq < R are claim rotary_rotation's); every "
-       "product or sum of a stride in the printed offsets is int64",
+       "capacity, page ids in [0, num_pages), cache_batch_idx entries in [0, B_cache), B_cache = B without it); "
+       "for every rotary lane (t < N_new, d < 2·ROTARY_HALF, ROTARY_HALF = R as append_launch passes it) of "
+       "either layout (spec.rotary's printed lane terms) the partner x[b, t, head, pair] is inside x (given "
+       "rotary_dim = 2R <= D, rotary_cos's contract rule) and, for either PER_TOKEN, the tables cos, sin are read "
+       "at [pos, freq] inside (seqlen_ro, R) for every lane whose row passes the printed mask pos_ok "
+       "(APPEND_ROW_OK: pos < SEQLEN_RO as append_launch passes it); every product or sum of a stride in the printed "
+       "offsets is int64",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d",
        terms=tuple(t.name for g in A.APPEND_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the offsets, "
@@ -1055,6 +1105,7 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
              "Triton's typing; page, off_bc the template's .to(tl.int64) loads)")
 def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
     launch = L.append_launch if launch is None else launch
+    ((row_ok_term,),) = (groups["row_ok"],)
     block_t = sp.Symbol("BLOCK_T", integer=True, positive=True)
     x = A.symbolic("x", ("B", "N_new", "H", "D"))
     B, N_new, H, D = x.shape
@@ -1118,6 +1169,26 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
         j_printed = _lanes(key_term.expr).xreplace({A.start_new: start_value})
         j_ref = start_value + t
         jz = z3.substitute(z(j_printed), (z(t), tz))
+        # the rotary lanes the loads' mask admits (t < N_new, d < 2·ROTARY_HALF; the tables' rows also
+        # the printed pos_ok, APPEND_ROW_OK) at the ROTARY_HALF and SEQLEN_RO append_launch passes: the partner lane and
+        # the table column of either layout (spec.rotary's printed terms), the row of either PER_TOKEN
+        (pos_term,) = RO.ROTARY_POSITION
+        half = sp.sympify(ints["ROTARY_HALF"])
+        ro_lanes = hyp + [tz < z(N_new), 0 <= z(d), z(d) < 2 * z(half), 2 * z(cos.shape[1]) <= z(D)]
+        for layout, index_terms in (("GPT-J", RO.INTERLEAVED), ("GPT-NeoX", RO.HALVES)):
+            env = {s_: e.xreplace({RO.rotary_half: half}) for s_, e in terms.chain(index_terms).items()}
+            freq, pair = z(env[RO.ro_freq]), z(env[RO.ro_pair])
+            cases.append(_decide(f"{kind}: {layout}: partner x[b, t, head, pair] inside (rotary lanes; rotary_dim "
+                                 "<= D, rotary_cos's rule)", ro_lanes, _inside((b0, tz, h0, pair), x.shape)))
+            for per in (0, 1):
+                pos = pos_term.expr.xreplace({RO.seqlen: start_value, RO.per_token: per})
+                ok = row_ok_term.expr.xreplace({A.offs_pos: pos, A.seqlen_ro: sp.sympify(ints["SEQLEN_RO"])})
+                pz = z3.substitute(z(pos), (z(t), tz))
+                ok_z = z3.BoolVal(bool(ok)) if ok in (sp.true, sp.false) else z3.substitute(z(ok), (z(t), tz))
+                cases.append(_decide(f"{kind}: {layout}: cos/sin[pos, freq] inside (PER_TOKEN = {per}; rotary lanes "
+                                     "whose row passes pos_ok; cache_seqlens[b] >= 0)",
+                                     ro_lanes + [0 <= start, ok_z],
+                                     z3.And(_inside((pz, freq), cos.shape), _inside((pz, freq), sin.shape))))
         if kind == "paged":
             chain = {s_: e.xreplace(launched) for s_, e in terms.chain(P.PAGE_GATHER).items()}
             gather, ref = ({s_: e.xreplace({n.j: jj, P.page_size: dst.shape[1]}) for s_, e in chain.items()}
@@ -1282,6 +1353,7 @@ def _backward_tensors():
        "(i < N_Q, j < N_K, d < HEAD_DIM, HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL, dv < HEAD_DIM_V: the head dims "
        "dkdv_launch and dq_launch pass (spec.launch.head_dims, any split point in [1, D]), which cover every column: "
        "HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; a full tile's rows and keys are inside by claim mask_tiles_sound), "
+       "the tile widths the runtime launches with (spec.launch.tile_widths, for every D, D_v in 1..head_dim_max, fp8 products or not) reach those columns: BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= D_v, each a power of two >= 16, its split HEAD_DIM + HEAD_DIM_TAIL = D with a tail only when HEAD_DIM = BLOCK_D, "
        "every visited tile start i0 < N_Q, j0 < N_K; the grids cover every key tile (dK/dV) and row tile (dQ) of "
        "every (b, head); the in-head products the kernels compute in int32 are exactly row·stride_row + "
        "col·stride_col of q, grad_out, k, v, dq, dk, dv and the mask, every other product of a stride is int64; "
@@ -1293,16 +1365,18 @@ def _backward_tensors():
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
        terms=tuple(t.name for g in A.BACKWARD_KERNEL_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grids, GQA groups and lanes (SymPy canonical zero for the offsets, "
-             "z3 over unbounded integers for the extents); off_b, off_kvh, off_h and the per-program bases are int64, "
+             "z3 over unbounded integers for the extents; the tile widths by evaluating spec.launch.tile_widths at "
+             "every accepted (D, D_v)); off_b, off_kvh, off_h and the per-program bases are int64, "
              "the in-head products int32 (bounded by index_int32 for q, k, v, grad_out and the mask — _attn_bwd_mask's "
              "tile i·stride_mm + j·stride_mn included: claim int32_index_arithmetic; dq, dk, dv are made contiguous "
              "in q's, k's, v's shapes); every other product of a stride int64 (Δ/lse2's offs_m and the block map's "
-             "tile indices widened by tl.cast(·, tl.int64); the width case reads the printed lines with Triton's typing); "
-             "dense launches (the packed form: claim varlen_addresses); the score_mod gradient row: any grid, the "
-             "entries e the score_mod reads assumed in [0, len(SF)) (the user's indices), sg_base int64 (off_b, off_h: "
-             "the width case) and below the buffer's element count (the extent case), which torch holds in int64")
+             "tile indices widened by tl.cast(·, tl.int64); the width case reads the printed lines with Triton's "
+             "typing); dense launches (the packed form: claim varlen_addresses); the score_mod gradient row: any grid, "
+             "the entries e the score_mod reads assumed in [0, len(SF)) (the user's indices), sg_base int64 (off_b, "
+             "off_h: the width case) and below the buffer's element count (the extent case), which torch holds in "
+             "int64")
 def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch=None, dq_launch=None,
-                                    row_tensors=None, score_grad_launch=None):
+                                    row_tensors=None, score_grad_launch=None, widths=None):
     from spec import structure as S
 
     score_grad_launch = L.score_grad_launch if score_grad_launch is None else score_grad_launch
@@ -1321,6 +1395,9 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
     cases = [_widths_case(DENSE_WIDTHS, (*A.GRID_TILE, *A.GRID_HEAD, S.GQA_HEAD,
                                          *(t_ for group in groups.values() for t_ in group)),
                           {}, INDEX_INT32_STRIDES["backward"])]
+    # the lanes arange(BLOCK_D), HEAD_DIM + arange(BLOCK_DT), arange(BLOCK_DV) reach every column the masks let
+    # through, at the widths and split the runtime launches with (spec.launch.tile_widths)
+    cases += list(_tile_width_cases(widths))
     common = (t["key_lengths"], t["mask"], t["block_map"])
     launches = {}
     for tag, slopes in t["slopes"].items():

@@ -17,6 +17,10 @@ two Term objects into all three, only the tile layout of ``i``, ``j`` differs), 
   ``dV = (Z ∘ P/(1 − p))ᵀ dO`` and ``dS = P ∘ (Z ∘ dP/(1 − p) − Δ)`` with ``Δ = rowsum(dO ∘ O)``
   (the preprocess's unchanged term), in both tile layouts: ``sp.diff`` of the loss.
 
+``dropout_mask_same`` also reads each kernel's box (``terms.DROPOUT_BOXES``, printed per kernel, and a packed
+batch's ``DROPOUT_BOX_PACKED``) at the integers ``spec.launch`` passes it (``box_launches``): the dK/dV program
+knows the query heads as ``H_KV·GROUP``, the others as ``H``, and a box of ``H_KV`` heads fails it.
+
 Each ``prove_<id>`` takes the terms under test as arguments; ``tests/test_mutants.py`` feeds
 mutants (a wrong radix, a tile coordinate in the counter, an undropped dV, a dP without the
 rescale, a dropped denominator) and watches the claims FAIL.
@@ -77,19 +81,116 @@ def _z3(expr, env):
     return go(expr), parts
 
 
+def box_launches(forward_launch=None, dropout_mask_launch=None, dkdv_launch=None, dq_launch=None) -> dict:
+    """``(packed?) -> {kernel: ints}``: the integers spec.launch passes each kernel that draws the mask, on
+    symbolic tensors of one call: q ``(B, Hkv·G, N_q, D)``, k ``(B, Hkv, N_k, D)`` (packed: ``(total_q, Hkv·G, D)``,
+    ``(total_k, Hkv, D)``), the dropout_mask helper's keep ``(B, Hkv·G, N_q, N_k)`` (packed: ``(1, Hkv·G, total_q,
+    total_k)``, the mask of the packed batch)."""
+    from spec import addresses as A
+    from spec import launch as L
+
+    forward_launch = forward_launch or L.forward_launch
+    dropout_mask_launch = dropout_mask_launch or L.dropout_mask_launch
+    dkdv_launch, dq_launch = dkdv_launch or L.dkdv_launch, dq_launch or L.dq_launch
+    B, Hkv, G = sp.Symbol("B", integer=True, positive=True), sp.Symbol("Hkv", integer=True, positive=True), GQA_GROUP
+    Hq = Hkv * G
+    out = {}
+    for packed in (False, True):
+        if packed:
+            total_q, total_k = (sp.Symbol(x, integer=True, positive=True) for x in ("total_q", "total_k"))
+            rows, keys, lead, batch = (total_q,), (total_k,), (), 1
+            cu = A.symbolic("cu_seqlens_q", (B + 1,))
+            extra = dict(cu_seqlens_q=cu)
+        else:
+            N_q, N_k = (sp.Symbol(x, integer=True, positive=True) for x in ("N_q", "N_k"))
+            rows, keys, lead, batch, extra = (N_q,), (N_k,), (B,), B, {}
+        heads_first = lambda name, h, n_, d: A.symbolic(name, (*lead, h, *n_, d) if not packed  # noqa: E731
+                                                        else (*n_, h, d))
+        q, do, dq = (heads_first(x, Hq, rows, "D") for x in ("q", "do", "dq"))
+        k, v, dk, dv = (heads_first(x, Hkv, keys, "D") for x in ("k", "v", "dk", "dv"))
+        o = heads_first("out", Hq, rows, "D")
+        lse = A.symbolic("lse", (*lead, Hq, *rows))
+        nq, nk = rows[0], keys[0]
+        rest = (A.symbolic("key_lengths", (B,)), A.symbolic("mask", (B, Hq, nq, nk)),
+                A.symbolic("block_map", (B, Hq, 1, 1)), A.symbolic("alibi_slopes", (Hq,)))
+        ints = {
+            "forward": forward_launch(q, k, v, o, lse, *rest, A.symbolic("sinks", (Hq,)), n.B_r,
+                                      **({"max_seqlen_q": nq} if packed else {}), **extra)[1],
+            "dropout_mask": dropout_mask_launch(A.symbolic("keep", (batch, Hq, nq, nk)), n.B_r)[1],
+            "dkdv": dkdv_launch(q, k, v, do, dk, dv, lse, *rest, n.B_c,
+                                **({"max_seqlen_k": nk} if packed else {}), **extra)[1],
+            "dq": dq_launch(q, k, v, do, dq, lse, *rest, n.B_r, **({"max_seqlen_q": nq} if packed else {}), **extra)[1],
+        }
+        out[packed] = (ints, Hq, nq, nk)
+    return out
+
+
+#: the query heads per K/V head of the call (GQA; 1: MHA)
+GQA_GROUP = sp.Symbol("G", integer=True, positive=True)
+#: the coordinates of one element: batch entry (packed: the segment), query head, row and key of its slice
+_b, _h = sp.Symbol("b", integer=True, nonnegative=True), sp.Symbol("h", integer=True, nonnegative=True)
+
+
+def _box_at(box, ints, b):
+    """``{drop_*: value}`` of a printed box run in order, its kernel names bound to the launch's ``ints`` and the
+    program's batch entry ``off_b = b``."""
+    env = terms.chain(box)
+    names = {s for e in env.values() for s in sp.sympify(e).free_symbols}
+    bind = {s: sp.sympify(ints[s.name]) for s in names if s.name in ints}
+    bind.update({s: b for s in names if s.name == "off_b"})
+    return {sym: sp.sympify(e).xreplace(bind) for sym, e in env.items()}
+
+
+def box_cases(counter, boxes=terms.DROPOUT_BOXES, packed_box=terms.DROPOUT_BOX_PACKED, launches=None):
+    """Every kernel that draws the mask, at its printed box and its launch's integers, draws at element
+    ``(b, h, i, j)`` of its slice the counter the dropout_mask helper draws at ``keep[b, h, i, j]`` (packed:
+    ``keep[0, h, cu_seqlens_q[b] + i, cu_seqlens_k[b] + j]``)."""
+    cases = []
+    launches = box_launches() if launches is None else launches
+    I, J = sp.symbols("I J", integer=True, nonnegative=True)
+    seq_q, seq_k = (sp.Symbol(x, integer=True, nonnegative=True) for x in ("seq_start_q", "seq_start_k"))
+    for packed, (ints, Hq, nq, nk) in launches.items():
+        tag = "packed" if packed else "dense"
+        # the dropout_mask helper's box (a packed batch's mask is one (1, H, total_q, total_k) entry)
+        ref_box = _box_at(boxes["dropout_mask"], ints["dropout_mask"], sp.Integer(0) if packed else _b)
+        ref = counter.xreplace(ref_box).xreplace({n.off_h: _h, n.i: I, n.j: J})
+        want = {n.drop_b: 0 if packed else _b, n.drop_heads: Hq, n.drop_nq: nq, n.drop_nk: nk, n.drop_i0: 0,
+                n.drop_j0: 0}
+        cases.append((f"{tag}: the dropout_mask helper's box is keep's ({'0' if packed else 'b'}, H_q, N_q, N_k) from "
+                      "row 0, key 0",
+                      sp.Tuple(*[sp.expand(ref_box.get(s, s) - v) for s, v in want.items()])
+                      if any(sp.expand(ref_box.get(s, s) - v) != 0 for s, v in want.items()) else ZERO))
+        at = {n.off_h: _h, n.i: I - seq_q, n.j: J - seq_k} if packed else {n.off_h: _h, n.i: I, n.j: J}
+        for kernel in ("forward", "dkdv", "dq"):
+            box = boxes[kernel] + (tuple(packed_box) if packed else ())
+            mine = counter.xreplace(_box_at(box, ints[kernel], _b)).xreplace(at)
+            cases.append((f"{tag}: the {kernel} kernel's counter at (b, h, i, j) is the dropout_mask helper's at "
+                          + ("keep[0, h, cu_seqlens_q[b] + i, cu_seqlens_k[b] + j]" if packed else "keep[b, h, i, j]"),
+                          sp.expand(mine - ref)))
+    return cases
+
+
 @claim("dropout_mask_same",
        "the backward's dropout mask equals the forward's at every element, for every tile order: the printed "
        "keep term Z_ij = [philox(seed, c) >= p] depends only on (seed, rng_offset, b, h, i, j) (no tile start, "
        "block size or loop counter), with the counter c = rng_offset + ((b·H + h)·N_q + i)·N_k + j (packed "
        "batches: b = 0, i and j the global row and key); c is injective on the box b < B, h < H, i < N_q, "
        "j < N_k and every printed operation computing it stays in [0, 2^63) (int64: no wrap) when "
-       "B·H·N_q·N_k <= 2^62 and rng_offset < 2^62",
+       "B·H·N_q·N_k <= 2^62 and rng_offset < 2^62; and each kernel's printed box (spec.terms.DROPOUT_BOXES: "
+       "drop_b, drop_heads, drop_nq, drop_nk, drop_i0, drop_j0 in its own names; a packed batch's "
+       "DROPOUT_BOX_PACKED after it) at the integers spec.launch passes it (forward_launch, dkdv_launch, dq_launch, "
+       "dense and packed, dropout_mask_launch) gives the forward, dK/dV and dQ kernels' counter at (b, query head h, "
+       "i, j) the dropout_mask helper's at keep[b, h, i, j] (packed: keep[0, h, cu_seqlens_q[b] + i, "
+       "cu_seqlens_k[b] + j]), Hq = Hkv·G query heads",
        r"Z_{bhij} = [\mathrm{philox}(\mathrm{seed}, o + ((bH + h)N_q + i)N_k + j) \ge p],\ "
        r"\text{injective in } (b,h,i,j),\ 0 \le c < 2^{63}",
        scope="symbolic B, H, N_q, N_k, rng_offset (z3 over the integers, nonlinear; int64 by bounding every "
-             "intermediate); tl.rand taken as a pure function of (seed, counter): counter-based Philox",
+             "intermediate); tl.rand taken as a pure function of (seed, counter): counter-based Philox; the boxes "
+             "symbolic in B, Hkv, G, N_q, N_k (packed: total_q, total_k), off_h the program's query head (claims "
+             "launch_grid, gqa_head_map), keep's shape (B, Hq, N_q, N_k) as the host allocates it",
        assumptions=("dropout_counter",))
-def prove_dropout_mask_same(base=terms.DROPOUT_BASE, keep=terms.DROPOUT_KEEP):
+def prove_dropout_mask_same(base=terms.DROPOUT_BASE, keep=terms.DROPOUT_KEEP, boxes=terms.DROPOUT_BOXES,
+                            packed_box=terms.DROPOUT_BOX_PACKED, launches=None):
     cases = []
     seed, counter = _counter(base, keep)
     if counter is None:
@@ -134,6 +235,8 @@ def prove_dropout_mask_same(base=terms.DROPOUT_BASE, keep=terms.DROPOUT_KEEP):
     in_int64 = z3.And(*[z3.And(x >= 0, x <= INT64_MAX) for x in parts + [c1]])
     cases.append(("int64: every printed operation's value in [0, 2^63)",
                   z3_verdict(sizes + box(one), in_int64)))
+    # 4. every kernel's box, at its launch's integers: the same counter as the dropout_mask helper's element
+    cases += box_cases(counter, boxes, packed_box, launches)
     return result("dropout_mask_same", cases, "structure (free symbols), SymPy identity, z3 over the integers")
 
 

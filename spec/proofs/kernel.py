@@ -136,7 +136,7 @@ def prove_merge_identity(merge=R.merge, forward_tile=terms.FORWARD_TILE,
        "dK_tail (+= dSᵀ Q_tail, then × scale) gives column D_v + t of dK = scale·dSᵀQ, and dQ_tail (+= dS K_tail, "
        "then × scale) column D_v + t of dQ = scale·dS K, for every tail column t. The decode kernel splits at "
        "the value head dim (MLA's absorbed 576 = 512 + 64); the forward and backward kernels at the largest "
-       "power of two below D where that saves padding (generator.runtime.launch.head_dim_split: 192 = 128 + 64, "
+       "power of two below D where that saves padding (spec.launch.head_dim_split: 192 = 128 + 64, "
        "48 = 32 + 16), the split point D_v here",
        r"S = Q_{[0,D_v)}K_{[0,D_v)}^\top + Q_{[D_v,D)}K_{[D_v,D)}^\top = QK^\top,\quad "
        r"dK_{[D_v,D)} = \mathrm{scale}\cdot dS^\top Q_{[D_v,D)},\quad dQ_{[D_v,D)} = \mathrm{scale}\cdot dS\,K_{[D_v,D)}",

@@ -42,6 +42,11 @@ predicate is built only from the pieces proved here, so a new mask_mod needs no 
    trusted: its tree is equivalent to the predicate for all integers (z3,
    ``mask_mod.normal_form_counterexample``). The decorator runs that check for every
    predicate it admits (``AnalyserError`` otherwise); here it runs on the probes.
+7. **The parameter row**: every load ``MM_row[e]`` of the kernel terms reads an entry of
+   ``[0, W)``, ``W`` the width of the row ``MaskMod.pack`` writes (``MaskMod.row_layout``, the
+   layout ``kernel_form`` reads): z3 over all sizes, tile positions and parameter values
+   (``mask_mod.row_entry_counterexample``), run by the decorator for every predicate it admits and
+   here on the built-ins and probes (a tensor read's clamp keeps its index inside its own entries).
 
 Hence: ``none`` on a tile => no entry of it is attended (skip is safe); ``all`` => every
 entry is attended (running it without the predicate is exact).
@@ -231,6 +236,8 @@ PROBES = (
     ("~(j <= i) & (i != j + 3)", ~sp.Le(n.j, n.i) & sp.Ne(n.i, n.j + 3), ()),
     ("Eq(max(i, j), 3) | min(2i, 3 - j) <= 2", sp.Eq(sp.Max(n.i, n.j), 3) | sp.Le(sp.Min(2 * n.i, 3 - n.j), 2), ()),
     ("t_q[i] != t_k[j]", sp.Ne(T_Q[n.i], T_K[n.j]), ("t_q", "t_k")),
+    # a scalar and two tensors in one row, a tensor read at an index holding a parameter (MM_row inside MM_row)
+    ("t_k[j + c] >= t_q[i] + c", sp.Ge(T_K[n.j + C_], T_Q[n.i] + C_), ("t_q", "t_k", "c")),
 )
 
 
@@ -245,10 +252,27 @@ def _probe_masks(analyse):
     return out
 
 
-def _printed_cases(analyse):
+def _row_cases(masks, kernel_form):
+    """Each probe's parameter loads (``kernel_form``: ``MaskMod.kernel_form``) read entries of ``[0, width)``,
+    the row ``MaskMod.pack`` writes (``MaskMod.row_layout``), for all sizes and values (z3)."""
+    cases = []
+    for label, _pred, mm in masks:
+        if isinstance(mm, Exception):
+            continue  # reported by _printed_cases
+        every, none = mm.classifier()
+        exprs = [kernel_form(mm, x) for x in (every, none, mm.predicate)]
+        width = mm.row_layout()[1]
+        counter = MM.row_entry_counterexample(exprs, width)
+        reads = sum(len(MM.row_entries(x)) for x in exprs)
+        cases.append((f"kernel form of {label}: its {reads} parameter loads read entries of [0, {width}), the row "
+                      "pack writes (z3, all N_Q, N_K >= 1)", ZERO if counter is None else sp.Symbol(f"outside at {counter}")))
+    return cases
+
+
+def _printed_cases(masks):
     """Each probe's analysis is its predicate (z3), and its kernel terms are integer-exact."""
     cases = []
-    for label, pred, mm in _probe_masks(analyse):
+    for label, pred, mm in masks:
         if isinstance(mm, Exception):
             cases.append((f"analyse {label}", sp.Symbol(f"{type(mm).__name__}: {mm}")))
             continue
@@ -271,20 +295,30 @@ def _printed_cases(analyse):
        "ids included), the three-valued corner classifier with Kleene's rules never skips a tile holding "
        "an attended entry and never runs without the predicate a tile holding a masked one — for all "
        "integer tile positions, block sizes and parameter values; the analyser's atoms are the predicate "
-       "(z3, checked at decoration) and the printed classifier divides integers exactly (floor_div)",
+       "(z3, checked at decoration) and the printed classifier divides integers exactly (floor_div); every "
+       "parameter load MM_row[e] of the kernel terms (classifier and element predicate, tensor indices clamped) "
+       "reads an entry e in [0, W), W the width of the int32 row MaskMod.pack writes (MaskMod.row_layout: one "
+       "entry per scalar, N_Q or N_K per tensor), for all N_Q, N_K >= 1, tile positions and sizes and parameter "
+       "values (z3, checked at decoration); with MM_row = mask_mod_args[b, 0] (claims forward_addresses, "
+       "backward_kernel_addresses: the row stride spec.launch.mask_mod_strides passes) and pack's fresh "
+       "contiguous row, the load reads mask_mod_args[b, e], inside the (B, W) tensor",
        r"\mathrm{none}(T)\Rightarrow\forall (i,j)\in T: \neg P(i,j);\quad "
        r"\mathrm{all}(T)\Rightarrow\forall (i,j)\in T: P(i,j)",
        terms=(),
        scope="symbolic: all integer tile positions, block sizes and parameter values; every predicate of the "
              "class (direction rules, corner lemma, atom rule, Kleene's connectives), exact; the printed floor_div "
              "in int32 (z3, either rounding of //); the analyser checked per predicate by z3 at decoration (here: "
-             "the built-ins and the probes); the built-ins by membership")  # its terms (mm_all, mm_none, mm_state) are per mask_mod: docs/mask_mod.md shows the built-ins
+             "the built-ins and the probes); the built-ins by membership; the row entries per predicate by z3 over "
+             "the integers (tile starts >= 0, block sizes >= 1: their declared signs), at decoration for every "
+             "mask_mod, here for the built-ins and the probes")  # its terms (mm_all, mm_none, mm_state) are per mask_mod: docs/mask_mod.md shows the built-ins
 def prove_mask_mod_sound(rules=MM.DIRECTION_RULES, corner=None, rule=MM.atom_rule, kleene=MM.KLEENE,
-                         printed_floor_div=None, analyse=None):
+                         printed_floor_div=None, analyse=None, kernel_form=MM.MaskMod.kernel_form):
     cases = _direction_rule_cases(rules) + _corner_cases(corner) + _atom_cases(rule) + _kleene_cases(kleene)
     a, c = sp.symbols("a c", integer=True)
     cases += _printed_floor_div_cases(printed_floor_div or print_expr(MM.floor_div(a, c)))
-    cases += _printed_cases(analyse or MM.analyse)
+    masks = _probe_masks(analyse or MM.analyse)
+    cases += _printed_cases(masks)
+    cases += _row_cases(masks, kernel_form)
     cases += [(f"built-in {m.name} is in the class ({len(m.params)} parameter(s))", ZERO) for m in MM.BUILTINS]
     return result(MM.CLAIM, cases,
                   "direction rules, corner lemma for every direction pair, atom rule, Kleene's and/or/not: "

@@ -18,6 +18,8 @@ from __future__ import annotations
 import sympy as sp
 import z3
 
+from spec import masks as M
+from spec import notation as n
 from spec import recurrences as R
 from spec import ring as RG
 from spec.proofs.tools import equal_cases, result, state_cases
@@ -170,6 +172,58 @@ def _attends(gq, gk, a, b):
     return z3.Or(gk < gq, z3.And(gk == gq, b <= a))
 
 
+def _causal(alignment, i, j, n_q, n_k):
+    """The spec's causal mask (``spec.masks.MASK_KINDS['causal']``, shift of ``alignment``) on z3
+    positions: query ``i`` attends key ``j`` of an ``n_q`` x ``n_k`` problem."""
+    pred = M.MASK_KINDS["causal"].predicate().subs(n.shift, M.ALIGNMENT_SHIFT[alignment])
+    return to_z3(pred, {n.i: i, n.j: j, n.Nq: n_q, n.Nk: n_k})
+
+
+def _slice_cases(name, lay, step_slices, classes):
+    """The slices of each step's call (``step_slices``: what the runtime cuts q, k, v with): for every
+    plan the step can take — no mask, the own shard, and another shard's plan whichever of
+    ``spec.ring.step_plans`` matches its classes — the slices lie inside the shard, hold exactly the
+    plan's slots, and the call (its mask, ``spec.ring.CALL_ALIGNMENT``) computes exactly the pairs
+    the global mask attends: ``in rows ∧ in cols ∧ call mask ⟺ attended`` for every local query
+    position x·C + a and key position y·C + b of the shard (slots x, y; offsets 0 <= a, b < C)."""
+    world = _world() + [Z3_C >= 1]
+    offsets = [0 <= Z3_A, Z3_A < Z3_C, 0 <= Z3_B, Z3_B < Z3_C]
+    local = lay.slots * Z3_C  # the positions of a shard (the local q, the held K/V)
+    situations = [("no mask", RG.unmasked_plan(lay.slots), [], lambda gq, gk: z3.BoolVal(True)),
+                  ("own shard", RG.own_shard_plan(lay.slots), [Z3_SRC == Z3_R], None)]
+    for plan in RG.step_plans(lay.slots):
+        match = z3.And(*[classes[xy][plan.expected(*xy)] for xy in classes])
+        situations.append((f"another shard, plan {plan.kind} rows {plan.rows} cols {plan.cols}", plan,
+                           [Z3_SRC != Z3_R, match], None))
+    cases = []
+    for label, plan, hyp, attended in situations:
+        attended = attended or (lambda gq, gk: _attends(gq, gk, Z3_A, Z3_B))  # the global causal mask
+        (r0, r1), (c0, c1) = step_slices(plan, Z3_C)
+        r0, r1, c0, c1 = (z3.IntVal(v) if isinstance(v, int) else v for v in (r0, r1, c0, c1))
+        cases.append(_z3_case(f"{name}, {label}: slices inside the shard [0, T·C)", world + hyp,
+                              z3.And(0 <= r0, r0 <= r1, r1 <= local, 0 <= c0, c0 <= c1, c1 <= local)))
+        exact, pairs = [], []
+        for x in range(lay.slots):
+            i = x * Z3_C + Z3_A
+            exact.append((z3.And(r0 <= i, i < r1)) == z3.BoolVal(plan.rows[0] <= x < plan.rows[1]))
+            exact.append((z3.And(c0 <= i, i < c1)) == z3.BoolVal(plan.cols[0] <= x < plan.cols[1]))
+            for y in range(lay.slots):
+                j = y * Z3_C + Z3_B
+                call = _causal(RG.CALL_ALIGNMENT, i - r0, j - c0, r1 - r0, c1 - c0) if plan.causal else z3.BoolVal(True)
+                computed = z3.And(r0 <= i, i < r1, c0 <= j, j < c1, call)
+                pairs.append(computed == attended(_chunk(lay, Z3_R, z3.IntVal(x)), _chunk(lay, Z3_SRC, z3.IntVal(y))))
+        cases.append(_z3_case(f"{name}, {label}: the slices hold exactly the plan's slots", world + hyp + offsets,
+                              z3.And(*exact)))
+        cases.append(_z3_case(f"{name}, {label}: the call computes exactly the attended pairs", world + hyp + offsets,
+                              z3.And(*pairs)))
+    # a slot's positions x·C + a are its own: a slice takes each position of the shard once
+    a2 = z3.Int("a2")
+    cases += [_z3_case(f"{name}: slots {x} and {x2} hold disjoint positions", world + offsets + [0 <= a2, a2 < Z3_C],
+                       x * Z3_C + Z3_A != x2 * Z3_C + a2)
+              for x in range(lay.slots) for x2 in range(lay.slots) if x < x2]
+    return cases
+
+
 @claim("ring_causal_blocks",
        "for every P >= 1, rank, source rank, slots and chunk size C (symbolic, z3) and both layouts, the causal "
        "classifier at block granularity (the forward kernel's tile-loop terms with B_r = B_c = C), fed "
@@ -180,21 +234,34 @@ def _attends(gq, gk, a, b):
        "block pair with an attended (i, j), runs a full pair only when all of it is attended, calls a pair "
        "partial only on the diagonal (its mask is the chunk's top-left causal mask), the own shard's local "
        "top-left causal mask is the global one, and every other step's T x T classes match one of "
-       "spec.ring.step_plans: one kernel call per step",
+       "spec.ring.step_plans: one kernel call per step; and the slices the runtime cuts q, k, v (dO, O, lse, "
+       "dQ, dK, dV) with, spec.ring.step_slices of the step's plan (no mask: unmasked_plan; the own shard: "
+       "own_shard_plan; another shard: any step_plans entry matching its classes), lie inside the shard "
+       "[0, T·C), hold exactly the plan's slots (a local position x·C + a is in the rows slice iff slot x is "
+       "in the plan's rows; keys likewise; distinct slots' positions are disjoint), and the call on them "
+       "(unmasked, or causal at spec.ring.CALL_ALIGNMENT: spec.masks' causal predicate on the sliced "
+       "positions) computes exactly the (query, key) pairs of the rank's queries and the held shard that the "
+       "global mask attends (every key without a mask)",
        r"\mathrm{visit}\iff g_k\le g_q,\ \ \mathrm{full}\iff g_k<g_q,\ \ "
        r"\mathrm{skip}\Rightarrow\forall (i,j): j>i,\ \ \mathrm{full}\Rightarrow\forall (i,j): j\le i,\ \ "
-       r"\mathrm{partial}\Rightarrow g_q=g_k,\ \ \text{classes}\in\text{plans}", terms=(),
+       r"\mathrm{partial}\Rightarrow g_q=g_k,\ \ \text{classes}\in\text{plans},\ \ "
+       r"i\in\mathrm{rows}\wedge j\in\mathrm{cols}\wedge\mathrm{call}(i,j)\iff\mathrm{attends}(i,j)", terms=(),
        scope="symbolic P, ranks, slots, chunks and chunk size C = B_r = B_c (z3; the classifier and the "
-             "positions with C symbolic, the layouts' consequences linear in the chunks, each case in its own "
-             "z3 context); causal top-left only; mathematical integers Z (int32: int32_index_arithmetic covers "
-             "the tile loop), exact")
-def prove_ring_causal_blocks(layouts=None, conditions=None, step_pair=None):
+             "positions with C symbolic, the layouts' consequences linear in the chunks, the slices for each "
+             "plan at symbolic C and every concrete slot pair, each case in its own z3 context); causal "
+             "top-left or no mask; mathematical integers Z (int32: int32_index_arithmetic covers the tile "
+             "loop; the slices are host ints), exact")
+def prove_ring_causal_blocks(layouts=None, conditions=None, step_pair=None, step_slices=None):
     layouts = RG.LAYOUTS if layouts is None else layouts
     conditions = RG.pair_conditions() if conditions is None else conditions
+    step_slices = RG.step_slices if step_slices is None else step_slices
     offsets = [0 <= Z3_A, Z3_A < Z3_C, 0 <= Z3_B, Z3_B < Z3_C]
-    # the positions: gq·C + a attends gk·C + b iff the chunks do, at chunk granularity (C symbolic)
+    # the positions: gq·C + a attends gk·C + b under the global causal mask (N_Q = N_K = N: either
+    # alignment) iff the chunks do, at chunk granularity (C symbolic)
+    n_total = z3.Int("N")
     cases = [_z3_case("positions: attended at chunk granularity", [Z3_C >= 1] + offsets,
-                      (Z3_GK * Z3_C + Z3_B <= Z3_GQ * Z3_C + Z3_A) == _attends(Z3_GQ, Z3_GK, Z3_A, Z3_B))]
+                      _causal("top_left", Z3_GQ * Z3_C + Z3_A, Z3_GK * Z3_C + Z3_B, n_total, n_total)
+                      == _attends(Z3_GQ, Z3_GK, Z3_A, Z3_B))]
     for name, lay in layouts.items():
         world = _world() + [Z3_C >= 1]
         n_chunks = lay.slots * Z3_P
@@ -231,6 +298,8 @@ def prove_ring_causal_blocks(layouts=None, conditions=None, step_pair=None):
         plans = [z3.And(*[classes[xy][plan.expected(*xy)] for xy in classes]) for plan in RG.step_plans(lay.slots)]
         cases.append(_z3_case(f"{name}: another shard's step matches a one-call plan", world + [Z3_SRC != Z3_R],
                               z3.Or(*plans)))
+        # 3. the slices the runtime takes (spec.ring.step_slices) for each plan a step can take
+        cases += _slice_cases(name, lay, step_slices, classes)
     return result("ring_causal_blocks", cases, "z3 over symbolic P, r, src, slots, chunks, C, positions")
 
 

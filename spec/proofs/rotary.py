@@ -14,6 +14,16 @@ Three parts, all on the printed terms of ``spec.rotary``:
    pair's score ``(R_m q)·(R_n k)`` equals ``(q_a k_a + q_b k_b)·cos((m − n)ω) + (q_a k_b −
    q_b k_a)·sin((m − n)ω)``: a function of ``m − n`` only (a whole head is a sum of such pairs
    and of unrotated lanes, which carry no position).
+4. the launch line (``spec.rotary.kvcache_rotary``, the function the runtime calls): for symbolic
+   ``cache_seqlens[b]``, ``N_new`` and token ``t``, and each of causal / windowed / neither, the printed
+   ``ROTARY_POSITION`` at the start and PER_TOKEN it passes is the reference's row
+   (``spec.rotary.kvcache_rotary_row``): new key t at ``cache_seqlens[b] + t``, the printed append index
+   ``offs_j`` (``spec.addresses.APPEND_KEY``) of that key; query t at the same row when causal or windowed,
+   else at ``cache_seqlens[b]``; both launches get the user's tables and layout, and the attention
+   ``cache_seqlens[b] + N_new`` keys. With the contract's rules as hypotheses (``cache_len_range``:
+   ``0 <= cache_seqlens[b] <= capacity − N_new``; ``rotary_cos``'s ``seqlen_ro >= capacity``) a key's row
+   lies in ``[0, seqlen_ro)`` (``APPEND_ROW_OK`` holds: a key is never rotated by the fallback), and the
+   fallback a row past the table gets (cos 1, sin 0) is the reference's: ``ROTATE`` keeps the lane.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from __future__ import annotations
 import sympy as sp
 import z3
 
+from spec import addresses as A
 from spec import rotary as R
 from spec import terms
 from spec.proofs.paged import _Z3, _decide
@@ -49,15 +60,23 @@ def _rotate_at(rotate, lane, x_val, pair_val, sign, cos_t, sin_t):
        "partner < 2·half and lanes d >= 2·half are kept (z3, unbounded integers); new token t reads table row "
        "cache_seqlens[b] + t (PER_TOKEN = 1: keys, causal or windowed queries) or cache_seqlens[b] (0); ROTATE on (a, b) is the "
        "reference's R(θ)(x_a, x_b) for a symbolic angle θ, and the score (R_{mω} q)·(R_{nω} k) of a pair is "
-       "a function of m − n only (SymPy, exact)",
+       "a function of m − n only (SymPy, exact); the launch line spec.rotary.kvcache_rotary (what the runtime "
+       "passes both _append_rows launches) gives new key t the row cache_seqlens[b] + t, its printed append index "
+       "offs_j, and query t that row when causal or windowed, else cache_seqlens[b] (spec.rotary.kvcache_rotary_row, "
+       "the reference's rule), with the user's tables and layout, and cache_seqlens[b] + N_new keys to attend "
+       "(SymPy, symbolic cache_seqlens[b], N_new, t); given the contract's 0 <= cache_seqlens[b] <= capacity − N_new "
+       "(cache_len_range) and seqlen_ro >= capacity (rotary_cos's rule), a key's row lies in [0, seqlen_ro) and "
+       "APPEND_ROW_OK keeps it (z3); a row past the table rotates by cos 1, sin 0: ROTATE keeps the lane, the "
+       "reference's rule",
        r"\mathrm{ROTATE}(a, b) = R(\theta)\begin{pmatrix}x_a\\x_b\end{pmatrix},\quad "
        r"\langle R_m q, R_n k\rangle = f(m - n)",
        terms=tuple(dict.fromkeys(t.name for group in R.GROUPS.values() for t in group)),
        scope="symbolic rotary_dim/2, pair, lane (z3 over Z); symbolic angle, positions and frequency, "
              "reals, exact (not fp32-rounded: the kernel rotates in fp32 and rounds once to the cache dtype)")
 def prove_rotary_rotation(interleaved=R.INTERLEAVED, halves=R.HALVES, rotate=R.ROTATE,
-                          position=R.ROTARY_POSITION):
-    cases = []
+                          position=R.ROTARY_POSITION, host=None, row_ok=A.APPEND_ROW_OK):
+    host = R.kvcache_rotary if host is None else host
+    cases = _launch_line(host, position, rotate, row_ok)
     # the table row of new token t: FlashAttention's cache_seqlens[b] + t (PER_TOKEN = 1), cache_seqlens[b] (0)
     (pos,) = position
     for per, want in ((1, R.seqlen + R.tok), (0, R.seqlen)):
@@ -106,3 +125,54 @@ def prove_rotary_rotation(interleaved=R.INTERLEAVED, halves=R.HALVES, rotate=R.R
     cases.append(("(R_m q)·(R_n k) depends on m − n only",
                   sp.expand(sp.expand_trig(score - relative))))
     return result(R.CLAIM, cases, "z3 over unbounded integers (lanes); SymPy expand_trig (rotation)")
+
+
+def _launch_line(host, position, rotate, row_ok):
+    """Part 4: the rows spec.rotary.kvcache_rotary hands the two launches are the reference's."""
+    cases = []
+    (pos,) = position
+    (key_term,) = A.APPEND_KEY
+    cs, n_new, t = (sp.Symbol(s_, integer=True, nonnegative=True) for s_ in ("cache_seqlens_b", "N_new", "t"))
+    cos_t, sin_t = sp.Symbol("rotary_cos"), sp.Symbol("rotary_sin")  # the user's tables, passed as they are
+    window = (sp.Symbol("window_left", integer=True), sp.Symbol("window_right", integer=True))
+
+    def row(start, per):  # the printed table row the kernel reads for token t (start_new: start as loaded)
+        return pos.expr.xreplace({R.seqlen: start, R.per_token: per, R.tok: t})
+
+    for causal, win in ((False, None), (True, None), (False, window), (True, window)):
+        tag = f"causal={causal}, window={'None' if win is None else 'given'}"
+        for inter in (True, False):
+            ro = host(cs, n_new, causal, win, cos_t, sin_t, inter)
+            same = ro.cos == cos_t and ro.sin == sin_t and ro.interleaved is inter
+            cases.append((f"{tag}, interleaved={inter}: both launches get the user's tables and layout",
+                          sp.Integer(0 if same else 1)))
+        key_row = row(ro.key_start, ro.key_per_token)
+        appended_at = key_term.expr.xreplace({A.start_new: ro.key_start, A.offs_t: t})
+        cases.append((f"{tag}: new key t is rotated at the reference's row cache_seqlens[b] + t",
+                      difference(key_row, R.kvcache_rotary_row(cs, t, query=False))))
+        cases.append((f"{tag}: new key t is rotated at the row of its printed append index offs_j",
+                      difference(key_row, appended_at)))
+        query_row = row(ro.query_start, ro.query_per_token)
+        cases.append((f"{tag}: query t is rotated at the reference's row",
+                      difference(query_row, R.kvcache_rotary_row(cs, t, query=True, causal=causal, window=win))))
+        if causal or win is not None:
+            cases.append((f"{tag}: query t is rotated at the row its key is appended at (cache_seqlens[b] + t)",
+                          difference(query_row, appended_at)))
+        cases.append((f"{tag}: the attention runs over cache_seqlens[b] + N_new keys",
+                      difference(ro.key_lengths, cs + n_new)))
+    # a key's row inside the table, under the contract's rules (cache_len_range; seqlen_ro >= capacity)
+    z = _Z3()
+    ro = host(cs, n_new, True, None, cos_t, sin_t, True)
+    cap, seqlen_ro = sp.Symbol("capacity", integer=True), sp.Symbol("seqlen_ro", integer=True)
+    key_row = row(ro.key_start, ro.key_per_token)
+    ((ok_term,),) = (row_ok,)
+    kept = ok_term.expr.xreplace({A.offs_pos: key_row, A.seqlen_ro: seqlen_ro})
+    contract = [0 <= z(cs), z(cs) + z(n_new) <= z(cap), z(seqlen_ro) >= z(cap), 0 <= z(t), z(t) < z(n_new)]
+    cases.append(_decide("a new key's row lies in [0, seqlen_ro) and APPEND_ROW_OK keeps it (cache_seqlens[b] "
+                         "<= capacity − N_new, seqlen_ro >= capacity)", contract,
+                         z3.And(0 <= z(key_row), z(key_row) < z(seqlen_ro),
+                                z(kept) if kept not in (sp.true, sp.false) else z3.BoolVal(bool(kept)))))
+    # a row past the table: the kernel's masked loads give cos 1, sin 0, and ROTATE keeps the lane
+    cases.append(("a row past the table (cos 1, sin 0) keeps the lane, the reference's rule",
+                  difference(_rotate_at(rotate, None, R.x, R.x_pair, R.ro_sign, 1, 0), R.x)))
+    return cases

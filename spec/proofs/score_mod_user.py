@@ -7,8 +7,12 @@
   from ``SF``/``SI`` as the kernels read them);
 * the printed dS factor times the scale is ``∂logit/∂x`` (the kernels apply the scale once after
   the loop, ``BACKWARD_SCALE``), so ``dS·factor`` is ``∂L/∂s`` through ``f``;
-* each printed ``sgrad_k / dS`` is ``∂logit/∂SF[offs_sp_k]`` with the read at ``offs_sp_k`` a
-  read of the printed forward line (each forward read has exactly one gradient term);
+* each kernel's backward steps in their printed order (``ScoreMod.backward_terms``: the bodies of the dQ
+  kernel's ``_user_score_bwd`` and the dK/dV kernel's ``_user_score_ds``), run from ``dS = ∂L/∂f``: every
+  gradient the dQ kernel scatters is taken before ``ds·∂f/∂s`` and equals ``∂L/∂f·∂logit/∂SF[offs_sp_k]``
+  with the read at ``offs_sp_k`` a read of the printed forward line (each forward read scattered exactly
+  once; the dK/dV kernel scatters none), and ``ds`` after the steps is ``∂L/∂s`` (the chain rule; the
+  audit's edit taking the gradients after the ∂f/∂s factor fails it);
 * the scatter (``spec.score_mods.SCATTER``) run over the chunks the kernel visits, from
   ``(lo // C)·C`` to ``hi`` by ``C``, gives every entry the sum of the tile's gradients that read it.
 
@@ -50,11 +54,23 @@ def _sf_reads(expr):
     return sorted((a for a in expr.atoms(sp.Indexed) if a.base == SM.SF), key=str)
 
 
-def derivative_cases(sm, forward=None, ds_term=None, grads=None):
-    """``(name, residual)`` cases (see the module docstring); the printed terms by default."""
+#: the kernels whose score_mod backward is a printed step sequence, and whether they scatter the gradients
+#: (the dQ kernel's program owns a row of the gradient buffer; the dK/dV kernel has none)
+BACKWARD_KERNELS = (("dQ kernel (_user_score_bwd)", True), ("dK/dV kernel (_user_score_ds)", False))
+
+
+def derivative_cases(sm, forward=None, ds_term=None, grads=None, backward=None):
+    """``(name, residual)`` cases (see the module docstring); the printed terms by default. ``backward``: the
+    kernels' step sequences ``{kernel: steps}`` (default ``sm.backward_terms``, what the kernels print, or
+    ``spec.score_mods.backward_steps`` of the ``grads`` and ``ds_term`` given)."""
+    if backward is None and ds_term is None and grads is None:  # what the kernels print
+        backward = {kernel: sm.backward_terms(scatter) for kernel, scatter in BACKWARD_KERNELS}
     forward = sm.forward_terms() if forward is None else forward
     ds_term = sm.ds_term() if ds_term is None else ds_term
     grads = sm.grad_terms() if grads is None else grads
+    if backward is None:  # the sequences of the given terms
+        backward = {kernel: SM.backward_steps(grads if scatter else (), ds_term)
+                    for kernel, scatter in BACKWARD_KERNELS}
     logit = _logit(forward)
     scaled = {SM.us: x * n.sm_scale}  # us = qk·qk_scale·ln 2 = scale·x
     cases = equal_cases([("printed forward logit = f(scale·x)", logit,
@@ -64,18 +80,42 @@ def derivative_cases(sm, forward=None, ds_term=None, grads=None):
     reads = _sf_reads(logit)
     dummies = {r: sp.Dummy(f"read{k}", real=True) for k, r in enumerate(reads)}
     as_vars = logit.xreplace(dummies)
-    seen = []
-    for g, ix in grads:
-        read = SM.SF[ix.expr]
-        if read not in dummies:
-            cases.append((f"{g.name}: SF[{ix.expr}] is a read of the printed forward line", sp.Tuple(read)))
-            continue
-        seen.append(read)
-        cases += equal_cases([(f"{g.name} = dS·∂logit/∂SF[{ix.name}]", (g.expr / n.ds).xreplace(scaled),
-                               sp.diff(as_vars, dummies[read]).xreplace({v: k for k, v in dummies.items()}))])
     tensor_reads = {SM.SF[sm.flat_index(rd)] for rd in sm.reads}  # float scalars are Python numbers: no gradient
-    missing = [r for r in reads if r in tensor_reads and r not in seen and sp.diff(as_vars, dummies[r]) != 0]
-    cases.append(("every tensor read of the forward line has its gradient term", sp.Integer(len(missing))))
+    needed = [r for r in reads if r in tensor_reads and sp.diff(as_vars, dummies[r]) != 0]
+    # the backward's steps in their printed order, from dS = ∂L/∂f (G, the softmax Jacobian's output): the chain
+    # rule ∂L/∂t = G·∂f/∂t (each scatter reads G, not G·∂f/∂s) and ∂L/∂s = G·∂f/∂s (ds after the steps)
+    G = sp.Symbol("dL_df", real=True)
+    for (kernel, scatter) in BACKWARD_KERNELS:
+        steps = tuple(backward[kernel])
+        out = terms.chain(steps)  # each name's value at the end, in the values at the start
+        cases += equal_cases([(f"{kernel}: ds after the steps = ∂L/∂s = ∂L/∂f·∂f/∂s",
+                               out.get(n.ds, n.ds).xreplace({n.ds: G, **scaled}) * n.sm_scale,
+                               G * sp.diff(logit, x))])
+        points = SM.scatter_points(steps)
+        ds_at = [k for k, t in enumerate(steps) if t.symbol == n.ds]
+        late = [g.name for k, g, _ in points if ds_at and k > ds_at[0]]
+        cases.append((f"{kernel}: every gradient is scattered before ds·∂f/∂s (it reads ∂L/∂f)",
+                      ZERO if not late else sp.Symbol("after ds: " + ", ".join(late))))
+        if not scatter:
+            cases.append((f"{kernel}: no gradient scattered (the dQ kernel scatters every element once)",
+                          sp.Integer(len(points))))
+            continue
+        seen = []
+        back = {v: r for r, v in dummies.items()}
+        for k, g, ix in points:
+            at = terms.chain(steps[:k + 1])  # the values when the scatter runs
+            read = SM.SF[ix.expr]
+            if read not in dummies:
+                cases.append((f"{kernel}: {g.name}: SF[{ix.expr}] is a read of the printed forward line",
+                              sp.Tuple(read)))
+                continue
+            seen.append(read)
+            cases += equal_cases([(f"{kernel}: scattered {g.name} = ∂L/∂SF[{ix.name}] = ∂L/∂f·∂logit/∂SF[{ix.name}]",
+                                   at[g.symbol].xreplace({n.ds: G, **scaled}),
+                                   G * sp.diff(as_vars, dummies[read]).xreplace(back))])
+        missing = [r for r in needed if r not in seen]
+        cases.append((f"{kernel}: every tensor read of the forward line has its gradient scattered",
+                      sp.Integer(len(missing))))
     return cases
 
 
@@ -105,9 +145,11 @@ def scatter_cases(scatter=SM.SCATTER, chunk=2):
 @claim("score_mod_derived",
        "for each example score_mod of spec.score_mods (relative-bias table, per-head temperature, tanh cap, "
        "per-batch gain, ALiBi): the printed forward lines give the natural-log logit f(scale·x) with the "
-       "parameters read from SF/SI; the printed dS factor times the scale is ∂logit/∂x; each printed sgrad_k "
-       "is dS·∂logit/∂SF[offs_sp_k] at a read of the printed forward line, one per read (the derivatives by "
-       "sp.diff); and the printed scatter, run over the chunks from (lo // C)·C to hi, gives every parameter "
+       "parameters read from SF/SI; the printed dS factor times the scale is ∂logit/∂x; each kernel's backward "
+       "steps in their printed order (ScoreMod.backward_terms: the dQ kernel's _user_score_bwd, the dK/dV "
+       "kernel's _user_score_ds), run from dS = ∂L/∂f, scatter every gradient before the ∂f/∂s factor, each "
+       "sgrad_k = ∂L/∂f·∂logit/∂SF[offs_sp_k] at a read of the printed forward line, one per read in the dQ "
+       "kernel and none in dK/dV, and leave ds = ∂L/∂s (the chain rule; the derivatives by sp.diff); and the printed scatter, run over the chunks from (lo // C)·C to hi, gives every parameter "
        "entry the sum of the gradients of the elements that read it. The generator checks the same cases "
        "for every score_mod it emits (spec.proofs.score_mod_user.derivative_cases); exact arithmetic",
        r"\frac{\partial L}{\partial s_{ij}} = dS_{ij}\,f'(s_{ij}),\quad "
