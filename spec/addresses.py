@@ -174,11 +174,18 @@ LEFTPAD_OFFSET = Term(lp_off, off_b * S_["stride_lp"], CLAIM_DECODE, "cache_left
 bi_off = _int("bi_off")
 off_bc = _int("off_bc", nonnegative=True)
 BATCH_IDX_OFFSET = Term(bi_off, off_b * S_["stride_bi"], CLAIM_DECODE, "cache_batch_idx[b]")
+#: decode's offsets compute every product of a stride in int64 — a factor is off_b, off_kvh, head, page or off_bc
+#: (int64 already), or an int32 lane widened first, ``W(x)``: ``tl.cast(x, tl.int64)`` (the partials' split·stride_os
+#: passes 2^31 with many splits of a large batch; no rule bounds block_table's strides) — except the cache's own
+#: in-head products, slot or j times stride_kn and d times stride_kd: assumption index_int32 bounds a (batch or
+#: page, head) slice of k_cache and v_cache (the contract checks it), so the key loop keeps them int32 (widened,
+#: they cost 8-16% more loop instructions on sm_90). Claim decode_addresses checks the widths of the printed lines.
+W = T.int64
 #: the rows of Q (loaded once)
-Q_OFFSET = Term(q_off, off_b * S_["stride_qb"] + col(tok) * S_["stride_qn"] + col(head) * S_["stride_qh"]
-                + row(offs_d) * S_["stride_qd"], CLAIM_DECODE, "q[b, tok, head, d]")
+Q_OFFSET = Term(q_off, off_b * S_["stride_qb"] + W(col(tok)) * S_["stride_qn"] + col(head) * S_["stride_qh"]
+                + W(row(offs_d)) * S_["stride_qd"], CLAIM_DECODE, "q[b, tok, head, d]")
 #: paged: key j's physical page block_table[b, page_idx], then its row page·stride_kb + slot·stride_kn
-BT_OFFSET = Term(bt_off, off_b * S_["stride_bt_b"] + P.page_idx * S_["stride_bt_p"], CLAIM_DECODE,
+BT_OFFSET = Term(bt_off, off_b * S_["stride_bt_b"] + W(P.page_idx) * S_["stride_bt_p"], CLAIM_DECODE,
                  "block_table[b, page_idx]")
 PAGED_ROWS = (
     Term(k_rows, page * S_["stride_kb"] + P.slot * S_["stride_kn"], CLAIM_DECODE, "k_cache[page, slot]"),
@@ -201,9 +208,9 @@ K_TAIL_OFFSET = Term(k_tail_off, off_kvh * S_["stride_kh"] + col(k_rows) + row(o
                      "k_cache[row, kv head, dt]")
 #: the split's partial result: out[split, b, tok, head, d] and lse[split, b, tok, head]
 OUT_OFFSETS = (
-    Term(o_off, P.split * S_["stride_os"] + off_b * S_["stride_ob"] + col(tok) * S_["stride_on"]
-         + col(head) * S_["stride_oh"] + row(offs_dv) * S_["stride_od"], CLAIM_DECODE, "out[split, b, tok, head, dv]"),
-    Term(lse_off, P.split * S_["stride_ls"] + off_b * S_["stride_lb"] + tok * S_["stride_ln"]
+    Term(o_off, W(P.split) * S_["stride_os"] + off_b * S_["stride_ob"] + W(col(tok)) * S_["stride_on"]
+         + col(head) * S_["stride_oh"] + W(row(offs_dv)) * S_["stride_od"], CLAIM_DECODE, "out[split, b, tok, head, dv]"),
+    Term(lse_off, W(P.split) * S_["stride_ls"] + off_b * S_["stride_lb"] + W(tok) * S_["stride_ln"]
          + head * S_["stride_lh"], CLAIM_DECODE, "lse[split, b, tok, head]"),
 )
 #: the row's sink (HAS_SINKS, unsplit): sinks[head]
@@ -298,7 +305,7 @@ FWD_Q_OFFSET = (Term(q_off, off_b * F_["stride_qb"] + off_h * F_["stride_qh"] + 
 FWD_OUT_OFFSETS = (
     Term(o_off, off_b * F_["stride_ob"] + off_h * F_["stride_oh"] + col(offs_m) * F_["stride_om"]
          + row(offs_dv) * F_["stride_od"], CLAIM_FORWARD, "out[b, h, i, dv]"),
-    Term(lse_off, off_b * F_["stride_lb"] + off_h * F_["stride_lh"] + offs_m * F_["stride_lm"], CLAIM_FORWARD,
+    Term(lse_off, off_b * F_["stride_lb"] + off_h * F_["stride_lh"] + W(offs_m) * F_["stride_lm"], CLAIM_FORWARD,
          "lse[b, h, i]"),
 )
 #: this program's K/V head (int64 scalars), then a tile's keys offs_n in it
@@ -323,9 +330,9 @@ FWD_MASK_BASE = (Term(mask_base, off_b * F_["stride_mb"] + off_h * F_["stride_mh
                       CLAIM_FORWARD, "mask[b, h, i]"),)
 FWD_MASK_OFFSET = (Term(mask_off, mask_base + row(offs_n) * F_["stride_mn"], CLAIM_FORWARD, "mask[b, h, i, j]"),)
 #: the block map's row of this query tile, then one byte per key tile
-FWD_MAP_BASE = (Term(map_base, off_b * F_["stride_map_b"] + off_h * F_["stride_map_h"] + pid_m * F_["stride_map_m"],
+FWD_MAP_BASE = (Term(map_base, off_b * F_["stride_map_b"] + off_h * F_["stride_map_h"] + W(pid_m) * F_["stride_map_m"],
                      CLAIM_FORWARD, "block_map[b, h, query tile]"),)
-FWD_MAP_OFFSET = (Term(map_off, map_base + sp.floor(start_n / n.B_c) * F_["stride_map_n"], CLAIM_FORWARD,
+FWD_MAP_OFFSET = (Term(map_off, map_base + W(sp.floor(start_n / n.B_c)) * F_["stride_map_n"], CLAIM_FORWARD,
                        "block_map[b, h, query tile, key tile]"),)
 #: key_lengths[b], sinks[h], the ALiBi slope of (b, h) ((Hq,) slopes: stride_sb = 0)
 FWD_KEY_LEN = (Term(kl_off, off_b * F_["stride_kl"], CLAIM_FORWARD, "key_lengths[b]"),)
@@ -342,7 +349,7 @@ FWD_RNG_OFFSET = (Term(rng_off, sp.Integer(1), CLAIM_FORWARD, "philox[1]: the co
 #: _dropout_keep: the keep mask's element (b, h, i, j), its row index in int64 (offs_m64 = offs_m.to(int64))
 offs_m64, keep_off = _int("offs_m64", nonnegative=True), _int("keep_off")
 KEEP_OFFSET = (Term(keep_off, off_b * F_["stride_keep_b"] + off_h * F_["stride_keep_h"] + col(offs_m64)
-                    * F_["stride_keep_m"] + row(offs_n) * F_["stride_keep_n"], CLAIM_FORWARD, "keep[b, h, i, j]"),)
+                    * F_["stride_keep_m"] + W(row(offs_n)) * F_["stride_keep_n"], CLAIM_FORWARD, "keep[b, h, i, j]"),)
 #: FP8 (issue 30): the three float32 (B, Hkv) descales of this program's (batch, KV head), each at its own
 #: strides (spec.launch.descale_strides); packed, b is the segment (qdesc_off, ...: the decode's names)
 FWD_DESCALE_OFFSETS = tuple(
@@ -411,32 +418,35 @@ ROW_STRIDES_2D = {name: _int(name) for name in (
     "stride_l", "stride_os", "stride_or", "stride_osd", "stride_ls", "stride_lr", "stride_sink")}
 R_ = ROW_STRIDES_2D
 x_off, y_off = _int("x_off"), _int("y_off")
+#: every product of a stride in int64 (a lane widened first, as decode's: W): softmax's x and the merges' partials
+#: are any tensors the caller passes, with no contract rule bounding them by 2^31 elements (claim rows_addresses
+#: checks the printed lines' widths)
 SOFTMAX_OFFSETS = (
-    Term(x_off, col(offs_m) * R_["stride_xr"] + row(offs_n) * R_["stride_xc"], CLAIM_ROWS, "x[r, c]"),
-    Term(y_off, col(offs_m) * R_["stride_yr"] + row(offs_n) * R_["stride_yc"], CLAIM_ROWS, "y[r, c]"),
+    Term(x_off, W(col(offs_m)) * R_["stride_xr"] + W(row(offs_n)) * R_["stride_xc"], CLAIM_ROWS, "x[r, c]"),
+    Term(y_off, W(col(offs_m)) * R_["stride_yr"] + W(row(offs_n)) * R_["stride_yc"], CLAIM_ROWS, "y[r, c]"),
 )
 oa_off, ob_off, la_off, lb_off, mo_off, ml_off = (_int(s) for s in ("oa_off", "ob_off", "la_off", "lb_off",
                                                                     "mo_off", "ml_off"))
 #: merge_state: side a and side b of row r, and the merged row
 MERGE_OFFSETS = (
-    Term(la_off, offs_m * R_["stride_la"], CLAIM_ROWS, "lse_a[r]"),
-    Term(lb_off, offs_m * R_["stride_lb"], CLAIM_ROWS, "lse_b[r]"),
-    Term(oa_off, col(offs_m) * R_["stride_oa"] + row(offs_d) * R_["stride_oad"], CLAIM_ROWS, "o_a[r, d]"),
-    Term(ob_off, col(offs_m) * R_["stride_ob"] + row(offs_d) * R_["stride_obd"], CLAIM_ROWS, "o_b[r, d]"),
+    Term(la_off, W(offs_m) * R_["stride_la"], CLAIM_ROWS, "lse_a[r]"),
+    Term(lb_off, W(offs_m) * R_["stride_lb"], CLAIM_ROWS, "lse_b[r]"),
+    Term(oa_off, W(col(offs_m)) * R_["stride_oa"] + W(row(offs_d)) * R_["stride_oad"], CLAIM_ROWS, "o_a[r, d]"),
+    Term(ob_off, W(col(offs_m)) * R_["stride_ob"] + W(row(offs_d)) * R_["stride_obd"], CLAIM_ROWS, "o_b[r, d]"),
 )
 MERGE_OUT_OFFSETS = (
-    Term(mo_off, col(offs_m) * R_["stride_o"] + row(offs_d) * R_["stride_od"], CLAIM_ROWS, "o[r, d]"),
-    Term(ml_off, offs_m * R_["stride_l"], CLAIM_ROWS, "lse[r]"),
+    Term(mo_off, W(col(offs_m)) * R_["stride_o"] + W(row(offs_d)) * R_["stride_od"], CLAIM_ROWS, "o[r, d]"),
+    Term(ml_off, W(offs_m) * R_["stride_l"], CLAIM_ROWS, "lse[r]"),
 )
 #: merge_states: split s's partial of row r, and row r's sink (rows ordered with the query head last)
 ls_off, os_off, msink_off = _int("ls_off"), _int("os_off"), _int("msink_off")
 H_ = _int("H", positive=True)
 MERGE_SPLIT_OFFSETS = (
-    Term(ls_off, s_split * R_["stride_ls"] + offs_m * R_["stride_lr"], CLAIM_ROWS, "lse_s[s, r]"),
-    Term(os_off, s_split * R_["stride_os"] + col(offs_m) * R_["stride_or"] + row(offs_d) * R_["stride_osd"],
+    Term(ls_off, W(s_split) * R_["stride_ls"] + W(offs_m) * R_["stride_lr"], CLAIM_ROWS, "lse_s[s, r]"),
+    Term(os_off, W(s_split) * R_["stride_os"] + W(col(offs_m)) * R_["stride_or"] + W(row(offs_d)) * R_["stride_osd"],
          CLAIM_ROWS, "o_s[s, r, d]"),
 )
-MERGE_SINK_OFFSET = (Term(msink_off, sp.Mod(offs_m, H_) * R_["stride_sink"], CLAIM_ROWS, "sinks[r % H]"),)
+MERGE_SINK_OFFSET = (Term(msink_off, W(sp.Mod(offs_m, H_)) * R_["stride_sink"], CLAIM_ROWS, "sinks[r % H]"),)
 ROWS_GROUPS = {"softmax": SOFTMAX_OFFSETS, "merge": MERGE_OFFSETS, "merge_out": MERGE_OUT_OFFSETS,
                "merge_split": MERGE_SPLIT_OFFSETS, "merge_sink": MERGE_SINK_OFFSET}
 
@@ -458,32 +468,34 @@ acs_off, abi_off, abt_off = _int("acs_off"), _int("abi_off"), _int("abt_off")
 start_new = _int("start_new")
 x_base, dst_base = _int("x_base"), _int("dst_base")
 xa_off, xp_off, dst_off, cos_off, sin_off = (_int(s) for s in ("xa_off", "xp_off", "dst_off", "cos_off", "sin_off"))
+#: every product of a stride in int64, as decode's (W: a lane widened first): the append writes into the same
+#: serving cache (claim append_addresses checks the printed lines' widths)
 APPEND_LOOKUPS = (
     Term(acs_off, off_b * AP_["stride_cs"], CLAIM_APPEND, "cache_seqlens[b]"),
     Term(abi_off, off_b * AP_["stride_bi"], CLAIM_APPEND, "cache_batch_idx[b]"),
-    Term(abt_off, off_b * AP_["stride_bt_b"] + P.page_idx * AP_["stride_bt_p"], CLAIM_APPEND,
+    Term(abt_off, off_b * AP_["stride_bt_b"] + W(P.page_idx) * AP_["stride_bt_p"], CLAIM_APPEND,
          "block_table[b, page_idx]"),
 )
 #: the new rows (token t of head off_head), then a lane d or its rotary partner
 APPEND_X = (
-    Term(x_base, off_b * AP_["stride_xb"] + col(offs_t) * AP_["stride_xn"] + off_head * AP_["stride_xh"],
+    Term(x_base, off_b * AP_["stride_xb"] + W(col(offs_t)) * AP_["stride_xn"] + off_head * AP_["stride_xh"],
          CLAIM_APPEND, "x[b, t, head]"),
-    Term(xa_off, x_base + row(offs_d) * AP_["stride_xd"], CLAIM_APPEND, "x[b, t, head, d]"),
-    Term(xp_off, x_base + row(offs_pair) * AP_["stride_xd"], CLAIM_APPEND, "x[b, t, head, pair of d]"),
+    Term(xa_off, x_base + W(row(offs_d)) * AP_["stride_xd"], CLAIM_APPEND, "x[b, t, head, d]"),
+    Term(xp_off, x_base + W(row(offs_pair)) * AP_["stride_xd"], CLAIM_APPEND, "x[b, t, head, pair of d]"),
 )
 #: the destination's rows: a paged cache (page, slot), a contiguous cache (row off_bc, key j), a tensor like x
 APPEND_DST_PAGED = (
-    Term(dst_base, col(page) * AP_["stride_db"] + col(P.slot) * AP_["stride_dn"] + off_head * AP_["stride_dh"],
+    Term(dst_base, col(page) * AP_["stride_db"] + W(col(P.slot)) * AP_["stride_dn"] + off_head * AP_["stride_dh"],
          CLAIM_APPEND, "cache[page, slot, head]"),)
-APPEND_DST_CACHE = (Term(dst_base, off_bc * AP_["stride_db"] + col(offs_j) * AP_["stride_dn"]
+APPEND_DST_CACHE = (Term(dst_base, off_bc * AP_["stride_db"] + W(col(offs_j)) * AP_["stride_dn"]
                          + off_head * AP_["stride_dh"], CLAIM_APPEND, "cache[off_bc, j, head]"),)
-APPEND_DST_TENSOR = (Term(dst_base, off_b * AP_["stride_db"] + col(offs_t) * AP_["stride_dn"]
+APPEND_DST_TENSOR = (Term(dst_base, off_b * AP_["stride_db"] + W(col(offs_t)) * AP_["stride_dn"]
                           + off_head * AP_["stride_dh"], CLAIM_APPEND, "out[b, t, head]"),)
-APPEND_DST = (Term(dst_off, dst_base + row(offs_d) * AP_["stride_dd"], CLAIM_APPEND, "dst[row, head, d]"),)
+APPEND_DST = (Term(dst_off, dst_base + W(row(offs_d)) * AP_["stride_dd"], CLAIM_APPEND, "dst[row, head, d]"),)
 APPEND_TABLES = (
-    Term(cos_off, col(offs_pos) * AP_["stride_cos_n"] + row(offs_freq) * AP_["stride_cos_d"], CLAIM_APPEND,
+    Term(cos_off, W(col(offs_pos)) * AP_["stride_cos_n"] + W(row(offs_freq)) * AP_["stride_cos_d"], CLAIM_APPEND,
          "cos[pos, freq]"),
-    Term(sin_off, col(offs_pos) * AP_["stride_sin_n"] + row(offs_freq) * AP_["stride_sin_d"], CLAIM_APPEND,
+    Term(sin_off, W(col(offs_pos)) * AP_["stride_sin_n"] + W(row(offs_freq)) * AP_["stride_sin_d"], CLAIM_APPEND,
          "sin[pos, freq]"),
 )
 #: new token t's cache index: the keys before it, then its own position t (the token, not the tile's lane)
@@ -522,11 +534,11 @@ PREPROCESS_OFFSETS = (
          + row(offs_d) * B_["stride_od"], CLAIM_BACKWARD, "out[b, h, i, d]"),
     Term(bdo_off, off_b * B_["stride_dob"] + off_h * B_["stride_doh"] + col(offs_m) * B_["stride_dom"]
          + row(offs_d) * B_["stride_dod"], CLAIM_BACKWARD, "grad_out[b, h, i, d]"),
-    Term(dlse_off, off_b * B_["stride_lb"] + off_h * B_["stride_lh"] + offs_m * B_["stride_lm"], CLAIM_BACKWARD,
+    Term(dlse_off, off_b * B_["stride_lb"] + off_h * B_["stride_lh"] + W(offs_m) * B_["stride_lm"], CLAIM_BACKWARD,
          "grad_lse[b, h, i]"),
-    Term(slse_off, off_b * B_["stride_slb"] + off_h * B_["stride_slh"] + offs_m * B_["stride_slm"],
+    Term(slse_off, off_b * B_["stride_slb"] + off_h * B_["stride_slh"] + W(offs_m) * B_["stride_slm"],
          CLAIM_BACKWARD, "lse[b, h, i] (saved by the forward)"),
-    Term(brow_off, off_b * B_["stride_rb"] + off_h * B_["stride_rh"] + offs_m * B_["stride_rm"], CLAIM_BACKWARD,
+    Term(brow_off, off_b * B_["stride_rb"] + off_h * B_["stride_rh"] + W(offs_m) * B_["stride_rm"], CLAIM_BACKWARD,
          "delta, lse2, dsink[b, h, i]"),
     Term(bsink_off, off_h * B_["stride_sink"], CLAIM_BACKWARD, "sinks[h]"),
 )
@@ -595,7 +607,7 @@ BWD_ROWS = (
          "q[b, h, i, d]"),
     Term(do_rows_off, bdo_base + col(offs_m) * BK_["stride_dom"] + row(offs_dv) * BK_["stride_dod"],
          CLAIM_BACKWARD_KERNELS, "grad_out[b, h, i, dv]"),
-    Term(drow_off, brow_base + offs_m * BK_["stride_rm"], CLAIM_BACKWARD_KERNELS, "delta, lse2[b, h, i]"),
+    Term(drow_off, brow_base + W(offs_m) * BK_["stride_rm"], CLAIM_BACKWARD_KERNELS, "delta, lse2[b, h, i]"),
 )
 #: the dense bool mask of a query head, then _attn_bwd_mask's element (i, j): the tiles of query rows and keys
 #: the caller broadcasts to its layout (row-major for dQ, key-major for dK/dV)
@@ -607,14 +619,14 @@ BWD_MASK = (Term(bmask_off, bmask_base + n.i * BK_["stride_mm"] + n.j * BK_["str
 #: query tile, then a key tile's map tile
 BWD_MAP_COL = (
     Term(mapc_base, off_b * BK_["stride_map_b"] + off_h * BK_["stride_map_h"]
-         + sp.floor(start_n / MAP_BLOCK_N) * BK_["stride_map_n"], CLAIM_BACKWARD_KERNELS, "block_map[b, h, :, key tile]"),
-    Term(mapc_off, mapc_base + sp.floor(start_m / MAP_BLOCK_M) * BK_["stride_map_m"], CLAIM_BACKWARD_KERNELS,
+         + W(sp.floor(start_n / MAP_BLOCK_N)) * BK_["stride_map_n"], CLAIM_BACKWARD_KERNELS, "block_map[b, h, :, key tile]"),
+    Term(mapc_off, mapc_base + W(sp.floor(start_m / MAP_BLOCK_M)) * BK_["stride_map_m"], CLAIM_BACKWARD_KERNELS,
          "block_map[b, h, query tile, key tile]"),
 )
 BWD_MAP_ROW = (
     Term(mapr_base, off_b * BK_["stride_map_b"] + off_h * BK_["stride_map_h"]
-         + sp.floor(start_m / MAP_BLOCK_M) * BK_["stride_map_m"], CLAIM_BACKWARD_KERNELS, "block_map[b, h, query tile]"),
-    Term(mapr_off, mapr_base + sp.floor(start_n / MAP_BLOCK_N) * BK_["stride_map_n"], CLAIM_BACKWARD_KERNELS,
+         + W(sp.floor(start_m / MAP_BLOCK_M)) * BK_["stride_map_m"], CLAIM_BACKWARD_KERNELS, "block_map[b, h, query tile]"),
+    Term(mapr_off, mapr_base + W(sp.floor(start_n / MAP_BLOCK_N)) * BK_["stride_map_n"], CLAIM_BACKWARD_KERNELS,
          "block_map[b, h, query tile, key tile]"),
 )
 BWD_KEY_LEN = (Term(bkl_off, off_b * BK_["stride_kl"], CLAIM_BACKWARD_KERNELS, "key_lengths[b]"),)

@@ -39,7 +39,7 @@ constants (``1/log 2``)     a float literal (``1.4426950408889634``)
                             0.0), 0), 0)``: a score_mod's gradient scatter (spec.score_mods)
 ``int32(x)`` / ``box(c..)``  ``x.to(tl.int32)`` / ``[c_0, c_1, ...]``: a TMA box's int32 coordinates
                             (spec.addresses, claim tma_addresses)
-``program_id(a)``/``int64(x)``  ``tl.program_id(a)`` / ``x.to(tl.int64)``: a program's place in the launch
+``program_id(a)``/``int64(x)``  ``tl.program_id(a)`` / ``x.to(tl.int64)`` (``tl.cast(x, tl.int64)`` but of a program id): a program's place in the launch
                             grid (spec.addresses.GRID_GROUPS, claim launch_grid)
 ``philox_uniform(s, o)``    ``tl.rand(s, o)``: Triton's Philox uniform in [0, 1) (dropout's
                             keep decision, spec.terms.DROPOUT_KEEP; the only draw a kernel makes)
@@ -247,7 +247,11 @@ class TritonPrinter(PythonCodePrinter):
 
     def _print_int64(self, expr):
         x = expr.args[0]
-        return f"{self._print(x) if x.is_Function else self.parenthesize(x, PRECEDENCE['Atom'], strict=True)}.to(tl.int64)"
+        if isinstance(x, T.program_id):  # a tensor: tl.program_id(a).to(tl.int64)
+            return f"{self._print(x)}.to(tl.int64)"
+        # a lane or a loop index, which Triton's interpreter holds as a Python int in a `range` loop: tl.cast
+        # takes either (compiled, the same conversion as .to)
+        return f"tl.cast({self._print(x)}, tl.int64)"
 
     def _print_program_id(self, expr):
         return f"tl.program_id({int(expr.args[0])})"

@@ -1340,6 +1340,74 @@ def test_decode_rows_that_swap_token_and_head_are_refuted():
     assert any("row g·N_q + t" in name for name in failing), failing
 
 
+def _narrow(group):
+    """A group of printed terms with every int64 widening dropped: the int32 products the kernels had."""
+    return tuple(AD.Term(t.symbol, t.expr.replace(terms.int64, lambda x: x), t.claim, t.note) for t in group)
+
+
+def test_decode_int32_products_of_a_stride_are_refuted():
+    """Issue 24: decode's products of a stride in int32 (the kernel before the widening): the partial's
+    split·stride_os wraps once the fp32 partials of many splits pass 2^31 elements, tok·stride_on, q's and the
+    block table's likewise (no rule bounds them). The cache's own in-head products stay int32 (index_int32 bounds
+    its slices): the width case accepts them, and an accepted cache slice reaching 2^32 fails their int32 case."""
+    result = PAD.prove_decode_addresses(groups={name: _narrow(group) for name, group in AD.DECODE_GROUPS.items()})
+    assert _failing(result) == [f"{tag}: {PAD.DECODE_WIDTHS}" for tag in ("paged", "contiguous")], _failing(result)
+    said = {name: str(res) for name, res in result.cases}
+    for tag in ("paged", "contiguous"):
+        for line in ("q_off: stride_qn * tok[:, None]", "q_off: stride_qd * offs_d[None, :]",
+                     "q_tail_off: stride_qd * offs_dt[None, :]", "bt_off: page_idx * stride_bt_p",
+                     "o_off: split * stride_os", "o_off: stride_on * tok[:, None]", "o_off: stride_od * offs_dv[None, :]",
+                     "lse_off: split * stride_ls", "lse_off: stride_ln * tok"):
+            assert line in said[f"{tag}: {PAD.DECODE_WIDTHS}"], (tag, line, said[f"{tag}: {PAD.DECODE_WIDTHS}"])
+        assert "k_rows" not in said[f"{tag}: {PAD.DECODE_WIDTHS}"] and "k_off" not in said[f"{tag}: {PAD.DECODE_WIDTHS}"]
+    assert PI._offset_case("decode's k cache", "D", index_limit=2**32)[1] != 0
+
+
+def test_rows_and_append_int32_products_of_a_stride_are_refuted():
+    """Issue 24: softmax's, the merges' and the KV append's products of a stride in int32 (the kernels before the
+    widening): x[r, c] at r·stride_xr wraps once x passes 2^31 elements; the append's j·stride_dn writes a cache
+    row past 2^31 elements to a wrapped address."""
+    result = PAD.prove_rows_addresses(groups={name: _narrow(group) for name, group in AD.ROWS_GROUPS.items()})
+    assert _failing(result) == [PAD.ROWS_WIDTHS], _failing(result)
+    said = str(dict(result.cases)[PAD.ROWS_WIDTHS])
+    for line in ("x_off: stride_xr * offs_m[:, None]", "la_off: offs_m * stride_la", "os_off: s * stride_os",
+                 "mo_off: stride_od * offs_d[None, :]", "msink_off: stride_sink * (offs_m % H)"):
+        assert line in said, (line, said)
+    result = PAD.prove_append_addresses(groups={name: _narrow(group) for name, group in AD.APPEND_GROUPS.items()})
+    assert _failing(result) == [PAD.APPEND_WIDTHS], _failing(result)
+    said = str(dict(result.cases)[PAD.APPEND_WIDTHS])
+    for line in ("dst_base: stride_dn * offs_j[:, None]", "dst_base: stride_dn * slot[:, None]",
+                 "x_base: stride_xn * offs_t[:, None]", "abt_off: page_idx * stride_bt_p"):
+        assert line in said, (line, said)
+
+
+def test_dense_int32_products_outside_index_int32_are_refuted():
+    """Issue 24: the dense kernels' products that no contract rule bounds, in int32 (the kernels before the
+    widening): the forward's lse offs_m·stride_lm and block-map tile products, the preprocess's and the dK/dV and
+    dQ kernels' Δ/lse2 offs_m·stride_rm, their block-map products. Each fails its claim's width case."""
+    for prove, groups, lines in (
+            (PAD.prove_forward_addresses, AD.FORWARD_GROUPS,
+             ("lse_off: offs_m * stride_lm", "map_base: pid_m * stride_map_m",
+              "map_off: stride_map_n * (start_n // BLOCK_N)", "keep_off: stride_keep_n * offs_n[None, :]")),
+            (PAD.prove_backward_addresses, AD.BACKWARD_GROUPS,
+             ("dlse_off: offs_m * stride_lm", "slse_off: offs_m * stride_slm", "brow_off: offs_m * stride_rm")),
+            (PAD.prove_backward_kernel_addresses, AD.BACKWARD_KERNEL_GROUPS,
+             ("drow_off: offs_m * stride_rm", "mapc_base: stride_map_n * (start_n // MAP_BLOCK_N)",
+              "mapr_off: stride_map_n * (start_n // MAP_BLOCK_N)"))):
+        result = prove(groups={name: _narrow(group) for name, group in groups.items()})
+        assert _failing(result) == [PAD.DENSE_WIDTHS], _failing(result)
+        said = str(dict(result.cases)[PAD.DENSE_WIDTHS])
+        assert all(line in said for line in lines), (lines, said)
+
+
+def test_mask_tile_offset_past_the_accepted_bound_is_refuted():
+    """Issue 24: the backward's mask tile i·stride_mm + j·stride_mn stays int32; claim int32_index_arithmetic
+    proves it fits from assumption index_int32's bound, so accepting a mask whose in-head offset reaches 2^32
+    fails the mask's case (a tile printed with the strides swapped: test_backward_address_mask_tile_transposed)."""
+    assert PI._offset_case("the mask", "N_K")[1] == 0
+    assert PI._offset_case("the mask", "N_K", index_limit=2**32)[1] != 0
+
+
 def test_merged_lse_in_the_wrong_layout_is_refuted():
     """(f) decode's merged lse viewed as (B, Hq, N_q) instead of (B, N_q, Hq) transposed."""
     failing = _failing(PAD.prove_decode_addresses(merged_lse=lambda m, B, Nq, Hq: m.view(B, Hq, Nq)))
@@ -1667,7 +1735,7 @@ def test_forward_address_mask_without_its_head_stride_is_refuted():
 
 def test_forward_address_block_map_by_key_not_tile_is_refuted():
     """The block map indexed by the tile's first key instead of its tile number."""
-    off = swap(FG["map_offset"], AD.map_off, AD.map_base + AD.start_n * AD.F_["stride_map_n"])
+    off = swap(FG["map_offset"], AD.map_off, AD.map_base + terms.int64(AD.start_n) * AD.F_["stride_map_n"])
     failing = _forward_failing(groups=dict(FG, map_offset=off))
     assert failing == ["block map offset is block_map[b, h, pid_m, start_n // BLOCK_N]"], failing
 
@@ -1708,7 +1776,7 @@ RG = AD.ROWS_GROUPS
 
 def test_rows_address_unit_column_stride_is_refuted():
     """The old kernels' `X + r·stride_r + c`: right only for a unit column stride."""
-    soft = swap(RG["softmax"], AD.x_off, terms.col(AD.offs_m) * AD.R_["stride_xr"] + terms.row(AD.offs_n))
+    soft = swap(RG["softmax"], AD.x_off, terms.int64(terms.col(AD.offs_m)) * AD.R_["stride_xr"] + terms.row(AD.offs_n))
     assert _failing(PAD.prove_rows_addresses(groups=dict(RG, softmax=soft))) == ["softmax: x offset is x[r, c]"]
     merge = swap(RG["merge"], AD.la_off, AD.offs_m)
     assert _failing(PAD.prove_rows_addresses(groups=dict(RG, merge=merge))) == ["merge_state: lse_a offset is lse_a[r]"]
@@ -1716,7 +1784,7 @@ def test_rows_address_unit_column_stride_is_refuted():
 
 def test_rows_address_sink_of_the_row_not_its_head_is_refuted():
     """merge_states' sink read at floor(r / H) (the token) instead of r % H (the query head)."""
-    sink = swap(RG["merge_sink"], AD.msink_off, sp.floor(AD.offs_m / AD.H_) * AD.R_["stride_sink"])
+    sink = swap(RG["merge_sink"], AD.msink_off, terms.int64(sp.floor(AD.offs_m / AD.H_)) * AD.R_["stride_sink"])
     failing = _failing(PAD.prove_rows_addresses(groups=dict(RG, merge_sink=sink)))
     assert failing == ["merge_states: sink offset is sinks[r % H]"], failing
 
@@ -1844,12 +1912,15 @@ def test_backward_address_mask_tile_transposed_is_refuted():
     S = AD.BK_
     mask = swap(BKG["mask"], AD.bmask_off, AD.bmask_base + n.j * S["stride_mm"] + n.i * S["stride_mn"])
     failing = _bwd_failing(groups=dict(BKG, mask=mask))
-    assert failing == ["dkdv: mask offset is mask[b, h, i, j]", "dq: mask offset is mask[b, h, i, j]"], failing
+    # its int32 products are no longer the in-head offset i·stride_mm + j·stride_mn index_int32 bounds either
+    int32 = "mask: the int32 products are the in-head offset row·stride_row + col·stride_col"
+    assert failing == ["dkdv: mask offset is mask[b, h, i, j]", f"dkdv: {int32}",
+                       "dq: mask offset is mask[b, h, i, j]", f"dq: {int32}"], failing
 
 
 def test_backward_address_block_map_at_the_loop_tile_is_refuted():
     """dK/dV's block map read at the row step (start_m // BLOCK_M) instead of its map tile (// MAP_BLOCK_M)."""
-    col = swap(BKG["map_col"], AD.mapc_off, AD.mapc_base + sp.floor(AD.start_m / n.B_r) * AD.BK_["stride_map_m"])
+    col = swap(BKG["map_col"], AD.mapc_off, AD.mapc_base + terms.int64(sp.floor(AD.start_m / n.B_r)) * AD.BK_["stride_map_m"])
     failing = _bwd_failing(groups=dict(BKG, map_col=col))
     assert failing == ["dkdv: block map offset is block_map[b, h, start_m // MAP_BLOCK_M, start_n // MAP_BLOCK_N]"]
 

@@ -374,7 +374,9 @@ def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_sc
         num_splits = default_num_splits(B * k_cache.shape[2] * math.ceil(rows / per_program), capacity,
                                         _num_sms(q.device), per_program)
     Dv = v_cache.shape[3]  # v's head dim (MLA: D_v != D; v_cache may be a view of k_cache): out's
-    if num_splits > 1:  # the fp32 partials (S, B, N_q, Hq, D_v): split s starts at s·B·N_q·Hq·D_v (int32)
+    # the fp32 partials (S, B, N_q, Hq, D_v): split s starts at s·B·N_q·Hq·D_v, an int64 product in the kernels
+    # (claims decode_addresses, rows_addresses); the bound stays: the merge's row index r < B·N_q·Hq is int32
+    if num_splits > 1:
         checks.check_index_width(o_partials=((num_splits, B * Nq * Hq * Dv), (B * Nq * Hq * Dv, 1)))
     # the sink is merged exactly once per row: by the unsplit kernel's epilogue, or after the merge;
     # batch_invariant (split_keys > 0) always merges, so a row's path does not depend on the grid

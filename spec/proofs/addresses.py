@@ -21,6 +21,7 @@ over mathematical integers, which int64 represents for every tensor smaller than
 from __future__ import annotations
 
 import functools
+import re
 
 import sympy as sp
 import z3
@@ -32,15 +33,35 @@ from spec import paged as P
 from spec import rotary as RO
 from spec import terms
 from spec import varlen as V
+from spec.printer import print_term
 from spec.proofs.paged import _Z3, _decide
-from spec.proofs.tools import difference, result
+from spec.proofs.tools import ZERO, difference, result
+from spec.proofs.z3_int32 import narrow_stride_arithmetic
 from spec.registry import claim
 from spec.terms import col, row
 
 
 def _lanes(e):
-    """A tile offset lane by lane: ``x[:, None]`` and ``x[None, :]`` are ``x`` at the lane."""
-    return sp.sympify(e).replace(col, lambda x: x).replace(row, lambda x: x)
+    """A tile offset lane by lane: ``x[:, None]`` and ``x[None, :]`` are ``x`` at the lane; a widening
+    ``tl.cast(x, tl.int64)`` is ``x`` (the same value: the widths are ``_widths_case``'s)."""
+    return sp.sympify(e).replace(col, lambda x: x).replace(row, lambda x: x).replace(terms.int64, lambda x: x)
+
+
+def _widths_case(name, chain, widths, allowed=()):
+    """The integer widths of printed lines, as the kernel computes them (``spec.proofs.z3_int32.
+    narrow_stride_arithmetic`` on each line of ``chain``, in the kernel's order: a line's value has the width
+    its operations give it, and a later line reads it so; ``widths``: the names the template gives int64
+    itself, e.g. a page loaded ``.to(tl.int64)``): 0 when every ``*``, ``+``, ``-`` on a stride is int64, or
+    its strides all belong to one set of ``allowed`` (the (row, column) strides of a tensor whose in-head offset
+    ``row·stride_row + col·stride_col`` assumption index_int32 bounds: claim int32_index_arithmetic proves each
+    product and their sum of an unmasked lane fit int32); else the other int32 operations, by line."""
+    widths, found = dict(widths), []
+    for t in chain:
+        _, w, narrow = narrow_stride_arithmetic(print_term(t, comment=False), widths)
+        widths[t.symbol.name] = w
+        found += [f"{t.symbol.name}: {op}" for op in narrow
+                  if not any(set(re.findall(r"stride_\w+", op)) <= set(pair) for pair in allowed)]
+    return (name, ZERO if not found else sp.Symbol("int32 arithmetic on a stride in " + "; ".join(found)))
 
 
 class _Z3A(_Z3):
@@ -92,6 +113,30 @@ def _decode_tensors(paged: bool):
     return q, k, v, out, lse, cs, bt, sinks, leftpad, batch_idx, descales
 
 
+#: the in-head (row, column) strides of the tensors assumption index_int32 bounds (checked by the runtime: q, k, v,
+#: mask, out, grad_out; dq, dk, dv made contiguous in q's, k's, v's shapes): the dense kernels keep these
+#: products in int32 (claim int32_index_arithmetic: each product and their sum of an unmasked lane fit)
+INDEX_INT32_STRIDES = {
+    "forward": (("stride_qm", "stride_qd"), ("stride_om", "stride_od"), ("stride_kn", "stride_kd"),
+                ("stride_vn", "stride_vd"), ("stride_mm", "stride_mn")),
+    "preprocess": (("stride_om", "stride_od"), ("stride_dom", "stride_dod")),
+    # decode: a (batch or page, head) slice of k_cache, v_cache (spec.launch.decode_launch passes their row and
+    # column strides as stride_kn, stride_kd and stride_vn, stride_vd)
+    "decode": (("stride_kn", "stride_kd"), ("stride_vn", "stride_vd")),
+    "backward": (("stride_qm", "stride_qd"), ("stride_dom", "stride_dod"), ("stride_kn", "stride_kd"),
+                 ("stride_vn", "stride_vd"), ("stride_dqm", "stride_dqd"), ("stride_dkn", "stride_dkd"),
+                 ("stride_dvn", "stride_dvd"), ("stride_mm", "stride_mn")),
+}
+#: the dense kernels' width case
+DENSE_WIDTHS = ("every int32 product or sum of a stride in the printed offsets is an in-head product of q, k, v, "
+                "out, grad_out, dq, dk, dv or the mask (bounded by index_int32); every other is int64 (a factor "
+                "off_b, off_h, off_kvh, a base, or a lane widened by tl.cast(·, tl.int64))")
+
+#: decode's width case (its name, after "paged: " / "contiguous: ")
+DECODE_WIDTHS = ("every int32 product or sum of a stride in the printed offsets is an in-head product of the k or v "
+                 "cache (bounded by index_int32); every other is int64 (a factor off_b, off_kvh, head, page, off_bc, "
+                 "or a lane widened by tl.cast(·, tl.int64))")
+
 #: ALiBi slopes as the decode accepts them (checks.check_score_mods), any strides (a view, a stride-0 expand)
 DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
 
@@ -130,13 +175,19 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
        "block_table entries in [0, num_pages)); the rows (GROUP heads x N_q tokens) "
        "map one to one onto the (head, token) pairs of the KV head; and the merge's row views "
        "(decode_partial_rows, decode_merged_out, decode_merged_lse) put merged row r = (b·N_q + t)·Hq + h "
-       "at out[b, t, h] and lse[b, h, t], where the kernel wrote partial (split, b, t, h)",
+       "at out[b, t, h] and lse[b, h, t], where the kernel wrote partial (split, b, t, h); and every product or sum "
+       "of a stride in the printed offsets is int64 (no q, out or block_table size bounds it by 2^31), but the k and "
+       "v caches' in-head products, int32 and bounded by index_int32",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
        terms=tuple(t.name for g in A.DECODE_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the "
-             "offsets, z3 for the extents); mathematical integers Z (the kernel's products are int64 where a "
-             "factor is off_b, off_kvh, head, head_safe or page; tok·stride, slot·stride and d·stride are int32 products "
-             "not proven free of overflow); the FP8 descales: (B, Hkv) indexed by q's batch b (not the cache row "
+             "offsets, z3 for the extents); mathematical integers Z, which the kernel's int64 arithmetic is for tensors "
+             "under 2^63 elements: every product and sum of a stride in the printed lines is int64 (a factor off_b, "
+             "off_kvh, head, head_safe, page, off_bc, or tok, d, split, page_idx widened by tl.cast(·, tl.int64)) "
+             "but the k and v caches' in-head products slot·stride_kn or j·stride_kn and d·stride_kd, int32 and "
+             "bounded by index_int32 (claim int32_index_arithmetic); widths read from the printed text with "
+             "Triton's typing: a stride int32 whenever its value fits; page and off_bc the "
+             "template's .to(tl.int64) loads); the FP8 descales: (B, Hkv) indexed by q's batch b (not the cache row "
              "off_bc), contiguous and paged alike, their offsets int64 (off_b, off_kvh)")
 def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None,
                            v_is_k=None, tile_widths=None):
@@ -166,6 +217,17 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
             return sp.expand(value.xreplace(launched).xreplace(launched))
 
         d, dv, j = A.offs_d, A.offs_dv, n.j
+        # --- the widths: no int32 product of a stride (a cache row can pass 2^31 elements) ------------------
+        # the printed lines in the kernel's order: the grid's split, the rows, the slope's head (passed to
+        # _score_mod_scalars as its off_h), the page gather, the rows of the cache, then every offset; the
+        # template's own widths: page and off_bc are loaded .to(tl.int64) (off_bc = off_b without an index)
+        firsts = ("rows", "slope_head", "paged_rows", "contiguous_rows")
+        order = (*A.GRID_DECODE, *groups["rows"], *groups["slope_head"],
+                 terms.Term(A.off_h, A.head_safe, A.CLAIM_DECODE, "the call passes head_safe as off_h"),
+                 *(P.PAGE_GATHER if paged else ()), *groups["paged_rows" if paged else "contiguous_rows"],
+                 *(t for name, g in groups.items() if name not in firsts for t in g))
+        cases.append(_widths_case(f"{tag}: {DECODE_WIDTHS}", order, {A.page.name: 64, A.off_bc.name: 64},
+                                  INDEX_INT32_STRIDES["decode"]))
         # --- the element each offset reaches (polynomial identities) -------------------------------
         (key_len,) = groups["key_len"]
         (q_term,) = groups["q_offset"]
@@ -611,15 +673,17 @@ def _forward_tensors():
        "forward_launch passes (spec.launch.head_dims, for any split point HEAD_DIM in [1, D] the runtime picks), "
        "which cover every column: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; key tiles start inside [0, N_K), as the stages visit them: claim "
        "mask_tiles_sound), given Hq = GROUP·Hkv; the tile widths the runtime launches with (spec.launch.tile_widths, for every D, D_v in 1..head_dim_max, fp8 products or not) reach those columns: BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= D_v, each a power of two >= 16, its split HEAD_DIM + HEAD_DIM_TAIL = D with a tail only when HEAD_DIM = BLOCK_D; the grid covers every (b, h, i); the int32 part of "
-       "q/out/k/v/mask's offsets (and the tails') is exactly the in-head offset row·stride_row + col·stride_col that assumption index_int32 bounds (claim int32)",
+       "q/out/k/v/mask's offsets (and the tails') is exactly the in-head offset row·stride_row + col·stride_col that "
+       "assumption index_int32 bounds (claim int32_index_arithmetic), and every other product of a stride is int64",
        r"\mathrm{off}(X, (b, h, i, d)) = b\,s_b + h\,s_h + i\,s_i + d\,s_d,\quad 0\le\mathrm{idx}<\mathrm{shape}",
        terms=tuple(t.name for g in A.FORWARD_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 over "
              "unbounded integers for the extents; the tile widths by evaluating spec.launch.tile_widths at every accepted "
              "(D, D_v)); off_b, off_h, off_kvh and the per-program bases are int64, the "
-             "in-head products int32 (bounded by index_int32 for q, out, k, v and mask; lse's offs_m·stride_lm, "
-             "the block map's tile products and the slope/sink/key_lengths offsets of an int64 factor are not "
-             "bounded by it: lse and the block map are made by the runtime, contiguous and small); the packed "
+             "in-head products int32 (bounded by index_int32 for q, out, k, v and mask: claim "
+             "int32_index_arithmetic), every other product of a stride int64 (lse's offs_m, the block map's tile "
+             "indices and _dropout_keep's keys widened by tl.cast(·, tl.int64); the width case reads the printed lines "
+             "with Triton's typing: a stride int32 whenever its value fits); the packed "
              "(varlen) form is claim varlen_addresses' (FP8's descales there: the same printed term with b the "
              "segment, (B, Hkv) with B the segments by the contract; their extent is checked here for the dense "
              "grid only)")
@@ -632,7 +696,12 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
     q, k, v, out, lse = (t[x] for x in ("q", "k", "v", "out", "lse"))
     B, Hq, N_Q, D = q.shape
     Hkv, N_K = k.shape[1], k.shape[2]
-    cases = []
+    from spec import structure as S
+
+    # the widths, in the kernel's order (the grid, the K/V head, then every group: bases before their offsets);
+    # the template widens _dropout_keep's rows itself (offs_m64 = offs_m.to(tl.int64))
+    cases = [_widths_case(DENSE_WIDTHS, (*A.GRID_TILE, *A.GRID_HEAD, S.GQA_HEAD, *(t for g in groups.values() for t in g)),
+                          {A.offs_m64.name: 64}, INDEX_INT32_STRIDES["forward"])]
     g = {name: {term.symbol: term for term in group} for name, group in groups.items()}
     i, j, d, dv = A.offs_m, A.offs_n, A.offs_d, A.offs_dv
     # the lanes arange(BLOCK_D), HEAD_DIM + arange(BLOCK_DT), arange(BLOCK_DV) reach every column the masks below
@@ -955,6 +1024,12 @@ def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launc
 # ----------------------------------------------------------------------------------
 # Softmax and the merge kernels.
 # ----------------------------------------------------------------------------------
+#: rows_addresses' and append_addresses' width case
+ROWS_WIDTHS = "every product and sum of a stride in the printed offsets is int64 (a lane widened by tl.cast(·, tl.int64))"
+APPEND_WIDTHS = ("every product and sum of a stride in the printed offsets is int64 (a factor off_b, off_head, page, "
+                 "off_bc, or a lane widened by tl.cast(·, tl.int64))")
+
+
 @claim(A.CLAIM_ROWS,
        "softmax's and the merge kernels' addresses: for all shapes and non-negative strides of softmax's x, y "
        "(R, N), merge_state's o_a, o_b, o (R, D) and lse_a, lse_b, lse (R,), merge_states' o_s (S, R, D), lse_s "
@@ -963,12 +1038,14 @@ def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launc
        "offset (spec.addresses.ROWS_GROUPS) is the offset of the element the reference reads — x/y[r, c], "
        "o_a/o_b/o[r, d], lse_a/lse_b/lse[r], o_s[s, r, d], lse_s[s, r], sinks[r % H] — inside the tensor for "
        "every program of the grid, split s < S and lane the mask lets through (r < R, c < N, d < D), and the "
-       "grid covers every row",
+       "grid covers every row; every product or sum of a stride in the printed offsets is int64",
        r"\mathrm{off}(X, (r, c)) = r\,s_r + c\,s_c,\quad 0\le r<R,\ 0\le c<N",
        terms=tuple(t.name for g in A.ROWS_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 for the "
-             "extents); mathematical integers Z: the kernels' products are int32 (offs_m, s and the strides) and "
-             "no claim bounds them by 2^31 (the tensors of one call are assumed smaller)")
+             "extents); mathematical integers Z, which the kernels' int64 arithmetic is for tensors under 2^63 elements: "
+             "every product and sum of a stride in the printed lines is int64 (offs_m, s, the columns widened "
+             "by tl.cast(·, tl.int64); widths read from the printed text with Triton's typing: a stride int32 whenever its value "
+             "fits)")
 def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_launch=None,
                          merge_states_launch=None):
     softmax_launch = L.softmax_launch if softmax_launch is None else softmax_launch
@@ -976,7 +1053,8 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
     merge_states_launch = L.merge_states_launch if merge_states_launch is None else merge_states_launch
     block_m = n.B_r
     r, c, d, s = A.offs_m, A.offs_n, A.offs_d, A.s_split
-    cases = []
+    # the widths: every product of a stride int64 (the lanes widened: x and the partials are any tensors)
+    cases = [_widths_case(ROWS_WIDTHS, [t for group in groups.values() for t in group], {})]
 
     def check(kernel, grid, ints, pairs, lanes):
         """``pairs``: (name, printed term, tensor, index); ``lanes``: (symbol, bound) of the load masks."""
@@ -1057,12 +1135,15 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
        "either layout (spec.rotary's printed lane terms) the partner x[b, t, head, pair] is inside x (given "
        "rotary_dim = 2R <= D, rotary_cos's contract rule) and, for either PER_TOKEN, the tables cos, sin are read "
        "at [pos, freq] inside (seqlen_ro, R) for every lane whose row passes the printed mask pos_ok "
-       "(APPEND_ROW_OK: pos < SEQLEN_RO as append_launch passes it)",
+       "(APPEND_ROW_OK: pos < SEQLEN_RO as append_launch passes it); every product or sum of a stride in the printed "
+       "offsets is int64",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d",
        terms=tuple(t.name for g in A.APPEND_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the offsets, "
-             "z3 for the extents); mathematical integers Z (off_b, off_head, page and off_bc are int64; t·stride, "
-             "j·stride, d·stride and the table products are int32 products no claim bounds by 2^31)")
+             "z3 for the extents); mathematical integers Z, which the kernel's int64 arithmetic is for tensors under 2^63 "
+             "elements: every product and sum of a stride in the printed lines is int64 (a factor off_b, off_head, "
+             "page, off_bc, or t, j, slot, d, pos, freq widened by tl.cast(·, tl.int64); widths read from the printed text with "
+             "Triton's typing; page, off_bc the template's .to(tl.int64) loads)")
 def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
     launch = L.append_launch if launch is None else launch
     ((row_ok_term,),) = (groups["row_ok"],)
@@ -1081,6 +1162,11 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
     tables = {term.symbol: term for term in groups["tables"]}
     cases = []
     page_of = sp.Function("block_table_at")
+    # the widths, in the kernel's order (grid, lookups, key, the page gather, the destinations, tables); page and
+    # off_bc are loaded .to(tl.int64) by the template (off_bc = off_b without an index), start_new .to(tl.int32)
+    order = (*A.GRID_APPEND, *groups["lookups"], *groups["key"], *P.PAGE_GATHER,
+             *(t for name, g in groups.items() if name not in ("lookups", "key") for t in g))
+    cases.append(_widths_case(APPEND_WIDTHS, order, {A.page.name: 64, A.off_bc.name: 64}))
     for kind, dst in dsts.items():
         grid, ints = launch(x, dst, cs, bt if kind == "paged" else cs, bi, cos, sin, block_t)
         launched = {sym: sp.sympify(ints[name]) for name, sym in A.AP_.items() if name in ints}
@@ -1210,14 +1296,17 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
        r"\mathrm{off}(X, (b, h, i)) = b\,s_b + h\,s_h + i\,s_i",
        terms=tuple(t.name for g in A.BACKWARD_GROUPS.values() for t in g),
        scope="symbolic shapes, strides (>= 0), grid and lanes, dense and packed (SymPy canonical zero for the "
-             "offsets, z3 for the extents); mathematical integers Z (off_b, off_h int64; the in-row products "
-             "int32, bounded by index_int32 for out and grad_out only)")
+             "offsets, z3 for the extents); mathematical integers Z (off_b, off_h int64; out's and grad_out's in-row "
+             "products int32, bounded by index_int32 (claim int32_index_arithmetic); grad_lse's, lse's and Δ/lse2's "
+             "row products int64, offs_m widened by tl.cast(·, tl.int64): the width case reads the printed lines)")
 def prove_backward_addresses(groups=A.BACKWARD_GROUPS, launch=None, row_tensors=None):
     launch = L.preprocess_launch if launch is None else launch
     row_tensors = L.backward_row_tensors if row_tensors is None else row_tensors
     g = {t.symbol: t for t in groups["preprocess"]}
     i, d = A.offs_m, A.offs_d
-    cases = []
+    # the widths: out's and grad_out's in-head products int32 (index_int32), every other product int64
+    cases = [_widths_case(DENSE_WIDTHS, (*A.GRID_TILE, *A.GRID_HEAD, *groups["preprocess"]), {},
+                          INDEX_INT32_STRIDES["preprocess"])]
     for packed in (False, True):
         tag = "packed" if packed else "dense"
         if packed:
@@ -1318,7 +1407,8 @@ def _backward_tensors():
        "the tile widths the runtime launches with (spec.launch.tile_widths, for every D, D_v in 1..head_dim_max, fp8 products or not) reach those columns: BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= D_v, each a power of two >= 16, its split HEAD_DIM + HEAD_DIM_TAIL = D with a tail only when HEAD_DIM = BLOCK_D, "
        "every visited tile start i0 < N_Q, j0 < N_K; the grids cover every key tile (dK/dV) and row tile (dQ) of "
        "every (b, head); the in-head products the kernels compute in int32 are exactly row·stride_row + "
-       "col·stride_col of q, grad_out, k, v, dq, dk, dv; the packed batch is claim varlen_addresses'. A user "
+       "col·stride_col of q, grad_out, k, v, dq, dk, dv and the mask, every other product of a stride is int64; "
+       "the packed batch is claim varlen_addresses'. A user "
        "score_mod's parameter gradient (dQ): for any launch grid (G0, G1, G2), program (pid_m, h, b)'s entry e "
        "(sg_base, sg_off) is score_grad[(b·G1 + h)·G0 + pid_m, e] of the buffer spec.launch.score_grad_launch makes "
        "from that grid (both launchers pass it the grid they launch), inside it for e < len(SF), and no two "
@@ -1328,11 +1418,14 @@ def _backward_tensors():
        scope="symbolic shapes, strides (>= 0), grids, GQA groups and lanes (SymPy canonical zero for the offsets, "
              "z3 over unbounded integers for the extents; the tile widths by evaluating spec.launch.tile_widths at "
              "every accepted (D, D_v)); off_b, off_kvh, off_h and the per-program bases are int64, "
-             "the in-head products int32 (bounded by index_int32 for q, k, v, grad_out and the mask; dq, dk, dv are "
-             "made contiguous in q's, k's, v's shapes; Δ/lse2's row products, the mask tile's and the block map's tile "
-             "products are not bounded by a claim); dense launches (the packed form: claim varlen_addresses); the "
-             "score_mod gradient row: any grid, the entries e the score_mod reads assumed in [0, len(SF)) (the user's "
-             "indices), the row product computed in int32 (a buffer under 2^31 entries, not checked)")
+             "the in-head products int32 (bounded by index_int32 for q, k, v, grad_out and the mask — _attn_bwd_mask's "
+             "tile i·stride_mm + j·stride_mn included: claim int32_index_arithmetic; dq, dk, dv are made contiguous "
+             "in q's, k's, v's shapes); every other product of a stride int64 (Δ/lse2's offs_m and the block map's "
+             "tile indices widened by tl.cast(·, tl.int64); the width case reads the printed lines with Triton's "
+             "typing); dense launches (the packed form: claim varlen_addresses); the score_mod gradient row: any grid, "
+             "the entries e the score_mod reads assumed in [0, len(SF)) (the user's indices), sg_base int64 (off_b, "
+             "off_h: the width case) and below the buffer's element count (the extent case), which torch holds in "
+             "int64")
 def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch=None, dq_launch=None,
                                     row_tensors=None, score_grad_launch=None, widths=None):
     from spec import structure as S
@@ -1349,9 +1442,13 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
     g = {t_.symbol: t_ for group in groups.values() for t_ in group}
     fg = {t_.symbol: t_ for group in A.FORWARD_GROUPS.values() for t_ in group}
     i, j, d, dv_, b, h, kvh = A.offs_m, A.offs_n, A.offs_d, A.offs_dv, A.off_b, A.off_h, A.off_kvh
+    # the widths (both kernels' lines: off_b, off_h and off_kvh int64 in each, from the grid or the GQA map)
+    cases = [_widths_case(DENSE_WIDTHS, (*A.GRID_TILE, *A.GRID_HEAD, S.GQA_HEAD,
+                                         *(t_ for group in groups.values() for t_ in group)),
+                          {}, INDEX_INT32_STRIDES["backward"])]
     # the lanes arange(BLOCK_D), HEAD_DIM + arange(BLOCK_DT), arange(BLOCK_DV) reach every column the masks let
     # through, at the widths and split the runtime launches with (spec.launch.tile_widths)
-    cases = list(_tile_width_cases(widths))
+    cases += list(_tile_width_cases(widths))
     common = (t["key_lengths"], t["mask"], t["block_map"])
     launches = {}
     for tag, slopes in t["slopes"].items():
@@ -1423,6 +1520,8 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
                   [("v", A.bvt_off, j * ints["stride_vn"] + dv_ * ints["stride_vd"]),
                    ("dq", A.dq_off, i * ints["stride_dqm"] + d * ints["stride_dqd"]),
                    ("dq tail", A.dq_tail_off, i * ints["stride_dqm"] + A.offs_dt * ints["stride_dqd"])])
+        # _attn_bwd_mask's tile: the rows i and keys j its caller broadcasts (both layouts)
+        int32 += [("mask", A.bmask_off, n.i * ints["stride_mm"] + n.j * ints["stride_mn"])]
         for name, sym, want in int32:
             got = sp.Add(*[x for x in sp.Add.make_args(sp.expand(_lanes(g[sym].expr).xreplace(launched)))
                            if not (x.free_symbols & (_INT64 | _INT64_BWD))])

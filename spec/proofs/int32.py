@@ -25,7 +25,7 @@ from spec import masks
 from spec.printer import print_term  # the printer the generator uses: the claims read what it prints
 from spec.registry import claim
 from spec.proofs.tools import ZERO, nonnegative, result
-from spec.proofs.z3_int32 import Int32Line, bv, counterexample
+from spec.proofs.z3_int32 import BITS, Int32Line, bv, counterexample
 
 NAMES = ("N_Q", "N_K", "shift", "window_left", "window_right", "key_len", "start_m", "start_n",
          "BLOCK_M", "BLOCK_N", "i", "j")
@@ -158,7 +158,7 @@ def _grid_and_loop_cases(seq_len_max):
     return cases
 
 
-def _offset_case(tensors: str, width: str):
+def _offset_case(tensors: str, width: str, index_limit=None):
     """The in-head element offset ``row * stride_n + col * stride_d`` (int32 in the kernels: ``offs_*``
     and the strides are int32; the batch and head offsets are int64) of every lane a load or store
     does not mask off (``row < N``, ``col < width``), under assumption ``index_int32`` for those
@@ -171,9 +171,10 @@ def _offset_case(tensors: str, width: str):
     r, t, s_abs = sp.symbols("row t s_abs", nonnegative=True)  # row = (N - 1) - t
     mono = nonnegative(sp.expand((r + t) * s_abs - r * s_abs))  # (N-1)|s| - row|s| = t|s| >= 0
     p1, p2, b1, b2 = z3.Ints("row_stride_n col_stride_d bound_n bound_d")  # the products and their bounds
-    int32_max = A.limit("index_int32")
+    accepted = A.limit("index_int32") if index_limit is None else index_limit  # what the runtime lets through
+    int32_max = 2 ** (BITS - 1) - 1  # the machine's: what must hold
     fits = lambda x: z3.And(x >= -int32_max - 1, x <= int32_max)  # noqa: E731
-    facts = [b1 >= 0, b2 >= 0, b1 + b2 <= int32_max,  # (N-1)|s_n| + (width-1)|s_d| <= 2**31 - 1
+    facts = [b1 >= 0, b2 >= 0, b1 + b2 <= accepted,  # (N-1)|s_n| + (width-1)|s_d| <= the accepted bound
              p1 <= b1, -p1 <= b1, p2 <= b2, -p2 <= b2]  # the monotonicity lemma, for each product
     return (f"pointer offsets of {tensors}: row·stride_n + col·stride_d of an unmasked lane (col < {width}) "
             "fits int32 (index_int32)",
@@ -204,15 +205,16 @@ def _window_clamp_case():
        "equals its mathematical value in int32 — no overflow, no negative operand of // — for all "
        "inputs in the accepted ranges; the grid covers each query row once, each stage loop covers "
        "its range by whole tiles; clamping a window side to N_Q + N_K keeps the mask; the in-head "
-       "pointer offset of every unmasked lane fits int32, for both head dims (q, k, dq, dk at q/k's D; "
-       "v, out, dO, dv at v's D_v, which may differ: MLA)",
+       "pointer offset of every unmasked lane fits int32, for both head dims (q, k, dq, dk and decode's k cache at "
+       "q/k's D; v, out, dO, dv and decode's v cache at v's D_v, which may differ: MLA; the dense mask's i·stride_mm + j·stride_mn at keys j < N_K, "
+       "the forward's and the backward's _attn_bwd_mask tile)",
        r"\forall x\in\mathrm{Assumptions}:\ \mathrm{int32}(e)(x) = e(x)\ \text{for every printed index expression } e",
        terms=(),
        scope="symbolic sizes and positions; int32 bit-vectors (z3), exact; window clamp over Z",
        assumptions=("seq_len_int32", "window_nonneg", "window_bounded", "block_sizes", "key_len_range",
                     "alignment_shift", "index_int32"))
 def prove_int32_index_arithmetic(seq_len_max=SEQ_LEN_MAX, window_max=None, block_max=BLOCK_MAX,
-                                 tile_loop=masks.TILE_LOOP, row_tile_loop=masks.ROW_TILE_LOOP):
+                                 tile_loop=masks.TILE_LOOP, row_tile_loop=masks.ROW_TILE_LOOP, index_limit=None):
     v, facts = machine(seq_len_max, window_max, block_max)
     kinds = list(masks.MASK_KINDS)
     cases = _classifier_cases("forward/dQ key tiles", [_print(t) for t in masks.BOUNDS_INIT],
@@ -230,6 +232,8 @@ def prove_int32_index_arithmetic(seq_len_max=SEQ_LEN_MAX, window_max=None, block
     cases.append(("element predicates of a partial tile (every kind)", _overflow(facts, conditions)))
     cases += _grid_and_loop_cases(seq_len_max)
     cases.append(_window_clamp_case())
-    cases.append(_offset_case("q, k, dq, dk", "D"))
-    cases.append(_offset_case("v, out, dO, dv", "D_v"))
+    cases.append(_offset_case("q, k, dq, dk, decode's k cache (a key's or a page slot's row)", "D", index_limit))
+    cases.append(_offset_case("v, out, dO, dv, decode's v cache", "D_v", index_limit))
+    # the dense mask (forward and backward: _attn_bwd_mask's tile i·stride_mm + j·stride_mn): rows i < N_Q, keys j < N_K
+    cases.append(_offset_case("the mask", "N_K", index_limit))
     return result("int32_index_arithmetic", cases, "z3 over 32-bit two's complement")

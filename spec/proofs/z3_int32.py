@@ -149,3 +149,71 @@ def counterexample(facts, goal, timeout_ms: int = 20000):
     model = s.model()
     return {str(d): (model[d].as_signed_long() if z3.is_bv_value(model[d]) else model[d])
             for d in model.decls()}
+
+
+# ----------------------------------------------------------------------------------
+# The integer width of each operation of a printed address line (issue 24: int32 products of strides).
+# ----------------------------------------------------------------------------------
+def _int64_cast(node):
+    """The operand of ``x.to(tl.int64)`` or ``tl.cast(x, tl.int64)``, else None."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return None
+    if node.func.attr == "to" and len(node.args) == 1 and ast.unparse(node.args[0]) == "tl.int64":
+        return node.func.value
+    if (ast.unparse(node.func) == "tl.cast" and len(node.args) == 2 and ast.unparse(node.args[1]) == "tl.int64"
+            and not node.keywords):
+        return node.args[0]
+    return None
+
+
+def narrow_stride_arithmetic(text: str, widths: dict[str, int]) -> tuple[str, int, list[str]]:
+    """The width Triton gives each operation of one printed line (``name = expr``), and the operations on a
+    stride that it computes in int32: ``(target, width of the value, [those operations' source])``.
+
+    Triton's integer typing, as the kernels meet it: a name has the width ``widths`` gives it (the program's
+    batch and head, a loaded page, …: 64; otherwise 32: lanes ``tl.arange``, program ids, scalar arguments and
+    every stride, which Triton passes as int32 whenever its value fits — only then can a product wrap); an int
+    literal is int32; ``x.to(tl.int64)`` and ``tl.cast(x, tl.int64)`` are int64; an operation of two integers has the wider width (the
+    narrower operand is sign-extended first, so an int32 operand of an int64 operation is its exact value);
+    ``x[:, None]`` keeps ``x``'s width; ``tl.where``/``tl.minimum``/``tl.maximum`` the widest of their
+    operands. A ``*``, ``+`` or ``-`` computed in int32 with a ``stride_*`` name below it is listed: such an
+    operation is exact only where a claim bounds its value by 2^31 (or the line widens a factor to int64)."""
+    code = text.split("  #", 1)[0].strip()
+    tree = ast.parse(code, mode="exec").body
+    if len(tree) != 1 or not isinstance(tree[0], ast.Assign) or len(tree[0].targets) != 1:
+        raise ValueError(f"not one assignment: {code!r}")
+    narrow: list[str] = []
+
+    def strided(node) -> bool:
+        return any(isinstance(x, ast.Name) and x.id.startswith("stride_") for x in ast.walk(node))
+
+    def width(node) -> int:
+        if isinstance(node, ast.Name):
+            return widths.get(node.id, 32)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (bool, int)):
+            return 32
+        if isinstance(node, ast.Subscript):
+            return width(node.value)
+        if isinstance(node, ast.UnaryOp):
+            return width(node.operand)
+        if _int64_cast(node) is not None:
+            width(_int64_cast(node))
+            return 64
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) == "tl":
+            ws = [width(a) for a in node.args]
+            if node.func.attr in ("where", "minimum", "maximum"):
+                return max(ws[1:] if node.func.attr == "where" else ws)
+            if node.func.attr == "program_id":
+                return 32
+        if isinstance(node, ast.BinOp):
+            w = max(width(node.left), width(node.right))
+            if w == 32 and isinstance(node.op, (ast.Mult, ast.Add, ast.Sub)) and strided(node):
+                narrow.append(ast.unparse(node))
+            return w
+        if isinstance(node, ast.Compare):
+            for x in (node.left, *node.comparators):
+                width(x)
+            return 1
+        raise ValueError(f"{code!r}: no width rule for {ast.unparse(node)!r}")
+
+    return tree[0].targets[0].id, width(tree[0].value), narrow
