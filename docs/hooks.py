@@ -493,6 +493,8 @@ GROUP_FAMILY = {"qk_scale": "fwd", "qk": "fwd", "forward_tile": "fwd", "forward_
                 # attention dropout (docs/dropout.md)
                 "dropout_scale": "fwd", "dropout_base": "fwd", "dropout_keep": "fwd", "dropout_p": "fwd",
                 "dropout_dp": "bwd", "dropout_dv_t": "bwd", "dropout_dp_t": "bwd",
+                "dropout_box.forward": "fwd", "dropout_box.dropout_mask": "fwd", "dropout_box_packed": "fwd",
+                "dropout_box.dkdv": "bwd", "dropout_box.dq": "bwd",
                 # MLA's split head dim, in the decode kernel (docs/mla.md)
                 "qk_tail": "decode",
                 # the FP8 forward's descales (docs/fp8.md)
