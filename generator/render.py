@@ -381,7 +381,7 @@ def decode_context(variant: Variant) -> dict:
         "rotary_halves": _lines(RO.HALVES),
         "rotary_rotate": _lines(RO.ROTATE, {"offs_d": "offs_d[None, :]", "ro_sign": "ro_sign[None, :]"}),
         "gather": _lines(P.PAGE_GATHER, {"j": "offs_n"}),
-        "key_ok": print_expr(P.KEY_IN_SPLIT, {"j": "offs_n"}),
+        "key_ok": print_term(P.KEY_OK[0], {"j": "offs_n"}),
         "shift": print_term(shift, {"N_K": "key_len"}),
         "keep_init": print_term(KEEP_INIT, DECODE_NAMES),
         "keep_causal": keeps["causal"],

@@ -230,7 +230,26 @@ DECODE_SLOPE_HEAD = (Term(head_safe, sp.Piecewise((head, row_ok), (0, True)), CL
 #: (off_h: _score_mod_scalars' head parameter, the forward's off_h; the decode passes head_safe)
 DECODE_SLOPE_OFFSET = (Term(_int("slope_off"), off_b * S_["stride_sb"] + _int("off_h", nonnegative=True)
                             * S_["stride_sh"], CLAIM_DECODE, "alibi_slopes[b, head_safe]"),)
-DECODE_GROUPS = {"rows": DECODE_ROWS, "sink_offset": (SINK_OFFSET,), "key_len": (KEY_LEN,),
+#: the lanes' masks (issue 24: what a masked-off lane addresses is never dereferenced): the program's rows (GROUP
+#: heads x N_Q tokens), q/k's head-dim columns (the main part, and MLA's tail [HEAD_DIM, HEAD_DIM + HEAD_DIM_TAIL):
+#: offs_dt = HEAD_DIM + arange) and v/out's, at the head dims decode_launch passes (spec.launch.head_dims); claim
+#: decode_addresses proves every lane each admits lies inside its tensor and every row and column the reference
+#: reads is admitted. The key mask is spec.paged.KEY_OK (claims paged_kv_reads, decode_addresses).
+#: A printed mask's name ends so (generator.hygiene: a load's or store's mask= reads such names only)
+MASK_SUFFIX = "_ok"
+HEAD_DIM_, HEAD_DIM_V_ = _int("HEAD_DIM", positive=True), _int("HEAD_DIM_V", positive=True)
+HEAD_DIM_TAIL_ = _int("HEAD_DIM_TAIL", nonnegative=True)
+d_ok, dv_ok, dt_ok = sp.Symbol("d_ok"), sp.Symbol("dv_ok"), sp.Symbol("dt_ok")
+DECODE_ROW_OK = (Term(row_ok, sp.StrictLessThan(offs_m, GROUP * N_Q), CLAIM_DECODE,
+                      "the program's rows: GROUP heads x N_Q tokens"),)
+DECODE_COLUMNS_OK = (
+    Term(d_ok, sp.StrictLessThan(offs_d, HEAD_DIM_), CLAIM_DECODE, "q/k's columns (main part)"),
+    Term(dv_ok, sp.StrictLessThan(offs_dv, HEAD_DIM_V_), CLAIM_DECODE, "v/out's columns"),
+)
+DECODE_TAIL_OK = (Term(dt_ok, sp.StrictLessThan(offs_dt, HEAD_DIM_ + HEAD_DIM_TAIL_), CLAIM_DECODE,
+                       "q/k's tail columns [HEAD_DIM, D)"),)
+DECODE_GROUPS = {"row_ok": DECODE_ROW_OK, "columns_ok": DECODE_COLUMNS_OK, "tail_ok": DECODE_TAIL_OK,
+                 "rows": DECODE_ROWS, "sink_offset": (SINK_OFFSET,), "key_len": (KEY_LEN,),
                  "leftpad_offset": (LEFTPAD_OFFSET,), "batch_idx_offset": (BATCH_IDX_OFFSET,), "q_offset": (Q_OFFSET,), "bt_offset": (BT_OFFSET,),
                  "paged_rows": PAGED_ROWS, "contiguous_rows": CONTIGUOUS_ROWS, "kv_offsets": KV_OFFSETS,
                  "q_tail_offset": (Q_TAIL_OFFSET,), "k_tail_offset": (K_TAIL_OFFSET,),
@@ -368,7 +387,7 @@ FORWARD_GROUPS = {"q_offset": FWD_Q_OFFSET, "out_offsets": FWD_OUT_OFFSETS, "kv_
 # ----------------------------------------------------------------------------------
 CLAIM_TMA = "tma_addresses"
 #: the first row of this program's query tile (pid_m·BLOCK_M), the split head dim's first tail column
-start_m_fwd, HEAD_DIM_ = _int("start_m", nonnegative=True), _int("HEAD_DIM", positive=True)
+start_m_fwd = _int("start_m", nonnegative=True)
 q_box, k_box, q_tail_box, k_tail_box = (_int(s) for s in ("q_box", "k_box", "q_tail_box", "k_tail_box"))
 #: a box name ends so (generator.hygiene: a descriptor is read or written at such a name only)
 BOX_SUFFIX = "_box"

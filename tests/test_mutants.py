@@ -1319,6 +1319,35 @@ def test_decode_rows_that_swap_token_and_head_are_refuted():
     assert any("row g·N_q + t" in name for name in failing), failing
 
 
+def test_decode_lane_masks_are_read_by_the_claim():
+    """Issue 24, masked-off lanes: decode's printed masks (spec.addresses.DECODE_ROW_OK, DECODE_COLUMNS_OK,
+    spec.paged.KEY_OK) are what decode_addresses quantifies over. d_ok with <= admits column HEAD_DIM (past q and
+    k when there is no tail) and one row past GROUP x N_Q writes past out (one proof for both: k's case is d_ok's
+    alone, out's row_ok's); the key mask without the cache_seqlens bound (j < split_lo + chunk: the last split's
+    whole tiles) admits keys past the row's; masks one short miss q/k's last column and a row of the KV head."""
+    from spec import paged
+    (d_ok, dv_ok), (row_ok,), (key_ok,) = AD.DECODE_COLUMNS_OK, AD.DECODE_ROW_OK, paged.KEY_OK
+
+    def masks(d, rows):
+        return dict(AD.DECODE_GROUPS, columns_ok=(replace(d_ok, expr=d), dv_ok), row_ok=(replace(row_ok, expr=rows),))
+    wide = _failing(PAD.prove_decode_addresses(groups=masks(sp.LessThan(AD.offs_d, AD.HEAD_DIM_),
+                                                            sp.StrictLessThan(AD.offs_m, AD.GROUP * AD.N_Q + 1))))
+    for tag in ("paged", "contiguous"):
+        assert f"{tag}: q[b, tok, head, d] inside q (lanes row_ok & d_ok)" in wide, wide
+        assert f"{tag}: out/lse[split, b, tok, head, dv] inside out and lse (lanes row_ok & dv_ok)" in wide, wide
+    assert "paged: k_cache[page, j % PAGE_SIZE, kvh, d] inside the cache (lanes key_ok & d_ok)" in wide, wide
+    unbounded = (replace(key_ok, expr=sp.StrictLessThan(n.j, paged.split_lo + paged.chunk)),)
+    assert sorted(_failing(PAD.prove_decode_addresses(key_ok=unbounded))) == sorted(
+        f"{tag}: {plan}a key lane key_ok admits is a key key_lo <= j < key_len"
+        for tag in ("paged", "contiguous") for plan in ("", "fixed splits: "))
+    short = _failing(PAD.prove_decode_addresses(groups=masks(sp.StrictLessThan(AD.offs_d, AD.HEAD_DIM_ - 1),
+                                                             sp.StrictLessThan(AD.offs_m, AD.GROUP * AD.N_Q - 1))))
+    assert sorted(short) == sorted(
+        f"{tag}: {what}" for tag in ("paged", "contiguous")
+        for what in ("every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c)",
+                     "row g·N_q + t is (head kvh·GROUP + g, token t), in the grid and row_ok")), short
+
+
 def _narrow(group):
     """A group of printed terms with every int64 widening dropped: the int32 products the kernels had."""
     return tuple(AD.Term(t.symbol, t.expr.replace(terms.int64, lambda x: x), t.claim, t.note) for t in group)

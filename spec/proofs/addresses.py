@@ -187,7 +187,7 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
              "template's .to(tl.int64) loads); the FP8 descales: (B, Hkv) indexed by q's batch b (not the cache row "
              "off_bc), contiguous and paged alike, their offsets int64 (off_b, off_kvh)")
 def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None,
-                           v_is_k=None):
+                           v_is_k=None, key_ok=P.KEY_OK):
     launch = L.decode_launch if launch is None else launch
     v_is_k = L.decode_v_is_k if v_is_k is None else v_is_k
     partial_rows = L.decode_partial_rows if partial_rows is None else partial_rows
@@ -343,20 +343,36 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         zsub = lambda e: z3.substitute(z(e), (z(A.off_b), offb), (z(A.off_kvh), kvh), (z(A.offs_m), m))  # noqa: E731
         hyp.append(z(A.offs_m) >= 0)
         tok_z, head_z = zsub(tok.xreplace(launched)), zsub(head.xreplace(launched))
-        row_ok = m < Gz * z(sp.sympify(ints["N_Q"]))
+        # the printed masks (spec.addresses: row_ok, d_ok, dv_ok, dt_ok) at the launch's sizes and head dims
+        # (spec.launch.head_dims: q/k split at D_v), on the lanes tl.arange makes: offs_d, offs_dv >= 0,
+        # offs_dt = HEAD_DIM + arange >= HEAD_DIM
+        dims = {A.HEAD_DIM_: constexprs["HEAD_DIM"], A.HEAD_DIM_V_: constexprs["HEAD_DIM_V"],
+                A.HEAD_DIM_TAIL_: constexprs["HEAD_DIM_TAIL"]}
+        masks = {t.symbol: t.expr.xreplace(launched).xreplace(dims)
+                 for name in ("row_ok", "columns_ok", "tail_ok") for t in groups[name]}
+        row_ok = zsub(masks[A.row_ok])
         dz, dvz = z(d), z(dv)
         # the lanes' column bounds: the launch's head dims (spec.launch.head_dims: q/k split at D_v)
         hyp, cover = _head_dim_lanes(constexprs, D, v.shape[3], z, hyp)
         cases.append((f"{tag}: {cover[0]}", cover[1]))
         main_z, tail_z = z(sp.sympify(constexprs["HEAD_DIM"])), z(sp.sympify(constexprs["HEAD_DIM_TAIL"]))
-        d_ok = z3.And(0 <= dz, dz < main_z)
-        dv_ok = z3.And(0 <= dvz, dvz < z(sp.sympify(constexprs["HEAD_DIM_V"])))
+        d_ok = z3.And(0 <= dz, z(masks[A.d_ok]))
+        dv_ok = z3.And(0 <= dvz, z(masks[A.dv_ok]))
         inside = lambda idx, shape: z3.And(*[z3.And(0 <= i, i < s) for i, s in zip(idx, shape)])  # noqa: E731
         cases.append(_decide(f"{tag}: q[b, tok, head, d] inside q (lanes row_ok & d_ok)", hyp + [row_ok, d_ok],
                              inside((offb, tok_z, head_z, dz), (Bz, Nqz, Hqz, Dz))))
         # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
         dtz = z(A.offs_dt)
-        dt_ok = z3.And(main_z <= dtz, dtz < main_z + tail_z)
+        dt_ok = z3.And(main_z <= dtz, z(masks[A.dt_ok]))
+        # no element missed: every column c < D of q/k is a lane d_ok or dt_ok admits, every column c < D_v of v/out
+        # one dv_ok admits (the tile widths reach them: _tile_width_cases)
+        c = z3.Int("column")
+        cases.append(_decide(f"{tag}: every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c)",
+                             hyp + [0 <= c, c < Dz],
+                             z3.Or(z3.And(c < main_z, z3.substitute(d_ok, (dz, c))),
+                                   z3.And(main_z <= c, z3.substitute(dt_ok, (dtz, c))))))
+        cases.append(_decide(f"{tag}: every column c < D_v of v/out is admitted (dv_ok at dv = c)",
+                             hyp + [0 <= c, c < Dvz], z3.substitute(dv_ok, (dvz, c))))
         cases.append(_decide(f"{tag}: q[b, tok, head, dt] inside q (lanes row_ok & dt_ok)", hyp + [row_ok, dt_ok],
                              inside((offb, tok_z, head_z, dtz), (Bz, Nqz, Hqz, Dz))))
         cases.append(_decide(f"{tag}: cache_seqlens[b] inside cache_seqlens", hyp, inside((offb,), (Bz,))))
@@ -381,9 +397,26 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         cases.append(_decide(f"{tag}: row g·N_q + t is (head kvh·GROUP + g, token t), in the grid and row_ok",
                              hyp + [0 <= g2, g2 < Gz, 0 <= t2, t2 < Nqz, mz == g2 * Nqz + t2],
                              z3.And(tok_m == t2, head_m == kvh * Gz + g2, mz / bm < row_tiles,
-                                    mz < Gz * z(sp.sympify(ints["N_Q"])))))
-        # keys: j < split_hi <= key_len <= capacity (the load mask key_ok; claim paged_kv_reads)
+                                    z(masks[A.row_ok]))))
+        # keys: a lane the printed key_ok (spec.paged.KEY_OK) admits, j = start_n + r in a tile of the key loop
+        # (start_n in range(split_lo, split_hi, B_c), 0 <= r < B_c), is a key 0 <= key_lo <= j < key_len, for the
+        # printed split plans (spec.paged.SPLIT_RANGE and, batch_invariant, SPLIT_RANGE_FIXED); then (below)
+        # 0 <= j < key_len <= capacity: inside the cache (every valid key is admitted once: claim paged_kv_reads)
         jz, key_len_z = z(j), z3.Int("key_len_value")
+        for plan, split_range, plan_hyp in (
+                ("", P.SPLIT_RANGE, []),
+                ("fixed splits: ", P.SPLIT_RANGE_FIXED,
+                 [z(P.split_keys) >= 1, z(P.num_splits) * z(P.split_keys) >= z(n.key_len) - z(P.key_lo)])):
+            env = terms.chain(split_range)
+            lo_z, hi_z = (z(env[x]) for x in (P.split_lo, P.split_hi))
+            mask_z = z(key_ok[0].expr.xreplace(env))
+            t_z, r_z = z3.Int("key_tile"), z3.Int("key_lane")
+            Lk, K0k, Bck, Sk, sk = (z(x) for x in (n.key_len, P.key_lo, n.B_c, P.num_splits, P.split))
+            cases.append(_decide(f"{tag}: {plan}a key lane key_ok admits is a key key_lo <= j < key_len",
+                                 plan_hyp + [K0k >= 0, Sk >= 1, 0 <= sk, sk < Sk, Bck >= 1, t_z >= 0,
+                                             lo_z + t_z * Bck < hi_z, 0 <= r_z, r_z < Bck,
+                                             jz == lo_z + t_z * Bck + r_z, mask_z],
+                                 z3.And(0 <= K0k, K0k <= jz, jz < Lk)))
         if paged:
             PSz, MPz, NPz = z(k.shape[1]), z(bt.shape[1]), z(k.shape[0])
             page_z = z3.Int("page_value")
