@@ -48,9 +48,10 @@
 
 7. **load and store masks printed** (issue 24). In a function not on ``MASK_GAPS``, the ``mask=`` of every
    ``tl.load`` / ``tl.store`` combines (``&``, ``[:, None]``) names printed mask terms assign (``spec.addresses``
-   and ``spec.paged``: a name ending ``_ok``, e.g. decode's ``row_ok``, ``d_ok``, ``key_ok``; claims
-   ``decode_addresses``, ``paged_kv_reads``) and holds no comparison of its own; such a name is assigned only by
-   its printed line. (Rule 2 leaves these names to this rule: the kernels on ``MASK_GAPS`` still spell their
+   and ``spec.paged``: a name ending ``_ok``, e.g. ``row_ok``, ``d_ok``, ``key_ok``; claims ``decode_addresses``,
+   ``paged_kv_reads``, ``forward_addresses``), or locals every assignment of which combines such names the same
+   way (the forward's ``k_mask = d_ok[None, :]``, ``k_mask = k_mask & key_ok[:, None]``), and holds no comparison of
+   its own; a printed mask's name is assigned only by a printed line. (Rule 2 leaves these names to this rule: the kernels on ``MASK_GAPS`` still spell their
    masks by hand, e.g. the forward's ``row_ok = offs_m < N_Q``.)
 
 The allow-list (reviewed; keep it short):
@@ -146,10 +147,10 @@ COORDINATE_GAPS = frozenset({
 })
 #: jit functions whose load and store masks are still template text, not printed mask terms (rule 7 skips them):
 #: the reviewed gaps of issue 24's masked lanes, each listed on docs/verification.md ("what remains outside the
-#: proofs"); the decode kernel _decode_fwd prints its masks (claims decode_addresses, paged_kv_reads)
+#: proofs"); the decode kernel _decode_fwd (claims decode_addresses, paged_kv_reads) and the dense forward's
+#: _attn_fwd, _attn_fwd_tile, _dropout_keep (claim forward_addresses) print their masks
 MASK_GAPS = frozenset({
     "_append_rows",  # decode file: the KV append's t_ok, d_ok, row_mask, ro_mask (its table rows' pos_ok is printed)
-    "_attn_fwd", "_attn_fwd_tile", "_dropout_keep",  # the dense forward: offs_m < N_Q, offs_n < N_K, d < HEAD_DIM
     "_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq", "_attn_bwd_dq_stage", "_attn_bwd_rows",  # the backward
     "_attn_bwd_mask",
     "_softmax_one_pass", "_softmax_two_pass", "_merge_state", "_merge_states",  # softmax and the merges
@@ -459,6 +460,31 @@ def _mask_problems(fn: ast.FunctionDef, lines, printed: set[str], mask_names: se
     (``mask_names``) with ``&`` and ``[:, None]`` / ``[None, :]`` only (no comparison of its own, no other name),
     and a printed mask's name is assigned only by its printed line."""
     problems = []
+
+    def combines(node, names) -> bool:  # names, `&`, broadcasts x[:, None] / x[None, :] only
+        if isinstance(node, ast.Name):
+            return node.id in names
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitAnd):
+            return combines(node.left, names) and combines(node.right, names)
+        if isinstance(node, ast.Subscript):
+            parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            return combines(node.value, names) and all(
+                (isinstance(x, ast.Slice) and x.lower is x.upper is x.step is None)
+                or (isinstance(x, ast.Constant) and x.value is None) for x in parts)
+        return False
+    # locals every assignment of which combines printed masks (to a fixed point): the forward's k_mask
+    assigns: dict[str, list] = {}
+    for stmt in (x for x in ast.walk(fn) if isinstance(x, ast.Assign) and len(x.targets) == 1
+                 and isinstance(x.targets[0], ast.Name)):
+        assigns.setdefault(stmt.targets[0].id, []).append(stmt.value)
+    allowed = set(mask_names)
+    changed = True
+    while changed:
+        changed = False
+        for name, values in assigns.items():
+            if name not in allowed and all(combines(v, allowed | {name}) for v in values):
+                allowed.add(name)
+                changed = True
     for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call) and _call_name(c) in ("load", "store")):
         for kw in (k for k in call.keywords if k.arg == "mask"):
             text = ast.unparse(kw.value)
@@ -467,7 +493,7 @@ def _mask_problems(fn: ast.FunctionDef, lines, printed: set[str], mask_names: se
                                 "hand; print the comparison as a mask term (spec.addresses, a name ending "
                                 f"{MASK_SUFFIX}) whose claim proves the lanes it admits")
                 continue
-            other = sorted(n for n in _names(kw.value) if n not in mask_names and n != "None")
+            other = sorted(n for n in _names(kw.value) if n not in allowed and n != "None")
             if other:
                 problems.append(f"{fn.name}:{call.lineno}: the mask `{text}` of a {_call_name(call)} reads {other}, "
                                 f"not printed mask terms (spec.addresses, names ending {MASK_SUFFIX})")

@@ -373,7 +373,22 @@ KEEP_OFFSET = (Term(keep_off, off_b * F_["stride_keep_b"] + off_h * F_["stride_k
 FWD_DESCALE_OFFSETS = tuple(
     Term(sym, off_b * F_[f"stride_{x}desc_b"] + off_kvh * F_[f"stride_{x}desc_h"], CLAIM_FORWARD,
          f"{x}_descale[b, h // GROUP]") for sym, x in ((qdesc_off, "q"), (kdesc_off, "k"), (vdesc_off, "v")))
-FORWARD_GROUPS = {"q_offset": FWD_Q_OFFSET, "out_offsets": FWD_OUT_OFFSETS, "kv_base": FWD_KV_BASE,
+#: the lanes' masks (issue 24, masked-off lanes; the decode's: DECODE_ROW_OK above): the tile's rows inside q, the
+#: head-dim columns (q/k's main part and tail, v/out's), and a key tile's keys inside k and before key_len (padding
+#: keys, j >= key_len, may hold NaN or inf: never read). Claim forward_addresses proves every lane each admits lies
+#: inside its tensor (and a key before key_len) and every row, column and key the reference reads is admitted.
+N_K_ = _int("N_K", positive=True)
+FWD_ROW_OK = (Term(row_ok, sp.StrictLessThan(offs_m, N_Q), CLAIM_FORWARD, "the tile's rows inside q"),)
+FWD_COLUMNS_OK = tuple(Term(t.symbol, t.expr, CLAIM_FORWARD, t.note) for t in DECODE_COLUMNS_OK)
+FWD_TAIL_OK = tuple(Term(t.symbol, t.expr, CLAIM_FORWARD, t.note) for t in DECODE_TAIL_OK)
+FWD_KEY_OK = (Term(P.key_ok, sp.And(sp.StrictLessThan(offs_n, N_K_), sp.StrictLessThan(offs_n, n.key_len)),
+                   CLAIM_FORWARD, "keys inside k, before key_len (padding keys: NaN, inf)"),)
+#: the dense mask's and the dropout keep mask's columns: keys inside k (N_K), key_len aside (those read 0 / are kept)
+n_ok = sp.Symbol("n_ok")
+FWD_N_OK = (Term(n_ok, sp.StrictLessThan(offs_n, N_K_), CLAIM_FORWARD, "keys inside k"),)
+FORWARD_GROUPS = {"row_ok": FWD_ROW_OK, "columns_ok": FWD_COLUMNS_OK, "tail_ok": FWD_TAIL_OK, "key_ok": FWD_KEY_OK,
+                  "n_ok": FWD_N_OK,
+                  "q_offset": FWD_Q_OFFSET, "out_offsets": FWD_OUT_OFFSETS, "kv_base": FWD_KV_BASE,
                   "kv_offsets": FWD_KV_OFFSETS, "mask_base": FWD_MASK_BASE, "mask_offset": FWD_MASK_OFFSET,
                   "map_base": FWD_MAP_BASE, "map_offset": FWD_MAP_OFFSET, "key_len": FWD_KEY_LEN,
                   "sink_offset": FWD_SINK, "slope_offset": SLOPE_OFFSET, "mm_row": FWD_MM_ROW,

@@ -1348,6 +1348,26 @@ def test_decode_lane_masks_are_read_by_the_claim():
                      "row g·N_q + t is (head kvh·GROUP + g, token t), in the grid and row_ok")), short
 
 
+def test_forward_lane_masks_are_read_by_the_claim():
+    """Issue 24, masked-off lanes: the dense forward's printed masks (spec.addresses.FWD_ROW_OK, FWD_COLUMNS_OK,
+    FWD_KEY_OK, FWD_N_OK) are what forward_addresses quantifies over: d_ok with <= and one row past N_Q (one proof:
+    k's case is d_ok's alone, lse's row_ok's) read past q, k, lse; the key mask without its key_len bound admits
+    padding keys (NaN, inf); a v column mask one short misses out's last column."""
+    G = AD.FORWARD_GROUPS
+    (d_ok, dv_ok), (row_ok,), (key_ok,) = AD.FWD_COLUMNS_OK, AD.FWD_ROW_OK, AD.FWD_KEY_OK
+    wide = _failing(PAD.prove_forward_addresses(groups=dict(
+        G, columns_ok=(replace(d_ok, expr=sp.LessThan(AD.offs_d, AD.HEAD_DIM_)), dv_ok),
+        row_ok=(replace(row_ok, expr=sp.StrictLessThan(AD.offs_m, AD.N_Q + 1)),))))
+    assert {"k[b, off_kvh, j, d] inside (lanes j < N_K, d < HEAD_DIM)", "lse[b, h, i] inside (lanes i < N_Q)",
+            "q[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)"} <= set(wide), wide
+    no_len = (replace(key_ok, expr=sp.StrictLessThan(AD.offs_n, AD.N_K_)),)
+    assert _failing(PAD.prove_forward_addresses(groups=dict(G, key_ok=no_len))) == [
+        "a key lane key_ok admits is a key j < key_len of k, and every such key is admitted"]
+    short = (d_ok, replace(dv_ok, expr=sp.StrictLessThan(AD.offs_dv, AD.HEAD_DIM_V_ - 1)))
+    assert _failing(PAD.prove_forward_addresses(groups=dict(G, columns_ok=short))) == [
+        "every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c), every c < D_v of v/out by dv_ok"]
+
+
 def _narrow(group):
     """A group of printed terms with every int64 widening dropped: the int32 products the kernels had."""
     return tuple(AD.Term(t.symbol, t.expr.replace(terms.int64, lambda x: x), t.claim, t.note) for t in group)

@@ -159,7 +159,10 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
        "_score_mod_scalars at off_h = head_safe, head 0 on a padding row) — and that element lies inside the "
        "tensor's shape for every program of the grid (row tiles x splits, Hkv, B: program_id 0, 1, 2, split as "
        "spec.addresses.GRID_DECODE prints it) and every lane "
-       "its mask lets through (d < HEAD_DIM, dv < HEAD_DIM_V, the head dims decode_launch passes (spec.launch.head_dims), "
+       "its printed mask lets through (row_ok, d_ok, dv_ok, dt_ok: spec.addresses.DECODE_*_OK; key_ok: "
+       "spec.paged.KEY_OK, a key lane it admits in a tile of the printed split plan is a key key_lo <= j < key_len), "
+       "every row and column the reference reads admitted "
+       "(d < HEAD_DIM, dv < HEAD_DIM_V, the head dims decode_launch passes (spec.launch.head_dims), "
        "which cover every column: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; the slope's load has no mask: every "
        "lane, padding rows included); "
        "with the head dim split at D_v (MLA, claim head_dim_split) the tails q[b, tok, head, dt] and "
@@ -662,7 +665,9 @@ def _forward_tensors():
        "from spec.launch.mask_mod_strides, the function both directions' launches call), FP8's q/k/v_descale[b, h // GROUP] "
        "(three float32 (B, Hkv) tensors, any strides: spec.launch.descale_strides), philox[1], and "
        "_dropout_keep's keep[b, h, i, j] for the strides and grid spec.launch.dropout_mask_launch passes — and lies "
-       "inside the tensor for every program of the grid and every lane the load or store lets through (rows "
+       "inside the tensor for every program of the grid and every lane the load's or store's printed mask lets through "
+       "(spec.addresses.FWD_*_OK: row_ok, key_ok, n_ok, d_ok, dt_ok, dv_ok; a key key_ok admits is < key_len, and every "
+       "row, column and key the reference reads is admitted) (rows "
        "i < N_Q, keys j < N_K, d < HEAD_DIM, HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL, dv < HEAD_DIM_V: the head dims "
        "forward_launch passes (spec.launch.head_dims, for any split point HEAD_DIM in [1, D] the runtime picks), "
        "which cover every column: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; key tiles start inside [0, N_K), as the stages visit them: claim "
@@ -777,8 +782,29 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
         # runtime picks in [1, D] (spec.launch.head_dim_split)
         hyp, cover = _head_dim_lanes(ints, D, v.shape[3], z, hyp)
         cases.append(cover)
-        row_ok, d_ok, key_ok = row < z(N_Q), z3.And(0 <= dz, dz < z(ints["HEAD_DIM"])), z3.And(0 <= jz, jz < z(N_K))
-        dv_ok = z3.And(0 <= dvz, dvz < z(ints["HEAD_DIM_V"]))
+        # the printed masks (spec.addresses: row_ok, d_ok, dv_ok, dt_ok, key_ok, n_ok) at the launch's sizes and head
+        # dims, on the lanes tl.arange makes (offs_d, offs_dv, offs_n >= 0; offs_dt = HEAD_DIM + arange >= HEAD_DIM);
+        # key_len: key_lengths[b] (a loaded value >= 0) or N_K
+        key_len_z = z(n.key_len)
+        sizes = {A.N_Q: ints["N_Q"], A.N_K_: ints["N_K"], A.HEAD_DIM_: ints["HEAD_DIM"],
+                 A.HEAD_DIM_V_: ints["HEAD_DIM_V"], A.HEAD_DIM_TAIL_: ints["HEAD_DIM_TAIL"]}
+        masks = {t_.symbol: t_.expr.xreplace(sizes)
+                 for name in ("row_ok", "columns_ok", "tail_ok", "key_ok", "n_ok") for t_ in groups[name]}
+        row_ok = z3.substitute(z(masks[A.row_ok]), (z(A.offs_m), row))
+        d_ok, dv_ok = z3.And(0 <= dz, z(masks[A.d_ok])), z3.And(0 <= dvz, z(masks[A.dv_ok]))
+        key_ok, n_ok = z3.And(0 <= jz, z(masks[P.key_ok])), z3.And(0 <= jz, z(masks[A.n_ok]))
+        hyp = hyp + [key_len_z >= 0]
+        # a key lane key_ok admits is a key the reference reads (j < key_len: padding keys may hold NaN or inf), and
+        # every such key is admitted; n_ok (the dense mask's and dropout's columns) admits exactly the keys of k;
+        # row_ok every row of q
+        c = z3.Int("lane_value")
+        cases.append(_decide("a key lane key_ok admits is a key j < key_len of k, and every such key is admitted",
+                             hyp + [0 <= jz], z3.And(z3.Implies(key_ok, z3.And(jz < key_len_z, jz < z(N_K))),
+                                                     z3.Implies(z3.And(jz < key_len_z, jz < z(N_K)), key_ok))))
+        cases.append(_decide("n_ok admits exactly the keys j < N_K; row_ok exactly the rows i < N_Q",
+                             hyp + [0 <= jz, 0 <= c],
+                             z3.And(n_ok == (jz < z(N_K)),
+                                    z3.substitute(z(masks[A.row_ok]), (z(A.offs_m), c)) == (c < z(N_Q)))))
         cases.append(_decide("q[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)", hyp + [row_ok, d_ok],
                              _inside((offb, offh, row, dz), q.shape)))
         cases.append(_decide("out[b, h, i, dv] inside (lanes i < N_Q, dv < HEAD_DIM_V)", hyp + [row_ok, dv_ok,
@@ -791,12 +817,18 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                              _inside((offb, offkvh, jz, dvz), v.shape)))
         # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
         dtz = z(A.offs_dt)
-        dt_ok = z3.And(z(ints["HEAD_DIM"]) <= dtz, dtz < z(ints["HEAD_DIM"]) + z(ints["HEAD_DIM_TAIL"]))
+        dt_ok = z3.And(z(ints["HEAD_DIM"]) <= dtz, z(masks[A.dt_ok]))
+        main_z = z(sp.sympify(ints["HEAD_DIM"]))
+        cases.append(_decide("every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c), every c < D_v "
+                             "of v/out by dv_ok", hyp + [0 <= c],
+                             z3.And(z3.Implies(c < z(D), z3.Or(z3.And(c < main_z, z3.substitute(d_ok, (dz, c))),
+                                                               z3.And(main_z <= c, z3.substitute(dt_ok, (dtz, c))))),
+                                    z3.Implies(c < z(v.shape[3]), z3.substitute(dv_ok, (dvz, c))))))
         cases.append(_decide("q[b, h, i, dt] inside (lanes i < N_Q, dt < HEAD_DIM + HEAD_DIM_TAIL = D)",
                              hyp + [row_ok, dt_ok], _inside((offb, offh, row, dtz), q.shape)))
         cases.append(_decide("k[b, off_kvh, j, dt] inside (lanes j < N_K, dt < HEAD_DIM + HEAD_DIM_TAIL = D)",
                              hyp + [key_ok, dt_ok], _inside((offb, offkvh, jz, dtz), k.shape)))
-        cases.append(_decide("mask[b, h, i, j] inside (lanes i < N_Q, j < N_K)", hyp + [row_ok, key_ok],
+        cases.append(_decide("mask[b, h, i, j] inside (lanes i < N_Q, j < N_K)", hyp + [row_ok, n_ok],
                              _inside((offb, offh, row, jz), t["mask"].shape)))
         tile = [sn >= 0, sn < z(N_K), sn % z(n.B_c) == 0]
         cases.append(_decide("block_map[b, h, pid_m, start_n // BLOCK_N] inside (a visited key tile starts in [0, N_K))",
@@ -822,8 +854,13 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                   difference(got, sp.expand(keep.offset_of((A.off_b, A.off_h, i, j))))))
     hyp, (offb, offh, _, pidm, row) = _grid_hyp(kgrid, kints, q, k)
     z = _Z3A()
-    cases.append(_decide("_dropout_keep: keep[b, h, i, j] inside (lanes i < N_Q, j < N_K), the grid covers every row",
-                         hyp + [row < z(N_Q), 0 <= z(j), z(j) < z(N_K)],
+    # its printed store mask row_ok & n_ok (the forward's terms) at the sizes the launch passes
+    ksizes = {A.N_Q: kints.get("N_Q", keep.shape[2]), A.N_K_: kints.get("N_K", keep.shape[3])}
+    (row_term,), (n_term,) = groups["row_ok"], groups["n_ok"]
+    keep_lanes = [z3.substitute(z(row_term.expr.xreplace(ksizes)), (z(A.offs_m), row)), 0 <= z(j),
+                  z(n_term.expr.xreplace(ksizes))]
+    cases.append(_decide("_dropout_keep: keep[b, h, i, j] inside (lanes row_ok & n_ok), the grid covers every row",
+                         hyp + keep_lanes,
                          z3.And(_inside((offb, offh, row, z(j)), keep.shape),
                                 z(sp.sympify(kgrid[0])) * z(n.B_r) >= z(N_Q))))
     return result(A.CLAIM_FORWARD, cases, "offsets by SymPy (canonical zero), extents by z3")
