@@ -27,6 +27,7 @@ import sympy as sp
 
 from spec import notation as n
 from spec import paged as P
+from spec import rotary as RO
 from spec import varlen as V
 from spec import terms as T
 from spec.terms import Term, col, row
@@ -539,9 +540,14 @@ APPEND_KEY = (Term(offs_j, start_new + offs_t, CLAIM_APPEND, "cache index of new
 seqlen_ro, pos_ok = _int("SEQLEN_RO", nonnegative=True), sp.Symbol("pos_ok")
 APPEND_ROW_OK = (Term(pos_ok, sp.StrictLessThan(offs_pos, seqlen_ro), CLAIM_APPEND,
                       "the table row is read: pos < seqlen_ro (past it: cos 1, sin 0)"),)
+#: the lanes rotary loads a partner and table entries for: d < rotary_dim = 2·ROTARY_HALF (ROTARY_HALF as
+#: append_launch passes it), exactly the lanes spec.rotary.ROTATE rotates; the others are kept (claim append_addresses)
+ro_lane = sp.Symbol("ro_lane")
+APPEND_RO_LANE = (Term(ro_lane, sp.StrictLessThan(offs_d, 2 * RO.rotary_half), CLAIM_APPEND,
+                       "a rotated lane: d < rotary_dim = 2·ROTARY_HALF (the others are kept)"),)
 APPEND_GROUPS = {"lookups": APPEND_LOOKUPS, "key": APPEND_KEY, "x": APPEND_X, "dst_paged": APPEND_DST_PAGED,
                  "dst_cache": APPEND_DST_CACHE, "dst_tensor": APPEND_DST_TENSOR, "dst": APPEND_DST,
-                 "tables": APPEND_TABLES, "row_ok": APPEND_ROW_OK}
+                 "tables": APPEND_TABLES, "row_ok": APPEND_ROW_OK, "ro_lane": APPEND_RO_LANE}
 
 
 # ----------------------------------------------------------------------------------

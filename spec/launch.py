@@ -103,6 +103,17 @@ def tile_widths(head_dim: int, head_dim_v: int, fp8: bool = False) -> TileWidths
     return TileWidths(main, tail, head_dim_v, block_d(main, fp8), block_d(tail, fp8), block_d(head_dim_v))
 
 
+def decode_tile_widths(head_dims: dict, fp8: bool = False) -> dict:
+    """The decode's tile widths for the head dims ``decode_launch`` passes (its constexprs ``HEAD_DIM``,
+    ``HEAD_DIM_TAIL``, ``HEAD_DIM_V``): ``BLOCK_D``, ``BLOCK_DT`` (q/k's, ``fp8``: products on fp8 operands; a tail
+    of 0 still gets a width, compiled out) and ``BLOCK_DV``, each ``block_d``. The decode launcher and its AOT
+    compile launch with these; claim decode_addresses evaluates it at every head dim the contract accepts
+    (``decode_head_dim_max``) and proves each width a power of two >= 16 and at least its head dim."""
+    return {"BLOCK_D": block_d(head_dims["HEAD_DIM"], fp8),
+            "BLOCK_DT": block_d(max(head_dims["HEAD_DIM_TAIL"], 1), fp8),
+            "BLOCK_DV": block_d(head_dims["HEAD_DIM_V"])}
+
+
 def _min(a, b):
     """``min`` of numbers, ``Min`` of SymPy sizes."""
     return sp.Min(a, b) if isinstance(a, sp.Basic) or isinstance(b, sp.Basic) else min(a, b)
@@ -256,6 +267,16 @@ FORWARD_STRIDE_NAMES = {
 def philox_words(philox):
     """Dropout's ``(seed, counter offset)`` int64 pair as the kernels read it: contiguous (word w at offset w)."""
     return philox.contiguous()
+
+
+def dropout_mask_shape(q, k) -> tuple:
+    """The keep mask the host allocates for ``return_dropout_mask`` (``_dropout_keep`` writes it, claim
+    dropout_mask_same reads this shape): ``(B, Hq, N_q, N_k)`` for q ``(B, Hq, N_q, D)``, k ``(B, Hkv, N_k, D)``
+    — the query heads, one draw per (b, query head, row, key); a packed batch (q ``(total_q, Hq, D)``, k
+    ``(total_k, Hkv, D)``) one entry ``(1, Hq, total_q, total_k)``, its global rows and keys."""
+    if q.dim() == 3:
+        return (1, q.shape[1], q.shape[0], k.shape[0])
+    return (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
 
 
 def dropout_mask_launch(keep, block_m):

@@ -108,6 +108,25 @@ def packed_mask(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int, *, causa
 PAGED_CLAIM = "paged_varlen_slots"
 
 
+def packed_tokens(cu_seqlens_q, total_q, ops):
+    """Each packed query row's ``(segment, token, segment length)``, one entry per row ``r = 0 … total_q − 1``:
+    segment ``s`` is the count of segment ends ``cu_seqlens_q[1:]`` at or before ``r`` (``searchsorted(...,
+    right=True)``), so ``cu_seqlens_q[s] <= r < cu_seqlens_q[s + 1]`` (empty segments skipped); token ``r −
+    cu_seqlens_q[s]``; length ``cu_seqlens_q[s + 1] − cu_seqlens_q[s]``. ``ops`` is ``torch`` in the runtime
+    (``cu_seqlens_q`` a CPU tensor that ``segments`` checked) and claim paged_varlen_slots' symbolic namespace,
+    which proves the map one to one onto the segments' tokens for every non-decreasing ``cu_seqlens_q``."""
+    rows = ops.arange(total_q)
+    seg = ops.searchsorted(cu_seqlens_q[1:], rows, right=True)
+    start = cu_seqlens_q[seg]
+    return seg, rows - start, cu_seqlens_q[seg + 1] - start
+
+
+def paged_key_lengths(cu_seqlens_k):
+    """Each segment's key count ``cu_seqlens_k[b + 1] − cu_seqlens_k[b]`` (``B`` entries): the decode launch's
+    ``cache_seqlens``, segment ``b``'s keys ``0 … n_k − 1`` in its pages (claim paged_varlen_slots)."""
+    return cu_seqlens_k[1:] - cu_seqlens_k[:-1]
+
+
 def paged_slot(b, t, n_q, max_seqlen_q):
     """``(row, slot)`` of packed query token ``t`` of segment ``b`` (``n_q`` its queries) in the decode launch's
     queries ``(B, max_seqlen_q, Hq, D)``: row ``b``, slot ``max_seqlen_q − n_q + t`` — right-aligned, the first

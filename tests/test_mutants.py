@@ -739,6 +739,27 @@ def test_rotary_table_row_mask_mutants_are_refuted():
     assert any(name.startswith("a new key's row lies in [0, seqlen_ro)") for name in _rotary_failures(row_ok=short))
 
 
+def test_rotary_lane_mask_mutants_are_refuted():
+    """The printed rotary lane mask (spec.addresses.APPEND_RO_LANE, ro_lane) one lane long, d <= 2·ROTARY_HALF: the
+    lane d = rotary_dim reads a partner outside x (GPT-NeoX: lane −R) and a table column past R, and is not a lane
+    ROTATE rotates; one half short, d < ROTARY_HALF: the mask is no longer the rotated lanes (the second half would
+    read cos 1, sin 0: kept unrotated)."""
+    from spec import rotary as RO
+    from spec.proofs import addresses as PAD_
+    (term,) = AD.APPEND_RO_LANE
+    lanes = [f"{kind}: the rotary lanes ro_lane are d < rotary_dim = 2·R, the lanes ROTATE rotates"
+             for kind in ("paged", "cache", "tensor")]
+    long_ = (replace(term, expr=sp.LessThan(AD.offs_d, 2 * RO.rotary_half)),)
+    failing = _failing(PAD_.prove_append_addresses(groups=dict(AD.APPEND_GROUPS, ro_lane=long_)))
+    assert set(lanes) <= set(failing), failing
+    for kind in ("paged", "cache", "tensor"):
+        for layout in ("GPT-J", "GPT-NeoX"):
+            assert f"{kind}: {layout}: partner x[b, t, head, pair] inside (rotary lanes; rotary_dim <= D, " \
+                   "rotary_cos's rule)" in failing, failing
+    short = (replace(term, expr=sp.StrictLessThan(AD.offs_d, RO.rotary_half)),)
+    assert _failing(PAD_.prove_append_addresses(groups=dict(AD.APPEND_GROUPS, ro_lane=short))) == lanes
+
+
 def _append_launch_failing(**change):
     from spec import launch as LA_
     from spec.proofs import addresses as PAD_
@@ -1555,6 +1576,22 @@ def test_dropout_mask_same_refutes_a_dkdv_box_of_kv_heads():
     assert any("drop_heads = H_KV" in p and "only a printed spec term" in p for p in found), found
 
 
+def test_dropout_mask_same_refutes_a_keep_mask_of_kv_heads():
+    """The keep mask return_dropout_mask allocates is spec.launch.dropout_mask_shape's (the runtime's api and varlen
+    call it): one of H_KV heads (k's, not q's) fails dropout_mask_same, dense and packed, and the kernels' counters
+    no longer match the mask the helper draws."""
+    def kv_heads(q, k):
+        return (q.shape[0], k.shape[1], q.shape[2], k.shape[2]) if q.dim() == 4 else (1, k.shape[1], q.shape[0],
+                                                                                        k.shape[0])
+    r = PD.prove_dropout_mask_same(launches=PD.box_launches(dropout_mask_shape=kv_heads))
+    assert_failed(r)
+    failing = [name for name, res in r.cases if res != 0]
+    for tag, shape in (("dense", "B"), ("packed", "1")):
+        assert f"{tag}: the host's keep mask is ({shape}, H_q, N_q, N_k)" in failing, failing
+    assert "dense: the forward kernel's counter at (b, h, i, j) is the dropout_mask helper's at keep[b, h, i, j]" \
+        in failing, failing
+
+
 GRAD_MUTANTS = {
     # dV from the undropped Pᵀ
     "dV undropped": {"dropout_dv_t": (terms.DROPOUT_DV_T[0],
@@ -2258,6 +2295,22 @@ def test_a_tile_narrower_than_its_head_dim_is_refuted(mutant):
         assert _failing(prove(widths=widths)) == [prefix + name for name in want], (mutant, prove.__name__)
 
 
+def test_a_decode_tile_narrower_than_its_head_dim_is_refuted():
+    """decode_addresses reads the decode's tile widths (spec.launch.decode_tile_widths, which its launcher and AOT
+    compile call) at decode_launch's head dims: v's tile padded from q/k's main part (narrower than D_v when
+    D < D_v) and the tail left unpadded (no power of two) fail exactly their cases. The claim's width cases are
+    _decode_width_cases' (prove_decode_addresses(tile_widths=...) passes the mutant there; run here alone: the
+    whole claim takes seconds more)."""
+    def mutant(head_dims, fp8=False):
+        w = LA.decode_tile_widths(head_dims, fp8)
+        return dict(w, BLOCK_DV=LA.block_d(head_dims["HEAD_DIM"]), BLOCK_DT=max(head_dims["HEAD_DIM_TAIL"], 1))
+    top_d, top_dv = limit("decode_head_dim_max")
+    prefix = f"tile widths (spec.launch.decode_tile_widths, every D in 1..{top_d}, D_v in 1..{top_dv}): "
+    cases = PAD._decode_width_cases(LA.decode_launch, mutant)
+    assert [name for name, residual in cases if residual != 0] == [
+        prefix + "BLOCK_DV >= HEAD_DIM_V", prefix + "BLOCK_D, BLOCK_DT, BLOCK_DV are powers of two >= 16"]
+
+
 def test_fp8_descale_offset_bugs_are_refuted():
     """The old kernel's one stride pair (q_descale's) for the three descales; a descale read at the query head."""
     def one_pair(*args, **kw):
@@ -2420,6 +2473,65 @@ def test_paged_varlen_lse_without_its_transpose_is_refuted():
     assert failing == ["paged_lse's [h, r] is the decode lse[row, h, slot] the kernel wrote"], failing
     failing = _failing(PV.prove_paged_varlen_slots(lse_rows=lambda lse, rows, slots: lse[rows, :, slots]))
     assert "paged_lse is FlashAttention's varlen (Hq, total_q)" in failing, failing
+
+
+def _packed_tokens_mutant(start=0, end=1, right=True, token_from=0):
+    """spec.varlen.packed_tokens with the segment searched among cu[start:] (the ends: 1) and the token counted
+    from cu[s + token_from] (0: the segment's start)."""
+    def tokens(cu, total_q, ops):
+        rows = ops.arange(total_q)
+        seg = ops.searchsorted(cu[end:] if start == 0 else cu[:-1], rows, right=right)
+        return seg, rows - cu[seg + token_from], cu[seg + 1] - cu[seg]
+    return tokens
+
+
+def test_paged_varlen_row_to_token_map_is_proved():
+    """Packed row r -> (segment, token) (spec.varlen.packed_tokens, the runtime's map) is in claim
+    paged_varlen_slots: the token counted from the next segment's start, the search's side flipped (a row at a
+    segment's start put in the one before) and the search among the starts (s one too many) each fail it."""
+    row_in_segment = "row r lies in its segment s: 0 <= s < B, cu[s] <= r < cu[s+1]"
+    token = "row r is token t = r − cu[s] of segment s, 0 <= t < n_q[s] = cu[s+1] − cu[s]"
+    onto = "onto: token t of segment s (0 <= t < cu[s+1] − cu[s]) is packed row cu[s] + t < total_q, read as (s, t)"
+    assert PV.prove_paged_varlen_slots(tokens=_packed_tokens_mutant()).proved  # the mutant factory's identity
+    failing = _failing(PV.prove_paged_varlen_slots(tokens=_packed_tokens_mutant(token_from=1)))
+    assert failing == [token, onto], failing
+    for mutant in (_packed_tokens_mutant(right=False), _packed_tokens_mutant(start=-1)):
+        failing = _failing(PV.prove_paged_varlen_slots(tokens=mutant))
+        assert failing == [row_in_segment, token, onto], failing
+
+
+def test_paged_varlen_key_lengths_as_the_offsets_are_refuted():
+    """The decode launch's cache_seqlens (spec.varlen.paged_key_lengths) read as the offsets' ends cu_seqlens_k[1:]
+    (segment b would attend the keys of every segment before it) fails paged_varlen_slots; and on numbers the
+    function is torch's per-segment count."""
+    failing = _failing(PV.prove_paged_varlen_slots(key_lengths=lambda cu: cu[1:]))
+    assert failing == ["segment b's key lengths entry (the decode's key_len) is cu_seqlens_k[b+1] − cu_seqlens_k[b], "
+                       "SEGMENT's N_K"], failing
+    assert V.paged_key_lengths(torch.tensor([0, 3, 3, 7])).tolist() == [3, 0, 4]
+
+
+def test_paged_varlen_claims_model_of_searchsorted_is_torchs():
+    """The claim's torch.searchsorted (spec.proofs.varlen._SearchOps.contract) holds of torch's answers, and
+    spec.varlen.packed_tokens on torch gives each row's segment and token (empty segments included)."""
+    for cu in ([0, 2, 2, 5], [0, 0, 3], [0, 1, 2, 3, 3], [0, 4]):
+        cu = torch.tensor(cu, dtype=torch.int32)
+        seg, tok, length = V.packed_tokens(cu.long(), int(cu[-1]), torch)
+        want = [(b, t) for b in range(len(cu) - 1) for t in range(int(cu[b + 1] - cu[b]))]
+        assert list(zip(seg.tolist(), tok.tolist())) == want
+        assert length.tolist() == [int(cu[b + 1] - cu[b]) for b, _ in want]
+        for right in (True, False):
+            ops = PV._SearchOps()
+            ops.searchsorted(PV._Offsets(sp.Function("cu"), len(cu))[1:], ops.arange(int(cu[-1])), right=right)
+            got = torch.searchsorted(cu[1:], torch.arange(int(cu[-1])), right=right)
+            for p, i in enumerate(got.tolist()):
+                z = PV._Z3Functions()
+                facts = ops.contract(z, p) + [z.functions["cu"](k) == int(c) for k, c in enumerate(cu)]
+                answer = z.functions["searchsorted_0"](p)
+                # torch's answer is the only one the contract allows
+                for statement, verdict in ((answer == i, PV.z3.sat), (answer != i, PV.z3.unsat)):
+                    solver = PV.z3.Solver()
+                    solver.add(*facts, statement)
+                    assert solver.check() == verdict, (cu, right, p, i)
 
 
 def test_paged_varlen_claims_model_of_indexing_is_torchs():

@@ -208,8 +208,8 @@ def _attention(package, q, k, v, causal, alignment, window, key_lengths, mask, s
                 lse = sinks[None, :, None].expand(B, Hq, Nq) + attached.float()
             result = (out, lse) if return_lse else out
             if return_dropout_mask:  # no element to drop
-                return _with_dropout_mask(result, torch.ones((B, Hq, Nq, k.shape[2]), dtype=torch.bool,
-                                                             device=q.device))
+                keep = torch.ones(spec_launch.dropout_mask_shape(q, k), dtype=torch.bool, device=q.device)
+                return _with_dropout_mask(result, keep)
             return result
         tma = config.memory_path(tma, q.device)
         if block == "auto":
@@ -249,8 +249,8 @@ def _attention(package, q, k, v, causal, alignment, window, key_lengths, mask, s
                                       None if score_mod is None else score_mod.name, score_f, score_i)
     result = (out, lse) if return_lse else out
     if return_dropout_mask:
-        keep = dispatch.dropout_mask(block, package, philox, dropout_p, (q.shape[0], q.shape[1], q.shape[2],
-                                                                         k.shape[2]))
+        # the keep mask (B, Hq, N_q, N_k): spec.launch's shape, the one claim dropout_mask_same reads
+        keep = dispatch.dropout_mask(block, package, philox, dropout_p, spec_launch.dropout_mask_shape(q, k))
         return _with_dropout_mask(result, keep.to(q.device))
     return result
 

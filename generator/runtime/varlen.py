@@ -321,8 +321,9 @@ def _varlen(package, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     cu_seqlens_q, cu_seqlens_k, sinks = (contract.unit_stride("flash_attention_varlen", name, t) for name, t in
                                          (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
                                           ("sinks", sinks)))
-    # dropout's box is (1, Hq, total_q, total_k): the packed rows and keys, global
-    box = (1, q.shape[1], q.shape[0], k.shape[0])
+    # dropout's box is (1, Hq, total_q, total_k): the packed rows and keys, global (spec.launch's shape, the one
+    # claim dropout_mask_same reads)
+    box = spec_launch.dropout_mask_shape(q, k)
     philox = checks.draw_philox(q.device) if dropout_p > 0 else None
     # eager, nothing for the dispatcher to do (no trace, mode or transform, plain tensors, no gradient to
     # record): the op's body itself, without the custom op's dispatch

@@ -12,8 +12,9 @@ exactly once, none past ``n_k``, inside the sequence's pages). Its rows are ``(B
 ``max_seqlen_q`` slots (left padding): query ``t`` of sequence ``b`` then sits at key position
 ``n_k − n_q + t``, the packed form's bottom-right alignment, for causal, window and ALiBi alike.
 The padding rows are computed and dropped (they read only the sequence's valid keys; claim
-``paged_varlen_slots`` proves the placement, the read-back of out and of lse in varlen's ``(Hq, total_q)``
-layout, and that no padding slot is read back: ``spec.varlen.paged_slot`` and its neighbours); the cost is
+``paged_varlen_slots`` proves each packed row's (segment, token) (``spec.varlen.packed_tokens``), the
+placement, the read-back of out and of lse in varlen's ``(Hq, total_q)`` layout, and that no padding slot
+is read back: ``spec.varlen.paged_slot`` and its neighbours); the cost is
 ``B·max_seqlen_q`` query rows instead of ``total_q``: efficient when the lengths are alike (chunked
 prefill of equal chunks, decode), wasteful for one long chunk among many single tokens. Forward only.
 
@@ -40,19 +41,18 @@ def flash_attention_varlen_paged(package, a: dict):
     # the offsets checked by value (non-decreasing, from 0 to the totals): one host sync, as the packed path's
     cu_q, cu_k = cu_seqlens_q.cpu(), cu_seqlens_k.cpu()
     spec_varlen.segments(cu_q, cu_k, total_q, int(cu_k[-1]))
-    n_q = (cu_q[1:] - cu_q[:-1]).long()
-    longest = int(n_q.max()) if B else 0
+    # packed row r is token t = r − cu_seqlens_q[b] of segment b (n_q its queries): spec.varlen.packed_tokens
+    seg, local, n_q = spec_varlen.packed_tokens(cu_q.long(), total_q, torch)
+    longest = int(n_q.max()) if total_q else 0
     max_q = max(1, checks.check_hint("max_seqlen_q", a["max_seqlen_q"], longest))
     # the padded queries and their output: fresh, contiguous; int32 offsets inside one (sequence, head) slice
     checks.check_index_width(q=((max_q, D), (Hq * D, 1)))
-    # packed row r is token t = r − cu_seqlens_q[b] of segment b; its (row, slot) in the decode launch's queries:
-    # spec.varlen.paged_slot (right-aligned, so the decode's bottom-right slot is the segment's bottom-right
-    # position), scattered and read back by spec.varlen's functions (claim paged_varlen_slots)
-    seg = torch.repeat_interleave(torch.arange(B), n_q)
-    local = torch.arange(total_q) - cu_q[:-1].long()[seg]
-    rows, slots = (x.to(q.device) for x in spec_varlen.paged_slot(seg, local, n_q[seg], max_q))
+    # token (b, t)'s (row, slot) in the decode launch's queries: spec.varlen.paged_slot (right-aligned, so the
+    # decode's bottom-right slot is the segment's bottom-right position), scattered and read back by spec.varlen's
+    # functions (claim paged_varlen_slots proves them and packed_tokens)
+    rows, slots = (x.to(q.device) for x in spec_varlen.paged_slot(seg, local, n_q, max_q))
     q_pad = spec_varlen.paged_queries(q, rows, slots, B, max_q)
-    n_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
+    n_k = spec_varlen.paged_key_lengths(cu_seqlens_k).to(torch.int32)
     out, lse = decode._kvcache(package, q_pad, a["k"], a["v"], n_k, block_table=a["block_table"], causal=a["causal"],
                                window=a["window"], scale=a["scale"], return_lse=True, softcap=a["softcap"],
                                alibi_slopes=a["alibi_slopes"], sinks=a["sinks"], batch_invariant=a["batch_invariant"])

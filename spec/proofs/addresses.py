@@ -165,6 +165,9 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
        "(d < HEAD_DIM, dv < HEAD_DIM_V, the head dims decode_launch passes (spec.launch.head_dims), "
        "which cover every column: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; the slope's load has no mask: every "
        "lane, padding rows included); "
+       "the tile widths the decode launcher pads those head dims to (spec.launch.decode_tile_widths of "
+       "decode_launch's head dims, for every D in 1..576, D_v in 1..512, fp8 products or not) reach them: "
+       "BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= HEAD_DIM_V, each a power of two >= 16; "
        "with the head dim split at D_v (MLA, claim head_dim_split) the tails q[b, tok, head, dt] and "
        "k_cache[..., kvh, dt] for HEAD_DIM <= dt < D; and with v_cache = k_cache[..., :D_v] (k's pointer and "
        "strides) the v offset at lane d is the k offset (the kernel uses its K tile as V): for each v cache for which "
@@ -190,7 +193,7 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
              "template's .to(tl.int64) loads); the FP8 descales: (B, Hkv) indexed by q's batch b (not the cache row "
              "off_bc), contiguous and paged alike, their offsets int64 (off_b, off_kvh)")
 def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None,
-                           v_is_k=None, key_ok=P.KEY_OK):
+                           v_is_k=None, tile_widths=None, key_ok=P.KEY_OK):
     launch = L.decode_launch if launch is None else launch
     v_is_k = L.decode_v_is_k if v_is_k is None else v_is_k
     partial_rows = L.decode_partial_rows if partial_rows is None else partial_rows
@@ -466,7 +469,43 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
     merged = A.Strided("merged_lse", (B * N_q * Hq,), (1,))
     cases.append(("merge: lse[b, h, t] is merged row r",
                   difference(sp.expand(merged_lse(merged, B, N_q, Hq).offset_of((b, h, t))), sp.expand(r))))
+    cases += _decode_width_cases(launch, L.decode_tile_widths if tile_widths is None else tile_widths)
     return result(A.CLAIM_DECODE, cases, "offsets by SymPy (canonical zero), extents by z3, contiguous and paged")
+
+
+def _decode_width_cases(launch, tile_widths) -> list:
+    """The decode's tile widths (``tile_widths``: spec.launch.decode_tile_widths) at the head dims ``launch`` passes
+    (its constexprs, symbolic in k's D and v's D_v, evaluated at every accepted pair, fp8 products or not): each at
+    least its head dim (so ``arange(BLOCK_*)`` reaches every column the lane masks let through), a power of two
+    >= 16. A case's residual names the first head dims that break it."""
+    from spec.assumptions import limit
+
+    q, k, v, out, lse, cs, bt, sinks, leftpad, batch_idx, descales = _decode_tensors(False)
+    _, _, constexprs = launch(q, k, v, out, lse, cs, bt, sp.Symbol("BLOCK_M", integer=True, positive=True), sinks,
+                              cache_leftpad=leftpad, cache_batch_idx=batch_idx, descales=descales)
+    names = ("HEAD_DIM", "HEAD_DIM_TAIL", "HEAD_DIM_V")
+    dims = sp.lambdify((k.shape[3], v.shape[3]), [sp.sympify(constexprs[x]) for x in names], "math")
+    facts = ("BLOCK_D >= HEAD_DIM", "BLOCK_DT >= HEAD_DIM_TAIL", "BLOCK_DV >= HEAD_DIM_V",
+             "BLOCK_D, BLOCK_DT, BLOCK_DV are powers of two >= 16")
+
+    def holds(main, tail, dv, w):  # facts' truth values, in their order (a power of two: x & (x − 1) == 0)
+        bd, bt, bv = w["BLOCK_D"], w["BLOCK_DT"], w["BLOCK_DV"]
+        return (bd >= main, bt >= tail, bv >= dv,
+                bd >= 16 and bt >= 16 and bv >= 16 and not (bd & (bd - 1) or bt & (bt - 1) or bv & (bv - 1)))
+    top_d, top_dv = limit("decode_head_dim_max")
+    first = {}
+    for fp8 in (False, True):
+        for D in range(1, top_d + 1):
+            for Dv in range(1, top_dv + 1):
+                main, tail, dv = dims(D, Dv)  # Python ints (lambdify's math printer: Min is min)
+                w = tile_widths({"HEAD_DIM": main, "HEAD_DIM_TAIL": tail, "HEAD_DIM_V": dv}, fp8)
+                ok = holds(main, tail, dv, w)
+                if not all(ok):
+                    for name, fact in zip(facts, ok):
+                        if not fact and name not in first:
+                            first[name] = sp.Symbol(f"D={D}, D_v={Dv}, fp8={fp8}: {w}")
+    return [(f"tile widths (spec.launch.decode_tile_widths, every D in 1..{top_d}, D_v in 1..{top_dv}): {name}",
+             first.get(name, sp.Integer(0))) for name in facts]
 
 
 # ----------------------------------------------------------------------------------
@@ -1160,7 +1199,9 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
        "destination, cache_seqlens, cache_batch_idx and block_table are read or written inside their shapes for "
        "every program of the grid and every lane t < N_new, d < D (given cache_seqlens[b] + N_new <= the "
        "capacity, page ids in [0, num_pages), cache_batch_idx entries in [0, B_cache), B_cache = B without it); "
-       "for every rotary lane (t < N_new, d < 2·ROTARY_HALF, ROTARY_HALF = R as append_launch passes it) of "
+       "the printed rotary lane mask ro_lane (APPEND_RO_LANE, at ROTARY_HALF = R as append_launch passes it) "
+       "admits exactly the lanes d < rotary_dim = 2R of d < D, the lanes spec.rotary.ROTATE rotates; "
+       "for every rotary lane (t < N_new, d < D, ro_lane) of "
        "either layout (spec.rotary's printed lane terms) the partner x[b, t, head, pair] is inside x (given "
        "rotary_dim = 2R <= D, rotary_cos's contract rule) and, for either PER_TOKEN, the tables cos, sin are read "
        "at [pos, freq] inside (seqlen_ro, R) for every lane whose row passes the printed mask pos_ok "
@@ -1244,7 +1285,17 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
         # the table column of either layout (spec.rotary's printed terms), the row of either PER_TOKEN
         (pos_term,) = RO.ROTARY_POSITION
         half = sp.sympify(ints["ROTARY_HALF"])
-        ro_lanes = hyp + [tz < z(N_new), 0 <= z(d), z(d) < 2 * z(half), 2 * z(cos.shape[1]) <= z(D)]
+        # the printed lane mask ro_lane (APPEND_RO_LANE) at that ROTARY_HALF: exactly the lanes d < rotary_dim =
+        # 2·R (R the tables' columns) and exactly the lanes spec.rotary.ROTATE rotates (the others are kept)
+        (lane_term,) = groups["ro_lane"]
+        lane_ok = lane_term.expr.xreplace({RO.rotary_half: half})
+        lane_z = z3.BoolVal(bool(lane_ok)) if lane_ok in (sp.true, sp.false) else z(lane_ok)
+        (rotate_term,) = RO.ROTATE
+        rotated = rotate_term.expr.args[0][1].xreplace({RO.rotary_half: half})
+        cases.append(_decide(f"{kind}: the rotary lanes ro_lane are d < rotary_dim = 2·R, the lanes ROTATE rotates",
+                             hyp + [0 <= z(d), z(d) < z(D)],
+                             z3.And(lane_z == (z(d) < 2 * z(cos.shape[1])), lane_z == z(rotated))))
+        ro_lanes = hyp + [tz < z(N_new), 0 <= z(d), z(d) < z(D), lane_z, 2 * z(cos.shape[1]) <= z(D)]
         for layout, index_terms in (("GPT-J", RO.INTERLEAVED), ("GPT-NeoX", RO.HALVES)):
             env = {s_: e.xreplace({RO.rotary_half: half}) for s_, e in terms.chain(index_terms).items()}
             freq, pair = z(env[RO.ro_freq]), z(env[RO.ro_pair])

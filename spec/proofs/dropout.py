@@ -81,16 +81,19 @@ def _z3(expr, env):
     return go(expr), parts
 
 
-def box_launches(forward_launch=None, dropout_mask_launch=None, dkdv_launch=None, dq_launch=None) -> dict:
+def box_launches(forward_launch=None, dropout_mask_launch=None, dkdv_launch=None, dq_launch=None,
+                 dropout_mask_shape=None) -> dict:
     """``(packed?) -> {kernel: ints}``: the integers spec.launch passes each kernel that draws the mask, on
     symbolic tensors of one call: q ``(B, Hkv·G, N_q, D)``, k ``(B, Hkv, N_k, D)`` (packed: ``(total_q, Hkv·G, D)``,
-    ``(total_k, Hkv, D)``), the dropout_mask helper's keep ``(B, Hkv·G, N_q, N_k)`` (packed: ``(1, Hkv·G, total_q,
-    total_k)``, the mask of the packed batch)."""
+    ``(total_k, Hkv, D)``), the dropout_mask helper's keep of the shape the host allocates,
+    ``spec.launch.dropout_mask_shape(q, k)`` (the claim proves it ``(B, Hkv·G, N_q, N_k)``; packed ``(1, Hkv·G,
+    total_q, total_k)``, the mask of the packed batch)."""
     from spec import addresses as A
     from spec import launch as L
 
     forward_launch = forward_launch or L.forward_launch
     dropout_mask_launch = dropout_mask_launch or L.dropout_mask_launch
+    dropout_mask_shape = dropout_mask_shape or L.dropout_mask_shape
     dkdv_launch, dq_launch = dkdv_launch or L.dkdv_launch, dq_launch or L.dq_launch
     B, Hkv, G = sp.Symbol("B", integer=True, positive=True), sp.Symbol("Hkv", integer=True, positive=True), GQA_GROUP
     Hq = Hkv * G
@@ -98,12 +101,12 @@ def box_launches(forward_launch=None, dropout_mask_launch=None, dkdv_launch=None
     for packed in (False, True):
         if packed:
             total_q, total_k = (sp.Symbol(x, integer=True, positive=True) for x in ("total_q", "total_k"))
-            rows, keys, lead, batch = (total_q,), (total_k,), (), 1
+            rows, keys, lead = (total_q,), (total_k,), ()
             cu = A.symbolic("cu_seqlens_q", (B + 1,))
             extra = dict(cu_seqlens_q=cu)
         else:
             N_q, N_k = (sp.Symbol(x, integer=True, positive=True) for x in ("N_q", "N_k"))
-            rows, keys, lead, batch, extra = (N_q,), (N_k,), (B,), B, {}
+            rows, keys, lead, extra = (N_q,), (N_k,), (B,), {}
         heads_first = lambda name, h, n_, d: A.symbolic(name, (*lead, h, *n_, d) if not packed  # noqa: E731
                                                         else (*n_, h, d))
         q, do, dq = (heads_first(x, Hq, rows, "D") for x in ("q", "do", "dq"))
@@ -113,15 +116,16 @@ def box_launches(forward_launch=None, dropout_mask_launch=None, dkdv_launch=None
         nq, nk = rows[0], keys[0]
         rest = (A.symbolic("key_lengths", (B,)), A.symbolic("mask", (B, Hq, nq, nk)),
                 A.symbolic("block_map", (B, Hq, 1, 1)), A.symbolic("alibi_slopes", (Hq,)))
+        keep = dropout_mask_shape(q, k)
         ints = {
             "forward": forward_launch(q, k, v, o, lse, *rest, A.symbolic("sinks", (Hq,)), n.B_r,
                                       **({"max_seqlen_q": nq} if packed else {}), **extra)[1],
-            "dropout_mask": dropout_mask_launch(A.symbolic("keep", (batch, Hq, nq, nk)), n.B_r)[1],
+            "dropout_mask": dropout_mask_launch(A.symbolic("keep", keep), n.B_r)[1],
             "dkdv": dkdv_launch(q, k, v, do, dk, dv, lse, *rest, n.B_c,
                                 **({"max_seqlen_k": nk} if packed else {}), **extra)[1],
             "dq": dq_launch(q, k, v, do, dq, lse, *rest, n.B_r, **({"max_seqlen_q": nq} if packed else {}), **extra)[1],
         }
-        out[packed] = (ints, Hq, nq, nk)
+        out[packed] = (ints, Hq, nq, nk, (1 if packed else B, keep))
     return out
 
 
@@ -149,8 +153,13 @@ def box_cases(counter, boxes=terms.DROPOUT_BOXES, packed_box=terms.DROPOUT_BOX_P
     launches = box_launches() if launches is None else launches
     I, J = sp.symbols("I J", integer=True, nonnegative=True)
     seq_q, seq_k = (sp.Symbol(x, integer=True, nonnegative=True) for x in ("seq_start_q", "seq_start_k"))
-    for packed, (ints, Hq, nq, nk) in launches.items():
+    for packed, (ints, Hq, nq, nk, (batch, keep)) in launches.items():
         tag = "packed" if packed else "dense"
+        # the keep mask the host allocates (spec.launch.dropout_mask_shape): one element per (b, query head, row, key)
+        cases.append((f"{tag}: the host's keep mask is ({'1' if packed else 'B'}, H_q, N_q, N_k)",
+                      ZERO if len(keep) == 4 and all(sp.expand(sp.sympify(a) - b) == 0
+                                                     for a, b in zip(keep, (batch, Hq, nq, nk)))
+                      else sp.Tuple(*keep)))
         # the dropout_mask helper's box (a packed batch's mask is one (1, H, total_q, total_k) entry)
         ref_box = _box_at(boxes["dropout_mask"], ints["dropout_mask"], sp.Integer(0) if packed else _b)
         ref = counter.xreplace(ref_box).xreplace({n.off_h: _h, n.i: I, n.j: J})
@@ -179,7 +188,8 @@ def box_cases(counter, boxes=terms.DROPOUT_BOXES, packed_box=terms.DROPOUT_BOX_P
        "B·H·N_q·N_k <= 2^62 and rng_offset < 2^62; and each kernel's printed box (spec.terms.DROPOUT_BOXES: "
        "drop_b, drop_heads, drop_nq, drop_nk, drop_i0, drop_j0 in its own names; a packed batch's "
        "DROPOUT_BOX_PACKED after it) at the integers spec.launch passes it (forward_launch, dkdv_launch, dq_launch, "
-       "dense and packed, dropout_mask_launch) gives the forward, dK/dV and dQ kernels' counter at (b, query head h, "
+       "dense and packed, dropout_mask_launch on the keep mask of spec.launch.dropout_mask_shape, the shape the host "
+       "allocates) gives the forward, dK/dV and dQ kernels' counter at (b, query head h, "
        "i, j) the dropout_mask helper's at keep[b, h, i, j] (packed: keep[0, h, cu_seqlens_q[b] + i, "
        "cu_seqlens_k[b] + j]), Hq = Hkv·G query heads",
        r"Z_{bhij} = [\mathrm{philox}(\mathrm{seed}, o + ((bH + h)N_q + i)N_k + j) \ge p],\ "
@@ -187,7 +197,7 @@ def box_cases(counter, boxes=terms.DROPOUT_BOXES, packed_box=terms.DROPOUT_BOX_P
        scope="symbolic B, H, N_q, N_k, rng_offset (z3 over the integers, nonlinear; int64 by bounding every "
              "intermediate); tl.rand taken as a pure function of (seed, counter): counter-based Philox; the boxes "
              "symbolic in B, Hkv, G, N_q, N_k (packed: total_q, total_k), off_h the program's query head (claims "
-             "launch_grid, gqa_head_map), keep's shape (B, Hq, N_q, N_k) as the host allocates it",
+             "launch_grid, gqa_head_map), keep's shape the host allocates from spec.launch.dropout_mask_shape",
        assumptions=("dropout_counter",))
 def prove_dropout_mask_same(base=terms.DROPOUT_BASE, keep=terms.DROPOUT_KEEP, boxes=terms.DROPOUT_BOXES,
                             packed_box=terms.DROPOUT_BOX_PACKED, launches=None):

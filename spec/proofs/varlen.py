@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import sympy as sp
 import z3
+from sympy.core.function import AppliedUndef
 
 from spec import addresses as A
 from spec import launch as L
@@ -258,6 +259,121 @@ class _Elements:
         self.writes.append((self._gather(key), value))
 
 
+class _Offsets:
+    """A 1-D integer tensor by value (``cu_seqlens_q``): entry ``i`` is ``fn(first + i)`` (a SymPy function), ``length``
+    entries. The torch uses of spec.varlen.packed_tokens: slices ``[a:]`` / ``[:b]`` (a view: the same values),
+    ``long()``, and gathering by an ``_Index`` (an ``_Index`` of the values)."""
+
+    def __init__(self, fn, length, first=0):
+        self.fn, self.length, self.first = fn, sp.sympify(length), sp.sympify(first)
+
+    def at(self, i):
+        return self.fn(self.first + i)
+
+    def long(self):
+        return self
+
+    def __sub__(self, other):
+        """Elementwise, over this vector's entries (``other`` as long: the claim checks the length)."""
+        return _Index(self.length, lambda p: self.at(p) - other.at(p))
+
+    def __getitem__(self, key):
+        if isinstance(key, _Index):
+            return _Index(key.length, lambda p: self.at(key.at(p)))
+        assert isinstance(key, slice) and key.step is None, f"unsupported index {key!r}"
+        lo = sp.sympify(key.start or 0)
+        hi = self.length if key.stop is None else (self.length + key.stop if key.stop < 0 else sp.sympify(key.stop))
+        lo = self.length + lo if lo < 0 else lo
+        return _Offsets(self.fn, hi - lo, self.first + lo)
+
+
+class _SearchOps:
+    """The torch functions spec.varlen.packed_tokens calls, on symbolic vectors: ``arange(n)`` (entry p is p) and
+    ``searchsorted(sorted, values, right)``, whose entry p is an uninterpreted ``searchsorted_k(p)`` constrained by
+    ``contract``: torch's documented result on a sorted sequence ``sorted[i − 1] <= v < sorted[i]`` for
+    ``right=True`` (``<`` then ``<=`` for ``right=False``), ``0 <= i <= len(sorted)``, the ends open."""
+
+    def __init__(self):
+        self.searches = []
+
+    def arange(self, length):
+        return _Index(sp.sympify(length), lambda p: p)
+
+    def searchsorted(self, sorted_seq, values, right=False):
+        fn = sp.Function(f"searchsorted_{len(self.searches)}")
+        self.searches.append((fn, sorted_seq, values, right))
+        return _Index(values.length, lambda p: fn(p))
+
+    def contract(self, z, p):
+        """z3 hypotheses: every searchsorted's entry ``p`` is torch's answer."""
+        out = []
+        for fn, seq, values, right in self.searches:
+            i, v, size = z(fn(p)), z(values.at(p)), z(seq.length)
+            below = z(seq.at(fn(p) - 1)) <= v if right else z(seq.at(fn(p) - 1)) < v
+            above = v < z(seq.at(fn(p))) if right else v <= z(seq.at(fn(p)))
+            out += [0 <= i, i <= size, z3.Or(i == 0, below), z3.Or(i == size, above)]
+        return out
+
+
+class _Z3Functions(PP._Z3):
+    """PP._Z3 with SymPy's undefined functions (``cu(i)``, ``searchsorted_0(p)``) as z3 uninterpreted functions."""
+
+    def __init__(self):
+        super().__init__()
+        self.functions = {}
+
+    def __call__(self, e):
+        e = sp.sympify(e)
+        if isinstance(e, AppliedUndef):
+            name = str(e.func)
+            fn = self.functions.setdefault(name, z3.Function(name, *[z3.IntSort()] * (len(e.args) + 1)))
+            return fn(*[self(a) for a in e.args])
+        return super().__call__(e)
+
+
+def _token_cases(tokens):
+    """Claim paged_varlen_slots' cases for ``tokens`` (spec.varlen.packed_tokens): every packed row r of a
+    non-decreasing ``cu_seqlens_q`` (``cu[0] = 0``, ``cu[B] = total_q``) lands on a token ``(s, t)`` of a segment,
+    ``cu[s] <= r < cu[s + 1]``, ``t = r − cu[s]``, the length ``cu[s+1] − cu[s]``; one to one and onto."""
+    z, ops = _Z3Functions(), _SearchOps()
+    B, total_q = (sp.Symbol(x, integer=True, positive=True) for x in ("B", "total_q"))
+    r, r2, s0, t0 = (sp.Symbol(x, integer=True) for x in ("r", "r2", "s", "t"))
+    cu = sp.Function("cu")
+    out = tokens(_Offsets(cu, B + 1), total_q, ops)
+    if not (isinstance(out, tuple) and len(out) == 3 and all(isinstance(x, _Index) for x in out)):
+        return [("packed_tokens returns (segment, token, length) vectors", sp.Symbol(repr(out)))]
+    seg, tok, length = out
+    i, j = z3.Ints("i j")
+    cu_z = z.functions["cu"] = z3.Function("cu", z3.IntSort(), z3.IntSort())
+
+    def z_cu(e):
+        return cu_z(z(e))
+    # cu_seqlens_q as segments() accepts it: from 0 to total_q, non-decreasing
+    cu_ok = [cu_z(0) == 0, z_cu(B) == z(total_q), z(B) >= 1,
+             z3.ForAll([i, j], z3.Implies(z3.And(0 <= i, i <= j, j <= z(B)), cu_z(i) <= cu_z(j)))]
+
+    def row(p):
+        return [0 <= z(p), z(p) < z(total_q)] + ops.contract(z, p)
+    s, t = seg.at(r), tok.at(r)
+    cases = [
+        ("packed_tokens gives one entry per packed row",
+         sp.Integer(0) if all(sp.expand(x.length - total_q) == 0 for x in out) else sp.Tuple(*[x.length for x in out])),
+        PP._decide("row r lies in its segment s: 0 <= s < B, cu[s] <= r < cu[s+1]", cu_ok + row(r),
+                   z3.And(0 <= z(s), z(s) < z(B), z_cu(s) <= z(r), z(r) < z_cu(s + 1))),
+        PP._decide("row r is token t = r − cu[s] of segment s, 0 <= t < n_q[s] = cu[s+1] − cu[s]", cu_ok + row(r),
+                   z3.And(z(t) == z(r) - z_cu(s), 0 <= z(t), z(t) < z(length.at(r)),
+                          z(length.at(r)) == z_cu(s + 1) - z_cu(s))),
+        PP._decide("one to one: two packed rows of one (segment, token) are one row",
+                   cu_ok + row(r) + row(r2) + [z(s) == z(seg.at(r2)), z(t) == z(tok.at(r2))], z(r) == z(r2)),
+    ]
+    r0 = cu(s0) + t0
+    cases.append(PP._decide(
+        "onto: token t of segment s (0 <= t < cu[s+1] − cu[s]) is packed row cu[s] + t < total_q, read as (s, t)",
+        cu_ok + [0 <= z(s0), z(s0) < z(B), 0 <= z(t0), z(t0) < z_cu(s0 + 1) - z_cu(s0)] + ops.contract(z, r0),
+        z3.And(0 <= z(r0), z(r0) < z(total_q), z(seg.at(r0)) == z(s0), z(tok.at(r0)) == z(t0))))
+    return cases
+
+
 def _same_index(name, got, want, hypotheses, z):
     """The case ``name``: the element ``got`` is ``want`` (both ``(tensor, index)``): the same tensor, and each
     index component equal — SymPy's canonical zero, else z3 under ``hypotheses`` (floor/Mod of a reshape)."""
@@ -277,7 +393,12 @@ def _same_index(name, got, want, hypotheses, z):
 
 @claim(V.PAGED_CLAIM,
        "paged varlen (flash_attention_varlen(..., block_table=), run on the decode kernel): for all segment counts "
-       "B >= 1, max_seqlen_q >= 1, heads Hq >= 1, head dims D, D_v >= 1, segments b (0 <= b < B) of n_q[b] <= "
+       "B >= 1 and every non-decreasing cu_seqlens_q from 0 to total_q, spec.varlen.packed_tokens maps packed row "
+       "0 <= r < total_q to segment s = searchsorted(cu_seqlens_q[1:], r, right=True) with cu[s] <= r < cu[s+1], "
+       "token t = r − cu[s] and length n_q[s] = cu[s+1] − cu[s], one to one and onto the segments' tokens, and "
+       "spec.varlen.paged_key_lengths gives segment b's key count k_len[b] = cu_seqlens_k[b+1] − cu_seqlens_k[b] "
+       "(spec.varlen.SEGMENT's N_K), the decode launch's cache_seqlens; for "
+       "max_seqlen_q >= 1, heads Hq >= 1, head dims D, D_v >= 1, segments b (0 <= b < B) of n_q[b] <= "
        "max_seqlen_q queries and k_len[b] keys and tokens 0 <= t < n_q[b] (packed row r = cu_seqlens_q[b] + t, "
        "total_q rows), spec.varlen.paged_slot puts token (b, t) at row b, slot 0 <= slot < max_seqlen_q of the "
        "decode launch's queries, one to one (two tokens never share a (row, slot)), never in a padding slot "
@@ -289,14 +410,16 @@ def _same_index(name, got, want, hypotheses, z):
        "and spec.varlen.paged_lse returns FlashAttention's varlen layout (Hq, total_q) with element [h, r] the decode "
        "lse (B, Hq, max_seqlen_q)'s [row, h, slot] — the element the kernel wrote for that slot and head; so every "
        "element read back is one a token wrote, never a padding slot's",
-       r"(b, t) \mapsto (b,\ M - n_q[b] + t)\ \text{one to one};\quad "
+       r"r \mapsto (s, r - cu[s]),\ cu[s] \le r < cu[s+1];\quad (b, t) \mapsto (b,\ M - n_q[b] + t)\ \text{one to one};\quad "
        r"\mathrm{pos} = t + k_{\mathrm{len}}[b] - n_q[b];\quad \mathrm{lse}[h, r] = \mathrm{lse}_{dec}[b, h, M - n_q[b] + t]",
        terms=(),
        scope="symbolic B, max_seqlen_q, Hq, D, D_v, segment, token, lengths and head (z3 over unbounded integers Z, "
              "SymPy for the element maps); the tensors' values by torch's indexing semantics (not their strides); "
-             "the packed row's (segment, token) from cu_seqlens_q (torch.repeat_interleave in the runtime) is not in "
-             "the claim")
-def prove_paged_varlen_slots(slot=None, queries=None, out_rows=None, lse_rows=None):
+             "cu_seqlens_q an uninterpreted non-decreasing integer function, torch.searchsorted by its documented "
+             "result on a sorted sequence (a model: tests/test_mutants.py compares it with torch on numbers)")
+def prove_paged_varlen_slots(slot=None, queries=None, out_rows=None, lse_rows=None, tokens=None, key_lengths=None):
+    token_cases = _token_cases(V.packed_tokens if tokens is None else tokens)
+    key_lengths = V.paged_key_lengths if key_lengths is None else key_lengths
     slot = V.paged_slot if slot is None else slot
     queries = V.paged_queries if queries is None else queries
     out_rows = V.paged_out if out_rows is None else out_rows
@@ -342,6 +465,16 @@ def prove_paged_varlen_slots(slot=None, queries=None, out_rows=None, lse_rows=No
     reference_pos = t + seg[n.shift].xreplace({n.Nq: seg[n.Nq], n.Nk: seg[n.Nk]}).xreplace(lengths)
     cases.append(PP._decide("the decode's position of the slot is the reference's k_len − n_q + t", one,
                             z(decode_pos) == z(reference_pos)))
+    # the decode launch's cache_seqlens: segment b's key count, SEGMENT's N_K at cu_seqlens_k[b], cu_seqlens_k[b+1]
+    cu_k = sp.Function("cu_k")
+    k_lens = key_lengths(_Offsets(cu_k, B + 1))
+    cases.append(("paged_key_lengths gives one entry per segment",
+                  sp.Integer(0) if isinstance(k_lens, (_Index, _Offsets)) and sp.expand(k_lens.length - B) == 0
+                  else sp.Symbol(repr(k_lens))))
+    if isinstance(k_lens, (_Index, _Offsets)):
+        want = seg[n.Nk].xreplace({V.seq_start_k: cu_k(b), V.seq_end_k: cu_k(b + 1)})
+        cases.append(("segment b's key lengths entry (the decode's key_len) is cu_seqlens_k[b+1] − cu_seqlens_k[b], "
+                      "SEGMENT's N_K", sp.expand(k_lens.at(b) - want)))
     # the scatter: zeros of (B, max_seqlen_q, Hq, D), token r's q written at [row, slot]
     cases.append(("paged_queries is (B, max_seqlen_q, Hq, D)",
                   sp.Integer(0) if q_pad.shape == (B, M, Hq, D) else sp.Tuple(*q_pad.shape)))
@@ -371,4 +504,5 @@ def prove_paged_varlen_slots(slot=None, queries=None, out_rows=None, lse_rows=No
     got = (lse.at((h, r))[0], tuple(e.xreplace(at_token) for e in lse.at((h, r))[1]))
     cases.append(_same_index("paged_lse's [h, r] is the decode lse[row, h, slot] the kernel wrote", got,
                              ("lse", (row, h, sl)), one + [0 <= z(h), z(h) < z(Hq)], z))
-    return result(V.PAGED_CLAIM, cases, "z3 over Z for the slots; element maps by torch's indexing semantics")
+    return result(V.PAGED_CLAIM, token_cases + cases,
+                  "z3 over Z for the rows' tokens and the slots; element maps by torch's indexing semantics")
