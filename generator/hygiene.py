@@ -148,10 +148,11 @@ COORDINATE_GAPS = frozenset({
 #: jit functions whose load and store masks are still template text, not printed mask terms (rule 7 skips them):
 #: the reviewed gaps of issue 24's masked lanes, each listed on docs/verification.md ("what remains outside the
 #: proofs"); the decode kernel _decode_fwd (claims decode_addresses, paged_kv_reads) and the dense forward's
-#: _attn_fwd, _attn_fwd_tile, _dropout_keep (claim forward_addresses) print their masks
+#: _attn_fwd, _attn_fwd_tile, _dropout_keep (claim forward_addresses) and the backward's _attn_bwd_preprocess
+#: (claim backward_addresses) print their masks
 MASK_GAPS = frozenset({
     "_append_rows",  # decode file: the KV append's t_ok, d_ok, row_mask, ro_mask (its table rows' pos_ok is printed)
-    "_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq", "_attn_bwd_dq_stage", "_attn_bwd_rows",  # the backward
+    "_attn_bwd_dkdv", "_attn_bwd_dq", "_attn_bwd_dq_stage", "_attn_bwd_rows",  # the backward
     "_attn_bwd_mask",
     "_softmax_one_pass", "_softmax_two_pass", "_merge_state", "_merge_states",  # softmax and the merges
 })

@@ -576,7 +576,12 @@ PREPROCESS_OFFSETS = (
          "delta, lse2, dsink[b, h, i]"),
     Term(bsink_off, off_h * B_["stride_sink"], CLAIM_BACKWARD, "sinks[h]"),
 )
-BACKWARD_GROUPS = {"preprocess": PREPROCESS_OFFSETS}
+#: the preprocess's masks (issue 24, masked-off lanes): its rows inside out (N_Q: preprocess_launch's rows) and the
+#: columns d < HEAD_DIM; claim backward_addresses proves the lanes they admit inside every tensor, every row and
+#: column admitted
+BWD_PRE_ROW_OK = (Term(row_ok, sp.StrictLessThan(offs_m, N_Q), CLAIM_BACKWARD, "the tile's rows inside out"),)
+BWD_PRE_D_OK = (Term(d_ok, sp.StrictLessThan(offs_d, HEAD_DIM_), CLAIM_BACKWARD, "out's columns"),)
+BACKWARD_GROUPS = {"preprocess": PREPROCESS_OFFSETS, "row_ok": BWD_PRE_ROW_OK, "d_ok": BWD_PRE_D_OK}
 
 
 # ----------------------------------------------------------------------------------

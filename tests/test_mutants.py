@@ -1389,6 +1389,23 @@ def test_forward_lane_masks_are_read_by_the_claim():
         "every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c), every c < D_v of v/out by dv_ok"]
 
 
+def test_backward_preprocess_lane_masks_are_read_by_the_claim():
+    """Issue 24, masked-off lanes: the preprocess's printed row_ok and d_ok (spec.addresses.BWD_PRE_ROW_OK,
+    BWD_PRE_D_OK) are what backward_addresses quantifies over: one row past N_Q and d <= HEAD_DIM read past out and
+    the row tensors; a column mask one short misses out's last column (Δ would drop its product)."""
+    G = AD.BACKWARD_GROUPS
+    (row_ok,), (d_ok,) = AD.BWD_PRE_ROW_OK, AD.BWD_PRE_D_OK
+    wide = _failing(PAD.prove_backward_addresses(groups=dict(
+        G, row_ok=(replace(row_ok, expr=sp.StrictLessThan(AD.offs_m, AD.N_Q + 1)),),
+        d_ok=(replace(d_ok, expr=sp.LessThan(AD.offs_d, AD.HEAD_DIM_)),))))
+    for tag in ("dense", "packed"):
+        assert f"{tag}: out/grad_out[b, h, i, d] inside (lanes i < N_Q, d < D)" in wide, wide
+        assert f"{tag}: grad_lse/lse/delta/lse2/dsink[b, h, i] and sinks[h] inside (lanes i < N_Q)" in wide, wide
+    short = (replace(d_ok, expr=sp.StrictLessThan(AD.offs_d, AD.HEAD_DIM_ - 1)),)
+    assert _failing(PAD.prove_backward_addresses(groups=dict(G, d_ok=short))) == [
+        f"{tag}: row_ok admits exactly the rows i < N_Q, d_ok exactly the columns d < D" for tag in ("dense", "packed")]
+
+
 def _narrow(group):
     """A group of printed terms with every int64 widening dropped: the int32 products the kernels had."""
     return tuple(AD.Term(t.symbol, t.expr.replace(terms.int64, lambda x: x), t.claim, t.note) for t in group)

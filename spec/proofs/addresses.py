@@ -469,11 +469,13 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
     merged = A.Strided("merged_lse", (B * N_q * Hq,), (1,))
     cases.append(("merge: lse[b, h, t] is merged row r",
                   difference(sp.expand(merged_lse(merged, B, N_q, Hq).offset_of((b, h, t))), sp.expand(r))))
+    # (cached per (launch, tile_widths): the same functions give the same cases; a mutant's lambda is a new key)
     cases += _decode_width_cases(launch, L.decode_tile_widths if tile_widths is None else tile_widths)
     return result(A.CLAIM_DECODE, cases, "offsets by SymPy (canonical zero), extents by z3, contiguous and paged")
 
 
-def _decode_width_cases(launch, tile_widths) -> list:
+@functools.lru_cache(maxsize=8)
+def _decode_width_cases(launch, tile_widths) -> tuple:
     """The decode's tile widths (``tile_widths``: spec.launch.decode_tile_widths) at the head dims ``launch`` passes
     (its constexprs, symbolic in k's D and v's D_v, evaluated at every accepted pair, fp8 products or not): each at
     least its head dim (so ``arange(BLOCK_*)`` reaches every column the lane masks let through), a power of two
@@ -504,8 +506,8 @@ def _decode_width_cases(launch, tile_widths) -> list:
                     for name, fact in zip(facts, ok):
                         if not fact and name not in first:
                             first[name] = sp.Symbol(f"D={D}, D_v={Dv}, fp8={fp8}: {w}")
-    return [(f"tile widths (spec.launch.decode_tile_widths, every D in 1..{top_d}, D_v in 1..{top_dv}): {name}",
-             first.get(name, sp.Integer(0))) for name in facts]
+    return tuple((f"tile widths (spec.launch.decode_tile_widths, every D in 1..{top_d}, D_v in 1..{top_dv}): {name}",
+                  first.get(name, sp.Integer(0))) for name in facts)
 
 
 # ----------------------------------------------------------------------------------
@@ -1414,8 +1416,16 @@ def prove_backward_addresses(groups=A.BACKWARD_GROUPS, launch=None, row_tensors=
         grid_hyp, prog = _grid_program(A.GRID_HEAD, grid, ints, z)
         hyp = dims + grid_hyp + [0 <= lane, lane < z(n.B_r)]
         offb, offh, iz = prog[A.off_b], prog[A.off_h], pidm * z(n.B_r) + lane
-        # the lanes' columns d < HEAD_DIM, preprocess_launch's: every column of out and grad_out, no more
-        lanes = [iz < N, 0 <= z(d), z(d) < z(sp.sympify(ints["HEAD_DIM"]))]
+        # the printed masks row_ok, d_ok (spec.addresses.BWD_PRE_*_OK) at preprocess_launch's N_Q and HEAD_DIM, on the
+        # lanes tl.arange makes (d >= 0): every column of out and grad_out, no more
+        sizes = {A.N_Q: ints["N_Q"], A.HEAD_DIM_: ints["HEAD_DIM"]}
+        (row_term,), (d_term,) = groups["row_ok"], groups["d_ok"]
+        row_ok = lambda x: z3.substitute(z(row_term.expr.xreplace(sizes)), (z(A.offs_m), x))  # noqa: E731
+        d_ok = lambda x: z3.substitute(z(d_term.expr.xreplace(sizes)), (z(d), x))  # noqa: E731
+        lanes = [row_ok(iz), 0 <= z(d), d_ok(z(d))]
+        c = z3.Int("lane_value")
+        cases.append(_decide(f"{tag}: row_ok admits exactly the rows i < N_Q, d_ok exactly the columns d < D", dims + [0 <= c],
+                             z3.And(row_ok(c) == (c < N), d_ok(c) == (c < z(out.shape[-1])))))
         cases.append(_decide(f"{tag}: the lanes d < HEAD_DIM cover out's columns: HEAD_DIM = D", dims,
                              z(sp.sympify(ints["HEAD_DIM"])) == z(out.shape[-1])))
         if packed:
