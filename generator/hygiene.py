@@ -154,7 +154,7 @@ MASK_GAPS = frozenset({
     "_append_rows",  # decode file: the KV append's t_ok, d_ok, row_mask, ro_mask (its table rows' pos_ok is printed)
     "_attn_bwd_dkdv", "_attn_bwd_dq", "_attn_bwd_dq_stage", "_attn_bwd_rows",  # the backward
     "_attn_bwd_mask",
-    "_softmax_one_pass", "_softmax_two_pass", "_merge_state", "_merge_states",  # softmax and the merges
+    "_softmax_one_pass", "_softmax_two_pass",  # softmax (the merges print theirs: claim rows_addresses)
 })
 #: a printed mask term's name ends so (spec.addresses.MASK_SUFFIX)
 MASK_SUFFIX = "_ok"

@@ -345,7 +345,7 @@ def merge_context(variant: Variant) -> dict:
         "torch_merge": [print_term(t, comment=False, printer_class=TorchPrinter) for t in T.MERGE_STATE],
         # every load and store offset (claim rows_addresses)
         "addresses": {name: _lines(AD.ROWS_GROUPS[name]) for name in ("merge", "merge_out", "merge_split",
-                                                                    "merge_sink")},
+                                                                    "merge_sink", "merge_row_ok", "merge_d_ok")},
     }
 
 

@@ -481,7 +481,12 @@ MERGE_SPLIT_OFFSETS = (
          CLAIM_ROWS, "o_s[s, r, d]"),
 )
 MERGE_SINK_OFFSET = (Term(msink_off, W(sp.Mod(offs_m, H_)) * R_["stride_sink"], CLAIM_ROWS, "sinks[r % H]"),)
-ROWS_GROUPS = {"softmax": SOFTMAX_OFFSETS, "merge": MERGE_OFFSETS, "merge_out": MERGE_OUT_OFFSETS,
+#: the merges' masks (issue 24, masked-off lanes): rows r < R and columns d < D of the partials (claim rows_addresses:
+#: exactly the rows and columns of o, every lane they admit inside every tensor)
+R_ROWS, D_COLS = _int("R", positive=True), _int("D", positive=True)
+MERGE_ROW_OK = (Term(row_ok, sp.StrictLessThan(offs_m, R_ROWS), CLAIM_ROWS, "rows inside the partials"),)
+MERGE_D_OK = (Term(d_ok, sp.StrictLessThan(offs_d, D_COLS), CLAIM_ROWS, "columns inside the partials"),)
+ROWS_GROUPS = {"merge_row_ok": MERGE_ROW_OK, "merge_d_ok": MERGE_D_OK, "softmax": SOFTMAX_OFFSETS, "merge": MERGE_OFFSETS, "merge_out": MERGE_OUT_OFFSETS,
                "merge_split": MERGE_SPLIT_OFFSETS, "merge_sink": MERGE_SINK_OFFSET}
 
 

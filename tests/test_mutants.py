@@ -1406,6 +1406,22 @@ def test_backward_preprocess_lane_masks_are_read_by_the_claim():
         f"{tag}: row_ok admits exactly the rows i < N_Q, d_ok exactly the columns d < D" for tag in ("dense", "packed")]
 
 
+def test_merge_lane_masks_are_read_by_the_claim():
+    """Issue 24, masked-off lanes: the merges' printed row_ok and d_ok (spec.addresses.MERGE_ROW_OK, MERGE_D_OK)
+    are what rows_addresses quantifies over: one row past R and d <= D read and write past every partial; a column
+    mask one short leaves o's last column unmerged."""
+    G = AD.ROWS_GROUPS
+    (row_ok,), (d_ok,) = AD.MERGE_ROW_OK, AD.MERGE_D_OK
+    wide = _failing(PAD.prove_rows_addresses(groups=dict(
+        G, merge_row_ok=(replace(row_ok, expr=sp.StrictLessThan(AD.offs_m, AD.R_ROWS + 1)),),
+        merge_d_ok=(replace(d_ok, expr=sp.LessThan(AD.offs_d, AD.D_COLS)),))))
+    assert {"merge_state: o_a[r, d] inside (lanes r < R, offs_d < D)", "merge_state: lse[r] inside (lanes r < R, offs_d < D)",
+            "merge_states: o_s[s, r, d] inside (lanes r < R, offs_d < D, s < S)"} <= set(wide), wide
+    short = (replace(d_ok, expr=sp.StrictLessThan(AD.offs_d, AD.D_COLS - 1)),)
+    assert _failing(PAD.prove_rows_addresses(groups=dict(G, merge_d_ok=short))) == [
+        f"{k}: row_ok admits exactly the rows r < R, d_ok exactly the columns d < D" for k in ("merge_state", "merge_states")]
+
+
 def _narrow(group):
     """A group of printed terms with every int64 widening dropped: the int32 products the kernels had."""
     return tuple(AD.Term(t.symbol, t.expr.replace(terms.int64, lambda x: x), t.claim, t.note) for t in group)

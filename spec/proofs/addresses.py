@@ -1128,8 +1128,10 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
     # the widths: every product of a stride int64 (the lanes widened: x and the partials are any tensors)
     cases = [_widths_case(ROWS_WIDTHS, [t for group in groups.values() for t in group], {})]
 
-    def check(kernel, grid, ints, pairs, lanes):
-        """``pairs``: (name, printed term, tensor, index); ``lanes``: (symbol, bound) of the load masks."""
+    def check(kernel, grid, ints, pairs, lanes, masks=None):
+        """``pairs``: (name, printed term, tensor, index); ``lanes``: (symbol, bound) of the load masks; ``masks``:
+        the printed row and column masks (the merges': row_ok, d_ok), which then bound the rows and columns d
+        instead, and must admit exactly the rows r < R and columns d < D."""
         launched = {sym: sp.sympify(ints[name]) for name, sym in A.R_.items() if name in ints}
         launched.update({A.H_: sp.sympify(ints.get("H", 1))})
         for name, term, tensor, index in pairs:
@@ -1142,6 +1144,15 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
         row = pid * z(block_m) + lane
         sub = lambda e: z3.substitute(z(e), (z(r), row))  # noqa: E731
         lane_hyp = [row < rows] + [z3.And(0 <= z(x), z(x) < z(sp.sympify(bound))) for x, bound in lanes]
+        if masks is not None:
+            sizes = {A.R_ROWS: ints["R"], A.D_COLS: ints["D"]}
+            row_ok = lambda x: z3.substitute(z(masks[0].expr.xreplace(sizes)), (z(r), x))  # noqa: E731
+            d_ok = lambda x: z3.substitute(z(masks[1].expr.xreplace(sizes)), (z(d), x))  # noqa: E731
+            width = z(sp.sympify(lanes[0][1]))  # o's columns
+            lane_hyp = [row_ok(row), 0 <= z(d), d_ok(z(d))] + lane_hyp[2:]
+            c = z3.Int("lane_value")
+            cases.append(_decide(f"{kernel}: row_ok admits exactly the rows r < R, d_ok exactly the columns d < D",
+                                 [rows >= 1, width >= 1, 0 <= c], z3.And(row_ok(c) == (c < rows), d_ok(c) == (c < width))))
         for name, term, tensor, index in pairs:
             hyp_t = hyp + lane_hyp + [z(x) >= 1 for x in tensor.shape]
             cases.append(_decide(f"{kernel}: {name.split(' is ')[-1]} inside (lanes r < R"
@@ -1168,7 +1179,7 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
         ("lse_a offset is lse_a[r]", g[A.la_off], l_a, (r,)), ("lse_b offset is lse_b[r]", g[A.lb_off], l_b, (r,)),
         ("o_a offset is o_a[r, d]", g[A.oa_off], o_a, (r, d)), ("o_b offset is o_b[r, d]", g[A.ob_off], o_b, (r, d)),
         ("o offset is o[r, d]", go[A.mo_off], o, (r, d)), ("lse offset is lse[r]", go[A.ml_off], lse, (r,))],
-        [(d, o.shape[1])])
+        [(d, o.shape[1])], (*groups["merge_row_ok"], *groups["merge_d_ok"]))
     # merge_states
     o_s, l_s = A.symbolic("o_s", ("S", "R", "D")), A.symbolic("lse_s", ("S", "R"))
     o, lse, sinks = A.symbolic("o", ("R", "D")), A.symbolic("lse", ("R",)), A.symbolic("sinks", ("H",))
@@ -1179,7 +1190,7 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
                                                                    (s, r, d)),
         ("o offset is o[r, d]", go[A.mo_off], o, (r, d)), ("lse offset is lse[r]", go[A.ml_off], lse, (r,)),
         ("sink offset is sinks[r % H]", gs[A.msink_off], sinks, (sp.Mod(r, sinks.shape[0]),))],
-        [(d, o.shape[1]), (s, o_s.shape[0])])
+        [(d, o.shape[1]), (s, o_s.shape[0])], (*groups["merge_row_ok"], *groups["merge_d_ok"]))
     return result(A.CLAIM_ROWS, cases, "offsets by SymPy (canonical zero), extents by z3")
 
 
