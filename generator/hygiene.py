@@ -46,6 +46,14 @@
    NaN under GQA) or ``(..., off_bc, ...)`` (of the cache row) proved every claim before this rule
    (``COORDINATE_GAPS``: the reviewed exceptions).
 
+7. **load and store masks printed** (issue 24). In a function not on ``MASK_GAPS``, the ``mask=`` of every
+   ``tl.load`` / ``tl.store`` combines (``&``, ``[:, None]``) names printed mask terms assign (``spec.addresses``
+   and ``spec.paged``: a name ending ``_ok``, e.g. ``row_ok``, ``d_ok``, ``key_ok``; claims ``decode_addresses``,
+   ``paged_kv_reads``, ``forward_addresses``), or locals every assignment of which combines such names the same
+   way (the forward's ``k_mask = d_ok[None, :]``, ``k_mask = k_mask & key_ok[:, None]``), and holds no comparison of
+   its own; a printed mask's name is assigned only by a printed line. (Rule 2 leaves these names to this rule: the kernels on ``MASK_GAPS`` still spell their
+   masks by hand, e.g. the forward's ``row_ok = offs_m < N_Q``.)
+
 The allow-list (reviewed; keep it short):
 
 * loads and stores: ``tl.load(ptr, mask=..., other=<padding value>)`` (the ``other`` literal is
@@ -137,6 +145,19 @@ COORDINATE_GAPS = frozenset({
     # user score_mod's h
     ("_decode_fwd", "_score_mod_scalars", "off_h"), ("_decode_fwd", "_user_score", "off_h"),
 })
+#: jit functions whose load and store masks are still template text, not printed mask terms (rule 7 skips them):
+#: the reviewed gaps of issue 24's masked lanes, each listed on docs/verification.md ("what remains outside the
+#: proofs"); the decode kernel _decode_fwd (claims decode_addresses, paged_kv_reads) and the dense forward's
+#: _attn_fwd, _attn_fwd_tile, _dropout_keep (claim forward_addresses) and the backward's _attn_bwd_preprocess
+#: (claim backward_addresses) print their masks
+MASK_GAPS = frozenset({
+    "_append_rows",  # decode file: the KV append's t_ok, d_ok, row_mask, ro_mask (its table rows' pos_ok is printed)
+    "_attn_bwd_dkdv", "_attn_bwd_dq", "_attn_bwd_dq_stage", "_attn_bwd_rows",  # the backward
+    "_attn_bwd_mask",
+    "_softmax_one_pass", "_softmax_two_pass",  # softmax (the merges print theirs: claim rows_addresses)
+})
+#: a printed mask term's name ends so (spec.addresses.MASK_SUFFIX)
+MASK_SUFFIX = "_ok"
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
 ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses", "rows_addresses", "append_addresses",
                   "backward_addresses", "backward_kernel_addresses", "tma_addresses")
@@ -385,9 +406,14 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
                  if name.endswith("_off")}  # the offsets of spec.addresses (OFFSET_SUFFIX), not its indices
     boxes = frozenset(name for name in (line.split("=", 1)[0].strip() for line in printed
                                         if "(claim: tma_addresses)" in line) if name.endswith("_box"))
+    # the printed masks (rule 7): names a printed line assigns ending _ok; rule 2 leaves them to rule 7
+    mask_names = {name for name in assigned if name.endswith(MASK_SUFFIX)}
+    assigned = set(assigned) - mask_names
     helper_pointers = {fn.name: ([a.arg for a in fn.args.args], file_pointers[fn.name]) for fn in jit}
     box_params = _box_parameters(jit, file_pointers)
     for fn in jit:
+        if fn.name not in MASK_GAPS:
+            problems += _mask_problems(fn, lines, printed, mask_names)
         if fn.name not in POINTER_GAPS:
             problems += _pointer_problems(fn, lines, printed, addresses, file_pointers[fn.name], helper_pointers,
                                           boxes, box_params)
@@ -427,6 +453,57 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
             for bad in _arithmetic(stmt, helpers):
                 problems.append(f"{where}: float arithmetic `{ast.unparse(bad)}` is not a printed spec term "
                                 "(and not loads, stores, casts or index math)")
+    return problems
+
+
+def _mask_problems(fn: ast.FunctionDef, lines, printed: set[str], mask_names: set[str]) -> list[str]:
+    """Rule 7 for one function: every ``mask=`` of a ``tl.load`` / ``tl.store`` combines printed masks
+    (``mask_names``) with ``&`` and ``[:, None]`` / ``[None, :]`` only (no comparison of its own, no other name),
+    and a printed mask's name is assigned only by its printed line."""
+    problems = []
+
+    def combines(node, names) -> bool:  # names, `&`, broadcasts x[:, None] / x[None, :] only
+        if isinstance(node, ast.Name):
+            return node.id in names
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitAnd):
+            return combines(node.left, names) and combines(node.right, names)
+        if isinstance(node, ast.Subscript):
+            parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            return combines(node.value, names) and all(
+                (isinstance(x, ast.Slice) and x.lower is x.upper is x.step is None)
+                or (isinstance(x, ast.Constant) and x.value is None) for x in parts)
+        return False
+    # locals every assignment of which combines printed masks (to a fixed point): the forward's k_mask
+    assigns: dict[str, list] = {}
+    for stmt in (x for x in ast.walk(fn) if isinstance(x, ast.Assign) and len(x.targets) == 1
+                 and isinstance(x.targets[0], ast.Name)):
+        assigns.setdefault(stmt.targets[0].id, []).append(stmt.value)
+    allowed = set(mask_names)
+    changed = True
+    while changed:
+        changed = False
+        for name, values in assigns.items():
+            if name not in allowed and all(combines(v, allowed | {name}) for v in values):
+                allowed.add(name)
+                changed = True
+    for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call) and _call_name(c) in ("load", "store")):
+        for kw in (k for k in call.keywords if k.arg == "mask"):
+            text = ast.unparse(kw.value)
+            if any(isinstance(x, ast.Compare) for x in ast.walk(kw.value)):
+                problems.append(f"{fn.name}:{call.lineno}: the mask `{text}` of a {_call_name(call)} compares by "
+                                "hand; print the comparison as a mask term (spec.addresses, a name ending "
+                                f"{MASK_SUFFIX}) whose claim proves the lanes it admits")
+                continue
+            other = sorted(n for n in _names(kw.value) if n not in allowed and n != "None")
+            if other:
+                problems.append(f"{fn.name}:{call.lineno}: the mask `{text}` of a {_call_name(call)} reads {other}, "
+                                f"not printed mask terms (spec.addresses, names ending {MASK_SUFFIX})")
+    for stmt in (x for x in ast.walk(fn) if isinstance(x, (ast.Assign, ast.AugAssign))):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)} & mask_names
+        text = "\n".join(lines[stmt.lineno - 1:stmt.end_lineno]).strip()
+        if names and text not in printed:
+            problems.append(f"{fn.name}:{stmt.lineno}: `{text}` assigns the printed mask {sorted(names)} by hand")
     return problems
 
 

@@ -345,7 +345,7 @@ def merge_context(variant: Variant) -> dict:
         "torch_merge": [print_term(t, comment=False, printer_class=TorchPrinter) for t in T.MERGE_STATE],
         # every load and store offset (claim rows_addresses)
         "addresses": {name: _lines(AD.ROWS_GROUPS[name]) for name in ("merge", "merge_out", "merge_split",
-                                                                    "merge_sink")},
+                                                                    "merge_sink", "merge_row_ok", "merge_d_ok")},
     }
 
 
@@ -381,7 +381,7 @@ def decode_context(variant: Variant) -> dict:
         "rotary_halves": _lines(RO.HALVES),
         "rotary_rotate": _lines(RO.ROTATE, {"offs_d": "offs_d[None, :]", "ro_sign": "ro_sign[None, :]"}),
         "gather": _lines(P.PAGE_GATHER, {"j": "offs_n"}),
-        "key_ok": print_expr(P.KEY_IN_SPLIT, {"j": "offs_n"}),
+        "key_ok": print_term(P.KEY_OK[0], {"j": "offs_n"}),
         "shift": print_term(shift, {"N_K": "key_len"}),
         "keep_init": print_term(KEEP_INIT, DECODE_NAMES),
         "keep_causal": keeps["causal"],

@@ -231,7 +231,26 @@ DECODE_SLOPE_HEAD = (Term(head_safe, sp.Piecewise((head, row_ok), (0, True)), CL
 #: (off_h: _score_mod_scalars' head parameter, the forward's off_h; the decode passes head_safe)
 DECODE_SLOPE_OFFSET = (Term(_int("slope_off"), off_b * S_["stride_sb"] + _int("off_h", nonnegative=True)
                             * S_["stride_sh"], CLAIM_DECODE, "alibi_slopes[b, head_safe]"),)
-DECODE_GROUPS = {"rows": DECODE_ROWS, "sink_offset": (SINK_OFFSET,), "key_len": (KEY_LEN,),
+#: the lanes' masks (issue 24: what a masked-off lane addresses is never dereferenced): the program's rows (GROUP
+#: heads x N_Q tokens), q/k's head-dim columns (the main part, and MLA's tail [HEAD_DIM, HEAD_DIM + HEAD_DIM_TAIL):
+#: offs_dt = HEAD_DIM + arange) and v/out's, at the head dims decode_launch passes (spec.launch.head_dims); claim
+#: decode_addresses proves every lane each admits lies inside its tensor and every row and column the reference
+#: reads is admitted. The key mask is spec.paged.KEY_OK (claims paged_kv_reads, decode_addresses).
+#: A printed mask's name ends so (generator.hygiene: a load's or store's mask= reads such names only)
+MASK_SUFFIX = "_ok"
+HEAD_DIM_, HEAD_DIM_V_ = _int("HEAD_DIM", positive=True), _int("HEAD_DIM_V", positive=True)
+HEAD_DIM_TAIL_ = _int("HEAD_DIM_TAIL", nonnegative=True)
+d_ok, dv_ok, dt_ok = sp.Symbol("d_ok"), sp.Symbol("dv_ok"), sp.Symbol("dt_ok")
+DECODE_ROW_OK = (Term(row_ok, sp.StrictLessThan(offs_m, GROUP * N_Q), CLAIM_DECODE,
+                      "the program's rows: GROUP heads x N_Q tokens"),)
+DECODE_COLUMNS_OK = (
+    Term(d_ok, sp.StrictLessThan(offs_d, HEAD_DIM_), CLAIM_DECODE, "q/k's columns (main part)"),
+    Term(dv_ok, sp.StrictLessThan(offs_dv, HEAD_DIM_V_), CLAIM_DECODE, "v/out's columns"),
+)
+DECODE_TAIL_OK = (Term(dt_ok, sp.StrictLessThan(offs_dt, HEAD_DIM_ + HEAD_DIM_TAIL_), CLAIM_DECODE,
+                       "q/k's tail columns [HEAD_DIM, D)"),)
+DECODE_GROUPS = {"row_ok": DECODE_ROW_OK, "columns_ok": DECODE_COLUMNS_OK, "tail_ok": DECODE_TAIL_OK,
+                 "rows": DECODE_ROWS, "sink_offset": (SINK_OFFSET,), "key_len": (KEY_LEN,),
                  "leftpad_offset": (LEFTPAD_OFFSET,), "batch_idx_offset": (BATCH_IDX_OFFSET,), "q_offset": (Q_OFFSET,), "bt_offset": (BT_OFFSET,),
                  "paged_rows": PAGED_ROWS, "contiguous_rows": CONTIGUOUS_ROWS, "kv_offsets": KV_OFFSETS,
                  "q_tail_offset": (Q_TAIL_OFFSET,), "k_tail_offset": (K_TAIL_OFFSET,),
@@ -355,7 +374,22 @@ KEEP_OFFSET = (Term(keep_off, off_b * F_["stride_keep_b"] + off_h * F_["stride_k
 FWD_DESCALE_OFFSETS = tuple(
     Term(sym, off_b * F_[f"stride_{x}desc_b"] + off_kvh * F_[f"stride_{x}desc_h"], CLAIM_FORWARD,
          f"{x}_descale[b, h // GROUP]") for sym, x in ((qdesc_off, "q"), (kdesc_off, "k"), (vdesc_off, "v")))
-FORWARD_GROUPS = {"q_offset": FWD_Q_OFFSET, "out_offsets": FWD_OUT_OFFSETS, "kv_base": FWD_KV_BASE,
+#: the lanes' masks (issue 24, masked-off lanes; the decode's: DECODE_ROW_OK above): the tile's rows inside q, the
+#: head-dim columns (q/k's main part and tail, v/out's), and a key tile's keys inside k and before key_len (padding
+#: keys, j >= key_len, may hold NaN or inf: never read). Claim forward_addresses proves every lane each admits lies
+#: inside its tensor (and a key before key_len) and every row, column and key the reference reads is admitted.
+N_K_ = _int("N_K", positive=True)
+FWD_ROW_OK = (Term(row_ok, sp.StrictLessThan(offs_m, N_Q), CLAIM_FORWARD, "the tile's rows inside q"),)
+FWD_COLUMNS_OK = tuple(Term(t.symbol, t.expr, CLAIM_FORWARD, t.note) for t in DECODE_COLUMNS_OK)
+FWD_TAIL_OK = tuple(Term(t.symbol, t.expr, CLAIM_FORWARD, t.note) for t in DECODE_TAIL_OK)
+FWD_KEY_OK = (Term(P.key_ok, sp.And(sp.StrictLessThan(offs_n, N_K_), sp.StrictLessThan(offs_n, n.key_len)),
+                   CLAIM_FORWARD, "keys inside k, before key_len (padding keys: NaN, inf)"),)
+#: the dense mask's and the dropout keep mask's columns: keys inside k (N_K), key_len aside (those read 0 / are kept)
+n_ok = sp.Symbol("n_ok")
+FWD_N_OK = (Term(n_ok, sp.StrictLessThan(offs_n, N_K_), CLAIM_FORWARD, "keys inside k"),)
+FORWARD_GROUPS = {"row_ok": FWD_ROW_OK, "columns_ok": FWD_COLUMNS_OK, "tail_ok": FWD_TAIL_OK, "key_ok": FWD_KEY_OK,
+                  "n_ok": FWD_N_OK,
+                  "q_offset": FWD_Q_OFFSET, "out_offsets": FWD_OUT_OFFSETS, "kv_base": FWD_KV_BASE,
                   "kv_offsets": FWD_KV_OFFSETS, "mask_base": FWD_MASK_BASE, "mask_offset": FWD_MASK_OFFSET,
                   "map_base": FWD_MAP_BASE, "map_offset": FWD_MAP_OFFSET, "key_len": FWD_KEY_LEN,
                   "sink_offset": FWD_SINK, "slope_offset": SLOPE_OFFSET, "mm_row": FWD_MM_ROW,
@@ -369,7 +403,7 @@ FORWARD_GROUPS = {"q_offset": FWD_Q_OFFSET, "out_offsets": FWD_OUT_OFFSETS, "kv_
 # ----------------------------------------------------------------------------------
 CLAIM_TMA = "tma_addresses"
 #: the first row of this program's query tile (pid_m·BLOCK_M), the split head dim's first tail column
-start_m_fwd, HEAD_DIM_ = _int("start_m", nonnegative=True), _int("HEAD_DIM", positive=True)
+start_m_fwd = _int("start_m", nonnegative=True)
 q_box, k_box, q_tail_box, k_tail_box = (_int(s) for s in ("q_box", "k_box", "q_tail_box", "k_tail_box"))
 #: a box name ends so (generator.hygiene: a descriptor is read or written at such a name only)
 BOX_SUFFIX = "_box"
@@ -447,7 +481,12 @@ MERGE_SPLIT_OFFSETS = (
          CLAIM_ROWS, "o_s[s, r, d]"),
 )
 MERGE_SINK_OFFSET = (Term(msink_off, W(sp.Mod(offs_m, H_)) * R_["stride_sink"], CLAIM_ROWS, "sinks[r % H]"),)
-ROWS_GROUPS = {"softmax": SOFTMAX_OFFSETS, "merge": MERGE_OFFSETS, "merge_out": MERGE_OUT_OFFSETS,
+#: the merges' masks (issue 24, masked-off lanes): rows r < R and columns d < D of the partials (claim rows_addresses:
+#: exactly the rows and columns of o, every lane they admit inside every tensor)
+R_ROWS, D_COLS = _int("R", positive=True), _int("D", positive=True)
+MERGE_ROW_OK = (Term(row_ok, sp.StrictLessThan(offs_m, R_ROWS), CLAIM_ROWS, "rows inside the partials"),)
+MERGE_D_OK = (Term(d_ok, sp.StrictLessThan(offs_d, D_COLS), CLAIM_ROWS, "columns inside the partials"),)
+ROWS_GROUPS = {"merge_row_ok": MERGE_ROW_OK, "merge_d_ok": MERGE_D_OK, "softmax": SOFTMAX_OFFSETS, "merge": MERGE_OFFSETS, "merge_out": MERGE_OUT_OFFSETS,
                "merge_split": MERGE_SPLIT_OFFSETS, "merge_sink": MERGE_SINK_OFFSET}
 
 
@@ -542,7 +581,12 @@ PREPROCESS_OFFSETS = (
          "delta, lse2, dsink[b, h, i]"),
     Term(bsink_off, off_h * B_["stride_sink"], CLAIM_BACKWARD, "sinks[h]"),
 )
-BACKWARD_GROUPS = {"preprocess": PREPROCESS_OFFSETS}
+#: the preprocess's masks (issue 24, masked-off lanes): its rows inside out (N_Q: preprocess_launch's rows) and the
+#: columns d < HEAD_DIM; claim backward_addresses proves the lanes they admit inside every tensor, every row and
+#: column admitted
+BWD_PRE_ROW_OK = (Term(row_ok, sp.StrictLessThan(offs_m, N_Q), CLAIM_BACKWARD, "the tile's rows inside out"),)
+BWD_PRE_D_OK = (Term(d_ok, sp.StrictLessThan(offs_d, HEAD_DIM_), CLAIM_BACKWARD, "out's columns"),)
+BACKWARD_GROUPS = {"preprocess": PREPROCESS_OFFSETS, "row_ok": BWD_PRE_ROW_OK, "d_ok": BWD_PRE_D_OK}
 
 
 # ----------------------------------------------------------------------------------

@@ -64,8 +64,12 @@ def batch_invariant_num_splits(capacity, split_keys):
     return max(1, cdiv(capacity, split_keys))
 
 
-#: the load mask of a key tile j = start_n + arange(B_c), start_n in range(split_lo, split_hi, B_c)
-KEY_IN_SPLIT = sp.StrictLessThan(n.j, split_hi)
+#: the load mask of a key tile j = start_n + arange(B_c), start_n in range(split_lo, split_hi, B_c), printed as
+#: ``key_ok`` at j = offs_n: claim paged_kv_reads proves it admits every valid key once and none outside [key_lo,
+#: key_len); claim decode_addresses reads it too (every key it admits lies inside the cache)
+key_ok = sp.Symbol("key_ok")
+KEY_OK = (Term(key_ok, sp.StrictLessThan(n.j, split_hi), CLAIM,
+               "the load mask: keys of this split only (never one >= cache_seqlens[b])"),)
 
 #: key j's page and slot in a paged cache (the page itself: block_table[b, page_idx])
 PAGE_GATHER = (
@@ -73,4 +77,5 @@ PAGE_GATHER = (
     Term(slot, n.j - page_idx * page_size, CLAIM, "key j's slot inside its page"),
 )
 
-GROUPS = {"split_range": SPLIT_RANGE, "split_range_fixed": SPLIT_RANGE_FIXED, "page_gather": PAGE_GATHER}
+GROUPS = {"split_range": SPLIT_RANGE, "split_range_fixed": SPLIT_RANGE_FIXED, "page_gather": PAGE_GATHER,
+          "key_ok": KEY_OK}

@@ -283,3 +283,39 @@ def test_coordinate_gaps_are_listed_on_the_verification_page():
     page = (Path(__file__).resolve().parents[1] / "docs" / "verification.md").read_text()
     missing = [gap for gap in hygiene.COORDINATE_GAPS if f"`{gap[1]}`" not in page or f"`{gap[2]}`" not in page]
     assert missing == [], missing
+
+
+# ---------------------------------------------------------------- issue 24: masked lanes (rule 7)
+@pytest.mark.parametrize("old, new, sign", [
+    # a load mask compared by hand again (the decode kernel's old q mask, with <= for <)
+    ("q = tl.load(Q + q_off, mask=row_ok[:, None] & d_ok[None, :],",
+     "q = tl.load(Q + q_off, mask=row_ok[:, None] & (offs_d[None, :] <= HEAD_DIM),", "compares by hand"),
+    # a store mask reading a name no printed mask term assigns
+    ("tl.store(Lse + lse_off, lse, mask=row_ok)", "tl.store(Lse + lse_off, lse, mask=rows)", "reads ['rows']"),
+    # a printed mask rebound by hand (one row past the program's)
+    ("    row_ok = offs_m < GROUP*N_Q", "    row_ok = offs_m < GROUP*N_Q + 1\n    row_ok = offs_m < GROUP*N_Q",
+     "assigns the printed mask ['row_ok'] by hand"),
+])
+def test_a_hand_written_decode_mask_is_caught(old, new, sign):
+    """Rule 7 in _decode_fwd (its masks printed: claims decode_addresses, paged_kv_reads)."""
+    found = problems(edited("decode", old, new))
+    assert any("_decode_fwd" in p and sign in p for p in found), found
+
+
+@pytest.mark.parametrize("old, new, sign", [
+    # the forward tile's old key mask, typed back in (rule 7 refuses the comparison; rule 2 no longer sees it)
+    ("            k_mask = k_mask & key_ok[:, None]\n",
+     "            k_mask = k_mask & (offs_n[:, None] < N_K)\n", "`k_mask` of a load reads ['k_mask']"),
+    ("q = tl.load(Q + q_off, mask=row_ok[:, None] & d_ok[None, :],",
+     "q = tl.load(Q + q_off, mask=(offs_m[:, None] < N_Q) & d_ok[None, :],", "compares by hand"),
+])
+def test_a_hand_written_forward_mask_is_caught(old, new, sign):
+    """Rule 7 in the dense forward (its masks printed: claim forward_addresses), a derived local included."""
+    found = problems(edited("fwd", old, new))
+    assert any(sign in p for p in found), found
+
+
+def test_mask_gaps_are_listed_on_the_verification_page():
+    """Every function rule 7 skips is named on docs/verification.md as a gap, and is one (not clean already)."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "verification.md").read_text()
+    assert [name for name in hygiene.MASK_GAPS if f"`{name}`" not in page] == []

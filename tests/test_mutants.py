@@ -1340,6 +1340,88 @@ def test_decode_rows_that_swap_token_and_head_are_refuted():
     assert any("row g·N_q + t" in name for name in failing), failing
 
 
+def test_decode_lane_masks_are_read_by_the_claim():
+    """Issue 24, masked-off lanes: decode's printed masks (spec.addresses.DECODE_ROW_OK, DECODE_COLUMNS_OK,
+    spec.paged.KEY_OK) are what decode_addresses quantifies over. d_ok with <= admits column HEAD_DIM (past q and
+    k when there is no tail) and one row past GROUP x N_Q writes past out (one proof for both: k's case is d_ok's
+    alone, out's row_ok's); the key mask without the cache_seqlens bound (j < split_lo + chunk: the last split's
+    whole tiles) admits keys past the row's; masks one short miss q/k's last column and a row of the KV head."""
+    from spec import paged
+    (d_ok, dv_ok), (row_ok,), (key_ok,) = AD.DECODE_COLUMNS_OK, AD.DECODE_ROW_OK, paged.KEY_OK
+
+    def masks(d, rows):
+        return dict(AD.DECODE_GROUPS, columns_ok=(replace(d_ok, expr=d), dv_ok), row_ok=(replace(row_ok, expr=rows),))
+    wide = _failing(PAD.prove_decode_addresses(groups=masks(sp.LessThan(AD.offs_d, AD.HEAD_DIM_),
+                                                            sp.StrictLessThan(AD.offs_m, AD.GROUP * AD.N_Q + 1))))
+    for tag in ("paged", "contiguous"):
+        assert f"{tag}: q[b, tok, head, d] inside q (lanes row_ok & d_ok)" in wide, wide
+        assert f"{tag}: out/lse[split, b, tok, head, dv] inside out and lse (lanes row_ok & dv_ok)" in wide, wide
+    assert "paged: k_cache[page, j % PAGE_SIZE, kvh, d] inside the cache (lanes key_ok & d_ok)" in wide, wide
+    unbounded = (replace(key_ok, expr=sp.StrictLessThan(n.j, paged.split_lo + paged.chunk)),)
+    assert sorted(_failing(PAD.prove_decode_addresses(key_ok=unbounded))) == sorted(
+        f"{tag}: {plan}a key lane key_ok admits is a key key_lo <= j < key_len"
+        for tag in ("paged", "contiguous") for plan in ("", "fixed splits: "))
+    short = _failing(PAD.prove_decode_addresses(groups=masks(sp.StrictLessThan(AD.offs_d, AD.HEAD_DIM_ - 1),
+                                                             sp.StrictLessThan(AD.offs_m, AD.GROUP * AD.N_Q - 1))))
+    assert sorted(short) == sorted(
+        f"{tag}: {what}" for tag in ("paged", "contiguous")
+        for what in ("every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c)",
+                     "row g·N_q + t is (head kvh·GROUP + g, token t), in the grid and row_ok")), short
+
+
+def test_forward_lane_masks_are_read_by_the_claim():
+    """Issue 24, masked-off lanes: the dense forward's printed masks (spec.addresses.FWD_ROW_OK, FWD_COLUMNS_OK,
+    FWD_KEY_OK, FWD_N_OK) are what forward_addresses quantifies over: d_ok with <= and one row past N_Q (one proof:
+    k's case is d_ok's alone, lse's row_ok's) read past q, k, lse; the key mask without its key_len bound admits
+    padding keys (NaN, inf); a v column mask one short misses out's last column."""
+    G = AD.FORWARD_GROUPS
+    (d_ok, dv_ok), (row_ok,), (key_ok,) = AD.FWD_COLUMNS_OK, AD.FWD_ROW_OK, AD.FWD_KEY_OK
+    wide = _failing(PAD.prove_forward_addresses(groups=dict(
+        G, columns_ok=(replace(d_ok, expr=sp.LessThan(AD.offs_d, AD.HEAD_DIM_)), dv_ok),
+        row_ok=(replace(row_ok, expr=sp.StrictLessThan(AD.offs_m, AD.N_Q + 1)),))))
+    assert {"k[b, off_kvh, j, d] inside (lanes j < N_K, d < HEAD_DIM)", "lse[b, h, i] inside (lanes i < N_Q)",
+            "q[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)"} <= set(wide), wide
+    no_len = (replace(key_ok, expr=sp.StrictLessThan(AD.offs_n, AD.N_K_)),)
+    assert _failing(PAD.prove_forward_addresses(groups=dict(G, key_ok=no_len))) == [
+        "a key lane key_ok admits is a key j < key_len of k, and every such key is admitted"]
+    short = (d_ok, replace(dv_ok, expr=sp.StrictLessThan(AD.offs_dv, AD.HEAD_DIM_V_ - 1)))
+    assert _failing(PAD.prove_forward_addresses(groups=dict(G, columns_ok=short))) == [
+        "every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c), every c < D_v of v/out by dv_ok"]
+
+
+def test_backward_preprocess_lane_masks_are_read_by_the_claim():
+    """Issue 24, masked-off lanes: the preprocess's printed row_ok and d_ok (spec.addresses.BWD_PRE_ROW_OK,
+    BWD_PRE_D_OK) are what backward_addresses quantifies over: one row past N_Q and d <= HEAD_DIM read past out and
+    the row tensors; a column mask one short misses out's last column (Δ would drop its product)."""
+    G = AD.BACKWARD_GROUPS
+    (row_ok,), (d_ok,) = AD.BWD_PRE_ROW_OK, AD.BWD_PRE_D_OK
+    wide = _failing(PAD.prove_backward_addresses(groups=dict(
+        G, row_ok=(replace(row_ok, expr=sp.StrictLessThan(AD.offs_m, AD.N_Q + 1)),),
+        d_ok=(replace(d_ok, expr=sp.LessThan(AD.offs_d, AD.HEAD_DIM_)),))))
+    for tag in ("dense", "packed"):
+        assert f"{tag}: out/grad_out[b, h, i, d] inside (lanes i < N_Q, d < D)" in wide, wide
+        assert f"{tag}: grad_lse/lse/delta/lse2/dsink[b, h, i] and sinks[h] inside (lanes i < N_Q)" in wide, wide
+    short = (replace(d_ok, expr=sp.StrictLessThan(AD.offs_d, AD.HEAD_DIM_ - 1)),)
+    assert _failing(PAD.prove_backward_addresses(groups=dict(G, d_ok=short))) == [
+        f"{tag}: row_ok admits exactly the rows i < N_Q, d_ok exactly the columns d < D" for tag in ("dense", "packed")]
+
+
+def test_merge_lane_masks_are_read_by_the_claim():
+    """Issue 24, masked-off lanes: the merges' printed row_ok and d_ok (spec.addresses.MERGE_ROW_OK, MERGE_D_OK)
+    are what rows_addresses quantifies over: one row past R and d <= D read and write past every partial; a column
+    mask one short leaves o's last column unmerged."""
+    G = AD.ROWS_GROUPS
+    (row_ok,), (d_ok,) = AD.MERGE_ROW_OK, AD.MERGE_D_OK
+    wide = _failing(PAD.prove_rows_addresses(groups=dict(
+        G, merge_row_ok=(replace(row_ok, expr=sp.StrictLessThan(AD.offs_m, AD.R_ROWS + 1)),),
+        merge_d_ok=(replace(d_ok, expr=sp.LessThan(AD.offs_d, AD.D_COLS)),))))
+    assert {"merge_state: o_a[r, d] inside (lanes r < R, offs_d < D)", "merge_state: lse[r] inside (lanes r < R, offs_d < D)",
+            "merge_states: o_s[s, r, d] inside (lanes r < R, offs_d < D, s < S)"} <= set(wide), wide
+    short = (replace(d_ok, expr=sp.StrictLessThan(AD.offs_d, AD.D_COLS - 1)),)
+    assert _failing(PAD.prove_rows_addresses(groups=dict(G, merge_d_ok=short))) == [
+        f"{k}: row_ok admits exactly the rows r < R, d_ok exactly the columns d < D" for k in ("merge_state", "merge_states")]
+
+
 def _narrow(group):
     """A group of printed terms with every int64 widening dropped: the int32 products the kernels had."""
     return tuple(AD.Term(t.symbol, t.expr.replace(terms.int64, lambda x: x), t.claim, t.note) for t in group)

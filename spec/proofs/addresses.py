@@ -159,7 +159,10 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
        "_score_mod_scalars at off_h = head_safe, head 0 on a padding row) — and that element lies inside the "
        "tensor's shape for every program of the grid (row tiles x splits, Hkv, B: program_id 0, 1, 2, split as "
        "spec.addresses.GRID_DECODE prints it) and every lane "
-       "its mask lets through (d < HEAD_DIM, dv < HEAD_DIM_V, the head dims decode_launch passes (spec.launch.head_dims), "
+       "its printed mask lets through (row_ok, d_ok, dv_ok, dt_ok: spec.addresses.DECODE_*_OK; key_ok: "
+       "spec.paged.KEY_OK, a key lane it admits in a tile of the printed split plan is a key key_lo <= j < key_len), "
+       "every row and column the reference reads admitted "
+       "(d < HEAD_DIM, dv < HEAD_DIM_V, the head dims decode_launch passes (spec.launch.head_dims), "
        "which cover every column: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; the slope's load has no mask: every "
        "lane, padding rows included); "
        "the tile widths the decode launcher pads those head dims to (spec.launch.decode_tile_widths of "
@@ -190,7 +193,7 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
              "template's .to(tl.int64) loads); the FP8 descales: (B, Hkv) indexed by q's batch b (not the cache row "
              "off_bc), contiguous and paged alike, their offsets int64 (off_b, off_kvh)")
 def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None,
-                           v_is_k=None, tile_widths=None):
+                           v_is_k=None, tile_widths=None, key_ok=P.KEY_OK):
     launch = L.decode_launch if launch is None else launch
     v_is_k = L.decode_v_is_k if v_is_k is None else v_is_k
     partial_rows = L.decode_partial_rows if partial_rows is None else partial_rows
@@ -346,20 +349,36 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         zsub = lambda e: z3.substitute(z(e), (z(A.off_b), offb), (z(A.off_kvh), kvh), (z(A.offs_m), m))  # noqa: E731
         hyp.append(z(A.offs_m) >= 0)
         tok_z, head_z = zsub(tok.xreplace(launched)), zsub(head.xreplace(launched))
-        row_ok = m < Gz * z(sp.sympify(ints["N_Q"]))
+        # the printed masks (spec.addresses: row_ok, d_ok, dv_ok, dt_ok) at the launch's sizes and head dims
+        # (spec.launch.head_dims: q/k split at D_v), on the lanes tl.arange makes: offs_d, offs_dv >= 0,
+        # offs_dt = HEAD_DIM + arange >= HEAD_DIM
+        dims = {A.HEAD_DIM_: constexprs["HEAD_DIM"], A.HEAD_DIM_V_: constexprs["HEAD_DIM_V"],
+                A.HEAD_DIM_TAIL_: constexprs["HEAD_DIM_TAIL"]}
+        masks = {t.symbol: t.expr.xreplace(launched).xreplace(dims)
+                 for name in ("row_ok", "columns_ok", "tail_ok") for t in groups[name]}
+        row_ok = zsub(masks[A.row_ok])
         dz, dvz = z(d), z(dv)
         # the lanes' column bounds: the launch's head dims (spec.launch.head_dims: q/k split at D_v)
         hyp, cover = _head_dim_lanes(constexprs, D, v.shape[3], z, hyp)
         cases.append((f"{tag}: {cover[0]}", cover[1]))
         main_z, tail_z = z(sp.sympify(constexprs["HEAD_DIM"])), z(sp.sympify(constexprs["HEAD_DIM_TAIL"]))
-        d_ok = z3.And(0 <= dz, dz < main_z)
-        dv_ok = z3.And(0 <= dvz, dvz < z(sp.sympify(constexprs["HEAD_DIM_V"])))
+        d_ok = z3.And(0 <= dz, z(masks[A.d_ok]))
+        dv_ok = z3.And(0 <= dvz, z(masks[A.dv_ok]))
         inside = lambda idx, shape: z3.And(*[z3.And(0 <= i, i < s) for i, s in zip(idx, shape)])  # noqa: E731
         cases.append(_decide(f"{tag}: q[b, tok, head, d] inside q (lanes row_ok & d_ok)", hyp + [row_ok, d_ok],
                              inside((offb, tok_z, head_z, dz), (Bz, Nqz, Hqz, Dz))))
         # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
         dtz = z(A.offs_dt)
-        dt_ok = z3.And(main_z <= dtz, dtz < main_z + tail_z)
+        dt_ok = z3.And(main_z <= dtz, z(masks[A.dt_ok]))
+        # no element missed: every column c < D of q/k is a lane d_ok or dt_ok admits, every column c < D_v of v/out
+        # one dv_ok admits (the tile widths reach them: _tile_width_cases)
+        c = z3.Int("column")
+        cases.append(_decide(f"{tag}: every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c)",
+                             hyp + [0 <= c, c < Dz],
+                             z3.Or(z3.And(c < main_z, z3.substitute(d_ok, (dz, c))),
+                                   z3.And(main_z <= c, z3.substitute(dt_ok, (dtz, c))))))
+        cases.append(_decide(f"{tag}: every column c < D_v of v/out is admitted (dv_ok at dv = c)",
+                             hyp + [0 <= c, c < Dvz], z3.substitute(dv_ok, (dvz, c))))
         cases.append(_decide(f"{tag}: q[b, tok, head, dt] inside q (lanes row_ok & dt_ok)", hyp + [row_ok, dt_ok],
                              inside((offb, tok_z, head_z, dtz), (Bz, Nqz, Hqz, Dz))))
         cases.append(_decide(f"{tag}: cache_seqlens[b] inside cache_seqlens", hyp, inside((offb,), (Bz,))))
@@ -384,9 +403,26 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         cases.append(_decide(f"{tag}: row g·N_q + t is (head kvh·GROUP + g, token t), in the grid and row_ok",
                              hyp + [0 <= g2, g2 < Gz, 0 <= t2, t2 < Nqz, mz == g2 * Nqz + t2],
                              z3.And(tok_m == t2, head_m == kvh * Gz + g2, mz / bm < row_tiles,
-                                    mz < Gz * z(sp.sympify(ints["N_Q"])))))
-        # keys: j < split_hi <= key_len <= capacity (the load mask key_ok; claim paged_kv_reads)
+                                    z(masks[A.row_ok]))))
+        # keys: a lane the printed key_ok (spec.paged.KEY_OK) admits, j = start_n + r in a tile of the key loop
+        # (start_n in range(split_lo, split_hi, B_c), 0 <= r < B_c), is a key 0 <= key_lo <= j < key_len, for the
+        # printed split plans (spec.paged.SPLIT_RANGE and, batch_invariant, SPLIT_RANGE_FIXED); then (below)
+        # 0 <= j < key_len <= capacity: inside the cache (every valid key is admitted once: claim paged_kv_reads)
         jz, key_len_z = z(j), z3.Int("key_len_value")
+        for plan, split_range, plan_hyp in (
+                ("", P.SPLIT_RANGE, []),
+                ("fixed splits: ", P.SPLIT_RANGE_FIXED,
+                 [z(P.split_keys) >= 1, z(P.num_splits) * z(P.split_keys) >= z(n.key_len) - z(P.key_lo)])):
+            env = terms.chain(split_range)
+            lo_z, hi_z = (z(env[x]) for x in (P.split_lo, P.split_hi))
+            mask_z = z(key_ok[0].expr.xreplace(env))
+            t_z, r_z = z3.Int("key_tile"), z3.Int("key_lane")
+            Lk, K0k, Bck, Sk, sk = (z(x) for x in (n.key_len, P.key_lo, n.B_c, P.num_splits, P.split))
+            cases.append(_decide(f"{tag}: {plan}a key lane key_ok admits is a key key_lo <= j < key_len",
+                                 plan_hyp + [K0k >= 0, Sk >= 1, 0 <= sk, sk < Sk, Bck >= 1, t_z >= 0,
+                                             lo_z + t_z * Bck < hi_z, 0 <= r_z, r_z < Bck,
+                                             jz == lo_z + t_z * Bck + r_z, mask_z],
+                                 z3.And(0 <= K0k, K0k <= jz, jz < Lk)))
         if paged:
             PSz, MPz, NPz = z(k.shape[1]), z(bt.shape[1]), z(k.shape[0])
             page_z = z3.Int("page_value")
@@ -433,11 +469,13 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
     merged = A.Strided("merged_lse", (B * N_q * Hq,), (1,))
     cases.append(("merge: lse[b, h, t] is merged row r",
                   difference(sp.expand(merged_lse(merged, B, N_q, Hq).offset_of((b, h, t))), sp.expand(r))))
+    # (cached per (launch, tile_widths): the same functions give the same cases; a mutant's lambda is a new key)
     cases += _decode_width_cases(launch, L.decode_tile_widths if tile_widths is None else tile_widths)
     return result(A.CLAIM_DECODE, cases, "offsets by SymPy (canonical zero), extents by z3, contiguous and paged")
 
 
-def _decode_width_cases(launch, tile_widths) -> list:
+@functools.lru_cache(maxsize=8)
+def _decode_width_cases(launch, tile_widths) -> tuple:
     """The decode's tile widths (``tile_widths``: spec.launch.decode_tile_widths) at the head dims ``launch`` passes
     (its constexprs, symbolic in k's D and v's D_v, evaluated at every accepted pair, fp8 products or not): each at
     least its head dim (so ``arange(BLOCK_*)`` reaches every column the lane masks let through), a power of two
@@ -468,8 +506,8 @@ def _decode_width_cases(launch, tile_widths) -> list:
                     for name, fact in zip(facts, ok):
                         if not fact and name not in first:
                             first[name] = sp.Symbol(f"D={D}, D_v={Dv}, fp8={fp8}: {w}")
-    return [(f"tile widths (spec.launch.decode_tile_widths, every D in 1..{top_d}, D_v in 1..{top_dv}): {name}",
-             first.get(name, sp.Integer(0))) for name in facts]
+    return tuple((f"tile widths (spec.launch.decode_tile_widths, every D in 1..{top_d}, D_v in 1..{top_dv}): {name}",
+                  first.get(name, sp.Integer(0))) for name in facts)
 
 
 # ----------------------------------------------------------------------------------
@@ -668,7 +706,9 @@ def _forward_tensors():
        "from spec.launch.mask_mod_strides, the function both directions' launches call), FP8's q/k/v_descale[b, h // GROUP] "
        "(three float32 (B, Hkv) tensors, any strides: spec.launch.descale_strides), philox[1], and "
        "_dropout_keep's keep[b, h, i, j] for the strides and grid spec.launch.dropout_mask_launch passes — and lies "
-       "inside the tensor for every program of the grid and every lane the load or store lets through (rows "
+       "inside the tensor for every program of the grid and every lane the load's or store's printed mask lets through "
+       "(spec.addresses.FWD_*_OK: row_ok, key_ok, n_ok, d_ok, dt_ok, dv_ok; a key key_ok admits is < key_len, and every "
+       "row, column and key the reference reads is admitted) (rows "
        "i < N_Q, keys j < N_K, d < HEAD_DIM, HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL, dv < HEAD_DIM_V: the head dims "
        "forward_launch passes (spec.launch.head_dims, for any split point HEAD_DIM in [1, D] the runtime picks), "
        "which cover every column: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; key tiles start inside [0, N_K), as the stages visit them: claim "
@@ -783,8 +823,29 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
         # runtime picks in [1, D] (spec.launch.head_dim_split)
         hyp, cover = _head_dim_lanes(ints, D, v.shape[3], z, hyp)
         cases.append(cover)
-        row_ok, d_ok, key_ok = row < z(N_Q), z3.And(0 <= dz, dz < z(ints["HEAD_DIM"])), z3.And(0 <= jz, jz < z(N_K))
-        dv_ok = z3.And(0 <= dvz, dvz < z(ints["HEAD_DIM_V"]))
+        # the printed masks (spec.addresses: row_ok, d_ok, dv_ok, dt_ok, key_ok, n_ok) at the launch's sizes and head
+        # dims, on the lanes tl.arange makes (offs_d, offs_dv, offs_n >= 0; offs_dt = HEAD_DIM + arange >= HEAD_DIM);
+        # key_len: key_lengths[b] (a loaded value >= 0) or N_K
+        key_len_z = z(n.key_len)
+        sizes = {A.N_Q: ints["N_Q"], A.N_K_: ints["N_K"], A.HEAD_DIM_: ints["HEAD_DIM"],
+                 A.HEAD_DIM_V_: ints["HEAD_DIM_V"], A.HEAD_DIM_TAIL_: ints["HEAD_DIM_TAIL"]}
+        masks = {t_.symbol: t_.expr.xreplace(sizes)
+                 for name in ("row_ok", "columns_ok", "tail_ok", "key_ok", "n_ok") for t_ in groups[name]}
+        row_ok = z3.substitute(z(masks[A.row_ok]), (z(A.offs_m), row))
+        d_ok, dv_ok = z3.And(0 <= dz, z(masks[A.d_ok])), z3.And(0 <= dvz, z(masks[A.dv_ok]))
+        key_ok, n_ok = z3.And(0 <= jz, z(masks[P.key_ok])), z3.And(0 <= jz, z(masks[A.n_ok]))
+        hyp = hyp + [key_len_z >= 0]
+        # a key lane key_ok admits is a key the reference reads (j < key_len: padding keys may hold NaN or inf), and
+        # every such key is admitted; n_ok (the dense mask's and dropout's columns) admits exactly the keys of k;
+        # row_ok every row of q
+        c = z3.Int("lane_value")
+        cases.append(_decide("a key lane key_ok admits is a key j < key_len of k, and every such key is admitted",
+                             hyp + [0 <= jz], z3.And(z3.Implies(key_ok, z3.And(jz < key_len_z, jz < z(N_K))),
+                                                     z3.Implies(z3.And(jz < key_len_z, jz < z(N_K)), key_ok))))
+        cases.append(_decide("n_ok admits exactly the keys j < N_K; row_ok exactly the rows i < N_Q",
+                             hyp + [0 <= jz, 0 <= c],
+                             z3.And(n_ok == (jz < z(N_K)),
+                                    z3.substitute(z(masks[A.row_ok]), (z(A.offs_m), c)) == (c < z(N_Q)))))
         cases.append(_decide("q[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)", hyp + [row_ok, d_ok],
                              _inside((offb, offh, row, dz), q.shape)))
         cases.append(_decide("out[b, h, i, dv] inside (lanes i < N_Q, dv < HEAD_DIM_V)", hyp + [row_ok, dv_ok,
@@ -797,12 +858,18 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                              _inside((offb, offkvh, jz, dvz), v.shape)))
         # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
         dtz = z(A.offs_dt)
-        dt_ok = z3.And(z(ints["HEAD_DIM"]) <= dtz, dtz < z(ints["HEAD_DIM"]) + z(ints["HEAD_DIM_TAIL"]))
+        dt_ok = z3.And(z(ints["HEAD_DIM"]) <= dtz, z(masks[A.dt_ok]))
+        main_z = z(sp.sympify(ints["HEAD_DIM"]))
+        cases.append(_decide("every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c), every c < D_v "
+                             "of v/out by dv_ok", hyp + [0 <= c],
+                             z3.And(z3.Implies(c < z(D), z3.Or(z3.And(c < main_z, z3.substitute(d_ok, (dz, c))),
+                                                               z3.And(main_z <= c, z3.substitute(dt_ok, (dtz, c))))),
+                                    z3.Implies(c < z(v.shape[3]), z3.substitute(dv_ok, (dvz, c))))))
         cases.append(_decide("q[b, h, i, dt] inside (lanes i < N_Q, dt < HEAD_DIM + HEAD_DIM_TAIL = D)",
                              hyp + [row_ok, dt_ok], _inside((offb, offh, row, dtz), q.shape)))
         cases.append(_decide("k[b, off_kvh, j, dt] inside (lanes j < N_K, dt < HEAD_DIM + HEAD_DIM_TAIL = D)",
                              hyp + [key_ok, dt_ok], _inside((offb, offkvh, jz, dtz), k.shape)))
-        cases.append(_decide("mask[b, h, i, j] inside (lanes i < N_Q, j < N_K)", hyp + [row_ok, key_ok],
+        cases.append(_decide("mask[b, h, i, j] inside (lanes i < N_Q, j < N_K)", hyp + [row_ok, n_ok],
                              _inside((offb, offh, row, jz), t["mask"].shape)))
         tile = [sn >= 0, sn < z(N_K), sn % z(n.B_c) == 0]
         cases.append(_decide("block_map[b, h, pid_m, start_n // BLOCK_N] inside (a visited key tile starts in [0, N_K))",
@@ -828,8 +895,13 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                   difference(got, sp.expand(keep.offset_of((A.off_b, A.off_h, i, j))))))
     hyp, (offb, offh, _, pidm, row) = _grid_hyp(kgrid, kints, q, k)
     z = _Z3A()
-    cases.append(_decide("_dropout_keep: keep[b, h, i, j] inside (lanes i < N_Q, j < N_K), the grid covers every row",
-                         hyp + [row < z(N_Q), 0 <= z(j), z(j) < z(N_K)],
+    # its printed store mask row_ok & n_ok (the forward's terms) at the sizes the launch passes
+    ksizes = {A.N_Q: kints.get("N_Q", keep.shape[2]), A.N_K_: kints.get("N_K", keep.shape[3])}
+    (row_term,), (n_term,) = groups["row_ok"], groups["n_ok"]
+    keep_lanes = [z3.substitute(z(row_term.expr.xreplace(ksizes)), (z(A.offs_m), row)), 0 <= z(j),
+                  z(n_term.expr.xreplace(ksizes))]
+    cases.append(_decide("_dropout_keep: keep[b, h, i, j] inside (lanes row_ok & n_ok), the grid covers every row",
+                         hyp + keep_lanes,
                          z3.And(_inside((offb, offh, row, z(j)), keep.shape),
                                 z(sp.sympify(kgrid[0])) * z(n.B_r) >= z(N_Q))))
     return result(A.CLAIM_FORWARD, cases, "offsets by SymPy (canonical zero), extents by z3")
@@ -1056,8 +1128,10 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
     # the widths: every product of a stride int64 (the lanes widened: x and the partials are any tensors)
     cases = [_widths_case(ROWS_WIDTHS, [t for group in groups.values() for t in group], {})]
 
-    def check(kernel, grid, ints, pairs, lanes):
-        """``pairs``: (name, printed term, tensor, index); ``lanes``: (symbol, bound) of the load masks."""
+    def check(kernel, grid, ints, pairs, lanes, masks=None):
+        """``pairs``: (name, printed term, tensor, index); ``lanes``: (symbol, bound) of the load masks; ``masks``:
+        the printed row and column masks (the merges': row_ok, d_ok), which then bound the rows and columns d
+        instead, and must admit exactly the rows r < R and columns d < D."""
         launched = {sym: sp.sympify(ints[name]) for name, sym in A.R_.items() if name in ints}
         launched.update({A.H_: sp.sympify(ints.get("H", 1))})
         for name, term, tensor, index in pairs:
@@ -1070,6 +1144,15 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
         row = pid * z(block_m) + lane
         sub = lambda e: z3.substitute(z(e), (z(r), row))  # noqa: E731
         lane_hyp = [row < rows] + [z3.And(0 <= z(x), z(x) < z(sp.sympify(bound))) for x, bound in lanes]
+        if masks is not None:
+            sizes = {A.R_ROWS: ints["R"], A.D_COLS: ints["D"]}
+            row_ok = lambda x: z3.substitute(z(masks[0].expr.xreplace(sizes)), (z(r), x))  # noqa: E731
+            d_ok = lambda x: z3.substitute(z(masks[1].expr.xreplace(sizes)), (z(d), x))  # noqa: E731
+            width = z(sp.sympify(lanes[0][1]))  # o's columns
+            lane_hyp = [row_ok(row), 0 <= z(d), d_ok(z(d))] + lane_hyp[2:]
+            c = z3.Int("lane_value")
+            cases.append(_decide(f"{kernel}: row_ok admits exactly the rows r < R, d_ok exactly the columns d < D",
+                                 [rows >= 1, width >= 1, 0 <= c], z3.And(row_ok(c) == (c < rows), d_ok(c) == (c < width))))
         for name, term, tensor, index in pairs:
             hyp_t = hyp + lane_hyp + [z(x) >= 1 for x in tensor.shape]
             cases.append(_decide(f"{kernel}: {name.split(' is ')[-1]} inside (lanes r < R"
@@ -1096,7 +1179,7 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
         ("lse_a offset is lse_a[r]", g[A.la_off], l_a, (r,)), ("lse_b offset is lse_b[r]", g[A.lb_off], l_b, (r,)),
         ("o_a offset is o_a[r, d]", g[A.oa_off], o_a, (r, d)), ("o_b offset is o_b[r, d]", g[A.ob_off], o_b, (r, d)),
         ("o offset is o[r, d]", go[A.mo_off], o, (r, d)), ("lse offset is lse[r]", go[A.ml_off], lse, (r,))],
-        [(d, o.shape[1])])
+        [(d, o.shape[1])], (*groups["merge_row_ok"], *groups["merge_d_ok"]))
     # merge_states
     o_s, l_s = A.symbolic("o_s", ("S", "R", "D")), A.symbolic("lse_s", ("S", "R"))
     o, lse, sinks = A.symbolic("o", ("R", "D")), A.symbolic("lse", ("R",)), A.symbolic("sinks", ("H",))
@@ -1107,7 +1190,7 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
                                                                    (s, r, d)),
         ("o offset is o[r, d]", go[A.mo_off], o, (r, d)), ("lse offset is lse[r]", go[A.ml_off], lse, (r,)),
         ("sink offset is sinks[r % H]", gs[A.msink_off], sinks, (sp.Mod(r, sinks.shape[0]),))],
-        [(d, o.shape[1]), (s, o_s.shape[0])])
+        [(d, o.shape[1]), (s, o_s.shape[0])], (*groups["merge_row_ok"], *groups["merge_d_ok"]))
     return result(A.CLAIM_ROWS, cases, "offsets by SymPy (canonical zero), extents by z3")
 
 
@@ -1344,8 +1427,16 @@ def prove_backward_addresses(groups=A.BACKWARD_GROUPS, launch=None, row_tensors=
         grid_hyp, prog = _grid_program(A.GRID_HEAD, grid, ints, z)
         hyp = dims + grid_hyp + [0 <= lane, lane < z(n.B_r)]
         offb, offh, iz = prog[A.off_b], prog[A.off_h], pidm * z(n.B_r) + lane
-        # the lanes' columns d < HEAD_DIM, preprocess_launch's: every column of out and grad_out, no more
-        lanes = [iz < N, 0 <= z(d), z(d) < z(sp.sympify(ints["HEAD_DIM"]))]
+        # the printed masks row_ok, d_ok (spec.addresses.BWD_PRE_*_OK) at preprocess_launch's N_Q and HEAD_DIM, on the
+        # lanes tl.arange makes (d >= 0): every column of out and grad_out, no more
+        sizes = {A.N_Q: ints["N_Q"], A.HEAD_DIM_: ints["HEAD_DIM"]}
+        (row_term,), (d_term,) = groups["row_ok"], groups["d_ok"]
+        row_ok = lambda x: z3.substitute(z(row_term.expr.xreplace(sizes)), (z(A.offs_m), x))  # noqa: E731
+        d_ok = lambda x: z3.substitute(z(d_term.expr.xreplace(sizes)), (z(d), x))  # noqa: E731
+        lanes = [row_ok(iz), 0 <= z(d), d_ok(z(d))]
+        c = z3.Int("lane_value")
+        cases.append(_decide(f"{tag}: row_ok admits exactly the rows i < N_Q, d_ok exactly the columns d < D", dims + [0 <= c],
+                             z3.And(row_ok(c) == (c < N), d_ok(c) == (c < z(out.shape[-1])))))
         cases.append(_decide(f"{tag}: the lanes d < HEAD_DIM cover out's columns: HEAD_DIM = D", dims,
                              z(sp.sympify(ints["HEAD_DIM"])) == z(out.shape[-1])))
         if packed:

@@ -33,6 +33,8 @@ class _Z3:
             return self.vars.setdefault(e.name, z3.Int(e.name))
         if isinstance(e, sp.Integer):
             return z3.IntVal(int(e))
+        if e in (sp.true, sp.false):  # a mask that admits every lane, or none
+            return z3.BoolVal(bool(e))
         if isinstance(e, sp.Add):
             return z3.Sum([self(a) for a in e.args])
         if isinstance(e, sp.Mul):
@@ -129,8 +131,9 @@ def _reads_cases(z, split_range, key_in_split, hypotheses, chunk_of, prefix=""):
        terms=tuple(t.name for group in P.GROUPS.values() for t in group),
        scope="symbolic key_len, key_lo, num_splits, split_keys, B_c, page_size, split, tile and lane (z3); "
              "unbounded integers Z (not int32), exact")
-def prove_paged_kv_reads(split_range=P.SPLIT_RANGE, key_in_split=P.KEY_IN_SPLIT, page_gather=P.PAGE_GATHER,
+def prove_paged_kv_reads(split_range=P.SPLIT_RANGE, key_ok=P.KEY_OK, page_gather=P.PAGE_GATHER,
                          split_range_fixed=P.SPLIT_RANGE_FIXED):
+    ((key_in_split),) = (t.expr for t in key_ok)
     z = _Z3()
     L, K0, S, Bc, PS, j, SK = (z(x) for x in (n.key_len, P.key_lo, P.num_splits, n.B_c, P.page_size, n.j,
                                               P.split_keys))
