@@ -234,7 +234,8 @@ def softmax_context(variant: Variant) -> dict:
         "one_pass": _lines([t for t in T.SOFTMAX_NORMALISE if t.name in ("l_safe", "a")], SOFTMAX_NAMES),
         "init": _inits(S.FORWARD_INIT, {"m_i": "[BLOCK_M]", "l_i": "[BLOCK_M]"}),
         # every load and store offset (claim rows_addresses)
-        "addresses": {"softmax": _lines(AD.SOFTMAX_OFFSETS)},
+        "addresses": {"softmax": _lines(AD.SOFTMAX_OFFSETS), "row_ok": _lines(AD.MERGE_ROW_OK),
+                      "n_ok": _lines(AD.SOFTMAX_N_OK)},
     }
 
 

@@ -484,9 +484,13 @@ MERGE_SINK_OFFSET = (Term(msink_off, W(sp.Mod(offs_m, H_)) * R_["stride_sink"], 
 #: the merges' masks (issue 24, masked-off lanes): rows r < R and columns d < D of the partials (claim rows_addresses:
 #: exactly the rows and columns of o, every lane they admit inside every tensor)
 R_ROWS, D_COLS = _int("R", positive=True), _int("D", positive=True)
-MERGE_ROW_OK = (Term(row_ok, sp.StrictLessThan(offs_m, R_ROWS), CLAIM_ROWS, "rows inside the partials"),)
+MERGE_ROW_OK = (Term(row_ok, sp.StrictLessThan(offs_m, R_ROWS), CLAIM_ROWS, "rows inside x, the partials"),)
 MERGE_D_OK = (Term(d_ok, sp.StrictLessThan(offs_d, D_COLS), CLAIM_ROWS, "columns inside the partials"),)
-ROWS_GROUPS = {"merge_row_ok": MERGE_ROW_OK, "merge_d_ok": MERGE_D_OK, "softmax": SOFTMAX_OFFSETS, "merge": MERGE_OFFSETS, "merge_out": MERGE_OUT_OFFSETS,
+#: softmax's masks: the rows r < R are the merges' row_ok (MERGE_ROW_OK, one home), the columns c < N of x and y
+N_COLS = _int("N", positive=True)
+SOFTMAX_N_OK = (Term(n_ok, sp.StrictLessThan(offs_n, N_COLS), CLAIM_ROWS, "columns inside x"),)
+ROWS_GROUPS = {"merge_row_ok": MERGE_ROW_OK, "merge_d_ok": MERGE_D_OK, "softmax_n_ok": SOFTMAX_N_OK,
+               "softmax": SOFTMAX_OFFSETS, "merge": MERGE_OFFSETS, "merge_out": MERGE_OUT_OFFSETS,
                "merge_split": MERGE_SPLIT_OFFSETS, "merge_sink": MERGE_SINK_OFFSET}
 
 

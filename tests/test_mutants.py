@@ -1422,6 +1422,21 @@ def test_merge_lane_masks_are_read_by_the_claim():
         f"{k}: row_ok admits exactly the rows r < R, d_ok exactly the columns d < D" for k in ("merge_state", "merge_states")]
 
 
+def test_softmax_lane_masks_are_read_by_the_claim():
+    """Issue 24, masked-off lanes: softmax's printed row_ok (the merges' MERGE_ROW_OK) and n_ok
+    (spec.addresses.SOFTMAX_N_OK) are what rows_addresses quantifies over: c <= N reads and writes one column past
+    x and y; a column mask one short leaves y's last column unwritten."""
+    G = AD.ROWS_GROUPS
+    (n_ok,) = AD.SOFTMAX_N_OK
+    wide = _failing(PAD.prove_rows_addresses(groups=dict(
+        G, softmax_n_ok=(replace(n_ok, expr=sp.LessThan(AD.offs_n, AD.N_COLS)),))))
+    assert {"softmax: x[r, c] inside (lanes r < R, offs_n < N)", "softmax: y[r, c] inside (lanes r < R, offs_n < N)",
+            "softmax: row_ok admits exactly the rows r < R, n_ok exactly the columns c < N"} == set(wide), wide
+    short = (replace(n_ok, expr=sp.StrictLessThan(AD.offs_n, AD.N_COLS - 1)),)
+    assert _failing(PAD.prove_rows_addresses(groups=dict(G, softmax_n_ok=short))) == [
+        "softmax: row_ok admits exactly the rows r < R, n_ok exactly the columns c < N"]
+
+
 def _narrow(group):
     """A group of printed terms with every int64 widening dropped: the int32 products the kernels had."""
     return tuple(AD.Term(t.symbol, t.expr.replace(terms.int64, lambda x: x), t.claim, t.note) for t in group)

@@ -1130,8 +1130,9 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
 
     def check(kernel, grid, ints, pairs, lanes, masks=None):
         """``pairs``: (name, printed term, tensor, index); ``lanes``: (symbol, bound) of the load masks; ``masks``:
-        the printed row and column masks (the merges': row_ok, d_ok), which then bound the rows and columns d
-        instead, and must admit exactly the rows r < R and columns d < D."""
+        the printed row and column masks (the merges': row_ok, d_ok; softmax's row_ok, n_ok), which then bound the
+        rows and the first lane's columns (d, or softmax's c) instead, and must admit exactly the rows r < R and
+        columns d < D (c < N)."""
         launched = {sym: sp.sympify(ints[name]) for name, sym in A.R_.items() if name in ints}
         launched.update({A.H_: sp.sympify(ints.get("H", 1))})
         for name, term, tensor, index in pairs:
@@ -1145,14 +1146,16 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
         sub = lambda e: z3.substitute(z(e), (z(r), row))  # noqa: E731
         lane_hyp = [row < rows] + [z3.And(0 <= z(x), z(x) < z(sp.sympify(bound))) for x, bound in lanes]
         if masks is not None:
-            sizes = {A.R_ROWS: ints["R"], A.D_COLS: ints["D"]}
+            col, (cname, csize) = lanes[0][0], {d: ("d", "D"), c: ("c", "N")}[lanes[0][0]]
+            sizes = {A.R_ROWS: ints["R"], A.D_COLS: ints.get("D", 0), A.N_COLS: ints.get("N", 0)}
             row_ok = lambda x: z3.substitute(z(masks[0].expr.xreplace(sizes)), (z(r), x))  # noqa: E731
-            d_ok = lambda x: z3.substitute(z(masks[1].expr.xreplace(sizes)), (z(d), x))  # noqa: E731
-            width = z(sp.sympify(lanes[0][1]))  # o's columns
-            lane_hyp = [row_ok(row), 0 <= z(d), d_ok(z(d))] + lane_hyp[2:]
-            c = z3.Int("lane_value")
-            cases.append(_decide(f"{kernel}: row_ok admits exactly the rows r < R, d_ok exactly the columns d < D",
-                                 [rows >= 1, width >= 1, 0 <= c], z3.And(row_ok(c) == (c < rows), d_ok(c) == (c < width))))
+            col_ok = lambda x: z3.substitute(z(masks[1].expr.xreplace(sizes)), (z(col), x))  # noqa: E731
+            width = z(sp.sympify(lanes[0][1]))  # o's (x's) columns
+            lane_hyp = [row_ok(row), 0 <= z(col), col_ok(z(col))] + lane_hyp[2:]
+            v = z3.Int("lane_value")
+            cases.append(_decide(f"{kernel}: row_ok admits exactly the rows r < R, {masks[1].symbol} exactly the columns "
+                                 f"{cname} < {csize}", [rows >= 1, width >= 1, 0 <= v],
+                                 z3.And(row_ok(v) == (v < rows), col_ok(v) == (v < width))))
         for name, term, tensor, index in pairs:
             hyp_t = hyp + lane_hyp + [z(x) >= 1 for x in tensor.shape]
             cases.append(_decide(f"{kernel}: {name.split(' is ')[-1]} inside (lanes r < R"
@@ -1169,7 +1172,8 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
     grid, ints = softmax_launch(x, y, block_m)
     g = offsets("softmax")
     check("softmax", grid, ints, [("x offset is x[r, c]", g[A.x_off], x, (r, c)),
-                                  ("y offset is y[r, c]", g[A.y_off], y, (r, c))], [(c, x.shape[1])])
+                                  ("y offset is y[r, c]", g[A.y_off], y, (r, c))], [(c, x.shape[1])],
+          (*groups["merge_row_ok"], *groups["softmax_n_ok"]))
     # merge_state
     o_a, o_b, o = (A.symbolic(nm, ("R", "D")) for nm in ("o_a", "o_b", "o"))
     l_a, l_b, lse = (A.symbolic(nm, ("R",)) for nm in ("lse_a", "lse_b", "lse"))
