@@ -698,7 +698,15 @@ sg_base, sg_off = _int("sg_base"), _int("sg_off")
 BWD_SCORE_GRAD_ROW = (Term(sg_base, ((off_b * H_ + off_h) * num_pid_m + pid_m) * BK_["stride_sgp"], CLAIM_BACKWARD_KERNELS,
                            "score_grad[this program's row]"),)
 BWD_SCORE_GRAD = (Term(sg_off, sg_base + offs_e, CLAIM_BACKWARD_KERNELS, "score_grad[row, e]"),)
-BACKWARD_KERNEL_GROUPS = {"kv_base": BWD_KV_BASE, "kv_offsets": BWD_KV_OFFSETS, "vt_offset": BWD_VT_OFFSET,
+#: the dK/dV and dQ kernels' masks (issue 24, masked-off lanes): the forward's comparisons (FWD_*_OK: one home), here
+#: cited to claim backward_kernel_addresses, which proves every lane each admits inside its tensor and exactly the
+#: rows i < N_Q, columns d < HEAD_DIM (dt < D, dv < HEAD_DIM_V), keys j < N_K (key_ok: and j < key_len) admitted
+BWD_ROW_OK, BWD_COLUMNS_OK, BWD_TAIL_OK, BWD_KEY_OK, BWD_N_OK = (
+    tuple(Term(t.symbol, t.expr, CLAIM_BACKWARD_KERNELS, t.note) for t in group)
+    for group in (FWD_ROW_OK, FWD_COLUMNS_OK, FWD_TAIL_OK, FWD_KEY_OK, FWD_N_OK))
+BACKWARD_KERNEL_GROUPS = {"row_ok": BWD_ROW_OK, "columns_ok": BWD_COLUMNS_OK, "tail_ok": BWD_TAIL_OK,
+                          "key_ok": BWD_KEY_OK, "n_ok": BWD_N_OK,
+                          "kv_base": BWD_KV_BASE, "kv_offsets": BWD_KV_OFFSETS, "vt_offset": BWD_VT_OFFSET,
                           "grad_kv": BWD_GRAD_KV, "dq": BWD_DQ, "row_base": BWD_ROW_BASE, "rows": BWD_ROWS,
                           "mask_base": BWD_MASK_BASE, "mask": BWD_MASK, "map_col": BWD_MAP_COL, "map_row": BWD_MAP_ROW,
                           "key_len": BWD_KEY_LEN, "score_grad_row": BWD_SCORE_GRAD_ROW, "score_grad": BWD_SCORE_GRAD,

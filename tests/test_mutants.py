@@ -1437,6 +1437,27 @@ def test_softmax_lane_masks_are_read_by_the_claim():
         "softmax: row_ok admits exactly the rows r < R, n_ok exactly the columns c < N"]
 
 
+def test_backward_kernel_lane_masks_are_read_by_the_claim():
+    """Issue 24, masked-off lanes: the dK/dV and dQ kernels' printed row_ok, n_ok, key_ok (spec.addresses.BWD_*_OK,
+    the forward's comparisons) are what backward_kernel_addresses quantifies over: i <= N_Q reads and writes one
+    row past q, dq and the row tensors; j <= N_K one key past k, dk, dv; a key mask without key_len admits the
+    padding keys (NaN, inf) it must never read."""
+    G = AD.BACKWARD_KERNEL_GROUPS
+    (row_ok,), (n_ok,), (key_ok,) = AD.BWD_ROW_OK, AD.BWD_N_OK, AD.BWD_KEY_OK
+    exact = ("{}: row_ok, n_ok, key_ok, d_ok, dv_ok, dt_ok admit exactly the rows i < N_Q, keys j < N_K (key_ok: and "
+             "j < key_len), columns d < HEAD_DIM, dv < HEAD_DIM_V, dt < HEAD_DIM + HEAD_DIM_TAIL")
+    rows = _failing(PAD.prove_backward_kernel_addresses(groups=dict(
+        G, row_ok=(replace(row_ok, expr=sp.LessThan(AD.offs_m, AD.N_Q)),))))
+    assert {exact.format("dq"), "dq: q, dq[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)",
+            "dkdv: delta, lse2[b, h, i] and mask[b, h, i, j] inside (lanes i < N_Q, j < N_K)"} <= set(rows), rows
+    keys = _failing(PAD.prove_backward_kernel_addresses(groups=dict(
+        G, n_ok=(replace(n_ok, expr=sp.LessThan(AD.offs_n, AD.N_K_)),))))
+    assert {exact.format("dkdv"), "dkdv: k, dk, dv[b, kvh, j, d] inside (lanes j < N_K, d < HEAD_DIM)"} <= set(keys)
+    no_len = (replace(key_ok, expr=sp.StrictLessThan(AD.offs_n, AD.N_K_)),)
+    assert _failing(PAD.prove_backward_kernel_addresses(groups=dict(G, key_ok=no_len))) == [
+        exact.format(k) for k in ("dkdv", "dq")]
+
+
 def _narrow(group):
     """A group of printed terms with every int64 widening dropped: the int32 products the kernels had."""
     return tuple(AD.Term(t.symbol, t.expr.replace(terms.int64, lambda x: x), t.claim, t.note) for t in group)

@@ -1498,7 +1498,10 @@ def _backward_tensors():
        "lies inside the tensor for every program of the grid and every lane the load or store's mask lets through "
        "(i < N_Q, j < N_K, d < HEAD_DIM, HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL, dv < HEAD_DIM_V: the head dims "
        "dkdv_launch and dq_launch pass (spec.launch.head_dims, any split point in [1, D]), which cover every column: "
-       "HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; a full tile's rows and keys are inside by claim mask_tiles_sound), "
+       "HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; a full tile's rows and keys are inside by claim mask_tiles_sound; "
+       "in _attn_bwd_dkdv, _attn_bwd_dq and _attn_bwd_rows these are the printed masks spec.addresses.BWD_*_OK, which "
+       "admit exactly the rows i < N_Q, keys j < N_K (key_ok: and j < key_len, the padding keys never read) and those "
+       "columns), "
        "the tile widths the runtime launches with (spec.launch.tile_widths, for every D, D_v in 1..head_dim_max, fp8 products or not) reach those columns: BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= D_v, each a power of two >= 16, its split HEAD_DIM + HEAD_DIM_TAIL = D with a tail only when HEAD_DIM = BLOCK_D, "
        "every visited tile start i0 < N_Q, j0 < N_K; the grids cover every key tile (dK/dV) and row tile (dQ) of "
        "every (b, head); the in-head products the kernels compute in int32 are exactly row·stride_row + "
@@ -1649,17 +1652,34 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
             hyp += [lane < bm]
             tile_m, tile_n = pid0 * bm, z(A.start_n)
             tile_hyp = [tile_n >= 0, tile_n < Nkz]
-        row_ok, key_ok = z3.And(0 <= iz, iz < Nqz), z3.And(0 <= jz, jz < Nkz)
+        # the printed masks (spec.addresses.BWD_*_OK) at the launch's sizes: the lanes they admit are the hypotheses
+        sizes = {sym: sp.sympify(ints[name]) for sym, name in ((A.N_Q, "N_Q"), (A.N_K_, "N_K"), (A.HEAD_DIM_, "HEAD_DIM"),
+                                                              (A.HEAD_DIM_V_, "HEAD_DIM_V"),
+                                                              (A.HEAD_DIM_TAIL_, "HEAD_DIM_TAIL"))}
+
+        def printed(group, k, lane_sym, x):
+            return z3.substitute(z(groups[group][k].expr.xreplace(sizes)), (z(lane_sym), x))
+        row_ok = z3.And(0 <= iz, printed("row_ok", 0, i, iz))
+        key_ok = z3.And(0 <= jz, printed("n_ok", 0, j, jz))  # the stores' keys; key_ok's loads: a subset (below)
         # the lanes' column bounds: the launch's head dims (spec.launch.head_dims), any split point in [1, D]
         hyp, cover = _head_dim_lanes(ints, D, Dv, z, hyp)
         cases.append((f"{kernel}: {cover[0]}", cover[1]))
         main_z, tail_z = z(sp.sympify(ints["HEAD_DIM"])), z(sp.sympify(ints["HEAD_DIM_TAIL"]))
-        d_ok, dv_ok = z3.And(0 <= z(d), z(d) < main_z), z3.And(0 <= z(dv_), z(dv_) < z(sp.sympify(ints["HEAD_DIM_V"])))
+        d_ok = z3.And(0 <= z(d), printed("columns_ok", 0, d, z(d)))
+        dv_ok = z3.And(0 <= z(dv_), printed("columns_ok", 1, dv_, z(dv_)))
+        v_z, kl, c = z(sp.sympify(ints["HEAD_DIM_V"])), z(n.key_len), z3.Int("lane_value")
+        cases.append(_decide(
+            f"{kernel}: row_ok, n_ok, key_ok, d_ok, dv_ok, dt_ok admit exactly the rows i < N_Q, keys j < N_K (key_ok: "
+            "and j < key_len), columns d < HEAD_DIM, dv < HEAD_DIM_V, dt < HEAD_DIM + HEAD_DIM_TAIL",
+            hyp + [0 <= c], z3.And(printed("row_ok", 0, i, c) == (c < Nqz), printed("n_ok", 0, j, c) == (c < Nkz),
+                                   printed("key_ok", 0, j, c) == z3.And(c < Nkz, c < kl),
+                                   printed("columns_ok", 0, d, c) == (c < main_z), printed("columns_ok", 1, dv_, c) == (c < v_z),
+                                   printed("tail_ok", 0, A.offs_dt, c) == (c < main_z + tail_z))))
         head_side = ("dk, dv" if kernel == "dkdv" else "")
         cases.append(_decide(f"{kernel}: k{', ' + head_side if head_side else ''}[b, kvh, j, d] inside (lanes j < N_K, "
                              "d < HEAD_DIM)", hyp + [key_ok, d_ok], _inside((offb, offkvh, jz, z(d)), k.shape)))
         # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
-        dt_ok = z3.And(main_z <= z(A.offs_dt), z(A.offs_dt) < main_z + tail_z)
+        dt_ok = z3.And(main_z <= z(A.offs_dt), printed("tail_ok", 0, A.offs_dt, z(A.offs_dt)))
         cases.append(_decide(f"{kernel}: k{', dk' if kernel == 'dkdv' else ''}[b, kvh, j, dt] inside (lanes j < N_K, "
                              "dt < HEAD_DIM + HEAD_DIM_TAIL = D)", hyp + [key_ok, dt_ok],
                              _inside((offb, offkvh, jz, z(A.offs_dt)), k.shape)))
