@@ -1499,7 +1499,7 @@ def _backward_tensors():
        "(i < N_Q, j < N_K, d < HEAD_DIM, HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL, dv < HEAD_DIM_V: the head dims "
        "dkdv_launch and dq_launch pass (spec.launch.head_dims, any split point in [1, D]), which cover every column: "
        "HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; a full tile's rows and keys are inside by claim mask_tiles_sound; "
-       "in _attn_bwd_dkdv, _attn_bwd_dq and _attn_bwd_rows these are the printed masks spec.addresses.BWD_*_OK, which "
+       "in _attn_bwd_dkdv, _attn_bwd_dq, _attn_bwd_dq_stage and _attn_bwd_rows these are the printed masks spec.addresses.BWD_*_OK, which "
        "admit exactly the rows i < N_Q, keys j < N_K (key_ok: and j < key_len, the padding keys never read) and those "
        "columns), "
        "the tile widths the runtime launches with (spec.launch.tile_widths, for every D, D_v in 1..head_dim_max, fp8 products or not) reach those columns: BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= D_v, each a power of two >= 16, its split HEAD_DIM + HEAD_DIM_TAIL = D with a tail only when HEAD_DIM = BLOCK_D, "
