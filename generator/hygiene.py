@@ -155,6 +155,7 @@ COORDINATE_GAPS = frozenset({
 MASK_GAPS = frozenset({
     "_append_rows",  # decode file: the KV append's t_ok, d_ok, row_mask, ro_mask (its table rows' pos_ok is printed)
     "_attn_bwd_mask",  # the backward's dense mask tile: (i < N_Q) & (j < N_K) on its 2-D indices
+    "_score_param_scatter",  # a user score_mod's gradient chunk: offs_e <= hi (the entries its tile read)
 })
 #: a printed mask term's name ends so (spec.addresses.MASK_SUFFIX)
 MASK_SUFFIX = "_ok"
