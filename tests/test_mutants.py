@@ -1974,7 +1974,7 @@ def test_backward_address_rows_assumed_contiguous_are_refuted():
     """The old preprocess's rows, off_bh·N_Q + offs_m, for the saved lse: right only for a contiguous (B, H, N_Q)."""
     H, N_Q = sp.Symbol("H", integer=True), sp.Symbol("N_Q", integer=True)
     pre = swap(AD.PREPROCESS_OFFSETS, AD.slse_off, (AD.off_b * H + AD.off_h) * N_Q + AD.offs_m)
-    failing = _failing(PAD.prove_backward_addresses(groups={"preprocess": pre}))
+    failing = _failing(PAD.prove_backward_addresses(groups={**AD.BACKWARD_GROUPS, "preprocess": pre}))
     assert failing == ["dense: lse offset is lse[b, h, i]", "packed: lse offset is lse[b, h, i]"], failing
 
 
