@@ -178,8 +178,8 @@ def fwd_settings_key(head_dim: int, head_dim_v: int, *, narrow_v: bool = True) -
     accumulator's (D_v wide), so a narrower V can run a setting the square head dim spills at
     (generator.variants.FWD_SM80 says where). ``narrow_v=False`` (a kernel whose own registers leave
     no room for that: dropout's, FP8's) gives the square bucket of the wider width."""
-    main, tail = head_dim_split(head_dim)
-    widths = block_d(main) + (block_d(tail) if tail else 0), block_d(head_dim_v)
+    w = spec_launch.tile_widths(head_dim, head_dim_v)
+    widths = w.BLOCK_D + (w.BLOCK_DT if w.HEAD_DIM_TAIL else 0), w.BLOCK_DV
     return widths if narrow_v else (max(widths), max(widths))
 
 
