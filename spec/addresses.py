@@ -16,6 +16,9 @@ append, the backward preprocess and the backward dK/dV and dQ kernels (a user sc
 included). What is not yet a printed term ``generator.hygiene`` lists as reviewed gaps (``POINTER_GAPS``: a
 user score_mod's parameter reads, inside its printed terms), and so does ``docs/verification.md``.
 
+The lanes every offset and mask is evaluated on are printed terms too (``*_LANES``: ``offs_x = base +
+arange(width)``, ``tl.arange(0, width)``, and the tile starts they read), which the claims read rather than assume.
+
 ``Strided`` implements the few tensor methods the launch functions use (``shape``, ``stride()``,
 ``view``, ``transpose``, ``contiguous``), so ``spec.launch`` runs unchanged on a torch tensor (the
 runtime) and on a ``Strided`` (the claim).
