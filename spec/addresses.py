@@ -704,8 +704,13 @@ BWD_SCORE_GRAD = (Term(sg_off, sg_base + offs_e, CLAIM_BACKWARD_KERNELS, "score_
 BWD_ROW_OK, BWD_COLUMNS_OK, BWD_TAIL_OK, BWD_KEY_OK, BWD_N_OK = (
     tuple(Term(t.symbol, t.expr, CLAIM_BACKWARD_KERNELS, t.note) for t in group)
     for group in (FWD_ROW_OK, FWD_COLUMNS_OK, FWD_TAIL_OK, FWD_KEY_OK, FWD_N_OK))
+#: _attn_bwd_mask's dense mask tile: the element (i, j) of the caller's broadcast row and key tiles inside the mask,
+#: row_ok's and n_ok's comparisons (one home) at i and j (claim backward_kernel_addresses: exactly i < N_Q, j < N_K)
+ij_ok = sp.Symbol("ij_ok")
+BWD_MASK_OK = (Term(ij_ok, sp.And(BWD_ROW_OK[0].expr.xreplace({offs_m: n.i}), BWD_N_OK[0].expr.xreplace({offs_n: n.j})),
+                    CLAIM_BACKWARD_KERNELS, "the tile's elements (i, j) inside the mask"),)
 BACKWARD_KERNEL_GROUPS = {"row_ok": BWD_ROW_OK, "columns_ok": BWD_COLUMNS_OK, "tail_ok": BWD_TAIL_OK,
-                          "key_ok": BWD_KEY_OK, "n_ok": BWD_N_OK,
+                          "key_ok": BWD_KEY_OK, "n_ok": BWD_N_OK, "mask_ok": BWD_MASK_OK,
                           "kv_base": BWD_KV_BASE, "kv_offsets": BWD_KV_OFFSETS, "vt_offset": BWD_VT_OFFSET,
                           "grad_kv": BWD_GRAD_KV, "dq": BWD_DQ, "row_base": BWD_ROW_BASE, "rows": BWD_ROWS,
                           "mask_base": BWD_MASK_BASE, "mask": BWD_MASK, "map_col": BWD_MAP_COL, "map_row": BWD_MAP_ROW,

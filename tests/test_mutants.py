@@ -1441,7 +1441,8 @@ def test_backward_kernel_lane_masks_are_read_by_the_claim():
     """Issue 24, masked-off lanes: the dK/dV and dQ kernels' printed row_ok, n_ok, key_ok (spec.addresses.BWD_*_OK,
     the forward's comparisons) are what backward_kernel_addresses quantifies over: i <= N_Q reads and writes one
     row past q, dq and the row tensors; j <= N_K one key past k, dk, dv; a key mask without key_len admits the
-    padding keys (NaN, inf) it must never read."""
+    padding keys (NaN, inf) it must never read; _attn_bwd_mask's ij_ok with i <= N_Q, or without its key conjunct,
+    reads past the dense mask."""
     G = AD.BACKWARD_KERNEL_GROUPS
     (row_ok,), (n_ok,), (key_ok,) = AD.BWD_ROW_OK, AD.BWD_N_OK, AD.BWD_KEY_OK
     exact = ("{}: row_ok, n_ok, key_ok, d_ok, dv_ok, dt_ok admit exactly the rows i < N_Q, keys j < N_K (key_ok: and "
@@ -1449,13 +1450,22 @@ def test_backward_kernel_lane_masks_are_read_by_the_claim():
     rows = _failing(PAD.prove_backward_kernel_addresses(groups=dict(
         G, row_ok=(replace(row_ok, expr=sp.LessThan(AD.offs_m, AD.N_Q)),))))
     assert {exact.format("dq"), "dq: q, dq[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)",
-            "dkdv: delta, lse2[b, h, i] and mask[b, h, i, j] inside (lanes i < N_Q, j < N_K)"} <= set(rows), rows
+            "dkdv: delta, lse2[b, h, i] inside (lanes i < N_Q)"} <= set(rows), rows
     keys = _failing(PAD.prove_backward_kernel_addresses(groups=dict(
         G, n_ok=(replace(n_ok, expr=sp.LessThan(AD.offs_n, AD.N_K_)),))))
     assert {exact.format("dkdv"), "dkdv: k, dk, dv[b, kvh, j, d] inside (lanes j < N_K, d < HEAD_DIM)"} <= set(keys)
     no_len = (replace(key_ok, expr=sp.StrictLessThan(AD.offs_n, AD.N_K_)),)
     assert _failing(PAD.prove_backward_kernel_addresses(groups=dict(G, key_ok=no_len))) == [
         exact.format(k) for k in ("dkdv", "dq")]
+    # _attn_bwd_mask's printed ij_ok (spec.addresses.BWD_MASK_OK): i <= N_Q reads a row past the mask; the key
+    # conjunct dropped reads keys past N_K
+    (ij_ok,) = AD.BWD_MASK_OK
+    mask_cases = [f"{k}: {case}" for k in ("dkdv", "dq") for case in (
+        "mask[b, h, i, j] inside (lanes ij_ok: i < N_Q, j < N_K)",
+        "ij_ok admits exactly the mask's elements i < N_Q, j < N_K (every element the reference reads)")]
+    for mutant in (sp.And(sp.LessThan(n.i, AD.N_Q), sp.StrictLessThan(n.j, AD.N_K_)), sp.StrictLessThan(n.i, AD.N_Q)):
+        assert _failing(PAD.prove_backward_kernel_addresses(groups=dict(
+            G, mask_ok=(replace(ij_ok, expr=mutant),)))) == mask_cases
 
 
 def _narrow(group):

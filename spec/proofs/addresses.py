@@ -1501,7 +1501,8 @@ def _backward_tensors():
        "HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; a full tile's rows and keys are inside by claim mask_tiles_sound; "
        "in _attn_bwd_dkdv, _attn_bwd_dq, _attn_bwd_dq_stage and _attn_bwd_rows these are the printed masks spec.addresses.BWD_*_OK, which "
        "admit exactly the rows i < N_Q, keys j < N_K (key_ok: and j < key_len, the padding keys never read) and those "
-       "columns), "
+       "columns, in _attn_bwd_mask the printed ij_ok (BWD_MASK_OK: row_ok's and n_ok's comparisons at the tile's i, j), "
+       "which admits exactly the mask's elements i < N_Q, j < N_K), "
        "the tile widths the runtime launches with (spec.launch.tile_widths, for every D, D_v in 1..head_dim_max, fp8 products or not) reach those columns: BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= D_v, each a power of two >= 16, its split HEAD_DIM + HEAD_DIM_TAIL = D with a tail only when HEAD_DIM = BLOCK_D, "
        "every visited tile start i0 < N_Q, j0 < N_K; the grids cover every key tile (dK/dV) and row tile (dQ) of "
        "every (b, head); the in-head products the kernels compute in int32 are exactly row·stride_row + "
@@ -1692,9 +1693,17 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
                              "d < HEAD_DIM)", hyp + [row_ok, d_ok], _inside((offb, offh, iz, z(d)), q.shape)))
         cases.append(_decide(f"{kernel}: grad_out[b, h, i, dv] inside (lanes i < N_Q, dv < HEAD_DIM_V)",
                              hyp + [row_ok, dv_ok], _inside((offb, offh, iz, z(dv_)), do.shape)))
-        cases.append(_decide(f"{kernel}: delta, lse2[b, h, i] and mask[b, h, i, j] inside (lanes i < N_Q, j < N_K)",
-                             hyp + [row_ok, key_ok], z3.And(_inside((offb, offh, iz), t["delta"].shape),
-                                                            _inside((offb, offh, iz, jz), t["mask"].shape))))
+        cases.append(_decide(f"{kernel}: delta, lse2[b, h, i] inside (lanes i < N_Q)",
+                             hyp + [row_ok], _inside((offb, offh, iz), t["delta"].shape)))
+        # _attn_bwd_mask's dense tile: the printed ij_ok at the caller's rows i and keys j (both layouts)
+        ij_ok = z3.substitute(z(groups["mask_ok"][0].expr.xreplace(sizes)), (z(n.i), iz), (z(n.j), jz))
+        cases.append(_decide(f"{kernel}: mask[b, h, i, j] inside (lanes ij_ok: i < N_Q, j < N_K)",
+                             hyp + [0 <= iz, 0 <= jz, ij_ok], _inside((offb, offh, iz, jz), t["mask"].shape)))
+        c2 = z3.Int("lane_value_2")
+        cases.append(_decide(f"{kernel}: ij_ok admits exactly the mask's elements i < N_Q, j < N_K (every element the "
+                             "reference reads)", hyp + [0 <= c, 0 <= c2],
+                             z3.substitute(z(groups["mask_ok"][0].expr.xreplace(sizes)), (z(n.i), c), (z(n.j), c2))
+                             == z3.And(c < Nqz, c2 < Nkz)))
         cases.append(_decide(f"{kernel}: block_map[b, h, i0 // MAP_BLOCK_M, j0 // MAP_BLOCK_N] inside (a visited "
                              "tile starts at i0 < N_Q, j0 < N_K)", hyp + tile_hyp + [tile_n < Nkz, tile_m < Nqz],
                              _inside((offb, offh, tile_m / mbm, tile_n / mbn), t["block_map"].shape)))
