@@ -150,11 +150,10 @@ COORDINATE_GAPS = frozenset({
 #: proofs"); the decode kernel _decode_fwd (claims decode_addresses, paged_kv_reads) and the dense forward's
 #: _attn_fwd, _attn_fwd_tile, _dropout_keep (claim forward_addresses) and the backward's _attn_bwd_preprocess
 #: (claim backward_addresses), its _attn_bwd_dkdv, _attn_bwd_dq, _attn_bwd_dq_stage, _attn_bwd_rows, _attn_bwd_mask
-#: (claim backward_kernel_addresses),
+#: and a user score_mod's _score_param_scatter (claim backward_kernel_addresses),
 #: the merges and softmax (claim rows_addresses) print their masks
 MASK_GAPS = frozenset({
     "_append_rows",  # decode file: the KV append's t_ok, d_ok, row_mask, ro_mask (its table rows' pos_ok is printed)
-    "_score_param_scatter",  # a user score_mod's gradient chunk: offs_e <= hi (the entries its tile read)
 })
 #: a printed mask term's name ends so (spec.addresses.MASK_SUFFIX)
 MASK_SUFFIX = "_ok"

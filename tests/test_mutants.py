@@ -2467,7 +2467,8 @@ def test_mask_mod_row_stride_by_hand_is_refuted():
 
 def test_score_grad_row_bugs_are_refuted():
     """A user score_mod's gradient: the row of the query head only (pid_m dropped: the programs of a head race on
-    one row), the buffer made with grid[0] rows only, the buffer made transposed (entries strided by the rows)."""
+    one row), the buffer made with grid[0] rows only, the buffer made transposed (entries strided by the rows); the
+    scatter's lane mask entry_ok one entry long (offs_e <= hi + 1) or short (offs_e < hi)."""
     row = swap(BKG["score_grad_row"], AD.sg_base, (AD.off_b * AD.H_ + AD.off_h) * AD.BK_["stride_sgp"])
     failing = _bwd_failing(groups=dict(BKG, score_grad_row=row))
     assert failing == ["dq: score_grad offset is score_grad[(b·grid[1] + h)·grid[0] + pid_m, e]",
@@ -2478,7 +2479,7 @@ def test_score_grad_row_bugs_are_refuted():
         return buf, {"stride_sgp": buf.stride(0)}
 
     assert _bwd_failing(score_grad_launch=short) == [
-        "dq: score_grad[row, e] inside (programs of the grid, entries e < len(SF))"]
+        "dq: score_grad[row, e] inside (programs of the grid, chunk lanes e entry_ok admits)"]
 
     def transposed(score_f, grid):
         buf = score_f.new_zeros((score_f.numel(), grid[0] * grid[1] * grid[2])).transpose(0, 1)
@@ -2486,6 +2487,14 @@ def test_score_grad_row_bugs_are_refuted():
 
     assert _bwd_failing(score_grad_launch=transposed) == [
         "dq: score_grad offset is score_grad[(b·grid[1] + h)·grid[0] + pid_m, e]"]
+    # _score_param_scatter's printed lane mask (spec.addresses.BWD_SCORE_GRAD_OK): one entry past hi moves an entry
+    # past the row (hi = len(SF) − 1); < for <= drops the tile's largest entry from its gradient
+    (entry_ok,) = AD.BWD_SCORE_GRAD_OK
+    for mutant, case in ((sp.LessThan(AD.offs_e, AD.sg_hi + 1), "score_grad[row, e] inside (programs of the grid, "
+                                                                  "chunk lanes e entry_ok admits)"),
+                         (sp.StrictLessThan(AD.offs_e, AD.sg_hi), "every entry lo <= e <= hi the tile read is a chunk "
+                                                                  "lane entry_ok admits")):
+        assert _bwd_failing(groups=dict(BKG, score_grad_ok=(replace(entry_ok, expr=mutant),))) == [f"dq: {case}"]
 
 
 # ---------------------------------------------------------------- issue 24: the grid's ceiling (claim launch_grid)

@@ -1510,7 +1510,9 @@ def _backward_tensors():
        "the packed batch is claim varlen_addresses'. A user "
        "score_mod's parameter gradient (dQ): for any launch grid (G0, G1, G2), program (pid_m, h, b)'s entry e "
        "(sg_base, sg_off) is score_grad[(b·G1 + h)·G0 + pid_m, e] of the buffer spec.launch.score_grad_launch makes "
-       "from that grid (both launchers pass it the grid they launch), inside it for e < len(SF), and no two "
+       "from that grid (both launchers pass it the grid they launch), inside it for every lane e of "
+       "_score_param_scatter's chunks the printed entry_ok = offs_e <= hi admits (BWD_SCORE_GRAD_OK), every entry "
+       "lo <= e <= hi the tile read admitted (lo, hi: its smallest and largest), and no two "
        "programs share a row (the deterministic fixed-order sum needs no atomics)",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
        terms=tuple(t.name for g in A.BACKWARD_KERNEL_GROUPS.values() for t in g),
@@ -1522,7 +1524,9 @@ def _backward_tensors():
              "in q's, k's, v's shapes); every other product of a stride int64 (Δ/lse2's offs_m and the block map's "
              "tile indices widened by tl.cast(·, tl.int64); the width case reads the printed lines with Triton's "
              "typing); dense launches (the packed form: claim varlen_addresses); the score_mod gradient row: any grid, "
-             "the entries e the score_mod reads assumed in [0, len(SF)) (the user's indices), sg_base int64 (off_b, "
+             "the entries e the score_mod reads assumed in [0, len(SF)) (the user's indices), the scatter's chunk loop "
+             "(template text) as it reads: starts floor(lo / CHUNK)·CHUNK + k·CHUNK <= hi, lanes start + l, l < CHUNK; "
+             "sg_base int64 (off_b, "
              "off_h: the width case) and below the buffer's element count (the extent case), which torch holds in "
              "int64")
 def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch=None, dq_launch=None,
@@ -1750,8 +1754,24 @@ def _score_grad_cases(g, score_grad_launch) -> list:
     row1 = z3.substitute(z(printed_row), (z(A.pid_m), p1), (z(A.off_h), h1), (z(A.off_b), b1))
     hyp = [g0 >= 1, g1 >= 1, g2 >= 1, P_ >= 1] + [z3.And(0 <= x, x < gx) for x, gx in (
         (p0, g0), (h0, g1), (b0, g2), (p1, g0), (h1, g1), (b1, g2))]
-    cases.append(_decide("dq: score_grad[row, e] inside (programs of the grid, entries e < len(SF))",
-                         hyp + [0 <= e, e < P_], _inside((row0, e), buf.shape)))
+    # _score_param_scatter's lanes: the tile read entries lo..hi, inside [0, len(SF)) (the user's indices); its chunk
+    # loop starts at floor(lo / CHUNK)·CHUNK + k·CHUNK <= hi (range's stop hi + 1), lane e = start + l, l < CHUNK;
+    # the load and store move the entries the printed entry_ok admits
+    lo, hi, chunk, k, l = z3.Ints("lo hi CHUNK k l")
+    (entry_ok,) = (t for t in g.values() if t.symbol == A.entry_ok)
+    entry_ok = z3.substitute(z(entry_ok.expr), (z(A.offs_e), e), (z(A.sg_hi), hi))
+    tile = [0 <= lo, lo <= hi, hi < P_, chunk >= 1]
+    start = (lo / chunk) * chunk + k * chunk
+    cases.append(_decide("dq: score_grad[row, e] inside (programs of the grid, chunk lanes e entry_ok admits)",
+                         hyp + tile + [k >= 0, start <= hi, 0 <= l, l < chunk, e == start + l, entry_ok],
+                         _inside((row0, e), buf.shape)))
+    # every entry lo <= e <= hi the tile read is a lane of a visited chunk (k = e // CHUNK − lo // CHUNK,
+    # l = e % CHUNK) that entry_ok admits
+    k_e, l_e = e / chunk - lo / chunk, e % chunk
+    cases.append(_decide("dq: every entry lo <= e <= hi the tile read is a chunk lane entry_ok admits",
+                         tile + [lo <= e, e <= hi],
+                         z3.And(k_e >= 0, (lo / chunk) * chunk + k_e * chunk <= hi, 0 <= l_e, l_e < chunk,
+                                (lo / chunk) * chunk + k_e * chunk + l_e == e, entry_ok)))
     cases.append(_decide("dq: two programs of the grid never share a score_grad row (no atomics needed)",
                          hyp + [z3.Or(p0 != p1, h0 != h1, b0 != b1)], row0 != row1))
     return cases
