@@ -2306,6 +2306,18 @@ def test_tma_kv_box_of_the_query_head_is_refuted():
     assert "v: every coordinate of the box lies inside its dimension (int32 exact)" in failing, failing
 
 
+@pytest.mark.parametrize("mutant", ["no key_len", "<= key_len"])
+def test_tma_padding_select_mutants_are_refuted(mutant):
+    """The TMA path's padding select (tl.where(key_ok[:, None], x, 0.0)) keeps the printed key_ok's lanes: without
+    its key_len conjunct it keeps the padding keys (NaN, inf) TMA loads from inside k; j <= key_len keeps one."""
+    (key_ok,) = AD.FWD_KEY_OK
+    expr = {"no key_len": sp.StrictLessThan(AD.offs_n, AD.N_K_),
+            "<= key_len": sp.And(sp.StrictLessThan(AD.offs_n, AD.N_K_), sp.LessThan(AD.offs_n, n.key_len))}[mutant]
+    assert _tma_failing(key_ok=(replace(key_ok, expr=expr),)) == [
+        f"{param}: in a masked tile a lane TMA loads and the padding select keeps (key_ok) is exactly one the pointer "
+        "path's masked load admits, a key j < key_len the reference reads" for param in ("k", "v", "k_tail")]
+
+
 def test_tma_descriptor_bugs_are_refuted():
     """spec.launch edited: a descriptor over (B·H, N, D) (a box past N would read the next head's rows instead of
     zeros), V's box BLOCK_D wide (MLA: D_v != D), the descriptor's strides of b and h swapped."""

@@ -1001,7 +1001,9 @@ BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL = (sp.Symbol(s, integer=True, positive=True) f
        "(rows i < N_Q or keys j < N_K, columns d < HEAD_DIM, dv < D_v, tail columns < HEAD_DIM + HEAD_DIM_TAIL = D), "
        "and every descriptor asks for zero fill (padding 'zero'), so under the hardware hypothesis tma_out_of_bounds "
        "TMA's per-dimension clipping (zero-filled loads, skipped stores) is the pointer path's masked load "
-       "(other=0) and store; and every coordinate lies inside its dimension (b < B, h < H, a tile's first row < N, "
+       "(other=0) and store; in a masked key tile the padding select tl.where(key_ok[:, None], x, 0.0) on K, V and "
+       "K's tail keeps the lanes the printed key_ok admits (forward_addresses' FWD_KEY_OK), so a lane loaded and kept "
+       "is exactly one the pointer path's masked load admits, a key j < key_len the reference reads; and every coordinate lies inside its dimension (b < B, h < H, a tile's first row < N, "
        "the tail's first column HEAD_DIM < D), so its int32 cast is exact; the box widths are the runtime's: the tile widths the runtime launches with (spec.launch.tile_widths, for every D, D_v in 1..head_dim_max, fp8 products or not) reach those columns: BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= D_v, each a power of two >= 16, its split HEAD_DIM + HEAD_DIM_TAIL = D with a tail only when HEAD_DIM = BLOCK_D",
        r"\mathrm{box}(b, h, i_0, d_0)[r, c] = X[b, h, i_0 + r, d_0 + c],\quad "
        r"\mathrm{inside} \iff \mathrm{mask}",
@@ -1017,7 +1019,8 @@ BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL = (sp.Symbol(s, integer=True, positive=True) f
              "interpreter's emulation by tests/test_tma.py, on the hardware only on an sm_90 GPU; the int32 casts exact "
              "for dimensions below 2^31 (launch.tma_layout_problem refuses larger ones)",
        hypotheses=("tma_out_of_bounds",))
-def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launch=None, widths=None):
+def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launch=None, widths=None,
+                        key_ok=A.FWD_KEY_OK):
     operands = L.forward_tma_operands if operands is None else operands
     descriptor = L.tma_descriptor if descriptor is None else descriptor
     launch = L.forward_launch if launch is None else launch
@@ -1087,6 +1090,14 @@ def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launc
         side = hyp + lanes + ([tail > 0] if is_tail else [])
         cases.append(_decide(f"{param}: a lane's element is inside the tensor exactly when the pointer path's mask "
                              "lets it through (TMA's clipping = the masked load/store)", side, inside == mask(idx)))
+        if row_k in index:  # a key tile: in a masked tile the padding select keeps the printed key_ok's lanes, at the
+            # tile's keys offs_n = start_n + r (key_len >= 0: key_lengths[b] or N_K)
+            (keep,) = key_ok
+            kept = z3.substitute(z(keep.expr.xreplace({A.N_K_: ints["N_K"]})), (z(A.offs_n), idx[2]))
+            cases.append(_decide(f"{param}: in a masked tile a lane TMA loads and the padding select keeps (key_ok) "
+                                 "is exactly one the pointer path's masked load admits, a key j < key_len the "
+                                 "reference reads", side + [z(n.key_len) >= 0],
+                                 z3.And(inside, kept) == z3.And(mask(idx), idx[2] < z(n.key_len))))
         origin = [z3.substitute(z(sp.sympify(x)), *program) for x in coords]
         cases.append(_decide(f"{param}: every coordinate of the box lies inside its dimension (int32 exact)", side,
                              z3.And(*[z3.And(0 <= x, x < s_) for x, s_ in zip(origin, shape)])))
