@@ -994,7 +994,7 @@ def _tile_width_cases(widths=None) -> tuple[tuple[str, sp.Basic], ...]:
 #: d_ok / dv_ok / dt_ok on the columns offs_d / offs_dv / offs_dt, key_ok and n_ok on the keys offs_n); a mask's term
 #: reading another lane is then a free symbol the proofs cannot discharge
 _MASK_LANE = {A.row_ok: A.offs_m, A.d_ok: A.offs_d, A.dv_ok: A.offs_dv, A.dt_ok: A.offs_dt, P.key_ok: A.offs_n,
-              A.n_ok: A.offs_n}
+              A.n_ok: A.offs_n, A.ij_ok: (n.i, n.j), A.entry_ok: A.offs_e}
 
 
 class _Lane:
@@ -1061,12 +1061,17 @@ def _lane_ok(z, term, sizes):
     """A printed lane mask (an ``_ok`` term of spec.addresses) at the launch's ``sizes``, as the z3 Bool it gives one
     lane: ``ok(x)`` is the mask with its lane (``_MASK_LANE``) ``= x``; ``ok(x, lane)`` adds that ``x`` is one of the
     printed lane's indices (a ``_Lane``: ``tl.arange``'s lanes from the base the kernel prints, ``offs_dt = HEAD_DIM
-    + arange(BLOCK_DT)`` from HEAD_DIM)."""
-    mask, lane = z(term.expr.xreplace(sizes)), z(_MASK_LANE[term.symbol])
+    + arange(BLOCK_DT)`` from HEAD_DIM). A mask of a 2-D tile's elements (``ij_ok``: lanes ``(i, j)``, its caller's)
+    takes a tuple, ``ok((x, y))``, and its lanes a tuple of ``_Lane``, ``ok((x, y), (rows, keys))``."""
+    lanes = _MASK_LANE[term.symbol]
+    mask, lanes = z(term.expr.xreplace(sizes)), [z(x) for x in (lanes if isinstance(lanes, tuple) else (lanes,))]
 
     def ok(x, of=None):
-        at = z3.substitute(mask, (lane, x))
-        return at if of is None else z3.And(of.holds(x), at)
+        xs = x if isinstance(x, tuple) else (x,)
+        at = z3.substitute(mask, *zip(lanes, xs))
+        if of is None:
+            return at
+        return z3.And(*[lane_.holds(v) for lane_, v in zip(of if isinstance(of, tuple) else (of,), xs)], at)
     return ok
 
 
@@ -1132,7 +1137,9 @@ BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL = (sp.Symbol(s, integer=True, positive=True) f
        "(rows i < N_Q or keys j < N_K, columns d < HEAD_DIM, dv < D_v, tail columns < HEAD_DIM + HEAD_DIM_TAIL = D), "
        "and every descriptor asks for zero fill (padding 'zero'), so under the hardware hypothesis tma_out_of_bounds "
        "TMA's per-dimension clipping (zero-filled loads, skipped stores) is the pointer path's masked load "
-       "(other=0) and store; and every coordinate lies inside its dimension (b < B, h < H, a tile's first row < N, "
+       "(other=0) and store; in a masked key tile the padding select tl.where(key_ok[:, None], x, 0.0) on K, V and "
+       "K's tail keeps the lanes the printed key_ok admits (forward_addresses' FWD_KEY_OK), so a lane loaded and kept "
+       "is exactly one the pointer path's masked load admits, a key j < key_len the reference reads; and every coordinate lies inside its dimension (b < B, h < H, a tile's first row < N, "
        "the tail's first column HEAD_DIM < D), so its int32 cast is exact; the box widths are the runtime's: the tile widths the runtime launches with (spec.launch.tile_widths, for every D, D_v in 1..head_dim_max, fp8 products or not) reach those columns: BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= D_v, each a power of two >= 16, its split HEAD_DIM + HEAD_DIM_TAIL = D with a tail only when HEAD_DIM = BLOCK_D",
        r"\mathrm{box}(b, h, i_0, d_0)[r, c] = X[b, h, i_0 + r, d_0 + c],\quad "
        r"\mathrm{inside} \iff \mathrm{mask}",
@@ -1149,7 +1156,7 @@ BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL = (sp.Symbol(s, integer=True, positive=True) f
              "for dimensions below 2^31 (launch.tma_layout_problem refuses larger ones)",
        hypotheses=("tma_out_of_bounds",))
 def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launch=None, widths=None,
-                        lanes=A.FORWARD_LANES):
+                        lanes=A.FORWARD_LANES, key_ok=A.FWD_KEY_OK):
     operands = L.forward_tma_operands if operands is None else operands
     descriptor = L.tma_descriptor if descriptor is None else descriptor
     launch = L.forward_launch if launch is None else launch
@@ -1222,6 +1229,14 @@ def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launc
         side = hyp + lanes + ([tail > 0] if is_tail else [])
         cases.append(_decide(f"{param}: a lane's element is inside the tensor exactly when the pointer path's mask "
                              "lets it through (TMA's clipping = the masked load/store)", side, inside == mask(idx)))
+        if row_k in index:  # a key tile: in a masked tile the padding select keeps the printed key_ok's lanes, at the
+            # tile's keys offs_n = start_n + r (key_len >= 0: key_lengths[b] or N_K)
+            (keep,) = key_ok
+            kept = _lane_ok(z, keep, {A.N_K_: ints["N_K"]})(idx[2])
+            cases.append(_decide(f"{param}: in a masked tile a lane TMA loads and the padding select keeps (key_ok) "
+                                 "is exactly one the pointer path's masked load admits, a key j < key_len the "
+                                 "reference reads", side + [z(n.key_len) >= 0],
+                                 z3.And(inside, kept) == z3.And(mask(idx), idx[2] < z(n.key_len))))
         origin = [z3.substitute(z(sp.sympify(x)), *program) for x in coords]
         cases.append(_decide(f"{param}: every coordinate of the box lies inside its dimension (int32 exact)", side,
                              z3.And(*[z3.And(0 <= x, x < s_) for x, s_ in zip(origin, shape)])))
@@ -1718,7 +1733,8 @@ def _backward_tensors():
        "HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; a full tile's rows and keys are inside by claim mask_tiles_sound; "
        "in _attn_bwd_dkdv, _attn_bwd_dq, _attn_bwd_dq_stage and _attn_bwd_rows these are the printed masks spec.addresses.BWD_*_OK, which "
        "admit exactly the rows i < N_Q, keys j < N_K (key_ok: and j < key_len, the padding keys never read) and those "
-       "columns), "
+       "columns, in _attn_bwd_mask the printed ij_ok (BWD_MASK_OK: row_ok's and n_ok's comparisons at the tile's i, j), "
+       "which admits exactly the mask's elements i < N_Q, j < N_K), "
        "the tile widths the runtime launches with (spec.launch.tile_widths, for every D, D_v in 1..head_dim_max, fp8 products or not) reach those columns: BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= D_v, each a power of two >= 16, its split HEAD_DIM + HEAD_DIM_TAIL = D with a tail only when HEAD_DIM = BLOCK_D, "
        "every visited tile start i0 < N_Q, j0 < N_K; the grids cover every key tile (dK/dV) and row tile (dQ) of "
        "every (b, head); the in-head products the kernels compute in int32 are exactly row·stride_row + "
@@ -1726,7 +1742,9 @@ def _backward_tensors():
        "the packed batch is claim varlen_addresses'. A user "
        "score_mod's parameter gradient (dQ): for any launch grid (G0, G1, G2), program (pid_m, h, b)'s entry e "
        "(sg_base, sg_off) is score_grad[(b·G1 + h)·G0 + pid_m, e] of the buffer spec.launch.score_grad_launch makes "
-       "from that grid (both launchers pass it the grid they launch), inside it for e < len(SF), and no two "
+       "from that grid (both launchers pass it the grid they launch), inside it for every lane e of "
+       "_score_param_scatter's chunks the printed entry_ok = offs_e <= hi admits (BWD_SCORE_GRAD_OK), every entry "
+       "lo <= e <= hi the tile read admitted (lo, hi: its smallest and largest), and no two "
        "programs share a row (the deterministic fixed-order sum needs no atomics)" + "; the lanes are the printed ones (spec.addresses.BACKWARD_KERNEL_LANES: dK/dV's start_n = program_id(0)·BLOCK_N, dQ's start_m = program_id(0)·BLOCK_M, offs_m = start_m + arange(BLOCK_M), offs_n = start_n + arange(BLOCK_N), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), each read from its term as base + arange(width), not assumed): the grid's tiles reach every key (dK/dV) or row (dQ) once, a loop's steps (range(lo, hi, BLOCK)) every row (dK/dV) or key (dQ) of [lo, hi) once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
        terms=tuple(dict.fromkeys(t.name for g in (*A.BACKWARD_KERNEL_GROUPS.values(), *A.BACKWARD_KERNEL_LANES.values()) for t in g)),
@@ -1738,7 +1756,9 @@ def _backward_tensors():
              "in q's, k's, v's shapes); every other product of a stride int64 (Δ/lse2's offs_m and the block map's "
              "tile indices widened by tl.cast(·, tl.int64); the width case reads the printed lines with Triton's "
              "typing); dense launches (the packed form: claim varlen_addresses); the score_mod gradient row: any grid, "
-             "the entries e the score_mod reads assumed in [0, len(SF)) (the user's indices), sg_base int64 (off_b, "
+             "the entries e the score_mod reads assumed in [0, len(SF)) (the user's indices), the scatter's chunk loop "
+             "(template text) as it reads: starts floor(lo / CHUNK)·CHUNK + k·CHUNK <= hi, lanes start + l, l < CHUNK; "
+             "sg_base int64 (off_b, "
              "off_h: the width case) and below the buffer's element count (the extent case), which torch holds in "
              "int64")
 def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch=None, dq_launch=None,
@@ -1933,9 +1953,15 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
                              "d < HEAD_DIM)", hyp + [row_ok, d_ok], _inside((offb, offh, iz, z(d)), q.shape)))
         cases.append(_decide(f"{kernel}: grad_out[b, h, i, dv] inside (lanes i < N_Q, dv < HEAD_DIM_V)",
                              hyp + [row_ok, dv_ok], _inside((offb, offh, iz, z(dv_)), do.shape)))
-        cases.append(_decide(f"{kernel}: delta, lse2[b, h, i] and mask[b, h, i, j] inside (lanes i < N_Q, j < N_K)",
-                             hyp + [row_ok, key_ok], z3.And(_inside((offb, offh, iz), t["delta"].shape),
-                                                            _inside((offb, offh, iz, jz), t["mask"].shape))))
+        cases.append(_decide(f"{kernel}: delta, lse2[b, h, i] inside (lanes i < N_Q)",
+                             hyp + [row_ok], _inside((offb, offh, iz), t["delta"].shape)))
+        # _attn_bwd_mask's dense tile: the printed ij_ok at the caller's rows i and keys j (both layouts)
+        ij_ok = _lanes_ok(z, groups, ("mask_ok",), sizes)[A.ij_ok]
+        cases.append(_decide(f"{kernel}: mask[b, h, i, j] inside (lanes ij_ok: i < N_Q, j < N_K)",
+                             hyp + [ij_ok((iz, jz), (ln["m"], ln["n"]))], _inside((offb, offh, iz, jz), t["mask"].shape)))
+        c2 = z3.Int("lane_value_2")
+        cases.append(_decide(f"{kernel}: ij_ok admits exactly the mask's elements i < N_Q, j < N_K (every element the "
+                             "reference reads)", hyp + [0 <= c, 0 <= c2], ij_ok((c, c2)) == z3.And(c < Nqz, c2 < Nkz)))
         cases.append(_decide(f"{kernel}: block_map[b, h, i0 // MAP_BLOCK_M, j0 // MAP_BLOCK_N] inside (a visited "
                              "tile starts at i0 < N_Q, j0 < N_K)", hyp + tile_hyp + [tile_n < Nkz, tile_m < Nqz],
                              _inside((offb, offh, tile_m / mbm, tile_n / mbn), t["block_map"].shape)))
@@ -1982,8 +2008,24 @@ def _score_grad_cases(g, score_grad_launch) -> list:
     row1 = z3.substitute(z(printed_row), (z(A.pid_m), p1), (z(A.off_h), h1), (z(A.off_b), b1))
     hyp = [g0 >= 1, g1 >= 1, g2 >= 1, P_ >= 1] + [z3.And(0 <= x, x < gx) for x, gx in (
         (p0, g0), (h0, g1), (b0, g2), (p1, g0), (h1, g1), (b1, g2))]
-    cases.append(_decide("dq: score_grad[row, e] inside (programs of the grid, entries e < len(SF))",
-                         hyp + [0 <= e, e < P_], _inside((row0, e), buf.shape)))
+    # _score_param_scatter's lanes: the tile read entries lo..hi, inside [0, len(SF)) (the user's indices); its chunk
+    # loop starts at floor(lo / CHUNK)·CHUNK + k·CHUNK <= hi (range's stop hi + 1), lane e = start + l, l < CHUNK;
+    # the load and store move the entries the printed entry_ok admits
+    lo, chunk, k, l = z3.Ints("lo CHUNK k l")
+    hi = z(A.sg_hi)
+    entry_ok = _lane_ok(z, g[A.entry_ok], {})(e)
+    tile = [0 <= lo, lo <= hi, hi < P_, chunk >= 1]
+    start = (lo / chunk) * chunk + k * chunk
+    cases.append(_decide("dq: score_grad[row, e] inside (programs of the grid, chunk lanes e entry_ok admits)",
+                         hyp + tile + [k >= 0, start <= hi, 0 <= l, l < chunk, e == start + l, entry_ok],
+                         _inside((row0, e), buf.shape)))
+    # every entry lo <= e <= hi the tile read is a lane of a visited chunk (k = e // CHUNK − lo // CHUNK,
+    # l = e % CHUNK) that entry_ok admits
+    k_e, l_e = e / chunk - lo / chunk, e % chunk
+    cases.append(_decide("dq: every entry lo <= e <= hi the tile read is a chunk lane entry_ok admits",
+                         tile + [lo <= e, e <= hi],
+                         z3.And(k_e >= 0, (lo / chunk) * chunk + k_e * chunk <= hi, 0 <= l_e, l_e < chunk,
+                                (lo / chunk) * chunk + k_e * chunk + l_e == e, entry_ok)))
     cases.append(_decide("dq: two programs of the grid never share a score_grad row (no atomics needed)",
                          hyp + [z3.Or(p0 != p1, h0 != h1, b0 != b1)], row0 != row1))
     return cases
