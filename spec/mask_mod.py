@@ -482,10 +482,11 @@ def row_entry_counterexample(exprs, width, timeout_ms: int = 20000):
 def check_row_entries(mm: "MaskMod") -> None:
     """Raise ``AnalyserError`` unless every parameter load of ``mm``'s kernel terms reads inside its row."""
     exprs = [t.expr for t in mm.kernel_terms() + (mm.keep_term(),)]
-    counter = row_entry_counterexample(exprs, mm.row_layout()[1])
+    width = mm.row_layout()[1]
+    counter = row_entry_counterexample(exprs, width)
     if counter is not None:
         raise AnalyserError(f"mask_mod {mm.name}: a parameter load of its kernel terms reads outside the row of "
-                            f"{mm.row_layout()[1]} entries at {counter} (z3): a bug in spec.mask_mod's kernel form, "
+                            f"{width} entries at {counter} (z3): a bug in spec.mask_mod's kernel form, "
                             f"not in the predicate")
 
 

@@ -354,31 +354,28 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         # offs_dt = HEAD_DIM + arange >= HEAD_DIM
         dims = {A.HEAD_DIM_: constexprs["HEAD_DIM"], A.HEAD_DIM_V_: constexprs["HEAD_DIM_V"],
                 A.HEAD_DIM_TAIL_: constexprs["HEAD_DIM_TAIL"]}
-        masks = {t.symbol: t.expr.xreplace(launched).xreplace(dims)
-                 for name in ("row_ok", "columns_ok", "tail_ok") for t in groups[name]}
-        row_ok = zsub(masks[A.row_ok])
+        ok_at = _lanes_ok(z, groups, ("row_ok", "columns_ok", "tail_ok"), {**launched, **dims})
+        row_ok = ok_at[A.row_ok](m)
         dz, dvz = z(d), z(dv)
         # the lanes' column bounds: the launch's head dims (spec.launch.head_dims: q/k split at D_v)
         hyp, cover = _head_dim_lanes(constexprs, D, v.shape[3], z, hyp)
         cases.append((f"{tag}: {cover[0]}", cover[1]))
         main_z, tail_z = z(sp.sympify(constexprs["HEAD_DIM"])), z(sp.sympify(constexprs["HEAD_DIM_TAIL"]))
-        d_ok = z3.And(0 <= dz, z(masks[A.d_ok]))
-        dv_ok = z3.And(0 <= dvz, z(masks[A.dv_ok]))
+        d_ok, dv_ok = ok_at[A.d_ok](dz, 0), ok_at[A.dv_ok](dvz, 0)
         inside = lambda idx, shape: z3.And(*[z3.And(0 <= i, i < s) for i, s in zip(idx, shape)])  # noqa: E731
         cases.append(_decide(f"{tag}: q[b, tok, head, d] inside q (lanes row_ok & d_ok)", hyp + [row_ok, d_ok],
                              inside((offb, tok_z, head_z, dz), (Bz, Nqz, Hqz, Dz))))
         # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
         dtz = z(A.offs_dt)
-        dt_ok = z3.And(main_z <= dtz, z(masks[A.dt_ok]))
+        dt_ok = ok_at[A.dt_ok](dtz, main_z)
         # no element missed: every column c < D of q/k is a lane d_ok or dt_ok admits, every column c < D_v of v/out
         # one dv_ok admits (the tile widths reach them: _tile_width_cases)
         c = z3.Int("column")
+        qk_cover, v_cover = _columns_admitted(c, main_z, ok_at[A.d_ok], ok_at[A.dt_ok], ok_at[A.dv_ok])
         cases.append(_decide(f"{tag}: every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c)",
-                             hyp + [0 <= c, c < Dz],
-                             z3.Or(z3.And(c < main_z, z3.substitute(d_ok, (dz, c))),
-                                   z3.And(main_z <= c, z3.substitute(dt_ok, (dtz, c))))))
+                             hyp + [0 <= c, c < Dz], qk_cover))
         cases.append(_decide(f"{tag}: every column c < D_v of v/out is admitted (dv_ok at dv = c)",
-                             hyp + [0 <= c, c < Dvz], z3.substitute(dv_ok, (dvz, c))))
+                             hyp + [0 <= c, c < Dvz], v_cover))
         cases.append(_decide(f"{tag}: q[b, tok, head, dt] inside q (lanes row_ok & dt_ok)", hyp + [row_ok, dt_ok],
                              inside((offb, tok_z, head_z, dtz), (Bz, Nqz, Hqz, Dz))))
         cases.append(_decide(f"{tag}: cache_seqlens[b] inside cache_seqlens", hyp, inside((offb,), (Bz,))))
@@ -402,8 +399,7 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         head_m = z3.substitute(z(head.xreplace(launched)), (z(A.off_kvh), kvh))
         cases.append(_decide(f"{tag}: row g·N_q + t is (head kvh·GROUP + g, token t), in the grid and row_ok",
                              hyp + [0 <= g2, g2 < Gz, 0 <= t2, t2 < Nqz, mz == g2 * Nqz + t2],
-                             z3.And(tok_m == t2, head_m == kvh * Gz + g2, mz / bm < row_tiles,
-                                    z(masks[A.row_ok]))))
+                             z3.And(tok_m == t2, head_m == kvh * Gz + g2, mz / bm < row_tiles, ok_at[A.row_ok](mz))))
         # keys: a lane the printed key_ok (spec.paged.KEY_OK) admits, j = start_n + r in a tile of the key loop
         # (start_n in range(split_lo, split_hi, B_c), 0 <= r < B_c), is a key 0 <= key_lo <= j < key_len, for the
         # printed split plans (spec.paged.SPLIT_RANGE and, batch_invariant, SPLIT_RANGE_FIXED); then (below)
@@ -829,11 +825,10 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
         key_len_z = z(n.key_len)
         sizes = {A.N_Q: ints["N_Q"], A.N_K_: ints["N_K"], A.HEAD_DIM_: ints["HEAD_DIM"],
                  A.HEAD_DIM_V_: ints["HEAD_DIM_V"], A.HEAD_DIM_TAIL_: ints["HEAD_DIM_TAIL"]}
-        masks = {t_.symbol: t_.expr.xreplace(sizes)
-                 for name in ("row_ok", "columns_ok", "tail_ok", "key_ok", "n_ok") for t_ in groups[name]}
-        row_ok = z3.substitute(z(masks[A.row_ok]), (z(A.offs_m), row))
-        d_ok, dv_ok = z3.And(0 <= dz, z(masks[A.d_ok])), z3.And(0 <= dvz, z(masks[A.dv_ok]))
-        key_ok, n_ok = z3.And(0 <= jz, z(masks[P.key_ok])), z3.And(0 <= jz, z(masks[A.n_ok]))
+        ok_at = _lanes_ok(z, groups, ("row_ok", "columns_ok", "tail_ok", "key_ok", "n_ok"), sizes)
+        row_ok = ok_at[A.row_ok](row)
+        d_ok, dv_ok = ok_at[A.d_ok](dz, 0), ok_at[A.dv_ok](dvz, 0)
+        key_ok, n_ok = ok_at[P.key_ok](jz, 0), ok_at[A.n_ok](jz, 0)
         hyp = hyp + [key_len_z >= 0]
         # a key lane key_ok admits is a key the reference reads (j < key_len: padding keys may hold NaN or inf), and
         # every such key is admitted; n_ok (the dense mask's and dropout's columns) admits exactly the keys of k;
@@ -844,8 +839,7 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                                                      z3.Implies(z3.And(jz < key_len_z, jz < z(N_K)), key_ok))))
         cases.append(_decide("n_ok admits exactly the keys j < N_K; row_ok exactly the rows i < N_Q",
                              hyp + [0 <= jz, 0 <= c],
-                             z3.And(n_ok == (jz < z(N_K)),
-                                    z3.substitute(z(masks[A.row_ok]), (z(A.offs_m), c)) == (c < z(N_Q)))))
+                             z3.And(n_ok == (jz < z(N_K)), ok_at[A.row_ok](c) == (c < z(N_Q)))))
         cases.append(_decide("q[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)", hyp + [row_ok, d_ok],
                              _inside((offb, offh, row, dz), q.shape)))
         cases.append(_decide("out[b, h, i, dv] inside (lanes i < N_Q, dv < HEAD_DIM_V)", hyp + [row_ok, dv_ok,
@@ -858,13 +852,12 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                              _inside((offb, offkvh, jz, dvz), v.shape)))
         # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
         dtz = z(A.offs_dt)
-        dt_ok = z3.And(z(ints["HEAD_DIM"]) <= dtz, z(masks[A.dt_ok]))
         main_z = z(sp.sympify(ints["HEAD_DIM"]))
+        dt_ok = ok_at[A.dt_ok](dtz, main_z)
+        qk_cover, v_cover = _columns_admitted(c, main_z, ok_at[A.d_ok], ok_at[A.dt_ok], ok_at[A.dv_ok])
         cases.append(_decide("every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c), every c < D_v "
                              "of v/out by dv_ok", hyp + [0 <= c],
-                             z3.And(z3.Implies(c < z(D), z3.Or(z3.And(c < main_z, z3.substitute(d_ok, (dz, c))),
-                                                               z3.And(main_z <= c, z3.substitute(dt_ok, (dtz, c))))),
-                                    z3.Implies(c < z(v.shape[3]), z3.substitute(dv_ok, (dvz, c))))))
+                             z3.And(z3.Implies(c < z(D), qk_cover), z3.Implies(c < z(v.shape[3]), v_cover))))
         cases.append(_decide("q[b, h, i, dt] inside (lanes i < N_Q, dt < HEAD_DIM + HEAD_DIM_TAIL = D)",
                              hyp + [row_ok, dt_ok], _inside((offb, offh, row, dtz), q.shape)))
         cases.append(_decide("k[b, off_kvh, j, dt] inside (lanes j < N_K, dt < HEAD_DIM + HEAD_DIM_TAIL = D)",
@@ -897,9 +890,8 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
     z = _Z3A()
     # its printed store mask row_ok & n_ok (the forward's terms) at the sizes the launch passes
     ksizes = {A.N_Q: kints.get("N_Q", keep.shape[2]), A.N_K_: kints.get("N_K", keep.shape[3])}
-    (row_term,), (n_term,) = groups["row_ok"], groups["n_ok"]
-    keep_lanes = [z3.substitute(z(row_term.expr.xreplace(ksizes)), (z(A.offs_m), row)), 0 <= z(j),
-                  z(n_term.expr.xreplace(ksizes))]
+    ok_at = _lanes_ok(z, groups, ("row_ok", "n_ok"), ksizes)
+    keep_lanes = [ok_at[A.row_ok](row), ok_at[A.n_ok](z(j), 0)]
     cases.append(_decide("_dropout_keep: keep[b, h, i, j] inside (lanes row_ok & n_ok), the grid covers every row",
                          hyp + keep_lanes,
                          z3.And(_inside((offb, offh, row, z(j)), keep.shape),
@@ -956,6 +948,39 @@ def _tile_width_cases(widths=None) -> tuple[tuple[str, sp.Basic], ...]:
                         first[name] = sp.Symbol(f"D={D}, D_v={Dv}, fp8={fp8}: {tuple(w)}")
     return tuple((f"tile widths (spec.launch.tile_widths, every D, D_v in 1..{top}): {name}",
                   first.get(name, sp.Integer(0))) for name in facts)
+
+
+#: the lane each printed mask guards, by the mask's name (the kernels' loads and stores: row_ok on the rows offs_m,
+#: d_ok / dv_ok / dt_ok on the columns offs_d / offs_dv / offs_dt, key_ok and n_ok on the keys offs_n); a mask's term
+#: reading another lane is then a free symbol the proofs cannot discharge
+_MASK_LANE = {A.row_ok: A.offs_m, A.d_ok: A.offs_d, A.dv_ok: A.offs_dv, A.dt_ok: A.offs_dt, P.key_ok: A.offs_n,
+              A.n_ok: A.offs_n, A.t_ok: A.offs_t, A.ro_ok: A.offs_d, A.pos_ok: A.offs_pos}
+
+
+def _lane_ok(z, term, sizes):
+    """A printed lane mask (an ``_ok`` term of spec.addresses) at the launch's ``sizes``, as the z3 Bool it gives one
+    lane: ``ok(x)`` is the mask with its lane (``_MASK_LANE``) ``= x``; ``ok(x, lo)`` adds the lane's lower bound
+    ``lo <= x`` (``tl.arange``'s lanes start at 0, the tail's ``offs_dt = HEAD_DIM + arange`` at ``HEAD_DIM``)."""
+    mask, lane = z(term.expr.xreplace(sizes)), z(_MASK_LANE[term.symbol])
+
+    def ok(x, lo=None):
+        at = z3.substitute(mask, (lane, x))
+        return at if lo is None else z3.And(lo <= x, at)
+    return ok
+
+
+def _lanes_ok(z, groups, names, sizes):
+    """The printed lane masks of ``groups[name]`` for each of ``names``, by symbol (``row_ok``, ``d_ok``, ...): each
+    ``_lane_ok`` at ``sizes``."""
+    return {t.symbol: _lane_ok(z, t, sizes) for name in names for t in groups[name]}
+
+
+def _columns_admitted(c, main, d_ok, dt_ok, dv_ok):
+    """No column missed: ``(q/k's column c is admitted, v/out's column c is admitted)`` as z3 Bools, from the
+    ``_lane_ok`` masks of the head dims' lanes — q/k's column ``c`` by ``d_ok`` at ``d = c`` when ``c < HEAD_DIM``
+    (``main``), else by the tail's ``dt_ok`` at ``dt = c``; v/out's by ``dv_ok`` at ``dv = c`` (each lane with its
+    lower bound: 0, the tail's ``HEAD_DIM``)."""
+    return z3.Or(z3.And(c < main, d_ok(c, 0)), z3.And(main <= c, dt_ok(c, main))), dv_ok(c, 0)
 
 
 def _inside(idx, shape):
@@ -1148,8 +1173,7 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
         if masks is not None:
             col, (cname, csize) = lanes[0][0], {d: ("d", "D"), c: ("c", "N")}[lanes[0][0]]
             sizes = {A.R_ROWS: ints["R"], A.D_COLS: ints.get("D", 0), A.N_COLS: ints.get("N", 0)}
-            row_ok = lambda x: z3.substitute(z(masks[0].expr.xreplace(sizes)), (z(r), x))  # noqa: E731
-            col_ok = lambda x: z3.substitute(z(masks[1].expr.xreplace(sizes)), (z(col), x))  # noqa: E731
+            row_ok, col_ok = (_lane_ok(z, m, sizes) for m in masks)
             width = z(sp.sympify(lanes[0][1]))  # o's (x's) columns
             lane_hyp = [row_ok(row), 0 <= z(col), col_ok(z(col))] + lane_hyp[2:]
             v = z3.Int("lane_value")
@@ -1305,8 +1329,7 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
         # the printed masks t_ok, d_ok (APPEND_T_OK, APPEND_D_OK) at the N_NEW and HEAD_DIM append_launch passes, on
         # the lanes tl.arange makes (t = pid·BLOCK_T + lane, d >= 0): the lanes' hypotheses, row_mask = t_ok & d_ok
         bounds = {A.N_NEW_: sp.sympify(ints["N_NEW"]), A.HEAD_DIM_: sp.sympify(ints["HEAD_DIM"])}
-        t_ok = lambda x_: z3.substitute(z(t_ok_term.expr.xreplace(bounds)), (z(t), x_))  # noqa: E731
-        d_ok = lambda x_: z3.substitute(z(d_ok_term.expr.xreplace(bounds)), (z(d), x_))  # noqa: E731
+        t_ok, d_ok = (_lane_ok(z, term, bounds) for term in (t_ok_term, d_ok_term))
         lanes = [t_ok(tz), 0 <= z(d), d_ok(z(d))]
         c = z3.Int("lane_value")
         cases.append(_decide(f"{kind}: t_ok admits exactly the new tokens t < N_new (every row the reference "
@@ -1332,12 +1355,12 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
         # the table column of either layout (spec.rotary's printed terms), the row of either PER_TOKEN
         (pos_term,) = RO.ROTARY_POSITION
         half = sp.sympify(ints["ROTARY_HALF"])
+        pos_ok = _lane_ok(z, row_ok_term, {A.seqlen_ro: sp.sympify(ints["SEQLEN_RO"])})
         # the printed lane mask ro_ok (APPEND_RO_LANE) at that ROTARY_HALF: exactly the lanes d < rotary_dim =
         # 2·R (R the tables' columns) and exactly the lanes spec.rotary.ROTATE rotates (the others are kept), on
         # every lane of the tile (d >= 0: the partner's and the tables' masks t_ok & ro_ok carry no d_ok)
         (lane_term,) = groups["ro_lane"]
-        lane_ok = lane_term.expr.xreplace({RO.rotary_half: half})
-        lane_z = z3.BoolVal(bool(lane_ok)) if lane_ok in (sp.true, sp.false) else z(lane_ok)
+        lane_z = _lane_ok(z, lane_term, {RO.rotary_half: half})(z(d))
         (rotate_term,) = RO.ROTATE
         rotated = rotate_term.expr.args[0][1].xreplace({RO.rotary_half: half})
         cases.append(_decide(f"{kind}: the rotary lanes ro_ok are d < rotary_dim = 2·R, the lanes ROTATE rotates",
@@ -1352,12 +1375,10 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
                                  "<= D, rotary_cos's rule)", ro_lanes, _inside((b0, tz, h0, pair), x.shape)))
             for per in (0, 1):
                 pos = pos_term.expr.xreplace({RO.seqlen: start_value, RO.per_token: per})
-                ok = row_ok_term.expr.xreplace({A.offs_pos: pos, A.seqlen_ro: sp.sympify(ints["SEQLEN_RO"])})
                 pz = z3.substitute(z(pos), (z(t), tz))
-                ok_z = z3.BoolVal(bool(ok)) if ok in (sp.true, sp.false) else z3.substitute(z(ok), (z(t), tz))
                 cases.append(_decide(f"{kind}: {layout}: cos/sin[pos, freq] inside (PER_TOKEN = {per}; rotary lanes "
                                      "whose row passes pos_ok; cache_seqlens[b] >= 0)",
-                                     ro_lanes + [0 <= start, ok_z],
+                                     ro_lanes + [0 <= start, pos_ok(pz)],
                                      z3.And(_inside((pz, freq), cos.shape), _inside((pz, freq), sin.shape))))
         if kind == "paged":
             chain = {s_: e.xreplace(launched) for s_, e in terms.chain(P.PAGE_GATHER).items()}
@@ -1466,9 +1487,8 @@ def prove_backward_addresses(groups=A.BACKWARD_GROUPS, launch=None, row_tensors=
         # the printed masks row_ok, d_ok (spec.addresses.BWD_PRE_*_OK) at preprocess_launch's N_Q and HEAD_DIM, on the
         # lanes tl.arange makes (d >= 0): every column of out and grad_out, no more
         sizes = {A.N_Q: ints["N_Q"], A.HEAD_DIM_: ints["HEAD_DIM"]}
-        (row_term,), (d_term,) = groups["row_ok"], groups["d_ok"]
-        row_ok = lambda x: z3.substitute(z(row_term.expr.xreplace(sizes)), (z(A.offs_m), x))  # noqa: E731
-        d_ok = lambda x: z3.substitute(z(d_term.expr.xreplace(sizes)), (z(d), x))  # noqa: E731
+        ok_at = _lanes_ok(z, groups, ("row_ok", "d_ok"), sizes)
+        row_ok, d_ok = ok_at[A.row_ok], ok_at[A.d_ok]
         lanes = [row_ok(iz), 0 <= z(d), d_ok(z(d))]
         c = z3.Int("lane_value")
         cases.append(_decide(f"{tag}: row_ok admits exactly the rows i < N_Q, d_ok exactly the columns d < D", dims + [0 <= c],
@@ -1688,30 +1708,27 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
         sizes = {sym: sp.sympify(ints[name]) for sym, name in ((A.N_Q, "N_Q"), (A.N_K_, "N_K"), (A.HEAD_DIM_, "HEAD_DIM"),
                                                               (A.HEAD_DIM_V_, "HEAD_DIM_V"),
                                                               (A.HEAD_DIM_TAIL_, "HEAD_DIM_TAIL"))}
-
-        def printed(group, k, lane_sym, x):
-            return z3.substitute(z(groups[group][k].expr.xreplace(sizes)), (z(lane_sym), x))
-        row_ok = z3.And(0 <= iz, printed("row_ok", 0, i, iz))
-        key_ok = z3.And(0 <= jz, printed("n_ok", 0, j, jz))  # the stores' keys; key_ok's loads: a subset (below)
+        ok_at = _lanes_ok(z, groups, ("row_ok", "columns_ok", "tail_ok", "key_ok", "n_ok"), sizes)
+        row_ok = ok_at[A.row_ok](iz, 0)
+        key_ok = ok_at[A.n_ok](jz, 0)  # the stores' keys; key_ok's loads: a subset (below)
         # the lanes' column bounds: the launch's head dims (spec.launch.head_dims), any split point in [1, D]
         hyp, cover = _head_dim_lanes(ints, D, Dv, z, hyp)
         cases.append((f"{kernel}: {cover[0]}", cover[1]))
         main_z, tail_z = z(sp.sympify(ints["HEAD_DIM"])), z(sp.sympify(ints["HEAD_DIM_TAIL"]))
-        d_ok = z3.And(0 <= z(d), printed("columns_ok", 0, d, z(d)))
-        dv_ok = z3.And(0 <= z(dv_), printed("columns_ok", 1, dv_, z(dv_)))
+        d_ok, dv_ok = ok_at[A.d_ok](z(d), 0), ok_at[A.dv_ok](z(dv_), 0)
         v_z, kl, c = z(sp.sympify(ints["HEAD_DIM_V"])), z(n.key_len), z3.Int("lane_value")
         cases.append(_decide(
             f"{kernel}: row_ok, n_ok, key_ok, d_ok, dv_ok, dt_ok admit exactly the rows i < N_Q, keys j < N_K (key_ok: "
             "and j < key_len), columns d < HEAD_DIM, dv < HEAD_DIM_V, dt < HEAD_DIM + HEAD_DIM_TAIL",
-            hyp + [0 <= c], z3.And(printed("row_ok", 0, i, c) == (c < Nqz), printed("n_ok", 0, j, c) == (c < Nkz),
-                                   printed("key_ok", 0, j, c) == z3.And(c < Nkz, c < kl),
-                                   printed("columns_ok", 0, d, c) == (c < main_z), printed("columns_ok", 1, dv_, c) == (c < v_z),
-                                   printed("tail_ok", 0, A.offs_dt, c) == (c < main_z + tail_z))))
+            hyp + [0 <= c], z3.And(ok_at[A.row_ok](c) == (c < Nqz), ok_at[A.n_ok](c) == (c < Nkz),
+                                   ok_at[P.key_ok](c) == z3.And(c < Nkz, c < kl),
+                                   ok_at[A.d_ok](c) == (c < main_z), ok_at[A.dv_ok](c) == (c < v_z),
+                                   ok_at[A.dt_ok](c) == (c < main_z + tail_z))))
         head_side = ("dk, dv" if kernel == "dkdv" else "")
         cases.append(_decide(f"{kernel}: k{', ' + head_side if head_side else ''}[b, kvh, j, d] inside (lanes j < N_K, "
                              "d < HEAD_DIM)", hyp + [key_ok, d_ok], _inside((offb, offkvh, jz, z(d)), k.shape)))
         # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
-        dt_ok = z3.And(main_z <= z(A.offs_dt), printed("tail_ok", 0, A.offs_dt, z(A.offs_dt)))
+        dt_ok = ok_at[A.dt_ok](z(A.offs_dt), main_z)
         cases.append(_decide(f"{kernel}: k{', dk' if kernel == 'dkdv' else ''}[b, kvh, j, dt] inside (lanes j < N_K, "
                              "dt < HEAD_DIM + HEAD_DIM_TAIL = D)", hyp + [key_ok, dt_ok],
                              _inside((offb, offkvh, jz, z(A.offs_dt)), k.shape)))
