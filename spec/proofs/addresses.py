@@ -994,7 +994,8 @@ def _tile_width_cases(widths=None) -> tuple[tuple[str, sp.Basic], ...]:
 #: d_ok / dv_ok / dt_ok on the columns offs_d / offs_dv / offs_dt, key_ok and n_ok on the keys offs_n); a mask's term
 #: reading another lane is then a free symbol the proofs cannot discharge
 _MASK_LANE = {A.row_ok: A.offs_m, A.d_ok: A.offs_d, A.dv_ok: A.offs_dv, A.dt_ok: A.offs_dt, P.key_ok: A.offs_n,
-              A.n_ok: A.offs_n, A.ij_ok: (n.i, n.j), A.entry_ok: A.offs_e}
+              A.n_ok: A.offs_n, A.ij_ok: (n.i, n.j), A.entry_ok: A.offs_e, A.t_ok: A.offs_t, A.ro_ok: A.offs_d,
+              A.pos_ok: A.offs_pos}
 
 
 class _Lane:
@@ -1486,8 +1487,7 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None, lanes=A.APPEND_L
         # the printed masks t_ok, d_ok (APPEND_T_OK, APPEND_D_OK) at the N_NEW and HEAD_DIM append_launch passes, on
         # the printed lanes offs_t, offs_d: the lanes' hypotheses, row_mask = t_ok & d_ok
         bounds = {A.N_NEW_: sp.sympify(ints["N_NEW"]), A.HEAD_DIM_: sp.sympify(ints["HEAD_DIM"])}
-        t_ok = lambda x_: z3.substitute(z(t_ok_term.expr.xreplace(bounds)), (z(t), x_))  # noqa: E731
-        d_ok = lambda x_: z3.substitute(z(d_ok_term.expr.xreplace(bounds)), (z(d), x_))  # noqa: E731
+        t_ok, d_ok = (_lane_ok(z, term, bounds) for term in (t_ok_term, d_ok_term))
         lanes = [t_ok(tz), ln["d"].holds(z(d)), d_ok(z(d))]
         c = z3.Int("lane_value")
         cases.append(_decide(f"{kind}: t_ok admits exactly the new tokens t < N_new (every row the reference "
@@ -1522,19 +1522,19 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None, lanes=A.APPEND_L
         # the table column of either layout (spec.rotary's printed terms), the row of either PER_TOKEN
         (pos_term,) = RO.ROTARY_POSITION
         half = sp.sympify(ints["ROTARY_HALF"])
+        pos_ok = _lane_ok(z, row_ok_term, {A.seqlen_ro: sp.sympify(ints["SEQLEN_RO"])})
         # the printed lane mask ro_ok (APPEND_RO_LANE) at that ROTARY_HALF: exactly the lanes d < rotary_dim =
         # 2·R (R the tables' columns) and exactly the lanes spec.rotary.ROTATE rotates (the others are kept), on
-        # every lane of the tile (d >= 0: the partner's and the tables' masks t_ok & ro_ok carry no d_ok)
+        # every lane of the printed offs_d (the partner's and the tables' masks t_ok & ro_ok carry no d_ok)
         (lane_term,) = groups["ro_lane"]
-        lane_ok = lane_term.expr.xreplace({RO.rotary_half: half})
-        lane_z = z3.BoolVal(bool(lane_ok)) if lane_ok in (sp.true, sp.false) else z(lane_ok)
+        lane_z = _lane_ok(z, lane_term, {RO.rotary_half: half})(z(d))
         (rotate_term,) = RO.ROTATE
         rotated = rotate_term.expr.args[0][1].xreplace({RO.rotary_half: half})
         cases.append(_decide(f"{kind}: the rotary lanes ro_ok are d < rotary_dim = 2·R, the lanes ROTATE rotates",
-                             hyp + [0 <= z(d)],
+                             hyp + [ln["d"].holds(z(d))],
                              z3.And(lane_z == (z(d) < 2 * z(cos.shape[1])), lane_z == z(rotated))))
         # the partner's and the tables' lanes: ro_mask = t_ok & ro_ok (rotary_dim = 2R <= D: rotary_cos's rule)
-        ro_lanes = hyp + [t_ok(tz), 0 <= z(d), lane_z, 2 * z(cos.shape[1]) <= z(D)]
+        ro_lanes = hyp + [t_ok(tz), ln["d"].holds(z(d)), lane_z, 2 * z(cos.shape[1]) <= z(D)]
         for layout, index_terms in (("GPT-J", RO.INTERLEAVED), ("GPT-NeoX", RO.HALVES)):
             env = {s_: e.xreplace({RO.rotary_half: half}) for s_, e in terms.chain(index_terms).items()}
             freq, pair = z(env[RO.ro_freq]), z(env[RO.ro_pair])
@@ -1542,12 +1542,10 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None, lanes=A.APPEND_L
                                  "<= D, rotary_cos's rule)", ro_lanes, _inside((b0, tz, h0, pair), x.shape)))
             for per in (0, 1):
                 pos = pos_term.expr.xreplace({RO.seqlen: start_value, RO.per_token: per})
-                ok = row_ok_term.expr.xreplace({A.offs_pos: pos, A.seqlen_ro: sp.sympify(ints["SEQLEN_RO"])})
                 pz = z3.substitute(z(pos), (z(t), tz))
-                ok_z = z3.BoolVal(bool(ok)) if ok in (sp.true, sp.false) else z3.substitute(z(ok), (z(t), tz))
                 cases.append(_decide(f"{kind}: {layout}: cos/sin[pos, freq] inside (PER_TOKEN = {per}; rotary lanes "
                                      "whose row passes pos_ok; cache_seqlens[b] >= 0)",
-                                     ro_lanes + [0 <= start, ok_z],
+                                     ro_lanes + [0 <= start, pos_ok(pz)],
                                      z3.And(_inside((pz, freq), cos.shape), _inside((pz, freq), sin.shape))))
         if kind == "paged":
             chain = {s_: e.xreplace(launched) for s_, e in terms.chain(P.PAGE_GATHER).items()}
