@@ -147,13 +147,13 @@ COORDINATE_GAPS = frozenset({
 })
 #: jit functions whose load and store masks are still template text, not printed mask terms (rule 7 skips them):
 #: the reviewed gaps of issue 24's masked lanes, each listed on docs/verification.md ("what remains outside the
-#: proofs"); the decode kernel _decode_fwd (claims decode_addresses, paged_kv_reads) and the dense forward's
+#: proofs"); the decode kernel _decode_fwd (claims decode_addresses, paged_kv_reads), the KV append _append_rows
+#: (claim append_addresses) and the dense forward's
 #: _attn_fwd, _attn_fwd_tile, _dropout_keep (claim forward_addresses) and the backward's _attn_bwd_preprocess
 #: (claim backward_addresses), its _attn_bwd_dkdv, _attn_bwd_dq, _attn_bwd_dq_stage, _attn_bwd_rows (claim
 #: backward_kernel_addresses),
 #: the merges and softmax (claim rows_addresses) print their masks
 MASK_GAPS = frozenset({
-    "_append_rows",  # decode file: the KV append's t_ok, d_ok, row_mask, ro_mask (its table rows' pos_ok is printed)
     "_attn_bwd_mask",  # the backward's dense mask tile: (i < N_Q) & (j < N_K) on its 2-D indices
     "_score_param_scatter",  # a user score_mod's gradient chunk: offs_e <= hi (the entries its tile read)
 })

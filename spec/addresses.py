@@ -551,12 +551,21 @@ APPEND_ROW_OK = (Term(pos_ok, sp.StrictLessThan(offs_pos, seqlen_ro), CLAIM_APPE
                       "the table row is read: pos < seqlen_ro (past it: cos 1, sin 0)"),)
 #: the lanes rotary loads a partner and table entries for: d < rotary_dim = 2·ROTARY_HALF (ROTARY_HALF as
 #: append_launch passes it), exactly the lanes spec.rotary.ROTATE rotates; the others are kept (claim append_addresses)
-ro_lane = sp.Symbol("ro_lane")
-APPEND_RO_LANE = (Term(ro_lane, sp.StrictLessThan(offs_d, 2 * RO.rotary_half), CLAIM_APPEND,
+ro_ok = sp.Symbol("ro_ok")
+APPEND_RO_LANE = (Term(ro_ok, sp.StrictLessThan(offs_d, 2 * RO.rotary_half), CLAIM_APPEND,
                        "a rotated lane: d < rotary_dim = 2·ROTARY_HALF (the others are kept)"),)
+#: the append's lanes (issue 24, masked-off lanes): the tile's new tokens t < N_NEW and the columns d < HEAD_DIM
+#: (x's N_new and D, as append_launch passes them); the loads and stores combine them (row_mask = t_ok & d_ok, the
+#: partner's t_ok & ro_ok, the tables' also pos_ok). Claim append_addresses proves every lane each admits inside its
+#: tensor and that they admit exactly the rows and columns the reference writes
+N_NEW_ = _int("N_NEW", positive=True)
+t_ok = sp.Symbol("t_ok")
+APPEND_T_OK = (Term(t_ok, sp.StrictLessThan(offs_t, N_NEW_), CLAIM_APPEND, "the tile's new tokens: t < N_new"),)
+APPEND_D_OK = (Term(d_ok, sp.StrictLessThan(offs_d, HEAD_DIM_), CLAIM_APPEND, "x's and the destination's columns"),)
 APPEND_GROUPS = {"lookups": APPEND_LOOKUPS, "key": APPEND_KEY, "x": APPEND_X, "dst_paged": APPEND_DST_PAGED,
                  "dst_cache": APPEND_DST_CACHE, "dst_tensor": APPEND_DST_TENSOR, "dst": APPEND_DST,
-                 "tables": APPEND_TABLES, "row_ok": APPEND_ROW_OK, "ro_lane": APPEND_RO_LANE}
+                 "tables": APPEND_TABLES, "row_ok": APPEND_ROW_OK, "ro_lane": APPEND_RO_LANE, "t_ok": APPEND_T_OK,
+                 "d_ok": APPEND_D_OK}
 
 
 # ----------------------------------------------------------------------------------

@@ -315,6 +315,20 @@ def test_a_hand_written_forward_mask_is_caught(old, new, sign):
     assert any(sign in p for p in found), found
 
 
+@pytest.mark.parametrize("old, new, sign", [
+    # the append's old token mask, typed back in with <= (a printed mask rebound by hand)
+    ("    t_ok = offs_t < N_NEW", "    t_ok = offs_t <= N_NEW\n    t_ok = offs_t < N_NEW",
+     "assigns the printed mask ['t_ok'] by hand"),
+    # the partner's mask comparing the rotary lanes by hand (a derived local holding a comparison)
+    ("ro_mask = t_ok[:, None] & ro_ok[None, :]", "ro_mask = t_ok[:, None] & (offs_d[None, :] <= 2*ROTARY_HALF)",
+     "reads ['ro_mask']"),
+])
+def test_a_hand_written_append_mask_is_caught(old, new, sign):
+    """Rule 7 in the KV append _append_rows (its masks printed: claim append_addresses)."""
+    found = problems(edited("decode", old, new))
+    assert any("_append_rows" in p and sign in p for p in found), found
+
+
 def test_mask_gaps_are_listed_on_the_verification_page():
     """Every function rule 7 skips is named on docs/verification.md as a gap, and is one (not clean already)."""
     page = (Path(__file__).resolve().parents[1] / "docs" / "verification.md").read_text()

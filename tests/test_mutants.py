@@ -740,14 +740,14 @@ def test_rotary_table_row_mask_mutants_are_refuted():
 
 
 def test_rotary_lane_mask_mutants_are_refuted():
-    """The printed rotary lane mask (spec.addresses.APPEND_RO_LANE, ro_lane) one lane long, d <= 2·ROTARY_HALF: the
+    """The printed rotary lane mask (spec.addresses.APPEND_RO_LANE, ro_ok) one lane long, d <= 2·ROTARY_HALF: the
     lane d = rotary_dim reads a partner outside x (GPT-NeoX: lane −R) and a table column past R, and is not a lane
     ROTATE rotates; one half short, d < ROTARY_HALF: the mask is no longer the rotated lanes (the second half would
     read cos 1, sin 0: kept unrotated)."""
     from spec import rotary as RO
     from spec.proofs import addresses as PAD_
     (term,) = AD.APPEND_RO_LANE
-    lanes = [f"{kind}: the rotary lanes ro_lane are d < rotary_dim = 2·R, the lanes ROTATE rotates"
+    lanes = [f"{kind}: the rotary lanes ro_ok are d < rotary_dim = 2·R, the lanes ROTATE rotates"
              for kind in ("paged", "cache", "tensor")]
     long_ = (replace(term, expr=sp.LessThan(AD.offs_d, 2 * RO.rotary_half)),)
     failing = _failing(PAD_.prove_append_addresses(groups=dict(AD.APPEND_GROUPS, ro_lane=long_)))
@@ -1967,6 +1967,40 @@ def test_append_address_launch_with_sin_read_by_cos_strides_is_refuted():
 
     failing = _failing(PAD.prove_append_addresses(launch=bad))
     assert sorted(failing) == [f"{k}: sin offset is sin[pos, freq]" for k in ("cache", "paged", "tensor")]
+
+
+def test_append_lane_masks_are_read_by_the_claim():
+    """Issue 24, masked-off lanes: the append's printed masks t_ok, d_ok (spec.addresses.APPEND_T_OK, APPEND_D_OK)
+    are what append_addresses quantifies over. t_ok with <= admits token N_new (past x, out and the cache's
+    capacity; the paged block_table row too) and d_ok without HEAD_DIM (every lane of the BLOCK_D tile) reads and
+    writes past D (one proof for both); masks one short miss the last token and column the reference writes; a
+    launch passing HEAD_DIM = D + 1 admits column D."""
+    (t_ok,), (d_ok,) = APG["t_ok"], APG["d_ok"]
+
+    def masks(t, d):
+        return dict(APG, t_ok=(replace(t_ok, expr=t),), d_ok=(replace(d_ok, expr=d),))
+    kinds = ("paged", "cache", "tensor")
+    exact = [f"{k}: {what}" for k in kinds for what in (
+        "t_ok admits exactly the new tokens t < N_new (every row the reference writes)",
+        "d_ok admits exactly the columns d < D (every column the reference writes)")]
+    wide = _failing(PAD.prove_append_addresses(groups=masks(sp.LessThan(AD.offs_t, AD.N_NEW_), sp.true)))
+    for name in exact + [f"{k}: x[b, t, head, d] inside (lanes t_ok & d_ok)" for k in kinds] + [
+            "paged: block_table[b, j // PS] inside (lanes t_ok: the load's mask)",
+            "paged: cache[page, j % PS, head, d] inside (lanes t_ok & d_ok)",
+            "cache: cache[off_bc, j, head, d] inside, off_bc = b (B_cache = B) (lanes t_ok & d_ok)",
+            "tensor: out[b, t, head, d] inside (lanes t_ok & d_ok)",
+            "tensor: GPT-J: partner x[b, t, head, pair] inside (rotary lanes; rotary_dim <= D, rotary_cos's rule)"]:
+        assert name in wide, (name, wide)
+    short = _failing(PAD.prove_append_addresses(groups=masks(sp.StrictLessThan(AD.offs_t, AD.N_NEW_ - 1),
+                                                             sp.StrictLessThan(AD.offs_d, AD.HEAD_DIM_ - 1))))
+    assert sorted(short) == sorted(exact), short
+
+    def bad(x, dst, cs, table, bi, cos, sin, block_t):
+        grid, ints = LA.append_launch(x, dst, cs, table, bi, cos, sin, block_t)
+        return grid, dict(ints, HEAD_DIM=ints["HEAD_DIM"] + 1)
+    launched = _failing(PAD.prove_append_addresses(launch=bad))
+    assert "cache: x[b, t, head, d] inside (lanes t_ok & d_ok)" in launched, launched
+    assert [name for name in exact if name in launched] == exact[1::2], launched
 
 
 # ---------------------------------------------------------------- issue 24: the backward preprocess's addresses

@@ -955,7 +955,7 @@ def _tile_width_cases(widths=None) -> tuple[tuple[str, sp.Basic], ...]:
 #: d_ok / dv_ok / dt_ok on the columns offs_d / offs_dv / offs_dt, key_ok and n_ok on the keys offs_n); a mask's term
 #: reading another lane is then a free symbol the proofs cannot discharge
 _MASK_LANE = {A.row_ok: A.offs_m, A.d_ok: A.offs_d, A.dv_ok: A.offs_dv, A.dt_ok: A.offs_dt, P.key_ok: A.offs_n,
-              A.n_ok: A.offs_n}
+              A.n_ok: A.offs_n, A.t_ok: A.offs_t, A.ro_ok: A.offs_d, A.pos_ok: A.offs_pos}
 
 
 def _lane_ok(z, term, sizes):
@@ -1226,6 +1226,19 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
 # ----------------------------------------------------------------------------------
 # The KV-cache append.
 # ----------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
+def _append_tile_width_case():
+    """The append's columns are lanes of ``tl.arange(0, BLOCK_D)``, ``BLOCK_D = spec.launch.block_d(D)`` as its
+    launcher passes it: at least ``D`` for every head dim the contract accepts, so ``d_ok`` (d < HEAD_DIM = D) is
+    the only bound on the columns. The residual names the first head dim that breaks it."""
+    from spec.assumptions import limit
+
+    top = limit("head_dim_max")
+    short = next((D for D in range(1, top + 1) if L.block_d(D) < D), None)
+    return (f"the tile's columns arange(BLOCK_D) reach every d < D: spec.launch.block_d(D) >= D for D in 1..{top}",
+            sp.Integer(0) if short is None else sp.Symbol(f"D={short}: BLOCK_D={L.block_d(short)}"))
+
+
 @claim(A.CLAIM_APPEND,
        "the KV-cache append's addresses: for all shapes and non-negative strides of x (B, N_new, H, D), the "
        "destination (a contiguous cache (B_cache, N_cache, H, D), a paged cache (num_pages, PAGE_SIZE, H, D) or a "
@@ -1239,11 +1252,16 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
        "cache index the reference appends at, against the printed offs_j (APPEND_KEY, cache_seqlens[b] as loaded); "
        "and x, the "
        "destination, cache_seqlens, cache_batch_idx and block_table are read or written inside their shapes for "
-       "every program of the grid and every lane t < N_new, d < D (given cache_seqlens[b] + N_new <= the "
-       "capacity, page ids in [0, num_pages), cache_batch_idx entries in [0, B_cache), B_cache = B without it); "
-       "the printed rotary lane mask ro_lane (APPEND_RO_LANE, at ROTARY_HALF = R as append_launch passes it) "
-       "admits exactly the lanes d < rotary_dim = 2R of d < D, the lanes spec.rotary.ROTATE rotates; "
-       "for every rotary lane (t < N_new, d < D, ro_lane) of "
+       "every program of the grid and every lane its load's or store's mask admits (given cache_seqlens[b] + "
+       "N_new <= the capacity, page ids in [0, num_pages), cache_batch_idx entries in [0, B_cache), B_cache = B "
+       "without it): the masks are the printed t_ok, d_ok (APPEND_T_OK, APPEND_D_OK: t < N_NEW, d < HEAD_DIM at the "
+       "N_NEW and HEAD_DIM append_launch passes), x and the destination read and written for lanes t_ok & d_ok "
+       "(row_mask), block_table for lanes t_ok; t_ok and d_ok admit exactly the rows t < N_new and the columns "
+       "d < D the reference writes (the grid reaches every t < N_new, the tile's arange(BLOCK_D), BLOCK_D = "
+       "spec.launch.block_d(D), every d < D for every accepted D); "
+       "the printed rotary lane mask ro_ok (APPEND_RO_LANE, at ROTARY_HALF = R as append_launch passes it) "
+       "admits exactly the lanes d < rotary_dim = 2R of the tile, the lanes spec.rotary.ROTATE rotates; "
+       "for every rotary lane (t_ok & ro_ok, the partner's and the tables' mask) of "
        "either layout (spec.rotary's printed lane terms) the partner x[b, t, head, pair] is inside x (given "
        "rotary_dim = 2R <= D, rotary_cos's contract rule) and, for either PER_TOKEN, the tables cos, sin are read "
        "at [pos, freq] inside (seqlen_ro, R) for every lane whose row passes the printed mask pos_ok "
@@ -1259,6 +1277,7 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
 def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
     launch = L.append_launch if launch is None else launch
     ((row_ok_term,),) = (groups["row_ok"],)
+    (t_ok_term,), (d_ok_term,) = groups["t_ok"], groups["d_ok"]
     block_t = sp.Symbol("BLOCK_T", integer=True, positive=True)
     x = A.symbolic("x", ("B", "N_new", "H", "D"))
     B, N_new, H, D = x.shape
@@ -1279,6 +1298,7 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
     order = (*A.GRID_APPEND, *groups["lookups"], *groups["key"], *P.PAGE_GATHER,
              *(t for name, g in groups.items() if name not in ("lookups", "key") for t in g))
     cases.append(_widths_case(APPEND_WIDTHS, order, {A.page.name: 64, A.off_bc.name: 64}))
+    cases.append(_append_tile_width_case())
     for kind, dst in dsts.items():
         grid, ints = launch(x, dst, cs, bt if kind == "paged" else cs, bi, cos, sin, block_t)
         launched = {sym: sp.sympify(ints[name]) for name, sym in A.AP_.items() if name in ints}
@@ -1307,8 +1327,17 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
         hyp = dims + grid_hyp + [0 <= lane, lane < z(block_t)]
         b0, h0, pid2 = prog[A.off_b], prog[A.off_head], z(terms.program_id(0))
         tz = pid2 * z(block_t) + lane
-        lanes = [tz < z(N_new), 0 <= z(d), z(d) < z(D)]
-        cases.append(_decide(f"{kind}: x[b, t, head, d] inside (lanes t < N_new, d < D)", hyp + lanes,
+        # the printed masks t_ok, d_ok (APPEND_T_OK, APPEND_D_OK) at the N_NEW and HEAD_DIM append_launch passes, on
+        # the lanes tl.arange makes (t = pid·BLOCK_T + lane, d >= 0): the lanes' hypotheses, row_mask = t_ok & d_ok
+        bounds = {A.N_NEW_: sp.sympify(ints["N_NEW"]), A.HEAD_DIM_: sp.sympify(ints["HEAD_DIM"])}
+        t_ok, d_ok = (_lane_ok(z, term, bounds) for term in (t_ok_term, d_ok_term))
+        lanes = [t_ok(tz), 0 <= z(d), d_ok(z(d))]
+        c = z3.Int("lane_value")
+        cases.append(_decide(f"{kind}: t_ok admits exactly the new tokens t < N_new (every row the reference "
+                             "writes)", dims + [0 <= c], t_ok(c) == (c < z(N_new))))
+        cases.append(_decide(f"{kind}: d_ok admits exactly the columns d < D (every column the reference "
+                             "writes)", dims + [0 <= c], d_ok(c) == (c < z(D))))
+        cases.append(_decide(f"{kind}: x[b, t, head, d] inside (lanes t_ok & d_ok)", hyp + lanes,
                              _inside((b0, tz, h0, z(d)), x.shape)))
         cases.append(_decide(f"{kind}: cache_seqlens[b] inside", hyp, _inside((b0,), (B,))))
         cases.append(_decide(f"{kind}: the grid covers every (b, head, t)", dims,
@@ -1327,17 +1356,19 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
         # the table column of either layout (spec.rotary's printed terms), the row of either PER_TOKEN
         (pos_term,) = RO.ROTARY_POSITION
         half = sp.sympify(ints["ROTARY_HALF"])
-        # the printed lane mask ro_lane (APPEND_RO_LANE) at that ROTARY_HALF: exactly the lanes d < rotary_dim =
-        # 2·R (R the tables' columns) and exactly the lanes spec.rotary.ROTATE rotates (the others are kept)
+        pos_ok = _lane_ok(z, row_ok_term, {A.seqlen_ro: sp.sympify(ints["SEQLEN_RO"])})
+        # the printed lane mask ro_ok (APPEND_RO_LANE) at that ROTARY_HALF: exactly the lanes d < rotary_dim =
+        # 2·R (R the tables' columns) and exactly the lanes spec.rotary.ROTATE rotates (the others are kept), on
+        # every lane of the tile (d >= 0: the partner's and the tables' masks t_ok & ro_ok carry no d_ok)
         (lane_term,) = groups["ro_lane"]
-        lane_ok = lane_term.expr.xreplace({RO.rotary_half: half})
-        lane_z = z3.BoolVal(bool(lane_ok)) if lane_ok in (sp.true, sp.false) else z(lane_ok)
+        lane_z = _lane_ok(z, lane_term, {RO.rotary_half: half})(z(d))
         (rotate_term,) = RO.ROTATE
         rotated = rotate_term.expr.args[0][1].xreplace({RO.rotary_half: half})
-        cases.append(_decide(f"{kind}: the rotary lanes ro_lane are d < rotary_dim = 2·R, the lanes ROTATE rotates",
-                             hyp + [0 <= z(d), z(d) < z(D)],
+        cases.append(_decide(f"{kind}: the rotary lanes ro_ok are d < rotary_dim = 2·R, the lanes ROTATE rotates",
+                             hyp + [0 <= z(d)],
                              z3.And(lane_z == (z(d) < 2 * z(cos.shape[1])), lane_z == z(rotated))))
-        ro_lanes = hyp + [tz < z(N_new), 0 <= z(d), z(d) < z(D), lane_z, 2 * z(cos.shape[1]) <= z(D)]
+        # the partner's and the tables' lanes: ro_mask = t_ok & ro_ok (rotary_dim = 2R <= D: rotary_cos's rule)
+        ro_lanes = hyp + [t_ok(tz), 0 <= z(d), lane_z, 2 * z(cos.shape[1]) <= z(D)]
         for layout, index_terms in (("GPT-J", RO.INTERLEAVED), ("GPT-NeoX", RO.HALVES)):
             env = {s_: e.xreplace({RO.rotary_half: half}) for s_, e in terms.chain(index_terms).items()}
             freq, pair = z(env[RO.ro_freq]), z(env[RO.ro_pair])
@@ -1345,12 +1376,10 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
                                  "<= D, rotary_cos's rule)", ro_lanes, _inside((b0, tz, h0, pair), x.shape)))
             for per in (0, 1):
                 pos = pos_term.expr.xreplace({RO.seqlen: start_value, RO.per_token: per})
-                ok = row_ok_term.expr.xreplace({A.offs_pos: pos, A.seqlen_ro: sp.sympify(ints["SEQLEN_RO"])})
                 pz = z3.substitute(z(pos), (z(t), tz))
-                ok_z = z3.BoolVal(bool(ok)) if ok in (sp.true, sp.false) else z3.substitute(z(ok), (z(t), tz))
                 cases.append(_decide(f"{kind}: {layout}: cos/sin[pos, freq] inside (PER_TOKEN = {per}; rotary lanes "
                                      "whose row passes pos_ok; cache_seqlens[b] >= 0)",
-                                     ro_lanes + [0 <= start, ok_z],
+                                     ro_lanes + [0 <= start, pos_ok(pz)],
                                      z3.And(_inside((pz, freq), cos.shape), _inside((pz, freq), sin.shape))))
         if kind == "paged":
             chain = {s_: e.xreplace(launched) for s_, e in terms.chain(P.PAGE_GATHER).items()}
@@ -1367,10 +1396,10 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
             PSz, MPz, NPz, pz = z(dst.shape[1]), z(bt.shape[1]), z(dst.shape[0]), z3.Int("page_value")
             cap = [0 <= start, start + z(N_new) <= MPz * PSz, PSz >= 1, MPz >= 1, NPz >= 1,
                    0 <= pz, pz < NPz]
-            cases.append(_decide("paged: block_table[b, j // PS] and cache[page, j % PS, head, d] inside "
-                                 "(lanes t < N_new, d < D)", hyp + lanes + cap,
-                                 z3.And(_inside((b0, jz / PSz), bt.shape),
-                                        _inside((pz, jz % PSz, h0, z(d)), (NPz, PSz, z(H), z(D))))))
+            cases.append(_decide("paged: block_table[b, j // PS] inside (lanes t_ok: the load's mask)",
+                                 hyp + [t_ok(tz)] + cap, _inside((b0, jz / PSz), bt.shape)))
+            cases.append(_decide("paged: cache[page, j % PS, head, d] inside (lanes t_ok & d_ok)", hyp + lanes + cap,
+                                 _inside((pz, jz % PSz, h0, z(d)), (NPz, PSz, z(H), z(D)))))
         elif kind == "cache":
             same("cache_batch_idx offset is cache_batch_idx[b]", at(lookups[A.abi_off]), bi, (A.off_b,))
             got = at(dst_term, {A.dst_base: _lanes(dst_rows.expr)}).xreplace({j: j_printed})
@@ -1380,14 +1409,14 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
             cap = [0 <= start, start + z(N_new) <= Ncz]
             for what, row_hyp in (("b (B_cache = B)", [offbc == b0, Bcz == z(B)]),
                                   ("cache_batch_idx[b] in [0, B_cache)", [0 <= offbc, offbc < Bcz])):
-                cases.append(_decide(f"cache: cache[off_bc, j, head, d] inside, off_bc = {what} (lanes t < N_new, "
-                                     "d < D)", hyp + lanes + cap + row_hyp,
+                cases.append(_decide(f"cache: cache[off_bc, j, head, d] inside, off_bc = {what} (lanes t_ok & "
+                                     "d_ok)", hyp + lanes + cap + row_hyp,
                                      z3.And(_inside((offbc, jz, h0, z(d)), (Bcz, Ncz, z(H), z(D))),
                                             _inside((b0,), (B,)))))
         else:
             got = at(dst_term, {A.dst_base: _lanes(dst_rows.expr)})
             same("out offset is out[b, t, head, d]", got, dst, (A.off_b, t, A.off_head, d))
-            cases.append(_decide("tensor: out[b, t, head, d] inside (lanes t < N_new, d < D)", hyp + lanes,
+            cases.append(_decide("tensor: out[b, t, head, d] inside (lanes t_ok & d_ok)", hyp + lanes,
                                  _inside((b0, tz, h0, z(d)), dst.shape)))
     return result(A.CLAIM_APPEND, cases, "offsets by SymPy (canonical zero), extents by z3")
 
