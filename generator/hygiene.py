@@ -51,8 +51,8 @@
    and ``spec.paged``: a name ending ``_ok``, e.g. ``row_ok``, ``d_ok``, ``key_ok``; claims ``decode_addresses``,
    ``paged_kv_reads``, ``forward_addresses``), or locals every assignment of which combines such names the same
    way (the forward's ``k_mask = d_ok[None, :]``, ``k_mask = k_mask & key_ok[:, None]``), and holds no comparison of
-   its own; a printed mask's name is assigned only by a printed line. (Rule 2 leaves these names to this rule: the kernels on ``MASK_GAPS`` still spell their
-   masks by hand, e.g. the forward's ``row_ok = offs_m < N_Q``.)
+   its own; a printed mask's name is assigned only by a printed line. (Rule 2 leaves these names to this rule; ``MASK_GAPS``, the functions
+   it would skip, is empty since issue 24.)
 
 8. **lanes printed** (issue 24). A ``tl.arange`` (a tile's lanes) appears only in a printed line: the lane terms
    ``offs_x = base + tl.arange(0, width)`` of ``spec.addresses`` (``*_LANES``), whose claims (``decode_addresses``,
@@ -156,14 +156,13 @@ COORDINATE_GAPS = frozenset({
     ("_decode_fwd", "_score_mod_scalars", "off_h"), ("_decode_fwd", "_user_score", "off_h"),
 })
 #: jit functions whose load and store masks are still template text, not printed mask terms (rule 7 skips them):
-#: the reviewed gaps of issue 24's masked lanes, each listed on docs/verification.md ("what remains outside the
-#: proofs"); the decode kernel _decode_fwd (claims decode_addresses, paged_kv_reads), the KV append _append_rows
-#: (claim append_addresses) and the dense forward's
-#: _attn_fwd, _attn_fwd_tile, _dropout_keep (claim forward_addresses) and the backward's _attn_bwd_preprocess
-#: (claim backward_addresses), its _attn_bwd_dkdv, _attn_bwd_dq, _attn_bwd_dq_stage, _attn_bwd_rows, _attn_bwd_mask
-#: and a user score_mod's _score_param_scatter (claim backward_kernel_addresses),
-#: the merges and softmax (claim rows_addresses) print their masks
-MASK_GAPS: frozenset = frozenset()  # none: every converted function prints its masks
+#: none since issue 24. The decode kernel _decode_fwd (claims decode_addresses, paged_kv_reads), the KV append
+#: _append_rows (claim append_addresses), the dense forward's _attn_fwd, _attn_fwd_tile, _dropout_keep (claim
+#: forward_addresses), the backward's _attn_bwd_preprocess (claim backward_addresses), its _attn_bwd_dkdv, _attn_bwd_dq,
+#: _attn_bwd_dq_stage, _attn_bwd_rows, _attn_bwd_mask and a user score_mod's _score_param_scatter (claim
+#: backward_kernel_addresses), the merges and softmax (claim rows_addresses) print their masks; a gap added here
+#: is listed on docs/verification.md ("what remains outside the proofs")
+MASK_GAPS: frozenset = frozenset()
 #: jit functions whose lanes (``tl.arange``) are still template text, not printed lane terms (rule 8 skips them): the
 #: reviewed gaps, each listed on docs/verification.md ("what remains outside the proofs")
 LANE_GAPS = frozenset({

@@ -323,6 +323,17 @@ def test_a_hand_written_forward_mask_is_caught(old, new, sign):
 
 
 @pytest.mark.parametrize("old, new, sign", [
+    # _attn_bwd_mask's dense tile read on its old hand comparison (claim backward_kernel_addresses reads ij_ok)
+    ("mask=ij_ok, other=0)", "mask=(i < N_Q) & (j <= N_K), other=0)", "compares by hand"),
+    ("ij_ok = (i < N_Q) & (j < N_K)  #", "ij_ok = (i <= N_Q) & (j < N_K)  #", "assigns the printed mask ['ij_ok'] by hand"),
+])
+def test_a_hand_written_backward_mask_is_caught(old, new, sign):
+    """Rule 7 in _attn_bwd_mask (its dense tile's mask printed: ij_ok, claim backward_kernel_addresses)."""
+    found = problems(edited("bwd", old, new))
+    assert any("_attn_bwd_mask" in p and sign in p for p in found), found
+
+
+@pytest.mark.parametrize("old, new, sign", [
     # the append's old token mask, typed back in with <= (a printed mask rebound by hand)
     ("    t_ok = offs_t < N_NEW", "    t_ok = offs_t <= N_NEW\n    t_ok = offs_t < N_NEW",
      "assigns the printed mask ['t_ok'] by hand"),
@@ -334,17 +345,6 @@ def test_a_hand_written_append_mask_is_caught(old, new, sign):
     """Rule 7 in the KV append _append_rows (its masks printed: claim append_addresses)."""
     found = problems(edited("decode", old, new))
     assert any("_append_rows" in p and sign in p for p in found), found
-
-
-@pytest.mark.parametrize("old, new, sign", [
-    # _attn_bwd_mask's dense tile read on its old hand comparison (claim backward_kernel_addresses reads ij_ok)
-    ("mask=ij_ok, other=0)", "mask=(i < N_Q) & (j <= N_K), other=0)", "compares by hand"),
-    ("ij_ok = (i < N_Q) & (j < N_K)  #", "ij_ok = (i <= N_Q) & (j < N_K)  #", "assigns the printed mask ['ij_ok'] by hand"),
-])
-def test_a_hand_written_backward_mask_is_caught(old, new, sign):
-    """Rule 7 in _attn_bwd_mask (its dense tile's mask printed: ij_ok, claim backward_kernel_addresses)."""
-    found = problems(edited("bwd", old, new))
-    assert any("_attn_bwd_mask" in p and sign in p for p in found), found
 
 
 def test_mask_gaps_are_listed_on_the_verification_page():

@@ -34,8 +34,9 @@ from spec import rotary as RO
 from spec import terms
 from spec import varlen as V
 from spec.printer import print_term
-from spec.proofs.paged import _Z3, _decide
+from spec.proofs.paged import _Z3
 from spec.proofs.tools import ZERO, difference, result
+from spec.proofs.tools import decide as _decide  # the claims' one z3 case
 from spec.proofs.z3_int32 import narrow_stride_arithmetic
 from spec.registry import claim
 from spec.terms import col, row
@@ -994,8 +995,8 @@ def _tile_width_cases(widths=None) -> tuple[tuple[str, sp.Basic], ...]:
 #: d_ok / dv_ok / dt_ok on the columns offs_d / offs_dv / offs_dt, key_ok and n_ok on the keys offs_n); a mask's term
 #: reading another lane is then a free symbol the proofs cannot discharge
 _MASK_LANE = {A.row_ok: A.offs_m, A.d_ok: A.offs_d, A.dv_ok: A.offs_dv, A.dt_ok: A.offs_dt, P.key_ok: A.offs_n,
-              A.n_ok: A.offs_n, A.ij_ok: (n.i, n.j), A.entry_ok: A.offs_e, A.t_ok: A.offs_t, A.ro_ok: A.offs_d,
-              A.pos_ok: A.offs_pos}
+              A.n_ok: A.offs_n, A.t_ok: A.offs_t, A.ro_ok: A.offs_d, A.pos_ok: A.offs_pos, A.ij_ok: (n.i, n.j),
+              A.entry_ok: A.offs_e}
 
 
 class _Lane:
