@@ -163,7 +163,9 @@ def score_mod_user_context(variant: Variant) -> dict | None:
             "backward_dq": _backward_steps(sm.backward_terms(scatter=True)),
             "grads": bool(sm.grad_terms()), "scatter": _lines(SM.SCATTER), "roundings": sm.roundings(),
             "empirical": sm.outside_bound(),
-            # the scatter's entries in the program's gradient row (claim backward_kernel_addresses)
+            # the scatter's chunk lanes and entries in the program's gradient row (claim backward_kernel_addresses)
+            "sg_first": print_term(AD.BACKWARD_KERNEL_LANES["first_e"][0]),
+            "sg_lane": print_term(AD.BACKWARD_KERNEL_LANES["e"][0]),
             "sg_off": print_term(AD.BWD_SCORE_GRAD[0]), "sg_ok": print_term(AD.BWD_SCORE_GRAD_OK[0])}
 
 

@@ -711,9 +711,10 @@ BWD_SCORE_GRAD_ROW = (Term(sg_base, ((off_b * H_ + off_h) * num_pid_m + pid_m) *
                            "score_grad[this program's row]"),)
 BWD_SCORE_GRAD = (Term(sg_off, sg_base + offs_e, CLAIM_BACKWARD_KERNELS, "score_grad[row, e]"),)
 #: _score_param_scatter's lanes: a chunk's entries offs_e up to the tile's largest entry hi (the chunks start at the
-#: tile's smallest, lo, rounded down to a multiple of CHUNK); claim backward_kernel_addresses proves every entry it
-#: admits inside the gradient row and every entry lo..hi the tile read admitted
-sg_hi, entry_ok = _int("hi"), sp.Symbol("entry_ok")
+#: tile's smallest, lo, rounded down to a multiple of CHUNK: BACKWARD_KERNEL_LANES' first_e and e); claim
+#: backward_kernel_addresses proves every entry it admits inside the gradient row and every entry lo..hi the tile
+#: read admitted
+sg_lo, sg_hi, entry_ok = _int("lo"), _int("hi"), sp.Symbol("entry_ok")
 BWD_SCORE_GRAD_OK = (Term(entry_ok, sp.LessThan(offs_e, sg_hi), CLAIM_BACKWARD_KERNELS,
                           "the chunk's entries up to the tile's largest, hi"),)
 #: the dK/dV and dQ kernels' masks (issue 24, masked-off lanes): the forward's comparisons (FWD_*_OK: one home), here
@@ -791,6 +792,8 @@ GRID_GROUPS = {"tile": GRID_TILE, "head": GRID_HEAD, "kv_head": GRID_KV_HEAD, "d
 #: the head-dim tile widths (spec.launch.tile_widths: q/k's main part, its tail, v/out's) and the append's token tile
 BLOCK_D_, BLOCK_DV_, BLOCK_DT_, BLOCK_T_ = (_int(s, positive=True) for s in ("BLOCK_D", "BLOCK_DV", "BLOCK_DT",
                                                                               "BLOCK_T"))
+#: a user score_mod's gradient scatter: its entries per chunk, the chunk loop's first start and a chunk's start
+CHUNK_, first_e, start_e = _int("CHUNK", positive=True), _int("first_e"), _int("start_e")
 
 
 def _lanes_of(claim: str, **lanes) -> dict:
@@ -825,13 +828,17 @@ BACKWARD_LANES = _lanes_of(
     m=(offs_m, start_m + T.arange(n.B_r), "the row tile's rows"),
     d=(offs_d, T.arange(BLOCK_D_), "out's columns (padded)"))
 #: the dK/dV kernel (its key tile: start_n from program id 0; a row step's rows) and the dQ kernel (its row tile; a
-#: key step's keys)
+#: key step's keys; a user score_mod's gradient scatter _score_param_scatter: its chunk loop's first start first_e
+#: and a chunk's entries offs_e, the loop ``for start_e in range(first_e, hi + 1, CHUNK)`` template text)
 BACKWARD_KERNEL_LANES = {
     **_lanes_of(CLAIM_BACKWARD_KERNELS,
                 start_n=(start_n, T.program_id(0) * n.B_c, "dK/dV: the key tile's first key (grid axis 0)"),
                 start_m=(start_m, T.program_id(0) * n.B_r, "dQ: the row tile's first row (grid axis 0)"),
                 m=(offs_m, start_m + T.arange(n.B_r), "a tile of query rows"),
-                n=(offs_n, start_n + T.arange(n.B_c), "a tile of keys")),
+                n=(offs_n, start_n + T.arange(n.B_c), "a tile of keys"),
+                first_e=(first_e, sp.floor(sg_lo / CHUNK_) * CHUNK_,
+                         "score_mod gradient: the chunk loop's first start, lo rounded down to a multiple of CHUNK"),
+                e=(offs_e, start_e + T.arange(CHUNK_), "score_mod gradient: a chunk's entries")),
     **_head_dim_lanes(CLAIM_BACKWARD_KERNELS)}
 #: softmax and the merges: row tile program id 0, columns of a block (one pass: the whole row) or a step
 ROWS_LANES = _lanes_of(

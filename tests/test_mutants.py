@@ -1494,6 +1494,16 @@ LANE_MUTANTS = [
     # dK/dV's key tile from the head's program id
     ("backward_kernel_addresses", AD.BACKWARD_KERNEL_LANES, "start_n", terms.program_id(1) * n.B_c,
      "dkdv: the grid's tiles: no index is in the lanes offs_n of two tiles"),
+    # a user score_mod's gradient chunk one entry late: the chunk's first entry (lo when CHUNK divides it) never
+    # gets its gradient
+    ("backward_kernel_addresses", AD.BACKWARD_KERNEL_LANES, "e", AD.start_e + 1 + terms.arange(AD.CHUNK_),
+     "dq: every entry lo <= e <= hi the tile read is a chunk lane entry_ok admits"),
+    # a gradient chunk twice the loop's step: an entry in two chunks gets its gradient added twice
+    ("backward_kernel_addresses", AD.BACKWARD_KERNEL_LANES, "e", AD.start_e + terms.arange(2 * AD.CHUNK_),
+     "dq: no entry is in the lanes offs_e of two chunks (its gradient added once)"),
+    # the chunk loop one chunk early: entries below 0 (before the program's gradient row) loaded and stored
+    ("backward_kernel_addresses", AD.BACKWARD_KERNEL_LANES, "first_e", (sp.floor(AD.sg_lo / AD.CHUNK_) - 1) * AD.CHUNK_,
+     "dq: score_grad[row, e] inside (programs of the grid, chunk lanes e entry_ok admits)"),
     # softmax's one pass from column 1
     ("rows_addresses", AD.ROWS_LANES, "n0", 1 + terms.arange(n.B_c),
      "softmax: one pass (N <= BLOCK_N): every column c < N is a lane of offs_n"),

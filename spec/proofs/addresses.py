@@ -1743,8 +1743,9 @@ def _backward_tensors():
        "(sg_base, sg_off) is score_grad[(b·G1 + h)·G0 + pid_m, e] of the buffer spec.launch.score_grad_launch makes "
        "from that grid (both launchers pass it the grid they launch), inside it for every lane e of "
        "_score_param_scatter's chunks the printed entry_ok = offs_e <= hi admits (BWD_SCORE_GRAD_OK), every entry "
-       "lo <= e <= hi the tile read admitted (lo, hi: its smallest and largest), and no two "
-       "programs share a row (the deterministic fixed-order sum needs no atomics)" + "; the lanes are the printed ones (spec.addresses.BACKWARD_KERNEL_LANES: dK/dV's start_n = program_id(0)·BLOCK_N, dQ's start_m = program_id(0)·BLOCK_M, offs_m = start_m + arange(BLOCK_M), offs_n = start_n + arange(BLOCK_N), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), each read from its term as base + arange(width), not assumed): the grid's tiles reach every key (dK/dV) or row (dQ) once, a loop's steps (range(lo, hi, BLOCK)) every row (dK/dV) or key (dQ) of [lo, hi) once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt",
+       "lo <= e <= hi the tile read a lane of a visited chunk that entry_ok admits (lo, hi: its smallest and largest), no "
+       "entry a lane of two chunks (its gradient added once), and no two "
+       "programs share a row (the deterministic fixed-order sum needs no atomics)" + "; the lanes are the printed ones (spec.addresses.BACKWARD_KERNEL_LANES: dK/dV's start_n = program_id(0)·BLOCK_N, dQ's start_m = program_id(0)·BLOCK_M, offs_m = start_m + arange(BLOCK_M), offs_n = start_n + arange(BLOCK_N), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), and a user score_mod's gradient chunks first_e = floor(lo / CHUNK)·CHUNK, offs_e = start_e + arange(CHUNK), each read from its term as base + arange(width), not assumed): the grid's tiles reach every key (dK/dV) or row (dQ) once, a loop's steps (range(lo, hi, BLOCK)) every row (dK/dV) or key (dQ) of [lo, hi) once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
        terms=tuple(dict.fromkeys(t.name for g in (*A.BACKWARD_KERNEL_GROUPS.values(), *A.BACKWARD_KERNEL_LANES.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grids, GQA groups and lanes (SymPy canonical zero for the offsets, "
@@ -1756,7 +1757,8 @@ def _backward_tensors():
              "tile indices widened by tl.cast(·, tl.int64); the width case reads the printed lines with Triton's "
              "typing); dense launches (the packed form: claim varlen_addresses); the score_mod gradient row: any grid, "
              "the entries e the score_mod reads assumed in [0, len(SF)) (the user's indices), the scatter's chunk loop "
-             "(template text) as it reads: starts floor(lo / CHUNK)·CHUNK + k·CHUNK <= hi, lanes start + l, l < CHUNK; "
+             "(template text: range(first_e, hi + 1, CHUNK)) as it reads: starts first_e + k·CHUNK <= hi, first_e "
+             "and the chunk's lanes offs_e the printed terms; "
              "sg_base int64 (off_b, "
              "off_h: the width case) and below the buffer's element count (the extent case), which torch holds in "
              "int64")
@@ -1981,15 +1983,16 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
                                  "grid[1:] = (Hq, B), and the kernel's H is grid[1] (the score_mod gradient's rows)",
                                  dims, z3.And(z(sp.sympify(grid[0])) * bm >= Nqz, z(sp.sympify(grid[1])) == Hqz,
                                               z(sp.sympify(grid[2])) == Bz, z(sp.sympify(ints["H"])) == z(sp.sympify(grid[1])))))
-    cases += _score_grad_cases(g, score_grad_launch)
+    cases += _score_grad_cases(g, score_grad_launch, lanes)
     return result(A.CLAIM_BACKWARD_KERNELS, cases, "offsets by SymPy (canonical zero), extents by z3")
 
 
-def _score_grad_cases(g, score_grad_launch) -> list:
+def _score_grad_cases(g, score_grad_launch, lanes) -> list:
     """A user score_mod's parameter-gradient rows (dQ): for any launch grid (G0, G1, G2) (dense or packed: the
     buffer is made from the grid the launch uses; the kernel's H is G1, checked in the caller), program (pid_m,
     h, b)'s entry e is score_grad[(b·G1 + h)·G0 + pid_m, e] of the buffer spec.launch.score_grad_launch makes,
-    inside it, and two programs never share a row."""
+    inside it, and two programs never share a row; _score_param_scatter's printed lanes (``lanes``' first_e and e)
+    reach every entry the tile read, each in one chunk only."""
     score_f = A.symbolic("score_f", ("P",))
     G0, G1, G2 = (sp.Symbol(s, integer=True, positive=True) for s in ("G0", "G1", "G2"))
     buf, ints = score_grad_launch(score_f, (G0, G1, G2))
@@ -2007,24 +2010,35 @@ def _score_grad_cases(g, score_grad_launch) -> list:
     row1 = z3.substitute(z(printed_row), (z(A.pid_m), p1), (z(A.off_h), h1), (z(A.off_b), b1))
     hyp = [g0 >= 1, g1 >= 1, g2 >= 1, P_ >= 1] + [z3.And(0 <= x, x < gx) for x, gx in (
         (p0, g0), (h0, g1), (b0, g2), (p1, g0), (h1, g1), (b1, g2))]
-    # _score_param_scatter's lanes: the tile read entries lo..hi, inside [0, len(SF)) (the user's indices); its chunk
-    # loop starts at floor(lo / CHUNK)·CHUNK + k·CHUNK <= hi (range's stop hi + 1), lane e = start + l, l < CHUNK;
-    # the load and store move the entries the printed entry_ok admits
-    lo, chunk, k, l = z3.Ints("lo CHUNK k l")
-    hi = z(A.sg_hi)
+    # _score_param_scatter's printed lanes (spec.addresses.BACKWARD_KERNEL_LANES first_e and e), read: the tile read
+    # entries lo..hi, inside [0, len(SF)) (the user's indices); its chunk loop (template text: ``for start_e in
+    # range(first_e, hi + 1, CHUNK)``) visits the starts first_e + k·CHUNK <= hi, chunk k's lanes offs_e = start_e +
+    # arange(width) read from the printed term; the load and store move the entries the printed entry_ok admits
+    lo, hi, chunk, k = z(A.sg_lo), z(A.sg_hi), z(A.CHUNK_), z3.Int("k")
+    (first,) = lanes["first_e"]
+    first_z = z(first.expr)
+    read, shapes = _read_lanes(z, lanes, ("e",))
+    lane = read["e"]
+    cases += [(f"dq: {name}", value) for name, value in shapes]
     entry_ok = _lane_ok(z, g[A.entry_ok], {})(e)
     tile = [0 <= lo, lo <= hi, hi < P_, chunk >= 1]
-    start = (lo / chunk) * chunk + k * chunk
+
+    def visited(k_):  # the loop's chunk k_: its start first_e + k_·CHUNK is below range's stop hi + 1
+        return z3.And(k_ >= 0, first_z + k_ * chunk <= hi)
+
+    def at(k_):  # the z3 pairs placing the lane's start_e at chunk k_
+        return [(z(A.start_e), first_z + k_ * chunk)]
+
     cases.append(_decide("dq: score_grad[row, e] inside (programs of the grid, chunk lanes e entry_ok admits)",
-                         hyp + tile + [k >= 0, start <= hi, 0 <= l, l < chunk, e == start + l, entry_ok],
-                         _inside((row0, e), buf.shape)))
-    # every entry lo <= e <= hi the tile read is a lane of a visited chunk (k = e // CHUNK − lo // CHUNK,
-    # l = e % CHUNK) that entry_ok admits
-    k_e, l_e = e / chunk - lo / chunk, e % chunk
+                         hyp + tile + [visited(k), lane.holds(e, *at(k)), entry_ok], _inside((row0, e), buf.shape)))
+    # every entry lo <= e <= hi the tile read is a lane of a visited chunk (k = (e − first_e) // CHUNK) that entry_ok
+    # admits, and no entry is a lane of two visited chunks (its gradient added once)
+    k_e = (e - first_z) / chunk
     cases.append(_decide("dq: every entry lo <= e <= hi the tile read is a chunk lane entry_ok admits",
-                         tile + [lo <= e, e <= hi],
-                         z3.And(k_e >= 0, (lo / chunk) * chunk + k_e * chunk <= hi, 0 <= l_e, l_e < chunk,
-                                (lo / chunk) * chunk + k_e * chunk + l_e == e, entry_ok)))
+                         tile + [lo <= e, e <= hi], z3.And(visited(k_e), lane.holds(e, *at(k_e)), entry_ok)))
+    k1, k2 = z3.Ints("k1 k2")
+    cases.append(_decide(f"dq: no entry is in the lanes {lane.name} of two chunks (its gradient added once)",
+                         tile + [visited(k1), visited(k2), lane.holds(e, *at(k1)), lane.holds(e, *at(k2))], k1 == k2))
     cases.append(_decide("dq: two programs of the grid never share a score_grad row (no atomics needed)",
                          hyp + [z3.Or(p0 != p1, h0 != h1, b0 != b1)], row0 != row1))
     return cases
