@@ -51,15 +51,17 @@
    and ``spec.paged``: a name ending ``_ok``, e.g. ``row_ok``, ``d_ok``, ``key_ok``; claims ``decode_addresses``,
    ``paged_kv_reads``, ``forward_addresses``), or locals every assignment of which combines such names the same
    way (the forward's ``k_mask = d_ok[None, :]``, ``k_mask = k_mask & key_ok[:, None]``), and holds no comparison of
-   its own; a printed mask's name is assigned only by a printed line. (Rule 2 leaves these names to this rule: the kernels on ``MASK_GAPS`` still spell their
-   masks by hand, e.g. the forward's ``row_ok = offs_m < N_Q``.)
+   its own; a printed mask's name is assigned only by a printed line. (Rule 2 leaves these names to this rule; ``MASK_GAPS``, the functions
+   it would skip, is empty since issue 24.)
 
 The allow-list (reviewed; keep it short):
 
 * loads and stores: ``tl.load(ptr, mask=..., other=<padding value>)`` (the ``other`` literal is
   the value padding reads as), ``tl.store(ptr, x.to(dtype), mask=...)`` with a name or its cast;
-* a padding select ``x = tl.where(<index predicate>, x, <constant>)`` of a loaded tile (a masked
-  load's ``other=`` after the load, as the TMA path does for keys past ``key_len``);
+* a padding select ``x = tl.where(<printed mask>, x, <constant>)`` of a loaded tile (a masked load's ``other=``
+  after the load, as the TMA path does for keys past ``key_len`` with the printed ``key_ok``, claims
+  ``forward_addresses`` and ``tma_addresses``): its predicate combines printed mask terms (names ending ``_ok``,
+  ``&``, ``[:, None]``) as rule 7's masks do; a comparison of its own is refused;
 * casts ``x.to(dtype)``, ``tl.multiple_of``, ``tl.arange``, ``tl.program_id``, ``tl.zeros`` of a
   name no printed line assigns (``dlse`` when the loss ignores lse), ``reshape``;
 * index and pointer math: every name matches ``INDEX_NAME`` (offsets, strides, sizes, block
@@ -146,17 +148,13 @@ COORDINATE_GAPS = frozenset({
     ("_decode_fwd", "_score_mod_scalars", "off_h"), ("_decode_fwd", "_user_score", "off_h"),
 })
 #: jit functions whose load and store masks are still template text, not printed mask terms (rule 7 skips them):
-#: the reviewed gaps of issue 24's masked lanes, each listed on docs/verification.md ("what remains outside the
-#: proofs"); the decode kernel _decode_fwd (claims decode_addresses, paged_kv_reads) and the dense forward's
-#: _attn_fwd, _attn_fwd_tile, _dropout_keep (claim forward_addresses) and the backward's _attn_bwd_preprocess
-#: (claim backward_addresses), its _attn_bwd_dkdv, _attn_bwd_dq, _attn_bwd_dq_stage, _attn_bwd_rows (claim
-#: backward_kernel_addresses),
-#: the merges and softmax (claim rows_addresses) print their masks
-MASK_GAPS = frozenset({
-    "_append_rows",  # decode file: the KV append's t_ok, d_ok, row_mask, ro_mask (its table rows' pos_ok is printed)
-    "_attn_bwd_mask",  # the backward's dense mask tile: (i < N_Q) & (j < N_K) on its 2-D indices
-    "_score_param_scatter",  # a user score_mod's gradient chunk: offs_e <= hi (the entries its tile read)
-})
+#: none since issue 24. The decode kernel _decode_fwd (claims decode_addresses, paged_kv_reads), the KV append
+#: _append_rows (claim append_addresses), the dense forward's _attn_fwd, _attn_fwd_tile, _dropout_keep (claim
+#: forward_addresses), the backward's _attn_bwd_preprocess (claim backward_addresses), its _attn_bwd_dkdv, _attn_bwd_dq,
+#: _attn_bwd_dq_stage, _attn_bwd_rows, _attn_bwd_mask and a user score_mod's _score_param_scatter (claim
+#: backward_kernel_addresses), the merges and softmax (claim rows_addresses) print their masks; a gap added here
+#: is listed on docs/verification.md ("what remains outside the proofs")
+MASK_GAPS: frozenset = frozenset()
 #: a printed mask term's name ends so (spec.addresses.MASK_SUFFIX)
 MASK_SUFFIX = "_ok"
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
@@ -441,7 +439,12 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
                 if triple not in stages:
                     problems.append(f"{where}: stage call with (lo, hi, MASKED) = {triple}, not a row of the "
                                     "proven stage table (spec.structure, claim stages_cover)")
-            if _padding_select(stmt, assigned):
+            select = _padding_select(stmt, assigned)
+            if select is not None:
+                if not _combines(select, mask_names):
+                    problems.append(f"{where}: the padding select `{text}` keeps the lanes `{ast.unparse(select)}`, "
+                                    "not printed mask terms: print the predicate as a mask term (spec.addresses, a "
+                                    f"name ending {MASK_SUFFIX}) whose claim proves the lanes it keeps")
                 continue
             if isinstance(stmt, (ast.Assign, ast.AugAssign)):
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -462,18 +465,6 @@ def _mask_problems(fn: ast.FunctionDef, lines, printed: set[str], mask_names: se
     (``mask_names``) with ``&`` and ``[:, None]`` / ``[None, :]`` only (no comparison of its own, no other name),
     and a printed mask's name is assigned only by its printed line."""
     problems = []
-
-    def combines(node, names) -> bool:  # names, `&`, broadcasts x[:, None] / x[None, :] only
-        if isinstance(node, ast.Name):
-            return node.id in names
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitAnd):
-            return combines(node.left, names) and combines(node.right, names)
-        if isinstance(node, ast.Subscript):
-            parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-            return combines(node.value, names) and all(
-                (isinstance(x, ast.Slice) and x.lower is x.upper is x.step is None)
-                or (isinstance(x, ast.Constant) and x.value is None) for x in parts)
-        return False
     # locals every assignment of which combines printed masks (to a fixed point): the forward's k_mask
     assigns: dict[str, list] = {}
     for stmt in (x for x in ast.walk(fn) if isinstance(x, ast.Assign) and len(x.targets) == 1
@@ -484,7 +475,7 @@ def _mask_problems(fn: ast.FunctionDef, lines, printed: set[str], mask_names: se
     while changed:
         changed = False
         for name, values in assigns.items():
-            if name not in allowed and all(combines(v, allowed | {name}) for v in values):
+            if name not in allowed and all(_combines(v, allowed | {name}) for v in values):
                 allowed.add(name)
                 changed = True
     for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call) and _call_name(c) in ("load", "store")):
@@ -508,15 +499,32 @@ def _mask_problems(fn: ast.FunctionDef, lines, printed: set[str], mask_names: se
     return problems
 
 
-def _padding_select(stmt, assigned) -> bool:
-    """``x = tl.where(<index predicate>, x, <constant>)``: padding of a loaded tile read as a constant
-    (what a masked load's ``other=`` does), e.g. the TMA path's keys past ``key_len``."""
+def _combines(node, names) -> bool:
+    """Whether ``node`` combines ``names`` with ``&`` and broadcasts ``x[:, None]`` / ``x[None, :]`` only."""
+    if isinstance(node, ast.Name):
+        return node.id in names
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitAnd):
+        return _combines(node.left, names) and _combines(node.right, names)
+    if isinstance(node, ast.Subscript):
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        return _combines(node.value, names) and all(
+            (isinstance(x, ast.Slice) and x.lower is x.upper is x.step is None)
+            or (isinstance(x, ast.Constant) and x.value is None) for x in parts)
+    return False
+
+
+def _padding_select(stmt, assigned):
+    """``x = tl.where(<predicate>, x, <constant>)``: padding of a loaded tile read as a constant (what a masked
+    load's ``other=`` does), e.g. the TMA path's keys past ``key_len``. Returns the predicate (None: not a padding
+    select); the caller accepts it only when it combines printed mask terms (rule 7's names ending ``_ok``)."""
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
-        return False
+        return None
     v = stmt.value
-    return (isinstance(v, ast.Call) and _call_name(v) == "where" and len(v.args) == 3
-            and _index_only(v.args[0]) and isinstance(v.args[1], ast.Name) and v.args[1].id == stmt.targets[0].id
-            and isinstance(v.args[2], ast.Constant) and stmt.targets[0].id not in assigned)
+    if (isinstance(v, ast.Call) and _call_name(v) == "where" and len(v.args) == 3
+            and isinstance(v.args[1], ast.Name) and v.args[1].id == stmt.targets[0].id
+            and isinstance(v.args[2], ast.Constant) and stmt.targets[0].id not in assigned):
+        return v.args[0]
+    return None
 
 
 def _allowed_state_source(value, names, helpers) -> bool:

@@ -159,7 +159,7 @@ def score_mod_user_context(variant: Variant) -> dict | None:
             "grads": bool(sm.grad_terms()), "scatter": _lines(SM.SCATTER), "roundings": sm.roundings(),
             "empirical": sm.outside_bound(),
             # the scatter's entries in the program's gradient row (claim backward_kernel_addresses)
-            "sg_off": print_term(AD.BWD_SCORE_GRAD[0])}
+            "sg_off": print_term(AD.BWD_SCORE_GRAD[0]), "sg_ok": print_term(AD.BWD_SCORE_GRAD_OK[0])}
 
 
 def _acc_index(tile) -> int:

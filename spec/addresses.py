@@ -551,12 +551,21 @@ APPEND_ROW_OK = (Term(pos_ok, sp.StrictLessThan(offs_pos, seqlen_ro), CLAIM_APPE
                       "the table row is read: pos < seqlen_ro (past it: cos 1, sin 0)"),)
 #: the lanes rotary loads a partner and table entries for: d < rotary_dim = 2·ROTARY_HALF (ROTARY_HALF as
 #: append_launch passes it), exactly the lanes spec.rotary.ROTATE rotates; the others are kept (claim append_addresses)
-ro_lane = sp.Symbol("ro_lane")
-APPEND_RO_LANE = (Term(ro_lane, sp.StrictLessThan(offs_d, 2 * RO.rotary_half), CLAIM_APPEND,
+ro_ok = sp.Symbol("ro_ok")
+APPEND_RO_LANE = (Term(ro_ok, sp.StrictLessThan(offs_d, 2 * RO.rotary_half), CLAIM_APPEND,
                        "a rotated lane: d < rotary_dim = 2·ROTARY_HALF (the others are kept)"),)
+#: the append's lanes (issue 24, masked-off lanes): the tile's new tokens t < N_NEW and the columns d < HEAD_DIM
+#: (x's N_new and D, as append_launch passes them); the loads and stores combine them (row_mask = t_ok & d_ok, the
+#: partner's t_ok & ro_ok, the tables' also pos_ok). Claim append_addresses proves every lane each admits inside its
+#: tensor and that they admit exactly the rows and columns the reference writes
+N_NEW_ = _int("N_NEW", positive=True)
+t_ok = sp.Symbol("t_ok")
+APPEND_T_OK = (Term(t_ok, sp.StrictLessThan(offs_t, N_NEW_), CLAIM_APPEND, "the tile's new tokens: t < N_new"),)
+APPEND_D_OK = (Term(d_ok, sp.StrictLessThan(offs_d, HEAD_DIM_), CLAIM_APPEND, "x's and the destination's columns"),)
 APPEND_GROUPS = {"lookups": APPEND_LOOKUPS, "key": APPEND_KEY, "x": APPEND_X, "dst_paged": APPEND_DST_PAGED,
                  "dst_cache": APPEND_DST_CACHE, "dst_tensor": APPEND_DST_TENSOR, "dst": APPEND_DST,
-                 "tables": APPEND_TABLES, "row_ok": APPEND_ROW_OK, "ro_lane": APPEND_RO_LANE}
+                 "tables": APPEND_TABLES, "row_ok": APPEND_ROW_OK, "ro_lane": APPEND_RO_LANE, "t_ok": APPEND_T_OK,
+                 "d_ok": APPEND_D_OK}
 
 
 # ----------------------------------------------------------------------------------
@@ -698,18 +707,30 @@ sg_base, sg_off = _int("sg_base"), _int("sg_off")
 BWD_SCORE_GRAD_ROW = (Term(sg_base, ((off_b * H_ + off_h) * num_pid_m + pid_m) * BK_["stride_sgp"], CLAIM_BACKWARD_KERNELS,
                            "score_grad[this program's row]"),)
 BWD_SCORE_GRAD = (Term(sg_off, sg_base + offs_e, CLAIM_BACKWARD_KERNELS, "score_grad[row, e]"),)
+#: _score_param_scatter's lanes: a chunk's entries offs_e up to the tile's largest entry hi (the chunks start at the
+#: tile's smallest, lo, rounded down to a multiple of CHUNK); claim backward_kernel_addresses proves every entry it
+#: admits inside the gradient row and every entry lo..hi the tile read admitted
+sg_hi, entry_ok = _int("hi"), sp.Symbol("entry_ok")
+BWD_SCORE_GRAD_OK = (Term(entry_ok, sp.LessThan(offs_e, sg_hi), CLAIM_BACKWARD_KERNELS,
+                          "the chunk's entries up to the tile's largest, hi"),)
 #: the dK/dV and dQ kernels' masks (issue 24, masked-off lanes): the forward's comparisons (FWD_*_OK: one home), here
 #: cited to claim backward_kernel_addresses, which proves every lane each admits inside its tensor and exactly the
 #: rows i < N_Q, columns d < HEAD_DIM (dt < D, dv < HEAD_DIM_V), keys j < N_K (key_ok: and j < key_len) admitted
 BWD_ROW_OK, BWD_COLUMNS_OK, BWD_TAIL_OK, BWD_KEY_OK, BWD_N_OK = (
     tuple(Term(t.symbol, t.expr, CLAIM_BACKWARD_KERNELS, t.note) for t in group)
     for group in (FWD_ROW_OK, FWD_COLUMNS_OK, FWD_TAIL_OK, FWD_KEY_OK, FWD_N_OK))
+#: _attn_bwd_mask's dense mask tile: the element (i, j) of the caller's broadcast row and key tiles inside the mask,
+#: row_ok's and n_ok's comparisons (one home) at i and j (claim backward_kernel_addresses: exactly i < N_Q, j < N_K)
+ij_ok = sp.Symbol("ij_ok")
+BWD_MASK_OK = (Term(ij_ok, sp.And(BWD_ROW_OK[0].expr.xreplace({offs_m: n.i}), BWD_N_OK[0].expr.xreplace({offs_n: n.j})),
+                    CLAIM_BACKWARD_KERNELS, "the tile's elements (i, j) inside the mask"),)
 BACKWARD_KERNEL_GROUPS = {"row_ok": BWD_ROW_OK, "columns_ok": BWD_COLUMNS_OK, "tail_ok": BWD_TAIL_OK,
-                          "key_ok": BWD_KEY_OK, "n_ok": BWD_N_OK,
+                          "key_ok": BWD_KEY_OK, "n_ok": BWD_N_OK, "mask_ok": BWD_MASK_OK,
                           "kv_base": BWD_KV_BASE, "kv_offsets": BWD_KV_OFFSETS, "vt_offset": BWD_VT_OFFSET,
                           "grad_kv": BWD_GRAD_KV, "dq": BWD_DQ, "row_base": BWD_ROW_BASE, "rows": BWD_ROWS,
                           "mask_base": BWD_MASK_BASE, "mask": BWD_MASK, "map_col": BWD_MAP_COL, "map_row": BWD_MAP_ROW,
                           "key_len": BWD_KEY_LEN, "score_grad_row": BWD_SCORE_GRAD_ROW, "score_grad": BWD_SCORE_GRAD,
+                          "score_grad_ok": BWD_SCORE_GRAD_OK,
                           "k_tail": BWD_TAILS[:1], "q_tail_rows": BWD_TAILS[1:2], "dk_tail": BWD_TAILS[2:3],
                           "dq_tail": BWD_TAILS[3:]}
 

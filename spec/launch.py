@@ -420,13 +420,15 @@ def append_launch(x, dst, cache_seqlens, table, batch_idx, cos, sin, block_t):
     the block table ``(B, max_pages)``, ``batch_idx`` ``cache_batch_idx`` ``(B,)`` (placeholders where a flag
     compiles the read out: their strides are passed, never used), ``cos``/``sin`` the rotary tables
     ``(seqlen_ro, rotary_dim / 2)`` or None (no rotary: strides 0): ``SEQLEN_RO`` their rows
-    (spec.addresses.APPEND_ROW_OK) and the constexpr ``ROTARY_HALF`` their columns (1 without). Grid
+    (spec.addresses.APPEND_ROW_OK) and the constexpr ``ROTARY_HALF`` their columns (1 without); ``N_NEW`` and the
+    constexpr ``HEAD_DIM`` x's tokens and columns (the lanes' masks t_ok, d_ok: spec.addresses.APPEND_T_OK,
+    APPEND_D_OK). Grid
     ``(cdiv(N_new, block_t), H, B)`` (spec.addresses.GRID_APPEND)."""
     B, N_NEW, H, _ = x.shape
     ints = dict(zip(("stride_xb", "stride_xn", "stride_xh", "stride_xd"), x.stride()))
     ints.update(zip(("stride_db", "stride_dn", "stride_dh", "stride_dd"), dst.stride()))
     ints.update(stride_bt_b=table.stride(0), stride_bt_p=table.stride(-1), stride_cs=cache_seqlens.stride(0),
-                stride_bi=batch_idx.stride(0), N_NEW=N_NEW)
+                stride_bi=batch_idx.stride(0), N_NEW=N_NEW, HEAD_DIM=x.shape[3])
     if cos is None:
         ints.update(stride_cos_n=0, stride_cos_d=0, stride_sin_n=0, stride_sin_d=0, SEQLEN_RO=0, ROTARY_HALF=1)
     else:

@@ -409,15 +409,15 @@ class _Z3:
         return (z3.And if op == "and" else z3.Or)([self.tree(a) for a in arg])
 
 
-def normal_form_counterexample(predicate, tree, timeout_ms: int = 20000):
+def normal_form_counterexample(predicate, tree):
     """None when the atom tree ``tree`` holds exactly where ``predicate`` does, for all integer
     values of every symbol, parameter and tensor entry (z3: unsat of their difference); else a
     counterexample (dict), or ``"unknown"`` when z3 gives up. The decision procedure that checks
     the analyser (``normal_form``: relations, negations, floors, expansion) at decoration."""
-    from spec.proofs.z3_int32 import counterexample  # the proofs' one z3 query (imports only z3)
+    from spec.proofs.z3_int32 import counterexample  # the proofs' one z3 query (its limits: spec.proofs.tools)
 
     tr = _Z3()
-    return counterexample([], tr.predicate(predicate) == tr.tree(tree), timeout_ms)
+    return counterexample([], tr.predicate(predicate) == tr.tree(tree))
 
 
 def integer_exact(expr) -> str | None:
@@ -457,7 +457,7 @@ def row_entries(expr) -> list[sp.Expr]:
             if isinstance(x, sp.Indexed) and x.base == MM_ROW]
 
 
-def row_entry_counterexample(exprs, width, timeout_ms: int = 20000):
+def row_entry_counterexample(exprs, width):
     """None when every entry ``e`` of ``MM_row[e]`` that the kernel-form ``exprs`` read lies in
     ``[0, width)`` for all ``N_Q, N_K >= 1`` and all integer values of every other symbol (rows, keys,
     ``shift``; tile starts ``>= 0`` and block sizes ``>= 1``, their declared signs) and of every
@@ -465,7 +465,7 @@ def row_entry_counterexample(exprs, width, timeout_ms: int = 20000):
     index read through ``MM_row`` is an uninterpreted function, a floor by a parameter a fresh integer);
     else a counterexample (dict), or ``"unknown"``. The decision procedure the decorator runs on each
     mask_mod's kernel terms: the parameter loads stay inside the row ``pack`` writes."""
-    from spec.proofs.z3_int32 import counterexample  # the proofs' one z3 query (imports only z3)
+    from spec.proofs.z3_int32 import counterexample  # the proofs' one z3 query (its limits: spec.proofs.tools)
 
     tr = _Z3()
     entries = [e for x in exprs for e in row_entries(x)]
@@ -476,16 +476,17 @@ def row_entry_counterexample(exprs, width, timeout_ms: int = 20000):
              if x.is_integer and x.is_nonnegative]
     w = tr.int(sp.sympify(width))
     inside = [tr.z3.And(0 <= tr.int(e), tr.int(e) < w) for e in entries]
-    return counterexample(signs, tr.z3.And(*inside) if inside else tr.z3.BoolVal(True), timeout_ms)
+    return counterexample(signs, tr.z3.And(*inside) if inside else tr.z3.BoolVal(True))
 
 
 def check_row_entries(mm: "MaskMod") -> None:
     """Raise ``AnalyserError`` unless every parameter load of ``mm``'s kernel terms reads inside its row."""
     exprs = [t.expr for t in mm.kernel_terms() + (mm.keep_term(),)]
-    counter = row_entry_counterexample(exprs, mm.row_layout()[1])
+    width = mm.row_layout()[1]
+    counter = row_entry_counterexample(exprs, width)
     if counter is not None:
         raise AnalyserError(f"mask_mod {mm.name}: a parameter load of its kernel terms reads outside the row of "
-                            f"{mm.row_layout()[1]} entries at {counter} (z3): a bug in spec.mask_mod's kernel form, "
+                            f"{width} entries at {counter} (z3): a bug in spec.mask_mod's kernel form, "
                             f"not in the predicate")
 
 

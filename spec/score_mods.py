@@ -214,7 +214,7 @@ def upper_bound(index) -> sp.Expr | None:
     return None
 
 
-def index_counterexample(index, bound, ints, timeout_ms: int = 20000):
+def index_counterexample(index, bound, ints):
     """None when ``0 <= index <= bound`` for every integer value of the positions and integer
     scalars with ``0 <= h < H``, ``0 <= b < B`` and ``bound >= 0`` (z3); else a model (dict)."""
     import z3
@@ -227,7 +227,7 @@ def index_counterexample(index, bound, ints, timeout_ms: int = 20000):
     zi, zb = tr.int(no_abs(sp.sympify(index))), tr.int(no_abs(sp.sympify(bound)))
     h, b, heads, batch = (tr.sym(x.name) for x in (H_IDX, B_IDX, HEADS, BATCH))
     facts = [h >= 0, h < heads, b >= 0, b < batch, zb >= 0]
-    return counterexample(facts, z3.And(zi >= 0, zi <= zb), timeout_ms)
+    return counterexample(facts, z3.And(zi >= 0, zi <= zb))
 
 
 @dataclass(frozen=True)
@@ -595,7 +595,7 @@ class LayoutError(AssertionError):
     ``spec.score_mods``' layout (``ScoreMod._slots``, ``flat_index``), not in the user's score_mod."""
 
 
-def entry_counterexample(sm: ScoreMod, terms=None, timeout_ms: int = 20000):
+def entry_counterexample(sm: ScoreMod, terms=None):
     """None when every ``SF[e]`` and ``SI[e]`` load of the kernel terms (default: the forward, dS and gradient
     terms) reads inside ``ScoreMod.widths``: a tensor read's entry ``flat_index`` lies in ``[0, len(SF))``
     whenever each of its indices ``e_a`` lies in ``[0, d_a)`` (``d_a`` the tensor's axis as ``SI`` holds it:
@@ -631,7 +631,7 @@ def entry_counterexample(sm: ScoreMod, terms=None, timeout_ms: int = 20000):
                 goals.append(z3.And(0 <= tr.int(reads[e]), tr.int(reads[e]) < tr.int(sf_width)))
             else:
                 return f"{x} in {t.name}: an SF entry that is no read's flat_index"
-    return counterexample(facts, z3.And(*goals) if goals else z3.BoolVal(True), timeout_ms)
+    return counterexample(facts, z3.And(*goals) if goals else z3.BoolVal(True))
 
 
 def check_entries(sm: ScoreMod) -> None:

@@ -105,3 +105,32 @@ def test_report_order_does_not_depend_on_which_proof_module_was_imported_first()
     plain, early = (subprocess.run([sys.executable, "-c", code.format(pre)], capture_output=True, text=True,
                                    check=True).stdout for pre in ("", "import spec.proofs.sink_combine, spec.proofs.mask_mod; "))
     assert plain == early
+
+
+def test_z3_cases_stop_at_a_resource_limit_not_a_clock(monkeypatch):
+    """A z3 case's verdict does not depend on the machine's load: every query of the spec runs in
+    spec.proofs.tools.z3_check under z3's deterministic resource limit (Z3_RLIMIT; the wall-clock timeout is
+    a backstop of minutes), so a goal too hard for the limit is 'unknown', naming the limit, after the very
+    same work on every run; and no other module sets up a z3 solver or a timeout of its own."""
+    import pathlib
+    import re
+
+    import z3
+
+    from spec.proofs import tools
+
+    a, b, c = z3.Ints("a b c")
+    fermat = ([a > 0, b > 0, c > 0], a * a * a + b * b * b != c * c * c)  # true, beyond z3's nonlinear search
+    monkeypatch.setattr(tools, "Z3_RLIMIT", 200_000)
+    first, again = tools.z3_check(*fermat), tools.z3_check(*fermat)
+    assert first[0] == z3.unknown and "resource limit reached" in first[1] and "Z3_RLIMIT = 200000" in first[1], first
+    assert again == first  # the same count spent: z3 counts its own steps, not seconds
+    assert tools.Z3_BACKSTOP_MS >= 600_000
+    x = z3.Int("x")
+    assert tools.z3_check([x > 2], x > 1) == (z3.unsat, None)
+    assert tools.decide("case", [x > 0], x > 1)[1] == sp.Symbol("counterexample: [x = 1]")
+    spec_dir = pathlib.Path(tools.__file__).parents[1]
+    own = re.compile(r"z3\.(Solver|SolverFor|SimpleSolver|Optimize)\(|[\"']timeout[\"']|[\"']rlimit[\"']")
+    offenders = [str(p.relative_to(spec_dir)) for p in spec_dir.rglob("*.py")
+                 if p.name != "tools.py" and own.search(p.read_text())]
+    assert offenders == [], f"{offenders}: make z3 solvers with spec.proofs.tools.z3_solver / z3_check"

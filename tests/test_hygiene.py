@@ -308,11 +308,43 @@ def test_a_hand_written_decode_mask_is_caught(old, new, sign):
      "            k_mask = k_mask & (offs_n[:, None] < N_K)\n", "`k_mask` of a load reads ['k_mask']"),
     ("q = tl.load(Q + q_off, mask=row_ok[:, None] & d_ok[None, :],",
      "q = tl.load(Q + q_off, mask=(offs_m[:, None] < N_Q) & d_ok[None, :],", "compares by hand"),
+    # the TMA path's padding select back on its hand comparison (keys past key_len; the printed key_ok also bounds
+    # N_K): the allowance takes printed mask terms only
+    ("            k = tl.where(key_ok[:, None], k, 0.0)\n",
+     "            k = tl.where(offs_n[:, None] < key_len, k, 0.0)\n",
+     "the padding select `k = tl.where(offs_n[:, None] < key_len, k, 0.0)` keeps the lanes `offs_n[:, None] < key_len`, "
+     "not printed mask terms"),
 ])
 def test_a_hand_written_forward_mask_is_caught(old, new, sign):
-    """Rule 7 in the dense forward (its masks printed: claim forward_addresses), a derived local included."""
+    """Rule 7 in the dense forward (its masks printed: claim forward_addresses), a derived local included, and
+    the TMA path's padding select (claims forward_addresses, tma_addresses)."""
     found = problems(edited("fwd", old, new))
     assert any(sign in p for p in found), found
+
+
+@pytest.mark.parametrize("old, new, sign", [
+    # _attn_bwd_mask's dense tile read on its old hand comparison (claim backward_kernel_addresses reads ij_ok)
+    ("mask=ij_ok, other=0)", "mask=(i < N_Q) & (j <= N_K), other=0)", "compares by hand"),
+    ("ij_ok = (i < N_Q) & (j < N_K)  #", "ij_ok = (i <= N_Q) & (j < N_K)  #", "assigns the printed mask ['ij_ok'] by hand"),
+])
+def test_a_hand_written_backward_mask_is_caught(old, new, sign):
+    """Rule 7 in _attn_bwd_mask (its dense tile's mask printed: ij_ok, claim backward_kernel_addresses)."""
+    found = problems(edited("bwd", old, new))
+    assert any("_attn_bwd_mask" in p and sign in p for p in found), found
+
+
+@pytest.mark.parametrize("old, new, sign", [
+    # the append's old token mask, typed back in with <= (a printed mask rebound by hand)
+    ("    t_ok = offs_t < N_NEW", "    t_ok = offs_t <= N_NEW\n    t_ok = offs_t < N_NEW",
+     "assigns the printed mask ['t_ok'] by hand"),
+    # the partner's mask comparing the rotary lanes by hand (a derived local holding a comparison)
+    ("ro_mask = t_ok[:, None] & ro_ok[None, :]", "ro_mask = t_ok[:, None] & (offs_d[None, :] <= 2*ROTARY_HALF)",
+     "reads ['ro_mask']"),
+])
+def test_a_hand_written_append_mask_is_caught(old, new, sign):
+    """Rule 7 in the KV append _append_rows (its masks printed: claim append_addresses)."""
+    found = problems(edited("decode", old, new))
+    assert any("_append_rows" in p and sign in p for p in found), found
 
 
 def test_mask_gaps_are_listed_on_the_verification_page():

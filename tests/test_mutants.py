@@ -740,14 +740,14 @@ def test_rotary_table_row_mask_mutants_are_refuted():
 
 
 def test_rotary_lane_mask_mutants_are_refuted():
-    """The printed rotary lane mask (spec.addresses.APPEND_RO_LANE, ro_lane) one lane long, d <= 2·ROTARY_HALF: the
+    """The printed rotary lane mask (spec.addresses.APPEND_RO_LANE, ro_ok) one lane long, d <= 2·ROTARY_HALF: the
     lane d = rotary_dim reads a partner outside x (GPT-NeoX: lane −R) and a table column past R, and is not a lane
     ROTATE rotates; one half short, d < ROTARY_HALF: the mask is no longer the rotated lanes (the second half would
     read cos 1, sin 0: kept unrotated)."""
     from spec import rotary as RO
     from spec.proofs import addresses as PAD_
     (term,) = AD.APPEND_RO_LANE
-    lanes = [f"{kind}: the rotary lanes ro_lane are d < rotary_dim = 2·R, the lanes ROTATE rotates"
+    lanes = [f"{kind}: the rotary lanes ro_ok are d < rotary_dim = 2·R, the lanes ROTATE rotates"
              for kind in ("paged", "cache", "tensor")]
     long_ = (replace(term, expr=sp.LessThan(AD.offs_d, 2 * RO.rotary_half)),)
     failing = _failing(PAD_.prove_append_addresses(groups=dict(AD.APPEND_GROUPS, ro_lane=long_)))
@@ -1445,7 +1445,8 @@ def test_backward_kernel_lane_masks_are_read_by_the_claim():
     """Issue 24, masked-off lanes: the dK/dV and dQ kernels' printed row_ok, n_ok, key_ok (spec.addresses.BWD_*_OK,
     the forward's comparisons) are what backward_kernel_addresses quantifies over: i <= N_Q reads and writes one
     row past q, dq and the row tensors; j <= N_K one key past k, dk, dv; a key mask without key_len admits the
-    padding keys (NaN, inf) it must never read."""
+    padding keys (NaN, inf) it must never read; _attn_bwd_mask's ij_ok with i <= N_Q, or without its key conjunct,
+    reads past the dense mask."""
     G = AD.BACKWARD_KERNEL_GROUPS
     (row_ok,), (n_ok,), (key_ok,) = AD.BWD_ROW_OK, AD.BWD_N_OK, AD.BWD_KEY_OK
     exact = ("{}: row_ok, n_ok, key_ok, d_ok, dv_ok, dt_ok admit exactly the rows i < N_Q, keys j < N_K (key_ok: and "
@@ -1453,13 +1454,22 @@ def test_backward_kernel_lane_masks_are_read_by_the_claim():
     rows = _failing(PAD.prove_backward_kernel_addresses(groups=dict(
         G, row_ok=(replace(row_ok, expr=sp.LessThan(AD.offs_m, AD.N_Q)),))))
     assert {exact.format("dq"), "dq: q, dq[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)",
-            "dkdv: delta, lse2[b, h, i] and mask[b, h, i, j] inside (lanes i < N_Q, j < N_K)"} <= set(rows), rows
+            "dkdv: delta, lse2[b, h, i] inside (lanes i < N_Q)"} <= set(rows), rows
     keys = _failing(PAD.prove_backward_kernel_addresses(groups=dict(
         G, n_ok=(replace(n_ok, expr=sp.LessThan(AD.offs_n, AD.N_K_)),))))
     assert {exact.format("dkdv"), "dkdv: k, dk, dv[b, kvh, j, d] inside (lanes j < N_K, d < HEAD_DIM)"} <= set(keys)
     no_len = (replace(key_ok, expr=sp.StrictLessThan(AD.offs_n, AD.N_K_)),)
     assert _failing(PAD.prove_backward_kernel_addresses(groups=dict(G, key_ok=no_len))) == [
         exact.format(k) for k in ("dkdv", "dq")]
+    # _attn_bwd_mask's printed ij_ok (spec.addresses.BWD_MASK_OK): i <= N_Q reads a row past the mask; the key
+    # conjunct dropped reads keys past N_K
+    (ij_ok,) = AD.BWD_MASK_OK
+    mask_cases = [f"{k}: {case}" for k in ("dkdv", "dq") for case in (
+        "mask[b, h, i, j] inside (lanes ij_ok: i < N_Q, j < N_K)",
+        "ij_ok admits exactly the mask's elements i < N_Q, j < N_K (every element the reference reads)")]
+    for mutant in (sp.And(sp.LessThan(n.i, AD.N_Q), sp.StrictLessThan(n.j, AD.N_K_)), sp.StrictLessThan(n.i, AD.N_Q)):
+        assert _failing(PAD.prove_backward_kernel_addresses(groups=dict(
+            G, mask_ok=(replace(ij_ok, expr=mutant),)))) == mask_cases
 
 
 def _narrow(group):
@@ -1973,6 +1983,40 @@ def test_append_address_launch_with_sin_read_by_cos_strides_is_refuted():
     assert sorted(failing) == [f"{k}: sin offset is sin[pos, freq]" for k in ("cache", "paged", "tensor")]
 
 
+def test_append_lane_masks_are_read_by_the_claim():
+    """Issue 24, masked-off lanes: the append's printed masks t_ok, d_ok (spec.addresses.APPEND_T_OK, APPEND_D_OK)
+    are what append_addresses quantifies over. t_ok with <= admits token N_new (past x, out and the cache's
+    capacity; the paged block_table row too) and d_ok without HEAD_DIM (every lane of the BLOCK_D tile) reads and
+    writes past D (one proof for both); masks one short miss the last token and column the reference writes; a
+    launch passing HEAD_DIM = D + 1 admits column D."""
+    (t_ok,), (d_ok,) = APG["t_ok"], APG["d_ok"]
+
+    def masks(t, d):
+        return dict(APG, t_ok=(replace(t_ok, expr=t),), d_ok=(replace(d_ok, expr=d),))
+    kinds = ("paged", "cache", "tensor")
+    exact = [f"{k}: {what}" for k in kinds for what in (
+        "t_ok admits exactly the new tokens t < N_new (every row the reference writes)",
+        "d_ok admits exactly the columns d < D (every column the reference writes)")]
+    wide = _failing(PAD.prove_append_addresses(groups=masks(sp.LessThan(AD.offs_t, AD.N_NEW_), sp.true)))
+    for name in exact + [f"{k}: x[b, t, head, d] inside (lanes t_ok & d_ok)" for k in kinds] + [
+            "paged: block_table[b, j // PS] inside (lanes t_ok: the load's mask)",
+            "paged: cache[page, j % PS, head, d] inside (lanes t_ok & d_ok)",
+            "cache: cache[off_bc, j, head, d] inside, off_bc = b (B_cache = B) (lanes t_ok & d_ok)",
+            "tensor: out[b, t, head, d] inside (lanes t_ok & d_ok)",
+            "tensor: GPT-J: partner x[b, t, head, pair] inside (rotary lanes; rotary_dim <= D, rotary_cos's rule)"]:
+        assert name in wide, (name, wide)
+    short = _failing(PAD.prove_append_addresses(groups=masks(sp.StrictLessThan(AD.offs_t, AD.N_NEW_ - 1),
+                                                             sp.StrictLessThan(AD.offs_d, AD.HEAD_DIM_ - 1))))
+    assert sorted(short) == sorted(exact), short
+
+    def bad(x, dst, cs, table, bi, cos, sin, block_t):
+        grid, ints = LA.append_launch(x, dst, cs, table, bi, cos, sin, block_t)
+        return grid, dict(ints, HEAD_DIM=ints["HEAD_DIM"] + 1)
+    launched = _failing(PAD.prove_append_addresses(launch=bad))
+    assert "cache: x[b, t, head, d] inside (lanes t_ok & d_ok)" in launched, launched
+    assert [name for name in exact if name in launched] == exact[1::2], launched
+
+
 # ---------------------------------------------------------------- issue 24: the backward preprocess's addresses
 def test_backward_address_rows_assumed_contiguous_are_refuted():
     """The old preprocess's rows, off_bh·N_Q + offs_m, for the saved lse: right only for a contiguous (B, H, N_Q)."""
@@ -2300,6 +2344,18 @@ def test_tma_kv_box_of_the_query_head_is_refuted():
     assert "v: every coordinate of the box lies inside its dimension (int32 exact)" in failing, failing
 
 
+@pytest.mark.parametrize("mutant", ["no key_len", "<= key_len"])
+def test_tma_padding_select_mutants_are_refuted(mutant):
+    """The TMA path's padding select (tl.where(key_ok[:, None], x, 0.0)) keeps the printed key_ok's lanes: without
+    its key_len conjunct it keeps the padding keys (NaN, inf) TMA loads from inside k; j <= key_len keeps one."""
+    (key_ok,) = AD.FWD_KEY_OK
+    expr = {"no key_len": sp.StrictLessThan(AD.offs_n, AD.N_K_),
+            "<= key_len": sp.And(sp.StrictLessThan(AD.offs_n, AD.N_K_), sp.LessThan(AD.offs_n, n.key_len))}[mutant]
+    assert _tma_failing(key_ok=(replace(key_ok, expr=expr),)) == [
+        f"{param}: in a masked tile a lane TMA loads and the padding select keeps (key_ok) is exactly one the pointer "
+        "path's masked load admits, a key j < key_len the reference reads" for param in ("k", "v", "k_tail")]
+
+
 def test_tma_descriptor_bugs_are_refuted():
     """spec.launch edited: a descriptor over (B·H, N, D) (a box past N would read the next head's rows instead of
     zeros), V's box BLOCK_D wide (MLA: D_v != D), the descriptor's strides of b and h swapped."""
@@ -2461,7 +2517,8 @@ def test_mask_mod_row_stride_by_hand_is_refuted():
 
 def test_score_grad_row_bugs_are_refuted():
     """A user score_mod's gradient: the row of the query head only (pid_m dropped: the programs of a head race on
-    one row), the buffer made with grid[0] rows only, the buffer made transposed (entries strided by the rows)."""
+    one row), the buffer made with grid[0] rows only, the buffer made transposed (entries strided by the rows); the
+    scatter's lane mask entry_ok one entry long (offs_e <= hi + 1) or short (offs_e < hi)."""
     row = swap(BKG["score_grad_row"], AD.sg_base, (AD.off_b * AD.H_ + AD.off_h) * AD.BK_["stride_sgp"])
     failing = _bwd_failing(groups=dict(BKG, score_grad_row=row))
     assert failing == ["dq: score_grad offset is score_grad[(b·grid[1] + h)·grid[0] + pid_m, e]",
@@ -2472,7 +2529,7 @@ def test_score_grad_row_bugs_are_refuted():
         return buf, {"stride_sgp": buf.stride(0)}
 
     assert _bwd_failing(score_grad_launch=short) == [
-        "dq: score_grad[row, e] inside (programs of the grid, entries e < len(SF))"]
+        "dq: score_grad[row, e] inside (programs of the grid, chunk lanes e entry_ok admits)"]
 
     def transposed(score_f, grid):
         buf = score_f.new_zeros((score_f.numel(), grid[0] * grid[1] * grid[2])).transpose(0, 1)
@@ -2480,6 +2537,14 @@ def test_score_grad_row_bugs_are_refuted():
 
     assert _bwd_failing(score_grad_launch=transposed) == [
         "dq: score_grad offset is score_grad[(b·grid[1] + h)·grid[0] + pid_m, e]"]
+    # _score_param_scatter's printed lane mask (spec.addresses.BWD_SCORE_GRAD_OK): one entry past hi moves an entry
+    # past the row (hi = len(SF) − 1); < for <= drops the tile's largest entry from its gradient
+    (entry_ok,) = AD.BWD_SCORE_GRAD_OK
+    for mutant, case in ((sp.LessThan(AD.offs_e, AD.sg_hi + 1), "score_grad[row, e] inside (programs of the grid, "
+                                                                  "chunk lanes e entry_ok admits)"),
+                         (sp.StrictLessThan(AD.offs_e, AD.sg_hi), "every entry lo <= e <= hi the tile read is a chunk "
+                                                                  "lane entry_ok admits")):
+        assert _bwd_failing(groups=dict(BKG, score_grad_ok=(replace(entry_ok, expr=mutant),))) == [f"dq: {case}"]
 
 
 # ---------------------------------------------------------------- issue 24: the grid's ceiling (claim launch_grid)

@@ -34,8 +34,9 @@ from spec import rotary as RO
 from spec import terms
 from spec import varlen as V
 from spec.printer import print_term
-from spec.proofs.paged import _Z3, _decide
+from spec.proofs.paged import _Z3
 from spec.proofs.tools import ZERO, difference, result
+from spec.proofs.tools import decide as _decide  # the claims' one z3 case
 from spec.proofs.z3_int32 import narrow_stride_arithmetic
 from spec.registry import claim
 from spec.terms import col, row
@@ -354,31 +355,28 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         # offs_dt = HEAD_DIM + arange >= HEAD_DIM
         dims = {A.HEAD_DIM_: constexprs["HEAD_DIM"], A.HEAD_DIM_V_: constexprs["HEAD_DIM_V"],
                 A.HEAD_DIM_TAIL_: constexprs["HEAD_DIM_TAIL"]}
-        masks = {t.symbol: t.expr.xreplace(launched).xreplace(dims)
-                 for name in ("row_ok", "columns_ok", "tail_ok") for t in groups[name]}
-        row_ok = zsub(masks[A.row_ok])
+        ok_at = _lanes_ok(z, groups, ("row_ok", "columns_ok", "tail_ok"), {**launched, **dims})
+        row_ok = ok_at[A.row_ok](m)
         dz, dvz = z(d), z(dv)
         # the lanes' column bounds: the launch's head dims (spec.launch.head_dims: q/k split at D_v)
         hyp, cover = _head_dim_lanes(constexprs, D, v.shape[3], z, hyp)
         cases.append((f"{tag}: {cover[0]}", cover[1]))
         main_z, tail_z = z(sp.sympify(constexprs["HEAD_DIM"])), z(sp.sympify(constexprs["HEAD_DIM_TAIL"]))
-        d_ok = z3.And(0 <= dz, z(masks[A.d_ok]))
-        dv_ok = z3.And(0 <= dvz, z(masks[A.dv_ok]))
+        d_ok, dv_ok = ok_at[A.d_ok](dz, 0), ok_at[A.dv_ok](dvz, 0)
         inside = lambda idx, shape: z3.And(*[z3.And(0 <= i, i < s) for i, s in zip(idx, shape)])  # noqa: E731
         cases.append(_decide(f"{tag}: q[b, tok, head, d] inside q (lanes row_ok & d_ok)", hyp + [row_ok, d_ok],
                              inside((offb, tok_z, head_z, dz), (Bz, Nqz, Hqz, Dz))))
         # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
         dtz = z(A.offs_dt)
-        dt_ok = z3.And(main_z <= dtz, z(masks[A.dt_ok]))
+        dt_ok = ok_at[A.dt_ok](dtz, main_z)
         # no element missed: every column c < D of q/k is a lane d_ok or dt_ok admits, every column c < D_v of v/out
         # one dv_ok admits (the tile widths reach them: _tile_width_cases)
         c = z3.Int("column")
+        qk_cover, v_cover = _columns_admitted(c, main_z, ok_at[A.d_ok], ok_at[A.dt_ok], ok_at[A.dv_ok])
         cases.append(_decide(f"{tag}: every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c)",
-                             hyp + [0 <= c, c < Dz],
-                             z3.Or(z3.And(c < main_z, z3.substitute(d_ok, (dz, c))),
-                                   z3.And(main_z <= c, z3.substitute(dt_ok, (dtz, c))))))
+                             hyp + [0 <= c, c < Dz], qk_cover))
         cases.append(_decide(f"{tag}: every column c < D_v of v/out is admitted (dv_ok at dv = c)",
-                             hyp + [0 <= c, c < Dvz], z3.substitute(dv_ok, (dvz, c))))
+                             hyp + [0 <= c, c < Dvz], v_cover))
         cases.append(_decide(f"{tag}: q[b, tok, head, dt] inside q (lanes row_ok & dt_ok)", hyp + [row_ok, dt_ok],
                              inside((offb, tok_z, head_z, dtz), (Bz, Nqz, Hqz, Dz))))
         cases.append(_decide(f"{tag}: cache_seqlens[b] inside cache_seqlens", hyp, inside((offb,), (Bz,))))
@@ -402,8 +400,7 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         head_m = z3.substitute(z(head.xreplace(launched)), (z(A.off_kvh), kvh))
         cases.append(_decide(f"{tag}: row g·N_q + t is (head kvh·GROUP + g, token t), in the grid and row_ok",
                              hyp + [0 <= g2, g2 < Gz, 0 <= t2, t2 < Nqz, mz == g2 * Nqz + t2],
-                             z3.And(tok_m == t2, head_m == kvh * Gz + g2, mz / bm < row_tiles,
-                                    z(masks[A.row_ok]))))
+                             z3.And(tok_m == t2, head_m == kvh * Gz + g2, mz / bm < row_tiles, ok_at[A.row_ok](mz))))
         # keys: a lane the printed key_ok (spec.paged.KEY_OK) admits, j = start_n + r in a tile of the key loop
         # (start_n in range(split_lo, split_hi, B_c), 0 <= r < B_c), is a key 0 <= key_lo <= j < key_len, for the
         # printed split plans (spec.paged.SPLIT_RANGE and, batch_invariant, SPLIT_RANGE_FIXED); then (below)
@@ -829,11 +826,10 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
         key_len_z = z(n.key_len)
         sizes = {A.N_Q: ints["N_Q"], A.N_K_: ints["N_K"], A.HEAD_DIM_: ints["HEAD_DIM"],
                  A.HEAD_DIM_V_: ints["HEAD_DIM_V"], A.HEAD_DIM_TAIL_: ints["HEAD_DIM_TAIL"]}
-        masks = {t_.symbol: t_.expr.xreplace(sizes)
-                 for name in ("row_ok", "columns_ok", "tail_ok", "key_ok", "n_ok") for t_ in groups[name]}
-        row_ok = z3.substitute(z(masks[A.row_ok]), (z(A.offs_m), row))
-        d_ok, dv_ok = z3.And(0 <= dz, z(masks[A.d_ok])), z3.And(0 <= dvz, z(masks[A.dv_ok]))
-        key_ok, n_ok = z3.And(0 <= jz, z(masks[P.key_ok])), z3.And(0 <= jz, z(masks[A.n_ok]))
+        ok_at = _lanes_ok(z, groups, ("row_ok", "columns_ok", "tail_ok", "key_ok", "n_ok"), sizes)
+        row_ok = ok_at[A.row_ok](row)
+        d_ok, dv_ok = ok_at[A.d_ok](dz, 0), ok_at[A.dv_ok](dvz, 0)
+        key_ok, n_ok = ok_at[P.key_ok](jz, 0), ok_at[A.n_ok](jz, 0)
         hyp = hyp + [key_len_z >= 0]
         # a key lane key_ok admits is a key the reference reads (j < key_len: padding keys may hold NaN or inf), and
         # every such key is admitted; n_ok (the dense mask's and dropout's columns) admits exactly the keys of k;
@@ -844,8 +840,7 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                                                      z3.Implies(z3.And(jz < key_len_z, jz < z(N_K)), key_ok))))
         cases.append(_decide("n_ok admits exactly the keys j < N_K; row_ok exactly the rows i < N_Q",
                              hyp + [0 <= jz, 0 <= c],
-                             z3.And(n_ok == (jz < z(N_K)),
-                                    z3.substitute(z(masks[A.row_ok]), (z(A.offs_m), c)) == (c < z(N_Q)))))
+                             z3.And(n_ok == (jz < z(N_K)), ok_at[A.row_ok](c) == (c < z(N_Q)))))
         cases.append(_decide("q[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)", hyp + [row_ok, d_ok],
                              _inside((offb, offh, row, dz), q.shape)))
         cases.append(_decide("out[b, h, i, dv] inside (lanes i < N_Q, dv < HEAD_DIM_V)", hyp + [row_ok, dv_ok,
@@ -858,13 +853,12 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                              _inside((offb, offkvh, jz, dvz), v.shape)))
         # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
         dtz = z(A.offs_dt)
-        dt_ok = z3.And(z(ints["HEAD_DIM"]) <= dtz, z(masks[A.dt_ok]))
         main_z = z(sp.sympify(ints["HEAD_DIM"]))
+        dt_ok = ok_at[A.dt_ok](dtz, main_z)
+        qk_cover, v_cover = _columns_admitted(c, main_z, ok_at[A.d_ok], ok_at[A.dt_ok], ok_at[A.dv_ok])
         cases.append(_decide("every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c), every c < D_v "
                              "of v/out by dv_ok", hyp + [0 <= c],
-                             z3.And(z3.Implies(c < z(D), z3.Or(z3.And(c < main_z, z3.substitute(d_ok, (dz, c))),
-                                                               z3.And(main_z <= c, z3.substitute(dt_ok, (dtz, c))))),
-                                    z3.Implies(c < z(v.shape[3]), z3.substitute(dv_ok, (dvz, c))))))
+                             z3.And(z3.Implies(c < z(D), qk_cover), z3.Implies(c < z(v.shape[3]), v_cover))))
         cases.append(_decide("q[b, h, i, dt] inside (lanes i < N_Q, dt < HEAD_DIM + HEAD_DIM_TAIL = D)",
                              hyp + [row_ok, dt_ok], _inside((offb, offh, row, dtz), q.shape)))
         cases.append(_decide("k[b, off_kvh, j, dt] inside (lanes j < N_K, dt < HEAD_DIM + HEAD_DIM_TAIL = D)",
@@ -897,9 +891,8 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
     z = _Z3A()
     # its printed store mask row_ok & n_ok (the forward's terms) at the sizes the launch passes
     ksizes = {A.N_Q: kints.get("N_Q", keep.shape[2]), A.N_K_: kints.get("N_K", keep.shape[3])}
-    (row_term,), (n_term,) = groups["row_ok"], groups["n_ok"]
-    keep_lanes = [z3.substitute(z(row_term.expr.xreplace(ksizes)), (z(A.offs_m), row)), 0 <= z(j),
-                  z(n_term.expr.xreplace(ksizes))]
+    ok_at = _lanes_ok(z, groups, ("row_ok", "n_ok"), ksizes)
+    keep_lanes = [ok_at[A.row_ok](row), ok_at[A.n_ok](z(j), 0)]
     cases.append(_decide("_dropout_keep: keep[b, h, i, j] inside (lanes row_ok & n_ok), the grid covers every row",
                          hyp + keep_lanes,
                          z3.And(_inside((offb, offh, row, z(j)), keep.shape),
@@ -958,6 +951,43 @@ def _tile_width_cases(widths=None) -> tuple[tuple[str, sp.Basic], ...]:
                   first.get(name, sp.Integer(0))) for name in facts)
 
 
+#: the lane each printed mask guards, by the mask's name (the kernels' loads and stores: row_ok on the rows offs_m,
+#: d_ok / dv_ok / dt_ok on the columns offs_d / offs_dv / offs_dt, key_ok and n_ok on the keys offs_n); a mask's term
+#: reading another lane is then a free symbol the proofs cannot discharge
+_MASK_LANE = {A.row_ok: A.offs_m, A.d_ok: A.offs_d, A.dv_ok: A.offs_dv, A.dt_ok: A.offs_dt, P.key_ok: A.offs_n,
+              A.n_ok: A.offs_n, A.t_ok: A.offs_t, A.ro_ok: A.offs_d, A.pos_ok: A.offs_pos, A.ij_ok: (n.i, n.j),
+              A.entry_ok: A.offs_e}
+
+
+def _lane_ok(z, term, sizes):
+    """A printed lane mask (an ``_ok`` term of spec.addresses) at the launch's ``sizes``, as the z3 Bool it gives one
+    lane: ``ok(x)`` is the mask with its lane (``_MASK_LANE``) ``= x``; ``ok(x, lo)`` adds the lane's lower bound
+    ``lo <= x`` (``tl.arange``'s lanes start at 0, the tail's ``offs_dt = HEAD_DIM + arange`` at ``HEAD_DIM``). A mask
+    of a 2-D tile's elements (``ij_ok``: lanes ``(i, j)``) takes a tuple, ``ok((x, y), lo)``."""
+    lanes = _MASK_LANE[term.symbol]
+    mask, lanes = z(term.expr.xreplace(sizes)), [z(x) for x in (lanes if isinstance(lanes, tuple) else (lanes,))]
+
+    def ok(x, lo=None):
+        xs = x if isinstance(x, tuple) else (x,)
+        at = z3.substitute(mask, *zip(lanes, xs))
+        return at if lo is None else z3.And(*[lo <= v for v in xs], at)
+    return ok
+
+
+def _lanes_ok(z, groups, names, sizes):
+    """The printed lane masks of ``groups[name]`` for each of ``names``, by symbol (``row_ok``, ``d_ok``, ...): each
+    ``_lane_ok`` at ``sizes``."""
+    return {t.symbol: _lane_ok(z, t, sizes) for name in names for t in groups[name]}
+
+
+def _columns_admitted(c, main, d_ok, dt_ok, dv_ok):
+    """No column missed: ``(q/k's column c is admitted, v/out's column c is admitted)`` as z3 Bools, from the
+    ``_lane_ok`` masks of the head dims' lanes — q/k's column ``c`` by ``d_ok`` at ``d = c`` when ``c < HEAD_DIM``
+    (``main``), else by the tail's ``dt_ok`` at ``dt = c``; v/out's by ``dv_ok`` at ``dv = c`` (each lane with its
+    lower bound: 0, the tail's ``HEAD_DIM``)."""
+    return z3.Or(z3.And(c < main, d_ok(c, 0)), z3.And(main <= c, dt_ok(c, main))), dv_ok(c, 0)
+
+
 def _inside(idx, shape):
     z = _Z3A()
     return z3.And(*[z3.And(0 <= x, x < (z(sp.sympify(s)) if not isinstance(s, z3.ArithRef) else s))
@@ -1001,7 +1031,9 @@ BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL = (sp.Symbol(s, integer=True, positive=True) f
        "(rows i < N_Q or keys j < N_K, columns d < HEAD_DIM, dv < D_v, tail columns < HEAD_DIM + HEAD_DIM_TAIL = D), "
        "and every descriptor asks for zero fill (padding 'zero'), so under the hardware hypothesis tma_out_of_bounds "
        "TMA's per-dimension clipping (zero-filled loads, skipped stores) is the pointer path's masked load "
-       "(other=0) and store; and every coordinate lies inside its dimension (b < B, h < H, a tile's first row < N, "
+       "(other=0) and store; in a masked key tile the padding select tl.where(key_ok[:, None], x, 0.0) on K, V and "
+       "K's tail keeps the lanes the printed key_ok admits (forward_addresses' FWD_KEY_OK), so a lane loaded and kept "
+       "is exactly one the pointer path's masked load admits, a key j < key_len the reference reads; and every coordinate lies inside its dimension (b < B, h < H, a tile's first row < N, "
        "the tail's first column HEAD_DIM < D), so its int32 cast is exact; the box widths are the runtime's: the tile widths the runtime launches with (spec.launch.tile_widths, for every D, D_v in 1..head_dim_max, fp8 products or not) reach those columns: BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= D_v, each a power of two >= 16, its split HEAD_DIM + HEAD_DIM_TAIL = D with a tail only when HEAD_DIM = BLOCK_D",
        r"\mathrm{box}(b, h, i_0, d_0)[r, c] = X[b, h, i_0 + r, d_0 + c],\quad "
        r"\mathrm{inside} \iff \mathrm{mask}",
@@ -1017,7 +1049,8 @@ BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL = (sp.Symbol(s, integer=True, positive=True) f
              "interpreter's emulation by tests/test_tma.py, on the hardware only on an sm_90 GPU; the int32 casts exact "
              "for dimensions below 2^31 (launch.tma_layout_problem refuses larger ones)",
        hypotheses=("tma_out_of_bounds",))
-def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launch=None, widths=None):
+def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launch=None, widths=None,
+                        key_ok=A.FWD_KEY_OK):
     operands = L.forward_tma_operands if operands is None else operands
     descriptor = L.tma_descriptor if descriptor is None else descriptor
     launch = L.forward_launch if launch is None else launch
@@ -1087,6 +1120,14 @@ def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launc
         side = hyp + lanes + ([tail > 0] if is_tail else [])
         cases.append(_decide(f"{param}: a lane's element is inside the tensor exactly when the pointer path's mask "
                              "lets it through (TMA's clipping = the masked load/store)", side, inside == mask(idx)))
+        if row_k in index:  # a key tile: in a masked tile the padding select keeps the printed key_ok's lanes, at the
+            # tile's keys offs_n = start_n + r (key_len >= 0: key_lengths[b] or N_K)
+            (keep,) = key_ok
+            kept = _lane_ok(z, keep, {A.N_K_: ints["N_K"]})(idx[2])
+            cases.append(_decide(f"{param}: in a masked tile a lane TMA loads and the padding select keeps (key_ok) "
+                                 "is exactly one the pointer path's masked load admits, a key j < key_len the "
+                                 "reference reads", side + [z(n.key_len) >= 0],
+                                 z3.And(inside, kept) == z3.And(mask(idx), idx[2] < z(n.key_len))))
         origin = [z3.substitute(z(sp.sympify(x)), *program) for x in coords]
         cases.append(_decide(f"{param}: every coordinate of the box lies inside its dimension (int32 exact)", side,
                              z3.And(*[z3.And(0 <= x, x < s_) for x, s_ in zip(origin, shape)])))
@@ -1148,8 +1189,7 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
         if masks is not None:
             col, (cname, csize) = lanes[0][0], {d: ("d", "D"), c: ("c", "N")}[lanes[0][0]]
             sizes = {A.R_ROWS: ints["R"], A.D_COLS: ints.get("D", 0), A.N_COLS: ints.get("N", 0)}
-            row_ok = lambda x: z3.substitute(z(masks[0].expr.xreplace(sizes)), (z(r), x))  # noqa: E731
-            col_ok = lambda x: z3.substitute(z(masks[1].expr.xreplace(sizes)), (z(col), x))  # noqa: E731
+            row_ok, col_ok = (_lane_ok(z, m, sizes) for m in masks)
             width = z(sp.sympify(lanes[0][1]))  # o's (x's) columns
             lane_hyp = [row_ok(row), 0 <= z(col), col_ok(z(col))] + lane_hyp[2:]
             v = z3.Int("lane_value")
@@ -1201,6 +1241,19 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
 # ----------------------------------------------------------------------------------
 # The KV-cache append.
 # ----------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
+def _append_tile_width_case():
+    """The append's columns are lanes of ``tl.arange(0, BLOCK_D)``, ``BLOCK_D = spec.launch.block_d(D)`` as its
+    launcher passes it: at least ``D`` for every head dim the contract accepts, so ``d_ok`` (d < HEAD_DIM = D) is
+    the only bound on the columns. The residual names the first head dim that breaks it."""
+    from spec.assumptions import limit
+
+    top = limit("head_dim_max")
+    short = next((D for D in range(1, top + 1) if L.block_d(D) < D), None)
+    return (f"the tile's columns arange(BLOCK_D) reach every d < D: spec.launch.block_d(D) >= D for D in 1..{top}",
+            sp.Integer(0) if short is None else sp.Symbol(f"D={short}: BLOCK_D={L.block_d(short)}"))
+
+
 @claim(A.CLAIM_APPEND,
        "the KV-cache append's addresses: for all shapes and non-negative strides of x (B, N_new, H, D), the "
        "destination (a contiguous cache (B_cache, N_cache, H, D), a paged cache (num_pages, PAGE_SIZE, H, D) or a "
@@ -1214,11 +1267,16 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
        "cache index the reference appends at, against the printed offs_j (APPEND_KEY, cache_seqlens[b] as loaded); "
        "and x, the "
        "destination, cache_seqlens, cache_batch_idx and block_table are read or written inside their shapes for "
-       "every program of the grid and every lane t < N_new, d < D (given cache_seqlens[b] + N_new <= the "
-       "capacity, page ids in [0, num_pages), cache_batch_idx entries in [0, B_cache), B_cache = B without it); "
-       "the printed rotary lane mask ro_lane (APPEND_RO_LANE, at ROTARY_HALF = R as append_launch passes it) "
-       "admits exactly the lanes d < rotary_dim = 2R of d < D, the lanes spec.rotary.ROTATE rotates; "
-       "for every rotary lane (t < N_new, d < D, ro_lane) of "
+       "every program of the grid and every lane its load's or store's mask admits (given cache_seqlens[b] + "
+       "N_new <= the capacity, page ids in [0, num_pages), cache_batch_idx entries in [0, B_cache), B_cache = B "
+       "without it): the masks are the printed t_ok, d_ok (APPEND_T_OK, APPEND_D_OK: t < N_NEW, d < HEAD_DIM at the "
+       "N_NEW and HEAD_DIM append_launch passes), x and the destination read and written for lanes t_ok & d_ok "
+       "(row_mask), block_table for lanes t_ok; t_ok and d_ok admit exactly the rows t < N_new and the columns "
+       "d < D the reference writes (the grid reaches every t < N_new, the tile's arange(BLOCK_D), BLOCK_D = "
+       "spec.launch.block_d(D), every d < D for every accepted D); "
+       "the printed rotary lane mask ro_ok (APPEND_RO_LANE, at ROTARY_HALF = R as append_launch passes it) "
+       "admits exactly the lanes d < rotary_dim = 2R of the tile, the lanes spec.rotary.ROTATE rotates; "
+       "for every rotary lane (t_ok & ro_ok, the partner's and the tables' mask) of "
        "either layout (spec.rotary's printed lane terms) the partner x[b, t, head, pair] is inside x (given "
        "rotary_dim = 2R <= D, rotary_cos's contract rule) and, for either PER_TOKEN, the tables cos, sin are read "
        "at [pos, freq] inside (seqlen_ro, R) for every lane whose row passes the printed mask pos_ok "
@@ -1234,6 +1292,7 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
 def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
     launch = L.append_launch if launch is None else launch
     ((row_ok_term,),) = (groups["row_ok"],)
+    (t_ok_term,), (d_ok_term,) = groups["t_ok"], groups["d_ok"]
     block_t = sp.Symbol("BLOCK_T", integer=True, positive=True)
     x = A.symbolic("x", ("B", "N_new", "H", "D"))
     B, N_new, H, D = x.shape
@@ -1254,6 +1313,7 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
     order = (*A.GRID_APPEND, *groups["lookups"], *groups["key"], *P.PAGE_GATHER,
              *(t for name, g in groups.items() if name not in ("lookups", "key") for t in g))
     cases.append(_widths_case(APPEND_WIDTHS, order, {A.page.name: 64, A.off_bc.name: 64}))
+    cases.append(_append_tile_width_case())
     for kind, dst in dsts.items():
         grid, ints = launch(x, dst, cs, bt if kind == "paged" else cs, bi, cos, sin, block_t)
         launched = {sym: sp.sympify(ints[name]) for name, sym in A.AP_.items() if name in ints}
@@ -1282,8 +1342,17 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
         hyp = dims + grid_hyp + [0 <= lane, lane < z(block_t)]
         b0, h0, pid2 = prog[A.off_b], prog[A.off_head], z(terms.program_id(0))
         tz = pid2 * z(block_t) + lane
-        lanes = [tz < z(N_new), 0 <= z(d), z(d) < z(D)]
-        cases.append(_decide(f"{kind}: x[b, t, head, d] inside (lanes t < N_new, d < D)", hyp + lanes,
+        # the printed masks t_ok, d_ok (APPEND_T_OK, APPEND_D_OK) at the N_NEW and HEAD_DIM append_launch passes, on
+        # the lanes tl.arange makes (t = pid·BLOCK_T + lane, d >= 0): the lanes' hypotheses, row_mask = t_ok & d_ok
+        bounds = {A.N_NEW_: sp.sympify(ints["N_NEW"]), A.HEAD_DIM_: sp.sympify(ints["HEAD_DIM"])}
+        t_ok, d_ok = (_lane_ok(z, term, bounds) for term in (t_ok_term, d_ok_term))
+        lanes = [t_ok(tz), 0 <= z(d), d_ok(z(d))]
+        c = z3.Int("lane_value")
+        cases.append(_decide(f"{kind}: t_ok admits exactly the new tokens t < N_new (every row the reference "
+                             "writes)", dims + [0 <= c], t_ok(c) == (c < z(N_new))))
+        cases.append(_decide(f"{kind}: d_ok admits exactly the columns d < D (every column the reference "
+                             "writes)", dims + [0 <= c], d_ok(c) == (c < z(D))))
+        cases.append(_decide(f"{kind}: x[b, t, head, d] inside (lanes t_ok & d_ok)", hyp + lanes,
                              _inside((b0, tz, h0, z(d)), x.shape)))
         cases.append(_decide(f"{kind}: cache_seqlens[b] inside", hyp, _inside((b0,), (B,))))
         cases.append(_decide(f"{kind}: the grid covers every (b, head, t)", dims,
@@ -1302,17 +1371,19 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
         # the table column of either layout (spec.rotary's printed terms), the row of either PER_TOKEN
         (pos_term,) = RO.ROTARY_POSITION
         half = sp.sympify(ints["ROTARY_HALF"])
-        # the printed lane mask ro_lane (APPEND_RO_LANE) at that ROTARY_HALF: exactly the lanes d < rotary_dim =
-        # 2·R (R the tables' columns) and exactly the lanes spec.rotary.ROTATE rotates (the others are kept)
+        pos_ok = _lane_ok(z, row_ok_term, {A.seqlen_ro: sp.sympify(ints["SEQLEN_RO"])})
+        # the printed lane mask ro_ok (APPEND_RO_LANE) at that ROTARY_HALF: exactly the lanes d < rotary_dim =
+        # 2·R (R the tables' columns) and exactly the lanes spec.rotary.ROTATE rotates (the others are kept), on
+        # every lane of the tile (d >= 0: the partner's and the tables' masks t_ok & ro_ok carry no d_ok)
         (lane_term,) = groups["ro_lane"]
-        lane_ok = lane_term.expr.xreplace({RO.rotary_half: half})
-        lane_z = z3.BoolVal(bool(lane_ok)) if lane_ok in (sp.true, sp.false) else z(lane_ok)
+        lane_z = _lane_ok(z, lane_term, {RO.rotary_half: half})(z(d))
         (rotate_term,) = RO.ROTATE
         rotated = rotate_term.expr.args[0][1].xreplace({RO.rotary_half: half})
-        cases.append(_decide(f"{kind}: the rotary lanes ro_lane are d < rotary_dim = 2·R, the lanes ROTATE rotates",
-                             hyp + [0 <= z(d), z(d) < z(D)],
+        cases.append(_decide(f"{kind}: the rotary lanes ro_ok are d < rotary_dim = 2·R, the lanes ROTATE rotates",
+                             hyp + [0 <= z(d)],
                              z3.And(lane_z == (z(d) < 2 * z(cos.shape[1])), lane_z == z(rotated))))
-        ro_lanes = hyp + [tz < z(N_new), 0 <= z(d), z(d) < z(D), lane_z, 2 * z(cos.shape[1]) <= z(D)]
+        # the partner's and the tables' lanes: ro_mask = t_ok & ro_ok (rotary_dim = 2R <= D: rotary_cos's rule)
+        ro_lanes = hyp + [t_ok(tz), 0 <= z(d), lane_z, 2 * z(cos.shape[1]) <= z(D)]
         for layout, index_terms in (("GPT-J", RO.INTERLEAVED), ("GPT-NeoX", RO.HALVES)):
             env = {s_: e.xreplace({RO.rotary_half: half}) for s_, e in terms.chain(index_terms).items()}
             freq, pair = z(env[RO.ro_freq]), z(env[RO.ro_pair])
@@ -1320,12 +1391,10 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
                                  "<= D, rotary_cos's rule)", ro_lanes, _inside((b0, tz, h0, pair), x.shape)))
             for per in (0, 1):
                 pos = pos_term.expr.xreplace({RO.seqlen: start_value, RO.per_token: per})
-                ok = row_ok_term.expr.xreplace({A.offs_pos: pos, A.seqlen_ro: sp.sympify(ints["SEQLEN_RO"])})
                 pz = z3.substitute(z(pos), (z(t), tz))
-                ok_z = z3.BoolVal(bool(ok)) if ok in (sp.true, sp.false) else z3.substitute(z(ok), (z(t), tz))
                 cases.append(_decide(f"{kind}: {layout}: cos/sin[pos, freq] inside (PER_TOKEN = {per}; rotary lanes "
                                      "whose row passes pos_ok; cache_seqlens[b] >= 0)",
-                                     ro_lanes + [0 <= start, ok_z],
+                                     ro_lanes + [0 <= start, pos_ok(pz)],
                                      z3.And(_inside((pz, freq), cos.shape), _inside((pz, freq), sin.shape))))
         if kind == "paged":
             chain = {s_: e.xreplace(launched) for s_, e in terms.chain(P.PAGE_GATHER).items()}
@@ -1342,10 +1411,10 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
             PSz, MPz, NPz, pz = z(dst.shape[1]), z(bt.shape[1]), z(dst.shape[0]), z3.Int("page_value")
             cap = [0 <= start, start + z(N_new) <= MPz * PSz, PSz >= 1, MPz >= 1, NPz >= 1,
                    0 <= pz, pz < NPz]
-            cases.append(_decide("paged: block_table[b, j // PS] and cache[page, j % PS, head, d] inside "
-                                 "(lanes t < N_new, d < D)", hyp + lanes + cap,
-                                 z3.And(_inside((b0, jz / PSz), bt.shape),
-                                        _inside((pz, jz % PSz, h0, z(d)), (NPz, PSz, z(H), z(D))))))
+            cases.append(_decide("paged: block_table[b, j // PS] inside (lanes t_ok: the load's mask)",
+                                 hyp + [t_ok(tz)] + cap, _inside((b0, jz / PSz), bt.shape)))
+            cases.append(_decide("paged: cache[page, j % PS, head, d] inside (lanes t_ok & d_ok)", hyp + lanes + cap,
+                                 _inside((pz, jz % PSz, h0, z(d)), (NPz, PSz, z(H), z(D)))))
         elif kind == "cache":
             same("cache_batch_idx offset is cache_batch_idx[b]", at(lookups[A.abi_off]), bi, (A.off_b,))
             got = at(dst_term, {A.dst_base: _lanes(dst_rows.expr)}).xreplace({j: j_printed})
@@ -1355,14 +1424,14 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
             cap = [0 <= start, start + z(N_new) <= Ncz]
             for what, row_hyp in (("b (B_cache = B)", [offbc == b0, Bcz == z(B)]),
                                   ("cache_batch_idx[b] in [0, B_cache)", [0 <= offbc, offbc < Bcz])):
-                cases.append(_decide(f"cache: cache[off_bc, j, head, d] inside, off_bc = {what} (lanes t < N_new, "
-                                     "d < D)", hyp + lanes + cap + row_hyp,
+                cases.append(_decide(f"cache: cache[off_bc, j, head, d] inside, off_bc = {what} (lanes t_ok & "
+                                     "d_ok)", hyp + lanes + cap + row_hyp,
                                      z3.And(_inside((offbc, jz, h0, z(d)), (Bcz, Ncz, z(H), z(D))),
                                             _inside((b0,), (B,)))))
         else:
             got = at(dst_term, {A.dst_base: _lanes(dst_rows.expr)})
             same("out offset is out[b, t, head, d]", got, dst, (A.off_b, t, A.off_head, d))
-            cases.append(_decide("tensor: out[b, t, head, d] inside (lanes t < N_new, d < D)", hyp + lanes,
+            cases.append(_decide("tensor: out[b, t, head, d] inside (lanes t_ok & d_ok)", hyp + lanes,
                                  _inside((b0, tz, h0, z(d)), dst.shape)))
     return result(A.CLAIM_APPEND, cases, "offsets by SymPy (canonical zero), extents by z3")
 
@@ -1434,9 +1503,8 @@ def prove_backward_addresses(groups=A.BACKWARD_GROUPS, launch=None, row_tensors=
         # the printed masks row_ok, d_ok (spec.addresses.BWD_PRE_*_OK) at preprocess_launch's N_Q and HEAD_DIM, on the
         # lanes tl.arange makes (d >= 0): every column of out and grad_out, no more
         sizes = {A.N_Q: ints["N_Q"], A.HEAD_DIM_: ints["HEAD_DIM"]}
-        (row_term,), (d_term,) = groups["row_ok"], groups["d_ok"]
-        row_ok = lambda x: z3.substitute(z(row_term.expr.xreplace(sizes)), (z(A.offs_m), x))  # noqa: E731
-        d_ok = lambda x: z3.substitute(z(d_term.expr.xreplace(sizes)), (z(d), x))  # noqa: E731
+        ok_at = _lanes_ok(z, groups, ("row_ok", "d_ok"), sizes)
+        row_ok, d_ok = ok_at[A.row_ok], ok_at[A.d_ok]
         lanes = [row_ok(iz), 0 <= z(d), d_ok(z(d))]
         c = z3.Int("lane_value")
         cases.append(_decide(f"{tag}: row_ok admits exactly the rows i < N_Q, d_ok exactly the columns d < D", dims + [0 <= c],
@@ -1501,7 +1569,8 @@ def _backward_tensors():
        "HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; a full tile's rows and keys are inside by claim mask_tiles_sound; "
        "in _attn_bwd_dkdv, _attn_bwd_dq, _attn_bwd_dq_stage and _attn_bwd_rows these are the printed masks spec.addresses.BWD_*_OK, which "
        "admit exactly the rows i < N_Q, keys j < N_K (key_ok: and j < key_len, the padding keys never read) and those "
-       "columns), "
+       "columns, in _attn_bwd_mask the printed ij_ok (BWD_MASK_OK: row_ok's and n_ok's comparisons at the tile's i, j), "
+       "which admits exactly the mask's elements i < N_Q, j < N_K), "
        "the tile widths the runtime launches with (spec.launch.tile_widths, for every D, D_v in 1..head_dim_max, fp8 products or not) reach those columns: BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= D_v, each a power of two >= 16, its split HEAD_DIM + HEAD_DIM_TAIL = D with a tail only when HEAD_DIM = BLOCK_D, "
        "every visited tile start i0 < N_Q, j0 < N_K; the grids cover every key tile (dK/dV) and row tile (dQ) of "
        "every (b, head); the in-head products the kernels compute in int32 are exactly row·stride_row + "
@@ -1509,7 +1578,9 @@ def _backward_tensors():
        "the packed batch is claim varlen_addresses'. A user "
        "score_mod's parameter gradient (dQ): for any launch grid (G0, G1, G2), program (pid_m, h, b)'s entry e "
        "(sg_base, sg_off) is score_grad[(b·G1 + h)·G0 + pid_m, e] of the buffer spec.launch.score_grad_launch makes "
-       "from that grid (both launchers pass it the grid they launch), inside it for e < len(SF), and no two "
+       "from that grid (both launchers pass it the grid they launch), inside it for every lane e of "
+       "_score_param_scatter's chunks the printed entry_ok = offs_e <= hi admits (BWD_SCORE_GRAD_OK), every entry "
+       "lo <= e <= hi the tile read admitted (lo, hi: its smallest and largest), and no two "
        "programs share a row (the deterministic fixed-order sum needs no atomics)",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
        terms=tuple(t.name for g in A.BACKWARD_KERNEL_GROUPS.values() for t in g),
@@ -1521,7 +1592,9 @@ def _backward_tensors():
              "in q's, k's, v's shapes); every other product of a stride int64 (Δ/lse2's offs_m and the block map's "
              "tile indices widened by tl.cast(·, tl.int64); the width case reads the printed lines with Triton's "
              "typing); dense launches (the packed form: claim varlen_addresses); the score_mod gradient row: any grid, "
-             "the entries e the score_mod reads assumed in [0, len(SF)) (the user's indices), sg_base int64 (off_b, "
+             "the entries e the score_mod reads assumed in [0, len(SF)) (the user's indices), the scatter's chunk loop "
+             "(template text) as it reads: starts floor(lo / CHUNK)·CHUNK + k·CHUNK <= hi, lanes start + l, l < CHUNK; "
+             "sg_base int64 (off_b, "
              "off_h: the width case) and below the buffer's element count (the extent case), which torch holds in "
              "int64")
 def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch=None, dq_launch=None,
@@ -1656,30 +1729,27 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
         sizes = {sym: sp.sympify(ints[name]) for sym, name in ((A.N_Q, "N_Q"), (A.N_K_, "N_K"), (A.HEAD_DIM_, "HEAD_DIM"),
                                                               (A.HEAD_DIM_V_, "HEAD_DIM_V"),
                                                               (A.HEAD_DIM_TAIL_, "HEAD_DIM_TAIL"))}
-
-        def printed(group, k, lane_sym, x):
-            return z3.substitute(z(groups[group][k].expr.xreplace(sizes)), (z(lane_sym), x))
-        row_ok = z3.And(0 <= iz, printed("row_ok", 0, i, iz))
-        key_ok = z3.And(0 <= jz, printed("n_ok", 0, j, jz))  # the stores' keys; key_ok's loads: a subset (below)
+        ok_at = _lanes_ok(z, groups, ("row_ok", "columns_ok", "tail_ok", "key_ok", "n_ok"), sizes)
+        row_ok = ok_at[A.row_ok](iz, 0)
+        key_ok = ok_at[A.n_ok](jz, 0)  # the stores' keys; key_ok's loads: a subset (below)
         # the lanes' column bounds: the launch's head dims (spec.launch.head_dims), any split point in [1, D]
         hyp, cover = _head_dim_lanes(ints, D, Dv, z, hyp)
         cases.append((f"{kernel}: {cover[0]}", cover[1]))
         main_z, tail_z = z(sp.sympify(ints["HEAD_DIM"])), z(sp.sympify(ints["HEAD_DIM_TAIL"]))
-        d_ok = z3.And(0 <= z(d), printed("columns_ok", 0, d, z(d)))
-        dv_ok = z3.And(0 <= z(dv_), printed("columns_ok", 1, dv_, z(dv_)))
+        d_ok, dv_ok = ok_at[A.d_ok](z(d), 0), ok_at[A.dv_ok](z(dv_), 0)
         v_z, kl, c = z(sp.sympify(ints["HEAD_DIM_V"])), z(n.key_len), z3.Int("lane_value")
         cases.append(_decide(
             f"{kernel}: row_ok, n_ok, key_ok, d_ok, dv_ok, dt_ok admit exactly the rows i < N_Q, keys j < N_K (key_ok: "
             "and j < key_len), columns d < HEAD_DIM, dv < HEAD_DIM_V, dt < HEAD_DIM + HEAD_DIM_TAIL",
-            hyp + [0 <= c], z3.And(printed("row_ok", 0, i, c) == (c < Nqz), printed("n_ok", 0, j, c) == (c < Nkz),
-                                   printed("key_ok", 0, j, c) == z3.And(c < Nkz, c < kl),
-                                   printed("columns_ok", 0, d, c) == (c < main_z), printed("columns_ok", 1, dv_, c) == (c < v_z),
-                                   printed("tail_ok", 0, A.offs_dt, c) == (c < main_z + tail_z))))
+            hyp + [0 <= c], z3.And(ok_at[A.row_ok](c) == (c < Nqz), ok_at[A.n_ok](c) == (c < Nkz),
+                                   ok_at[P.key_ok](c) == z3.And(c < Nkz, c < kl),
+                                   ok_at[A.d_ok](c) == (c < main_z), ok_at[A.dv_ok](c) == (c < v_z),
+                                   ok_at[A.dt_ok](c) == (c < main_z + tail_z))))
         head_side = ("dk, dv" if kernel == "dkdv" else "")
         cases.append(_decide(f"{kernel}: k{', ' + head_side if head_side else ''}[b, kvh, j, d] inside (lanes j < N_K, "
                              "d < HEAD_DIM)", hyp + [key_ok, d_ok], _inside((offb, offkvh, jz, z(d)), k.shape)))
         # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
-        dt_ok = z3.And(main_z <= z(A.offs_dt), printed("tail_ok", 0, A.offs_dt, z(A.offs_dt)))
+        dt_ok = ok_at[A.dt_ok](z(A.offs_dt), main_z)
         cases.append(_decide(f"{kernel}: k{', dk' if kernel == 'dkdv' else ''}[b, kvh, j, dt] inside (lanes j < N_K, "
                              "dt < HEAD_DIM + HEAD_DIM_TAIL = D)", hyp + [key_ok, dt_ok],
                              _inside((offb, offkvh, jz, z(A.offs_dt)), k.shape)))
@@ -1692,9 +1762,15 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
                              "d < HEAD_DIM)", hyp + [row_ok, d_ok], _inside((offb, offh, iz, z(d)), q.shape)))
         cases.append(_decide(f"{kernel}: grad_out[b, h, i, dv] inside (lanes i < N_Q, dv < HEAD_DIM_V)",
                              hyp + [row_ok, dv_ok], _inside((offb, offh, iz, z(dv_)), do.shape)))
-        cases.append(_decide(f"{kernel}: delta, lse2[b, h, i] and mask[b, h, i, j] inside (lanes i < N_Q, j < N_K)",
-                             hyp + [row_ok, key_ok], z3.And(_inside((offb, offh, iz), t["delta"].shape),
-                                                            _inside((offb, offh, iz, jz), t["mask"].shape))))
+        cases.append(_decide(f"{kernel}: delta, lse2[b, h, i] inside (lanes i < N_Q)",
+                             hyp + [row_ok], _inside((offb, offh, iz), t["delta"].shape)))
+        # _attn_bwd_mask's dense tile: the printed ij_ok at the caller's rows i and keys j (both layouts)
+        ij_ok = _lanes_ok(z, groups, ("mask_ok",), sizes)[A.ij_ok]
+        cases.append(_decide(f"{kernel}: mask[b, h, i, j] inside (lanes ij_ok: i < N_Q, j < N_K)",
+                             hyp + [ij_ok((iz, jz), 0)], _inside((offb, offh, iz, jz), t["mask"].shape)))
+        c2 = z3.Int("lane_value_2")
+        cases.append(_decide(f"{kernel}: ij_ok admits exactly the mask's elements i < N_Q, j < N_K (every element the "
+                             "reference reads)", hyp + [0 <= c, 0 <= c2], ij_ok((c, c2)) == z3.And(c < Nqz, c2 < Nkz)))
         cases.append(_decide(f"{kernel}: block_map[b, h, i0 // MAP_BLOCK_M, j0 // MAP_BLOCK_N] inside (a visited "
                              "tile starts at i0 < N_Q, j0 < N_K)", hyp + tile_hyp + [tile_n < Nkz, tile_m < Nqz],
                              _inside((offb, offh, tile_m / mbm, tile_n / mbn), t["block_map"].shape)))
@@ -1741,8 +1817,24 @@ def _score_grad_cases(g, score_grad_launch) -> list:
     row1 = z3.substitute(z(printed_row), (z(A.pid_m), p1), (z(A.off_h), h1), (z(A.off_b), b1))
     hyp = [g0 >= 1, g1 >= 1, g2 >= 1, P_ >= 1] + [z3.And(0 <= x, x < gx) for x, gx in (
         (p0, g0), (h0, g1), (b0, g2), (p1, g0), (h1, g1), (b1, g2))]
-    cases.append(_decide("dq: score_grad[row, e] inside (programs of the grid, entries e < len(SF))",
-                         hyp + [0 <= e, e < P_], _inside((row0, e), buf.shape)))
+    # _score_param_scatter's lanes: the tile read entries lo..hi, inside [0, len(SF)) (the user's indices); its chunk
+    # loop starts at floor(lo / CHUNK)·CHUNK + k·CHUNK <= hi (range's stop hi + 1), lane e = start + l, l < CHUNK;
+    # the load and store move the entries the printed entry_ok admits
+    lo, chunk, k, l = z3.Ints("lo CHUNK k l")
+    hi = z(A.sg_hi)
+    entry_ok = _lane_ok(z, g[A.entry_ok], {})(e)
+    tile = [0 <= lo, lo <= hi, hi < P_, chunk >= 1]
+    start = (lo / chunk) * chunk + k * chunk
+    cases.append(_decide("dq: score_grad[row, e] inside (programs of the grid, chunk lanes e entry_ok admits)",
+                         hyp + tile + [k >= 0, start <= hi, 0 <= l, l < chunk, e == start + l, entry_ok],
+                         _inside((row0, e), buf.shape)))
+    # every entry lo <= e <= hi the tile read is a lane of a visited chunk (k = e // CHUNK − lo // CHUNK,
+    # l = e % CHUNK) that entry_ok admits
+    k_e, l_e = e / chunk - lo / chunk, e % chunk
+    cases.append(_decide("dq: every entry lo <= e <= hi the tile read is a chunk lane entry_ok admits",
+                         tile + [lo <= e, e <= hi],
+                         z3.And(k_e >= 0, (lo / chunk) * chunk + k_e * chunk <= hi, 0 <= l_e, l_e < chunk,
+                                (lo / chunk) * chunk + k_e * chunk + l_e == e, entry_ok)))
     cases.append(_decide("dq: two programs of the grid never share a score_grad row (no atomics needed)",
                          hyp + [z3.Or(p0 != p1, h0 != h1, b0 != b1)], row0 != row1))
     return cases

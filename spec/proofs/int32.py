@@ -24,7 +24,7 @@ from spec import assumptions as A
 from spec import masks
 from spec.printer import print_term  # the printer the generator uses: the claims read what it prints
 from spec.registry import claim
-from spec.proofs.tools import ZERO, nonnegative, result
+from spec.proofs.tools import ZERO, nonnegative, result, z3_solver
 from spec.proofs.z3_int32 import BITS, Int32Line, bv, counterexample
 
 NAMES = ("N_Q", "N_K", "shift", "window_left", "window_right", "key_len", "start_m", "start_n",
@@ -71,7 +71,7 @@ def _overflow(facts, conditions):
         return ZERO
     if model == "unknown":
         return sp.Symbol("z3: unknown")
-    s = z3.Solver()
+    s = z3_solver()  # the model's values fixed: which operation overflows there
     s.add(*facts, *[z3.BitVec(k, 32) == bv(val) for k, val in model.items() if isinstance(val, int)])
     broken = next((op for op, c in conditions if s.check(z3.Not(c)) == z3.sat), "?")
     shown = {k: val for k, val in model.items() if k in NAMES or k in RANGE_NAMES}

@@ -18,7 +18,7 @@ from spec import notation as n
 from spec import paged as P
 from spec import terms
 from spec.registry import claim
-from spec.proofs.tools import result
+from spec.proofs.tools import decide, result
 
 
 class _Z3:
@@ -58,20 +58,6 @@ class _Z3:
         raise TypeError(f"no z3 rule for {type(e).__name__}: {e}")
 
 
-def _decide(name: str, hypotheses, statement) -> tuple[str, sp.Basic]:
-    """(name, 0) when z3 proves ``hypotheses => statement`` for all integers; else the
-    counterexample (or 'unknown') as the residual."""
-    solver = z3.Solver()
-    solver.set("timeout", 20000)
-    solver.add(*hypotheses, z3.Not(statement))
-    verdict = solver.check()
-    if verdict == z3.unsat:
-        return name, sp.Integer(0)
-    if verdict == z3.sat:
-        return name, sp.Symbol(f"counterexample: {solver.model()}")
-    return name, sp.Symbol(f"z3 {verdict}: {solver.reason_unknown()}")
-
-
 def _split_of(z: _Z3, split_range, key_in_split, s, j):
     """The z3 terms ``(split_lo, split_hi, load mask)`` of split ``s`` and key ``j`` (SymPy
     symbols), from the printed terms."""
@@ -98,8 +84,8 @@ def _reads_cases(z, split_range, key_in_split, hypotheses, chunk_of, prefix=""):
     (s1, t1, r1, j1), read1 = reads(1)
     (s2, t2, r2, j2), read2 = reads(2)
     cases = [
-        _decide(prefix + "no key outside [key_lo, key_len) is read", hypotheses + read1, z3.And(K0 <= j1, j1 < L)),
-        _decide(prefix + "a key is read by one (split, tile, lane) only", hypotheses + read1 + read2 + [j1 == j2],
+        decide(prefix + "no key outside [key_lo, key_len) is read", hypotheses + read1, z3.And(K0 <= j1, j1 < L)),
+        decide(prefix + "a key is read by one (split, tile, lane) only", hypotheses + read1 + read2 + [j1 == j2],
                 z3.And(s1 == s2, t1 == t2, r1 == r2)),
     ]
     # every valid key is read: the witness split (j - key_lo) // chunk, and its tile and lane (t >= 0:
@@ -110,7 +96,7 @@ def _reads_cases(z, split_range, key_in_split, hypotheses, chunk_of, prefix=""):
     t_w = (j - lo_w) / Bc
     r_w = j - lo_w - t_w * Bc
     sw = z(s_w)
-    cases.append(_decide(prefix + "every key key_lo <= j < key_len is read (split (j - key_lo) // chunk)",
+    cases.append(decide(prefix + "every key key_lo <= j < key_len is read (split (j - key_lo) // chunk)",
                          hypotheses + [K0 <= j, j < L, sw == (j - K0) / chunk_w],
                          z3.And(0 <= sw, sw < S, t_w >= 0, lo_w + t_w * Bc < hi_w, 0 <= r_w, r_w < Bc, mask_w)))
     return cases
@@ -148,9 +134,9 @@ def prove_paged_kv_reads(split_range=P.SPLIT_RANGE, key_ok=P.KEY_OK, page_gather
     pidx, sl = z(env[P.page_idx]), z(env[P.slot])
     valid = base + [0 <= j, j < L]
     cases += [
-        _decide("0 <= slot < page_size", valid, z3.And(0 <= sl, sl < PS)),
-        _decide("j = page_idx·page_size + slot (the gather is one to one)", valid, j == pidx * PS + sl),
-        _decide("page_idx < cdiv(key_len, page_size) (block_table read inside the sequence's pages)",
+        decide("0 <= slot < page_size", valid, z3.And(0 <= sl, sl < PS)),
+        decide("j = page_idx·page_size + slot (the gather is one to one)", valid, j == pidx * PS + sl),
+        decide("page_idx < cdiv(key_len, page_size) (block_table read inside the sequence's pages)",
                 valid, z3.And(0 <= pidx, pidx < (L + PS - 1) / PS)),
     ]
     return result(P.CLAIM, cases, "z3 over unbounded integers")
@@ -206,13 +192,13 @@ def prove_batch_invariant_splits(split_range_fixed=P.SPLIT_RANGE_FIXED, merge=te
                       sp.Integer(0) if not extra else sp.Tuple(*sorted(extra, key=str))))
     z = _Z3()
     L, K0, SK, s = (z(x) for x in (n.key_len, P.key_lo, P.split_keys, P.split))
-    cases.append(_decide("a split past the row's keys is empty (split_lo >= split_hi)",
+    cases.append(decide("a split past the row's keys is empty (split_lo >= split_hi)",
                          [K0 >= 0, SK >= 1, s >= 0, s * SK >= L - K0],
                          z(env[P.split_lo]) >= z(env[P.split_hi])))
     # the launch's splits (num_splits of the runtime's function, for a cache of `capacity` keys) reach every key
     # of every row: the last split's end key_lo + num_splits·split_keys is past key_len <= capacity
     capacity = sp.Symbol("capacity", integer=True, positive=True)
-    cases.append(_decide("the launch's num_splits fixed splits cover every key: key_lo + num_splits·split_keys >= "
+    cases.append(decide("the launch's num_splits fixed splits cover every key: key_lo + num_splits·split_keys >= "
                          "key_len for key_len <= capacity", [K0 >= 0, SK >= 1, L >= 0, L <= z(capacity)],
                          K0 + z(num_splits(capacity, P.split_keys)) * SK >= L))
     o_x, lse_x = sp.symbols("o_x lse_x", real=True)  # a split's partial: lse finite

@@ -15,9 +15,8 @@ from spec import launch as L
 from spec import notation as n
 from spec import rewrites
 from spec.proofs.addresses import _Z3A
-from spec.proofs.paged import _decide
 from spec.masks import ALIGNMENT_SHIFT
-from spec.proofs.tools import difference, nonnegative, result
+from spec.proofs.tools import decide, difference, nonnegative, result
 from spec.registry import claim
 
 D = 3  # head_dim of the symbolic q and k (the identity is per component: any D behaves alike)
@@ -91,6 +90,6 @@ def prove_window_clamp(bound=rewrites.window_side_bound, sites=None):
         for alignment, shift in (("top_left", 0), ("bottom_right", nk - nq)):
             rel = j - (i + shift)
             kept = z3.And(-zl <= rel, rel <= zr)
-            cases.append(_decide(f"{name} call site, {alignment}: the clamped window keeps the same keys", hyp,
+            cases.append(decide(f"{name} call site, {alignment}: the clamped window keeps the same keys", hyp,
                                  kept == z3.And(-l2 <= rel, rel <= r2)))
     return result("window_clamp", cases, "slack variables, sign decided by SymPy; call sites by z3")

@@ -22,7 +22,7 @@ from spec import masks as M
 from spec import notation as n
 from spec import recurrences as R
 from spec import ring as RG
-from spec.proofs.tools import equal_cases, result, state_cases
+from spec.proofs.tools import decide, equal_cases, result, state_cases
 from spec.registry import claim
 
 
@@ -78,22 +78,6 @@ def to_z3(e, env: dict):
     raise TypeError(f"no z3 form for {type(e).__name__}: {e}")
 
 
-def _z3_case(name: str, hypotheses, goal, timeout_ms: int = 30000):
-    """``(name, 0)`` when z3 proves ``hypotheses => goal`` for all integers, else ``(name,
-    residual)``: the counterexample (or z3's 'unknown') as a SymPy symbol naming it. Each case is
-    checked in a z3 context of its own, so its verdict does not depend on which terms the process
-    built before (z3's search order follows its term table)."""
-    ctx = z3.Context()
-    solver = z3.Solver(ctx=ctx)
-    solver.set("timeout", timeout_ms)
-    solver.add(*[h.translate(ctx) for h in hypotheses], z3.Not(goal.translate(ctx)))
-    verdict = solver.check()
-    if verdict == z3.unsat:
-        return name, sp.Integer(0)
-    why = str(solver.model()) if verdict == z3.sat else f"z3 {verdict}"
-    return name, sp.Symbol(f"counterexample: {why}")
-
-
 Z3_P, Z3_R, Z3_SRC, Z3_T, Z3_U, Z3_G, Z3_C, Z3_A, Z3_B = z3.Ints("P r src t u g C a b")
 
 
@@ -130,14 +114,14 @@ def prove_ring_layout_partition(layouts=None):
         total = lay.slots * Z3_P
         slot_ok = _slot_range(lay, Z3_T)
         cases += [
-            _z3_case(f"{name}: chunk(r, t) in [0, P·T)", _world() + [slot_ok], z3.And(0 <= g_of, g_of < total)),
-            _z3_case(f"{name}: owner(g) holds g", [Z3_P >= 1, 0 <= Z3_G, Z3_G < total],
+            decide(f"{name}: chunk(r, t) in [0, P·T)", _world() + [slot_ok], z3.And(0 <= g_of, g_of < total)),
+            decide(f"{name}: owner(g) holds g", [Z3_P >= 1, 0 <= Z3_G, Z3_G < total],
                      z3.And(0 <= owner, owner < Z3_P, 0 <= owner_slot, owner_slot < lay.slots,
                             _chunk(lay, owner, owner_slot) == Z3_G)),
-            _z3_case(f"{name}: owner(chunk(r, t)) = (r, t)", _world() + [slot_ok],
+            decide(f"{name}: owner(chunk(r, t)) = (r, t)", _world() + [slot_ok],
                      z3.And(z3.substitute(owner, (Z3_G, g_of)) == Z3_R,
                             z3.substitute(owner_slot, (Z3_G, g_of)) == Z3_T)),
-            _z3_case(f"{name}: slots in increasing order", _world() + [0 <= Z3_T, Z3_T + 1 < lay.slots],
+            decide(f"{name}: slots in increasing order", _world() + [0 <= Z3_T, Z3_T + 1 < lay.slots],
                      g_of < _chunk(lay, Z3_R, Z3_T + 1)),
         ]
     return result("ring_layout_partition", cases, "z3 over symbolic P, r, t, g")
@@ -200,7 +184,7 @@ def _slice_cases(name, lay, step_slices, classes):
         attended = attended or (lambda gq, gk: _attends(gq, gk, Z3_A, Z3_B))  # the global causal mask
         (r0, r1), (c0, c1) = step_slices(plan, Z3_C)
         r0, r1, c0, c1 = (z3.IntVal(v) if isinstance(v, int) else v for v in (r0, r1, c0, c1))
-        cases.append(_z3_case(f"{name}, {label}: slices inside the shard [0, T·C)", world + hyp,
+        cases.append(decide(f"{name}, {label}: slices inside the shard [0, T·C)", world + hyp,
                               z3.And(0 <= r0, r0 <= r1, r1 <= local, 0 <= c0, c0 <= c1, c1 <= local)))
         exact, pairs = [], []
         for x in range(lay.slots):
@@ -212,13 +196,13 @@ def _slice_cases(name, lay, step_slices, classes):
                 call = _causal(RG.CALL_ALIGNMENT, i - r0, j - c0, r1 - r0, c1 - c0) if plan.causal else z3.BoolVal(True)
                 computed = z3.And(r0 <= i, i < r1, c0 <= j, j < c1, call)
                 pairs.append(computed == attended(_chunk(lay, Z3_R, z3.IntVal(x)), _chunk(lay, Z3_SRC, z3.IntVal(y))))
-        cases.append(_z3_case(f"{name}, {label}: the slices hold exactly the plan's slots", world + hyp + offsets,
+        cases.append(decide(f"{name}, {label}: the slices hold exactly the plan's slots", world + hyp + offsets,
                               z3.And(*exact)))
-        cases.append(_z3_case(f"{name}, {label}: the call computes exactly the attended pairs", world + hyp + offsets,
+        cases.append(decide(f"{name}, {label}: the call computes exactly the attended pairs", world + hyp + offsets,
                               z3.And(*pairs)))
     # a slot's positions x·C + a are its own: a slice takes each position of the shard once
     a2 = z3.Int("a2")
-    cases += [_z3_case(f"{name}: slots {x} and {x2} hold disjoint positions", world + offsets + [0 <= a2, a2 < Z3_C],
+    cases += [decide(f"{name}: slots {x} and {x2} hold disjoint positions", world + offsets + [0 <= a2, a2 < Z3_C],
                        x * Z3_C + Z3_A != x2 * Z3_C + a2)
               for x in range(lay.slots) for x2 in range(lay.slots) if x < x2]
     return cases
@@ -259,7 +243,7 @@ def prove_ring_causal_blocks(layouts=None, conditions=None, step_pair=None, step
     # the positions: gq·C + a attends gk·C + b under the global causal mask (N_Q = N_K = N: either
     # alignment) iff the chunks do, at chunk granularity (C symbolic)
     n_total = z3.Int("N")
-    cases = [_z3_case("positions: attended at chunk granularity", [Z3_C >= 1] + offsets,
+    cases = [decide("positions: attended at chunk granularity", [Z3_C >= 1] + offsets,
                       _causal("top_left", Z3_GQ * Z3_C + Z3_A, Z3_GK * Z3_C + Z3_B, n_total, n_total)
                       == _attends(Z3_GQ, Z3_GK, Z3_A, Z3_B))]
     for name, lay in layouts.items():
@@ -269,9 +253,9 @@ def prove_ring_causal_blocks(layouts=None, conditions=None, step_pair=None, step
         visited, full = _chunk_classes(lay, conditions, step_pair)
         chunks = [0 <= Z3_GQ, Z3_GQ < n_chunks, 0 <= Z3_GK, Z3_GK < n_chunks]
         cases += [
-            _z3_case(f"{name}: visits key chunk g_k iff g_k <= g_q", world + chunks,
+            decide(f"{name}: visits key chunk g_k iff g_k <= g_q", world + chunks,
                      visited == _visits(Z3_GQ, Z3_GK)),
-            _z3_case(f"{name}: runs key chunk g_k unmasked iff g_k < g_q", world + chunks,
+            decide(f"{name}: runs key chunk g_k unmasked iff g_k < g_q", world + chunks,
                      full == _runs_full(Z3_GQ, Z3_GK)),
         ]
         # 2. the layout's chunks (linear in P, r, src): which pairs the classes cover
@@ -280,13 +264,13 @@ def prove_ring_causal_blocks(layouts=None, conditions=None, step_pair=None, step
         in_sequence = z3.And(0 <= gq, gq < n_chunks, 0 <= gk, gk < n_chunks)  # where step 1 holds
         v, f, att = _visits(gq, gk), _runs_full(gq, gk), _attends(gq, gk, Z3_A, Z3_B)
         cases += [
-            _z3_case(f"{name}: never skips an attended pair", world + inside, z3.And(in_sequence, z3.Implies(att, v))),
-            _z3_case(f"{name}: full pairs are fully attended", world + inside, z3.Implies(f, att)),
-            _z3_case(f"{name}: partial pairs are diagonal", world + inside, z3.Implies(z3.And(v, z3.Not(f)), gq == gk)),
+            decide(f"{name}: never skips an attended pair", world + inside, z3.And(in_sequence, z3.Implies(att, v))),
+            decide(f"{name}: full pairs are fully attended", world + inside, z3.Implies(f, att)),
+            decide(f"{name}: partial pairs are diagonal", world + inside, z3.Implies(z3.And(v, z3.Not(f)), gq == gk)),
         ]
         # the own shard (src = r): the top-left causal mask on the shard's local positions
         # (slot·C + offset) is the global one (the local one at chunk granularity: the positions case)
-        cases.append(_z3_case(f"{name}: own shard: local causal mask = global", world + inside + [Z3_SRC == Z3_R],
+        cases.append(decide(f"{name}: own shard: local causal mask = global", world + inside + [Z3_SRC == Z3_R],
                               att == _attends(Z3_T, Z3_U, Z3_A, Z3_B)))
         # another rank's shard: the step's class matrix (concrete slots) matches a one-call plan
         classes = {}
@@ -296,7 +280,7 @@ def prove_ring_causal_blocks(layouts=None, conditions=None, step_pair=None, step
                 v, f = _visits(cq, ck), _runs_full(cq, ck)
                 classes[x, y] = {RG.EMPTY: z3.Not(v), RG.FULL: z3.And(v, f), RG.PARTIAL: z3.And(v, z3.Not(f))}
         plans = [z3.And(*[classes[xy][plan.expected(*xy)] for xy in classes]) for plan in RG.step_plans(lay.slots)]
-        cases.append(_z3_case(f"{name}: another shard's step matches a one-call plan", world + [Z3_SRC != Z3_R],
+        cases.append(decide(f"{name}: another shard's step matches a one-call plan", world + [Z3_SRC != Z3_R],
                               z3.Or(*plans)))
         # 3. the slices the runtime takes (spec.ring.step_slices) for each plan a step can take
         cases += _slice_cases(name, lay, step_slices, classes)
@@ -319,11 +303,11 @@ def prove_ring_schedule(source_rank=None, previous_rank=None, next_rank=None):
     world = [Z3_P >= 1, 0 <= Z3_R, Z3_R < Z3_P]
     prev = previous_rank(Z3_R, Z3_P)
     cases = [
-        _z3_case("step 0: a rank holds its own shard", world, source_rank(Z3_R, 0, Z3_P) == Z3_R),
-        _z3_case("previous_rank(r) is a rank", world, z3.And(0 <= prev, prev < Z3_P)),
-        _z3_case("step s + 1: the shard the previous rank held at step s", world + [s >= 0, s + 1 < Z3_P],
+        decide("step 0: a rank holds its own shard", world, source_rank(Z3_R, 0, Z3_P) == Z3_R),
+        decide("previous_rank(r) is a rank", world, z3.And(0 <= prev, prev < Z3_P)),
+        decide("step s + 1: the shard the previous rank held at step s", world + [s >= 0, s + 1 < Z3_P],
                  source_rank(Z3_R, s + 1, Z3_P) == source_rank(prev, s, Z3_P)),
-        _z3_case("a send to next_rank meets that rank's receive from previous_rank", world,
+        decide("a send to next_rank meets that rank's receive from previous_rank", world,
                  previous_rank(next_rank(Z3_R, Z3_P), Z3_P) == Z3_R),
     ]
     return result("ring_schedule", cases, "z3 over symbolic P, r, s")

@@ -34,8 +34,8 @@ import z3
 from spec import addresses as A
 from spec import rotary as R
 from spec import terms
-from spec.proofs.paged import _Z3, _decide
-from spec.proofs.tools import difference, result
+from spec.proofs.paged import _Z3
+from spec.proofs.tools import decide, difference, result
 from spec.registry import claim
 
 
@@ -93,16 +93,16 @@ def prove_rotary_rotation(interleaved=R.INTERLEAVED, halves=R.HALVES, rotate=R.R
         for lane_name, lane_e, partner, sign in (("first", a, b, -1), ("second", b, a, 1)):
             freq, pair, sgn = (e.xreplace(sub_half) for e in _lane(index_terms, lane_e))
             rotated = cond.xreplace({R.d: lane_e, **sub_half})
-            cases.append(_decide(f"{name}: the {lane_name} lane of pair f reads column f, partner, sign {sign:+d}",
+            cases.append(decide(f"{name}: the {lane_name} lane of pair f reads column f, partner, sign {sign:+d}",
                                  pair_ok, z3.And(z(freq) == zf, z(pair) == z(partner), z(sgn) == sign,
                                                  z(rotated) if rotated not in (sp.true, sp.false)
                                                  else z3.BoolVal(bool(rotated)))))
         freq, pair, _ = (e.xreplace(sub_half) for e in _lane(index_terms, lane))
-        cases.append(_decide(f"{name}: a rotated lane reads a column < half and a partner < rotary_dim",
+        cases.append(decide(f"{name}: a rotated lane reads a column < half and a partner < rotary_dim",
                              [zH >= 1, zd >= 0, zd < 2 * zH],
                              z3.And(0 <= z(freq), z(freq) < zH, 0 <= z(pair), z(pair) < 2 * zH)))
         kept = cond.xreplace({R.d: lane, **sub_half})
-        cases.append(_decide(f"{name}: lanes >= rotary_dim are kept", [zH >= 1, zd >= 2 * zH],
+        cases.append(decide(f"{name}: lanes >= rotary_dim are kept", [zH >= 1, zd >= 2 * zH],
                              z3.Not(z(kept)) if kept not in (sp.true, sp.false) else z3.BoolVal(kept == sp.false)))
     if not (isinstance(rot_term.expr, sp.Piecewise) and rot_term.expr.args[-1] == (R.x, True)):
         cases.append(("lanes >= rotary_dim keep x", rot_term.expr))
@@ -168,7 +168,7 @@ def _launch_line(host, position, rotate, row_ok):
     ((ok_term,),) = (row_ok,)
     kept = ok_term.expr.xreplace({A.offs_pos: key_row, A.seqlen_ro: seqlen_ro})
     contract = [0 <= z(cs), z(cs) + z(n_new) <= z(cap), z(seqlen_ro) >= z(cap), 0 <= z(t), z(t) < z(n_new)]
-    cases.append(_decide("a new key's row lies in [0, seqlen_ro) and APPEND_ROW_OK keeps it (cache_seqlens[b] "
+    cases.append(decide("a new key's row lies in [0, seqlen_ro) and APPEND_ROW_OK keeps it (cache_seqlens[b] "
                          "<= capacity − N_new, seqlen_ro >= capacity)", contract,
                          z3.And(0 <= z(key_row), z(key_row) < z(seqlen_ro),
                                 z(kept) if kept not in (sp.true, sp.false) else z3.BoolVal(bool(kept)))))

@@ -21,10 +21,8 @@ from spec import masks
 from spec import notation as n
 from spec import recurrences as R
 from spec import error_bound, terms
-from functools import partial
 
-from spec.proofs import tools
-from spec.proofs.tools import ZERO, equal_cases, natural_exp, finite_state, interpret, nonnegative, result, run_terms, scalar
+from spec.proofs.tools import ZERO, equal_cases, natural_exp, finite_state, interpret, nonnegative, result, run_terms, scalar, z3_verdict
 from spec.proofs.kernel import forward_env, kernel_tile, masked_scores
 from spec.proofs.ring import to_z3
 from spec.proofs.softmax import fold_merge
@@ -182,10 +180,6 @@ def _rational_bounds(softcap_terms):
     ab = z3.If(y >= 0, y, -y)
     return [("rational branch: where it is taken, −1 <= −|y| <= t <= |y| <= 1",
              z3_verdict([where], z3.And(t <= ab, -t <= ab, t <= 1, t >= -1)))]
-
-
-#: ``spec.proofs.tools.z3_verdict`` with 30 s per case (the softcap's nonlinear cases)
-z3_verdict = partial(tools.z3_verdict, timeout_ms=30000)
 
 
 def _biased_exponents(forward_tile, alibi_terms, alibi_scalar, mod_tile_scale):

@@ -95,16 +95,84 @@ def nonnegative(expr: sp.Basic) -> sp.Basic:
     return expr
 
 
-def z3_verdict(facts, goal, timeout_ms: int = 20000) -> sp.Basic:
-    """``ZERO`` when z3 proves ``facts => goal`` (``facts ∧ ¬goal`` unsat), else a symbol naming its answer
-    (with the model where it found one): a case's residual. The claims' one implication check."""
+# ----------------------------------------------------------------------------------
+# z3: the claims' one solver set-up
+# ----------------------------------------------------------------------------------
+#: z3's deterministic resource limit per query (``rlimit``: z3 counts its own steps, so a verdict never depends
+#: on the machine's load or speed; a wall-clock timeout made a case that proves in 0.1 s return ``unknown``
+#: on a loaded machine). Measured with z3-solver 5.4.1 (re-measure on an upgrade), the "rlimit count" each
+#: query spends in ``z3_check``: the largest query of ``python -m spec`` (4 runs of 520 queries, and
+#: ``prove_launch_grid`` alone under 20 hash seeds) takes 5,704,559, ``launch_grid``'s CUDA-limits case (0.1 M
+#: to 5.7 M with PYTHONHASHSEED: SymPy's term order reaches z3); the next, int32_index_arithmetic's, 1,286,736
+#: on every run. The mutant tests' (``tests/test_mutants.py -k "decode or paged or ring or int32"``, 1,463
+#: queries) largest proved query: 572,063. The limit is 26× the largest; a goal too hard for it fails after
+#: about a minute on a loaded machine.
+Z3_RLIMIT = 150_000_000
+#: a wall-clock backstop only, far above any query of the spec (the slowest takes a few seconds on a loaded
+#: machine): z3 checks the resource limit between its steps, and one long step (a huge term's simplification,
+#: a bignum) is not cut by it; so a pathological goal still ends. A verdict within the limit never meets it.
+Z3_BACKSTOP_MS = 600_000
+
+
+def z3_solver(ctx=None):
+    """A z3 solver (in ``ctx``, z3's main context if None) with the claims' limits: ``Z3_RLIMIT``
+    (deterministic) and the wall-clock backstop."""
     import z3
 
-    solver = z3.Solver()
-    solver.set("timeout", timeout_ms)
-    solver.add(*facts, z3.Not(goal))
-    answer = solver.check()
-    return ZERO if answer == z3.unsat else sp.Symbol(f"z3 {answer}: {solver.model() if answer == z3.sat else ''}")
+    solver = z3.Solver(ctx=ctx)
+    solver.set("rlimit", Z3_RLIMIT)
+    solver.set("timeout", Z3_BACKSTOP_MS)
+    return solver
+
+
+def z3_check(hypotheses, statement):
+    """z3's answer to ``hypotheses => statement`` for all values of its variables: ``(z3.unsat, None)`` when it
+    holds (``hypotheses ∧ ¬statement`` is unsat), ``(z3.sat, model)`` with a counterexample, ``(z3.unknown,
+    reason)`` when z3 gives up (the resource limit named when it was reached). The claims' one z3 query.
+
+    Each query runs in a z3 context of its own, so its search (and the resources it spends) does not depend on
+    which terms the process built before (z3's search order follows its term table): a case takes the same
+    path in ``python -m spec`` as in a test that runs its claim alone. Measured: in the main context the mutant
+    tests' queries spent 62.8 M in all (the largest 16.6 M), in contexts of their own 21.9 M (the largest 0.6 M).
+    """
+    import z3
+
+    ctx = z3.Context()
+    solver = z3_solver(ctx)
+    solver.add(*[h.translate(ctx) for h in hypotheses], z3.Not(statement.translate(ctx)))
+    before = _rlimit_count(solver)
+    verdict = solver.check()
+    if verdict == z3.unsat:
+        return verdict, None
+    if verdict == z3.sat:
+        return verdict, solver.model()
+    reason, spent = solver.reason_unknown(), _rlimit_count(solver) - before
+    if spent >= Z3_RLIMIT > 0:
+        reason = f"{reason}: resource limit reached ({spent} >= Z3_RLIMIT = {Z3_RLIMIT})"
+    return verdict, reason
+
+
+def _rlimit_count(solver) -> int:
+    """The resources z3 has spent in ``solver``'s context so far (its statistic "rlimit count")."""
+    stats = solver.statistics()
+    return int(stats.get_key_value("rlimit count")) if "rlimit count" in stats.keys() else 0
+
+
+def z3_verdict(facts, goal) -> sp.Basic:
+    """``ZERO`` when z3 proves ``facts => goal``, else a symbol naming its answer: the counterexample (z3's
+    model) or why it gave up. A case's residual."""
+    import z3
+
+    verdict, why = z3_check(facts, goal)
+    if verdict == z3.unsat:
+        return ZERO
+    return sp.Symbol(f"counterexample: {why}" if verdict == z3.sat else f"z3 {verdict}: {why}")
+
+
+def decide(name: str, hypotheses, statement) -> tuple[str, sp.Basic]:
+    """The case ``(name, residual)`` of ``hypotheses => statement`` (z3, for all values): ``(name, 0)`` when
+    proved, else ``z3_verdict``'s counterexample or reason."""
+    return name, z3_verdict(hypotheses, statement)
 
 
 def result(claim_id: str, cases: Iterable[tuple[str, sp.Basic]], how: str) -> Result:

@@ -37,7 +37,7 @@ from spec import masks
 from spec import notation as n
 from spec import terms
 from spec import varlen as V
-from spec.proofs.tools import difference, nonnegative, result
+from spec.proofs.tools import decide, difference, nonnegative, result
 from spec.proofs.masks import implies
 from spec.proofs import paged as PP
 from spec.registry import claim
@@ -358,16 +358,16 @@ def _token_cases(tokens):
     cases = [
         ("packed_tokens gives one entry per packed row",
          sp.Integer(0) if all(sp.expand(x.length - total_q) == 0 for x in out) else sp.Tuple(*[x.length for x in out])),
-        PP._decide("row r lies in its segment s: 0 <= s < B, cu[s] <= r < cu[s+1]", cu_ok + row(r),
+        decide("row r lies in its segment s: 0 <= s < B, cu[s] <= r < cu[s+1]", cu_ok + row(r),
                    z3.And(0 <= z(s), z(s) < z(B), z_cu(s) <= z(r), z(r) < z_cu(s + 1))),
-        PP._decide("row r is token t = r − cu[s] of segment s, 0 <= t < n_q[s] = cu[s+1] − cu[s]", cu_ok + row(r),
+        decide("row r is token t = r − cu[s] of segment s, 0 <= t < n_q[s] = cu[s+1] − cu[s]", cu_ok + row(r),
                    z3.And(z(t) == z(r) - z_cu(s), 0 <= z(t), z(t) < z(length.at(r)),
                           z(length.at(r)) == z_cu(s + 1) - z_cu(s))),
-        PP._decide("one to one: two packed rows of one (segment, token) are one row",
+        decide("one to one: two packed rows of one (segment, token) are one row",
                    cu_ok + row(r) + row(r2) + [z(s) == z(seg.at(r2)), z(t) == z(tok.at(r2))], z(r) == z(r2)),
     ]
     r0 = cu(s0) + t0
-    cases.append(PP._decide(
+    cases.append(decide(
         "onto: token t of segment s (0 <= t < cu[s+1] − cu[s]) is packed row cu[s] + t < total_q, read as (s, t)",
         cu_ok + [0 <= z(s0), z(s0) < z(B), 0 <= z(t0), z(t0) < z_cu(s0 + 1) - z_cu(s0)] + ops.contract(z, r0),
         z3.And(0 <= z(r0), z(r0) < z(total_q), z(seg.at(r0)) == z(s0), z(tok.at(r0)) == z(t0))))
@@ -388,7 +388,7 @@ def _same_index(name, got, want, hypotheses, z):
         statement = z3.And(*[z(mod_free(a)) == z(mod_free(b)) for a, b in zip(got[1], want[1])])
     except TypeError as e:
         return name, sp.Symbol(f"element {got[0]}{list(got[1])}, not {want[0]}{list(want[1])}: {e}")
-    return PP._decide(name, hypotheses, statement)
+    return decide(name, hypotheses, statement)
 
 
 @claim(V.PAGED_CLAIM,
@@ -436,10 +436,10 @@ def prove_paged_varlen_slots(slot=None, queries=None, out_rows=None, lse_rows=No
     row2, sl2 = (sp.sympify(x) for x in slot(b2, t2, nq2, M))
     one = token(b, t, nq)
     cases = [
-        PP._decide("token (b, t) lands in row b, a slot in [0, max_seqlen_q)", one,
+        decide("token (b, t) lands in row b, a slot in [0, max_seqlen_q)", one,
                    z3.And(z(row) == z(b), 0 <= z(sl), z(sl) < z(M))),
-        PP._decide("no padding slot: slot >= max_seqlen_q − n_q[b]", one, z(sl) >= z(M) - z(nq)),
-        PP._decide("one to one: two tokens at one (row, slot) are one token",
+        decide("no padding slot: slot >= max_seqlen_q − n_q[b]", one, z(sl) >= z(M) - z(nq)),
+        decide("one to one: two tokens at one (row, slot) are one token",
                    one + token(b2, t2, nq2) + [z3.Implies(z(b) == z(b2), z(nq) == z(nq2)),
                                                z(row) == z(row2), z(sl) == z(sl2)],
                    z3.And(z(b) == z(b2), z(t) == z(t2))),
@@ -447,7 +447,7 @@ def prove_paged_varlen_slots(slot=None, queries=None, out_rows=None, lse_rows=No
     # onto the non-padding slots: slot x in [M − n_q, M) of row b is token x − (M − n_q)'s
     x = sp.Symbol("x", integer=True)
     row_x, sl_x = (sp.sympify(e) for e in slot(b, x - (M - nq), nq, M))
-    cases.append(PP._decide("onto: every non-padding slot of row b holds a token",
+    cases.append(decide("onto: every non-padding slot of row b holds a token",
                             [0 <= z(b), z(b) < z(B), z(nq) <= z(M), z(M) - z(nq) <= z(x), z(x) < z(M)],
                             z3.And(z(row_x) == z(b), z(sl_x) == z(x), 0 <= z(x) - (z(M) - z(nq)),
                                    z(x) - (z(M) - z(nq)) < z(nq))))
@@ -463,7 +463,7 @@ def prove_paged_varlen_slots(slot=None, queries=None, out_rows=None, lse_rows=No
     seg = terms.chain(V.SEGMENT)
     lengths = {V.seq_start_q: 0, V.seq_end_q: nq, V.seq_start_k: 0, V.seq_end_k: klen}
     reference_pos = t + seg[n.shift].xreplace({n.Nq: seg[n.Nq], n.Nk: seg[n.Nk]}).xreplace(lengths)
-    cases.append(PP._decide("the decode's position of the slot is the reference's k_len − n_q + t", one,
+    cases.append(decide("the decode's position of the slot is the reference's k_len − n_q + t", one,
                             z(decode_pos) == z(reference_pos)))
     # the decode launch's cache_seqlens: segment b's key count, SEGMENT's N_K at cu_seqlens_k[b], cu_seqlens_k[b+1]
     cu_k = sp.Function("cu_k")

@@ -23,6 +23,8 @@ import ast
 
 import z3
 
+from spec.proofs.tools import z3_check  # the claims' one z3 query
+
 BITS = 32
 
 
@@ -134,19 +136,14 @@ class Int32Line:
         return a / b  # z3's bit-vector `/` is signed division truncating toward zero, like Triton's
 
 
-def counterexample(facts, goal, timeout_ms: int = 20000):
-    """None when ``facts`` imply ``goal`` (z3: unsat of facts & not goal), else the model as a
+def counterexample(facts, goal):
+    """None when ``facts`` imply ``goal`` (``spec.proofs.tools.z3_check``), else the model as a
     dict of the named values (or the string "unknown" when z3 gives up)."""
-    s = z3.Solver()
-    s.set("timeout", timeout_ms)
-    s.add(*facts)
-    s.add(z3.Not(goal))
-    verdict = s.check()
+    verdict, model = z3_check(facts, goal)
     if verdict == z3.unsat:
         return None
     if verdict == z3.unknown:
         return "unknown"
-    model = s.model()
     return {str(d): (model[d].as_signed_long() if z3.is_bv_value(model[d]) else model[d])
             for d in model.decls()}
 
