@@ -54,6 +54,13 @@
    its own; a printed mask's name is assigned only by a printed line. (Rule 2 leaves these names to this rule; ``MASK_GAPS``, the functions
    it would skip, is empty since issue 24.)
 
+8. **lanes printed** (issue 24). A ``tl.arange`` (a tile's lanes) appears only in a printed line: the lane terms
+   ``offs_x = base + tl.arange(0, width)`` of ``spec.addresses`` (``*_LANES``), whose claims (``decode_addresses``,
+   ``forward_addresses``, ``backward_addresses``, ``backward_kernel_addresses``, ``rows_addresses``,
+   ``append_addresses``) read each lane's base and width from the printed term; and a lane a printed line assigns is
+   assigned by no other line (rule 2). ``LANE_GAPS`` lists the reviewed functions whose lanes are still template
+   text.
+
 The allow-list (reviewed; keep it short):
 
 * loads and stores: ``tl.load(ptr, mask=..., other=<padding value>)`` (the ``other`` literal is
@@ -62,7 +69,8 @@ The allow-list (reviewed; keep it short):
   after the load, as the TMA path does for keys past ``key_len`` with the printed ``key_ok``, claims
   ``forward_addresses`` and ``tma_addresses``): its predicate combines printed mask terms (names ending ``_ok``,
   ``&``, ``[:, None]``) as rule 7's masks do; a comparison of its own is refused;
-* casts ``x.to(dtype)``, ``tl.multiple_of``, ``tl.arange``, ``tl.program_id``, ``tl.zeros`` of a
+* casts ``x.to(dtype)``, ``tl.multiple_of`` (``x = tl.multiple_of(x, C)``: a hint, the same value), ``tl.program_id``,
+  ``tl.zeros`` of a
   name no printed line assigns (``dlse`` when the loss ignores lse), ``reshape``;
 * index and pointer math: every name matches ``INDEX_NAME`` (offsets, strides, sizes, block
   constants, pointers — capitalised names —, loop bounds, masks of booleans).
@@ -155,6 +163,11 @@ COORDINATE_GAPS = frozenset({
 #: backward_kernel_addresses), the merges and softmax (claim rows_addresses) print their masks; a gap added here
 #: is listed on docs/verification.md ("what remains outside the proofs")
 MASK_GAPS: frozenset = frozenset()
+#: jit functions whose lanes (``tl.arange``) are still template text, not printed lane terms (rule 8 skips them): the
+#: reviewed gaps, each listed on docs/verification.md ("what remains outside the proofs")
+LANE_GAPS = frozenset({
+    "_score_param_scatter",  # a user score_mod's gradient chunk offs_e = start_e + tl.arange(0, CHUNK)
+})
 #: a printed mask term's name ends so (spec.addresses.MASK_SUFFIX)
 MASK_SUFFIX = "_ok"
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
@@ -162,7 +175,7 @@ ADDRESS_CLAIMS = ("decode_addresses", "varlen_addresses", "forward_addresses", "
                   "backward_addresses", "backward_kernel_addresses", "tma_addresses")
 #: calls that do not compute on values (everything else — tl.exp2, tl.dot, tl.where, tl.math.*, ... —
 #: is arithmetic unless every name it touches is index math); the reviewed allow-list
-ALLOWED_CALLS = {"arange", "program_id", "multiple_of", "zeros", "trans", "reshape", "to", "range", "store"}
+ALLOWED_CALLS = {"program_id", "multiple_of", "zeros", "trans", "reshape", "to", "range", "store"}
 #: Triton's random draws: only a printed line may make one (rule 3)
 RANDOM_CALLS = {"rand", "randint", "randn", "rand4x", "randint4x", "randn4x", "philox", "philox_impl"}
 #: calls that bring values in from memory (their result may be assigned to a term's name)
@@ -428,6 +441,11 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
             where = f"{fn.name}:{stmt.lineno}"
             if text in printed or (fn.name, text) in EXCEPTIONS:
                 continue
+            lanes = [c for c in ast.walk(stmt) if isinstance(c, ast.Call) and _call_name(c) == "arange"]
+            if lanes and fn.name not in LANE_GAPS:
+                problems.append(f"{where}: lane `{ast.unparse(lanes[0])}` is not a printed lane term (spec.addresses."
+                                "*_LANES: offs_x = base + tl.arange(0, width), whose address claim reads base and width)")
+                continue
             draws = [c for c in ast.walk(stmt) if isinstance(c, ast.Call) and _call_name(c) in RANDOM_CALLS]
             if draws:
                 problems.append(f"{where}: random draw `{ast.unparse(draws[0])}` is not the printed keep term "
@@ -531,6 +549,8 @@ def _allowed_state_source(value, names, helpers) -> bool:
     """A load (optionally cast), a cast of the same name, or a call to a jit helper of this file."""
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "to":
         value = value.func.value
+    if isinstance(value, ast.Call) and _call_name(value) == "multiple_of" and value.args:
+        value = value.args[0]  # x = tl.multiple_of(x, C): a hint, the same value
     if isinstance(value, ast.Name):
         return value.id in names  # x = x.to(DOT_DTYPE)
     if isinstance(value, ast.Compare):  # `mask_tile = tl.load(...) != 0`: a load of bits

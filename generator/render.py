@@ -58,6 +58,11 @@ def _lines(terms, rename=None) -> list[str]:
     return [print_term(t, rename) for t in terms]
 
 
+def _lane_lines(lanes) -> dict[str, list[str]]:
+    """A kernel family's printed lanes (``spec.addresses.*_LANES``: ``offs_x = base + tl.arange(0, width)``), by name."""
+    return {name: _lines(group) for name, group in lanes.items()}
+
+
 def _inits(terms, shapes: dict[str, str]) -> list[str]:
     """The initial-state terms (``spec.structure``) as fp32 tiles of the given shapes."""
     return [print_init(t, shapes[t.name]) for t in terms if t.name in shapes]
@@ -215,6 +220,8 @@ def forward_context(variant: Variant) -> dict:
         "addresses": {name: _lines(group) for name, group in AD.FORWARD_GROUPS.items()},
         # the TMA path's boxes (claim tma_addresses)
         "addresses_tma": {name: _lines(group) for name, group in AD.TMA_BOXES.items()},
+        # the lanes those offsets are evaluated on, and the query tile's first row (claim forward_addresses)
+        "lanes": _lane_lines(AD.FORWARD_LANES),
     }
 
 
@@ -236,6 +243,8 @@ def softmax_context(variant: Variant) -> dict:
         # every load and store offset (claim rows_addresses)
         "addresses": {"softmax": _lines(AD.SOFTMAX_OFFSETS), "row_ok": _lines(AD.MERGE_ROW_OK),
                       "n_ok": _lines(AD.SOFTMAX_N_OK)},
+        # the lanes they are evaluated on (claim rows_addresses)
+        "lanes": _lane_lines(AD.ROWS_LANES),
     }
 
 
@@ -273,6 +282,9 @@ def backward_context(variant: Variant) -> dict:
         "addresses_bwd": {name: _lines(group) for name, group in AD.BACKWARD_GROUPS.items()},
         # the dK/dV and dQ kernels' offsets (claim backward_kernel_addresses)
         "addresses_bwd_k": {name: _lines(group) for name, group in AD.BACKWARD_KERNEL_GROUPS.items()},
+        # their lanes and tile starts (claims backward_addresses, backward_kernel_addresses)
+        "lanes_bwd": _lane_lines(AD.BACKWARD_LANES),
+        "lanes_bwd_k": _lane_lines(AD.BACKWARD_KERNEL_LANES),
         "segment_pointers_dkdv": _lines(AD.SEGMENT_POINTERS["dkdv"]),
         "segment_pointers_dq": _lines(AD.SEGMENT_POINTERS["dq"]),
         "row_stages": _stages(S.ROW_STAGES),
@@ -347,6 +359,8 @@ def merge_context(variant: Variant) -> dict:
         # every load and store offset (claim rows_addresses)
         "addresses": {name: _lines(AD.ROWS_GROUPS[name]) for name in ("merge", "merge_out", "merge_split",
                                                                     "merge_sink", "merge_row_ok", "merge_d_ok")},
+        # the lanes they are evaluated on (claim rows_addresses)
+        "lanes": _lane_lines(AD.ROWS_LANES),
     }
 
 
@@ -395,6 +409,9 @@ def decode_context(variant: Variant) -> dict:
         "user_score_index": {"i": "tok[:, None]", "j": "offs_n[None, :]", "h": "head_safe[:, None]"},
         # the append kernel's offsets (claim append_addresses)
         "append": {name: _lines(group) for name, group in AD.APPEND_GROUPS.items()},
+        # the lanes the offsets are evaluated on (claims decode_addresses, append_addresses)
+        "lanes": _lane_lines(AD.DECODE_LANES),
+        "lanes_append": _lane_lines(AD.APPEND_LANES),
     }
 
 

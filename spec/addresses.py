@@ -16,6 +16,9 @@ append, the backward preprocess and the backward dK/dV and dQ kernels (a user sc
 included). What is not yet a printed term ``generator.hygiene`` lists as reviewed gaps (``POINTER_GAPS``: a
 user score_mod's parameter reads, inside its printed terms), and so does ``docs/verification.md``.
 
+The lanes every offset and mask is evaluated on are printed terms too (``*_LANES``: ``offs_x = base +
+arange(width)``, ``tl.arange(0, width)``, and the tile starts they read), which the claims read rather than assume.
+
 ``Strided`` implements the few tensor methods the launch functions use (``shape``, ``stride()``,
 ``view``, ``transpose``, ``contiguous``), so ``spec.launch`` runs unchanged on a torch tensor (the
 runtime) and on a ``Strided`` (the claim).
@@ -774,3 +777,72 @@ GRID_APPEND = (
 )
 GRID_GROUPS = {"tile": GRID_TILE, "head": GRID_HEAD, "kv_head": GRID_KV_HEAD, "decode": GRID_DECODE,
                "append": GRID_APPEND}
+
+
+# ----------------------------------------------------------------------------------
+# The lanes (issue 24): the index vectors every printed offset and mask above is evaluated on, printed too —
+# ``offs_x = base + arange(width)`` (``tl.arange(0, width)``: lane l at index base + l), and the simple tile starts
+# they read (``start_m = pid_m * BLOCK_M``). Each address claim reads its kernels' lane terms (``base``, ``width``:
+# spec.proofs.addresses._lane) instead of assuming them: a lane ``HEAD_DIM - 1 + arange(BLOCK_DT)`` or a row tile
+# ``start_m + arange(BLOCK_N)`` fails it. Template text still: the key loops' ``for start_n in range(lo, hi,
+# BLOCK_N)`` (the loop's first tile and step; lo, hi are printed terms of spec.masks / spec.paged), which the claims
+# take as ``start_n = lo + t·BLOCK_N``, and the backward's row loop ``for start_m in range(lo, hi, BLOCK_M)``.
+# ----------------------------------------------------------------------------------
+#: the head-dim tile widths (spec.launch.tile_widths: q/k's main part, its tail, v/out's) and the append's token tile
+BLOCK_D_, BLOCK_DV_, BLOCK_DT_, BLOCK_T_ = (_int(s, positive=True) for s in ("BLOCK_D", "BLOCK_DV", "BLOCK_DT",
+                                                                              "BLOCK_T"))
+
+
+def _lanes_of(claim: str, **lanes) -> dict:
+    """``{name: (Term,)}``: each lane ``symbol = expr`` (an ``(symbol, expr, note)`` triple) cited to ``claim``."""
+    return {name: (Term(sym, expr, claim, note),) for name, (sym, expr, note) in lanes.items()}
+
+
+def _head_dim_lanes(claim: str) -> dict:
+    """q/k's main part ``arange(BLOCK_D)``, v/out's ``arange(BLOCK_DV)``, a split head dim's tail ``HEAD_DIM +
+    arange(BLOCK_DT)`` (claim head_dim_split: columns [HEAD_DIM, D))."""
+    return _lanes_of(claim,
+                     d=(offs_d, T.arange(BLOCK_D_), "q/k's columns (padded; a split head dim's main part HEAD_DIM)"),
+                     dv=(offs_dv, T.arange(BLOCK_DV_), "v/out's columns (padded; BLOCK_DV = BLOCK_D unless D_v != D)"),
+                     dt=(offs_dt, HEAD_DIM_ + T.arange(BLOCK_DT_), "a split head dim's tail columns [HEAD_DIM, D)"))
+
+
+#: decode (_decode_fwd): its rows (GROUP heads x N_Q tokens, BLOCK_M a program), the head dims, a key tile
+DECODE_LANES = {
+    **_lanes_of(CLAIM_DECODE, m=(offs_m, pid_m * n.B_r + T.arange(n.B_r), "this program's rows (row tile pid_m)"),
+                n=(offs_n, start_n + T.arange(n.B_c), "a key tile's keys")),
+    **_head_dim_lanes(CLAIM_DECODE)}
+#: the dense forward (_attn_fwd, _attn_fwd_stage; _dropout_mask: its own grid, start_m from program id 0)
+FORWARD_LANES = {
+    **_lanes_of(CLAIM_FORWARD, start_m=(start_m, pid_m * n.B_r, "the query tile's first row"),
+                start_m_pid=(start_m, T.program_id(0) * n.B_r, "the query tile's first row (grid axis 0)"),
+                m=(offs_m, start_m + T.arange(n.B_r), "the query tile's rows"),
+                n=(offs_n, start_n + T.arange(n.B_c), "a key tile's keys")),
+    **_head_dim_lanes(CLAIM_FORWARD)}
+#: the backward's preprocess (_attn_bwd_preprocess)
+BACKWARD_LANES = _lanes_of(
+    CLAIM_BACKWARD, start_m=(start_m, T.program_id(0) * n.B_r, "the row tile's first row (grid axis 0)"),
+    m=(offs_m, start_m + T.arange(n.B_r), "the row tile's rows"),
+    d=(offs_d, T.arange(BLOCK_D_), "out's columns (padded)"))
+#: the dK/dV kernel (its key tile: start_n from program id 0; a row step's rows) and the dQ kernel (its row tile; a
+#: key step's keys)
+BACKWARD_KERNEL_LANES = {
+    **_lanes_of(CLAIM_BACKWARD_KERNELS,
+                start_n=(start_n, T.program_id(0) * n.B_c, "dK/dV: the key tile's first key (grid axis 0)"),
+                start_m=(start_m, T.program_id(0) * n.B_r, "dQ: the row tile's first row (grid axis 0)"),
+                m=(offs_m, start_m + T.arange(n.B_r), "a tile of query rows"),
+                n=(offs_n, start_n + T.arange(n.B_c), "a tile of keys")),
+    **_head_dim_lanes(CLAIM_BACKWARD_KERNELS)}
+#: softmax and the merges: row tile program id 0, columns of a block (one pass: the whole row) or a step
+ROWS_LANES = _lanes_of(
+    CLAIM_ROWS, m=(offs_m, T.program_id(0) * n.B_r + T.arange(n.B_r), "this program's rows (grid axis 0)"),
+    n0=(offs_n, T.arange(n.B_c), "softmax, one pass: the row's columns"),
+    n=(offs_n, start_n + T.arange(n.B_c), "softmax, two passes: a step's columns"),
+    d=(offs_d, T.arange(BLOCK_D_), "the partials' columns"))
+#: the KV append (_append_rows): a token tile (grid axis 0) and the head dim
+APPEND_LANES = _lanes_of(
+    CLAIM_APPEND, t=(offs_t, T.program_id(0) * BLOCK_T_ + T.arange(BLOCK_T_), "this program's new tokens (grid axis 0)"),
+    d=(offs_d, T.arange(BLOCK_D_), "the row's columns"))
+#: every kernel family's lanes, by the name its render context gives them
+LANES = {"decode": DECODE_LANES, "forward": FORWARD_LANES, "backward": BACKWARD_LANES,
+         "backward_kernels": BACKWARD_KERNEL_LANES, "rows": ROWS_LANES, "append": APPEND_LANES}

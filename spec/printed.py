@@ -28,6 +28,9 @@ def term_groups() -> dict[str, tuple]:
     groups.update({f"addresses.BACKWARD_KERNELS.{name}": group
                    for name, group in addresses.BACKWARD_KERNEL_GROUPS.items()})
     groups.update({f"addresses.TMA.{name}": group for name, group in addresses.TMA_BOXES.items()})
+    # the lanes those offsets are evaluated on (offs_x = base + arange(width)) and the tile starts they read
+    groups.update({f"addresses.LANES.{family}.{name}": group for family, lanes in addresses.LANES.items()
+                   for name, group in lanes.items()})
     groups["addresses.SEGMENT_LOADS"] = addresses.SEGMENT_LOADS
     groups.update({f"addresses.SEGMENT_POINTERS.{k}": group for k, group in addresses.SEGMENT_POINTERS.items()})
     # a user score_mod's gradient scatter (issue 28); its per-instance lines are checked per score_mod

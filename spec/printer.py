@@ -39,6 +39,7 @@ constants (``1/log 2``)     a float literal (``1.4426950408889634``)
                             0.0), 0), 0)``: a score_mod's gradient scatter (spec.score_mods)
 ``int32(x)`` / ``box(c..)``  ``x.to(tl.int32)`` / ``[c_0, c_1, ...]``: a TMA box's int32 coordinates
                             (spec.addresses, claim tma_addresses)
+``arange(n)``               ``tl.arange(0, n)``: a tile's lanes (spec.addresses.*_LANES, the address claims)
 ``program_id(a)``/``int64(x)``  ``tl.program_id(a)`` / ``x.to(tl.int64)`` (``tl.cast(x, tl.int64)`` but of a program id): a program's place in the launch
                             grid (spec.addresses.GRID_GROUPS, claim launch_grid)
 ``philox_uniform(s, o)``    ``tl.rand(s, o)``: Triton's Philox uniform in [0, 1) (dropout's
@@ -256,6 +257,9 @@ class TritonPrinter(PythonCodePrinter):
     def _print_program_id(self, expr):
         return f"tl.program_id({int(expr.args[0])})"
 
+    def _print_arange(self, expr):
+        return f"tl.arange(0, {self._print(expr.args[0])})"
+
     def _print_box(self, expr):
         return "[" + ", ".join(self._print(c) for c in expr.args) + "]"
 
@@ -351,6 +355,7 @@ class TorchPrinter(TritonPrinter):
     _print_philox_uniform = TritonPrinter._print_Basic  # a draw is a kernel's, never the runtime's
     _print_int32 = _print_box = TritonPrinter._print_Basic  # TMA coordinates are a kernel's
     _print_int64 = _print_program_id = TritonPrinter._print_Basic  # a program's place in the grid is a kernel's
+    _print_arange = TritonPrinter._print_Basic  # a tile's lanes are a kernel's
 
 
 # exp2/log2 are sympy.codegen Functions: make sure the dispatcher finds them by name.

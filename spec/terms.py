@@ -71,6 +71,12 @@ class program_id(sp.Function):
     for the grid ``spec.launch`` computes (claim launch_grid)."""
 
 
+class arange(sp.Function):
+    """A tile's lanes ``0, 1, ..., n - 1`` (``tl.arange(0, n)``, ``n`` a power-of-two constexpr): a lane term
+    ``offs_x = base + arange(n)`` (spec.addresses.*_LANES) puts lane ``l`` at index ``base + l``; the address
+    claims read ``base`` and ``n`` from the printed term."""
+
+
 class box(sp.Function):
     """A TMA box's coordinates ``[c_0, ..., c_{n-1}]``, one per dimension of its descriptor's tensor: the box's
     first element (spec.addresses.tma_element)."""

@@ -351,3 +351,39 @@ def test_mask_gaps_are_listed_on_the_verification_page():
     """Every function rule 7 skips is named on docs/verification.md as a gap, and is one (not clean already)."""
     page = (Path(__file__).resolve().parents[1] / "docs" / "verification.md").read_text()
     assert [name for name in hygiene.MASK_GAPS if f"`{name}`" not in page] == []
+
+
+# ---------------------------------------------------------------- issue 24: the lanes (rule 8)
+@pytest.mark.parametrize("kind, old, new", [
+    # the split head dim's tail one column early (its first lane re-reads the main part's last column)
+    ("decode", "offs_dt = HEAD_DIM + tl.arange(0, BLOCK_DT)", "offs_dt = HEAD_DIM - 1 + tl.arange(0, BLOCK_DT)"),
+    # a row tile the width of a key tile
+    ("fwd", "offs_m = start_m + tl.arange(0, BLOCK_M)", "offs_m = start_m + tl.arange(0, BLOCK_N)"),
+    # the dK/dV key tile from the wrong program id
+    ("bwd", "offs_n = start_n + tl.arange(0, BLOCK_N)", "offs_n = start_n + BLOCK_N + tl.arange(0, BLOCK_N)"),
+    # the append's token tile, and softmax's rows
+    ("decode", "offs_t = BLOCK_T * tl.program_id(0) + tl.arange(0, BLOCK_T)",
+     "offs_t = BLOCK_T * tl.program_id(1) + tl.arange(0, BLOCK_T)"),
+    ("softmax", "offs_m = BLOCK_M * tl.program_id(0) + tl.arange(0, BLOCK_M)",
+     "offs_m = BLOCK_M * tl.program_id(0) + tl.arange(0, BLOCK_M) + 1"),
+])
+def test_a_hand_written_lane_is_caught(kind, old, new):
+    """Rule 8: a lane line typed by hand (its printed comment dropped: a different line) is refused, the printed
+    lane terms (spec.addresses.*_LANES) being the only lines a tl.arange may appear in."""
+    source = render_variant(variant(kind))
+    line = next(x for x in source.splitlines() if x.strip().startswith(old))
+    found = problems(source.replace(line, line[:len(line) - len(line.lstrip())] + new, 1))
+    assert any("is not a printed lane term" in p for p in found), found
+
+
+def test_a_new_lane_by_hand_is_caught():
+    """Rule 8 on a lane under a new name (rule 2 does not know it): `tl.arange` outside a printed line."""
+    found = problems(edited("merge", "    o_acc = tl.full(", "    offs_x = tl.arange(0, BLOCK_M)\n    o_acc = tl.full("))
+    assert any("_merge_states" in p and "tl.arange(0, BLOCK_M)" in p and "printed lane term" in p
+               for p in found), found
+
+
+def test_lane_gaps_are_listed_on_the_verification_page():
+    """Every function rule 8 skips is named on docs/verification.md as a gap."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "verification.md").read_text()
+    assert [name for name in hygiene.LANE_GAPS if f"`{name}`" not in page] == []

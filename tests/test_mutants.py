@@ -1369,7 +1369,7 @@ def test_decode_lane_masks_are_read_by_the_claim():
                                                              sp.StrictLessThan(AD.offs_m, AD.GROUP * AD.N_Q - 1))))
     assert sorted(short) == sorted(
         f"{tag}: {what}" for tag in ("paged", "contiguous")
-        for what in ("every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c)",
+        for what in ("every column c < D of q/k is admitted by one lane (d_ok at d = c, or dt_ok at dt = c)",
                      "row g·N_q + t is (head kvh·GROUP + g, token t), in the grid and row_ok")), short
 
 
@@ -1390,7 +1390,8 @@ def test_forward_lane_masks_are_read_by_the_claim():
         "a key lane key_ok admits is a key j < key_len of k, and every such key is admitted"]
     short = (d_ok, replace(dv_ok, expr=sp.StrictLessThan(AD.offs_dv, AD.HEAD_DIM_V_ - 1)))
     assert _failing(PAD.prove_forward_addresses(groups=dict(G, columns_ok=short))) == [
-        "every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c), every c < D_v of v/out by dv_ok"]
+        "every column c < D of q/k is admitted by one lane (d_ok at d = c, or dt_ok at dt = c), every c < D_v of v/out "
+        "by dv_ok"]
 
 
 def test_backward_preprocess_lane_masks_are_read_by_the_claim():
@@ -1407,7 +1408,9 @@ def test_backward_preprocess_lane_masks_are_read_by_the_claim():
         assert f"{tag}: grad_lse/lse/delta/lse2/dsink[b, h, i] and sinks[h] inside (lanes i < N_Q)" in wide, wide
     short = (replace(d_ok, expr=sp.StrictLessThan(AD.offs_d, AD.HEAD_DIM_ - 1)),)
     assert _failing(PAD.prove_backward_addresses(groups=dict(G, d_ok=short))) == [
-        f"{tag}: row_ok admits exactly the rows i < N_Q, d_ok exactly the columns d < D" for tag in ("dense", "packed")]
+        f"{tag}: {what}" for tag in ("dense", "packed")
+        for what in ("row_ok admits exactly the rows i < N_Q, d_ok exactly the columns d < D",
+                     "every column c < D of out is a lane of offs_d that d_ok admits")]
 
 
 def test_merge_lane_masks_are_read_by_the_claim():
@@ -1470,6 +1473,52 @@ def test_backward_kernel_lane_masks_are_read_by_the_claim():
     for mutant in (sp.And(sp.LessThan(n.i, AD.N_Q), sp.StrictLessThan(n.j, AD.N_K_)), sp.StrictLessThan(n.i, AD.N_Q)):
         assert _failing(PAD.prove_backward_kernel_addresses(groups=dict(
             G, mask_ok=(replace(ij_ok, expr=mutant),)))) == mask_cases
+
+
+def _lane(lanes, name, expr):
+    """``lanes`` (a family's spec.addresses.*_LANES) with lane ``name`` printed as ``expr``."""
+    (t,) = lanes[name]
+    return dict(lanes, **{name: (replace(t, expr=expr),)})
+
+
+#: (prover, family, lane, mutated term, a case that must fail): edits a real bug would make to a printed lane
+LANE_MUTANTS = [
+    # the split head dim's tail one column early: column HEAD_DIM - 1 in both q/k parts (read twice), D - 1 in none
+    ("decode_addresses", AD.DECODE_LANES, "dt", AD.HEAD_DIM_ - 1 + terms.arange(AD.BLOCK_DT_),
+     "paged: every column c < D of q/k is admitted by one lane (d_ok at d = c, or dt_ok at dt = c)"),
+    # a row tile the width of a key tile: rows missed (BLOCK_N < BLOCK_M) or written by two programs
+    ("forward_addresses", AD.FORWARD_LANES, "m", AD.start_m + terms.arange(n.B_c),
+     "rows: no index is in the lanes offs_m of two tiles"),
+    # the query tile's first row one past pid_m·BLOCK_M: row 0 never computed
+    ("forward_addresses", AD.FORWARD_LANES, "start_m", AD.pid_m * n.B_r + 1,
+     "rows: every index in [lo, hi) is in the lanes offs_m of a visited tile"),
+    # dK/dV's key tile one tile late (and the dQ loop's keys shifted): key tile 0 never read
+    ("backward_kernel_addresses", AD.BACKWARD_KERNEL_LANES, "n", AD.start_n + n.B_c + terms.arange(n.B_c),
+     "dkdv: the grid's tiles: every index in [lo, hi) is in the lanes offs_n of a visited tile"),
+    # dK/dV's key tile from the head's program id
+    ("backward_kernel_addresses", AD.BACKWARD_KERNEL_LANES, "start_n", terms.program_id(1) * n.B_c,
+     "dkdv: the grid's tiles: no index is in the lanes offs_n of two tiles"),
+    # softmax's one pass from column 1
+    ("rows_addresses", AD.ROWS_LANES, "n0", 1 + terms.arange(n.B_c),
+     "softmax: one pass (N <= BLOCK_N): every column c < N is a lane of offs_n"),
+    # the append's token tile from the head's program id
+    ("append_addresses", AD.APPEND_LANES, "t", terms.program_id(1) * AD.BLOCK_T_ + terms.arange(AD.BLOCK_T_),
+     "paged: token tiles: no index is in the lanes offs_t of two tiles"),
+    # a lane that is no tl.arange(0, width) shifted (every other lane every other column)
+    ("backward_addresses", AD.BACKWARD_LANES, "d", 2 * terms.arange(AD.BLOCK_D_),
+     "dense: the printed lane offs_d = 2*arange(BLOCK_D) is base + arange(width)"),
+]
+
+
+@pytest.mark.parametrize("claim_id, lanes, name, expr, case", LANE_MUTANTS,
+                         ids=[f"{c}-{name}" for c, _, name, _, _ in LANE_MUTANTS])
+def test_a_mutated_lane_fails_its_address_claim(claim_id, lanes, name, expr, case):
+    """Issue 24: the address claims read the printed lanes (spec.addresses.*_LANES: offs_x = base + arange(width),
+    and the tile starts) instead of assuming them, so a lane the kernel would compute wrongly — one column early, a
+    block too narrow or too wide, a tile from the wrong program id — fails the claim (before, every claim still proved)."""
+    prove = getattr(PAD, f"prove_{claim_id}")
+    failing = _failing(prove(lanes=_lane(lanes, name, expr)))
+    assert case in failing, failing
 
 
 def _narrow(group):
@@ -1892,6 +1941,7 @@ def test_forward_address_launch_bugs_are_refuted():
         return (sp.floor(ints["N_Q"] / args[10]), *grid[1:]), ints
 
     assert _forward_failing(launch=rounded_down) == [
+        "rows: every index in [lo, hi) is in the lanes offs_m of a visited tile",
         "the grid covers every (b, h, i): grid[0]·BLOCK_M >= N_Q, grid[1:] = (Hq, B)"]
 
     def swapped_slopes(*args, **kw):
@@ -1942,7 +1992,8 @@ def test_rows_address_launch_bugs_are_refuted():
         return (sp.floor(ints["R"] / args[-1]),), ints
 
     failing = _failing(PAD.prove_rows_addresses(merge_state_launch=rounded_down))
-    assert failing == ["merge_state: the grid covers every row"], failing
+    assert failing == ["merge_state: the grid covers every row",
+                       "merge_state: rows: every index in [lo, hi) is in the lanes offs_m of a visited tile"], failing
 
 
 def test_forward_address_dropout_keep_assumed_contiguous_is_refuted():
@@ -2007,7 +2058,9 @@ def test_append_lane_masks_are_read_by_the_claim():
         assert name in wide, (name, wide)
     short = _failing(PAD.prove_append_addresses(groups=masks(sp.StrictLessThan(AD.offs_t, AD.N_NEW_ - 1),
                                                              sp.StrictLessThan(AD.offs_d, AD.HEAD_DIM_ - 1))))
-    assert sorted(short) == sorted(exact), short
+    # (d_ok one short also leaves column D - 1 outside the lanes it admits: the printed lanes' column case)
+    assert sorted(short) == sorted(exact + [f"{k}: every column d < D is a lane of offs_d that d_ok admits (BLOCK_D >= D)"
+                                            for k in kinds]), short
 
     def bad(x, dst, cs, table, bi, cos, sin, block_t):
         grid, ints = LA.append_launch(x, dst, cs, table, bi, cos, sin, block_t)
@@ -2106,7 +2159,8 @@ def test_backward_address_launch_bugs_of_the_kernels_are_refuted():
         return (sp.floor(ints["N_Q"] / rest[4]), *grid[1:]), ints
 
     failing = _bwd_failing(dq_launch=rounded_down)
-    assert failing == ["dq: the grid covers every row tile of every (b, h): grid[0]·BLOCK_M >= N_Q, grid[1:] = (Hq, B), "
+    assert failing == ["dq: the grid's tiles: every index in [lo, hi) is in the lanes offs_m of a visited tile",
+                       "dq: the grid covers every row tile of every (b, h): grid[0]·BLOCK_M >= N_Q, grid[1:] = (Hq, B), "
                        "and the kernel's H is grid[1] (the score_mod gradient's rows)"]
 
     def lse2_transposed(lse, sinks):

@@ -181,9 +181,9 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
        "(decode_partial_rows, decode_merged_out, decode_merged_lse) put merged row r = (b·N_q + t)·Hq + h "
        "at out[b, t, h] and lse[b, h, t], where the kernel wrote partial (split, b, t, h); and every product or sum "
        "of a stride in the printed offsets is int64 (no q, out or block_table size bounds it by 2^31), but the k and "
-       "v caches' in-head products, int32 and bounded by index_int32",
+       "v caches' in-head products, int32 and bounded by index_int32" + "; the lanes are the printed ones (spec.addresses.DECODE_LANES: offs_m = pid_m·BLOCK_M + arange(BLOCK_M), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), offs_n = start_n + arange(BLOCK_N), each read from its term as base + arange(width), not assumed): the row tiles' lanes reach every row g·N_q + t once, a split's key tiles (start_n in range(split_lo, split_hi, BLOCK_N)) every key of the split once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt (given the tile widths' facts above)",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
-       terms=tuple(t.name for g in A.DECODE_GROUPS.values() for t in g),
+       terms=tuple(dict.fromkeys(t.name for g in (*A.DECODE_GROUPS.values(), *A.DECODE_LANES.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the "
              "offsets, z3 for the extents); mathematical integers Z, which the kernel's int64 arithmetic is for tensors "
              "under 2^63 elements: every product and sum of a stride in the printed lines is int64 (a factor off_b, "
@@ -194,7 +194,7 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
              "template's .to(tl.int64) loads); the FP8 descales: (B, Hkv) indexed by q's batch b (not the cache row "
              "off_bc), contiguous and paged alike, their offsets int64 (off_b, off_kvh)")
 def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None,
-                           v_is_k=None, tile_widths=None, key_ok=P.KEY_OK):
+                           v_is_k=None, tile_widths=None, key_ok=P.KEY_OK, lanes=A.DECODE_LANES):
     launch = L.decode_launch if launch is None else launch
     v_is_k = L.decode_v_is_k if v_is_k is None else v_is_k
     partial_rows = L.decode_partial_rows if partial_rows is None else partial_rows
@@ -344,17 +344,20 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         # the grid (row tiles x splits, Hkv, B): each program's (row tile, split, kv head, b) as the printed
         # spec.addresses.GRID_DECODE splits it (claim launch_grid: one to one onto them)
         grid_hyp, prog = _grid_program(A.GRID_DECODE, grid, ints, z)
-        hyp += grid_hyp + [0 <= lane, lane < bm]
+        # the printed lanes (spec.addresses.DECODE_LANES), read: offs_m = base + arange(width) at the program's row
+        # tile, the head dims' offs_d, offs_dv, offs_dt (its base HEAD_DIM the launch's split), a key tile's offs_n
+        dims = {A.HEAD_DIM_: constexprs["HEAD_DIM"], A.HEAD_DIM_V_: constexprs["HEAD_DIM_V"],
+                A.HEAD_DIM_TAIL_: constexprs["HEAD_DIM_TAIL"]}
+        ln, shapes = _read_lanes(z, lanes, ("m", "d", "dv", "dt", "n"), dims)
+        cases += [(f"{tag}: {name}", value) for name, value in shapes]
+        hyp += grid_hyp + [0 <= lane, lane < z(ln["m"].width)]
         offb, kvh, split = prog[A.off_b], prog[A.off_kvh], prog[P.split]
-        m = prog[A.pid_m] * bm + lane
+        m = ln["m"].start((z(A.pid_m), prog[A.pid_m])) + lane
         zsub = lambda e: z3.substitute(z(e), (z(A.off_b), offb), (z(A.off_kvh), kvh), (z(A.offs_m), m))  # noqa: E731
         hyp.append(z(A.offs_m) >= 0)
         tok_z, head_z = zsub(tok.xreplace(launched)), zsub(head.xreplace(launched))
         # the printed masks (spec.addresses: row_ok, d_ok, dv_ok, dt_ok) at the launch's sizes and head dims
-        # (spec.launch.head_dims: q/k split at D_v), on the lanes tl.arange makes: offs_d, offs_dv >= 0,
-        # offs_dt = HEAD_DIM + arange >= HEAD_DIM
-        dims = {A.HEAD_DIM_: constexprs["HEAD_DIM"], A.HEAD_DIM_V_: constexprs["HEAD_DIM_V"],
-                A.HEAD_DIM_TAIL_: constexprs["HEAD_DIM_TAIL"]}
+        # (spec.launch.head_dims: q/k split at D_v), on the printed lanes offs_d, offs_dv, offs_dt
         ok_at = _lanes_ok(z, groups, ("row_ok", "columns_ok", "tail_ok"), {**launched, **dims})
         row_ok = ok_at[A.row_ok](m)
         dz, dvz = z(d), z(dv)
@@ -362,21 +365,23 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         hyp, cover = _head_dim_lanes(constexprs, D, v.shape[3], z, hyp)
         cases.append((f"{tag}: {cover[0]}", cover[1]))
         main_z, tail_z = z(sp.sympify(constexprs["HEAD_DIM"])), z(sp.sympify(constexprs["HEAD_DIM_TAIL"]))
-        d_ok, dv_ok = ok_at[A.d_ok](dz, 0), ok_at[A.dv_ok](dvz, 0)
+        d_ok, dv_ok = ok_at[A.d_ok](dz, ln["d"]), ok_at[A.dv_ok](dvz, ln["dv"])
         inside = lambda idx, shape: z3.And(*[z3.And(0 <= i, i < s) for i, s in zip(idx, shape)])  # noqa: E731
         cases.append(_decide(f"{tag}: q[b, tok, head, d] inside q (lanes row_ok & d_ok)", hyp + [row_ok, d_ok],
                              inside((offb, tok_z, head_z, dz), (Bz, Nqz, Hqz, Dz))))
         # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
         dtz = z(A.offs_dt)
-        dt_ok = ok_at[A.dt_ok](dtz, main_z)
-        # no element missed: every column c < D of q/k is a lane d_ok or dt_ok admits, every column c < D_v of v/out
-        # one dv_ok admits (the tile widths reach them: _tile_width_cases)
+        dt_ok = ok_at[A.dt_ok](dtz, ln["dt"])
+        # no element missed or read twice: every column c < D of q/k is a lane of offs_d that d_ok admits or of
+        # offs_dt that dt_ok admits, not both, every column c < D_v of v/out one of offs_dv that dv_ok admits (the
+        # tile widths reach them: _tile_width_cases' facts)
         c = z3.Int("column")
-        qk_cover, v_cover = _columns_admitted(c, main_z, ok_at[A.d_ok], ok_at[A.dt_ok], ok_at[A.dv_ok])
-        cases.append(_decide(f"{tag}: every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c)",
-                             hyp + [0 <= c, c < Dz], qk_cover))
+        qk_cover, qk_once, v_cover = _columns_admitted(c, ok_at[A.d_ok], ok_at[A.dt_ok], ok_at[A.dv_ok], ln)
+        widths = _width_hyp(z, main_z, tail_z, z(sp.sympify(constexprs["HEAD_DIM_V"])))
+        cases.append(_decide(f"{tag}: every column c < D of q/k is admitted by one lane (d_ok at d = c, or dt_ok at "
+                             "dt = c)", hyp + widths + [0 <= c, c < Dz], z3.And(qk_cover, qk_once)))
         cases.append(_decide(f"{tag}: every column c < D_v of v/out is admitted (dv_ok at dv = c)",
-                             hyp + [0 <= c, c < Dvz], v_cover))
+                             hyp + widths + [0 <= c, c < Dvz], v_cover))
         cases.append(_decide(f"{tag}: q[b, tok, head, dt] inside q (lanes row_ok & dt_ok)", hyp + [row_ok, dt_ok],
                              inside((offb, tok_z, head_z, dtz), (Bz, Nqz, Hqz, Dz))))
         cases.append(_decide(f"{tag}: cache_seqlens[b] inside cache_seqlens", hyp, inside((offb,), (Bz,))))
@@ -385,9 +390,9 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         cases.append(_decide(f"{tag}: q/k/v_descale[b, kvh] inside (B, Hkv)", hyp,
                              z3.And(*[inside((offb, kvh), [z(x) for x in t.shape]) for t in descales])))
         for stag, (slopes, at_head) in slope_cases.items():
-            for ok, lanes in ((True, [row_ok]), (False, [z3.Not(row_ok)])):
+            for ok, row_lanes in ((True, [row_ok]), (False, [z3.Not(row_ok)])):
                 cases.append(_decide(f"{tag}: slopes {stag}[{'b, ' if len(slopes.shape) == 2 else ''}head_safe] inside "
-                                     f"({'row_ok' if ok else 'padding'} lanes; the load has no mask)", hyp + lanes,
+                                     f"({'row_ok' if ok else 'padding'} lanes; the load has no mask)", hyp + row_lanes,
                                      inside([zsub(x.xreplace(launched)) for x in at_head(safe[ok])],
                                             [z(x) for x in slopes.shape])))
         S_z = z(out.shape[0])
@@ -401,8 +406,13 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
         cases.append(_decide(f"{tag}: row g·N_q + t is (head kvh·GROUP + g, token t), in the grid and row_ok",
                              hyp + [0 <= g2, g2 < Gz, 0 <= t2, t2 < Nqz, mz == g2 * Nqz + t2],
                              z3.And(tok_m == t2, head_m == kvh * Gz + g2, mz / bm < row_tiles, ok_at[A.row_ok](mz))))
-        # keys: a lane the printed key_ok (spec.paged.KEY_OK) admits, j = start_n + r in a tile of the key loop
-        # (start_n in range(split_lo, split_hi, B_c), 0 <= r < B_c), is a key 0 <= key_lo <= j < key_len, for the
+        # ... and the row tiles' printed lanes offs_m reach each row g·N_q + t < GROUP·N_q once (program pid_m's)
+        cases += [(f"{tag}: {name}", value) for name, value in _tiling_cases(
+            "rows", ln["m"], hyp, 0, Gz * Nqz, bm, lambda t_: z3.And(0 <= t_, t_ < row_tiles),
+            lambda t_: [(z(A.pid_m), t_)])]
+        # keys: a lane the printed key_ok (spec.paged.KEY_OK) admits, j one of the printed lanes offs_n of a tile of
+        # the key loop (start_n in range(split_lo, split_hi, B_c): the loop is template text), is a key 0 <= key_lo
+        # <= j < key_len, and the tiles' lanes reach every key of the split's [split_lo, split_hi) once, for the
         # printed split plans (spec.paged.SPLIT_RANGE and, batch_invariant, SPLIT_RANGE_FIXED); then (below)
         # 0 <= j < key_len <= capacity: inside the cache (every valid key is admitted once: claim paged_kv_reads)
         jz, key_len_z = z(j), z3.Int("key_len_value")
@@ -415,11 +425,15 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
             mask_z = z(key_ok[0].expr.xreplace(env))
             t_z, r_z = z3.Int("key_tile"), z3.Int("key_lane")
             Lk, K0k, Bck, Sk, sk = (z(x) for x in (n.key_len, P.key_lo, n.B_c, P.num_splits, P.split))
+            split_hyp = plan_hyp + [K0k >= 0, Sk >= 1, 0 <= sk, sk < Sk, Bck >= 1]
+            at_tile = lambda t_: [(z(A.start_n), lo_z + t_ * Bck)]  # noqa: E731
             cases.append(_decide(f"{tag}: {plan}a key lane key_ok admits is a key key_lo <= j < key_len",
-                                 plan_hyp + [K0k >= 0, Sk >= 1, 0 <= sk, sk < Sk, Bck >= 1, t_z >= 0,
-                                             lo_z + t_z * Bck < hi_z, 0 <= r_z, r_z < Bck,
-                                             jz == lo_z + t_z * Bck + r_z, mask_z],
+                                 split_hyp + [t_z >= 0, lo_z + t_z * Bck < hi_z, ln["n"].holds(jz, *at_tile(t_z)),
+                                              mask_z],
                                  z3.And(0 <= K0k, K0k <= jz, jz < Lk)))
+            cases += [(f"{tag}: {plan}{name}", value) for name, value in _tiling_cases(
+                "the split's key tiles", ln["n"], split_hyp, lo_z, hi_z, Bck,
+                lambda t_: z3.And(t_ >= 0, lo_z + t_ * Bck < hi_z), at_tile)]
         if paged:
             PSz, MPz, NPz = z(k.shape[1]), z(bt.shape[1]), z(k.shape[0])
             page_z = z3.Int("page_value")
@@ -711,9 +725,10 @@ def _forward_tensors():
        "which cover every column: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; key tiles start inside [0, N_K), as the stages visit them: claim "
        "mask_tiles_sound), given Hq = GROUP·Hkv; the tile widths the runtime launches with (spec.launch.tile_widths, for every D, D_v in 1..head_dim_max, fp8 products or not) reach those columns: BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= D_v, each a power of two >= 16, its split HEAD_DIM + HEAD_DIM_TAIL = D with a tail only when HEAD_DIM = BLOCK_D; the grid covers every (b, h, i); the int32 part of "
        "q/out/k/v/mask's offsets (and the tails') is exactly the in-head offset row·stride_row + col·stride_col that "
-       "assumption index_int32 bounds (claim int32_index_arithmetic), and every other product of a stride is int64",
+       "assumption index_int32 bounds (claim int32_index_arithmetic), and every other product of a stride is int64"
+       + "; the lanes are the printed ones (spec.addresses.FORWARD_LANES: start_m = pid_m·BLOCK_M (_dropout_keep: program_id(0)·BLOCK_M), offs_m = start_m + arange(BLOCK_M), offs_n = start_n + arange(BLOCK_N), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), each read from its term as base + arange(width), not assumed): the grid's row tiles reach every row of q once (and _dropout_keep's every row of keep), a stage's key tiles (start_n in range(lo, hi, BLOCK_N)) every key of [lo, hi) once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt",
        r"\mathrm{off}(X, (b, h, i, d)) = b\,s_b + h\,s_h + i\,s_i + d\,s_d,\quad 0\le\mathrm{idx}<\mathrm{shape}",
-       terms=tuple(t.name for g in A.FORWARD_GROUPS.values() for t in g),
+       terms=tuple(dict.fromkeys(t.name for g in (*A.FORWARD_GROUPS.values(), *A.FORWARD_LANES.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 over "
              "unbounded integers for the extents; the tile widths by evaluating spec.launch.tile_widths at every accepted "
              "(D, D_v)); off_b, off_h, off_kvh and the per-program bases are int64, the "
@@ -725,7 +740,7 @@ def _forward_tensors():
              "segment, (B, Hkv) with B the segments by the contract; their extent is checked here for the dense "
              "grid only)")
 def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=None, dropout_mask_launch=None,
-                            widths=None):
+                            widths=None, lanes=A.FORWARD_LANES):
     launch = L.forward_launch if launch is None else launch
     dropout_mask_launch = L.dropout_mask_launch if dropout_mask_launch is None else dropout_mask_launch
     philox_words = L.philox_words if philox_words is None else philox_words
@@ -813,8 +828,13 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
             cases.append(_decide("slopes (B, Hq): [b, h] inside", _grid_hyp(grid, ints, q, k)[0],
                                  _inside(_grid_hyp(grid, ints, q, k)[1][:2], (B, Hq))))
             continue
-        hyp, (offb, offh, offkvh, pidm, row) = _grid_hyp(grid, ints, q, k)
         z = _Z3A()
+        # the printed lanes (spec.addresses.FORWARD_LANES), read: offs_m = start_m + arange(BLOCK_M) with the printed
+        # start_m = pid_m·BLOCK_M, offs_n = start_n + arange(BLOCK_N) of a key tile, the head dims' offs_d, offs_dv,
+        # offs_dt (its base HEAD_DIM the launch's split)
+        ln, shapes = _read_lanes(z, lanes, ("m", "n", "d", "dv", "dt"), {A.HEAD_DIM_: ints["HEAD_DIM"]}, ("start_m",))
+        cases += shapes
+        hyp, (offb, offh, offkvh, pidm, row) = _grid_hyp(grid, ints, q, k, ln["m"])
         jz, dz, dvz, sn = z(j), z(d), z(dv), z(A.start_n)
         # the lanes' column bounds are the launch's head dims (spec.launch.head_dims), for any split point the
         # runtime picks in [1, D] (spec.launch.head_dim_split)
@@ -828,19 +848,30 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                  A.HEAD_DIM_V_: ints["HEAD_DIM_V"], A.HEAD_DIM_TAIL_: ints["HEAD_DIM_TAIL"]}
         ok_at = _lanes_ok(z, groups, ("row_ok", "columns_ok", "tail_ok", "key_ok", "n_ok"), sizes)
         row_ok = ok_at[A.row_ok](row)
-        d_ok, dv_ok = ok_at[A.d_ok](dz, 0), ok_at[A.dv_ok](dvz, 0)
-        key_ok, n_ok = ok_at[P.key_ok](jz, 0), ok_at[A.n_ok](jz, 0)
-        hyp = hyp + [key_len_z >= 0]
+        d_ok, dv_ok = ok_at[A.d_ok](dz, ln["d"]), ok_at[A.dv_ok](dvz, ln["dv"])
+        # a key lane of a visited key tile (its first key start_n in [0, N_K): claim mask_tiles_sound)
+        key_ok, n_ok = ok_at[P.key_ok](jz, ln["n"]), ok_at[A.n_ok](jz, ln["n"])
+        hyp = hyp + [key_len_z >= 0, sn >= 0]
+        # the row tiles' lanes reach every row of q once (the grid's cdiv(N_Q, BLOCK_M) programs); a stage's key tiles
+        # (start_n in range(lo, hi, BLOCK_N): the loop is template text; lo, hi printed, claims stages_cover,
+        # mask_tiles_sound) reach every key of [lo, hi) once
+        lo, hi = z3.Ints("stage_lo stage_hi")
+        cases += _tiling_cases("rows", ln["m"], [z(N_Q) >= 1, z(n.B_r) >= 1], 0, z(N_Q), z(n.B_r),
+                               lambda t_: z3.And(0 <= t_, t_ < z(sp.sympify(grid[0]))), lambda t_: [(z(A.pid_m), t_)])
+        cases += _tiling_cases("a stage's key tiles", ln["n"], [lo >= 0], lo, hi, z(n.B_c),
+                               lambda t_: z3.And(0 <= t_, lo + t_ * z(n.B_c) < hi),
+                               lambda t_: [(sn, lo + t_ * z(n.B_c))])
         # a key lane key_ok admits is a key the reference reads (j < key_len: padding keys may hold NaN or inf), and
         # every such key is admitted; n_ok (the dense mask's and dropout's columns) admits exactly the keys of k;
         # row_ok every row of q
         c = z3.Int("lane_value")
         cases.append(_decide("a key lane key_ok admits is a key j < key_len of k, and every such key is admitted",
                              hyp + [0 <= jz], z3.And(z3.Implies(key_ok, z3.And(jz < key_len_z, jz < z(N_K))),
-                                                     z3.Implies(z3.And(jz < key_len_z, jz < z(N_K)), key_ok))))
+                                                     z3.Implies(z3.And(jz < key_len_z, jz < z(N_K)),
+                                                                ok_at[P.key_ok](jz)))))
         cases.append(_decide("n_ok admits exactly the keys j < N_K; row_ok exactly the rows i < N_Q",
                              hyp + [0 <= jz, 0 <= c],
-                             z3.And(n_ok == (jz < z(N_K)), ok_at[A.row_ok](c) == (c < z(N_Q)))))
+                             z3.And(ok_at[A.n_ok](jz) == (jz < z(N_K)), ok_at[A.row_ok](c) == (c < z(N_Q)))))
         cases.append(_decide("q[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)", hyp + [row_ok, d_ok],
                              _inside((offb, offh, row, dz), q.shape)))
         cases.append(_decide("out[b, h, i, dv] inside (lanes i < N_Q, dv < HEAD_DIM_V)", hyp + [row_ok, dv_ok,
@@ -854,11 +885,13 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
         # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
         dtz = z(A.offs_dt)
         main_z = z(sp.sympify(ints["HEAD_DIM"]))
-        dt_ok = ok_at[A.dt_ok](dtz, main_z)
-        qk_cover, v_cover = _columns_admitted(c, main_z, ok_at[A.d_ok], ok_at[A.dt_ok], ok_at[A.dv_ok])
-        cases.append(_decide("every column c < D of q/k is admitted (d_ok at d = c, or dt_ok at dt = c), every c < D_v "
-                             "of v/out by dv_ok", hyp + [0 <= c],
-                             z3.And(z3.Implies(c < z(D), qk_cover), z3.Implies(c < z(v.shape[3]), v_cover))))
+        dt_ok = ok_at[A.dt_ok](dtz, ln["dt"])
+        qk_cover, qk_once, v_cover = _columns_admitted(c, ok_at[A.d_ok], ok_at[A.dt_ok], ok_at[A.dv_ok], ln)
+        widths_hyp = _width_hyp(z, main_z, z(sp.sympify(ints["HEAD_DIM_TAIL"])), z(sp.sympify(ints["HEAD_DIM_V"])))
+        cases.append(_decide("every column c < D of q/k is admitted by one lane (d_ok at d = c, or dt_ok at dt = c), "
+                             "every c < D_v of v/out by dv_ok", hyp + widths_hyp + [0 <= c],
+                             z3.And(z3.Implies(c < z(D), z3.And(qk_cover, qk_once)),
+                                    z3.Implies(c < z(v.shape[3]), v_cover))))
         cases.append(_decide("q[b, h, i, dt] inside (lanes i < N_Q, dt < HEAD_DIM + HEAD_DIM_TAIL = D)",
                              hyp + [row_ok, dt_ok], _inside((offb, offh, row, dtz), q.shape)))
         cases.append(_decide("k[b, off_kvh, j, dt] inside (lanes j < N_K, dt < HEAD_DIM + HEAD_DIM_TAIL = D)",
@@ -887,16 +920,23 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
     got = sp.expand(_lanes(keep_term.expr).xreplace({A.offs_m64: i}).xreplace(klaunched))
     cases.append(("_dropout_keep: keep offset is keep[b, h, i, j]",
                   difference(got, sp.expand(keep.offset_of((A.off_b, A.off_h, i, j))))))
-    hyp, (offb, offh, _, pidm, row) = _grid_hyp(kgrid, kints, q, k)
     z = _Z3A()
+    # its printed lanes: offs_m = start_m + arange(BLOCK_M) with its own start_m = program_id(0)·BLOCK_M, offs_n of
+    # a key tile (start_n in range(0, N_K, BLOCK_N): template text), start_n >= 0
+    kn, shapes = _read_lanes(z, lanes, ("m", "n"), starts=("start_m_pid",))
+    cases += [(f"_dropout_keep: {name}", value) for name, value in shapes]
+    hyp, (offb, offh, _, pidm, row) = _grid_hyp(kgrid, kints, q, k, kn["m"])
     # its printed store mask row_ok & n_ok (the forward's terms) at the sizes the launch passes
     ksizes = {A.N_Q: kints.get("N_Q", keep.shape[2]), A.N_K_: kints.get("N_K", keep.shape[3])}
     ok_at = _lanes_ok(z, groups, ("row_ok", "n_ok"), ksizes)
-    keep_lanes = [ok_at[A.row_ok](row), ok_at[A.n_ok](z(j), 0)]
+    keep_lanes = [ok_at[A.row_ok](row), ok_at[A.n_ok](z(j), kn["n"]), z(A.start_n) >= 0]
     cases.append(_decide("_dropout_keep: keep[b, h, i, j] inside (lanes row_ok & n_ok), the grid covers every row",
                          hyp + keep_lanes,
                          z3.And(_inside((offb, offh, row, z(j)), keep.shape),
                                 z(sp.sympify(kgrid[0])) * z(n.B_r) >= z(N_Q))))
+    cases += [(f"_dropout_keep: {name}", value) for name, value in _tiling_cases(
+        "rows", kn["m"], [z(N_Q) >= 1, z(n.B_r) >= 1], 0, z(N_Q), z(n.B_r),
+        lambda t_: z3.And(0 <= t_, t_ < z(sp.sympify(kgrid[0]))), lambda t_: [(z(terms.program_id(0)), t_)])]
     return result(A.CLAIM_FORWARD, cases, "offsets by SymPy (canonical zero), extents by z3")
 
 
@@ -959,18 +999,81 @@ _MASK_LANE = {A.row_ok: A.offs_m, A.d_ok: A.offs_d, A.dv_ok: A.offs_dv, A.dt_ok:
               A.entry_ok: A.offs_e}
 
 
+class _Lane:
+    """A printed lane ``offs_x = base + arange(width)`` (spec.addresses.*_LANES), read from its term instead of
+    assumed (issue 24): ``base`` and ``width`` (SymPy; ``sub`` substitutes the printed tile start it reads and the
+    launch's sizes), ``shape`` the case that the term has that form (one ``arange``, coefficient 1; a failing case
+    names the term otherwise), ``start(*pairs)`` the base in z3 (``pairs``: z3 substitutions placing it at one
+    program or tile), ``holds(x, *pairs)`` the z3 Bool "x is one of the lane's indices": ``base <= x < base +
+    width``."""
+
+    def __init__(self, z, group, sub=None):
+        (term,) = group
+        e = sp.expand(sp.sympify(term.expr).xreplace(sub or {}))
+        found = sorted(e.atoms(terms.arange), key=str)
+        self.z, self.name = z, term.name
+        self.width = found[0].args[0] if len(found) == 1 else sp.Integer(1)
+        self.base = e.xreplace({a: sp.Integer(0) for a in found})
+        ok = len(found) == 1 and sp.expand(e - self.base - found[0]) == 0
+        self.shape = (f"the printed lane {term.name} = {term.expr} is base + arange(width)",
+                      ZERO if ok else sp.Symbol(f"{term.name} = {term.expr}: not base + arange(width)"))
+
+    def start(self, *pairs):
+        b = self.z(self.base)
+        return z3.substitute(b, *pairs) if pairs else b
+
+    def holds(self, x, *pairs):
+        b = self.start(*pairs)
+        return z3.And(b <= x, x < b + self.z(self.width))
+
+
+def _read_lanes(z, lanes, names, sub=None, starts=()):
+    """``({name: _Lane}, shape cases)`` for the printed lanes ``lanes[name]`` of ``names`` at ``sub``, each lane's
+    printed tile start (``starts``: names of ``lanes`` holding ``start_m = ...``, ``start_n = ...``) substituted."""
+    sub = dict(sub or {})
+    for s_ in starts:
+        (t,) = lanes[s_]
+        sub[t.symbol] = t.expr
+    read = {name: _Lane(z, lanes[name], sub) for name in names}
+    return read, [lane.shape for lane in read.values()]
+
+
+def _tiling_cases(tag, lane, hyp, lo, hi, step, visited, at):
+    """The tiles of a loop or grid reach every index of ``[lo, hi)`` through ``lane`` exactly once: index ``i`` is in
+    the lanes of tile ``t = (i - lo) // step``, which is visited (``visited(t)``), and no index is in the lanes of two
+    visited tiles (``at(t)``: the z3 pairs placing the lane's base at tile t). A lane narrower than the step misses
+    indices, a wider one or a shifted base reaches one twice (or past the tile)."""
+    i, t1, t2 = z3.Ints(f"{lane.name}_i {lane.name}_t1 {lane.name}_t2")
+    t = (i - lo) / step
+    return [_decide(f"{tag}: every index in [lo, hi) is in the lanes {lane.name} of a visited tile", hyp + [
+                lo <= i, i < hi, step >= 1], z3.And(visited(t), lane.holds(i, *at(t)))),
+            _decide(f"{tag}: no index is in the lanes {lane.name} of two tiles", hyp + [
+                step >= 1, visited(t1), visited(t2), lane.holds(i, *at(t1)), lane.holds(i, *at(t2))], t1 == t2)]
+
+
+def _width_hyp(z, main, tail, dv):
+    """The tile widths' facts ``_tile_width_cases`` proves of spec.launch.tile_widths (BLOCK_D >= HEAD_DIM, BLOCK_DT >=
+    HEAD_DIM_TAIL, BLOCK_DV >= HEAD_DIM_V, a tail only when HEAD_DIM = BLOCK_D), on the width names the printed lanes
+    read (spec.addresses.BLOCK_D_, ...)."""
+    bd, bdt, bdv = (z(x) for x in (A.BLOCK_D_, A.BLOCK_DT_, A.BLOCK_DV_))
+    return [bd >= main, bdt >= tail, bdv >= dv, z3.Or(tail == 0, main == bd), bd >= 1, bdt >= 1, bdv >= 1]
+
+
 def _lane_ok(z, term, sizes):
     """A printed lane mask (an ``_ok`` term of spec.addresses) at the launch's ``sizes``, as the z3 Bool it gives one
-    lane: ``ok(x)`` is the mask with its lane (``_MASK_LANE``) ``= x``; ``ok(x, lo)`` adds the lane's lower bound
-    ``lo <= x`` (``tl.arange``'s lanes start at 0, the tail's ``offs_dt = HEAD_DIM + arange`` at ``HEAD_DIM``). A mask
-    of a 2-D tile's elements (``ij_ok``: lanes ``(i, j)``) takes a tuple, ``ok((x, y), lo)``."""
+    lane: ``ok(x)`` is the mask with its lane (``_MASK_LANE``) ``= x``; ``ok(x, lane)`` adds that ``x`` is one of the
+    printed lane's indices (a ``_Lane``: ``tl.arange``'s lanes from the base the kernel prints, ``offs_dt = HEAD_DIM
+    + arange(BLOCK_DT)`` from HEAD_DIM). A mask of a 2-D tile's elements (``ij_ok``: lanes ``(i, j)``, its caller's)
+    takes a tuple, ``ok((x, y))``, and its lanes a tuple of ``_Lane``, ``ok((x, y), (rows, keys))``."""
     lanes = _MASK_LANE[term.symbol]
     mask, lanes = z(term.expr.xreplace(sizes)), [z(x) for x in (lanes if isinstance(lanes, tuple) else (lanes,))]
 
-    def ok(x, lo=None):
+    def ok(x, of=None):
         xs = x if isinstance(x, tuple) else (x,)
         at = z3.substitute(mask, *zip(lanes, xs))
-        return at if lo is None else z3.And(*[lo <= v for v in xs], at)
+        if of is None:
+            return at
+        return z3.And(*[lane_.holds(v) for lane_, v in zip(of if isinstance(of, tuple) else (of,), xs)], at)
     return ok
 
 
@@ -980,12 +1083,13 @@ def _lanes_ok(z, groups, names, sizes):
     return {t.symbol: _lane_ok(z, t, sizes) for name in names for t in groups[name]}
 
 
-def _columns_admitted(c, main, d_ok, dt_ok, dv_ok):
-    """No column missed: ``(q/k's column c is admitted, v/out's column c is admitted)`` as z3 Bools, from the
-    ``_lane_ok`` masks of the head dims' lanes — q/k's column ``c`` by ``d_ok`` at ``d = c`` when ``c < HEAD_DIM``
-    (``main``), else by the tail's ``dt_ok`` at ``dt = c``; v/out's by ``dv_ok`` at ``dv = c`` (each lane with its
-    lower bound: 0, the tail's ``HEAD_DIM``)."""
-    return z3.Or(z3.And(c < main, d_ok(c, 0)), z3.And(main <= c, dt_ok(c, main))), dv_ok(c, 0)
+def _columns_admitted(c, d_ok, dt_ok, dv_ok, lanes):
+    """No column missed or read twice: ``(q/k's column c is admitted, by one lane only, v/out's column c is
+    admitted)`` as z3 Bools, from the ``_lane_ok`` masks on the printed lanes (``lanes``: the ``_Lane`` of d, dt, dv)
+    — q/k's column ``c`` by ``d_ok`` at a lane ``d = c`` of ``offs_d`` or by the tail's ``dt_ok`` at a lane ``dt =
+    c`` of ``offs_dt``, not both (the inner product reads each column once); v/out's by ``dv_ok`` at ``dv = c``."""
+    main, tail = d_ok(c, lanes["d"]), dt_ok(c, lanes["dt"])
+    return z3.Or(main, tail), z3.Not(z3.And(main, tail)), dv_ok(c, lanes["dv"])
 
 
 def _inside(idx, shape):
@@ -994,9 +1098,11 @@ def _inside(idx, shape):
                     for x, s in zip(idx, shape)])
 
 
-def _grid_hyp(grid, ints, q, k):
+def _grid_hyp(grid, ints, q, k, rows=None):
     """Hypotheses of one program of ``grid`` and one row lane: ``(hyp, (off_b, off_h, off_kvh, pid_m, row))``
-    in z3, the program split as spec.addresses.GRID_TILE, GRID_HEAD and spec.structure.GQA_HEAD print it."""
+    in z3, the program split as spec.addresses.GRID_TILE, GRID_HEAD and spec.structure.GQA_HEAD print it, the row the
+    printed lane ``rows`` (a ``_Lane`` of offs_m) gives at the program's pid_m (None: the TMA boxes, which read no
+    row lane, take ``pid_m·BLOCK_M + lane``)."""
     from spec import structure as S
 
     z = _Z3A()
@@ -1004,11 +1110,13 @@ def _grid_hyp(grid, ints, q, k):
     group_true, lane = z3.Ints("group_true lane")
     hyp = [x >= 1 for x in (B, Hq, Hkv, z(q.shape[2]), z(q.shape[3]), z(k.shape[2]), z(n.B_r), z(n.B_c), group_true)]
     grid_hyp, prog = _grid_program(A.GRID_TILE + A.GRID_HEAD, grid, ints, z)  # claim launch_grid
-    hyp += [Hq == group_true * Hkv, 0 <= lane, lane < z(n.B_r)] + grid_hyp
+    width = z(n.B_r) if rows is None else z(rows.width)
+    hyp += [Hq == group_true * Hkv, 0 <= lane, lane < width] + grid_hyp
     offb, offh, pidm = prog[A.off_b], prog[A.off_h], prog[A.pid_m]
     offkvh = z3.substitute(z(S.GQA_HEAD.expr.xreplace({S.group: sp.sympify(ints.get("GROUP", 1))})),
                            (z(A.off_h), offh))
-    return hyp, (offb, offh, offkvh, pidm, pidm * z(n.B_r) + lane)
+    start = pidm * z(n.B_r) if rows is None else rows.start((z(A.pid_m), pidm))
+    return hyp, (offb, offh, offkvh, pidm, start + lane)
 
 
 # ----------------------------------------------------------------------------------
@@ -1050,7 +1158,7 @@ BLOCK_D, BLOCK_DV, BLOCK_DT, TAIL = (sp.Symbol(s, integer=True, positive=True) f
              "for dimensions below 2^31 (launch.tma_layout_problem refuses larger ones)",
        hypotheses=("tma_out_of_bounds",))
 def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launch=None, widths=None,
-                        key_ok=A.FWD_KEY_OK):
+                        lanes=A.FORWARD_LANES, key_ok=A.FWD_KEY_OK):
     operands = L.forward_tma_operands if operands is None else operands
     descriptor = L.tma_descriptor if descriptor is None else descriptor
     launch = L.forward_launch if launch is None else launch
@@ -1071,7 +1179,10 @@ def prove_tma_addresses(boxes=A.TMA_BOXES, operands=None, descriptor=None, launc
     cases = list(_tile_width_cases(widths))
     hyp += [1 <= hd, hd <= bd, tail >= 0, Dz == hd + tail, z3.Implies(tail > 0, hd == bd), Dvz <= bdv,
             tail <= bdt, z(A.start_n) >= 0, z(A.start_n) < z(N_K), z(N_K) >= 1, Dvz >= 1]
-    program = [(z(A.off_b), offb), (z(A.off_h), offh), (z(A.off_kvh), offkvh), (z(start_m), pidm * z(n.B_r))]
+    # the query tile's first row: the printed start_m (spec.addresses.FORWARD_LANES, pid_m·BLOCK_M) at the program's pid_m
+    (start_term,) = lanes["start_m"]
+    program = [(z(A.off_b), offb), (z(A.off_h), offh), (z(A.off_kvh), offkvh),
+               (z(start_m), z3.substitute(z(start_term.expr), (z(A.pid_m), pidm)))]
     # per operand: its printed box, the element the reference reads at lane (r, c), the pointer path's tile
     # (rows, width) and mask (as the element's index), and whether it is a split head dim's tail (read when > 0)
     row_q, row_k = start_m + r, A.start_n + r
@@ -1151,16 +1262,16 @@ APPEND_WIDTHS = ("every product and sum of a stride in the printed offsets is in
        "offset (spec.addresses.ROWS_GROUPS) is the offset of the element the reference reads — x/y[r, c], "
        "o_a/o_b/o[r, d], lse_a/lse_b/lse[r], o_s[s, r, d], lse_s[s, r], sinks[r % H] — inside the tensor for "
        "every program of the grid, split s < S and lane the mask lets through (r < R, c < N, d < D), and the "
-       "grid covers every row; every product or sum of a stride in the printed offsets is int64",
+       "grid covers every row; every product or sum of a stride in the printed offsets is int64" + "; the lanes are the printed ones (spec.addresses.ROWS_LANES: offs_m = program_id(0)·BLOCK_M + arange(BLOCK_M), softmax's offs_n = arange(BLOCK_N) (one pass) or start_n + arange(BLOCK_N) (two passes), the merges' offs_d = arange(BLOCK_D), each read from its term as base + arange(width), not assumed): the row tiles' lanes reach every row once, softmax's column steps (start_n in range(0, N, BLOCK_N)) every column once, its one pass (launched when N <= BLOCK_N) and the merges (BLOCK_D >= D, the launchers' power of two) every column",
        r"\mathrm{off}(X, (r, c)) = r\,s_r + c\,s_c,\quad 0\le r<R,\ 0\le c<N",
-       terms=tuple(t.name for g in A.ROWS_GROUPS.values() for t in g),
+       terms=tuple(dict.fromkeys(t.name for g in (*A.ROWS_GROUPS.values(), *A.ROWS_LANES.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 for the "
              "extents); mathematical integers Z, which the kernels' int64 arithmetic is for tensors under 2^63 elements: "
              "every product and sum of a stride in the printed lines is int64 (offs_m, s, the columns widened "
              "by tl.cast(·, tl.int64); widths read from the printed text with Triton's typing: a stride int32 whenever its value "
              "fits)")
 def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_launch=None,
-                         merge_states_launch=None):
+                         merge_states_launch=None, lanes=A.ROWS_LANES):
     softmax_launch = L.softmax_launch if softmax_launch is None else softmax_launch
     merge_state_launch = L.merge_state_launch if merge_state_launch is None else merge_state_launch
     merge_states_launch = L.merge_states_launch if merge_states_launch is None else merge_states_launch
@@ -1168,12 +1279,21 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
     r, c, d, s = A.offs_m, A.offs_n, A.offs_d, A.s_split
     # the widths: every product of a stride int64 (the lanes widened: x and the partials are any tensors)
     cases = [_widths_case(ROWS_WIDTHS, [t for group in groups.values() for t in group], {})]
+    # the printed lanes (spec.addresses.ROWS_LANES), read: the program's rows offs_m = program_id(0)·BLOCK_M +
+    # arange(BLOCK_M), softmax's columns (one pass: offs_n = arange(BLOCK_N); two passes: start_n + arange(BLOCK_N) at
+    # start_n in range(0, N, BLOCK_N), the loop template text), the merges' offs_d = arange(BLOCK_D)
+    zl = _Z3A()
+    ln, shapes = _read_lanes(zl, lanes, ("m", "n0", "n", "d"))
+    cases += shapes
+    pid0 = zl(terms.program_id(0))
+    col_lanes = {c: lambda x, ok: z3.Or(ok(x, ln["n0"]), ok(x, ln["n"])), d: lambda x, ok: ok(x, ln["d"])}
 
-    def check(kernel, grid, ints, pairs, lanes, masks=None):
-        """``pairs``: (name, printed term, tensor, index); ``lanes``: (symbol, bound) of the load masks; ``masks``:
+    def check(kernel, grid, ints, pairs, bounds, masks=None):
+        """``pairs``: (name, printed term, tensor, index); ``bounds``: (symbol, bound) of the load masks; ``masks``:
         the printed row and column masks (the merges': row_ok, d_ok; softmax's row_ok, n_ok), which then bound the
-        rows and the first lane's columns (d, or softmax's c) instead, and must admit exactly the rows r < R and
-        columns d < D (c < N)."""
+        rows and the first lane's columns (d, or softmax's c: a lane of either pass's offs_n) instead, and must admit
+        exactly the rows r < R and columns d < D (c < N). The rows are the printed lanes offs_m of the program."""
+        lanes = bounds
         launched = {sym: sp.sympify(ints[name]) for name, sym in A.R_.items() if name in ints}
         launched.update({A.H_: sp.sympify(ints.get("H", 1))})
         for name, term, tensor, index in pairs:
@@ -1182,8 +1302,9 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
         z = _Z3A()
         pid, lane = z3.Ints("pid lane")
         rows = z(sp.sympify(ints["R"]))
-        hyp = [rows >= 1, z(block_m) >= 1, 0 <= pid, pid < z(sp.sympify(grid[0])), 0 <= lane, lane < z(block_m)]
-        row = pid * z(block_m) + lane
+        hyp = [rows >= 1, z(block_m) >= 1, 0 <= pid, pid < z(sp.sympify(grid[0])), 0 <= lane,
+               lane < z(ln["m"].width), z(A.start_n) >= 0]
+        row = ln["m"].start((pid0, pid)) + lane
         sub = lambda e: z3.substitute(z(e), (z(r), row))  # noqa: E731
         lane_hyp = [row < rows] + [z3.And(0 <= z(x), z(x) < z(sp.sympify(bound))) for x, bound in lanes]
         if masks is not None:
@@ -1191,7 +1312,7 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
             sizes = {A.R_ROWS: ints["R"], A.D_COLS: ints.get("D", 0), A.N_COLS: ints.get("N", 0)}
             row_ok, col_ok = (_lane_ok(z, m, sizes) for m in masks)
             width = z(sp.sympify(lanes[0][1]))  # o's (x's) columns
-            lane_hyp = [row_ok(row), 0 <= z(col), col_ok(z(col))] + lane_hyp[2:]
+            lane_hyp = [row_ok(row), col_lanes[col](z(col), col_ok)] + lane_hyp[2:]
             v = z3.Int("lane_value")
             cases.append(_decide(f"{kernel}: row_ok admits exactly the rows r < R, {masks[1].symbol} exactly the columns "
                                  f"{cname} < {csize}", [rows >= 1, width >= 1, 0 <= v],
@@ -1203,6 +1324,23 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
                                  _inside([sub(sp.sympify(i)) for i in index], tensor.shape)))
         cases.append(_decide(f"{kernel}: the grid covers every row", [rows >= 1, z(block_m) >= 1],
                              z(sp.sympify(grid[0])) * z(block_m) >= rows))
+        # the program's lanes reach every row once; the column lanes every column: softmax's two passes through
+        # their steps' lanes once, its one pass (launched when N <= BLOCK_N) and the merges (BLOCK_D >= D: the
+        # launchers' power of two) through the block's lanes
+        cases.extend((f"{kernel}: {name}", value) for name, value in _tiling_cases(
+            "rows", ln["m"], [rows >= 1], 0, rows, z(block_m), lambda t_: z3.And(0 <= t_, t_ < z(sp.sympify(grid[0]))),
+            lambda t_: [(pid0, t_)]))
+        col, width = lanes[0][0], z(sp.sympify(lanes[0][1]))
+        v = z3.Int("column")
+        if col == c:
+            cases.extend((f"{kernel}: two passes: {name}", value) for name, value in _tiling_cases(
+                "column steps", ln["n"], [width >= 1], 0, width, z(n.B_c),
+                lambda t_: z3.And(0 <= t_, t_ * z(n.B_c) < width), lambda t_: [(z(A.start_n), t_ * z(n.B_c))]))
+            cases.append(_decide(f"{kernel}: one pass (N <= BLOCK_N): every column c < N is a lane of offs_n",
+                                 [width >= 1, width <= z(n.B_c), 0 <= v, v < width], ln["n0"].holds(v)))
+        else:
+            cases.append(_decide(f"{kernel}: every column d < D is a lane of offs_d (BLOCK_D >= D)",
+                                 [width >= 1, z(A.BLOCK_D_) >= width, 0 <= v, v < width], ln["d"].holds(v)))
 
     def offsets(group):
         return {t.symbol: t for t in groups[group]}
@@ -1281,16 +1419,17 @@ def _append_tile_width_case():
        "rotary_dim = 2R <= D, rotary_cos's contract rule) and, for either PER_TOKEN, the tables cos, sin are read "
        "at [pos, freq] inside (seqlen_ro, R) for every lane whose row passes the printed mask pos_ok "
        "(APPEND_ROW_OK: pos < SEQLEN_RO as append_launch passes it); every product or sum of a stride in the printed "
-       "offsets is int64",
+       "offsets is int64" + "; the lanes are the printed ones (spec.addresses.APPEND_LANES: offs_t = program_id(0)·BLOCK_T + arange(BLOCK_T), offs_d = arange(BLOCK_D), each read from its term as base + arange(width), not assumed): the token tiles' lanes reach every new token once and offs_d every column (BLOCK_D = block_d(D) >= D)",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d",
-       terms=tuple(t.name for g in A.APPEND_GROUPS.values() for t in g),
+       terms=tuple(dict.fromkeys(t.name for g in (*A.APPEND_GROUPS.values(), *A.APPEND_LANES.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the offsets, "
              "z3 for the extents); mathematical integers Z, which the kernel's int64 arithmetic is for tensors under 2^63 "
              "elements: every product and sum of a stride in the printed lines is int64 (a factor off_b, off_head, "
              "page, off_bc, or t, j, slot, d, pos, freq widened by tl.cast(·, tl.int64); widths read from the printed text with "
              "Triton's typing; page, off_bc the template's .to(tl.int64) loads)")
-def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
+def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None, lanes=A.APPEND_LANES):
     launch = L.append_launch if launch is None else launch
+    lane_terms = lanes
     ((row_ok_term,),) = (groups["row_ok"],)
     (t_ok_term,), (d_ok_term,) = groups["t_ok"], groups["d_ok"]
     block_t = sp.Symbol("BLOCK_T", integer=True, positive=True)
@@ -1339,19 +1478,32 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
         dims = [z(sp.sympify(s_)) >= 1 for s_ in (B, N_new, H, D, block_t)]
         # the program (token tile, head, b) as spec.addresses.GRID_APPEND splits it (claim launch_grid)
         grid_hyp, prog = _grid_program(A.GRID_APPEND, grid, ints, z)
-        hyp = dims + grid_hyp + [0 <= lane, lane < z(block_t)]
+        # the printed lanes (spec.addresses.APPEND_LANES), read: the program's tokens offs_t = program_id(0)·BLOCK_T +
+        # arange(BLOCK_T), the columns offs_d = arange(BLOCK_D)
+        ln, shapes = _read_lanes(z, lane_terms, ("t", "d"))
+        cases += [(f"{kind}: {name}", value) for name, value in shapes]
+        hyp = dims + grid_hyp + [0 <= lane, lane < z(ln["t"].width)]
         b0, h0, pid2 = prog[A.off_b], prog[A.off_head], z(terms.program_id(0))
-        tz = pid2 * z(block_t) + lane
+        tz = ln["t"].start() + lane
         # the printed masks t_ok, d_ok (APPEND_T_OK, APPEND_D_OK) at the N_NEW and HEAD_DIM append_launch passes, on
-        # the lanes tl.arange makes (t = pid·BLOCK_T + lane, d >= 0): the lanes' hypotheses, row_mask = t_ok & d_ok
+        # the printed lanes offs_t, offs_d: the lanes' hypotheses, row_mask = t_ok & d_ok
         bounds = {A.N_NEW_: sp.sympify(ints["N_NEW"]), A.HEAD_DIM_: sp.sympify(ints["HEAD_DIM"])}
         t_ok, d_ok = (_lane_ok(z, term, bounds) for term in (t_ok_term, d_ok_term))
-        lanes = [t_ok(tz), 0 <= z(d), d_ok(z(d))]
+        lanes = [t_ok(tz), ln["d"].holds(z(d)), d_ok(z(d))]
         c = z3.Int("lane_value")
         cases.append(_decide(f"{kind}: t_ok admits exactly the new tokens t < N_new (every row the reference "
                              "writes)", dims + [0 <= c], t_ok(c) == (c < z(N_new))))
         cases.append(_decide(f"{kind}: d_ok admits exactly the columns d < D (every column the reference "
                              "writes)", dims + [0 <= c], d_ok(c) == (c < z(D))))
+        # the token tiles' lanes reach every new token once; the lanes offs_d every column (BLOCK_D >= D: the
+        # launcher's block_d(D))
+        cases += [(f"{kind}: {name}", value) for name, value in _tiling_cases(
+            "token tiles", ln["t"], dims, 0, z(N_new), z(block_t),
+            lambda t_: z3.And(0 <= t_, t_ < z(sp.sympify(grid[0]))), lambda t_: [(pid2, t_)])]
+        col = z3.Int("column")
+        cases.append(_decide(f"{kind}: every column d < D is a lane of offs_d that d_ok admits (BLOCK_D >= D)",
+                             dims + [z(A.BLOCK_D_) >= z(D), 0 <= col, col < z(D)],
+                             z3.And(ln["d"].holds(col), d_ok(col))))
         cases.append(_decide(f"{kind}: x[b, t, head, d] inside (lanes t_ok & d_ok)", hyp + lanes,
                              _inside((b0, tz, h0, z(d)), x.shape)))
         cases.append(_decide(f"{kind}: cache_seqlens[b] inside", hyp, _inside((b0,), (B,))))
@@ -1374,16 +1526,16 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
         pos_ok = _lane_ok(z, row_ok_term, {A.seqlen_ro: sp.sympify(ints["SEQLEN_RO"])})
         # the printed lane mask ro_ok (APPEND_RO_LANE) at that ROTARY_HALF: exactly the lanes d < rotary_dim =
         # 2·R (R the tables' columns) and exactly the lanes spec.rotary.ROTATE rotates (the others are kept), on
-        # every lane of the tile (d >= 0: the partner's and the tables' masks t_ok & ro_ok carry no d_ok)
+        # every lane of the printed offs_d (the partner's and the tables' masks t_ok & ro_ok carry no d_ok)
         (lane_term,) = groups["ro_lane"]
         lane_z = _lane_ok(z, lane_term, {RO.rotary_half: half})(z(d))
         (rotate_term,) = RO.ROTATE
         rotated = rotate_term.expr.args[0][1].xreplace({RO.rotary_half: half})
         cases.append(_decide(f"{kind}: the rotary lanes ro_ok are d < rotary_dim = 2·R, the lanes ROTATE rotates",
-                             hyp + [0 <= z(d)],
+                             hyp + [ln["d"].holds(z(d))],
                              z3.And(lane_z == (z(d) < 2 * z(cos.shape[1])), lane_z == z(rotated))))
         # the partner's and the tables' lanes: ro_mask = t_ok & ro_ok (rotary_dim = 2R <= D: rotary_cos's rule)
-        ro_lanes = hyp + [t_ok(tz), 0 <= z(d), lane_z, 2 * z(cos.shape[1]) <= z(D)]
+        ro_lanes = hyp + [t_ok(tz), ln["d"].holds(z(d)), lane_z, 2 * z(cos.shape[1]) <= z(D)]
         for layout, index_terms in (("GPT-J", RO.INTERLEAVED), ("GPT-NeoX", RO.HALVES)):
             env = {s_: e.xreplace({RO.rotary_half: half}) for s_, e in terms.chain(index_terms).items()}
             freq, pair = z(env[RO.ro_freq]), z(env[RO.ro_pair])
@@ -1448,14 +1600,14 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None):
        "writes — out/grad_out[b, h, i, d], grad_lse/lse/Δ/lse2/dsink[b, h, i] (packed: [i, h, d], [h, i]), "
        "sinks[h] — inside the tensor for every program of the grid and every lane i < N_Q, d < HEAD_DIM (the width "
        "preprocess_launch passes: HEAD_DIM = D, every column of out), and the grid "
-       "covers every (b, h, i); the dK/dV and dQ kernels' offsets are claim backward_kernel_addresses'",
+       "covers every (b, h, i); the dK/dV and dQ kernels' offsets are claim backward_kernel_addresses'" + "; the lanes are the printed ones (spec.addresses.BACKWARD_LANES: start_m = program_id(0)·BLOCK_M, offs_m = start_m + arange(BLOCK_M), offs_d = arange(BLOCK_D), each read from its term as base + arange(width), not assumed): the row tiles' lanes reach every row once, offs_d every column of out (BLOCK_D >= D: the launchers pass tile_widths' BLOCK_DV)",
        r"\mathrm{off}(X, (b, h, i)) = b\,s_b + h\,s_h + i\,s_i",
-       terms=tuple(t.name for g in A.BACKWARD_GROUPS.values() for t in g),
+       terms=tuple(dict.fromkeys(t.name for g in (*A.BACKWARD_GROUPS.values(), *A.BACKWARD_LANES.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grid and lanes, dense and packed (SymPy canonical zero for the "
              "offsets, z3 for the extents); mathematical integers Z (off_b, off_h int64; out's and grad_out's in-row "
              "products int32, bounded by index_int32 (claim int32_index_arithmetic); grad_lse's, lse's and Δ/lse2's "
              "row products int64, offs_m widened by tl.cast(·, tl.int64): the width case reads the printed lines)")
-def prove_backward_addresses(groups=A.BACKWARD_GROUPS, launch=None, row_tensors=None):
+def prove_backward_addresses(groups=A.BACKWARD_GROUPS, launch=None, row_tensors=None, lanes=A.BACKWARD_LANES):
     launch = L.preprocess_launch if launch is None else launch
     row_tensors = L.backward_row_tensors if row_tensors is None else row_tensors
     g = {t.symbol: t for t in groups["preprocess"]}
@@ -1494,31 +1646,42 @@ def prove_backward_addresses(groups=A.BACKWARD_GROUPS, launch=None, row_tensors=
         # extents: program (pid_m, h, b) of the grid, split as spec.addresses.GRID_HEAD prints it (claim launch_grid)
         z = _Z3A()
         lane = z3.Int("lane")
-        pidm = z(terms.program_id(0))  # start_m = program_id(0)·BLOCK_M
         N = z(sp.sympify(ints["N_Q"]))
         dims = [z(x) >= 1 for x in (*out.shape, n.B_r)]
         grid_hyp, prog = _grid_program(A.GRID_HEAD, grid, ints, z)
-        hyp = dims + grid_hyp + [0 <= lane, lane < z(n.B_r)]
-        offb, offh, iz = prog[A.off_b], prog[A.off_h], pidm * z(n.B_r) + lane
+        # the printed lanes (spec.addresses.BACKWARD_LANES), read: offs_m = start_m + arange(BLOCK_M) with the printed
+        # start_m = program_id(0)·BLOCK_M, offs_d = arange(BLOCK_D)
+        ln, shapes = _read_lanes(z, lanes, ("m", "d"), starts=("start_m",))
+        cases += [(f"{tag}: {name}", value) for name, value in shapes]
+        hyp = dims + grid_hyp + [0 <= lane, lane < z(ln["m"].width)]
+        offb, offh, iz = prog[A.off_b], prog[A.off_h], ln["m"].start() + lane
         # the printed masks row_ok, d_ok (spec.addresses.BWD_PRE_*_OK) at preprocess_launch's N_Q and HEAD_DIM, on the
-        # lanes tl.arange makes (d >= 0): every column of out and grad_out, no more
+        # printed lane offs_d: every column of out and grad_out, no more
         sizes = {A.N_Q: ints["N_Q"], A.HEAD_DIM_: ints["HEAD_DIM"]}
         ok_at = _lanes_ok(z, groups, ("row_ok", "d_ok"), sizes)
         row_ok, d_ok = ok_at[A.row_ok], ok_at[A.d_ok]
-        lanes = [row_ok(iz), 0 <= z(d), d_ok(z(d))]
+        lane_hyp = [row_ok(iz), d_ok(z(d), ln["d"])]
         c = z3.Int("lane_value")
         cases.append(_decide(f"{tag}: row_ok admits exactly the rows i < N_Q, d_ok exactly the columns d < D", dims + [0 <= c],
                              z3.And(row_ok(c) == (c < N), d_ok(c) == (c < z(out.shape[-1])))))
+        # the row tiles' lanes reach every row once; the lanes offs_d every column of out (at the width the launchers
+        # pass: tile_widths' BLOCK_DV >= D_v, _tile_width_cases)
+        cases += [(f"{tag}: {name}", value) for name, value in _tiling_cases(
+            "rows", ln["m"], dims, 0, N, z(n.B_r), lambda t_: z3.And(0 <= t_, t_ < z(sp.sympify(grid[0]))),
+            lambda t_: [(z(terms.program_id(0)), t_)])]
+        cases.append(_decide(f"{tag}: every column c < D of out is a lane of offs_d that d_ok admits",
+                             dims + [z(A.BLOCK_D_) >= z(out.shape[-1]), 0 <= c, c < z(out.shape[-1])],
+                             d_ok(c, ln["d"])))
         cases.append(_decide(f"{tag}: the lanes d < HEAD_DIM cover out's columns: HEAD_DIM = D", dims,
                              z(sp.sympify(ints["HEAD_DIM"])) == z(out.shape[-1])))
         if packed:
             cases.append(_decide("packed: the one batch: off_b = 0", hyp, offb == 0))
         idx_full = (iz, offh, z(d)) if packed else (offb, offh, iz, z(d))
         idx_row = (offh, iz) if packed else (offb, offh, iz)
-        cases.append(_decide(f"{tag}: out/grad_out[b, h, i, d] inside (lanes i < N_Q, d < D)", hyp + lanes,
+        cases.append(_decide(f"{tag}: out/grad_out[b, h, i, d] inside (lanes i < N_Q, d < D)", hyp + lane_hyp,
                              _inside(idx_full, out.shape)))
         cases.append(_decide(f"{tag}: grad_lse/lse/delta/lse2/dsink[b, h, i] and sinks[h] inside (lanes i < N_Q)",
-                             hyp + lanes, z3.And(_inside(idx_row, rows_shape), _inside((offh,), sinks.shape))))
+                             hyp + lane_hyp, z3.And(_inside(idx_row, rows_shape), _inside((offh,), sinks.shape))))
         batch = z(sp.sympify(1 if packed else out.shape[0]))
         cases.append(_decide(f"{tag}: the grid covers every (b, h, i)", dims,
                              z3.And(z(sp.sympify(grid[0])) * z(n.B_r) >= N, z(sp.sympify(grid[1])) == z(out.shape[1]),
@@ -1581,9 +1744,9 @@ def _backward_tensors():
        "from that grid (both launchers pass it the grid they launch), inside it for every lane e of "
        "_score_param_scatter's chunks the printed entry_ok = offs_e <= hi admits (BWD_SCORE_GRAD_OK), every entry "
        "lo <= e <= hi the tile read admitted (lo, hi: its smallest and largest), and no two "
-       "programs share a row (the deterministic fixed-order sum needs no atomics)",
+       "programs share a row (the deterministic fixed-order sum needs no atomics)" + "; the lanes are the printed ones (spec.addresses.BACKWARD_KERNEL_LANES: dK/dV's start_n = program_id(0)·BLOCK_N, dQ's start_m = program_id(0)·BLOCK_M, offs_m = start_m + arange(BLOCK_M), offs_n = start_n + arange(BLOCK_N), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), each read from its term as base + arange(width), not assumed): the grid's tiles reach every key (dK/dV) or row (dQ) once, a loop's steps (range(lo, hi, BLOCK)) every row (dK/dV) or key (dQ) of [lo, hi) once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
-       terms=tuple(t.name for g in A.BACKWARD_KERNEL_GROUPS.values() for t in g),
+       terms=tuple(dict.fromkeys(t.name for g in (*A.BACKWARD_KERNEL_GROUPS.values(), *A.BACKWARD_KERNEL_LANES.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grids, GQA groups and lanes (SymPy canonical zero for the offsets, "
              "z3 over unbounded integers for the extents; the tile widths by evaluating spec.launch.tile_widths at "
              "every accepted (D, D_v)); off_b, off_kvh, off_h and the per-program bases are int64, "
@@ -1598,7 +1761,7 @@ def _backward_tensors():
              "off_h: the width case) and below the buffer's element count (the extent case), which torch holds in "
              "int64")
 def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch=None, dq_launch=None,
-                                    row_tensors=None, score_grad_launch=None, widths=None):
+                                    row_tensors=None, score_grad_launch=None, widths=None, lanes=A.BACKWARD_KERNEL_LANES):
     from spec import structure as S
 
     score_grad_launch = L.score_grad_launch if score_grad_launch is None else score_grad_launch
@@ -1709,35 +1872,62 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
         # the program's (tile, head, b), split as spec.addresses.GRID_KV_HEAD / GRID_HEAD print it (claim launch_grid)
         grid_hyp, prog = _grid_program(A.GRID_KV_HEAD if kernel == "dkdv" else A.GRID_HEAD, grid, ints, z)
         hyp += [Hqz == group_true * Hkvz, 0 <= lane] + grid_hyp
+        # the printed lanes (spec.addresses.BACKWARD_KERNEL_LANES), read: the program's tile (dK/dV: offs_n = start_n +
+        # arange(BLOCK_N) with the printed start_n = program_id(0)·BLOCK_N; dQ: offs_m with start_m = program_id(0)·
+        # BLOCK_M), a loop step's tile (dK/dV: offs_m at start_m in range(lo, hi, BLOCK_M); dQ: offs_n at start_n in
+        # range(lo, hi, BLOCK_N): the loops are template text), the head dims' offs_d, offs_dv, offs_dt
+        own, step = ("n", "m") if kernel == "dkdv" else ("m", "n")
+        ln, shapes = _read_lanes(z, lanes, ("d", "dv", "dt", step), {A.HEAD_DIM_: sp.sympify(ints["HEAD_DIM"])})
+        prog_lane, shapes_own = _read_lanes(z, lanes, (own,), starts=(f"start_{own}",))
+        ln[own] = prog_lane[own]
+        cases += [(f"{kernel}: {name}", value) for name, value in shapes + shapes_own]
+        hyp += [lane < z(ln[own].width)]
         if kernel == "dkdv":  # program (key tile, kvh, b); the loop over the group's query heads
             offb, offkvh = prog[A.off_b], prog[A.off_kvh]
             offh = z3.substitute(z(S.GQA_GROUP_HEAD.expr.xreplace({S.group: sp.sympify(ints["GROUP"])})),
                                  (z(A.off_kvh), offkvh), (z(S.g), gz))
-            jz, iz = pid0 * bn + lane, z(i)
-            hyp += [lane < bn, 0 <= gz, gz < Gz]
+            jz, iz = ln["n"].start() + lane, z(i)
+            hyp += [0 <= gz, gz < Gz]
             tile_n, tile_m = pid0 * bn, z(A.start_m)
             tile_hyp = [tile_m >= 0, tile_m < Nqz]
+            own_count, own_step, step_count, step_size = Nkz, bn, Nqz, bm
         else:  # program (row tile, h, b); its K/V head by spec.structure.GQA_HEAD
             offb, offh = prog[A.off_b], prog[A.off_h]
             offkvh = z3.substitute(z(S.GQA_HEAD.expr.xreplace({S.group: sp.sympify(ints["GROUP"])})),
                                    (z(A.off_h), offh))
-            iz, jz = pid0 * bm + lane, z(j)
-            hyp += [lane < bm]
+            iz, jz = ln["m"].start() + lane, z(j)
             tile_m, tile_n = pid0 * bm, z(A.start_n)
             tile_hyp = [tile_n >= 0, tile_n < Nkz]
+            own_count, own_step, step_count, step_size = Nqz, bm, Nkz, bn
+        # a loop step's tile starts at or after 0 (claim mask_tiles_sound: in [0, N))
+        hyp += tile_hyp[:1]
+        # the grid's tiles reach every key (dK/dV) or row (dQ) once; a loop's steps (range(lo, hi, BLOCK)) every row
+        # (dK/dV) or key (dQ) of [lo, hi) once
+        lo, hi, start_step = z3.Int("loop_lo"), z3.Int("loop_hi"), z(A.start_m if step == "m" else A.start_n)
+        cases += [(f"{kernel}: {name}", value) for name, value in _tiling_cases(
+            "the grid's tiles", ln[own], [own_count >= 1, own_step >= 1], 0, own_count, own_step,
+            lambda t_: z3.And(0 <= t_, t_ < z(sp.sympify(grid[0]))), lambda t_: [(pid0, t_)])]
+        cases += [(f"{kernel}: {name}", value) for name, value in _tiling_cases(
+            "a loop's tiles", ln[step], [lo >= 0, step_count >= 1], lo, hi, step_size,
+            lambda t_: z3.And(0 <= t_, lo + t_ * step_size < hi), lambda t_: [(start_step, lo + t_ * step_size)])]
         # the printed masks (spec.addresses.BWD_*_OK) at the launch's sizes: the lanes they admit are the hypotheses
         sizes = {sym: sp.sympify(ints[name]) for sym, name in ((A.N_Q, "N_Q"), (A.N_K_, "N_K"), (A.HEAD_DIM_, "HEAD_DIM"),
                                                               (A.HEAD_DIM_V_, "HEAD_DIM_V"),
                                                               (A.HEAD_DIM_TAIL_, "HEAD_DIM_TAIL"))}
         ok_at = _lanes_ok(z, groups, ("row_ok", "columns_ok", "tail_ok", "key_ok", "n_ok"), sizes)
-        row_ok = ok_at[A.row_ok](iz, 0)
-        key_ok = ok_at[A.n_ok](jz, 0)  # the stores' keys; key_ok's loads: a subset (below)
+        row_ok = ok_at[A.row_ok](iz, ln["m"])
+        key_ok = ok_at[A.n_ok](jz, ln["n"])  # the stores' keys; key_ok's loads: a subset (below)
         # the lanes' column bounds: the launch's head dims (spec.launch.head_dims), any split point in [1, D]
         hyp, cover = _head_dim_lanes(ints, D, Dv, z, hyp)
         cases.append((f"{kernel}: {cover[0]}", cover[1]))
         main_z, tail_z = z(sp.sympify(ints["HEAD_DIM"])), z(sp.sympify(ints["HEAD_DIM_TAIL"]))
-        d_ok, dv_ok = ok_at[A.d_ok](z(d), 0), ok_at[A.dv_ok](z(dv_), 0)
+        d_ok, dv_ok = ok_at[A.d_ok](z(d), ln["d"]), ok_at[A.dv_ok](z(dv_), ln["dv"])
         v_z, kl, c = z(sp.sympify(ints["HEAD_DIM_V"])), z(n.key_len), z3.Int("lane_value")
+        qk_cover, qk_once, v_cover = _columns_admitted(c, ok_at[A.d_ok], ok_at[A.dt_ok], ok_at[A.dv_ok], ln)
+        cases.append(_decide(f"{kernel}: every column c < D of q/k is admitted by one lane (d_ok at d = c, or dt_ok at "
+                             "dt = c), every c < D_v of v/grad_out by dv_ok", hyp + _width_hyp(z, main_z, tail_z, v_z)
+                             + [0 <= c], z3.And(z3.Implies(c < Dz, z3.And(qk_cover, qk_once)),
+                                                z3.Implies(c < Dvz, v_cover))))
         cases.append(_decide(
             f"{kernel}: row_ok, n_ok, key_ok, d_ok, dv_ok, dt_ok admit exactly the rows i < N_Q, keys j < N_K (key_ok: "
             "and j < key_len), columns d < HEAD_DIM, dv < HEAD_DIM_V, dt < HEAD_DIM + HEAD_DIM_TAIL",
@@ -1749,7 +1939,7 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
         cases.append(_decide(f"{kernel}: k{', ' + head_side if head_side else ''}[b, kvh, j, d] inside (lanes j < N_K, "
                              "d < HEAD_DIM)", hyp + [key_ok, d_ok], _inside((offb, offkvh, jz, z(d)), k.shape)))
         # the split's tail lanes: HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL (the launch's split of D)
-        dt_ok = ok_at[A.dt_ok](z(A.offs_dt), main_z)
+        dt_ok = ok_at[A.dt_ok](z(A.offs_dt), ln["dt"])
         cases.append(_decide(f"{kernel}: k{', dk' if kernel == 'dkdv' else ''}[b, kvh, j, dt] inside (lanes j < N_K, "
                              "dt < HEAD_DIM + HEAD_DIM_TAIL = D)", hyp + [key_ok, dt_ok],
                              _inside((offb, offkvh, jz, z(A.offs_dt)), k.shape)))
@@ -1767,7 +1957,7 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
         # _attn_bwd_mask's dense tile: the printed ij_ok at the caller's rows i and keys j (both layouts)
         ij_ok = _lanes_ok(z, groups, ("mask_ok",), sizes)[A.ij_ok]
         cases.append(_decide(f"{kernel}: mask[b, h, i, j] inside (lanes ij_ok: i < N_Q, j < N_K)",
-                             hyp + [ij_ok((iz, jz), 0)], _inside((offb, offh, iz, jz), t["mask"].shape)))
+                             hyp + [ij_ok((iz, jz), (ln["m"], ln["n"]))], _inside((offb, offh, iz, jz), t["mask"].shape)))
         c2 = z3.Int("lane_value_2")
         cases.append(_decide(f"{kernel}: ij_ok admits exactly the mask's elements i < N_Q, j < N_K (every element the "
                              "reference reads)", hyp + [0 <= c, 0 <= c2], ij_ok((c, c2)) == z3.And(c < Nqz, c2 < Nkz)))
