@@ -55,7 +55,9 @@ XDIST_GROUPS = {
     "tests/test_ring.py::test_ring_claims_proved": "proved",
     "tests/test_mask_mod.py::test_generator_emits_a_user_mask_mod": "proved",
     "tests/test_spec_cli.py::test_json_report": "proved",
+    "tests/test_generator_cli.py::test_regeneration_is_byte_identical": "proved",
     "tests/test_contract.py::test_row14_every_entry_point_of_an_emitted_package_runs_its_own_kernels": "proved",
+    "tests/test_ring.py::": "ring",  # ``_run(P)``: one gloo spawn per world size per run (lru_cache), not per worker
     "tests/test_install.py::": "install",  # ``src``: a copy of the checkout to build from
     "tests/test_tma.py::test_tma_forward_compiles_for_sm90": "tma_rows",  # two static compiles
     "tests/test_tma.py::test_tma_forward_is_ok_statically": "tma_rows",

@@ -68,6 +68,23 @@ def test_nan_never_counts_as_zero():
     assert difference(-sp.oo, sp.oo) != 0
 
 
+def test_expanded_residual_is_zero_exactly_when_the_expansion_is():
+    """The composition cases' residual: 0 for an identity that needs the expansion (a sample point where it
+    vanishes leaves the decision to sp.expand), nonzero (with its value) for one that is not, also where the
+    difference vanishes at a few points only; a symbol's assumptions are kept (u > 0: sqrt(u**2) = u)."""
+    from spec.proofs.tools import expanded_residual
+
+    x, n = sp.Symbol("x"), sp.Symbol("n", integer=True, positive=True)
+    u = sp.Symbol("u", positive=True)
+    assert expanded_residual((x + 1) ** 2 - (x**2 + 2 * x + 1)) == 0
+    assert expanded_residual(sp.exp(x) * (n + x) - sp.exp(x) * x - n * sp.exp(x)) == 0
+    assert expanded_residual(sp.sqrt(u**2) - u) == 0
+    assert expanded_residual(sp.sqrt(u**2) + u) != 0
+    wrong = expanded_residual(sp.Max(1, sp.ceiling(n / 2)) - n)  # 0 at n = 1, 2 only
+    assert wrong != 0 and "nonzero" in str(wrong)
+    assert expanded_residual(sp.Integer(0)) == 0
+
+
 def test_undecided_sign_is_not_proved():
     from spec.proofs.tools import nonnegative
 

@@ -43,9 +43,23 @@ def build_site(site_dir: Path) -> Path:
     return site_dir
 
 
+def use_session_proofs(mp: pytest.MonkeyPatch, proved: dict) -> None:
+    """Every claim's ``prove`` returns the session's result (conftest's ``proved``: one ``prove_all()`` per run,
+    checked by tests/test_claims.py), so a build renders those results instead of proving every claim twice
+    more (the hooks' ``_proofs()`` and the verification page's timing re-run: about a minute of CPU a build).
+    The hooks still call each claim's ``prove`` and render what it returns; the pages' statuses, details and
+    residuals are checked below, with a mutated claim too."""
+    from spec import claims
+
+    for cid, c in claims.REGISTRY.items():
+        mp.setitem(claims.REGISTRY, cid, dataclasses.replace(c, prove=lambda r=proved[cid]: r))
+
+
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    return build_site(tmp_path_factory.mktemp("site"))
+def site(tmp_path_factory, proved) -> Path:
+    with pytest.MonkeyPatch.context() as mp:
+        use_session_proofs(mp, proved)
+        return build_site(tmp_path_factory.mktemp("site"))
 
 
 def pages(site_dir: Path) -> list[str]:
@@ -85,11 +99,13 @@ def test_merge_page_shows_every_claim_with_its_status(site, proved):
         assert f'class="fp-{status.lower()}">{status}<' in section, f"{cid}: page does not show {status}"
 
 
-def test_changing_a_claim_changes_the_page(site, tmp_path, monkeypatch):
+def test_changing_a_claim_changes_the_page(site, proved, tmp_path, monkeypatch):
     """Mutate one claim in spec: a new statement and a proof that fails with a residual."""
     import sympy as sp
 
     from spec import claims
+
+    use_session_proofs(monkeypatch, proved)  # the other claims: the session's results
 
     cid = "merge_associative" if "merge_associative" in claims.REGISTRY else next(iter(claims.REGISTRY))
     before = claim_section((site / "merge/index.html").read_text(), cid)
@@ -110,11 +126,13 @@ def test_changing_a_claim_changes_the_page(site, tmp_path, monkeypatch):
     assert statement in index
 
 
-def test_stale_generated_line_stops_the_build(tmp_path, monkeypatch, caplog):
+def test_stale_generated_line_stops_the_build(proved, tmp_path, monkeypatch, caplog):
     """A spec term whose generated kernel line no longer matches it is an error, not a page."""
     from mkdocs.exceptions import MkDocsException
 
     from spec import terms
+
+    use_session_proofs(monkeypatch, proved)
 
     tile = list(terms.FORWARD_TILE)
     k = next(i for i, t in enumerate(tile) if t.name == "alpha")

@@ -1071,8 +1071,11 @@ def test_forward_error_bound_fails_when_forward_bound_counts_tiles_as_keys(monke
     assert "is the stated composition" in r.detail
 
 
-def _bound_without_the_cast_of_p(dtype, n_k, block_n, head_dim, scaled_abs, lse=0.0, num=None):
-    """forward_bound with a dropped term: the numerator's rounding of P to the input dtype (u_p)."""
+def _bound_without_the_cast_of_p(dtype, n_k, block_n, head_dim, scaled_abs, lse=0.0, num=None, softcap=False, *,
+                                 alibi=None):
+    """forward_bound with a dropped term: the numerator's rounding of P to the input dtype (u_p). (It takes
+    forward_bound's softcap and alibi, ignored: without them the claim's call raised a TypeError, and the case
+    failed on that, not on the dropped term.)"""
     from spec import error_bound as EB
 
     num = num or EB.FLOATS
@@ -1091,6 +1094,7 @@ def test_forward_error_bound_fails_on_a_forward_bound_with_a_dropped_term():
     r = PF.prove_forward_error_bound(bound=_bound_without_the_cast_of_p)
     assert_failed(r)
     assert "forward_bound(fp32).out is the stated composition" in r.detail
+    assert "Error" not in r.detail, r.detail  # refuted on the value, not because the bound could not run
 
 
 def test_forward_error_bound_with_a_too_small_lse_bound_is_refuted():

@@ -33,7 +33,7 @@ from sympy.codegen.cfunctions import log2
 
 from spec import error_bound, terms
 from spec import notation as n
-from spec.proofs.tools import ZERO, result
+from spec.proofs.tools import ZERO, expanded_residual, result
 from spec.proofs.tools import z3_verdict as _verdict
 from spec.registry import claim
 
@@ -395,8 +395,7 @@ def _composition_cases(bound, score_mod=False):
             for field in error_bound.Bound._fields:
                 # the same lemmas applied to the same arguments cancel structurally; anything else is a residual
                 # (expanded, not simplified: a wrong composition is reported, never searched for an identity)
-                residual = getattr(got, field) - getattr(want, field)
-                residual = residual if residual == 0 else sp.expand(residual)
+                residual = expanded_residual(getattr(got, field) - getattr(want, field))
                 mods = (", softcap" if softcap else "") + (", alibi" if alibi is not None else "") + (
                     ", score_mod (k, α, κ)" if user is not None else "")
                 cases.append((f"forward_bound({dtype}{mods}).{field} is the stated composition (symbolic N_k, B_c, "

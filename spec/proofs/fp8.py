@@ -35,7 +35,7 @@ from spec import error_bound, structure, terms
 from spec import notation as n
 from spec.proofs.float import REALS, _verdict, scaled_score_roundings, symbolic_numbers
 from spec.proofs.symbolic import D, R, ROWMAX, Q, V, a_, d, j, run, sum_zero, w_
-from spec.proofs.tools import ZERO, result
+from spec.proofs.tools import ZERO, expanded_residual, result
 from spec.registry import claim
 
 s = n.sm_scale
@@ -261,8 +261,7 @@ def _bound_cases(call, want, label):
         got = error_bound.Bound(*(sp.Symbol(f"{type(exc).__name__}: {exc}"),) * 3)
     cases = []
     for field in error_bound.Bound._fields:
-        residual = getattr(got, field) - getattr(want, field)
-        cases.append((label.format(field), residual if residual == 0 else sp.expand(residual)))
+        cases.append((label.format(field), expanded_residual(getattr(got, field) - getattr(want, field))))
     return cases
 
 

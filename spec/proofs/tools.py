@@ -211,6 +211,35 @@ def difference(lhs: sp.Basic, rhs: sp.Basic) -> sp.Basic:
     return reduce_zero(lhs - rhs)
 
 
+def _sample_point(symbols) -> dict:
+    """One point satisfying every symbol's assumptions: distinct primes for integers, distinct small
+    rationals (1/997, 1/1009, ...) for the others, negated for a negative or nonpositive symbol."""
+    primes, reals = iter(sp.primerange(3, 10**4)), iter(sp.primerange(997, 10**5))
+    point = {}
+    for s in sorted(symbols, key=sp.default_sort_key):
+        value = sp.Integer(next(primes)) if s.is_integer else sp.Rational(1, next(reals))
+        point[s] = -value if (s.is_negative or s.is_nonpositive) else value
+    return point
+
+
+def expanded_residual(residual: sp.Basic) -> sp.Basic:
+    """``sp.expand(residual)`` as a case's residual (0 exactly when the expanded form is 0), without
+    expanding a residual that is visibly nonzero: one that is not structurally 0 is first evaluated
+    at a point satisfying its symbols' assumptions (50 digits); expand is an identity on that
+    domain, so a value away from 0 there means the expanded form is not 0 either, and the case
+    fails with that value (a wrong composition's expand takes minutes). A point where it is 0, or
+    no real value, leaves the decision to ``sp.expand``."""
+    residual = sp.sympify(residual)
+    if residual == 0:
+        return ZERO
+    point = _sample_point(residual.free_symbols)
+    value = residual.xreplace(point).evalf(50)
+    if value.is_Float and abs(value) > sp.Float("1e-30"):
+        at = ", ".join(f"{s}={v}" for s, v in point.items())
+        return sp.Symbol(f"nonzero: got − want = {sp.Float(value, 6)} at {at}")
+    return sp.expand(residual)
+
+
 # ----------------------------------------------------------------------------------
 # Interpreting kernel terms on a symbolic block
 # ----------------------------------------------------------------------------------
