@@ -85,6 +85,28 @@ def test_expanded_residual_is_zero_exactly_when_the_expansion_is():
     assert expanded_residual(sp.Integer(0)) == 0
 
 
+def test_reduce_zero_fails_a_residual_nonzero_at_a_point_and_still_proves_identities():
+    """reduce_zero's early failure (nonzero_at_a_point) decides only a residual that is not 0 at a point of its
+    domain: identities that need the rewriting still reduce to 0 (exp2 -> exp, Max with a positive factor,
+    sqrt(u**2) = u for u > 0), a point outside a symbol's assumptions (k even) or with no real value decides
+    nothing, and a wrong identity fails with its value."""
+    from sympy.codegen.cfunctions import exp2
+
+    from spec.proofs.tools import nonzero_at_a_point, reduce_zero
+
+    x, u = sp.Symbol("x", real=True), sp.Symbol("u", positive=True)
+    k, f = sp.Symbol("k", integer=True, even=True), sp.Function("f")
+    assert reduce_zero(exp2(x) * exp2(-x) - 1) == 0
+    assert reduce_zero(2 * sp.Max(x, 1) - sp.Max(2 * x, 2)) == 0
+    assert reduce_zero(sp.sqrt(u**2) - u) == 0
+    assert nonzero_at_a_point(exp2(x) - 2**x) is None  # 0 at the point: undecided here
+    assert nonzero_at_a_point(k) is None  # the point k = 3 is not even: outside the domain
+    assert nonzero_at_a_point(f(x) - x) is None  # no value at the point
+    assert nonzero_at_a_point(sp.true) is None
+    wrong = reduce_zero(sp.Max(x, 2 * x) - x)  # 0 for x <= 0 only
+    assert wrong != 0 and "nonzero" in str(wrong)
+
+
 def test_undecided_sign_is_not_proved():
     from spec.proofs.tools import nonnegative
 

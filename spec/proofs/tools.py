@@ -238,16 +238,19 @@ def nonzero_at_a_point(residual: sp.Basic) -> sp.Symbol | None:
     of the domain is not identically 0 there, so no value-preserving rewriting (expand, simplify) reduces it
     to the canonical zero: the case fails either way, and this says so without the rewriting (a wrong term's
     ``sp.simplify`` takes seconds). It never makes a case pass."""
-    if not isinstance(residual, sp.Expr):
-        return None
+    if not isinstance(residual, sp.Expr) or residual.has(sp.Derivative, sp.Integral, sp.Subs):
+        return None  # a derivative (integral) is taken in a symbol the point would replace
     symbols = residual.free_symbols
     if not all(isinstance(s, sp.Symbol) for s in symbols):
         return None
     point = _sample_point(symbols)
     if any(getattr(point[s], f"is_{fact}") != holds for s in symbols for fact, holds in s.assumptions0.items()):
         return None
-    at_point = residual.xreplace(point)
-    value, check = at_point.evalf(50), at_point.evalf(80)
+    try:
+        at_point = residual.xreplace(point)
+        value, check = at_point.evalf(50), at_point.evalf(80)
+    except (ValueError, TypeError, ArithmeticError):  # no value there (a term SymPy cannot evaluate)
+        return None
     if not (value.is_Float and check.is_Float) or abs(value) <= sp.Float("1e-30"):
         return None
     if abs(value - check) > sp.Float("1e-20") * abs(check):
