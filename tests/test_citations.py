@@ -121,3 +121,24 @@ def test_mutating_a_kind_predicate_fails_mask_tiles_sound(kind):
         t = masks.keep_term(k)
         return mutant(t) if k == kind else t
     assert not REGISTRY["mask_tiles_sound"].prove(keep_term=keep).proved
+
+
+def test_a_mutant_fails_the_same_cases_before_and_after_its_claim_proved(monkeypatch):
+    """The proofs keep what they proved per process (spec.proofs.tools: z3 queries by their text): a mutated
+    printed term fails the same cases of its cited claim whether the unmutated claim ran before it in the same
+    process or not, and the unmutated claim proves again after the mutant."""
+    from spec.proofs import tools
+
+    monkeypatch.setattr(tools, "_PROVED_QUERIES", set())  # nothing proved yet in this process
+    label, group, index = next(g for g in printed_groups() if g[0] == "addresses.FORWARD.columns_ok[0] d_ok")
+    claim_id = group[index].claim
+
+    def failed_cases():
+        result = prove_with(claim_id, group, index, mutant(group[index]))
+        assert not result.proved, f"{label}: claim {claim_id} still PROVED"
+        return [name for name, residual in result.cases if residual != 0]
+
+    before = failed_cases()
+    assert REGISTRY[claim_id].prove().proved and tools._PROVED_QUERIES
+    assert failed_cases() == before
+    assert REGISTRY[claim_id].prove().proved

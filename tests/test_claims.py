@@ -129,6 +129,31 @@ def test_report_order_does_not_depend_on_which_proof_module_was_imported_first()
     assert plain == early
 
 
+def test_a_proved_z3_query_is_reused_only_for_the_same_query(monkeypatch):
+    """z3_check keeps the queries it proved (a claim re-run with one term mutated re-proves only what the term
+    changed): the same text is proved again without z3; a query differing in one term, one constant's sort or the
+    resource limit is solved afresh, before and after the proved one; a counterexample is never kept."""
+    import z3
+
+    from spec.proofs import tools
+
+    monkeypatch.setattr(tools, "_PROVED_QUERIES", set())
+    x, y = z3.Int("x"), z3.Int("y")
+    wrong = ([x > 2, y == x], y > 3)  # the "mutated" term: y > 3 does not follow
+    assert tools.z3_check(*wrong)[0] == z3.sat  # before the right query ran
+    assert tools.z3_check([x > 2, y == x], y > 1) == (z3.unsat, None)
+    assert len(tools._PROVED_QUERIES) == 1  # the counterexample was not kept
+    solved = []
+    monkeypatch.setattr(tools, "z3_solver", lambda ctx=None: solved.append(1) or z3.Solver(ctx=ctx))
+    assert tools.z3_check([x > 2, y == x], y > 1) == (z3.unsat, None) and solved == []  # reused
+    assert tools.z3_check(*wrong)[0] == z3.sat and solved == [1]  # after it: solved afresh, still refuted
+    assert tools.z3_check([x > 2], x >= 3) == (z3.unsat, None)  # over the integers
+    r = z3.Real("x")
+    assert tools.z3_check([r > 2], r >= 3)[0] == z3.sat  # the same assertions' text over the reals: x = 5/2
+    monkeypatch.setattr(tools, "Z3_RLIMIT", 100)
+    assert tools._query_key([x > 2, y == x], y > 1) not in tools._PROVED_QUERIES  # another limit: another query
+
+
 def test_z3_cases_stop_at_a_resource_limit_not_a_clock(monkeypatch):
     """A z3 case's verdict does not depend on the machine's load: every query of the spec runs in
     spec.proofs.tools.z3_check under z3's deterministic resource limit (Z3_RLIMIT; the wall-clock timeout is

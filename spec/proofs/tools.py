@@ -143,12 +143,17 @@ def z3_check(hypotheses, statement):
     """
     import z3
 
+    hypotheses = list(hypotheses)
+    key = _query_key(hypotheses, statement)
+    if key in _PROVED_QUERIES:
+        return z3.unsat, None
     ctx = z3.Context()
     solver = z3_solver(ctx)
     solver.add(*[h.translate(ctx) for h in hypotheses], z3.Not(statement.translate(ctx)))
     before = _rlimit_count(solver)
     verdict = solver.check()
     if verdict == z3.unsat:
+        _PROVED_QUERIES.add(key)
         return verdict, None
     if verdict == z3.sat:
         return verdict, solver.model()
@@ -156,6 +161,26 @@ def z3_check(hypotheses, statement):
     if spent >= Z3_RLIMIT > 0:
         reason = f"{reason}: resource limit reached ({spent} >= Z3_RLIMIT = {Z3_RLIMIT})"
     return verdict, reason
+
+
+#: the queries this process has proved (``z3_check`` answered unsat), by ``_query_key``: a query is a pure function
+#: of its text (deterministic resource limit, a context of its own), so the same text is proved again without z3.
+#: Only proofs are kept: a counterexample or an unknown is always recomputed. A claim re-run with one term mutated
+#: (tests/test_citations.py) re-proves only the queries that term changes; a changed term changes the text.
+_PROVED_QUERIES: set[str] = set()
+
+
+def _query_key(hypotheses, statement) -> str:
+    """The exact query ``hypotheses ∧ ¬statement`` as SMT-LIB text: every constant's declaration (name and sort)
+    and every assertion, in order, and the resource limit it runs under (a digest of it: two queries share a key
+    only when their texts are equal)."""
+    import hashlib
+
+    import z3
+
+    text = z3.Solver(ctx=statement.ctx)
+    text.add(*hypotheses, z3.Not(statement))
+    return hashlib.sha256(f"rlimit {Z3_RLIMIT}\n{text.sexpr()}".encode()).hexdigest()
 
 
 def _rlimit_count(solver) -> int:
