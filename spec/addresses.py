@@ -17,7 +17,9 @@ included). What is not yet a printed term ``generator.hygiene`` lists as reviewe
 user score_mod's parameter reads, inside its printed terms), and so does ``docs/verification.md``.
 
 The lanes every offset and mask is evaluated on are printed terms too (``*_LANES``: ``offs_x = base +
-arange(width)``, ``tl.arange(0, width)``, and the tile starts they read), which the claims read rather than assume.
+arange(width)``, ``tl.arange(0, width)``, and the tile starts they read), which the claims read rather than assume,
+and so are the tile loops that produce those starts (``*_LOOPS``: ``for start_n in range(lo, hi, BLOCK_N):``, whose
+start, stop and step the claims read).
 
 ``Strided`` implements the few tensor methods the launch functions use (``shape``, ``stride()``,
 ``view``, ``transpose``, ``contiguous``), so ``spec.launch`` runs unchanged on a torch tensor (the
