@@ -61,6 +61,15 @@
    assigned by no other line (rule 2). ``LANE_GAPS`` lists the reviewed functions whose lanes are still template
    text: none since issue 24 (a user score_mod's ``_score_param_scatter`` prints its chunk lanes too).
 
+9. **tile loops printed** (issue 24). Every ``for`` header of a jit function (``for x in range(a, b, c):``,
+   ``tl.range``, ``tl.static_range`` alike) is a printed loop term ``x = tile_range(a, b, c)`` of ``spec.addresses``
+   (``*_LOOPS``), whose claims (``decode_addresses``, ``forward_addresses``, ``backward_kernel_addresses``,
+   ``rows_addresses``) read its start, stop and step (the tiles ``x = a + t·c < b``) and its variable, the tile start
+   the printed lane's base reads: a hand-edited header (a step ``2 * BLOCK_N``, a stop ``hi - 1``) is refused.
+   ``LOOP_GAPS`` lists the reviewed ``(function, header)`` pairs that are no tile loop of a lane: dK/dV's loop over
+   the GROUP query heads of its K/V head (the claim quantifies over ``0 <= g < GROUP``) and the merges' loop over
+   the S splits (each split's partial read at its printed offset), each listed on docs/verification.md.
+
 The allow-list (reviewed; keep it short):
 
 * loads and stores: ``tl.load(ptr, mask=..., other=<padding value>)`` (the ``other`` literal is
@@ -168,6 +177,12 @@ MASK_GAPS: frozenset = frozenset()
 #: lanes offs_e: spec.addresses.BACKWARD_KERNEL_LANES, claim backward_kernel_addresses); a gap added here is listed
 #: on docs/verification.md ("what remains outside the proofs")
 LANE_GAPS: frozenset = frozenset()
+#: (function, loop header) pairs rule 9 accepts without a printed loop term: loops over heads or splits, no tile loop
+#: of a lane; each listed on docs/verification.md ("what remains outside the proofs")
+LOOP_GAPS = frozenset({
+    ("_attn_bwd_dkdv", "for g in range(0, GROUP):"),  # the query heads of this K/V head (claim: 0 <= g < GROUP)
+    ("_merge_states", "for s in range(S):"),  # the splits, each read at its printed offset (claim rows_addresses)
+})
 #: a printed mask term's name ends so (spec.addresses.MASK_SUFFIX)
 MASK_SUFFIX = "_ok"
 #: names the printed address terms assign (spec.addresses): offsets a pointer may be moved by
@@ -431,6 +446,12 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
                                           boxes, box_params)
         for stmt in ast.walk(fn):
             if not isinstance(stmt, ast.stmt) or isinstance(stmt, (ast.FunctionDef, ast.If, ast.For)):
+                if isinstance(stmt, ast.For):  # rule 9: a tile loop's header is a printed loop term
+                    head = lines[stmt.lineno - 1].strip()
+                    if head not in printed and (fn.name, head.split("  #")[0]) not in LOOP_GAPS:
+                        problems.append(f"{fn.name}:{stmt.lineno}: loop header `{head}` is not a printed loop term "
+                                        "(spec.addresses.*_LOOPS: for x in range(start, stop, step), whose address "
+                                        "claim reads start, stop and step)")
                 if isinstance(stmt, (ast.If, ast.For)):  # their headers: conditions and ranges
                     header = stmt.test if isinstance(stmt, ast.If) else stmt.iter
                     for bad in _arithmetic(header, helpers):
@@ -578,7 +599,7 @@ def variant_lines(variants) -> tuple[set[str], set[str]]:
     for variant in variants:
         collect(CONTEXTS[variant.kind.name](variant))
     printed = {line for line in lines if "(claim: " in line}
-    return printed, {line.split("=", 1)[0].strip() for line in printed}
+    return printed, {line.split("=", 1)[0].strip() for line in printed if not line.startswith("for ")}
 
 
 @lru_cache(maxsize=None)

@@ -166,6 +166,7 @@ def score_mod_user_context(variant: Variant) -> dict | None:
             # the scatter's chunk lanes and entries in the program's gradient row (claim backward_kernel_addresses)
             "sg_first": print_term(AD.BACKWARD_KERNEL_LANES["first_e"][0]),
             "sg_lane": print_term(AD.BACKWARD_KERNEL_LANES["e"][0]),
+            "sg_loop": print_term(AD.BACKWARD_KERNEL_LOOPS["e"][0]),
             "sg_off": print_term(AD.BWD_SCORE_GRAD[0]), "sg_ok": print_term(AD.BWD_SCORE_GRAD_OK[0])}
 
 
@@ -224,6 +225,7 @@ def forward_context(variant: Variant) -> dict:
         "addresses_tma": {name: _lines(group) for name, group in AD.TMA_BOXES.items()},
         # the lanes those offsets are evaluated on, and the query tile's first row (claim forward_addresses)
         "lanes": _lane_lines(AD.FORWARD_LANES),
+        "loops": _lane_lines(AD.FORWARD_LOOPS),
     }
 
 
@@ -247,6 +249,7 @@ def softmax_context(variant: Variant) -> dict:
                       "n_ok": _lines(AD.SOFTMAX_N_OK)},
         # the lanes they are evaluated on (claim rows_addresses)
         "lanes": _lane_lines(AD.ROWS_LANES),
+        "loops": _lane_lines(AD.ROWS_LOOPS),
     }
 
 
@@ -287,6 +290,7 @@ def backward_context(variant: Variant) -> dict:
         # their lanes and tile starts (claims backward_addresses, backward_kernel_addresses)
         "lanes_bwd": _lane_lines(AD.BACKWARD_LANES),
         "lanes_bwd_k": _lane_lines(AD.BACKWARD_KERNEL_LANES),
+        "loops_bwd_k": _lane_lines(AD.BACKWARD_KERNEL_LOOPS),
         "segment_pointers_dkdv": _lines(AD.SEGMENT_POINTERS["dkdv"]),
         "segment_pointers_dq": _lines(AD.SEGMENT_POINTERS["dq"]),
         "row_stages": _stages(S.ROW_STAGES),
@@ -363,6 +367,7 @@ def merge_context(variant: Variant) -> dict:
                                                                     "merge_sink", "merge_row_ok", "merge_d_ok")},
         # the lanes they are evaluated on (claim rows_addresses)
         "lanes": _lane_lines(AD.ROWS_LANES),
+        "loops": _lane_lines(AD.ROWS_LOOPS),
     }
 
 
@@ -413,6 +418,7 @@ def decode_context(variant: Variant) -> dict:
         "append": {name: _lines(group) for name, group in AD.APPEND_GROUPS.items()},
         # the lanes the offsets are evaluated on (claims decode_addresses, append_addresses)
         "lanes": _lane_lines(AD.DECODE_LANES),
+        "loops": _lane_lines(AD.DECODE_LOOPS),
         "lanes_append": _lane_lines(AD.APPEND_LANES),
     }
 

@@ -17,7 +17,9 @@ included). What is not yet a printed term ``generator.hygiene`` lists as reviewe
 user score_mod's parameter reads, inside its printed terms), and so does ``docs/verification.md``.
 
 The lanes every offset and mask is evaluated on are printed terms too (``*_LANES``: ``offs_x = base +
-arange(width)``, ``tl.arange(0, width)``, and the tile starts they read), which the claims read rather than assume.
+arange(width)``, ``tl.arange(0, width)``, and the tile starts they read), which the claims read rather than assume,
+and so are the tile loops that produce those starts (``*_LOOPS``: ``for start_n in range(lo, hi, BLOCK_N):``, whose
+start, stop and step the claims read).
 
 ``Strided`` implements the few tensor methods the launch functions use (``shape``, ``stride()``,
 ``view``, ``transpose``, ``contiguous``), so ``spec.launch`` runs unchanged on a torch tensor (the
@@ -785,9 +787,8 @@ GRID_GROUPS = {"tile": GRID_TILE, "head": GRID_HEAD, "kv_head": GRID_KV_HEAD, "d
 # ``offs_x = base + arange(width)`` (``tl.arange(0, width)``: lane l at index base + l), and the simple tile starts
 # they read (``start_m = pid_m * BLOCK_M``). Each address claim reads its kernels' lane terms (``base``, ``width``:
 # spec.proofs.addresses._lane) instead of assuming them: a lane ``HEAD_DIM - 1 + arange(BLOCK_DT)`` or a row tile
-# ``start_m + arange(BLOCK_N)`` fails it. Template text still: the key loops' ``for start_n in range(lo, hi,
-# BLOCK_N)`` (the loop's first tile and step; lo, hi are printed terms of spec.masks / spec.paged), which the claims
-# take as ``start_n = lo + t·BLOCK_N``, and the backward's row loop ``for start_m in range(lo, hi, BLOCK_M)``.
+# ``start_m + arange(BLOCK_N)`` fails it. The tile loops that produce the starts are printed too (``*_LOOPS``: ``for
+# start_n in range(lo, hi, BLOCK_N):``, a ``tile_range`` term), and the claims read their start, stop and step.
 # ----------------------------------------------------------------------------------
 #: the head-dim tile widths (spec.launch.tile_widths: q/k's main part, its tail, v/out's) and the append's token tile
 BLOCK_D_, BLOCK_DV_, BLOCK_DT_, BLOCK_T_ = (_int(s, positive=True) for s in ("BLOCK_D", "BLOCK_DV", "BLOCK_DT",
@@ -829,7 +830,7 @@ BACKWARD_LANES = _lanes_of(
     d=(offs_d, T.arange(BLOCK_D_), "out's columns (padded)"))
 #: the dK/dV kernel (its key tile: start_n from program id 0; a row step's rows) and the dQ kernel (its row tile; a
 #: key step's keys; a user score_mod's gradient scatter _score_param_scatter: its chunk loop's first start first_e
-#: and a chunk's entries offs_e, the loop ``for start_e in range(first_e, hi + 1, CHUNK)`` template text)
+#: and a chunk's entries offs_e; the loop ``for start_e in range(first_e, hi + 1, CHUNK)`` is BACKWARD_KERNEL_LOOPS' e)
 BACKWARD_KERNEL_LANES = {
     **_lanes_of(CLAIM_BACKWARD_KERNELS,
                 start_n=(start_n, T.program_id(0) * n.B_c, "dK/dV: the key tile's first key (grid axis 0)"),
@@ -853,3 +854,29 @@ APPEND_LANES = _lanes_of(
 #: every kernel family's lanes, by the name its render context gives them
 LANES = {"decode": DECODE_LANES, "forward": FORWARD_LANES, "backward": BACKWARD_LANES,
          "backward_kernels": BACKWARD_KERNEL_LANES, "rows": ROWS_LANES, "append": APPEND_LANES}
+
+
+# ----------------------------------------------------------------------------------
+# The tile loops (issue 24): the loop headers that produce the lanes' tile starts, printed from a term ``x =
+# tile_range(start, stop, step)`` as ``for x in range(start, stop, step):`` (generator.hygiene rule 9 refuses any
+# other loop header). The address claims read start, stop and step from the term (spec.proofs.addresses._Loop: the
+# tiles x = start + t·step < stop) instead of assuming them: a step 2·BLOCK_N, a stop hi - 1 or a start lo + 1 fails.
+# ``lo``, ``hi``: a stage's (or a scatter tile's) bounds, its parameters (a stage's from spec.structure's table,
+# claim stages_cover).
+# ----------------------------------------------------------------------------------
+lo_, hi_ = _int("lo"), _int("hi")
+#: decode (_decode_fwd): a split's key tiles
+DECODE_LOOPS = _lanes_of(CLAIM_DECODE, n=(start_n, T.tile_range(P.split_lo, P.split_hi, n.B_c), "the split's key tiles"))
+#: the dense forward: a stage's key tiles (_attn_fwd_stage), _dropout_keep's every key tile
+FORWARD_LOOPS = _lanes_of(CLAIM_FORWARD, n=(start_n, T.tile_range(lo_, hi_, n.B_c), "a stage's key tiles [lo, hi)"),
+                          n_all=(start_n, T.tile_range(0, N_K_, n.B_c), "every key tile"))
+#: the dK/dV kernel's row steps and the dQ kernel's key steps (a stage's [lo, hi)), a user score_mod's gradient chunks
+BACKWARD_KERNEL_LOOPS = _lanes_of(
+    CLAIM_BACKWARD_KERNELS, m=(start_m, T.tile_range(lo_, hi_, n.B_r), "a stage's row tiles [lo, hi)"),
+    n=(start_n, T.tile_range(lo_, hi_, n.B_c), "a stage's key tiles [lo, hi)"),
+    e=(start_e, T.tile_range(first_e, sg_hi + 1, CHUNK_), "score_mod gradient: the chunks up to the tile's largest entry"))
+#: softmax's two passes: a row's column steps
+ROWS_LOOPS = _lanes_of(CLAIM_ROWS, n=(start_n, T.tile_range(0, N_COLS, n.B_c), "the row's column steps"))
+#: every kernel family's loops, by the name its render context gives them
+LOOPS = {"decode": DECODE_LOOPS, "forward": FORWARD_LOOPS, "backward_kernels": BACKWARD_KERNEL_LOOPS,
+         "rows": ROWS_LOOPS}

@@ -31,6 +31,9 @@ def term_groups() -> dict[str, tuple]:
     # the lanes those offsets are evaluated on (offs_x = base + arange(width)) and the tile starts they read
     groups.update({f"addresses.LANES.{family}.{name}": group for family, lanes in addresses.LANES.items()
                    for name, group in lanes.items()})
+    # the tile loops that produce the lanes' starts (for x in range(start, stop, step):)
+    groups.update({f"addresses.LOOPS.{family}.{name}": group for family, loops in addresses.LOOPS.items()
+                   for name, group in loops.items()})
     groups["addresses.SEGMENT_LOADS"] = addresses.SEGMENT_LOADS
     groups.update({f"addresses.SEGMENT_POINTERS.{k}": group for k, group in addresses.SEGMENT_POINTERS.items()})
     # a user score_mod's gradient scatter (issue 28); its per-instance lines are checked per score_mod

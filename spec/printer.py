@@ -40,6 +40,8 @@ constants (``1/log 2``)     a float literal (``1.4426950408889634``)
 ``int32(x)`` / ``box(c..)``  ``x.to(tl.int32)`` / ``[c_0, c_1, ...]``: a TMA box's int32 coordinates
                             (spec.addresses, claim tma_addresses)
 ``arange(n)``               ``tl.arange(0, n)``: a tile's lanes (spec.addresses.*_LANES, the address claims)
+``tile_range(a, b, c)``     ``range(a, b, c)``, a term ``x = tile_range(..)`` printed as the loop header ``for x in
+                            range(a, b, c):`` (spec.addresses.*_LOOPS, the address claims)
 ``program_id(a)``/``int64(x)``  ``tl.program_id(a)`` / ``x.to(tl.int64)`` (``tl.cast(x, tl.int64)`` but of a program id): a program's place in the launch
                             grid (spec.addresses.GRID_GROUPS, claim launch_grid)
 ``philox_uniform(s, o)``    ``tl.rand(s, o)``: Triton's Philox uniform in [0, 1) (dropout's
@@ -260,6 +262,9 @@ class TritonPrinter(PythonCodePrinter):
     def _print_arange(self, expr):
         return f"tl.arange(0, {self._print(expr.args[0])})"
 
+    def _print_tile_range(self, expr):
+        return f"range({', '.join(self._print(a) for a in expr.args)})"
+
     def _print_box(self, expr):
         return "[" + ", ".join(self._print(c) for c in expr.args) + "]"
 
@@ -356,6 +361,7 @@ class TorchPrinter(TritonPrinter):
     _print_int32 = _print_box = TritonPrinter._print_Basic  # TMA coordinates are a kernel's
     _print_int64 = _print_program_id = TritonPrinter._print_Basic  # a program's place in the grid is a kernel's
     _print_arange = TritonPrinter._print_Basic  # a tile's lanes are a kernel's
+    _print_tile_range = TritonPrinter._print_Basic  # so is a tile loop
 
 
 # exp2/log2 are sympy.codegen Functions: make sure the dispatcher finds them by name.
@@ -369,9 +375,13 @@ def print_expr(expr, rename: dict[str, str] | None = None, **kw) -> str:
 
 def print_term(term: T.Term, rename: dict[str, str] | None = None, comment: bool = True,
                printer_class=None, **kw) -> str:
-    """``name = expr  # note (claim: id)`` for one kernel term (``printer_class``: TritonPrinter)."""
+    """``name = expr  # note (claim: id)`` for one kernel term (``printer_class``: TritonPrinter); a tile loop
+    (``expr`` a ``tile_range``) as its header ``for name in range(start, stop, step):  # note (claim: id)``."""
     printer = (printer_class or TritonPrinter)(rename, **kw)
-    line = f"{printer._print(term.symbol)} = {printer.doprint(term.expr)}"
+    if isinstance(term.expr, T.tile_range):
+        line = f"for {printer._print(term.symbol)} in {printer.doprint(term.expr)}:"
+    else:
+        line = f"{printer._print(term.symbol)} = {printer.doprint(term.expr)}"
     if comment:
         note = f"{term.note} " if term.note else ""
         line += f"  # {note}(claim: {term.claim})"

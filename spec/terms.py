@@ -77,6 +77,15 @@ class arange(sp.Function):
     claims read ``base`` and ``n`` from the printed term."""
 
 
+class tile_range(sp.Function):
+    """A tile loop's starts ``start, start + step, ... < stop`` (``for x in range(start, stop, step):``): a loop term
+    ``x = tile_range(start, stop, step)`` (spec.addresses.*_LOOPS) prints as that loop header; the address claims read
+    ``start``, ``stop`` and ``step`` from the printed term (the tiles ``x = start + t·step < stop``)."""
+
+    def _latex(self, printer):
+        return r"\operatorname{range}\left(%s\right)" % ", ".join(printer._print(a) for a in self.args)
+
+
 class box(sp.Function):
     """A TMA box's coordinates ``[c_0, ..., c_{n-1}]``, one per dimension of its descriptor's tensor: the box's
     first element (spec.addresses.tma_element)."""

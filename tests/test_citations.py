@@ -32,8 +32,10 @@ UNSOUND = {
 
 def mutant(term: terms.Term) -> terms.Term:
     """A wrong version of ``term``: a range moved the unsound way, a constant changed, a predicate
-    with its last conjunct dropped, any other value doubled."""
+    with its last conjunct dropped, a tile loop's step doubled, any other value doubled."""
     e = term.expr
+    if isinstance(e, terms.tile_range):  # a tile loop (spec.addresses.*_LOOPS): its step doubled
+        return replace(term, expr=terms.tile_range(*e.args[:2], 2 * e.args[2]))
     if term.symbol in UNSOUND:
         return replace(term, expr=e + UNSOUND[term.symbol])
     if isinstance(e, (sp.And, sp.Or, sp.core.relational.Relational)):  # a predicate (Symbol is a Boolean too)

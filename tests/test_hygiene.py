@@ -387,3 +387,29 @@ def test_lane_gaps_are_listed_on_the_verification_page():
     """Every function rule 8 skips is named on docs/verification.md as a gap."""
     page = (Path(__file__).resolve().parents[1] / "docs" / "verification.md").read_text()
     assert [name for name in hygiene.LANE_GAPS if f"`{name}`" not in page] == []
+
+
+# ---------------------------------------------------------------- issue 24: the tile loops (rule 9)
+@pytest.mark.parametrize("kind, old, new", [
+    # the forward stage's key loop two tiles a step (every other key tile skipped)
+    ("fwd", "for start_n in range(lo, hi, BLOCK_N):", "for start_n in range(lo, hi, 2 * BLOCK_N):"),
+    # decode's split keys one short of its end
+    ("decode", "for start_n in range(split_lo, split_hi, BLOCK_N):", "for start_n in range(split_lo, split_hi - 1, BLOCK_N):"),
+    # the dK/dV row loop from the stage's second tile
+    ("bwd", "for start_m in range(lo, hi, BLOCK_M):", "for start_m in range(lo + BLOCK_M, hi, BLOCK_M):"),
+    # softmax's column pass with the row tile's width
+    ("softmax", "for start_n in range(0, N, BLOCK_N):", "for start_n in range(0, N, BLOCK_M):"),
+])
+def test_a_hand_edited_loop_header_is_caught(kind, old, new):
+    """Rule 9: a tile loop's header edited by hand (its printed comment dropped: a different line) is refused, the
+    printed loop terms (spec.addresses.*_LOOPS) being the only loop headers a kernel may have (LOOP_GAPS aside)."""
+    source = render_variant(variant(kind))
+    line = next(x for x in source.splitlines() if x.strip().startswith(old))
+    found = problems(source.replace(line, line[:len(line) - len(line.lstrip())] + new, 1))
+    assert any("is not a printed loop term" in p and new in p for p in found), found
+
+
+def test_loop_gaps_are_listed_on_the_verification_page():
+    """Every loop header rule 9 accepts unprinted is named on docs/verification.md as a gap."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "verification.md").read_text()
+    assert [gap for gap in hygiene.LOOP_GAPS if f"`{gap[1].rstrip(':')}`" not in page] == []

@@ -1531,6 +1531,59 @@ def test_a_mutated_lane_fails_its_address_claim(claim_id, lanes, name, expr, cas
     assert case in failing, failing
 
 
+def _loop(loops, name, **changes):
+    """``loops`` (a family's spec.addresses.*_LOOPS) with loop ``name``'s term changed (``expr``: its tile_range;
+    ``symbol``: its variable)."""
+    (t,) = loops[name]
+    return dict(loops, **{name: (replace(t, **changes),)})
+
+
+_lo, _hi, _range = AD.lo_, AD.hi_, terms.tile_range
+#: (prover, family, loop, the term's changes, a case that must fail): edits a real bug would make to a loop header
+LOOP_HEADER_MUTANTS = [
+    # the forward stage's key loop two tiles a step: every other key tile never read
+    ("forward_addresses", AD.FORWARD_LOOPS, "n", dict(expr=_range(_lo, _hi, 2 * n.B_c)),
+     "a stage's key tiles: every index in [lo, hi) is in the lanes offs_n of a visited tile"),
+    # ... its stop one short (range(lo, hi - 1, BLOCK_N)): the stage's last key tile skipped when it holds one key
+    ("forward_addresses", AD.FORWARD_LOOPS, "n", dict(expr=_range(_lo, _hi - 1, n.B_c)),
+     "a stage's key tiles: every index in [lo, hi) is in the lanes offs_n of a visited tile"),
+    # ... its variable another tile start than the lane's base reads
+    ("forward_addresses", AD.FORWARD_LOOPS, "n", dict(symbol=AD.start_m),
+     "a stage's key tiles: every index in [lo, hi) is in the lanes offs_n of a visited tile"),
+    # _dropout_keep's key loop from the second tile: key tile 0's keep bits never written
+    ("forward_addresses", AD.FORWARD_LOOPS, "n_all", dict(expr=_range(n.B_c, AD.N_K_, n.B_c)),
+     "_dropout_keep: key tiles: every index in [lo, hi) is in the lanes offs_n of a visited tile"),
+    # decode's split keys one short of the split's end
+    ("decode_addresses", AD.DECODE_LOOPS, "n", dict(expr=_range(AD.P.split_lo, AD.P.split_hi - 1, n.B_c)),
+     "paged: the split's key tiles: every index in [lo, hi) is in the lanes offs_n of a visited tile"),
+    # the dK/dV row loop from the stage's second row tile
+    ("backward_kernel_addresses", AD.BACKWARD_KERNEL_LOOPS, "m", dict(expr=_range(_lo + n.B_r, _hi, n.B_r)),
+     "dkdv: a loop's tiles: every index in [lo, hi) is in the lanes offs_m of a visited tile"),
+    # the dQ key loop one key short of a tile a step: a key in two tiles (its dq added twice)
+    ("backward_kernel_addresses", AD.BACKWARD_KERNEL_LOOPS, "n", dict(expr=_range(_lo, _hi, n.B_c - 1)),
+     "dq: a loop's tiles: no index is in the lanes offs_n of two tiles"),
+    # the score_mod gradient's chunk loop stopping at hi (range(first_e, hi, CHUNK)): entry hi dropped when a chunk
+    # starts there
+    ("backward_kernel_addresses", AD.BACKWARD_KERNEL_LOOPS, "e", dict(expr=_range(AD.first_e, AD.sg_hi, AD.CHUNK_)),
+     "dq: every entry lo <= e <= hi the tile read is a chunk lane entry_ok admits"),
+    # softmax's column passes one column short
+    ("rows_addresses", AD.ROWS_LOOPS, "n", dict(expr=_range(0, AD.N_COLS - 1, n.B_c)),
+     "softmax: two passes: column steps: every index in [lo, hi) is in the lanes offs_n of a visited tile"),
+]
+
+
+@pytest.mark.parametrize("claim_id, loops, name, changes, case", LOOP_HEADER_MUTANTS,
+                         ids=[f"{c}-{name}-{k}" for k, (c, _, name, _, _) in enumerate(LOOP_HEADER_MUTANTS)])
+def test_a_mutated_loop_fails_its_address_claim(claim_id, loops, name, changes, case):
+    """Issue 24: the address claims read the printed tile loops (spec.addresses.*_LOOPS: for x in range(start, stop,
+    step)) instead of assuming them, so a loop header the kernel would run wrongly — a step other than the lane's
+    width, a stop one short, a start a tile late, another variable than the lane's tile start — fails the claim
+    (before, the loops were template text and every claim still proved)."""
+    prove = getattr(PAD, f"prove_{claim_id}")
+    failing = _failing(prove(loops=_loop(loops, name, **changes)))
+    assert case in failing, failing
+
+
 def _narrow(group):
     """A group of printed terms with every int64 widening dropped: the int32 products the kernels had."""
     return tuple(AD.Term(t.symbol, t.expr.replace(terms.int64, lambda x: x), t.claim, t.note) for t in group)

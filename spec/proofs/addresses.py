@@ -181,9 +181,9 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
        "(decode_partial_rows, decode_merged_out, decode_merged_lse) put merged row r = (b·N_q + t)·Hq + h "
        "at out[b, t, h] and lse[b, h, t], where the kernel wrote partial (split, b, t, h); and every product or sum "
        "of a stride in the printed offsets is int64 (no q, out or block_table size bounds it by 2^31), but the k and "
-       "v caches' in-head products, int32 and bounded by index_int32" + "; the lanes are the printed ones (spec.addresses.DECODE_LANES: offs_m = pid_m·BLOCK_M + arange(BLOCK_M), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), offs_n = start_n + arange(BLOCK_N), each read from its term as base + arange(width), not assumed): the row tiles' lanes reach every row g·N_q + t once, a split's key tiles (start_n in range(split_lo, split_hi, BLOCK_N)) every key of the split once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt (given the tile widths' facts above)",
+       "v caches' in-head products, int32 and bounded by index_int32" + "; the lanes are the printed ones (spec.addresses.DECODE_LANES: offs_m = pid_m·BLOCK_M + arange(BLOCK_M), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), offs_n = start_n + arange(BLOCK_N), each read from its term as base + arange(width), not assumed): the row tiles' lanes reach every row g·N_q + t once, a split's key tiles (the printed loop start_n in range(split_lo, split_hi, BLOCK_N), spec.addresses.DECODE_LOOPS, start, stop and step read) every key of the split once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt (given the tile widths' facts above)",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
-       terms=tuple(dict.fromkeys(t.name for g in (*A.DECODE_GROUPS.values(), *A.DECODE_LANES.values()) for t in g)),
+       terms=tuple(dict.fromkeys(t.name for g in (*A.DECODE_GROUPS.values(), *A.DECODE_LANES.values(), *A.DECODE_LOOPS.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grid, lanes and loaded values (SymPy canonical zero for the "
              "offsets, z3 for the extents); mathematical integers Z, which the kernel's int64 arithmetic is for tensors "
              "under 2^63 elements: every product and sum of a stride in the printed lines is int64 (a factor off_b, "
@@ -194,7 +194,8 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
              "template's .to(tl.int64) loads); the FP8 descales: (B, Hkv) indexed by q's batch b (not the cache row "
              "off_bc), contiguous and paged alike, their offsets int64 (off_b, off_kvh)")
 def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None,
-                           v_is_k=None, tile_widths=None, key_ok=P.KEY_OK, lanes=A.DECODE_LANES):
+                           v_is_k=None, tile_widths=None, key_ok=P.KEY_OK, lanes=A.DECODE_LANES,
+                           loops=A.DECODE_LOOPS):
     launch = L.decode_launch if launch is None else launch
     v_is_k = L.decode_v_is_k if v_is_k is None else v_is_k
     partial_rows = L.decode_partial_rows if partial_rows is None else partial_rows
@@ -411,7 +412,7 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
             "rows", ln["m"], hyp, 0, Gz * Nqz, bm, lambda t_: z3.And(0 <= t_, t_ < row_tiles),
             lambda t_: [(z(A.pid_m), t_)])]
         # keys: a lane the printed key_ok (spec.paged.KEY_OK) admits, j one of the printed lanes offs_n of a tile of
-        # the key loop (start_n in range(split_lo, split_hi, B_c): the loop is template text), is a key 0 <= key_lo
+        # the printed key loop (spec.addresses.DECODE_LOOPS: start_n in range(split_lo, split_hi, B_c), read), is a key 0 <= key_lo
         # <= j < key_len, and the tiles' lanes reach every key of the split's [split_lo, split_hi) once, for the
         # printed split plans (spec.paged.SPLIT_RANGE and, batch_invariant, SPLIT_RANGE_FIXED); then (below)
         # 0 <= j < key_len <= capacity: inside the cache (every valid key is admitted once: claim paged_kv_reads)
@@ -426,14 +427,12 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
             t_z, r_z = z3.Int("key_tile"), z3.Int("key_lane")
             Lk, K0k, Bck, Sk, sk = (z(x) for x in (n.key_len, P.key_lo, n.B_c, P.num_splits, P.split))
             split_hyp = plan_hyp + [K0k >= 0, Sk >= 1, 0 <= sk, sk < Sk, Bck >= 1]
-            at_tile = lambda t_: [(z(A.start_n), lo_z + t_ * Bck)]  # noqa: E731
+            loop = _Loop(z, loops["n"], env)
             cases.append(_decide(f"{tag}: {plan}a key lane key_ok admits is a key key_lo <= j < key_len",
-                                 split_hyp + [t_z >= 0, lo_z + t_z * Bck < hi_z, ln["n"].holds(jz, *at_tile(t_z)),
-                                              mask_z],
+                                 split_hyp + [loop.visited(t_z), ln["n"].holds(jz, *loop.at(t_z)), mask_z],
                                  z3.And(0 <= K0k, K0k <= jz, jz < Lk)))
-            cases += [(f"{tag}: {plan}{name}", value) for name, value in _tiling_cases(
-                "the split's key tiles", ln["n"], split_hyp, lo_z, hi_z, Bck,
-                lambda t_: z3.And(t_ >= 0, lo_z + t_ * Bck < hi_z), at_tile)]
+            cases += [(f"{tag}: {plan}{name}", value) for name, value in _loop_cases(
+                "the split's key tiles", ln["n"], loop, split_hyp, lo_z, hi_z)]
         if paged:
             PSz, MPz, NPz = z(k.shape[1]), z(bt.shape[1]), z(k.shape[0])
             page_z = z3.Int("page_value")
@@ -726,9 +725,9 @@ def _forward_tensors():
        "mask_tiles_sound), given Hq = GROUP·Hkv; the tile widths the runtime launches with (spec.launch.tile_widths, for every D, D_v in 1..head_dim_max, fp8 products or not) reach those columns: BLOCK_D >= HEAD_DIM, BLOCK_DT >= HEAD_DIM_TAIL, BLOCK_DV >= D_v, each a power of two >= 16, its split HEAD_DIM + HEAD_DIM_TAIL = D with a tail only when HEAD_DIM = BLOCK_D; the grid covers every (b, h, i); the int32 part of "
        "q/out/k/v/mask's offsets (and the tails') is exactly the in-head offset row·stride_row + col·stride_col that "
        "assumption index_int32 bounds (claim int32_index_arithmetic), and every other product of a stride is int64"
-       + "; the lanes are the printed ones (spec.addresses.FORWARD_LANES: start_m = pid_m·BLOCK_M (_dropout_keep: program_id(0)·BLOCK_M), offs_m = start_m + arange(BLOCK_M), offs_n = start_n + arange(BLOCK_N), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), each read from its term as base + arange(width), not assumed): the grid's row tiles reach every row of q once (and _dropout_keep's every row of keep), a stage's key tiles (start_n in range(lo, hi, BLOCK_N)) every key of [lo, hi) once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt",
+       + "; the lanes are the printed ones (spec.addresses.FORWARD_LANES: start_m = pid_m·BLOCK_M (_dropout_keep: program_id(0)·BLOCK_M), offs_m = start_m + arange(BLOCK_M), offs_n = start_n + arange(BLOCK_N), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), each read from its term as base + arange(width), not assumed): the grid's row tiles reach every row of q once (and _dropout_keep's every row of keep), a stage's key tiles (the printed loop start_n in range(lo, hi, BLOCK_N), spec.addresses.FORWARD_LOOPS, its start, stop and step read) every key of [lo, hi) once (_dropout_keep's range(0, N_K, BLOCK_N) every key), and each column of q/k is admitted by exactly one lane of offs_d or offs_dt",
        r"\mathrm{off}(X, (b, h, i, d)) = b\,s_b + h\,s_h + i\,s_i + d\,s_d,\quad 0\le\mathrm{idx}<\mathrm{shape}",
-       terms=tuple(dict.fromkeys(t.name for g in (*A.FORWARD_GROUPS.values(), *A.FORWARD_LANES.values()) for t in g)),
+       terms=tuple(dict.fromkeys(t.name for g in (*A.FORWARD_GROUPS.values(), *A.FORWARD_LANES.values(), *A.FORWARD_LOOPS.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 over "
              "unbounded integers for the extents; the tile widths by evaluating spec.launch.tile_widths at every accepted "
              "(D, D_v)); off_b, off_h, off_kvh and the per-program bases are int64, the "
@@ -740,7 +739,7 @@ def _forward_tensors():
              "segment, (B, Hkv) with B the segments by the contract; their extent is checked here for the dense "
              "grid only)")
 def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=None, dropout_mask_launch=None,
-                            widths=None, lanes=A.FORWARD_LANES):
+                            widths=None, lanes=A.FORWARD_LANES, loops=A.FORWARD_LOOPS):
     launch = L.forward_launch if launch is None else launch
     dropout_mask_launch = L.dropout_mask_launch if dropout_mask_launch is None else dropout_mask_launch
     philox_words = L.philox_words if philox_words is None else philox_words
@@ -853,14 +852,12 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
         key_ok, n_ok = ok_at[P.key_ok](jz, ln["n"]), ok_at[A.n_ok](jz, ln["n"])
         hyp = hyp + [key_len_z >= 0, sn >= 0]
         # the row tiles' lanes reach every row of q once (the grid's cdiv(N_Q, BLOCK_M) programs); a stage's key tiles
-        # (start_n in range(lo, hi, BLOCK_N): the loop is template text; lo, hi printed, claims stages_cover,
-        # mask_tiles_sound) reach every key of [lo, hi) once
-        lo, hi = z3.Ints("stage_lo stage_hi")
+        # (the printed loop spec.addresses.FORWARD_LOOPS: start_n in range(lo, hi, BLOCK_N), read; lo, hi the stage's,
+        # claims stages_cover, mask_tiles_sound) reach every key of [lo, hi) once
+        lo, hi = z(A.lo_), z(A.hi_)
         cases += _tiling_cases("rows", ln["m"], [z(N_Q) >= 1, z(n.B_r) >= 1], 0, z(N_Q), z(n.B_r),
                                lambda t_: z3.And(0 <= t_, t_ < z(sp.sympify(grid[0]))), lambda t_: [(z(A.pid_m), t_)])
-        cases += _tiling_cases("a stage's key tiles", ln["n"], [lo >= 0], lo, hi, z(n.B_c),
-                               lambda t_: z3.And(0 <= t_, lo + t_ * z(n.B_c) < hi),
-                               lambda t_: [(sn, lo + t_ * z(n.B_c))])
+        cases += _loop_cases("a stage's key tiles", ln["n"], _Loop(z, loops["n"]), [lo >= 0], lo, hi)
         # a key lane key_ok admits is a key the reference reads (j < key_len: padding keys may hold NaN or inf), and
         # every such key is admitted; n_ok (the dense mask's and dropout's columns) admits exactly the keys of k;
         # row_ok every row of q
@@ -922,7 +919,8 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                   difference(got, sp.expand(keep.offset_of((A.off_b, A.off_h, i, j))))))
     z = _Z3A()
     # its printed lanes: offs_m = start_m + arange(BLOCK_M) with its own start_m = program_id(0)·BLOCK_M, offs_n of
-    # a key tile (start_n in range(0, N_K, BLOCK_N): template text), start_n >= 0
+    # a key tile of its printed loop (spec.addresses.FORWARD_LOOPS n_all: start_n in range(0, N_K, BLOCK_N), read),
+    # start_n >= 0
     kn, shapes = _read_lanes(z, lanes, ("m", "n"), starts=("start_m_pid",))
     cases += [(f"_dropout_keep: {name}", value) for name, value in shapes]
     hyp, (offb, offh, _, pidm, row) = _grid_hyp(kgrid, kints, q, k, kn["m"])
@@ -937,6 +935,9 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
     cases += [(f"_dropout_keep: {name}", value) for name, value in _tiling_cases(
         "rows", kn["m"], [z(N_Q) >= 1, z(n.B_r) >= 1], 0, z(N_Q), z(n.B_r),
         lambda t_: z3.And(0 <= t_, t_ < z(sp.sympify(kgrid[0]))), lambda t_: [(z(terms.program_id(0)), t_)])]
+    nk = z(sp.sympify(ksizes[A.N_K_]))
+    cases += [(f"_dropout_keep: {name}", value) for name, value in _loop_cases(
+        "key tiles", kn["n"], _Loop(z, loops["n_all"], {A.N_K_: ksizes[A.N_K_]}), [nk >= 1], 0, nk)]
     return result(A.CLAIM_FORWARD, cases, "offsets by SymPy (canonical zero), extents by z3")
 
 
@@ -1038,13 +1039,39 @@ def _read_lanes(z, lanes, names, sub=None, starts=()):
     return read, [lane.shape for lane in read.values()]
 
 
-def _tiling_cases(tag, lane, hyp, lo, hi, step, visited, at):
+class _Loop:
+    """A printed tile loop ``for x in range(start, stop, step):`` (spec.addresses.*_LOOPS: ``x = tile_range(start,
+    stop, step)``), read from its term instead of assumed (issue 24; ``sub`` substitutes the printed bounds and the
+    launch's sizes it reads): ``first``, ``stop``, ``step`` in z3, ``visited(t)`` the z3 Bool "the loop runs tile t"
+    (``t >= 0`` and ``start + t·step < stop``), ``at(t)`` the z3 pair placing the loop's variable (the tile start the
+    lane's base reads) at tile t."""
+
+    def __init__(self, z, group, sub=None):
+        (term,) = group
+        start, stop, step = (sp.sympify(a).xreplace(sub or {}) for a in term.expr.args)
+        self.var, self.first, self.stop, self.step = z(term.symbol), z(start), z(stop), z(step)
+
+    def visited(self, t):
+        return z3.And(t >= 0, self.first + t * self.step < self.stop)
+
+    def at(self, t):
+        return [(self.var, self.first + t * self.step)]
+
+
+def _loop_cases(tag, lane, loop, hyp, lo, hi):
+    """``_tiling_cases`` of a printed tile loop (a ``_Loop``) over the intended ``[lo, hi)``: its start, stop and step
+    are the term's, so a step other than the lane's width, a stop short of ``hi`` or a start past ``lo`` fails."""
+    return _tiling_cases(tag, lane, hyp, lo, hi, loop.step, loop.visited, loop.at, first=loop.first)
+
+
+def _tiling_cases(tag, lane, hyp, lo, hi, step, visited, at, first=None):
     """The tiles of a loop or grid reach every index of ``[lo, hi)`` through ``lane`` exactly once: index ``i`` is in
-    the lanes of tile ``t = (i - lo) // step``, which is visited (``visited(t)``), and no index is in the lanes of two
-    visited tiles (``at(t)``: the z3 pairs placing the lane's base at tile t). A lane narrower than the step misses
-    indices, a wider one or a shifted base reaches one twice (or past the tile)."""
+    the lanes of tile ``t = (i - first) // step`` (``first``: the first tile's start, ``lo`` unless a printed loop
+    says otherwise), which is visited (``visited(t)``), and no index is in the lanes of two visited tiles (``at(t)``:
+    the z3 pairs placing the lane's base at tile t). A lane narrower than the step misses indices, a wider one or a
+    shifted base reaches one twice (or past the tile)."""
     i, t1, t2 = z3.Ints(f"{lane.name}_i {lane.name}_t1 {lane.name}_t2")
-    t = (i - lo) / step
+    t = (i - (lo if first is None else first)) / step
     return [_decide(f"{tag}: every index in [lo, hi) is in the lanes {lane.name} of a visited tile", hyp + [
                 lo <= i, i < hi, step >= 1], z3.And(visited(t), lane.holds(i, *at(t)))),
             _decide(f"{tag}: no index is in the lanes {lane.name} of two tiles", hyp + [
@@ -1262,16 +1289,16 @@ APPEND_WIDTHS = ("every product and sum of a stride in the printed offsets is in
        "offset (spec.addresses.ROWS_GROUPS) is the offset of the element the reference reads — x/y[r, c], "
        "o_a/o_b/o[r, d], lse_a/lse_b/lse[r], o_s[s, r, d], lse_s[s, r], sinks[r % H] — inside the tensor for "
        "every program of the grid, split s < S and lane the mask lets through (r < R, c < N, d < D), and the "
-       "grid covers every row; every product or sum of a stride in the printed offsets is int64" + "; the lanes are the printed ones (spec.addresses.ROWS_LANES: offs_m = program_id(0)·BLOCK_M + arange(BLOCK_M), softmax's offs_n = arange(BLOCK_N) (one pass) or start_n + arange(BLOCK_N) (two passes), the merges' offs_d = arange(BLOCK_D), each read from its term as base + arange(width), not assumed): the row tiles' lanes reach every row once, softmax's column steps (start_n in range(0, N, BLOCK_N)) every column once, its one pass (launched when N <= BLOCK_N) and the merges (BLOCK_D >= D, the launchers' power of two) every column",
+       "grid covers every row; every product or sum of a stride in the printed offsets is int64" + "; the lanes are the printed ones (spec.addresses.ROWS_LANES: offs_m = program_id(0)·BLOCK_M + arange(BLOCK_M), softmax's offs_n = arange(BLOCK_N) (one pass) or start_n + arange(BLOCK_N) (two passes), the merges' offs_d = arange(BLOCK_D), each read from its term as base + arange(width), not assumed): the row tiles' lanes reach every row once, softmax's column steps (the printed loop start_n in range(0, N, BLOCK_N), spec.addresses.ROWS_LOOPS, start, stop and step read) every column once, its one pass (launched when N <= BLOCK_N) and the merges (BLOCK_D >= D, the launchers' power of two) every column",
        r"\mathrm{off}(X, (r, c)) = r\,s_r + c\,s_c,\quad 0\le r<R,\ 0\le c<N",
-       terms=tuple(dict.fromkeys(t.name for g in (*A.ROWS_GROUPS.values(), *A.ROWS_LANES.values()) for t in g)),
+       terms=tuple(dict.fromkeys(t.name for g in (*A.ROWS_GROUPS.values(), *A.ROWS_LANES.values(), *A.ROWS_LOOPS.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 for the "
              "extents); mathematical integers Z, which the kernels' int64 arithmetic is for tensors under 2^63 elements: "
              "every product and sum of a stride in the printed lines is int64 (offs_m, s, the columns widened "
              "by tl.cast(·, tl.int64); widths read from the printed text with Triton's typing: a stride int32 whenever its value "
              "fits)")
 def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_launch=None,
-                         merge_states_launch=None, lanes=A.ROWS_LANES):
+                         merge_states_launch=None, lanes=A.ROWS_LANES, loops=A.ROWS_LOOPS):
     softmax_launch = L.softmax_launch if softmax_launch is None else softmax_launch
     merge_state_launch = L.merge_state_launch if merge_state_launch is None else merge_state_launch
     merge_states_launch = L.merge_states_launch if merge_states_launch is None else merge_states_launch
@@ -1281,7 +1308,7 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
     cases = [_widths_case(ROWS_WIDTHS, [t for group in groups.values() for t in group], {})]
     # the printed lanes (spec.addresses.ROWS_LANES), read: the program's rows offs_m = program_id(0)·BLOCK_M +
     # arange(BLOCK_M), softmax's columns (one pass: offs_n = arange(BLOCK_N); two passes: start_n + arange(BLOCK_N) at
-    # start_n in range(0, N, BLOCK_N), the loop template text), the merges' offs_d = arange(BLOCK_D)
+    # start_n in range(0, N, BLOCK_N), the printed loop spec.addresses.ROWS_LOOPS, read), the merges' offs_d
     zl = _Z3A()
     ln, shapes = _read_lanes(zl, lanes, ("m", "n0", "n", "d"))
     cases += shapes
@@ -1333,9 +1360,9 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
         col, width = lanes[0][0], z(sp.sympify(lanes[0][1]))
         v = z3.Int("column")
         if col == c:
-            cases.extend((f"{kernel}: two passes: {name}", value) for name, value in _tiling_cases(
-                "column steps", ln["n"], [width >= 1], 0, width, z(n.B_c),
-                lambda t_: z3.And(0 <= t_, t_ * z(n.B_c) < width), lambda t_: [(z(A.start_n), t_ * z(n.B_c))]))
+            cases.extend((f"{kernel}: two passes: {name}", value) for name, value in _loop_cases(
+                "column steps", ln["n"], _Loop(z, loops["n"], {A.N_COLS: sp.sympify(lanes[0][1])}), [width >= 1], 0,
+                width))
             cases.append(_decide(f"{kernel}: one pass (N <= BLOCK_N): every column c < N is a lane of offs_n",
                                  [width >= 1, width <= z(n.B_c), 0 <= v, v < width], ln["n0"].holds(v)))
         else:
@@ -1745,9 +1772,9 @@ def _backward_tensors():
        "_score_param_scatter's chunks the printed entry_ok = offs_e <= hi admits (BWD_SCORE_GRAD_OK), every entry "
        "lo <= e <= hi the tile read a lane of a visited chunk that entry_ok admits (lo, hi: its smallest and largest), no "
        "entry a lane of two chunks (its gradient added once), and no two "
-       "programs share a row (the deterministic fixed-order sum needs no atomics)" + "; the lanes are the printed ones (spec.addresses.BACKWARD_KERNEL_LANES: dK/dV's start_n = program_id(0)·BLOCK_N, dQ's start_m = program_id(0)·BLOCK_M, offs_m = start_m + arange(BLOCK_M), offs_n = start_n + arange(BLOCK_N), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), and a user score_mod's gradient chunks first_e = floor(lo / CHUNK)·CHUNK, offs_e = start_e + arange(CHUNK), each read from its term as base + arange(width), not assumed): the grid's tiles reach every key (dK/dV) or row (dQ) once, a loop's steps (range(lo, hi, BLOCK)) every row (dK/dV) or key (dQ) of [lo, hi) once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt",
+       "programs share a row (the deterministic fixed-order sum needs no atomics)" + "; the lanes are the printed ones (spec.addresses.BACKWARD_KERNEL_LANES: dK/dV's start_n = program_id(0)·BLOCK_N, dQ's start_m = program_id(0)·BLOCK_M, offs_m = start_m + arange(BLOCK_M), offs_n = start_n + arange(BLOCK_N), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), and a user score_mod's gradient chunks first_e = floor(lo / CHUNK)·CHUNK, offs_e = start_e + arange(CHUNK), each read from its term as base + arange(width), not assumed): the grid's tiles reach every key (dK/dV) or row (dQ) once, a loop's steps (the printed loops range(lo, hi, BLOCK), spec.addresses.BACKWARD_KERNEL_LOOPS, start, stop and step read) every row (dK/dV) or key (dQ) of [lo, hi) once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
-       terms=tuple(dict.fromkeys(t.name for g in (*A.BACKWARD_KERNEL_GROUPS.values(), *A.BACKWARD_KERNEL_LANES.values()) for t in g)),
+       terms=tuple(dict.fromkeys(t.name for g in (*A.BACKWARD_KERNEL_GROUPS.values(), *A.BACKWARD_KERNEL_LANES.values(), *A.BACKWARD_KERNEL_LOOPS.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grids, GQA groups and lanes (SymPy canonical zero for the offsets, "
              "z3 over unbounded integers for the extents; the tile widths by evaluating spec.launch.tile_widths at "
              "every accepted (D, D_v)); off_b, off_kvh, off_h and the per-program bases are int64, "
@@ -1757,13 +1784,14 @@ def _backward_tensors():
              "tile indices widened by tl.cast(·, tl.int64); the width case reads the printed lines with Triton's "
              "typing); dense launches (the packed form: claim varlen_addresses); the score_mod gradient row: any grid, "
              "the entries e the score_mod reads assumed in [0, len(SF)) (the user's indices), the scatter's chunk loop "
-             "(template text: range(first_e, hi + 1, CHUNK)) as it reads: starts first_e + k·CHUNK <= hi, first_e "
-             "and the chunk's lanes offs_e the printed terms; "
+             "(range(first_e, hi + 1, CHUNK)), first_e and the chunk's lanes offs_e the printed terms, the loop read as "
+             "its starts first_e + k·CHUNK < hi + 1; "
              "sg_base int64 (off_b, "
              "off_h: the width case) and below the buffer's element count (the extent case), which torch holds in "
              "int64")
 def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch=None, dq_launch=None,
-                                    row_tensors=None, score_grad_launch=None, widths=None, lanes=A.BACKWARD_KERNEL_LANES):
+                                    row_tensors=None, score_grad_launch=None, widths=None, lanes=A.BACKWARD_KERNEL_LANES,
+                                    loops=A.BACKWARD_KERNEL_LOOPS):
     from spec import structure as S
 
     score_grad_launch = L.score_grad_launch if score_grad_launch is None else score_grad_launch
@@ -1877,7 +1905,8 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
         # the printed lanes (spec.addresses.BACKWARD_KERNEL_LANES), read: the program's tile (dK/dV: offs_n = start_n +
         # arange(BLOCK_N) with the printed start_n = program_id(0)·BLOCK_N; dQ: offs_m with start_m = program_id(0)·
         # BLOCK_M), a loop step's tile (dK/dV: offs_m at start_m in range(lo, hi, BLOCK_M); dQ: offs_n at start_n in
-        # range(lo, hi, BLOCK_N): the loops are template text), the head dims' offs_d, offs_dv, offs_dt
+        # range(lo, hi, BLOCK_N): the printed loops spec.addresses.BACKWARD_KERNEL_LOOPS, read), the head dims' offs_d,
+        # offs_dv, offs_dt
         own, step = ("n", "m") if kernel == "dkdv" else ("m", "n")
         ln, shapes = _read_lanes(z, lanes, ("d", "dv", "dt", step), {A.HEAD_DIM_: sp.sympify(ints["HEAD_DIM"])})
         prog_lane, shapes_own = _read_lanes(z, lanes, (own,), starts=(f"start_{own}",))
@@ -1905,13 +1934,12 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
         hyp += tile_hyp[:1]
         # the grid's tiles reach every key (dK/dV) or row (dQ) once; a loop's steps (range(lo, hi, BLOCK)) every row
         # (dK/dV) or key (dQ) of [lo, hi) once
-        lo, hi, start_step = z3.Int("loop_lo"), z3.Int("loop_hi"), z(A.start_m if step == "m" else A.start_n)
+        lo, hi = z(A.lo_), z(A.hi_)
         cases += [(f"{kernel}: {name}", value) for name, value in _tiling_cases(
             "the grid's tiles", ln[own], [own_count >= 1, own_step >= 1], 0, own_count, own_step,
             lambda t_: z3.And(0 <= t_, t_ < z(sp.sympify(grid[0]))), lambda t_: [(pid0, t_)])]
-        cases += [(f"{kernel}: {name}", value) for name, value in _tiling_cases(
-            "a loop's tiles", ln[step], [lo >= 0, step_count >= 1], lo, hi, step_size,
-            lambda t_: z3.And(0 <= t_, lo + t_ * step_size < hi), lambda t_: [(start_step, lo + t_ * step_size)])]
+        cases += [(f"{kernel}: {name}", value) for name, value in _loop_cases(
+            "a loop's tiles", ln[step], _Loop(z, loops[step]), [lo >= 0, step_count >= 1], lo, hi)]
         # the printed masks (spec.addresses.BWD_*_OK) at the launch's sizes: the lanes they admit are the hypotheses
         sizes = {sym: sp.sympify(ints[name]) for sym, name in ((A.N_Q, "N_Q"), (A.N_K_, "N_K"), (A.HEAD_DIM_, "HEAD_DIM"),
                                                               (A.HEAD_DIM_V_, "HEAD_DIM_V"),
@@ -1983,11 +2011,11 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
                                  "grid[1:] = (Hq, B), and the kernel's H is grid[1] (the score_mod gradient's rows)",
                                  dims, z3.And(z(sp.sympify(grid[0])) * bm >= Nqz, z(sp.sympify(grid[1])) == Hqz,
                                               z(sp.sympify(grid[2])) == Bz, z(sp.sympify(ints["H"])) == z(sp.sympify(grid[1])))))
-    cases += _score_grad_cases(g, score_grad_launch, lanes)
+    cases += _score_grad_cases(g, score_grad_launch, lanes, loops)
     return result(A.CLAIM_BACKWARD_KERNELS, cases, "offsets by SymPy (canonical zero), extents by z3")
 
 
-def _score_grad_cases(g, score_grad_launch, lanes) -> list:
+def _score_grad_cases(g, score_grad_launch, lanes, loops) -> list:
     """A user score_mod's parameter-gradient rows (dQ): for any launch grid (G0, G1, G2) (dense or packed: the
     buffer is made from the grid the launch uses; the kernel's H is G1, checked in the caller), program (pid_m,
     h, b)'s entry e is score_grad[(b·G1 + h)·G0 + pid_m, e] of the buffer spec.launch.score_grad_launch makes,
@@ -2011,29 +2039,26 @@ def _score_grad_cases(g, score_grad_launch, lanes) -> list:
     hyp = [g0 >= 1, g1 >= 1, g2 >= 1, P_ >= 1] + [z3.And(0 <= x, x < gx) for x, gx in (
         (p0, g0), (h0, g1), (b0, g2), (p1, g0), (h1, g1), (b1, g2))]
     # _score_param_scatter's printed lanes (spec.addresses.BACKWARD_KERNEL_LANES first_e and e), read: the tile read
-    # entries lo..hi, inside [0, len(SF)) (the user's indices); its chunk loop (template text: ``for start_e in
-    # range(first_e, hi + 1, CHUNK)``) visits the starts first_e + k·CHUNK <= hi, chunk k's lanes offs_e = start_e +
+    # entries lo..hi, inside [0, len(SF)) (the user's indices); its printed chunk loop (spec.addresses.
+    # BACKWARD_KERNEL_LOOPS e: ``for start_e in range(first_e, hi + 1, CHUNK)``, read) visits the starts first_e +
+    # k·CHUNK < hi + 1, chunk k's lanes offs_e = start_e +
     # arange(width) read from the printed term; the load and store move the entries the printed entry_ok admits
     lo, hi, chunk, k = z(A.sg_lo), z(A.sg_hi), z(A.CHUNK_), z3.Int("k")
     (first,) = lanes["first_e"]
-    first_z = z(first.expr)
     read, shapes = _read_lanes(z, lanes, ("e",))
     lane = read["e"]
     cases += [(f"dq: {name}", value) for name, value in shapes]
     entry_ok = _lane_ok(z, g[A.entry_ok], {})(e)
     tile = [0 <= lo, lo <= hi, hi < P_, chunk >= 1]
 
-    def visited(k_):  # the loop's chunk k_: its start first_e + k_·CHUNK is below range's stop hi + 1
-        return z3.And(k_ >= 0, first_z + k_ * chunk <= hi)
-
-    def at(k_):  # the z3 pairs placing the lane's start_e at chunk k_
-        return [(z(A.start_e), first_z + k_ * chunk)]
+    loop = _Loop(z, loops["e"], {A.first_e: first.expr})
+    visited, at = loop.visited, loop.at  # the loop's chunk k_ (start first_e + k_·step below its stop), its start_e
 
     cases.append(_decide("dq: score_grad[row, e] inside (programs of the grid, chunk lanes e entry_ok admits)",
                          hyp + tile + [visited(k), lane.holds(e, *at(k)), entry_ok], _inside((row0, e), buf.shape)))
     # every entry lo <= e <= hi the tile read is a lane of a visited chunk (k = (e − first_e) // CHUNK) that entry_ok
     # admits, and no entry is a lane of two visited chunks (its gradient added once)
-    k_e = (e - first_z) / chunk
+    k_e = (e - loop.first) / loop.step
     cases.append(_decide("dq: every entry lo <= e <= hi the tile read is a chunk lane entry_ok admits",
                          tile + [lo <= e, e <= hi], z3.And(visited(k_e), lane.holds(e, *at(k_e)), entry_ok)))
     k1, k2 = z3.Ints("k1 k2")
