@@ -796,8 +796,12 @@ def run_jobs(jobs: list[Job], workers: int | None = None, use_cache: bool = True
         score_mod_package(blocks)
     results: dict[Job, list[dict]] = {}
     todo = []
+    # every cache path computed here, on this thread: cache_key parses the module's source, and CPython 3.11's
+    # ast.parse is not thread-safe (two collect threads parsing at once raised "AST constructor recursion depth
+    # mismatch" in a suite run, losing a worker's rows)
+    paths = {job: CACHE / f"{job.cache_key(version)}.json" for job in jobs}
     for job in jobs:
-        path = CACHE / f"{job.cache_key(version)}.json"
+        path = paths[job]
         if use_cache and path.exists():
             results[job] = json.loads(path.read_text())
         else:
@@ -829,7 +833,7 @@ def run_jobs(jobs: list[Job], workers: int | None = None, use_cache: bool = True
             i, rows = json.loads(line[len(ROWS_MARK):])
             results[chunk[i]] = rows
             if not any("error" in r for r in rows):
-                write_text(CACHE / f"{chunk[i].cache_key(version)}.json", json.dumps(rows))
+                write_text(paths[chunk[i]], json.dumps(rows))
         drain.join()
         if proc.wait() != 0 or not all(job in results for job in chunk):
             errors[n] = f"static-analysis worker failed (exit {proc.returncode}):\n{''.join(stderr)[-4000:]}"
