@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -55,6 +56,7 @@ XDIST_GROUPS = {
     "tests/test_ring.py::test_ring_claims_proved": "proved",
     "tests/test_mask_mod.py::test_generator_emits_a_user_mask_mod": "proved",
     "tests/test_spec_cli.py::test_json_report": "proved",
+    "tests/test_spec_cli.py::test_plain_report_proves_every_claim": "proved",
     "tests/test_generator_cli.py::test_regeneration_is_byte_identical": "proved",
     "tests/test_contract.py::test_row14_every_entry_point_of_an_emitted_package_runs_its_own_kernels": "proved",
     "tests/test_ring.py::": "ring",  # ``_run(P)``: one gloo spawn per world size per run (lru_cache), not per worker
@@ -88,13 +90,39 @@ else:
 
 
 @pytest.fixture(scope="session")
-def proved():
-    """The results of one ``prove_all()`` run by claim id, shared by the claim tests. Every test
-    using it is in the group ``proved`` of ``XDIST_GROUPS`` (tests/test_xdist_groups.py checks):
-    under ``-n`` the proofs run once per run, not once per worker."""
-    from spec.claims import prove_all
+def spec_report() -> subprocess.CompletedProcess:
+    """``python -m spec --json`` run once per test run, end to end in a process of its own: the suite's one
+    proof of every claim. ``proved`` reads its results, tests/test_spec_cli.py its report and exit status.
+    Every test using it is in the group ``proved`` of ``XDIST_GROUPS`` (tests/test_xdist_groups.py checks)."""
+    return subprocess.run([sys.executable, "-m", "spec", "--json"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=1200)  # a hang guard, not a speed check
 
-    return {r.id: r for r in prove_all()}
+
+@pytest.fixture(scope="session")
+def proved(spec_report):
+    """The results of the session's ``python -m spec --json`` (``spec_report``) by claim id, as
+    ``spec.claims.Result``: status, detail and each case's residual (the integer 0 where the report says "0",
+    else a symbol named by the report's text), shared by the claim tests. Every test using it is in the group
+    ``proved`` of ``XDIST_GROUPS`` (tests/test_xdist_groups.py checks): under ``-n`` the proofs run once per
+    run, not once per worker."""
+    import json
+
+    import sympy as sp
+
+    from spec.claims import Result
+
+    try:
+        report = json.loads(spec_report.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"python -m spec --json printed no JSON (exit status {spec_report.returncode}):\n"
+                    f"{spec_report.stdout[-2000:]}{spec_report.stderr[-4000:]}")
+
+    def residual(text: str) -> sp.Basic:
+        return sp.Integer(0) if text == "0" else sp.Symbol(text)
+
+    return {r["id"]: Result(r["id"], r["status"] == "PROVED", r["detail"],
+                            tuple((c["case"], residual(c["residual"])) for c in r["residuals"]))
+            for r in report}
 
 
 @pytest.fixture(autouse=True)

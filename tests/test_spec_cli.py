@@ -20,11 +20,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=600)  # a hang guard, not a speed check
 
 
-@pytest.fixture(scope="module")
-def json_run(proved):
-    """``python -m spec --json``'s output and exit status, the CLI run in this process on the
-    session's proofs (``proved``: one ``prove_all()`` per run); the CLI's own proof run is
-    test_plain_report_proves_every_claim's, in a subprocess."""
+def session_report(proved) -> tuple[int, str]:
+    """``python -m spec``'s exit status and output, the CLI run in this process on the session's proofs
+    (``proved``: the results of the run's one ``python -m spec --json``, conftest's ``spec_report``)."""
     import contextlib
     import dataclasses
     import io
@@ -33,24 +31,42 @@ def json_run(proved):
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
         for cid, c in claims.REGISTRY.items():
             mp.setitem(claims.REGISTRY, cid, dataclasses.replace(c, prove=lambda r=proved[cid]: r))
-        code = cli.main(["--json"])
-    return subprocess.CompletedProcess(["python", "-m", "spec", "--json"], code, stdout=out.getvalue(), stderr="")
+        code = cli.main([])
+    return code, out.getvalue()
 
 
-def test_plain_report_proves_every_claim():
-    done = run_cli()
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 2 * len(claims.REGISTRY) + 1
-    for line, scope, (cid, c) in zip(lines[0::2], lines[1::2], claims.REGISTRY.items()):
+def check_plain_report(stdout: str, ids: list[str]) -> float:
+    """``python -m spec``'s plain report of the claims ``ids``, all proved: a line per claim, its scope line, the
+    total. Returns the wall time the total states."""
+    lines = stdout.strip().splitlines()
+    assert len(lines) == 2 * len(ids) + 1
+    for line, scope, cid in zip(lines[0::2], lines[1::2], ids):
+        c = claims.REGISTRY[cid]
         assert line == f"PROVED {cid}: {c.statement}"
         assert scope.startswith(f"    scope: {c.scope}") and scope.endswith(" s"), scope
         assert c.scope, f"{cid} states no scope"
-    assert lines[-1].startswith(f"{len(claims.REGISTRY)}/{len(claims.REGISTRY)} claims proved, 0 failed")
+    assert lines[-1].startswith(f"{len(ids)}/{len(ids)} claims proved, 0 failed")
+    return float(lines[-1].rsplit("(", 1)[1].split(" s)")[0])
+
+
+def test_plain_report_proves_every_claim(proved):
+    """The plain report of every claim, printed by the CLI on the results of the session's one
+    ``python -m spec --json`` (``proved``)."""
+    code, stdout = session_report(proved)
+    assert code == 0, stdout
+    check_plain_report(stdout, list(claims.REGISTRY))
+
+
+def test_plain_report_end_to_end():
+    """``python -m spec --only ...`` in a process of its own proves the claims it names and prints the plain
+    report (every claim's end-to-end run is the session's ``spec_report``, in JSON)."""
+    ids = ["merge_associative", "exp2_rewrite"]
+    done = run_cli(*[arg for cid in ids for arg in ("--only", cid)])
+    assert done.returncode == 0, done.stdout + done.stderr
     # the total states its wall time (no bound here: speed is not a test's business, and the time
     # depends on how many other processes share the cores)
-    seconds = float(lines[-1].rsplit("(", 1)[1].split(" s)")[0])
-    assert seconds > 0, lines[-1]
+    seconds = check_plain_report(done.stdout, ids)
+    assert seconds > 0, done.stdout
 
 
 def test_every_claim_names_known_assumptions():
@@ -81,9 +97,11 @@ def test_hardware_hypotheses_are_named_and_listed():
     assert "cuTensorMapEncodeTiled" in outside and "must be used to fill out-of-bound elements" in outside
 
 
-def test_json_report(json_run):
-    assert json_run.returncode == 0, json_run.stderr
-    report = json.loads(json_run.stdout)
+def test_json_report(spec_report):
+    """The session's ``python -m spec --json`` (conftest's ``spec_report``: every claim proved end to end in a
+    process of its own, once per run): exit status 0, every claim in the registry's order, PROVED, its fields."""
+    assert spec_report.returncode == 0, spec_report.stdout[-2000:] + spec_report.stderr[-4000:]
+    report = json.loads(spec_report.stdout)
     assert [r["id"] for r in report] == list(claims.REGISTRY)
     for r in report:
         assert set(r) >= {"id", "status", "statement", "detail", "residuals", "scope", "assumptions", "hypotheses",

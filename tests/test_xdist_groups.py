@@ -30,13 +30,18 @@ def test_every_prefix_names_a_test_file_and_function():
         assert not name or name in functions(path), f"{prefix}: no test {name} in {file}"
 
 
+#: conftest's session fixtures of the proofs: ``spec_report`` (the run's one ``python -m spec --json``) and
+#: ``proved`` (its results)
+SESSION_PROOFS = {"proved", "spec_report"}
+
+
 def test_every_user_of_proved_is_in_its_group():
     users = []
     for path in sorted(TESTS.glob("test_*.py")):
         defs = functions(path)
-        via_fixture = {n for n, f in defs.items() if not n.startswith("test_") and "proved" in params(f)}
+        via_fixture = {n for n, f in defs.items() if not n.startswith("test_") and params(f) & SESSION_PROOFS}
         for name, f in defs.items():
-            if name.startswith("test_") and ("proved" in params(f) or params(f) & via_fixture):
+            if name.startswith("test_") and params(f) & (SESSION_PROOFS | via_fixture):
                 users.append(f"tests/{path.name}::{name}")
     assert users, "no test uses proved: the group is stale"
     stray = [u for u in users if xdist_group(u) != "proved" and xdist_group(u + "[") != "proved"]
