@@ -18,6 +18,7 @@ import sympy as sp
 from spec import masks, printed, terms
 from spec import notation as n
 from spec.claims import REGISTRY
+from spec.proofs import tools
 
 #: the unsound direction of each integer range / loop bound: a range that misses attended keys
 #: (kv_*, q_start/q_end, *_lo/*_hi) or that runs masked keys without the predicate (full_*)
@@ -69,9 +70,11 @@ OUT_OF_SCOPE = {
 }
 
 
-def prove_with(claim_id: str, group, index, bad):
+def prove_with(claim_id: str, group, index, bad, every_case=False):
     """Run ``claim_id``'s proof with the term (``group[index]``, or ``group`` itself when ``index``
-    is None) replaced by ``bad``: through every parameter whose default is the group or the term."""
+    is None) replaced by ``bad``: through every parameter whose default is the group or the term. The proof
+    stops at its first failing case (``tools.first_failure``: the claim FAILS or not all the same) unless
+    ``every_case``."""
     term = group if index is None else group[index]
     mutated_group = bad if index is None else tuple(bad if k == index else t for k, t in enumerate(group))
     kwargs = {}
@@ -83,7 +86,10 @@ def prove_with(claim_id: str, group, index, bad):
         elif isinstance(p.default, dict) and any(g is group for g in p.default.values()):  # groups by name
             kwargs[name] = {k: mutated_group if g is group else g for k, g in p.default.items()}
     assert kwargs, f"claim {claim_id} takes no parameter holding this term: it cannot be checking it"
-    return REGISTRY[claim_id].prove(**kwargs)
+    if every_case:
+        return REGISTRY[claim_id].prove(**kwargs)
+    with tools.first_failure():
+        return REGISTRY[claim_id].prove(**kwargs)
 
 
 @pytest.mark.parametrize("label, group, index", printed_groups(), ids=lambda x: x if isinstance(x, str) else "")
@@ -125,22 +131,24 @@ def test_mutating_a_kind_predicate_fails_mask_tiles_sound(kind):
     assert not REGISTRY["mask_tiles_sound"].prove(keep_term=keep).proved
 
 
-def test_a_mutant_fails_the_same_cases_before_and_after_its_claim_proved(monkeypatch):
-    """The proofs keep what they proved per process (spec.proofs.tools: z3 queries by their text): a mutated
-    printed term fails the same cases of its cited claim whether the unmutated claim ran before it in the same
-    process or not, and the unmutated claim proves again after the mutant."""
-    from spec.proofs import tools
-
+@pytest.mark.parametrize("label", ["addresses.FORWARD.columns_ok[0] d_ok", "softmax_normalise[1] p"])
+def test_a_mutant_fails_the_same_cases_before_and_after_its_claim_proved(monkeypatch, label):
+    """The proofs keep what they proved per process (spec.proofs.tools: z3 queries and SymPy residuals by their
+    text): a mutated printed term fails the same cases of its cited claim whether the unmutated claim ran before
+    it in the same process or not, and the unmutated claim proves again after the mutant. Once with a z3 claim
+    (an address term, forward_addresses), once with a SymPy one (exp2_rewrite)."""
     monkeypatch.setattr(tools, "_PROVED_QUERIES", set())  # nothing proved yet in this process
-    label, group, index = next(g for g in printed_groups() if g[0] == "addresses.FORWARD.columns_ok[0] d_ok")
+    monkeypatch.setattr(tools, "_PROVED_RESIDUALS", set())
+    group, index = next((g, i) for lbl, g, i in printed_groups() if lbl == label)
     claim_id = group[index].claim
+    kept = tools._PROVED_QUERIES if label.startswith("addresses.") else tools._PROVED_RESIDUALS
 
     def failed_cases():
-        result = prove_with(claim_id, group, index, mutant(group[index]))
+        result = prove_with(claim_id, group, index, mutant(group[index]), every_case=True)
         assert not result.proved, f"{label}: claim {claim_id} still PROVED"
         return [name for name, residual in result.cases if residual != 0]
 
     before = failed_cases()
-    assert REGISTRY[claim_id].prove().proved and tools._PROVED_QUERIES
+    assert REGISTRY[claim_id].prove().proved and kept
     assert failed_cases() == before
     assert REGISTRY[claim_id].prove().proved

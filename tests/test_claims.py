@@ -154,6 +154,30 @@ def test_a_proved_z3_query_is_reused_only_for_the_same_query(monkeypatch):
     assert tools._query_key([x > 2, y == x], y > 1) not in tools._PROVED_QUERIES  # another limit: another query
 
 
+def test_a_proved_residual_is_reused_only_for_the_same_text(monkeypatch):
+    """reduce_zero, nonnegative and expanded_residual keep the residuals they reduced to 0 (a claim re-run with one
+    term mutated re-decides only what the term changed): the same text is 0 again without SymPy's rewriting; a
+    residual differing in a symbol's assumptions is decided afresh; each keeps its own; a residual that is not 0
+    is never kept."""
+    from spec.proofs import tools
+
+    monkeypatch.setattr(tools, "_PROVED_RESIDUALS", set())
+    x = sp.Symbol("x", real=True)
+    identity = sp.sin(x) ** 2 + sp.cos(x) ** 2 - 1  # 0 only after sp.simplify
+    wrong = sp.sin(x) ** 2 + sp.cos(x) ** 2 - 2  # the "mutated" term
+    assert tools.reduce_zero(wrong) != 0  # before the right one ran
+    assert tools.reduce_zero(identity) is tools.ZERO
+    assert len(tools._PROVED_RESIDUALS) == 1  # the failed residual was not kept
+    simplified = []
+    simplify = sp.simplify
+    monkeypatch.setattr(sp, "simplify", lambda e, **kw: simplified.append(e) or simplify(e, **kw))
+    assert tools.reduce_zero(identity) is tools.ZERO and simplified == []  # reused
+    assert tools.reduce_zero(wrong) != 0  # after it: decided afresh, still not 0
+    y = sp.Symbol("x")  # the same name, no assumptions: another text
+    assert tools.reduce_zero(sp.sin(y) ** 2 + sp.cos(y) ** 2 - 1) is tools.ZERO and len(simplified) == 1
+    assert tools.nonnegative(x ** 2) is tools.ZERO and len(tools._PROVED_RESIDUALS) == 3  # its own entry
+
+
 def test_z3_cases_stop_at_a_resource_limit_not_a_clock(monkeypatch):
     """A z3 case's verdict does not depend on the machine's load: every query of the spec runs in
     spec.proofs.tools.z3_check under z3's deterministic resource limit (Z3_RLIMIT; the wall-clock timeout is

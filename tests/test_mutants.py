@@ -24,6 +24,7 @@ from spec.proofs import ring as PRING
 from spec.proofs import score_mods as PSM
 from spec.proofs import sink_combine as PSC
 from spec.proofs import softmax as PS
+from spec.proofs import tools
 from spec.proofs import varlen as PV
 from spec import recurrences as R
 from spec import reference, terms
@@ -101,7 +102,8 @@ FINITE_MASK = replace(masks.MASK_TERM, expr=sp.Piecewise((n.qk, masks.keep), (-1
 
 @pytest.mark.parametrize("prove", [K.prove_merge_identity, K.prove_block_update])
 def test_finite_mask_value_is_refuted_by_the_claims(prove):
-    assert_failed(prove(mask_term=FINITE_MASK))
+    with tools.first_failure():  # the claim FAILS at its first failing case (spec.proofs.tools.first_failure)
+        assert_failed(prove(mask_term=FINITE_MASK))
 
 
 def fully_masked_rows_are_empty(out, lse, attend) -> bool:
@@ -215,7 +217,8 @@ def test_online_step_without_rescaling_is_refuted():
     def online(m_prev, d_prev, x):
         m = sp.Max(m_prev, x)
         return m, d_prev + sp.exp(x - m)
-    assert_failed(PS.prove_online_softmax_invariant(online=online))
+    with tools.first_failure():
+        assert_failed(PS.prove_online_softmax_invariant(online=online))
 
 
 def test_fa1_step_that_forgets_the_old_denominator_is_refuted():
@@ -386,7 +389,8 @@ def sink_per_split(splits, sink):
 def test_score_mod_invariant_catches(mutant):
     kw = {"softcap_dropped": dict(softcap_terms=SOFTCAP_DROPPED), "alibi_sign": dict(alibi_terms=ALIBI_SIGN),
           "alibi_no_shift": dict(alibi_terms=ALIBI_NO_SHIFT), "mask_before_mod": dict(mod_before_mask=False)}[mutant]
-    assert_failed(PSM.prove_score_mod_invariant(**kw))
+    with tools.first_failure():
+        assert_failed(PSM.prove_score_mod_invariant(**kw))
 
 
 @pytest.mark.parametrize("mutant", ["t_unbounded", "bias_positive", "sink_fold_unguarded_max"])
@@ -406,18 +410,20 @@ SINK_GRAD_UNGUARDED = swap(terms.SINK_GRAD, n.dsink, -sp.exp(n.sink - n.lse) * n
 
 
 def test_sink_claims_catch_the_unguarded_minus_inf_sink():
-    res = PSM.prove_sink_once(sink_fold=SINK_FOLD_UNGUARDED)
-    assert_failed(res)
-    assert "sink = -oo" in res.detail
-    res = PSM.prove_sink_grad(sink_grad=SINK_GRAD_UNGUARDED)
+    with tools.first_failure():  # the detail names the first failing case, as without it
+        res = PSM.prove_sink_once(sink_fold=SINK_FOLD_UNGUARDED)
+        assert_failed(res)
+        assert "sink = -oo" in res.detail
+        res = PSM.prove_sink_grad(sink_grad=SINK_GRAD_UNGUARDED)
     assert_failed(res)
     assert "sink = -oo" in res.detail
 
 
 def test_sink_once_catches_a_sink_per_tile_and_per_split():
-    assert_failed(PSM.prove_sink_once(forward_tile=terms.FORWARD_TILE + terms.SINK_FOLD, sink_fold=()))
-    assert_failed(PSM.prove_sink_once(combine=sink_per_split))
-    assert_failed(PSM.prove_sink_once(sink_fold=()))  # no sink at all
+    with tools.first_failure():
+        assert_failed(PSM.prove_sink_once(forward_tile=terms.FORWARD_TILE + terms.SINK_FOLD, sink_fold=()))
+        assert_failed(PSM.prove_sink_once(combine=sink_per_split))
+        assert_failed(PSM.prove_sink_once(sink_fold=()))  # no sink at all
 
 
 # ------------------------------------------- the split-KV decode combine (sink_once_combine)
@@ -441,7 +447,8 @@ def test_sink_once_combine_catches(mutant):
           "sink_never": dict(finish=_finish_without_sink),
           "sink_partial_value_1": dict(sink_terms=swap(terms.SINK_PARTIAL, n.o_b, sp.Integer(1))),
           "sink_partial_scaled": dict(sink_terms=swap(terms.SINK_PARTIAL, n.lse_b, n.sink * n.LOG2E))}[mutant]
-    res = PSC.prove_sink_once_combine(**kw)
+    with tools.first_failure():
+        res = PSC.prove_sink_once_combine(**kw)
     assert_failed(res)
     failing = [label for label, residual in res.cases if residual != 0]
     if mutant.startswith("sink_per_split"):  # caught by the induction step itself, not only the end-to-end check
@@ -482,7 +489,8 @@ def test_score_mod_log2_units_catch(mutant):
           "alibi_raw_units": dict(alibi_scalar=replace(terms.ALIBI_SCALAR, expr=n.slope / n.sm_scale)),
           "softcap_raw_units": dict(softcap_scalars=swap(terms.SOFTCAP_SCALARS, n.softcap_out,
                                                          n.softcap / n.sm_scale))}[mutant]
-    assert_failed(PSM.prove_score_mod_invariant(**kw))
+    with tools.first_failure():
+        assert_failed(PSM.prove_score_mod_invariant(**kw))
 
 
 def _alibi_exponent_without_the_bias_roundings(scaled_abs, factor, bias, g_k, u):

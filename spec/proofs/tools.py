@@ -14,6 +14,9 @@ on a symbolic block, so the claims are about the very terms the generator prints
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
 from itertools import product
 from typing import Iterable, Mapping
 
@@ -30,6 +33,38 @@ ZERO = sp.Integer(0)
 # ----------------------------------------------------------------------------------
 # Canonical zero
 # ----------------------------------------------------------------------------------
+#: the residuals this process has reduced to the canonical zero, by ``_residual_key`` (the deciding function's
+#: name and the residual's exact text): a residual is a pure function of its text, so the same text is 0 again
+#: without SymPy's rewriting (seconds per case). Only zeros are kept: a residual that is not 0 is always
+#: recomputed. A claim re-run with one term mutated (tests/test_citations.py, tests/test_mutants.py) re-decides
+#: only the cases that term changes; a changed term changes the text. The z3 queries' twin: ``_PROVED_QUERIES``.
+_PROVED_RESIDUALS: set[str] = set()
+
+
+def _residual_key(decider: str, expr: sp.Basic) -> str:
+    """``decider``'s case ``expr`` as text: its ``srepr`` (every symbol's name and assumptions, every number
+    exact), a digest of it: two cases share a key only when their texts are equal."""
+    return hashlib.sha256(f"{decider}\n{sp.srepr(expr)}".encode()).hexdigest()
+
+
+def keeps_zeros(decide_residual):
+    """``decide_residual(expr) -> residual`` that keeps the texts it reduced to the canonical zero
+    (``_PROVED_RESIDUALS``) and answers them with 0 again at once."""
+
+    @functools.wraps(decide_residual)
+    def decided(expr):
+        expr = sp.sympify(expr)
+        key = _residual_key(decide_residual.__qualname__, expr)
+        if key in _PROVED_RESIDUALS:
+            return ZERO
+        residual = decide_residual(expr)
+        if residual is ZERO:
+            _PROVED_RESIDUALS.add(key)
+        return residual
+
+    return decided
+
+
 def natural_exp(expr: sp.Basic) -> sp.Basic:
     """Rewrite the kernels' ``exp2``/``log2`` as ``exp``/``log`` (definitions, not lemmas)."""
     return expr.replace(exp2, lambda a: sp.exp(a * sp.log(2))).replace(
@@ -60,6 +95,7 @@ def push_factors(expr: sp.Basic) -> sp.Basic:
         _push_positive_factor)
 
 
+@keeps_zeros
 def reduce_zero(expr: sp.Basic) -> sp.Basic:
     """Try to reduce ``expr`` to 0: exp2 -> exp, factors into Max, split exps, simplify. One that is
     visibly not 0 at a point of its domain (``nonzero_at_a_point``) is returned as that value at once.
@@ -83,6 +119,7 @@ def reduce_zero(expr: sp.Basic) -> sp.Basic:
     return sp.simplify(expr)
 
 
+@keeps_zeros
 def nonnegative(expr: sp.Basic) -> sp.Basic:
     """0 when SymPy's assumptions decide ``expr >= 0`` (``+oo`` included); else ``expr``.
 
@@ -219,16 +256,39 @@ def result(claim_id: str, cases: Iterable[tuple[str, sp.Basic]], how: str) -> Re
 
 def equal_cases(pairs: Iterable[tuple[str, sp.Basic, sp.Basic]], residual=None) -> list[tuple[str, sp.Basic]]:
     """``(name, lhs, rhs)`` -> ``(name, residual(lhs, rhs))``; tuples compared piecewise.
-    ``residual``: ``difference`` (``reduce_zero(lhs - rhs)``) unless a proof passes its own."""
+    ``residual``: ``difference`` (``reduce_zero(lhs - rhs)``) unless a proof passes its own.
+    Within ``first_failure()``, the cases end at the first one whose residual is not 0."""
     residual = residual or difference
     out = []
     for name, lhs, rhs in pairs:
         if isinstance(lhs, (tuple, list)):
-            for k, (a, b) in enumerate(zip(lhs, rhs, strict=True)):
-                out.append((f"{name}[{k}]", residual(a, b)))
+            parts = [(f"{name}[{k}]", a, b) for k, (a, b) in enumerate(zip(lhs, rhs, strict=True))]
         else:
-            out.append((name, residual(lhs, rhs)))
+            parts = [(name, lhs, rhs)]
+        for label, a, b in parts:
+            out.append((label, residual(a, b)))
+            if _stop_at_first_failure and out[-1][1] != 0:
+                return out
     return out
+
+
+#: set within ``first_failure()``
+_stop_at_first_failure = False
+
+
+@contextlib.contextmanager
+def first_failure():
+    """Within it, ``equal_cases`` stops at a claim's first failing case: for a test that needs a claim to FAIL
+    on a mutated term, and not its other cases (tests/test_mutants.py, tests/test_citations.py). The verdict is
+    the same (a claim is PROVED only when every case is 0: the failing case is among the cases ``result``
+    sees); the cases after it are neither decided nor reported. ``python -m spec`` and the docs never set it:
+    they decide and report every case."""
+    global _stop_at_first_failure
+    before, _stop_at_first_failure = _stop_at_first_failure, True
+    try:
+        yield
+    finally:
+        _stop_at_first_failure = before
 
 
 def difference(lhs: sp.Basic, rhs: sp.Basic) -> sp.Basic:
@@ -284,6 +344,7 @@ def nonzero_at_a_point(residual: sp.Basic) -> sp.Symbol | None:
     return sp.Symbol(f"nonzero: got − want = {sp.Float(value, 6)} at {at}")
 
 
+@keeps_zeros
 def expanded_residual(residual: sp.Basic) -> sp.Basic:
     """``sp.expand(residual)`` as a case's residual (0 exactly when the expanded form is 0), without
     expanding a residual that is visibly nonzero: one that is not structurally 0 is first evaluated
