@@ -1510,7 +1510,7 @@ LANE_MUTANTS = [
      "dq: score_grad[row, e] inside (programs of the grid, chunk lanes e entry_ok admits)"),
     # softmax's one pass from column 1
     ("rows_addresses", AD.ROWS_LANES, "n0", 1 + terms.arange(n.B_c),
-     "softmax: one pass (N <= BLOCK_N): every column c < N is a lane of offs_n"),
+     "softmax: one pass (when spec.launch.softmax_launch picks it): every column c < N is a lane of offs_n"),
     # the append's token tile from the head's program id
     ("append_addresses", AD.APPEND_LANES, "t", terms.program_id(1) * AD.BLOCK_T_ + terms.arange(AD.BLOCK_T_),
      "paged: token tiles: no index is in the lanes offs_t of two tiles"),
@@ -2036,10 +2036,11 @@ def test_rows_address_sink_of_the_row_not_its_head_is_refuted():
 
 def test_rows_address_launch_bugs_are_refuted():
     """The launch functions edited: y written with x's strides; the split stride of lse_s from o_s; the grid
-    rounded down."""
-    def y_as_x(x, y, block_m):
-        grid, ints = LA.softmax_launch(x, y, block_m)
-        return grid, dict(ints, stride_yr=ints["stride_xr"], stride_yc=ints["stride_xc"])
+    rounded down; softmax's one pass picked for rows up to two column tiles (columns BLOCK_N..N never read); the
+    merges' BLOCK_D half the head dim or the power of two below it (D = 3 on 2 lanes: column 2 never read)."""
+    def y_as_x(x, y, block_m, block_n):
+        grid, ints, one_pass = LA.softmax_launch(x, y, block_m, block_n)
+        return grid, dict(ints, stride_yr=ints["stride_xr"], stride_yc=ints["stride_xc"]), one_pass
 
     assert _failing(PAD.prove_rows_addresses(softmax_launch=y_as_x)) == ["softmax: y offset is y[r, c]"]
 
@@ -2057,6 +2058,20 @@ def test_rows_address_launch_bugs_are_refuted():
     failing = _failing(PAD.prove_rows_addresses(merge_state_launch=rounded_down))
     assert failing == ["merge_state: the grid covers every row",
                        "merge_state: rows: every index in [lo, hi) is in the lanes offs_m of a visited tile"], failing
+
+    def one_pass_up_to_two_tiles(x, y, block_m, block_n):
+        grid, ints, _ = LA.softmax_launch(x, y, block_m, block_n)
+        return grid, ints, x.shape[1] <= 2 * block_n
+
+    failing = _failing(PAD.prove_rows_addresses(softmax_launch=one_pass_up_to_two_tiles))
+    assert failing == ["softmax: one pass (when spec.launch.softmax_launch picks it): every column c < N is a lane "
+                       "of offs_n"], failing
+    width = f"the merges' columns arange(BLOCK_D) reach every d < D (spec.launch.merge_block_d, every D in " \
+            f"1..{limit('merge_head_dim_max')}): "
+    failing = _failing(PAD.prove_rows_addresses(merge_block_d=lambda D: D // 2))
+    assert failing == [width + "BLOCK_D >= D", width + "BLOCK_D is a power of two"], failing  # D = 1: 0 lanes
+    failing = _failing(PAD.prove_rows_addresses(merge_block_d=lambda D: LA.merge_block_d(D + 1) // 2))
+    assert failing == [width + "BLOCK_D >= D"], failing
 
 
 def test_forward_address_dropout_keep_assumed_contiguous_is_refuted():
@@ -2095,6 +2110,13 @@ def test_append_address_launch_with_sin_read_by_cos_strides_is_refuted():
 
     failing = _failing(PAD.prove_append_addresses(launch=bad))
     assert sorted(failing) == [f"{k}: sin offset is sin[pos, freq]" for k in ("cache", "paged", "tensor")]
+
+
+def test_append_tile_narrower_than_its_head_dim_is_refuted():
+    """The append launched with BLOCK_D the power of two below D (D = 3 on 2 lanes: column 2 never written)."""
+    failing = _failing(PAD.prove_append_addresses(block_d=lambda D: LA.next_power_of_2(D + 1) // 2))
+    assert failing == ["the tile's columns arange(BLOCK_D) reach every d < D: spec.launch.block_d(D) >= D for D in "
+                       f"1..{limit('head_dim_max')}"], failing
 
 
 def test_append_lane_masks_are_read_by_the_claim():

@@ -956,6 +956,20 @@ def _head_dim_lanes(ints, D, Dv, z, hyp):
                         z3.And(1 <= main, tail >= 0, main + tail == z(D), hdv == z(Dv)))
 
 
+def _width_cases(title, widths, axes, points, facts) -> tuple[tuple[str, sp.Basic], ...]:
+    """The cases of a launch's tile widths function, checked on its output at every head dim the contract accepts:
+    ``w = widths(*p)`` at each point ``p`` of ``points`` (values of ``axes``: the head dims, and the fp8 flag where
+    the widths take one), one case ``"{title}: {name}"`` per fact ``name: holds(w, *p)``, residual 0 when it holds
+    at every point, else a symbol naming the first point that breaks it and the widths there."""
+    first = {}
+    for p in points:
+        w = widths(*p)
+        for name, holds in facts.items():
+            if name not in first and not holds(w, *p):
+                first[name] = sp.Symbol(", ".join(f"{a}={v}" for a, v in zip(axes, p)) + f": {w}")
+    return tuple((f"{title}: {name}", first.get(name, ZERO)) for name in facts)
+
+
 @functools.lru_cache(maxsize=8)
 def _tile_width_cases(widths=None) -> tuple[tuple[str, sp.Basic], ...]:
     """What the kernels' lanes need of the tile widths the runtime launches with (``spec.launch.tile_widths``),
@@ -964,32 +978,24 @@ def _tile_width_cases(widths=None) -> tuple[tuple[str, sp.Basic], ...]:
     and ``HEAD_DIM_V = D_v``; ``arange(BLOCK_D)``, ``HEAD_DIM + arange(BLOCK_DT)``, ``arange(BLOCK_DV)`` reach
     every column the masks let through (each width at least its head dim); a tail only when ``HEAD_DIM =
     BLOCK_D`` (a box or tile of the main part ends where the tail begins); each width a power of two (tl.arange)
-    of at least 16 (tl.dot's K). A case's residual names the first head dims that break it."""
+    of at least 16 (tl.dot's K). A case's residual names the first head dims that break it (``_width_cases``)."""
     from spec.assumptions import limit
 
-    widths = L.tile_widths if widths is None else widths
     top = limit("head_dim_max")
     facts = {
         "the split covers D and v's head dim is D_v: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM >= 1, HEAD_DIM_V = D_v":
-            lambda D, Dv, w: w.HEAD_DIM + w.HEAD_DIM_TAIL == D and w.HEAD_DIM >= 1 and w.HEAD_DIM_TAIL >= 0
+            lambda w, D, Dv, fp8: w.HEAD_DIM + w.HEAD_DIM_TAIL == D and w.HEAD_DIM >= 1 and w.HEAD_DIM_TAIL >= 0
             and w.HEAD_DIM_V == Dv,
-        "BLOCK_D >= HEAD_DIM": lambda D, Dv, w: w.BLOCK_D >= w.HEAD_DIM,
-        "BLOCK_DT >= HEAD_DIM_TAIL": lambda D, Dv, w: w.BLOCK_DT >= w.HEAD_DIM_TAIL,
-        "BLOCK_DV >= HEAD_DIM_V": lambda D, Dv, w: w.BLOCK_DV >= w.HEAD_DIM_V,
-        "a tail only when HEAD_DIM = BLOCK_D": lambda D, Dv, w: w.HEAD_DIM_TAIL == 0 or w.HEAD_DIM == w.BLOCK_D,
-        "BLOCK_D, BLOCK_DT, BLOCK_DV are powers of two >= 16": lambda D, Dv, w: all(
+        "BLOCK_D >= HEAD_DIM": lambda w, *_: w.BLOCK_D >= w.HEAD_DIM,
+        "BLOCK_DT >= HEAD_DIM_TAIL": lambda w, *_: w.BLOCK_DT >= w.HEAD_DIM_TAIL,
+        "BLOCK_DV >= HEAD_DIM_V": lambda w, *_: w.BLOCK_DV >= w.HEAD_DIM_V,
+        "a tail only when HEAD_DIM = BLOCK_D": lambda w, *_: w.HEAD_DIM_TAIL == 0 or w.HEAD_DIM == w.BLOCK_D,
+        "BLOCK_D, BLOCK_DT, BLOCK_DV are powers of two >= 16": lambda w, *_: all(
             x >= 16 and x & (x - 1) == 0 for x in (w.BLOCK_D, w.BLOCK_DT, w.BLOCK_DV)),
     }
-    first = {}
-    for fp8 in (False, True):
-        for D in range(1, top + 1):
-            for Dv in range(1, top + 1):
-                w = widths(D, Dv, fp8)
-                for name, holds in facts.items():
-                    if name not in first and not holds(D, Dv, w):
-                        first[name] = sp.Symbol(f"D={D}, D_v={Dv}, fp8={fp8}: {tuple(w)}")
-    return tuple((f"tile widths (spec.launch.tile_widths, every D, D_v in 1..{top}): {name}",
-                  first.get(name, sp.Integer(0))) for name in facts)
+    points = ((D, Dv, fp8) for fp8 in (False, True) for D in range(1, top + 1) for Dv in range(1, top + 1))
+    return _width_cases(f"tile widths (spec.launch.tile_widths, every D, D_v in 1..{top})",
+                        L.tile_widths if widths is None else widths, ("D", "D_v", "fp8"), points, facts)
 
 
 #: the lane each printed mask guards, by the mask's name (the kernels' loads and stores: row_ok on the rows offs_m,
@@ -1285,20 +1291,23 @@ APPEND_WIDTHS = ("every product and sum of a stride in the printed offsets is in
        "softmax's and the merge kernels' addresses: for all shapes and non-negative strides of softmax's x, y "
        "(R, N), merge_state's o_a, o_b, o (R, D) and lse_a, lse_b, lse (R,), merge_states' o_s (S, R, D), lse_s "
        "(S, R), o (R, D), lse (R,) and sinks (H,), with the strides, sizes and grids spec.launch.softmax_launch, "
-       "merge_state_launch and merge_states_launch pass (the functions the launchers call), every printed "
+       "merge_state_launch and merge_states_launch pass (the functions the launchers call; softmax's kernel the one "
+       "softmax_launch picks), every printed "
        "offset (spec.addresses.ROWS_GROUPS) is the offset of the element the reference reads — x/y[r, c], "
        "o_a/o_b/o[r, d], lse_a/lse_b/lse[r], o_s[s, r, d], lse_s[s, r], sinks[r % H] — inside the tensor for "
        "every program of the grid, split s < S and lane the mask lets through (r < R, c < N, d < D), and the "
-       "grid covers every row; every product or sum of a stride in the printed offsets is int64" + "; the lanes are the printed ones (spec.addresses.ROWS_LANES: offs_m = program_id(0)·BLOCK_M + arange(BLOCK_M), softmax's offs_n = arange(BLOCK_N) (one pass) or start_n + arange(BLOCK_N) (two passes), the merges' offs_d = arange(BLOCK_D), each read from its term as base + arange(width), not assumed): the row tiles' lanes reach every row once, softmax's column steps (the printed loop start_n in range(0, N, BLOCK_N), spec.addresses.ROWS_LOOPS, start, stop and step read) every column once, its one pass (launched when N <= BLOCK_N) and the merges (BLOCK_D >= D, the launchers' power of two) every column",
+       "grid covers every row; every product or sum of a stride in the printed offsets is int64" + "; the lanes are the printed ones (spec.addresses.ROWS_LANES: offs_m = program_id(0)·BLOCK_M + arange(BLOCK_M), softmax's offs_n = arange(BLOCK_N) (one pass) or start_n + arange(BLOCK_N) (two passes), the merges' offs_d = arange(BLOCK_D), each read from its term as base + arange(width), not assumed): the row tiles' lanes reach every row once, softmax's column steps (the printed loop start_n in range(0, N, BLOCK_N), spec.addresses.ROWS_LOOPS, start, stop and step read) every column once, its one pass (launched where softmax_launch's one_pass holds: N <= BLOCK_N) every column once, and the merges' offs_d (BLOCK_D = spec.launch.merge_block_d(D), the width both merge launchers pass, checked at every D in 1..merge_head_dim_max: a power of two >= D) every column",
        r"\mathrm{off}(X, (r, c)) = r\,s_r + c\,s_c,\quad 0\le r<R,\ 0\le c<N",
        terms=tuple(dict.fromkeys(t.name for g in (*A.ROWS_GROUPS.values(), *A.ROWS_LANES.values(), *A.ROWS_LOOPS.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 for the "
              "extents); mathematical integers Z, which the kernels' int64 arithmetic is for tensors under 2^63 elements: "
              "every product and sum of a stride in the printed lines is int64 (offs_m, s, the columns widened "
              "by tl.cast(·, tl.int64); widths read from the printed text with Triton's typing: a stride int32 whenever its value "
-             "fits)")
+             "fits); softmax's pick of one pass as the relation softmax_launch returns on symbolic N, BLOCK_N (z3); the "
+             "merges' BLOCK_D = spec.launch.merge_block_d(D) evaluated at every D in 1..merge_head_dim_max (the "
+             "contract's bound; D = 0 launches no kernel)")
 def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_launch=None,
-                         merge_states_launch=None, lanes=A.ROWS_LANES, loops=A.ROWS_LOOPS):
+                         merge_states_launch=None, lanes=A.ROWS_LANES, loops=A.ROWS_LOOPS, merge_block_d=None):
     softmax_launch = L.softmax_launch if softmax_launch is None else softmax_launch
     merge_state_launch = L.merge_state_launch if merge_state_launch is None else merge_state_launch
     merge_states_launch = L.merge_states_launch if merge_states_launch is None else merge_states_launch
@@ -1306,6 +1315,9 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
     r, c, d, s = A.offs_m, A.offs_n, A.offs_d, A.s_split
     # the widths: every product of a stride int64 (the lanes widened: x and the partials are any tensors)
     cases = [_widths_case(ROWS_WIDTHS, [t for group in groups.values() for t in group], {})]
+    # the merges' tile width as both launchers pass it (spec.launch.merge_block_d), at every accepted head dim: the
+    # hypothesis BLOCK_D >= D of their column case below
+    cases += _merge_width_cases(L.merge_block_d if merge_block_d is None else merge_block_d)
     # the printed lanes (spec.addresses.ROWS_LANES), read: the program's rows offs_m = program_id(0)·BLOCK_M +
     # arange(BLOCK_M), softmax's columns (one pass: offs_n = arange(BLOCK_N); two passes: start_n + arange(BLOCK_N) at
     # start_n in range(0, N, BLOCK_N), the printed loop spec.addresses.ROWS_LOOPS, read), the merges' offs_d
@@ -1315,11 +1327,12 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
     pid0 = zl(terms.program_id(0))
     col_lanes = {c: lambda x, ok: z3.Or(ok(x, ln["n0"]), ok(x, ln["n"])), d: lambda x, ok: ok(x, ln["d"])}
 
-    def check(kernel, grid, ints, pairs, bounds, masks=None):
+    def check(kernel, grid, ints, pairs, bounds, masks=None, one_pass=None):
         """``pairs``: (name, printed term, tensor, index); ``bounds``: (symbol, bound) of the load masks; ``masks``:
         the printed row and column masks (the merges': row_ok, d_ok; softmax's row_ok, n_ok), which then bound the
         rows and the first lane's columns (d, or softmax's c: a lane of either pass's offs_n) instead, and must admit
-        exactly the rows r < R and columns d < D (c < N). The rows are the printed lanes offs_m of the program."""
+        exactly the rows r < R and columns d < D (c < N). The rows are the printed lanes offs_m of the program.
+        ``one_pass``: softmax's choice of kernel as its launch returns it (a relation on N and BLOCK_N, or a bool)."""
         lanes = bounds
         launched = {sym: sp.sympify(ints[name]) for name, sym in A.R_.items() if name in ints}
         launched.update({A.H_: sp.sympify(ints.get("H", 1))})
@@ -1352,8 +1365,8 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
         cases.append(_decide(f"{kernel}: the grid covers every row", [rows >= 1, z(block_m) >= 1],
                              z(sp.sympify(grid[0])) * z(block_m) >= rows))
         # the program's lanes reach every row once; the column lanes every column: softmax's two passes through
-        # their steps' lanes once, its one pass (launched when N <= BLOCK_N) and the merges (BLOCK_D >= D: the
-        # launchers' power of two) through the block's lanes
+        # their steps' lanes once (whatever N), its one pass (launched when the launch's one_pass holds) and the
+        # merges (BLOCK_D >= D: _merge_width_cases) through the block's lanes, once each (distinct lanes)
         cases.extend((f"{kernel}: {name}", value) for name, value in _tiling_cases(
             "rows", ln["m"], [rows >= 1], 0, rows, z(block_m), lambda t_: z3.And(0 <= t_, t_ < z(sp.sympify(grid[0]))),
             lambda t_: [(pid0, t_)]))
@@ -1363,8 +1376,10 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
             cases.extend((f"{kernel}: two passes: {name}", value) for name, value in _loop_cases(
                 "column steps", ln["n"], _Loop(z, loops["n"], {A.N_COLS: sp.sympify(lanes[0][1])}), [width >= 1], 0,
                 width))
-            cases.append(_decide(f"{kernel}: one pass (N <= BLOCK_N): every column c < N is a lane of offs_n",
-                                 [width >= 1, width <= z(n.B_c), 0 <= v, v < width], ln["n0"].holds(v)))
+            picked = sp.sympify(one_pass)
+            picked = z3.BoolVal(bool(picked)) if isinstance(picked, sp.logic.boolalg.BooleanAtom) else z(picked)
+            cases.append(_decide(f"{kernel}: one pass (when spec.launch.softmax_launch picks it): every column c < N "
+                                 "is a lane of offs_n", [width >= 1, picked, 0 <= v, v < width], ln["n0"].holds(v)))
         else:
             cases.append(_decide(f"{kernel}: every column d < D is a lane of offs_d (BLOCK_D >= D)",
                                  [width >= 1, z(A.BLOCK_D_) >= width, 0 <= v, v < width], ln["d"].holds(v)))
@@ -1374,11 +1389,11 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
 
     # softmax
     x, y = A.symbolic("x", ("R", "N")), A.symbolic("y", ("R", "N"))
-    grid, ints = softmax_launch(x, y, block_m)
+    grid, ints, one_pass = softmax_launch(x, y, block_m, n.B_c)
     g = offsets("softmax")
     check("softmax", grid, ints, [("x offset is x[r, c]", g[A.x_off], x, (r, c)),
                                   ("y offset is y[r, c]", g[A.y_off], y, (r, c))], [(c, x.shape[1])],
-          (*groups["merge_row_ok"], *groups["softmax_n_ok"]))
+          (*groups["merge_row_ok"], *groups["softmax_n_ok"]), one_pass)
     # merge_state
     o_a, o_b, o = (A.symbolic(nm, ("R", "D")) for nm in ("o_a", "o_b", "o"))
     l_a, l_b, lse = (A.symbolic(nm, ("R",)) for nm in ("lse_a", "lse_b", "lse"))
@@ -1403,20 +1418,37 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
     return result(A.CLAIM_ROWS, cases, "offsets by SymPy (canonical zero), extents by z3")
 
 
+@functools.lru_cache(maxsize=4)
+def _merge_width_cases(merge_block_d) -> tuple[tuple[str, sp.Basic], ...]:
+    """The merges' tile width (``merge_block_d``: spec.launch.merge_block_d, what both merge launchers and their AOT
+    compile pass) at every head dim their contract accepts (``1..merge_head_dim_max``; D = 0 launches no kernel):
+    at least ``D`` (so ``arange(BLOCK_D)`` reaches every column ``d_ok`` lets through) and a power of two
+    (tl.arange). A case's residual names the first head dim that breaks it (``_width_cases``)."""
+    from spec.assumptions import limit
+
+    top = limit("merge_head_dim_max")
+    return _width_cases(f"the merges' columns arange(BLOCK_D) reach every d < D (spec.launch.merge_block_d, every D "
+                        f"in 1..{top})", merge_block_d, ("D",), ((D,) for D in range(1, top + 1)),
+                        {"BLOCK_D >= D": lambda w, D: w >= D,
+                         "BLOCK_D is a power of two": lambda w, D: w >= 1 and w & (w - 1) == 0})
+
+
 # ----------------------------------------------------------------------------------
 # The KV-cache append.
 # ----------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=1)
-def _append_tile_width_case():
+@functools.lru_cache(maxsize=4)
+def _append_tile_width_case(block_d=None):
     """The append's columns are lanes of ``tl.arange(0, BLOCK_D)``, ``BLOCK_D = spec.launch.block_d(D)`` as its
-    launcher passes it: at least ``D`` for every head dim the contract accepts, so ``d_ok`` (d < HEAD_DIM = D) is
-    the only bound on the columns. The residual names the first head dim that breaks it."""
+    launcher passes it (``block_d``; None: that function): at least ``D`` for every head dim the contract accepts,
+    so ``d_ok`` (d < HEAD_DIM = D) is the only bound on the columns. The residual names the first head dim that
+    breaks it (``_width_cases``)."""
     from spec.assumptions import limit
 
     top = limit("head_dim_max")
-    short = next((D for D in range(1, top + 1) if L.block_d(D) < D), None)
-    return (f"the tile's columns arange(BLOCK_D) reach every d < D: spec.launch.block_d(D) >= D for D in 1..{top}",
-            sp.Integer(0) if short is None else sp.Symbol(f"D={short}: BLOCK_D={L.block_d(short)}"))
+    (case,) = _width_cases("the tile's columns arange(BLOCK_D) reach every d < D", block_d or L.block_d, ("D",),
+                           ((D,) for D in range(1, top + 1)),
+                           {f"spec.launch.block_d(D) >= D for D in 1..{top}": lambda w, D: w >= D})
+    return case
 
 
 @claim(A.CLAIM_APPEND,
@@ -1454,7 +1486,7 @@ def _append_tile_width_case():
              "elements: every product and sum of a stride in the printed lines is int64 (a factor off_b, off_head, "
              "page, off_bc, or t, j, slot, d, pos, freq widened by tl.cast(·, tl.int64); widths read from the printed text with "
              "Triton's typing; page, off_bc the template's .to(tl.int64) loads)")
-def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None, lanes=A.APPEND_LANES):
+def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None, lanes=A.APPEND_LANES, block_d=None):
     launch = L.append_launch if launch is None else launch
     lane_terms = lanes
     ((row_ok_term,),) = (groups["row_ok"],)
@@ -1479,7 +1511,7 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None, lanes=A.APPEND_L
     order = (*A.GRID_APPEND, *groups["lookups"], *groups["key"], *P.PAGE_GATHER,
              *(t for name, g in groups.items() if name not in ("lookups", "key") for t in g))
     cases.append(_widths_case(APPEND_WIDTHS, order, {A.page.name: 64, A.off_bc.name: 64}))
-    cases.append(_append_tile_width_case())
+    cases.append(_append_tile_width_case(block_d))
     for kind, dst in dsts.items():
         grid, ints = launch(x, dst, cs, bt if kind == "paged" else cs, bi, cos, sin, block_t)
         launched = {sym: sp.sympify(ints[name]) for name, sym in A.AP_.items() if name in ints}
