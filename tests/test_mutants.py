@@ -1423,7 +1423,7 @@ def test_merge_lane_masks_are_read_by_the_claim():
         G, merge_row_ok=(replace(row_ok, expr=sp.StrictLessThan(AD.offs_m, AD.R_ROWS + 1)),),
         merge_d_ok=(replace(d_ok, expr=sp.LessThan(AD.offs_d, AD.D_COLS)),))))
     assert {"merge_state: o_a[r, d] inside (lanes r < R, offs_d < D)", "merge_state: lse[r] inside (lanes r < R, offs_d < D)",
-            "merge_states: o_s[s, r, d] inside (lanes r < R, offs_d < D, s < S)"} <= set(wide), wide
+            "merge_states: o_s[s, r, d] inside (lanes r < R, offs_d < D, s a split the loop visits)"} <= set(wide), wide
     short = (replace(d_ok, expr=sp.StrictLessThan(AD.offs_d, AD.D_COLS - 1)),)
     assert _failing(PAD.prove_rows_addresses(groups=dict(G, merge_d_ok=short))) == [
         f"{k}: row_ok admits exactly the rows r < R, d_ok exactly the columns d < D" for k in ("merge_state", "merge_states")]
@@ -1569,6 +1569,18 @@ LOOP_HEADER_MUTANTS = [
     # softmax's column passes one column short
     ("rows_addresses", AD.ROWS_LOOPS, "n", dict(expr=_range(0, AD.N_COLS - 1, n.B_c)),
      "softmax: two passes: column steps: every index in [lo, hi) is in the lanes offs_n of a visited tile"),
+    # dK/dV's loop over the query heads of its K/V head from the second head, one head short, every other head: a
+    # query head's dK, dV contribution never added (before issue 24's last loop gap, every claim still proved)
+    *[("backward_kernel_addresses", AD.BACKWARD_KERNEL_LOOPS, "g", dict(expr=expr), f"dkdv: {PAD.HEAD_LOOP_CASES[0]}")
+      for expr in (_range(1, structure.group), _range(0, structure.group - 1), _range(0, structure.group, 2))],
+    # ... one head past the group: the next K/V head's first query head (or one past H_q) added in
+    ("backward_kernel_addresses", AD.BACKWARD_KERNEL_LOOPS, "g", dict(expr=_range(0, structure.group + 1)),
+     f"dkdv: {PAD.HEAD_LOOP_CASES[2]}"),
+    # _merge_states' loop over the splits one short, from the second split: a split's partial never merged
+    *[("rows_addresses", AD.ROWS_LOOPS, "s", dict(expr=expr), f"merge_states: {PAD.SPLIT_LOOP_CASES[0]}")
+      for expr in (_range(AD.S_SPLITS - 1), _range(1, AD.S_SPLITS))],
+    # ... one past the last split: a partial read past o_s and lse_s
+    ("rows_addresses", AD.ROWS_LOOPS, "s", dict(expr=_range(AD.S_SPLITS + 1)), f"merge_states: {PAD.SPLIT_LOOP_CASES[2]}"),
 ]
 
 
@@ -2263,8 +2275,7 @@ def test_backward_address_group_loop_with_the_wrong_group_is_refuted():
         return grid, dict(ints, GROUP=k.shape[1])
 
     failing = _bwd_failing(dkdv_launch=wrong_group)
-    assert "dkdv: the group loop g < GROUP visits each query head of the kv head once: h < Hq and h // GROUP = kvh" \
-        in failing, failing
+    assert f"dkdv: {PAD.HEAD_LOOP_CASES[2]}" in failing, failing
 
 
 def test_varlen_backward_rows_not_moved_to_the_segment_are_refuted():

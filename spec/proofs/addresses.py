@@ -1054,7 +1054,7 @@ class _Loop:
 
     def __init__(self, z, group, sub=None):
         (term,) = group
-        start, stop, step = (sp.sympify(a).xreplace(sub or {}) for a in term.expr.args)
+        start, stop, step = (sp.sympify(a).xreplace(sub or {}) for a in term.expr.bounds)
         self.var, self.first, self.stop, self.step = z(term.symbol), z(start), z(stop), z(step)
 
     def visited(self, t):
@@ -1068,6 +1068,33 @@ def _loop_cases(tag, lane, loop, hyp, lo, hi):
     """``_tiling_cases`` of a printed tile loop (a ``_Loop``) over the intended ``[lo, hi)``: its start, stop and step
     are the term's, so a step other than the lane's width, a stop short of ``hi`` or a start past ``lo`` fails."""
     return _tiling_cases(tag, lane, hyp, lo, hi, loop.step, loop.visited, loop.at, first=loop.first)
+
+
+def _index_loop_cases(names, loop, hyp, member, value, position):
+    """An index loop (a printed ``_Loop`` of step 1, ``for g in range(0, GROUP):``) reaches every intended index once and
+    nothing else: ``member(i)`` the z3 Bool "i is an intended index" (as the reference has them), ``value(x)`` the index
+    the loop's value ``x`` reaches (as the kernel computes it), ``position(i)`` the loop value the reference gives index
+    ``i``. Index ``i`` is reached at iteration ``t = (position(i) - first) // step``, which is visited; no index is
+    reached at two visited iterations; every visited iteration reaches an intended index (``names``: the three cases'
+    names). A start past 0, a stop one short or a step 2 fails the first; a value outside the intended set the last."""
+    i, t, t1, t2 = z3.Ints(f"{loop.var}_index {loop.var}_t {loop.var}_t1 {loop.var}_t2")
+    x = lambda t_: loop.first + t_ * loop.step  # noqa: E731  (the loop's value at iteration t_)
+    at = (position(i) - loop.first) / loop.step
+    every, once, only = names
+    return [_decide(every, hyp + [member(i)], z3.And(loop.visited(at), value(x(at)) == i)),
+            _decide(once, hyp + [loop.visited(t1), loop.visited(t2), value(x(t1)) == value(x(t2))], t1 == t2),
+            _decide(only, hyp + [loop.visited(t)], member(value(x(t))))]
+
+
+#: backward_kernel_addresses' cases of dK/dV's loop over the GROUP query heads of its K/V head (prefixed "dkdv: ")
+HEAD_LOOP_CASES = (
+    "the loop over g (for g in range(0, GROUP)): every query head h < H_q that spec.reference maps to this K/V head "
+    "(h // (H_q // H_kv) = off_kvh) is off_kvh·GROUP + g at a visited g",
+    "the loop over g: no query head is reached at two visited g",
+    "the loop over g: every visited g's query head off_kvh·GROUP + g is in [0, H_q) and maps to this K/V head")
+#: rows_addresses' cases of _merge_states' loop over the splits (prefixed "merge_states: ")
+SPLIT_LOOP_CASES = ("the loop over s (for s in range(S)): every split s < S is visited",
+                    "the loop over s: no split is visited twice", "the loop over s: every visited s is a split, in [0, S)")
 
 
 def _tiling_cases(tag, lane, hyp, lo, hi, step, visited, at, first=None):
@@ -1295,8 +1322,9 @@ APPEND_WIDTHS = ("every product and sum of a stride in the printed offsets is in
        "softmax_launch picks), every printed "
        "offset (spec.addresses.ROWS_GROUPS) is the offset of the element the reference reads — x/y[r, c], "
        "o_a/o_b/o[r, d], lse_a/lse_b/lse[r], o_s[s, r, d], lse_s[s, r], sinks[r % H] — inside the tensor for "
-       "every program of the grid, split s < S and lane the mask lets through (r < R, c < N, d < D), and the "
-       "grid covers every row; every product or sum of a stride in the printed offsets is int64" + "; the lanes are the printed ones (spec.addresses.ROWS_LANES: offs_m = program_id(0)·BLOCK_M + arange(BLOCK_M), softmax's offs_n = arange(BLOCK_N) (one pass) or start_n + arange(BLOCK_N) (two passes), the merges' offs_d = arange(BLOCK_D), each read from its term as base + arange(width), not assumed): the row tiles' lanes reach every row once, softmax's column steps (the printed loop start_n in range(0, N, BLOCK_N), spec.addresses.ROWS_LOOPS, start, stop and step read) every column once, its one pass (launched where softmax_launch's one_pass holds: N <= BLOCK_N) every column once, and the merges' offs_d (BLOCK_D = spec.launch.merge_block_d(D), the width both merge launchers pass, checked at every D in 1..merge_head_dim_max: a power of two >= D) every column",
+       "every program of the grid, split s the loop over the splits visits and lane the mask lets through (r < R, c < N, "
+       "d < D), and the grid covers every row; merge_states' loop over the splits (the printed for s in range(S), "
+       "spec.addresses.ROWS_LOOPS s, its start, stop and step read) visits each split s < S exactly once and no other; every product or sum of a stride in the printed offsets is int64" + "; the lanes are the printed ones (spec.addresses.ROWS_LANES: offs_m = program_id(0)·BLOCK_M + arange(BLOCK_M), softmax's offs_n = arange(BLOCK_N) (one pass) or start_n + arange(BLOCK_N) (two passes), the merges' offs_d = arange(BLOCK_D), each read from its term as base + arange(width), not assumed): the row tiles' lanes reach every row once, softmax's column steps (the printed loop start_n in range(0, N, BLOCK_N), spec.addresses.ROWS_LOOPS, start, stop and step read) every column once, its one pass (launched where softmax_launch's one_pass holds: N <= BLOCK_N) every column once, and the merges' offs_d (BLOCK_D = spec.launch.merge_block_d(D), the width both merge launchers pass, checked at every D in 1..merge_head_dim_max: a power of two >= D) every column",
        r"\mathrm{off}(X, (r, c)) = r\,s_r + c\,s_c,\quad 0\le r<R,\ 0\le c<N",
        terms=tuple(dict.fromkeys(t.name for g in (*A.ROWS_GROUPS.values(), *A.ROWS_LANES.values(), *A.ROWS_LOOPS.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 for the "
@@ -1327,12 +1355,15 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
     pid0 = zl(terms.program_id(0))
     col_lanes = {c: lambda x, ok: z3.Or(ok(x, ln["n0"]), ok(x, ln["n"])), d: lambda x, ok: ok(x, ln["d"])}
 
-    def check(kernel, grid, ints, pairs, bounds, masks=None, one_pass=None):
+    def check(kernel, grid, ints, pairs, bounds, masks=None, splits=None, one_pass=None):
         """``pairs``: (name, printed term, tensor, index); ``bounds``: (symbol, bound) of the load masks; ``masks``:
         the printed row and column masks (the merges': row_ok, d_ok; softmax's row_ok, n_ok), which then bound the
         rows and the first lane's columns (d, or softmax's c: a lane of either pass's offs_n) instead, and must admit
         exactly the rows r < R and columns d < D (c < N). The rows are the printed lanes offs_m of the program.
-        ``one_pass``: softmax's choice of kernel as its launch returns it (a relation on N and BLOCK_N, or a bool)."""
+        ``splits``: merge_states' printed loop over the splits (spec.addresses.ROWS_LOOPS s: ``for s in range(S)``,
+        read), whose values s are the split indices the offsets are evaluated at, and which must reach each split s < S
+        once and no other. ``one_pass``: softmax's choice of kernel as its launch returns it (a relation on N and
+        BLOCK_N, or a bool)."""
         lanes = bounds
         launched = {sym: sp.sympify(ints[name]) for name, sym in A.R_.items() if name in ints}
         launched.update({A.H_: sp.sympify(ints.get("H", 1))})
@@ -1347,6 +1378,13 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
         row = ln["m"].start((pid0, pid)) + lane
         sub = lambda e: z3.substitute(z(e), (z(r), row))  # noqa: E731
         lane_hyp = [row < rows] + [z3.And(0 <= z(x), z(x) < z(sp.sympify(bound))) for x, bound in lanes]
+        if splits is not None:  # s: a value of the printed loop over the splits, at a visited iteration
+            loop, size = _Loop(z, splits, {A.S_SPLITS: sp.sympify(ints["S"])}), z(sp.sympify(ints["S"]))
+            t_s = z3.Int("s_t")
+            lane_hyp += [loop.visited(t_s), loop.var == loop.first + t_s * loop.step]
+            cases.extend((f"{kernel}: {name}", value) for name, value in _index_loop_cases(
+                SPLIT_LOOP_CASES, loop, [size >= 1], lambda x: z3.And(0 <= x, x < size),
+                lambda x: x, lambda x: x))
         if masks is not None:
             col, (cname, csize) = lanes[0][0], {d: ("d", "D"), c: ("c", "N")}[lanes[0][0]]
             sizes = {A.R_ROWS: ints["R"], A.D_COLS: ints.get("D", 0), A.N_COLS: ints.get("N", 0)}
@@ -1360,7 +1398,8 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
         for name, term, tensor, index in pairs:
             hyp_t = hyp + lane_hyp + [z(x) >= 1 for x in tensor.shape]
             cases.append(_decide(f"{kernel}: {name.split(' is ')[-1]} inside (lanes r < R"
-                                 + "".join(f", {x} < {b}" for x, b in lanes) + ")", hyp_t,
+                                 + "".join(f", {x} < {b}" for x, b in lanes)
+                                 + (", s a split the loop visits" if splits is not None else "") + ")", hyp_t,
                                  _inside([sub(sp.sympify(i)) for i in index], tensor.shape)))
         cases.append(_decide(f"{kernel}: the grid covers every row", [rows >= 1, z(block_m) >= 1],
                              z(sp.sympify(grid[0])) * z(block_m) >= rows))
@@ -1393,7 +1432,7 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
     g = offsets("softmax")
     check("softmax", grid, ints, [("x offset is x[r, c]", g[A.x_off], x, (r, c)),
                                   ("y offset is y[r, c]", g[A.y_off], y, (r, c))], [(c, x.shape[1])],
-          (*groups["merge_row_ok"], *groups["softmax_n_ok"]), one_pass)
+          (*groups["merge_row_ok"], *groups["softmax_n_ok"]), one_pass=one_pass)
     # merge_state
     o_a, o_b, o = (A.symbolic(nm, ("R", "D")) for nm in ("o_a", "o_b", "o"))
     l_a, l_b, lse = (A.symbolic(nm, ("R",)) for nm in ("lse_a", "lse_b", "lse"))
@@ -1414,7 +1453,7 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
                                                                    (s, r, d)),
         ("o offset is o[r, d]", go[A.mo_off], o, (r, d)), ("lse offset is lse[r]", go[A.ml_off], lse, (r,)),
         ("sink offset is sinks[r % H]", gs[A.msink_off], sinks, (sp.Mod(r, sinks.shape[0]),))],
-        [(d, o.shape[1]), (s, o_s.shape[0])], (*groups["merge_row_ok"], *groups["merge_d_ok"]))
+        [(d, o.shape[1])], (*groups["merge_row_ok"], *groups["merge_d_ok"]), splits=loops["s"])
     return result(A.CLAIM_ROWS, cases, "offsets by SymPy (canonical zero), extents by z3")
 
 
@@ -1804,7 +1843,7 @@ def _backward_tensors():
        "_score_param_scatter's chunks the printed entry_ok = offs_e <= hi admits (BWD_SCORE_GRAD_OK), every entry "
        "lo <= e <= hi the tile read a lane of a visited chunk that entry_ok admits (lo, hi: its smallest and largest), no "
        "entry a lane of two chunks (its gradient added once), and no two "
-       "programs share a row (the deterministic fixed-order sum needs no atomics)" + "; the lanes are the printed ones (spec.addresses.BACKWARD_KERNEL_LANES: dK/dV's start_n = program_id(0)·BLOCK_N, dQ's start_m = program_id(0)·BLOCK_M, offs_m = start_m + arange(BLOCK_M), offs_n = start_n + arange(BLOCK_N), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), and a user score_mod's gradient chunks first_e = floor(lo / CHUNK)·CHUNK, offs_e = start_e + arange(CHUNK), each read from its term as base + arange(width), not assumed): the grid's tiles reach every key (dK/dV) or row (dQ) once, a loop's steps (the printed loops range(lo, hi, BLOCK), spec.addresses.BACKWARD_KERNEL_LOOPS, start, stop and step read) every row (dK/dV) or key (dQ) of [lo, hi) once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt",
+       "programs share a row (the deterministic fixed-order sum needs no atomics)" + "; the lanes are the printed ones (spec.addresses.BACKWARD_KERNEL_LANES: dK/dV's start_n = program_id(0)·BLOCK_N, dQ's start_m = program_id(0)·BLOCK_M, offs_m = start_m + arange(BLOCK_M), offs_n = start_n + arange(BLOCK_N), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), and a user score_mod's gradient chunks first_e = floor(lo / CHUNK)·CHUNK, offs_e = start_e + arange(CHUNK), each read from its term as base + arange(width), not assumed): the grid's tiles reach every key (dK/dV) or row (dQ) once, a loop's steps (the printed loops range(lo, hi, BLOCK), spec.addresses.BACKWARD_KERNEL_LOOPS, start, stop and step read) every row (dK/dV) or key (dQ) of [lo, hi) once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt; dK/dV's loop over the query heads of its K/V head (the printed for g in range(0, GROUP), BACKWARD_KERNEL_LOOPS g, start, stop and step read) gives, for every K/V head off_kvh of the grid, each query head h < H_q that spec.reference maps to it (repeat_interleave: h // (H_q // H_kv) = off_kvh) as the head off_kvh·GROUP + g the kernel computes (spec.structure.GQA_GROUP_HEAD) at exactly one visited g, and no head outside [0, H_q) or of another K/V head; the offsets above are those of the visited g's head",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
        terms=tuple(dict.fromkeys(t.name for g in (*A.BACKWARD_KERNEL_GROUPS.values(), *A.BACKWARD_KERNEL_LANES.values(), *A.BACKWARD_KERNEL_LOOPS.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grids, GQA groups and lanes (SymPy canonical zero for the offsets, "
@@ -1928,7 +1967,6 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
         Bz, Hqz, Hkvz, Nqz, Nkz, Dz, Dvz = (z(sp.sympify(x)) for x in (B, Hq, Hkv, N_Q, N_K, D, Dv))
         group_true, lane, gz = z3.Ints("group_true lane g")
         pid0 = z(terms.program_id(0))  # the tile: start = program_id(0)·BLOCK
-        Gz = z(sp.sympify(ints["GROUP"]))
         bm, bn, mbm, mbn = z(n.B_r), z(n.B_c), z(A.MAP_BLOCK_M), z(A.MAP_BLOCK_N)
         hyp = [x >= 1 for x in (Bz, Hqz, Hkvz, Nqz, Nkz, Dz, Dvz, bm, bn, mbm, mbn, group_true)]
         # the program's (tile, head, b), split as spec.addresses.GRID_KV_HEAD / GRID_HEAD print it (claim launch_grid)
@@ -1947,10 +1985,22 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
         hyp += [lane < z(ln[own].width)]
         if kernel == "dkdv":  # program (key tile, kvh, b); the loop over the group's query heads
             offb, offkvh = prog[A.off_b], prog[A.off_kvh]
-            offh = z3.substitute(z(S.GQA_GROUP_HEAD.expr.xreplace({S.group: sp.sympify(ints["GROUP"])})),
-                                 (z(A.off_kvh), offkvh), (z(S.g), gz))
+            group_head = z(S.GQA_GROUP_HEAD.expr.xreplace({S.group: sp.sympify(ints["GROUP"])}))
+
+            def head_of(g_value):  # the query head the kernel computes from off_kvh and g (spec.structure)
+                return z3.substitute(group_head, (z(A.off_kvh), offkvh), (z(S.g), g_value))
+            # the printed loop over the GROUP query heads of this K/V head (spec.addresses.BACKWARD_KERNEL_LOOPS g:
+            # for g in range(0, GROUP), its start, stop and step read): it reaches every query head h < H_q that
+            # spec.reference maps to this K/V head (repeat_interleave: h // (H_q // H_kv) = off_kvh) once, and no other
+            heads = _Loop(z, loops["g"], {S.group: sp.sympify(ints["GROUP"])})
+            group_ref = Hqz / Hkvz
+            cases += [(f"{kernel}: {name}", value) for name, value in _index_loop_cases(
+                HEAD_LOOP_CASES, heads, list(hyp),
+                lambda h_: z3.And(0 <= h_, h_ < Hqz, h_ / group_ref == offkvh), head_of, lambda h_: h_ % group_ref)]
+            g_step = z3.Int("g_t")  # the offsets below at a visited g
+            hyp += [heads.visited(g_step), gz == heads.first + g_step * heads.step]
+            offh = head_of(gz)
             jz, iz = ln["n"].start() + lane, z(i)
-            hyp += [0 <= gz, gz < Gz]
             tile_n, tile_m = pid0 * bn, z(A.start_m)
             tile_hyp = [tile_m >= 0, tile_m < Nqz]
             own_count, own_step, step_count, step_size = Nkz, bn, Nqz, bm
@@ -2036,8 +2086,7 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
                                  "grid[1:] = (Hkv, B)", dims, z3.And(z(sp.sympify(grid[0])) * bn >= Nkz,
                                                                      z(sp.sympify(grid[1])) == Hkvz,
                                                                      z(sp.sympify(grid[2])) == Bz)))
-            cases.append(_decide("dkdv: the group loop g < GROUP visits each query head of the kv head once: h < Hq "
-                                 "and h // GROUP = kvh", hyp, z3.And(offh < Hqz, offh / group_true == offkvh)))
+            # (the group loop's heads: HEAD_LOOP_CASES above, on the printed loop and the launch's GROUP)
         else:
             cases.append(_decide("dq: the grid covers every row tile of every (b, h): grid[0]·BLOCK_M >= N_Q, "
                                  "grid[1:] = (Hq, B), and the kernel's H is grid[1] (the score_mod gradient's rows)",
