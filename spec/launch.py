@@ -16,7 +16,8 @@ from typing import NamedTuple
 
 import sympy as sp
 
-from spec import rewrites
+from spec import masks, rewrites
+from spec import notation as n
 from spec.error_bound import FP8_MMA_K
 from spec.integers import cdiv, next_power_of_2  # cdiv: also spec.launch.cdiv, what the runtime calls
 
@@ -29,15 +30,42 @@ def dense_window(window, q, k):
     return rewrites.window_clamp(window, q.shape[2], k.shape[2])
 
 
+def dense_shift(alignment, q, k):
+    """``flash_attention``'s alignment shift (both directions' launches: ``mask_arguments``): ``ALIGNMENT_SHIFT``
+    at ``N_q = q.shape[2]``, ``N_k = k.shape[2]`` of q ``(B, Hq, N_q, D)``, k ``(B, Hkv, N_k, D)`` (claim
+    window_clamp evaluates it on symbolic tensors: 0 top-left, ``N_k - N_q`` bottom-right, the reference's)."""
+    nq, nk = q.shape[2], k.shape[2]
+    if isinstance(nq, sp.Basic) or isinstance(nk, sp.Basic):
+        return masks.ALIGNMENT_SHIFT[alignment].subs({n.Nq: nq, n.Nk: nk})
+    return masks.alignment_shift(alignment, nq, nk)
+
+
+def window_arguments(window) -> dict:
+    """The window sides as every attention launch passes them, by the kernels' parameter names: a window
+    ``(left, right)`` keeps the keys ``-left <= j - (i + shift) <= right`` (claim window_clamp reads the printed
+    window kind at these arguments); None: zeros, never read (``HAS_WINDOW`` off). The launchers pass
+    ``**window_arguments(...)`` (hygiene rule 5 refuses a side passed by hand)."""
+    left, right = window if window is not None else (0, 0)
+    return {"window_left": left, "window_right": right}
+
+
 def varlen_window(window, q, k):
     """``flash_attention_varlen``: q ``(total_q, Hq, D)``, k ``(total_k, Hkv, D)``; a segment has at most
     the totals' rows, so the totals' bound is wide enough for every segment."""
     return rewrites.window_clamp(window, q.shape[0], k.shape[0])
 
 
-def decode_window(window, q, capacity):
-    """``flash_attention_with_kvcache``: q ``(B, N_q, Hq, D)``, at most ``capacity`` keys per sequence."""
-    return rewrites.window_clamp(window, q.shape[1], capacity)
+def decode_capacity(k_cache, block_table):
+    """The keys a sequence of ``flash_attention_with_kvcache`` may hold: a contiguous cache ``(B_cache, N_cache,
+    Hkv, D)`` its ``N_cache``; a paged cache ``(num_pages, PAGE_SIZE, Hkv, D)`` with ``block_table`` ``(B,
+    max_pages)`` ``PAGE_SIZE·max_pages`` (the runtime's window clamp, split plan and the contract's key-count
+    rules read it; claim window_clamp evaluates it on symbolic caches of both kinds)."""
+    return k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
+
+
+def decode_window(window, q, k_cache, block_table):
+    """``flash_attention_with_kvcache``: q ``(B, N_q, Hq, D)``, at most ``decode_capacity`` keys per sequence."""
+    return rewrites.window_clamp(window, q.shape[1], decode_capacity(k_cache, block_table))
 
 
 # ----------------------------------------------------------------------------------
@@ -195,6 +223,13 @@ def decode_partial_rows(o_part, lse_part):
     ``r = (b·N_q + t)·Hq + h`` (the fold merges row r over the splits)."""
     S, D = o_part.shape[0], o_part.shape[-1]
     return o_part.view(S, -1, D), lse_part.view(S, -1)
+
+
+def decode_unsplit_outputs(out, lse):
+    """The op's ``out`` ``(B, N_q, Hq, D_v)`` and ``lse`` ``(B, Hq, N_q)`` as one unsplit launch writes them in
+    place: ``decode_launch``'s ``(S=1, B, N_q, Hq[, D_v])`` views, ``lse`` transposed (claim decode_addresses:
+    the view's element ``[0, b, t, h]`` is ``lse[b, h, t]``)."""
+    return out[None], lse.transpose(1, 2)[None]
 
 
 def decode_merged_out(out):

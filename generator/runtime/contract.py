@@ -654,8 +654,7 @@ def _kv_paged(c) -> bool:
 
 
 def _kv_capacity(c) -> int:
-    kc = c["k_cache"]
-    return kc.shape[1] * c["block_table"].shape[1] if _kv_paged(c) else kc.shape[1]
+    return spec_launch.decode_capacity(c["k_cache"], c["block_table"])
 
 
 def _n_new(c) -> int:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from spec.mask_mod import BUILTINS as MASK_MOD_BUILTINS, REGISTRY as MASK_MODS, MaskMod
 from spec.score_mods import REGISTRY as SCORE_MODS, index_key as SM_index_key
-from spec.masks import alignment_shift
+from spec import launch as spec_launch
 
 from generator.runtime import config, launch
 from generator.runtime import checks
@@ -153,7 +153,7 @@ def mask_arguments(module, q, k, *, alignment, mask, scale) -> dict:
         map_m, map_n = getattr(module, "MAP_BLOCK", (module.BLOCK_M, module.BLOCK_N))
         tiles = block_map(mask, Nq, Nk, map_m, map_n).expand(B, Hq, -1, -1)
     sm_scale = checks.sm_scale_of(scale, D)
-    return {"sm_scale": sm_scale, "shift": alignment_shift(alignment, Nq, Nk), "mask": dense, "block_map": tiles}
+    return {"sm_scale": sm_scale, "shift": spec_launch.dense_shift(alignment, q, k), "mask": dense, "block_map": tiles}
 
 
 def mask_mod_arguments(mask_args) -> dict:

@@ -179,7 +179,9 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
        "block_table entries in [0, num_pages)); the rows (GROUP heads x N_q tokens) "
        "map one to one onto the (head, token) pairs of the KV head; and the merge's row views "
        "(decode_partial_rows, decode_merged_out, decode_merged_lse) put merged row r = (b·N_q + t)·Hq + h "
-       "at out[b, t, h] and lse[b, h, t], where the kernel wrote partial (split, b, t, h); and every product or sum "
+       "at out[b, t, h] and lse[b, h, t], where the kernel wrote partial (split, b, t, h), and with one split the "
+       "in-place views (decode_unsplit_outputs of the op's out (B, N_q, Hq, D_v) and lse (B, Hq, N_q)) put the "
+       "kernel's (0, b, t, h) at out[b, t, h] and lse[b, h, t]; and every product or sum "
        "of a stride in the printed offsets is int64 (no q, out or block_table size bounds it by 2^31), but the k and "
        "v caches' in-head products, int32 and bounded by index_int32" + "; the lanes are the printed ones (spec.addresses.DECODE_LANES: offs_m = pid_m·BLOCK_M + arange(BLOCK_M), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), offs_n = start_n + arange(BLOCK_N), each read from its term as base + arange(width), not assumed): the row tiles' lanes reach every row g·N_q + t once, a split's key tiles (the printed loop start_n in range(split_lo, split_hi, BLOCK_N), spec.addresses.DECODE_LOOPS, start, stop and step read) every key of the split once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt (given the tile widths' facts above)",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
@@ -195,12 +197,13 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
              "off_bc), contiguous and paged alike, their offsets int64 (off_b, off_kvh)")
 def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None,
                            v_is_k=None, tile_widths=None, key_ok=P.KEY_OK, lanes=A.DECODE_LANES,
-                           loops=A.DECODE_LOOPS):
+                           loops=A.DECODE_LOOPS, unsplit_outputs=None):
     launch = L.decode_launch if launch is None else launch
     v_is_k = L.decode_v_is_k if v_is_k is None else v_is_k
     partial_rows = L.decode_partial_rows if partial_rows is None else partial_rows
     merged_out = L.decode_merged_out if merged_out is None else merged_out
     merged_lse = L.decode_merged_lse if merged_lse is None else merged_lse
+    unsplit_outputs = L.decode_unsplit_outputs if unsplit_outputs is None else unsplit_outputs
     cases = []
     block_m = sp.Symbol("BLOCK_M", integer=True, positive=True)
     for paged in (True, False):
@@ -479,6 +482,14 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
     merged = A.Strided("merged_lse", (B * N_q * Hq,), (1,))
     cases.append(("merge: lse[b, h, t] is merged row r",
                   difference(sp.expand(merged_lse(merged, B, N_q, Hq).offset_of((b, h, t))), sp.expand(r))))
+    # one split (audit of issue 24's additions): the kernel writes the op's out (B, N_q, Hq, D_v) and lse (B, Hq, N_q)
+    # in place through decode_unsplit_outputs' (1, B, N_q, Hq[, D_v]) views, the strides decode_launch passes
+    lse_op = A.Strided("lse", (B, Hq, N_q), A.contiguous_strides((B, Hq, N_q)))
+    o_view, l_view = unsplit_outputs(out_t, lse_op)
+    cases.append(("unsplit: out[0, b, t, h, d] is out[b, t, h, d]",
+                  difference(sp.expand(o_view.offset_of((0, b, t, h, d))), sp.expand(out_t.offset_of((b, t, h, d))))))
+    cases.append(("unsplit: lse[0, b, t, h] is lse[b, h, t]",
+                  difference(sp.expand(l_view.offset_of((0, b, t, h))), sp.expand(lse_op.offset_of((b, h, t))))))
     # (cached per (launch, tile_widths): the same functions give the same cases; a mutant's lambda is a new key)
     cases += _decode_width_cases(launch, L.decode_tile_widths if tile_widths is None else tile_widths)
     return result(A.CLAIM_DECODE, cases, "offsets by SymPy (canonical zero), extents by z3, contiguous and paged")
