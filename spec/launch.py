@@ -415,13 +415,25 @@ def tma_descriptor(t, rows, width):
 # ----------------------------------------------------------------------------------
 # Softmax and the merge kernels: every stride of their row-major tensors, and their grids.
 # ----------------------------------------------------------------------------------
-def softmax_launch(x, y, block_m):
-    """``(grid, ints)`` of ``_softmax_one_pass`` / ``_softmax_two_pass`` on x, y ``(R, N)``."""
+def softmax_launch(x, y, block_m, block_n):
+    """``(grid, ints, one_pass)`` of softmax on x, y ``(R, N)`` in row tiles of ``block_m`` rows and column tiles of
+    ``block_n``: ``one_pass`` picks the kernel, ``_softmax_one_pass`` (x read once) when the row fits one column
+    tile, ``N <= block_n`` (its lanes ``arange(BLOCK_N)`` are the only columns it reads), else ``_softmax_two_pass``
+    (its loops step through every tile). A bool on numbers, a SymPy relation on symbolic sizes: claim
+    rows_addresses proves that the kernel it picks reads every column ``c < N`` of a row exactly once."""
     R, N = x.shape
     ints = dict(zip(("stride_xr", "stride_xc"), x.stride()))
     ints.update(zip(("stride_yr", "stride_yc"), y.stride()))
     ints.update(R=R, N=N)
-    return (cdiv(R, block_m),), ints
+    return (cdiv(R, block_m),), ints, N <= block_n
+
+
+def merge_block_d(head_dim: int) -> int:
+    """``BLOCK_D`` of ``_merge_state`` / ``_merge_states``: the head dim padded to a power of two (``tl.arange`` needs
+    one; loads and stores are masked on ``d < D``, so the padding reads and writes nothing). Both merge launchers
+    and their AOT compile pass it; claim rows_addresses checks it at every head dim the contract accepts
+    (``merge_head_dim_max``): at least ``D``, so the lanes ``arange(BLOCK_D)`` reach every column."""
+    return next_power_of_2(head_dim)
 
 
 def merge_state_launch(o_a, lse_a, o_b, lse_b, o, lse, block_m):

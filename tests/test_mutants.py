@@ -1482,7 +1482,7 @@ def test_merge_lane_masks_are_read_by_the_claim():
         G, merge_row_ok=(replace(row_ok, expr=sp.StrictLessThan(AD.offs_m, AD.R_ROWS + 1)),),
         merge_d_ok=(replace(d_ok, expr=sp.LessThan(AD.offs_d, AD.D_COLS)),))))
     assert {"merge_state: o_a[r, d] inside (lanes r < R, offs_d < D)", "merge_state: lse[r] inside (lanes r < R, offs_d < D)",
-            "merge_states: o_s[s, r, d] inside (lanes r < R, offs_d < D, s < S)"} <= set(wide), wide
+            "merge_states: o_s[s, r, d] inside (lanes r < R, offs_d < D, s a split the loop visits)"} <= set(wide), wide
     short = (replace(d_ok, expr=sp.StrictLessThan(AD.offs_d, AD.D_COLS - 1)),)
     assert _failing(PAD.prove_rows_addresses(groups=dict(G, merge_d_ok=short))) == [
         f"{k}: row_ok admits exactly the rows r < R, d_ok exactly the columns d < D" for k in ("merge_state", "merge_states")]
@@ -1569,7 +1569,7 @@ LANE_MUTANTS = [
      "dq: score_grad[row, e] inside (programs of the grid, chunk lanes e entry_ok admits)"),
     # softmax's one pass from column 1
     ("rows_addresses", AD.ROWS_LANES, "n0", 1 + terms.arange(n.B_c),
-     "softmax: one pass (N <= BLOCK_N): every column c < N is a lane of offs_n"),
+     "softmax: one pass (when spec.launch.softmax_launch picks it): every column c < N is a lane of offs_n"),
     # the append's token tile from the head's program id
     ("append_addresses", AD.APPEND_LANES, "t", terms.program_id(1) * AD.BLOCK_T_ + terms.arange(AD.BLOCK_T_),
      "paged: token tiles: no index is in the lanes offs_t of two tiles"),
@@ -1628,6 +1628,18 @@ LOOP_HEADER_MUTANTS = [
     # softmax's column passes one column short
     ("rows_addresses", AD.ROWS_LOOPS, "n", dict(expr=_range(0, AD.N_COLS - 1, n.B_c)),
      "softmax: two passes: column steps: every index in [lo, hi) is in the lanes offs_n of a visited tile"),
+    # dK/dV's loop over the query heads of its K/V head from the second head, one head short, every other head: a
+    # query head's dK, dV contribution never added (before issue 24's last loop gap, every claim still proved)
+    *[("backward_kernel_addresses", AD.BACKWARD_KERNEL_LOOPS, "g", dict(expr=expr), f"dkdv: {PAD.HEAD_LOOP_CASES[0]}")
+      for expr in (_range(1, structure.group), _range(0, structure.group - 1), _range(0, structure.group, 2))],
+    # ... one head past the group: the next K/V head's first query head (or one past H_q) added in
+    ("backward_kernel_addresses", AD.BACKWARD_KERNEL_LOOPS, "g", dict(expr=_range(0, structure.group + 1)),
+     f"dkdv: {PAD.HEAD_LOOP_CASES[2]}"),
+    # _merge_states' loop over the splits one short, from the second split: a split's partial never merged
+    *[("rows_addresses", AD.ROWS_LOOPS, "s", dict(expr=expr), f"merge_states: {PAD.SPLIT_LOOP_CASES[0]}")
+      for expr in (_range(AD.S_SPLITS - 1), _range(1, AD.S_SPLITS))],
+    # ... one past the last split: a partial read past o_s and lse_s
+    ("rows_addresses", AD.ROWS_LOOPS, "s", dict(expr=_range(AD.S_SPLITS + 1)), f"merge_states: {PAD.SPLIT_LOOP_CASES[2]}"),
 ]
 
 
@@ -2105,10 +2117,11 @@ def test_rows_address_sink_of_the_row_not_its_head_is_refuted():
 
 def test_rows_address_launch_bugs_are_refuted():
     """The launch functions edited: y written with x's strides; the split stride of lse_s from o_s; the grid
-    rounded down."""
-    def y_as_x(x, y, block_m):
-        grid, ints = LA.softmax_launch(x, y, block_m)
-        return grid, dict(ints, stride_yr=ints["stride_xr"], stride_yc=ints["stride_xc"])
+    rounded down; softmax's one pass picked for rows up to two column tiles (columns BLOCK_N..N never read); the
+    merges' BLOCK_D half the head dim or the power of two below it (D = 3 on 2 lanes: column 2 never read)."""
+    def y_as_x(x, y, block_m, block_n):
+        grid, ints, one_pass = LA.softmax_launch(x, y, block_m, block_n)
+        return grid, dict(ints, stride_yr=ints["stride_xr"], stride_yc=ints["stride_xc"]), one_pass
 
     assert _failing(PAD.prove_rows_addresses(softmax_launch=y_as_x)) == ["softmax: y offset is y[r, c]"]
 
@@ -2126,6 +2139,20 @@ def test_rows_address_launch_bugs_are_refuted():
     failing = _failing(PAD.prove_rows_addresses(merge_state_launch=rounded_down))
     assert failing == ["merge_state: the grid covers every row",
                        "merge_state: rows: every index in [lo, hi) is in the lanes offs_m of a visited tile"], failing
+
+    def one_pass_up_to_two_tiles(x, y, block_m, block_n):
+        grid, ints, _ = LA.softmax_launch(x, y, block_m, block_n)
+        return grid, ints, x.shape[1] <= 2 * block_n
+
+    failing = _failing(PAD.prove_rows_addresses(softmax_launch=one_pass_up_to_two_tiles))
+    assert failing == ["softmax: one pass (when spec.launch.softmax_launch picks it): every column c < N is a lane "
+                       "of offs_n"], failing
+    width = f"the merges' columns arange(BLOCK_D) reach every d < D (spec.launch.merge_block_d, every D in " \
+            f"1..{limit('merge_head_dim_max')}): "
+    failing = _failing(PAD.prove_rows_addresses(merge_block_d=lambda D: D // 2))
+    assert failing == [width + "BLOCK_D >= D", width + "BLOCK_D is a power of two"], failing  # D = 1: 0 lanes
+    failing = _failing(PAD.prove_rows_addresses(merge_block_d=lambda D: LA.merge_block_d(D + 1) // 2))
+    assert failing == [width + "BLOCK_D >= D"], failing
 
 
 def test_forward_address_dropout_keep_assumed_contiguous_is_refuted():
@@ -2164,6 +2191,13 @@ def test_append_address_launch_with_sin_read_by_cos_strides_is_refuted():
 
     failing = _failing(PAD.prove_append_addresses(launch=bad))
     assert sorted(failing) == [f"{k}: sin offset is sin[pos, freq]" for k in ("cache", "paged", "tensor")]
+
+
+def test_append_tile_narrower_than_its_head_dim_is_refuted():
+    """The append launched with BLOCK_D the power of two below D (D = 3 on 2 lanes: column 2 never written)."""
+    failing = _failing(PAD.prove_append_addresses(block_d=lambda D: LA.next_power_of_2(D + 1) // 2))
+    assert failing == ["the tile's columns arange(BLOCK_D) reach every d < D: spec.launch.block_d(D) >= D for D in "
+                       f"1..{limit('head_dim_max')}"], failing
 
 
 def test_append_lane_masks_are_read_by_the_claim():
@@ -2310,8 +2344,7 @@ def test_backward_address_group_loop_with_the_wrong_group_is_refuted():
         return grid, dict(ints, GROUP=k.shape[1])
 
     failing = _bwd_failing(dkdv_launch=wrong_group)
-    assert "dkdv: the group loop g < GROUP visits each query head of the kv head once: h < Hq and h // GROUP = kvh" \
-        in failing, failing
+    assert f"dkdv: {PAD.HEAD_LOOP_CASES[2]}" in failing, failing
 
 
 def test_varlen_backward_rows_not_moved_to_the_segment_are_refuted():
