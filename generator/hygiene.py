@@ -36,7 +36,8 @@
    (``spec.addresses.TMA_BOXES``, claim ``tma_addresses``) or a parameter every caller hands one.
 5. **launch strides from spec.launch** (issue 24). A generated file's host code passes no kernel
    stride by hand (a keyword ``stride_*=``): strides ride the integers of a ``spec.launch`` function,
-   which the address claims quantify over; no host function is excepted.
+   which the address claims quantify over; no host function is excepted; nor a window side
+   (``window_left=``, ``window_right=``): they ride ``spec.launch.window_arguments``.
 6. **program coordinates pass through by name** (audit of round three). The address claims prove a
    helper's offsets in its parameters ``off_b``, ``off_h``, ``off_kvh``, ``off_bc``, ``off_head`` (``COORDINATES``:
    the batch entry, query head, KV head, cache row, head of the program); a call of a ``@triton.jit`` helper
@@ -351,7 +352,8 @@ def _pointer_problems(fn: ast.FunctionDef, lines, printed: set[str], addresses: 
 
 def _launcher_problems(tree: ast.Module) -> list[str]:
     """Rule 5: a generated file's host functions pass no kernel stride by hand (a keyword ``stride_*=``): the
-    strides ride the integers a spec.launch function returns, which the address claims quantify over."""
+    strides ride the integers a spec.launch function returns, which the address claims quantify over; nor a
+    window side (``window_left=``, ``window_right=``: ``spec.launch.window_arguments``' names, claim window_clamp)."""
     problems = []
     for fn in (f for f in tree.body if isinstance(f, ast.FunctionDef) and not _is_jit(f)):
         for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call)):
@@ -359,6 +361,9 @@ def _launcher_problems(tree: ast.Module) -> list[str]:
                 if kw.arg and kw.arg.startswith("stride_"):
                     problems.append(f"{fn.name}:{call.lineno}: `{kw.arg}={ast.unparse(kw.value)}` passes a stride by "
                                     "hand; take it from the spec.launch function of the kernel (its claim reads it)")
+                if kw.arg in ("window_left", "window_right"):  # audit of issue 24's additions: a swap typed here
+                    problems.append(f"{fn.name}:{call.lineno}: `{kw.arg}={ast.unparse(kw.value)}` passes a window side "
+                                    "by hand; pass **spec.launch.window_arguments(window) (claim window_clamp reads it)")
     return problems
 
 

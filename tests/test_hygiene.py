@@ -214,6 +214,14 @@ def test_a_stride_passed_by_hand_at_launch_is_caught():
     assert any("`stride_mmb=k.stride(0)` passes a stride by hand" in p for p in found), found
 
 
+def test_a_window_side_passed_by_hand_at_launch_is_caught():
+    """Rule 5 (audit of issue 24's additions): the decode launcher's window sides typed by hand, swapped (out 1.43
+    off for window (7, 2)), instead of spec.launch.window_arguments, which claim window_clamp reads."""
+    found = problems(edited("decode", "**windows, p_scale=p_scale,",
+                            "window_left=window[1], window_right=window[0], p_scale=p_scale,"))
+    assert any("`window_left=window[1]` passes a window side by hand" in p for p in found), found
+
+
 def test_score_grad_row_by_hand_is_caught():
     """A user score_mod's gradient row (claim backward_kernel_addresses) typed back into the dQ kernel as the old
     Grad_row pointer, and the scatter's entries addressed by hand."""
