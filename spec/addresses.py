@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from spec import integers
 from spec import notation as n
 from spec import paged as P
 from spec import rotary as RO
@@ -52,12 +53,9 @@ def _int(name, **kw):
 # The symbolic tensor.
 # ----------------------------------------------------------------------------------
 def contiguous_strides(shape) -> tuple:
-    """Row-major strides of ``shape`` (what ``torch.empty`` and ``.contiguous()`` give)."""
-    out, acc = [], sp.Integer(1)
-    for size in reversed(shape):
-        out.append(acc)
-        acc = acc * size
-    return tuple(reversed(out))
+    """Row-major strides of ``shape`` (what ``torch.empty`` and ``.contiguous()`` give), as SymPy terms
+    (``spec.integers.contiguous_strides``)."""
+    return tuple(sp.sympify(s) for s in integers.contiguous_strides(shape))
 
 
 class Strided:

@@ -19,7 +19,7 @@ import sympy as sp
 from spec import masks, rewrites
 from spec import notation as n
 from spec.error_bound import FP8_MMA_K
-from spec.integers import cdiv, next_power_of_2  # cdiv: also spec.launch.cdiv, what the runtime calls
+from spec.integers import cdiv, contiguous_strides, next_power_of_2  # cdiv: also spec.launch.cdiv, what the runtime calls
 
 
 # ----------------------------------------------------------------------------------
@@ -47,6 +47,14 @@ def window_arguments(window) -> dict:
     ``**window_arguments(...)`` (hygiene rule 5 refuses a side passed by hand)."""
     left, right = window if window is not None else (0, 0)
     return {"window_left": left, "window_right": right}
+
+
+def key_length_bounds(k) -> tuple:
+    """``(lo, hi)`` that every launch clamps ``key_lengths`` to (``generator.runtime.dispatch.lengths_argument``:
+    ``key_lengths.clamp(lo, hi)``, on the device, so it holds under torch.compile too): ``[0, N_k]`` of k ``(B, Hkv,
+    N_k, D)``, so a valid length passes unchanged and the kernel's ``key_len`` admits exactly the keys ``j < L``
+    the reference reads (claim forward_addresses evaluates it on symbolic k)."""
+    return 0, k.shape[2]
 
 
 def varlen_window(window, q, k):
@@ -378,6 +386,16 @@ def block_map_shape(n_q, n_k, tiles) -> tuple:
     return cdiv(n_q, rows), cdiv(n_k, keys)
 
 
+def forward_outputs(q, v) -> dict:
+    """The dense forward's fresh outputs, ``{name: (shape, strides)}``: ``out`` ``(B, Hq, N_Q, D_v)`` (v's head dim,
+    not q's D) and ``lse`` ``(B, Hq, N_Q)``, both contiguous, of q ``(B, Hq, N_Q, D)``, v ``(B, Hkv, N_K, D_v)``.
+    ``forward_plan`` reads ``forward_launch``'s strides off meta tensors made so and ``launch_forward`` allocates
+    the real ones (``torch.empty_strided``): one layout (claim forward_addresses: every element the kernel's
+    stores admit lies inside them)."""
+    shapes = {"out": (*q.shape[:3], v.shape[3]), "lse": tuple(q.shape[:3])}
+    return {name: (shape, contiguous_strides(shape)) for name, shape in shapes.items()}
+
+
 def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sinks, block_m, mask_mod_args=None,
                    cu_seqlens_q=None, max_seqlen_q=None, descales=None, head_dim=None):
     """``(grid, ints)`` of one ``_attn_fwd`` launch: ``ints`` its integer parameters by name (every
@@ -562,12 +580,13 @@ def _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mas
 
 
 def dkdv_launch(q, k, v, do, dk, dv, delta, key_lengths, mask, block_map, slopes, block_n, mask_mod_args=None,
-                cu_seqlens_q=None, max_seqlen_k=None, head_dim=None):
+                cu_seqlens_q=None, *, max_seqlen_q=None, max_seqlen_k=None, head_dim=None):
     """``(grid, ints)`` of one ``_attn_bwd_dkdv`` launch: every stride as the tensor has it, ``H_KV``,
     ``GROUP``, ``N_Q``, ``N_K``. Dense: q, do ``(B, Hq, N_Q, D / D_v)``, k, dk ``(B, Hkv, N_K, D)``, v, dv ``(B,
     Hkv, N_K, D_v)``, delta ``(B, Hq, N_Q)`` (lse2 shares its layout), grid ``(cdiv(N_K, block_n), Hkv, B)``.
     Packed (``cu_seqlens_q`` given): ``(total, H, D)`` tensors, delta ``(Hq, total_q)``, batch strides 0 and
-    ``varlen_grid``'s grid over the keys (``max_seqlen_k``). ``key_lengths`` ``(B,)``, ``mask`` ``(B, Hq, N_Q,
+    ``varlen_grid``'s grid over the keys (``max_seqlen_k``: the launcher passes both hints by name, the same
+    ``max_seqlen_q=, max_seqlen_k=`` as ``dq_launch``'s, and each picks its own: claim varlen_addresses). ``key_lengths`` ``(B,)``, ``mask`` ``(B, Hq, N_Q,
     N_K)``, ``block_map`` ``(B, Hq, cdiv(N_Q, MAP_BLOCK_M), cdiv(N_K, MAP_BLOCK_N))``, ``slopes`` ``(Hq,)`` or
     ``(B, Hq)``, ``mask_mod_args`` ``(B, P)``: as passed (one-element placeholders where a flag compiles the
     read out)."""
@@ -582,10 +601,10 @@ def dkdv_launch(q, k, v, do, dk, dv, delta, key_lengths, mask, block_map, slopes
 
 
 def dq_launch(q, k, v, do, dq, delta, key_lengths, mask, block_map, slopes, block_m, mask_mod_args=None,
-              cu_seqlens_q=None, max_seqlen_q=None, head_dim=None):
+              cu_seqlens_q=None, *, max_seqlen_q=None, max_seqlen_k=None, head_dim=None):
     """``(grid, ints)`` of one ``_attn_bwd_dq`` launch: as ``dkdv_launch`` with dq ``(B, Hq, N_Q, D)`` (packed
     ``(total_q, Hq, D)``) for dk, dv, ``H`` for ``H_KV``; grid ``(cdiv(N_Q, block_m), Hq, B)``, packed
-    ``varlen_grid``'s over the queries (``max_seqlen_q``)."""
+    ``varlen_grid``'s over the queries (``max_seqlen_q``; ``max_seqlen_k`` taken, not read)."""
     ints = _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mask_mod_args, head_dim)
     ints.update(zip(BACKWARD_STRIDE_NAMES["dq"], attention_strides(dq)))
     H = q.shape[1]

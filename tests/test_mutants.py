@@ -1802,6 +1802,45 @@ def test_unsplit_decode_lse_in_the_wrong_layout_is_refuted():
     assert failing == ["unsplit: lse[0, b, t, h] is lse[b, h, t]"], failing
 
 
+def test_key_lengths_clamped_one_short_is_refuted():
+    """Second audit of issue 24's conversions: ``dispatch.lengths_argument`` clamping key lengths to ``[0, N_k - 1]``
+    (out 0.25 off for a key length N_k: its last key dropped). The bounds are spec.launch.key_length_bounds, which
+    claim forward_addresses reads through the printed key_ok."""
+    failing = _failing(PAD.prove_forward_addresses(key_length_bounds=lambda k: (0, k.shape[2] - 1)))
+    assert failing == ["key_lengths clamp (spec.launch.key_length_bounds): every length lands in [0, N_K], one in "
+                       "[0, N_K] passes unchanged",
+                       "key_ok at the clamped key_len admits exactly the keys j < L the reference reads "
+                       "(0 <= L <= N_K)"], failing
+
+
+def test_forward_out_allocated_at_q_head_dim_is_refuted():
+    """Second audit of issue 24's conversions: the forward's ``out`` allocated ``(B, Hq, N_Q, D)`` (q's head dim)
+    while the kernel writes D_v columns (D < D_v: past the buffer). forward_plan and launch_forward both take the
+    layout from spec.launch.forward_outputs, which claim forward_addresses reads."""
+    def at_d(q, v):
+        outputs = LA.forward_outputs(q, v)
+        shape = tuple(q.shape)
+        return dict(outputs, out=(shape, AD.contiguous_strides(shape)))
+    failing = _failing(PAD.prove_forward_addresses(outputs=at_d))
+    assert failing == ["out and lse as launched (spec.launch.forward_outputs) hold out[b, h, i, dv] (lanes i < N_Q, "
+                       "dv < HEAD_DIM_V) and lse[b, h, i]"], failing
+
+
+def test_varlen_backward_hints_swapped_are_refuted():
+    """Second audit of issue 24's conversions: ``backward_varlen(…, max_k, max_q)`` (dq 1.6e10: rows of a segment
+    longer than max_seqlen_k never written). The launcher passes both hints by name to spec.launch.dkdv_launch and
+    dq_launch, which pick their own; each given the other's fails claim varlen_addresses' hint case."""
+    def swapped(fn):
+        return lambda *a, max_seqlen_q=None, max_seqlen_k=None, **kw: fn(*a, max_seqlen_q=max_seqlen_k,
+                                                                         max_seqlen_k=max_seqlen_q, **kw)
+    name = ("the backward's hints by name (dkdv_launch, dq_launch given max_seqlen_q=, max_seqlen_k=): the dK/dV grid "
+            "covers every key of a segment of n_k <= max_seqlen_k keys, the dQ grid every query row of a segment of "
+            "n_q <= max_seqlen_q")
+    for kw in ({"dkdv_launch": swapped(LA.dkdv_launch)}, {"dq_launch": swapped(LA.dq_launch)}):
+        failing = _failing(PAD.prove_varlen_addresses(**kw))
+        assert failing == [name], failing
+
+
 def test_varlen_keys_offset_by_the_query_start_are_refuted():
     """(d) the varlen K pointer moved by the query segment's start."""
     pointers = dict(AD.SEGMENT_POINTERS)

@@ -135,13 +135,13 @@ def block_map(mask: torch.Tensor, n_q: int, n_k: int, block_m: int, block_n: int
     return spec_masks.map_state(attended, valid, torch.where).to(torch.int8)
 
 
-def lengths_argument(key_lengths, n_k: int):
-    """``key_lengths`` as the kernels read it: a fresh contiguous int32 tensor clamped to ``[0, N_k]``
-    on the device (the kernels index it with unit stride; ``key_len_range`` under torch.compile,
-    where the eager range check does not run)."""
+def lengths_argument(key_lengths, k):
+    """``key_lengths`` as the kernels read it: a fresh contiguous int32 tensor clamped on the device to
+    ``spec.launch.key_length_bounds(k)`` (``[0, N_k]``: claim forward_addresses; the kernels index it with unit
+    stride; ``key_len_range`` under torch.compile, where the eager range check does not run)."""
     if key_lengths is None:
         return None
-    return key_lengths.clamp(0, n_k).to(torch.int32).contiguous()
+    return key_lengths.clamp(*spec_launch.key_length_bounds(k)).to(torch.int32).contiguous()
 
 
 def mask_arguments(module, q, k, *, alignment, mask, scale) -> dict:
@@ -194,7 +194,7 @@ def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths
     fp8 = {} if descales is None else {"descales": descales, "out_dtype": out_dtype}
     return module.forward(q, k, v, causal=causal, window=window, tma=tma, softcap=softcap, **fp8,
                           alibi_slopes=alibi_slopes, sinks=sinks, **dropout_arguments(dropout_p, philox),
-                          key_lengths=lengths_argument(key_lengths, k.shape[2]),
+                          key_lengths=lengths_argument(key_lengths, k),
                           **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale),
                           **mask_mod_arguments(mask_args), **score_mod_arguments(score_f, score_i))
 
@@ -208,12 +208,12 @@ def planned_forward(module, q, k, v, *, causal, alignment, window, key_lengths, 
     content at each call (``mask_arguments``); the plan holds only what their shapes and strides give."""
     plan = module.forward_plan(q, k, v, causal=causal, window=window, tma=tma, softcap=softcap,
                                alibi_slopes=alibi_slopes, sinks=sinks,
-                               key_lengths=lengths_argument(key_lengths, k.shape[2]),
+                               key_lengths=lengths_argument(key_lengths, k),
                                **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale))
 
     def run(q, k, v, key_lengths, alibi_slopes, sinks, mask=None):
         dense = {} if mask is None else mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale)
-        return module.launch_forward(plan, q, k, v, key_lengths=lengths_argument(key_lengths, k.shape[2]),
+        return module.launch_forward(plan, q, k, v, key_lengths=lengths_argument(key_lengths, k),
                                      alibi_slopes=alibi_slopes, sinks=sinks, tma=tma, mask=dense.get("mask"),
                                      block_map=dense.get("block_map"))
     return run
@@ -229,6 +229,6 @@ def attention_backward(module, grad_out, grad_lse, q, k, v, out, lse, *, causal,
     return module.backward(grad_out, q, k, v, out, lse, grad_lse=grad_lse, causal=causal, window=window,
                            softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
                            **dropout_arguments(dropout_p, philox),
-                           key_lengths=lengths_argument(key_lengths, k.shape[2]),
+                           key_lengths=lengths_argument(key_lengths, k),
                            **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale),
                            **mask_mod_arguments(mask_args), **score_mod_arguments(score_f, score_i))

@@ -551,7 +551,10 @@ def _decode_width_cases(launch, tile_widths) -> tuple:
        "(lse, lse2, Δ: (h, cu[b] + i)) "
        "— the segment's row i, queries from cu_seqlens_q and keys from cu_seqlens_k — inside the tensor for "
        "0 <= i < the segment's length, given the host's check of the offsets (non-decreasing, from 0 to the "
-       "totals); the grid's cdiv(max_seqlen, B) tiles cover every segment no longer than max_seqlen",
+       "totals); the grid's cdiv(max_seqlen, B) tiles cover every segment no longer than max_seqlen, and the "
+       "backward's grids, from both hints passed by name (max_seqlen_q=, max_seqlen_k=: what backward_varlen "
+       "passes dkdv_launch and dq_launch), cover every key of a segment of at most max_seqlen_k keys (dK/dV) and "
+       "every query row of one of at most max_seqlen_q rows (dQ)",
        r"\mathrm{X} + \mathrm{cu}[b]\,s_{row} + i\,s_{row} + h\,s_h + d\,s_d = "
        r"\mathrm{off}(X, (\mathrm{cu}[b]+i, h, d))",
        terms=tuple(t.name for t in A.SEGMENT_LOADS) + tuple(sorted({t.name for g in A.SEGMENT_POINTERS.values()
@@ -614,10 +617,12 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
     bwd_args = (tensors["q"], tensors["k"], tensors["v"], tensors["do"])
     bwd_rest = (placeholder("key_lengths", 1), placeholder("mask", 4), placeholder("block_map", 4),
                 placeholder("alibi_slopes", 1))
-    _, kints = dkdv_launch(*bwd_args, tensors["dk"], tensors["dv"], tensors["delta"], *bwd_rest, n.B_c,
-                           cu_seqlens_q=passed["q"], max_seqlen_k=sp.Symbol("max_seqlen_k", integer=True))
-    _, qints = dq_launch(*bwd_args, tensors["dq"], tensors["delta"], *bwd_rest, n.B_r, cu_seqlens_q=passed["q"],
-                         max_seqlen_q=sp.Symbol("max_seqlen", integer=True))
+    # both hints by name, as backward_varlen passes them to both launches (each picks its own)
+    hints = {name: sp.Symbol(name, integer=True, nonnegative=True) for name in ("max_seqlen_q", "max_seqlen_k")}
+    kgrid, kints = dkdv_launch(*bwd_args, tensors["dk"], tensors["dv"], tensors["delta"], *bwd_rest, n.B_c,
+                               cu_seqlens_q=passed["q"], **hints)
+    qgrid, qints = dq_launch(*bwd_args, tensors["dq"], tensors["delta"], *bwd_rest, n.B_r, cu_seqlens_q=passed["q"],
+                             **hints)
     blaunched = {kernel: {sym: sp.sympify(ints[name]) for name, sym in A.BK_.items() if name in ints}
                  for kernel, ints in (("dkdv", kints), ("dq", qints))}
     bg = {t.symbol: t for group in backward_groups.values() for t in group}
@@ -682,6 +687,16 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
     cases.append(_decide("the grid's cdiv(max_seqlen, B) tiles of B rows cover a segment of n <= max_seqlen rows",
                          [block >= 1, max_seqlen >= 0, 0 <= length, length <= max_seqlen],
                          g0 * block >= length))
+    # which hint sizes which backward grid (backward_varlen passes both by name; a swapped pair leaves dQ rows of a
+    # segment longer than max_seqlen_k unwritten): the dK/dV grid's tiles cover every key of a segment of n_k <=
+    # max_seqlen_k keys, the dQ grid's every query row of a segment of n_q <= max_seqlen_q rows
+    n_q, n_k = z3.Ints("segment_queries segment_keys")
+    cases.append(_decide("the backward's hints by name (dkdv_launch, dq_launch given max_seqlen_q=, max_seqlen_k=): "
+                         "the dK/dV grid covers every key of a segment of n_k <= max_seqlen_k keys, the dQ grid every "
+                         "query row of a segment of n_q <= max_seqlen_q",
+                         [z(n.B_c) >= 1, z(n.B_r) >= 1, 0 <= n_q, n_q <= z(hints["max_seqlen_q"]), 0 <= n_k,
+                          n_k <= z(hints["max_seqlen_k"])],
+                         z3.And(z(kgrid[0]) * z(n.B_c) >= n_k, z(qgrid[0]) * z(n.B_r) >= n_q)))
     return result(A.CLAIM_VARLEN, cases, "elements by SymPy (canonical zero, uninterpreted loaded values), "
                                          "extents by z3")
 
@@ -760,7 +775,11 @@ def _forward_tensors(map_tiles=None):
        "_dropout_keep's keep[b, h, i, j] for the strides and grid spec.launch.dropout_mask_launch passes — and lies "
        "inside the tensor for every program of the grid and every lane the load's or store's printed mask lets through "
        "(spec.addresses.FWD_*_OK: row_ok, key_ok, n_ok, d_ok, dt_ok, dv_ok; a key key_ok admits is < key_len, and every "
-       "row, column and key the reference reads is admitted) (rows "
+       "row, column and key the reference reads is admitted; key_lengths as the runtime clamps it to "
+       "spec.launch.key_length_bounds keeps exactly [0, N_K], a length L in it unchanged and key_ok at the clamped "
+       "key_len admitting exactly the keys j < L; out and lse as both launchers allocate them, "
+       "spec.launch.forward_outputs (forward_plan's strides, launch_forward's tensors), row-major and holding every "
+       "out[b, h, i, dv], lse[b, h, i] the stores admit) (rows "
        "i < N_Q, keys j < N_K, d < HEAD_DIM, HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL, dv < HEAD_DIM_V: the head dims "
        "forward_launch passes (spec.launch.head_dims, for any split point HEAD_DIM in [1, D] the runtime picks), "
        "which cover every column: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; key tiles start inside [0, N_K), as the stages visit them: claim "
@@ -772,7 +791,8 @@ def _forward_tensors(map_tiles=None):
        terms=tuple(dict.fromkeys(t.name for g in (*A.FORWARD_GROUPS.values(), *A.FORWARD_LANES.values(), *A.FORWARD_LOOPS.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 over "
              "unbounded integers for the extents; the tile widths by evaluating spec.launch.tile_widths at every accepted "
-             "(D, D_v)); off_b, off_h, off_kvh and the per-program bases are int64, the "
+             "(D, D_v); the runtime's clamp of key_lengths taken as torch's clamp(L, lo, hi) = min(max(L, lo), hi), "
+             "of unbounded integers); off_b, off_h, off_kvh and the per-program bases are int64, the "
              "in-head products int32 (bounded by index_int32 for q, out, k, v and mask: claim "
              "int32_index_arithmetic), every other product of a stride int64 (lse's offs_m, the block map's tile "
              "indices and _dropout_keep's keys widened by tl.cast(·, tl.int64); the width case reads the printed lines "
@@ -781,8 +801,11 @@ def _forward_tensors(map_tiles=None):
              "segment, (B, Hkv) with B the segments by the contract; their extent is checked here for the dense "
              "grid only)")
 def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=None, dropout_mask_launch=None,
-                            widths=None, lanes=A.FORWARD_LANES, loops=A.FORWARD_LOOPS, map_tiles=None):
+                            widths=None, lanes=A.FORWARD_LANES, loops=A.FORWARD_LOOPS, key_length_bounds=None,
+                            outputs=None, map_tiles=None):
     launch = L.forward_launch if launch is None else launch
+    key_length_bounds = L.key_length_bounds if key_length_bounds is None else key_length_bounds
+    outputs = L.forward_outputs if outputs is None else outputs
     map_tiles = L.block_map_tiles if map_tiles is None else map_tiles
     dropout_mask_launch = L.dropout_mask_launch if dropout_mask_launch is None else dropout_mask_launch
     philox_words = L.philox_words if philox_words is None else philox_words
@@ -904,6 +927,19 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
         # a key lane key_ok admits is a key the reference reads (j < key_len: padding keys may hold NaN or inf), and
         # every such key is admitted; n_ok (the dense mask's and dropout's columns) admits exactly the keys of k;
         # row_ok every row of q
+        # the runtime's clamp of key_lengths (spec.launch.key_length_bounds; dispatch.lengths_argument: torch's
+        # clamp(L, lo, hi) = min(max(L, lo), hi)) keeps exactly [0, N_K]: every length lands in it, one in it passes
+        # unchanged, and key_ok at the clamped key_len admits exactly the keys j < L the reference reads
+        length = z3.Int("key_length")
+        lo_kl, hi_kl = (z(sp.sympify(x)) for x in key_length_bounds(k))
+        clamped = z3.If(z3.If(length < lo_kl, lo_kl, length) > hi_kl, hi_kl, z3.If(length < lo_kl, lo_kl, length))
+        cases.append(_decide("key_lengths clamp (spec.launch.key_length_bounds): every length lands in [0, N_K], one "
+                             "in [0, N_K] passes unchanged", [z(N_K) >= 1],
+                             z3.And(0 <= clamped, clamped <= z(N_K),
+                                    z3.Implies(z3.And(0 <= length, length <= z(N_K)), clamped == length))))
+        cases.append(_decide("key_ok at the clamped key_len admits exactly the keys j < L the reference reads "
+                             "(0 <= L <= N_K)", hyp + [0 <= jz, 0 <= length, length <= z(N_K)],
+                             z3.substitute(ok_at[P.key_ok](jz), (key_len_z, clamped)) == (jz < length)))
         c = z3.Int("lane_value")
         cases.append(_decide("a key lane key_ok admits is a key j < key_len of k, and every such key is admitted",
                              hyp + [0 <= jz], z3.And(z3.Implies(key_ok, z3.And(jz < key_len_z, jz < z(N_K))),
@@ -918,6 +954,17 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                                                                                         z(v.shape[3]) >= 1],
                              _inside((offb, offh, row, dvz), out.shape)))
         cases.append(_decide("lse[b, h, i] inside (lanes i < N_Q)", hyp + [row_ok], _inside((offb, offh, row), lse.shape)))
+        # the outputs as both launchers make them (spec.launch.forward_outputs: forward_plan's meta tensors,
+        # launch_forward's real ones): every element the stores admit lies inside them, in a row-major layout (no two
+        # elements share an offset)
+        made = {name: A.Strided(name, shape, strides) for name, (shape, strides) in outputs(q, v).items()}
+        cases.append(_decide("out and lse as launched (spec.launch.forward_outputs) hold out[b, h, i, dv] (lanes i < "
+                             "N_Q, dv < HEAD_DIM_V) and lse[b, h, i]", hyp + [row_ok, dv_ok, z(v.shape[3]) >= 1],
+                             z3.And(_inside((offb, offh, row, dvz), made["out"].shape),
+                                    _inside((offb, offh, row), made["lse"].shape))))
+        cases += [(f"{name} as launched (spec.launch.forward_outputs) is row-major: stride {dim}",
+                   difference(sp.sympify(got), want)) for name, tensor in made.items()
+                  for dim, (got, want) in enumerate(zip(tensor.strides, A.contiguous_strides(tensor.shape)))]
         cases.append(_decide("k[b, off_kvh, j, d] inside (lanes j < N_K, d < HEAD_DIM)", hyp + [key_ok, d_ok],
                              _inside((offb, offkvh, jz, dz), k.shape)))
         cases.append(_decide("v[b, off_kvh, j, dv] inside (lanes j < N_K, dv < HEAD_DIM_V)", hyp + [key_ok, dv_ok],
