@@ -19,7 +19,7 @@
    another mask than the forward's.
 4. **stage calls from the proven table.** Every call to a ``*_stage`` helper passes ``(lo, hi,
    MASKED)`` equal to a row of ``spec.structure.KEY_STAGES`` / ``ROW_STAGES`` (claim stages_cover).
-4. **pointer arithmetic printed** (issue 24). In a function not on ``POINTER_GAPS``, the pointer of
+4. **pointer arithmetic printed** (issue 24). In every jit function, the pointer of
    every ``tl.load`` / ``tl.store`` is a pointer parameter alone or ``pointer + offset`` with
    ``offset`` a name a printed address term assigns (``spec.addresses``, claims
    ``decode_addresses`` / ``forward_addresses`` / ``rows_addresses`` / ``append_addresses`` /
@@ -29,15 +29,15 @@
    (a pointer is a parameter some load or store of the function reads through, or that it hands
    to a helper of the file at a pointer parameter's place: ``_file_pointers``), and what it hands to a
    helper at a pointer parameter's place is a pointer parameter or a name a printed line assigns (a
-   local built by hand, ``X_row = X + ...``, would escape the rest; ``HANDED_POINTER_GAPS`` lists the
-   reviewed exceptions). Integer arithmetic on pointers that is not printed is refused, as unprinted
-   float arithmetic is.
+   local built by hand, ``X_row = X + ...``, would escape the rest). Integer arithmetic on pointers that is not
+   printed is refused, as unprinted float arithmetic is; no function is excepted.
 
    A TMA descriptor is moved (``desc.load(box)``, ``desc.store(box, tile)``) only at a printed box
    (``spec.addresses.TMA_BOXES``, claim ``tma_addresses``) or a parameter every caller hands one.
 5. **launch strides from spec.launch** (issue 24). A generated file's host code passes no kernel
    stride by hand (a keyword ``stride_*=``): strides ride the integers of a ``spec.launch`` function,
-   which the address claims quantify over (``LAUNCH_STRIDE_GAPS``: the reviewed exceptions).
+   which the address claims quantify over; no host function is excepted; nor a window side
+   (``window_left=``, ``window_right=``): they ride ``spec.launch.window_arguments``.
 6. **program coordinates pass through by name** (audit of round three). The address claims prove a
    helper's offsets in its parameters ``off_b``, ``off_h``, ``off_kvh``, ``off_bc``, ``off_head`` (``COORDINATES``:
    the batch entry, query head, KV head, cache row, head of the program); a call of a ``@triton.jit`` helper
@@ -46,29 +46,29 @@
    NaN under GQA) or ``(..., off_bc, ...)`` (of the cache row) proved every claim before this rule
    (``COORDINATE_GAPS``: the reviewed exceptions).
 
-7. **load and store masks printed** (issue 24). In a function not on ``MASK_GAPS``, the ``mask=`` of every
+7. **load and store masks printed** (issue 24). In every jit function, the ``mask=`` of every
    ``tl.load`` / ``tl.store`` combines (``&``, ``[:, None]``) names printed mask terms assign (``spec.addresses``
    and ``spec.paged``: a name ending ``_ok``, e.g. ``row_ok``, ``d_ok``, ``key_ok``; claims ``decode_addresses``,
    ``paged_kv_reads``, ``forward_addresses``), or locals every assignment of which combines such names the same
    way (the forward's ``k_mask = d_ok[None, :]``, ``k_mask = k_mask & key_ok[:, None]``), and holds no comparison of
-   its own; a printed mask's name is assigned only by a printed line. (Rule 2 leaves these names to this rule; ``MASK_GAPS``, the functions
-   it would skip, is empty since issue 24.)
+   its own; a printed mask's name is assigned only by a printed line. (Rule 2 leaves these names to this rule.)
 
 8. **lanes printed** (issue 24). A ``tl.arange`` (a tile's lanes) appears only in a printed line: the lane terms
    ``offs_x = base + tl.arange(0, width)`` of ``spec.addresses`` (``*_LANES``), whose claims (``decode_addresses``,
    ``forward_addresses``, ``backward_addresses``, ``backward_kernel_addresses``, ``rows_addresses``,
    ``append_addresses``) read each lane's base and width from the printed term; and a lane a printed line assigns is
-   assigned by no other line (rule 2). ``LANE_GAPS`` lists the reviewed functions whose lanes are still template
-   text: none since issue 24 (a user score_mod's ``_score_param_scatter`` prints its chunk lanes too).
+   assigned by no other line (rule 2). No function is excepted (a user score_mod's ``_score_param_scatter`` prints its
+   chunk lanes too).
 
 9. **tile loops printed** (issue 24). Every ``for`` header of a jit function (``for x in range(a, b, c):``,
    ``tl.range``, ``tl.static_range`` alike) is a printed loop term ``x = tile_range(a, b, c)`` of ``spec.addresses``
    (``*_LOOPS``), whose claims (``decode_addresses``, ``forward_addresses``, ``backward_kernel_addresses``,
    ``rows_addresses``) read its start, stop and step (the tiles ``x = a + t·c < b``) and its variable, the tile start
-   the printed lane's base reads: a hand-edited header (a step ``2 * BLOCK_N``, a stop ``hi - 1``) is refused.
-   ``LOOP_GAPS`` lists the reviewed ``(function, header)`` pairs that are no tile loop of a lane: dK/dV's loop over
-   the GROUP query heads of its K/V head (the claim quantifies over ``0 <= g < GROUP``) and the merges' loop over
-   the S splits (each split's partial read at its printed offset), each listed on docs/verification.md.
+   the printed lane's base reads: a hand-edited header (a step ``2 * BLOCK_N``, a stop ``hi - 1``) is refused. The
+   index loops are loop terms too (``tile_range(0, GROUP)``, ``tile_range(S)``): dK/dV's loop over the GROUP query
+   heads of its K/V head and ``_merge_states``' loop over the S splits, whose claims (``backward_kernel_addresses``,
+   ``rows_addresses``) prove they reach each query head of the K/V head, each split, exactly once. No loop is
+   excepted.
 
 The allow-list (reviewed; keep it short):
 
@@ -140,21 +140,6 @@ EXCEPTIONS = frozenset({
     ("_score_mod_scalars", "softcap_in = 0.0"), ("_score_mod_scalars", "softcap_out = 0.0"),
     ("_score_mod_scalars", "alibi_coef = 0.0"), ("_score_mod", "t = qk"),
 })
-#: jit functions whose pointer and offset lines are not yet printed address terms (rule 4 skips them):
-#: the reviewed gaps of issue 24, each listed on docs/verification.md ("what remains outside the proofs")
-POINTER_GAPS: dict = {
-    # none since issue 24: the backward's dK/dV and dQ kernels (claim backward_kernel_addresses), the TMA boxes
-    # (tma_addresses), FP8's descales (forward_addresses) and a user score_mod's gradient row and scatter
-    # (backward_kernel_addresses) print their addresses; a user score_mod's SF/SI reads are its printed terms
-    # (tl.load(SF + e), claim score_mod_derived), whose entries' extent docs/verification.md lists as a gap
-}
-#: (function, local) pairs: a pointer built by hand in a converted function and handed to a helper on
-#: POINTER_GAPS (rule 4 refuses any other), each listed on docs/verification.md (none since issue 24 printed the
-#: score_mod gradient row)
-HANDED_POINTER_GAPS: frozenset = frozenset()
-#: (host function, keyword) pairs of a generated file that pass a kernel stride by hand instead of from a
-#: spec.launch function (rule 5 refuses any other), each listed on docs/verification.md
-LAUNCH_STRIDE_GAPS: frozenset = frozenset()  # none since decode's slope strides ride spec.launch.decode_launch
 #: a helper's program-coordinate parameters (rule 6): a call hands each the caller's name of the same coordinate
 COORDINATES = frozenset({"off_b", "off_h", "off_kvh", "off_bc", "off_head"})
 #: (caller, helper, parameter) triples rule 6 accepts with another argument, each listed on docs/verification.md
@@ -163,25 +148,6 @@ COORDINATE_GAPS = frozenset({
     # vector, with padding rows at head 0 (`head_safe`), for the ALiBi slope read of _score_mod_scalars and a
     # user score_mod's h
     ("_decode_fwd", "_score_mod_scalars", "off_h"), ("_decode_fwd", "_user_score", "off_h"),
-})
-#: jit functions whose load and store masks are still template text, not printed mask terms (rule 7 skips them):
-#: none since issue 24. The decode kernel _decode_fwd (claims decode_addresses, paged_kv_reads), the KV append
-#: _append_rows (claim append_addresses), the dense forward's _attn_fwd, _attn_fwd_tile, _dropout_keep (claim
-#: forward_addresses), the backward's _attn_bwd_preprocess (claim backward_addresses), its _attn_bwd_dkdv, _attn_bwd_dq,
-#: _attn_bwd_dq_stage, _attn_bwd_rows, _attn_bwd_mask and a user score_mod's _score_param_scatter (claim
-#: backward_kernel_addresses), the merges and softmax (claim rows_addresses) print their masks; a gap added here
-#: is listed on docs/verification.md ("what remains outside the proofs")
-MASK_GAPS: frozenset = frozenset()
-#: jit functions whose lanes (``tl.arange``) are still template text, not printed lane terms (rule 8 skips them):
-#: none since issue 24 (a user score_mod's _score_param_scatter prints its chunk loop's first start first_e and its
-#: lanes offs_e: spec.addresses.BACKWARD_KERNEL_LANES, claim backward_kernel_addresses); a gap added here is listed
-#: on docs/verification.md ("what remains outside the proofs")
-LANE_GAPS: frozenset = frozenset()
-#: (function, loop header) pairs rule 9 accepts without a printed loop term: loops over heads or splits, no tile loop
-#: of a lane; each listed on docs/verification.md ("what remains outside the proofs")
-LOOP_GAPS = frozenset({
-    ("_attn_bwd_dkdv", "for g in range(0, GROUP):"),  # the query heads of this K/V head (claim: 0 <= g < GROUP)
-    ("_merge_states", "for s in range(S):"),  # the splits, each read at its printed offset (claim rows_addresses)
 })
 #: a printed mask term's name ends so (spec.addresses.MASK_SUFFIX)
 MASK_SUFFIX = "_ok"
@@ -348,8 +314,7 @@ def _pointer_problems(fn: ast.FunctionDef, lines, printed: set[str], addresses: 
             names, ptrs = helper_pointers[call.func.id]
             for k, arg in enumerate(call.args):
                 if (k < len(names) and names[k] in ptrs and isinstance(arg, ast.Name)
-                        and arg.id not in params and arg.id not in printed_names
-                        and (fn.name, arg.id) not in HANDED_POINTER_GAPS):
+                        and arg.id not in params and arg.id not in printed_names):
                     problems.append(f"{fn.name}:{call.lineno}: `{arg.id}` handed to {call.func.id} as the pointer "
                                     f"{names[k]} is neither a pointer parameter nor a printed address term "
                                     "(spec.addresses)")
@@ -387,15 +352,18 @@ def _pointer_problems(fn: ast.FunctionDef, lines, printed: set[str], addresses: 
 
 def _launcher_problems(tree: ast.Module) -> list[str]:
     """Rule 5: a generated file's host functions pass no kernel stride by hand (a keyword ``stride_*=``): the
-    strides ride the integers a spec.launch function returns, which the address claims quantify over
-    (``LAUNCH_STRIDE_GAPS``: the reviewed exceptions)."""
+    strides ride the integers a spec.launch function returns, which the address claims quantify over; nor a
+    window side (``window_left=``, ``window_right=``: ``spec.launch.window_arguments``' names, claim window_clamp)."""
     problems = []
     for fn in (f for f in tree.body if isinstance(f, ast.FunctionDef) and not _is_jit(f)):
         for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call)):
             for kw in call.keywords:
-                if kw.arg and kw.arg.startswith("stride_") and (fn.name, kw.arg) not in LAUNCH_STRIDE_GAPS:
+                if kw.arg and kw.arg.startswith("stride_"):
                     problems.append(f"{fn.name}:{call.lineno}: `{kw.arg}={ast.unparse(kw.value)}` passes a stride by "
                                     "hand; take it from the spec.launch function of the kernel (its claim reads it)")
+                if kw.arg in ("window_left", "window_right"):  # audit of issue 24's additions: a swap typed here
+                    problems.append(f"{fn.name}:{call.lineno}: `{kw.arg}={ast.unparse(kw.value)}` passes a window side "
+                                    "by hand; pass **spec.launch.window_arguments(window) (claim window_clamp reads it)")
     return problems
 
 
@@ -439,16 +407,14 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
     helper_pointers = {fn.name: ([a.arg for a in fn.args.args], file_pointers[fn.name]) for fn in jit}
     box_params = _box_parameters(jit, file_pointers)
     for fn in jit:
-        if fn.name not in MASK_GAPS:
-            problems += _mask_problems(fn, lines, printed, mask_names)
-        if fn.name not in POINTER_GAPS:
-            problems += _pointer_problems(fn, lines, printed, addresses, file_pointers[fn.name], helper_pointers,
-                                          boxes, box_params)
+        problems += _mask_problems(fn, lines, printed, mask_names)
+        problems += _pointer_problems(fn, lines, printed, addresses, file_pointers[fn.name], helper_pointers, boxes,
+                                      box_params)
         for stmt in ast.walk(fn):
             if not isinstance(stmt, ast.stmt) or isinstance(stmt, (ast.FunctionDef, ast.If, ast.For)):
                 if isinstance(stmt, ast.For):  # rule 9: a tile loop's header is a printed loop term
                     head = lines[stmt.lineno - 1].strip()
-                    if head not in printed and (fn.name, head.split("  #")[0]) not in LOOP_GAPS:
+                    if head not in printed:
                         problems.append(f"{fn.name}:{stmt.lineno}: loop header `{head}` is not a printed loop term "
                                         "(spec.addresses.*_LOOPS: for x in range(start, stop, step), whose address "
                                         "claim reads start, stop and step)")
@@ -463,7 +429,7 @@ def check_source(source: str, printed: set[str], assigned: set[str], stages: set
             if text in printed or (fn.name, text) in EXCEPTIONS:
                 continue
             lanes = [c for c in ast.walk(stmt) if isinstance(c, ast.Call) and _call_name(c) == "arange"]
-            if lanes and fn.name not in LANE_GAPS:
+            if lanes:
                 problems.append(f"{where}: lane `{ast.unparse(lanes[0])}` is not a printed lane term (spec.addresses."
                                 "*_LANES: offs_x = base + tl.arange(0, width), whose address claim reads base and width)")
                 continue

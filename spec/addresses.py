@@ -13,13 +13,15 @@ of a contiguous or a paged cache, the partial ``o`` and ``lse``, an FP8 cache's 
 ``cu_seqlens`` loads and the segment offsets of every Q/K/V/O/dO/dQ/dK/dV/lse/lse2/Δ pointer), the dense
 forward (FP8's descales included), its TMA path's boxes (claim tma_addresses), softmax and the merges, the KV
 append, the backward preprocess and the backward dK/dV and dQ kernels (a user score_mod's gradient rows
-included). What is not yet a printed term ``generator.hygiene`` lists as reviewed gaps (``POINTER_GAPS``: a
-user score_mod's parameter reads, inside its printed terms), and so does ``docs/verification.md``.
+included). ``generator.hygiene`` refuses a pointer move that is no printed term, with no exception; a user score_mod's
+parameter reads are its printed terms (claim score_mod_derived), whose entries' extent ``docs/verification.md`` lists
+as outside the proofs.
 
 The lanes every offset and mask is evaluated on are printed terms too (``*_LANES``: ``offs_x = base +
 arange(width)``, ``tl.arange(0, width)``, and the tile starts they read), which the claims read rather than assume,
 and so are the tile loops that produce those starts (``*_LOOPS``: ``for start_n in range(lo, hi, BLOCK_N):``, whose
-start, stop and step the claims read).
+start, stop and step the claims read) and the index loops over a K/V head's query heads and the merge's splits
+(``for g in range(0, GROUP):``, ``for s in range(S):``).
 
 ``Strided`` implements the few tensor methods the launch functions use (``shape``, ``stride()``,
 ``view``, ``transpose``, ``contiguous``), so ``spec.launch`` runs unchanged on a torch tensor (the
@@ -30,9 +32,11 @@ from __future__ import annotations
 
 import sympy as sp
 
+from spec import integers
 from spec import notation as n
 from spec import paged as P
 from spec import rotary as RO
+from spec import structure as ST
 from spec import varlen as V
 from spec import terms as T
 from spec.terms import Term, col, row
@@ -49,12 +53,9 @@ def _int(name, **kw):
 # The symbolic tensor.
 # ----------------------------------------------------------------------------------
 def contiguous_strides(shape) -> tuple:
-    """Row-major strides of ``shape`` (what ``torch.empty`` and ``.contiguous()`` give)."""
-    out, acc = [], sp.Integer(1)
-    for size in reversed(shape):
-        out.append(acc)
-        acc = acc * size
-    return tuple(reversed(out))
+    """Row-major strides of ``shape`` (what ``torch.empty`` and ``.contiguous()`` give), as SymPy terms
+    (``spec.integers.contiguous_strides``)."""
+    return tuple(sp.sympify(s) for s in integers.contiguous_strides(shape))
 
 
 class Strided:
@@ -870,13 +871,19 @@ DECODE_LOOPS = _lanes_of(CLAIM_DECODE, n=(start_n, T.tile_range(P.split_lo, P.sp
 #: the dense forward: a stage's key tiles (_attn_fwd_stage), _dropout_keep's every key tile
 FORWARD_LOOPS = _lanes_of(CLAIM_FORWARD, n=(start_n, T.tile_range(lo_, hi_, n.B_c), "a stage's key tiles [lo, hi)"),
                           n_all=(start_n, T.tile_range(0, N_K_, n.B_c), "every key tile"))
-#: the dK/dV kernel's row steps and the dQ kernel's key steps (a stage's [lo, hi)), a user score_mod's gradient chunks
+#: the dK/dV kernel's row steps and the dQ kernel's key steps (a stage's [lo, hi)), a user score_mod's gradient chunks,
+#: and dK/dV's index loop over the GROUP query heads of its K/V head (g: spec.structure.GQA_GROUP_HEAD's, which maps it
+#: to the query head off_kvh·GROUP + g)
 BACKWARD_KERNEL_LOOPS = _lanes_of(
     CLAIM_BACKWARD_KERNELS, m=(start_m, T.tile_range(lo_, hi_, n.B_r), "a stage's row tiles [lo, hi)"),
     n=(start_n, T.tile_range(lo_, hi_, n.B_c), "a stage's key tiles [lo, hi)"),
-    e=(start_e, T.tile_range(first_e, sg_hi + 1, CHUNK_), "score_mod gradient: the chunks up to the tile's largest entry"))
-#: softmax's two passes: a row's column steps
-ROWS_LOOPS = _lanes_of(CLAIM_ROWS, n=(start_n, T.tile_range(0, N_COLS, n.B_c), "the row's column steps"))
+    e=(start_e, T.tile_range(first_e, sg_hi + 1, CHUNK_), "score_mod gradient: the chunks up to the tile's largest entry"),
+    g=(ST.g, T.tile_range(0, ST.group), "the query heads of this K/V head, each once"))
+#: the merge's splits (_merge_states: split s's partial read at its printed offsets MERGE_SPLIT_OFFSETS)
+S_SPLITS = _int("S", positive=True)
+#: softmax's two passes: a row's column steps; _merge_states' index loop over the S splits
+ROWS_LOOPS = _lanes_of(CLAIM_ROWS, n=(start_n, T.tile_range(0, N_COLS, n.B_c), "the row's column steps"),
+                       s=(s_split, T.tile_range(S_SPLITS), "the splits, each once"))
 #: every kernel family's loops, by the name its render context gives them
 LOOPS = {"decode": DECODE_LOOPS, "forward": FORWARD_LOOPS, "backward_kernels": BACKWARD_KERNEL_LOOPS,
          "rows": ROWS_LOOPS}

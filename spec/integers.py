@@ -19,3 +19,13 @@ def cdiv(a, b):
 def next_power_of_2(n: int) -> int:
     """The smallest power of two >= ``n`` (1 for ``n <= 1``), as ``triton.next_power_of_2``."""
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def contiguous_strides(shape) -> tuple:
+    """Row-major strides of ``shape`` (what ``torch.empty`` and ``.contiguous()`` give): ints for int sizes (what
+    ``torch.empty_strided`` takes), SymPy expressions for SymPy sizes."""
+    out, acc = [], 1
+    for size in reversed(tuple(shape)):
+        out.append(acc)
+        acc = acc * size
+    return tuple(reversed(out))

@@ -16,9 +16,10 @@ from typing import NamedTuple
 
 import sympy as sp
 
-from spec import rewrites
+from spec import masks, rewrites
+from spec import notation as n
 from spec.error_bound import FP8_MMA_K
-from spec.integers import cdiv, next_power_of_2  # cdiv: also spec.launch.cdiv, what the runtime calls
+from spec.integers import cdiv, contiguous_strides, next_power_of_2  # cdiv: also spec.launch.cdiv, what the runtime calls
 
 
 # ----------------------------------------------------------------------------------
@@ -29,15 +30,50 @@ def dense_window(window, q, k):
     return rewrites.window_clamp(window, q.shape[2], k.shape[2])
 
 
+def dense_shift(alignment, q, k):
+    """``flash_attention``'s alignment shift (both directions' launches: ``mask_arguments``): ``ALIGNMENT_SHIFT``
+    at ``N_q = q.shape[2]``, ``N_k = k.shape[2]`` of q ``(B, Hq, N_q, D)``, k ``(B, Hkv, N_k, D)`` (claim
+    window_clamp evaluates it on symbolic tensors: 0 top-left, ``N_k - N_q`` bottom-right, the reference's)."""
+    nq, nk = q.shape[2], k.shape[2]
+    if isinstance(nq, sp.Basic) or isinstance(nk, sp.Basic):
+        return masks.ALIGNMENT_SHIFT[alignment].subs({n.Nq: nq, n.Nk: nk})
+    return masks.alignment_shift(alignment, nq, nk)
+
+
+def window_arguments(window) -> dict:
+    """The window sides as every attention launch passes them, by the kernels' parameter names: a window
+    ``(left, right)`` keeps the keys ``-left <= j - (i + shift) <= right`` (claim window_clamp reads the printed
+    window kind at these arguments); None: zeros, never read (``HAS_WINDOW`` off). The launchers pass
+    ``**window_arguments(...)`` (hygiene rule 5 refuses a side passed by hand)."""
+    left, right = window if window is not None else (0, 0)
+    return {"window_left": left, "window_right": right}
+
+
+def key_length_bounds(k) -> tuple:
+    """``(lo, hi)`` that every launch clamps ``key_lengths`` to (``generator.runtime.dispatch.lengths_argument``:
+    ``key_lengths.clamp(lo, hi)``, on the device, so it holds under torch.compile too): ``[0, N_k]`` of k ``(B, Hkv,
+    N_k, D)``, so a valid length passes unchanged and the kernel's ``key_len`` admits exactly the keys ``j < L``
+    the reference reads (claim forward_addresses evaluates it on symbolic k)."""
+    return 0, k.shape[2]
+
+
 def varlen_window(window, q, k):
     """``flash_attention_varlen``: q ``(total_q, Hq, D)``, k ``(total_k, Hkv, D)``; a segment has at most
     the totals' rows, so the totals' bound is wide enough for every segment."""
     return rewrites.window_clamp(window, q.shape[0], k.shape[0])
 
 
-def decode_window(window, q, capacity):
-    """``flash_attention_with_kvcache``: q ``(B, N_q, Hq, D)``, at most ``capacity`` keys per sequence."""
-    return rewrites.window_clamp(window, q.shape[1], capacity)
+def decode_capacity(k_cache, block_table):
+    """The keys a sequence of ``flash_attention_with_kvcache`` may hold: a contiguous cache ``(B_cache, N_cache,
+    Hkv, D)`` its ``N_cache``; a paged cache ``(num_pages, PAGE_SIZE, Hkv, D)`` with ``block_table`` ``(B,
+    max_pages)`` ``PAGE_SIZE·max_pages`` (the runtime's window clamp, split plan and the contract's key-count
+    rules read it; claim window_clamp evaluates it on symbolic caches of both kinds)."""
+    return k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
+
+
+def decode_window(window, q, k_cache, block_table):
+    """``flash_attention_with_kvcache``: q ``(B, N_q, Hq, D)``, at most ``decode_capacity`` keys per sequence."""
+    return rewrites.window_clamp(window, q.shape[1], decode_capacity(k_cache, block_table))
 
 
 # ----------------------------------------------------------------------------------
@@ -197,6 +233,13 @@ def decode_partial_rows(o_part, lse_part):
     return o_part.view(S, -1, D), lse_part.view(S, -1)
 
 
+def decode_unsplit_outputs(out, lse):
+    """The op's ``out`` ``(B, N_q, Hq, D_v)`` and ``lse`` ``(B, Hq, N_q)`` as one unsplit launch writes them in
+    place: ``decode_launch``'s ``(S=1, B, N_q, Hq[, D_v])`` views, ``lse`` transposed (claim decode_addresses:
+    the view's element ``[0, b, t, h]`` is ``lse[b, h, t]``)."""
+    return out[None], lse.transpose(1, 2)[None]
+
+
 def decode_merged_out(out):
     """The output ``(B, N_q, Hq, D)`` (contiguous) as the merge's ``(R, D)`` rows."""
     return out.view(-1, out.shape[-1])
@@ -324,6 +367,16 @@ def row_mask_strides(key_lengths, mask, block_map, slopes, mask_mod_args) -> dic
     return ints
 
 
+def forward_outputs(q, v) -> dict:
+    """The dense forward's fresh outputs, ``{name: (shape, strides)}``: ``out`` ``(B, Hq, N_Q, D_v)`` (v's head dim,
+    not q's D) and ``lse`` ``(B, Hq, N_Q)``, both contiguous, of q ``(B, Hq, N_Q, D)``, v ``(B, Hkv, N_K, D_v)``.
+    ``forward_plan`` reads ``forward_launch``'s strides off meta tensors made so and ``launch_forward`` allocates
+    the real ones (``torch.empty_strided``): one layout (claim forward_addresses: every element the kernel's
+    stores admit lies inside them)."""
+    shapes = {"out": (*q.shape[:3], v.shape[3]), "lse": tuple(q.shape[:3])}
+    return {name: (shape, contiguous_strides(shape)) for name, shape in shapes.items()}
+
+
 def forward_launch(q, k, v, out, lse, key_lengths, mask, block_map, slopes, sinks, block_m, mask_mod_args=None,
                    cu_seqlens_q=None, max_seqlen_q=None, descales=None, head_dim=None):
     """``(grid, ints)`` of one ``_attn_fwd`` launch: ``ints`` its integer parameters by name (every
@@ -380,13 +433,25 @@ def tma_descriptor(t, rows, width):
 # ----------------------------------------------------------------------------------
 # Softmax and the merge kernels: every stride of their row-major tensors, and their grids.
 # ----------------------------------------------------------------------------------
-def softmax_launch(x, y, block_m):
-    """``(grid, ints)`` of ``_softmax_one_pass`` / ``_softmax_two_pass`` on x, y ``(R, N)``."""
+def softmax_launch(x, y, block_m, block_n):
+    """``(grid, ints, one_pass)`` of softmax on x, y ``(R, N)`` in row tiles of ``block_m`` rows and column tiles of
+    ``block_n``: ``one_pass`` picks the kernel, ``_softmax_one_pass`` (x read once) when the row fits one column
+    tile, ``N <= block_n`` (its lanes ``arange(BLOCK_N)`` are the only columns it reads), else ``_softmax_two_pass``
+    (its loops step through every tile). A bool on numbers, a SymPy relation on symbolic sizes: claim
+    rows_addresses proves that the kernel it picks reads every column ``c < N`` of a row exactly once."""
     R, N = x.shape
     ints = dict(zip(("stride_xr", "stride_xc"), x.stride()))
     ints.update(zip(("stride_yr", "stride_yc"), y.stride()))
     ints.update(R=R, N=N)
-    return (cdiv(R, block_m),), ints
+    return (cdiv(R, block_m),), ints, N <= block_n
+
+
+def merge_block_d(head_dim: int) -> int:
+    """``BLOCK_D`` of ``_merge_state`` / ``_merge_states``: the head dim padded to a power of two (``tl.arange`` needs
+    one; loads and stores are masked on ``d < D``, so the padding reads and writes nothing). Both merge launchers
+    and their AOT compile pass it; claim rows_addresses checks it at every head dim the contract accepts
+    (``merge_head_dim_max``): at least ``D``, so the lanes ``arange(BLOCK_D)`` reach every column."""
+    return next_power_of_2(head_dim)
 
 
 def merge_state_launch(o_a, lse_a, o_b, lse_b, o, lse, block_m):
@@ -496,12 +561,13 @@ def _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mas
 
 
 def dkdv_launch(q, k, v, do, dk, dv, delta, key_lengths, mask, block_map, slopes, block_n, mask_mod_args=None,
-                cu_seqlens_q=None, max_seqlen_k=None, head_dim=None):
+                cu_seqlens_q=None, *, max_seqlen_q=None, max_seqlen_k=None, head_dim=None):
     """``(grid, ints)`` of one ``_attn_bwd_dkdv`` launch: every stride as the tensor has it, ``H_KV``,
     ``GROUP``, ``N_Q``, ``N_K``. Dense: q, do ``(B, Hq, N_Q, D / D_v)``, k, dk ``(B, Hkv, N_K, D)``, v, dv ``(B,
     Hkv, N_K, D_v)``, delta ``(B, Hq, N_Q)`` (lse2 shares its layout), grid ``(cdiv(N_K, block_n), Hkv, B)``.
     Packed (``cu_seqlens_q`` given): ``(total, H, D)`` tensors, delta ``(Hq, total_q)``, batch strides 0 and
-    ``varlen_grid``'s grid over the keys (``max_seqlen_k``). ``key_lengths`` ``(B,)``, ``mask`` ``(B, Hq, N_Q,
+    ``varlen_grid``'s grid over the keys (``max_seqlen_k``: the launcher passes both hints by name, the same
+    ``max_seqlen_q=, max_seqlen_k=`` as ``dq_launch``'s, and each picks its own: claim varlen_addresses). ``key_lengths`` ``(B,)``, ``mask`` ``(B, Hq, N_Q,
     N_K)``, ``block_map`` ``(B, Hq, cdiv(N_Q, MAP_BLOCK_M), cdiv(N_K, MAP_BLOCK_N))``, ``slopes`` ``(Hq,)`` or
     ``(B, Hq)``, ``mask_mod_args`` ``(B, P)``: as passed (one-element placeholders where a flag compiles the
     read out)."""
@@ -516,10 +582,10 @@ def dkdv_launch(q, k, v, do, dk, dv, delta, key_lengths, mask, block_map, slopes
 
 
 def dq_launch(q, k, v, do, dq, delta, key_lengths, mask, block_map, slopes, block_m, mask_mod_args=None,
-              cu_seqlens_q=None, max_seqlen_q=None, head_dim=None):
+              cu_seqlens_q=None, *, max_seqlen_q=None, max_seqlen_k=None, head_dim=None):
     """``(grid, ints)`` of one ``_attn_bwd_dq`` launch: as ``dkdv_launch`` with dq ``(B, Hq, N_Q, D)`` (packed
     ``(total_q, Hq, D)``) for dk, dv, ``H`` for ``H_KV``; grid ``(cdiv(N_Q, block_m), Hq, B)``, packed
-    ``varlen_grid``'s over the queries (``max_seqlen_q``)."""
+    ``varlen_grid``'s over the queries (``max_seqlen_q``; ``max_seqlen_k`` taken, not read)."""
     ints = _backward_ints(q, k, v, do, delta, key_lengths, mask, block_map, slopes, mask_mod_args, head_dim)
     ints.update(zip(BACKWARD_STRIDE_NAMES["dq"], attention_strides(dq)))
     H = q.shape[1]

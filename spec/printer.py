@@ -40,8 +40,8 @@ constants (``1/log 2``)     a float literal (``1.4426950408889634``)
 ``int32(x)`` / ``box(c..)``  ``x.to(tl.int32)`` / ``[c_0, c_1, ...]``: a TMA box's int32 coordinates
                             (spec.addresses, claim tma_addresses)
 ``arange(n)``               ``tl.arange(0, n)``: a tile's lanes (spec.addresses.*_LANES, the address claims)
-``tile_range(a, b, c)``     ``range(a, b, c)``, a term ``x = tile_range(..)`` printed as the loop header ``for x in
-                            range(a, b, c):`` (spec.addresses.*_LOOPS, the address claims)
+``tile_range(a, b, c)``     ``range(a, b, c)`` (``range(b)``, ``range(a, b)`` as written), a term ``x = tile_range(..)``
+                            printed as the loop header ``for x in range(a, b, c):`` (spec.addresses.*_LOOPS, the claims)
 ``program_id(a)``/``int64(x)``  ``tl.program_id(a)`` / ``x.to(tl.int64)`` (``tl.cast(x, tl.int64)`` but of a program id): a program's place in the launch
                             grid (spec.addresses.GRID_GROUPS, claim launch_grid)
 ``philox_uniform(s, o)``    ``tl.rand(s, o)``: Triton's Philox uniform in [0, 1) (dropout's

@@ -218,6 +218,14 @@ def step_plans(slots: int) -> tuple[StepPlan, ...]:
 
 
 @functools.lru_cache(maxsize=None)
+def step_of(layout: str, world_size: int, rank_: int, step: int, causal: bool, size: int) -> tuple[int, StepPlan]:
+    """``(src, plan)`` of ``rank_``'s step ``step``: the rank whose K/V shard it holds (``source_rank``) and the
+    plan of its queries against that shard (``plan_step``); the runtime's step (claim ring_schedule checks the
+    plan's block pairs against the global causal mask of the rank's and the source's chunks)."""
+    src = source_rank(rank_, step, world_size)
+    return src, plan_step(layout, world_size, rank_, src, causal, size)
+
+
 def plan_step(layout: str, world_size: int, rank_: int, src: int, causal: bool, size: int) -> StepPlan:
     """The plan of the step where ``rank_`` holds the K/V shard of ``src`` (chunks of ``size``
     positions). Without a mask every pair is full; with one, the own shard is the causal plan

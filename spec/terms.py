@@ -78,9 +78,20 @@ class arange(sp.Function):
 
 
 class tile_range(sp.Function):
-    """A tile loop's starts ``start, start + step, ... < stop`` (``for x in range(start, stop, step):``): a loop term
+    """A loop's values ``start, start + step, ... < stop`` (``for x in range(start, stop, step):``): a loop term
     ``x = tile_range(start, stop, step)`` (spec.addresses.*_LOOPS) prints as that loop header; the address claims read
-    ``start``, ``stop`` and ``step`` from the printed term (the tiles ``x = start + t·step < stop``)."""
+    ``start``, ``stop`` and ``step`` from the printed term (``bounds``: the values ``x = start + t·step < stop``). Its
+    arguments are Python ``range``'s: ``tile_range(stop)`` and ``tile_range(start, stop)`` (step 1) are the index
+    loops over the GQA group's query heads and the merge's splits, printed as written (``range(S)``)."""
+
+    @property
+    def bounds(self):
+        """``(start, stop, step)``, ``range``'s defaults filled in (start 0, step 1)."""
+        args = self.args
+        if not 1 <= len(args) <= 3:
+            raise TypeError(f"tile_range takes range's 1 to 3 arguments (start, stop, step), got {len(args)}")
+        start, stop = (sp.Integer(0), args[0]) if len(args) == 1 else args[:2]
+        return start, stop, args[2] if len(args) == 3 else sp.Integer(1)
 
     def _latex(self, printer):
         return r"\operatorname{range}\left(%s\right)" % ", ".join(printer._print(a) for a in self.args)

@@ -35,7 +35,8 @@ def mutant(term: terms.Term) -> terms.Term:
     with its last conjunct dropped, a tile loop's step doubled, any other value doubled."""
     e = term.expr
     if isinstance(e, terms.tile_range):  # a tile loop (spec.addresses.*_LOOPS): its step doubled
-        return replace(term, expr=terms.tile_range(*e.args[:2], 2 * e.args[2]))
+        start, stop, step = e.bounds
+        return replace(term, expr=terms.tile_range(start, stop, 2 * step))
     if term.symbol in UNSOUND:
         return replace(term, expr=e + UNSOUND[term.symbol])
     if isinstance(e, (sp.And, sp.Or, sp.core.relational.Relational)):  # a predicate (Symbol is a Boolean too)

@@ -559,6 +559,65 @@ def test_window_clamp_claim_catches_a_too_tight_bound():
     assert not prove_window_clamp(lambda n_q, n_k: n_k).proved  # bottom_right with N_q < N_k needs more
 
 
+def test_decode_window_clamped_to_one_page_is_refuted():
+    """Audit of issue 24's additions: decode's capacity taken as k_cache.shape[1] with a paged cache (one page,
+    not PAGE_SIZE·max_pages) clamped a window to N_q + PAGE_SIZE (out 0.86 off, paged, window (30, 0))."""
+    from spec import rewrites
+    from spec.proofs.rewrites import _window_sites, prove_window_clamp
+
+    sites = _window_sites()
+    site, tensors, problem = sites["decode, paged"]
+    sites["decode, paged"] = (lambda w, q, k_cache, bt: rewrites.window_clamp(w, q.shape[1], k_cache.shape[1]),
+                              tensors, problem)
+    r = prove_window_clamp(sites=sites)
+    assert_failed(r)
+    failing = [name for name, res in r.cases if res != 0]
+    assert failing and all(name.startswith("decode, paged call site") for name in failing), failing
+
+
+def test_window_sides_swapped_at_launch_are_refuted():
+    """Audit of issue 24's additions: the launch's window sides swapped (`window_right, window_left = window`, in
+    generator.runtime.launch.mask_launch or the decode launcher) put out 2.6 off (window (7, 2)); the sides now
+    ride spec.launch.window_arguments, which claim window_clamp reads through the printed window kind."""
+    from spec.proofs.rewrites import prove_window_clamp
+
+    r = prove_window_clamp(window_arguments=lambda w: {"window_left": w[1], "window_right": w[0]})
+    assert_failed(r)
+    failing = [name for name, res in r.cases if res != 0]
+    assert failing == ["window_arguments: the printed window kind at the launch's sides keeps -left <= j - (i + "
+                       "shift) <= right"], failing
+
+
+def test_dense_shift_with_its_lengths_swapped_is_refuted():
+    """Audit of issue 24's additions: the dense launch's shift as alignment_shift(alignment, N_k, N_q) put out
+    2.9 off (causal, bottom-right, N_q = 24, N_k = 40) in both directions."""
+    from spec import masks, notation
+    from spec.proofs.rewrites import prove_window_clamp
+
+    def swapped(alignment, q, k):
+        return masks.ALIGNMENT_SHIFT[alignment].subs({notation.Nq: k.shape[2], notation.Nk: q.shape[2]})
+    r = prove_window_clamp(dense_shift=swapped)
+    assert_failed(r)
+    failing = [name for name, res in r.cases if res != 0]
+    assert failing == ["dense call site, bottom_right: the launch's shift is the reference's"], failing
+
+
+def test_ring_step_with_rank_and_source_swapped_is_refuted():
+    """Audit of issue 24's additions: the runtime's step planned as plan_step(layout, P, src, rank, ...) (the two
+    ranks swapped) attended future keys on rank 0 and skipped rank 0's keys on rank 1 (P = 2, causal)."""
+    from spec import ring as RG
+    from spec.proofs.ring import prove_ring_schedule
+
+    def swapped(layout, P, rank, step, causal, size):
+        src = RG.source_rank(rank, step, P)
+        return src, RG.plan_step(layout, P, src, rank, causal, size)
+    r = prove_ring_schedule(step_of=swapped)
+    assert_failed(r)
+    failing = [name for name, res in r.cases if res != 0]
+    assert failing == [f"{layout}: the runtime's step (step_of) holds source_rank's shard and plans its chunks' "
+                       "causal pairs" for layout in RG.LAYOUTS], failing
+
+
 # ---------------------------------------------------------------- decode's KV reads (spec.paged)
 def _paged_failures(**mutant):
     from spec.proofs import paged as PP
@@ -1423,7 +1482,7 @@ def test_merge_lane_masks_are_read_by_the_claim():
         G, merge_row_ok=(replace(row_ok, expr=sp.StrictLessThan(AD.offs_m, AD.R_ROWS + 1)),),
         merge_d_ok=(replace(d_ok, expr=sp.LessThan(AD.offs_d, AD.D_COLS)),))))
     assert {"merge_state: o_a[r, d] inside (lanes r < R, offs_d < D)", "merge_state: lse[r] inside (lanes r < R, offs_d < D)",
-            "merge_states: o_s[s, r, d] inside (lanes r < R, offs_d < D, s < S)"} <= set(wide), wide
+            "merge_states: o_s[s, r, d] inside (lanes r < R, offs_d < D, s a split the loop visits)"} <= set(wide), wide
     short = (replace(d_ok, expr=sp.StrictLessThan(AD.offs_d, AD.D_COLS - 1)),)
     assert _failing(PAD.prove_rows_addresses(groups=dict(G, merge_d_ok=short))) == [
         f"{k}: row_ok admits exactly the rows r < R, d_ok exactly the columns d < D" for k in ("merge_state", "merge_states")]
@@ -1510,7 +1569,7 @@ LANE_MUTANTS = [
      "dq: score_grad[row, e] inside (programs of the grid, chunk lanes e entry_ok admits)"),
     # softmax's one pass from column 1
     ("rows_addresses", AD.ROWS_LANES, "n0", 1 + terms.arange(n.B_c),
-     "softmax: one pass (N <= BLOCK_N): every column c < N is a lane of offs_n"),
+     "softmax: one pass (when spec.launch.softmax_launch picks it): every column c < N is a lane of offs_n"),
     # the append's token tile from the head's program id
     ("append_addresses", AD.APPEND_LANES, "t", terms.program_id(1) * AD.BLOCK_T_ + terms.arange(AD.BLOCK_T_),
      "paged: token tiles: no index is in the lanes offs_t of two tiles"),
@@ -1569,6 +1628,18 @@ LOOP_HEADER_MUTANTS = [
     # softmax's column passes one column short
     ("rows_addresses", AD.ROWS_LOOPS, "n", dict(expr=_range(0, AD.N_COLS - 1, n.B_c)),
      "softmax: two passes: column steps: every index in [lo, hi) is in the lanes offs_n of a visited tile"),
+    # dK/dV's loop over the query heads of its K/V head from the second head, one head short, every other head: a
+    # query head's dK, dV contribution never added (before issue 24's last loop gap, every claim still proved)
+    *[("backward_kernel_addresses", AD.BACKWARD_KERNEL_LOOPS, "g", dict(expr=expr), f"dkdv: {PAD.HEAD_LOOP_CASES[0]}")
+      for expr in (_range(1, structure.group), _range(0, structure.group - 1), _range(0, structure.group, 2))],
+    # ... one head past the group: the next K/V head's first query head (or one past H_q) added in
+    ("backward_kernel_addresses", AD.BACKWARD_KERNEL_LOOPS, "g", dict(expr=_range(0, structure.group + 1)),
+     f"dkdv: {PAD.HEAD_LOOP_CASES[2]}"),
+    # _merge_states' loop over the splits one short, from the second split: a split's partial never merged
+    *[("rows_addresses", AD.ROWS_LOOPS, "s", dict(expr=expr), f"merge_states: {PAD.SPLIT_LOOP_CASES[0]}")
+      for expr in (_range(AD.S_SPLITS - 1), _range(1, AD.S_SPLITS))],
+    # ... one past the last split: a partial read past o_s and lse_s
+    ("rows_addresses", AD.ROWS_LOOPS, "s", dict(expr=_range(AD.S_SPLITS + 1)), f"merge_states: {PAD.SPLIT_LOOP_CASES[2]}"),
 ]
 
 
@@ -1656,6 +1727,55 @@ def test_merged_lse_in_the_wrong_layout_is_refuted():
     """(f) decode's merged lse viewed as (B, Hq, N_q) instead of (B, N_q, Hq) transposed."""
     failing = _failing(PAD.prove_decode_addresses(merged_lse=lambda m, B, Nq, Hq: m.view(B, Hq, Nq)))
     assert failing == ["merge: lse[b, h, t] is merged row r"], failing
+
+
+def test_unsplit_decode_lse_in_the_wrong_layout_is_refuted():
+    """Audit of issue 24's additions: one unsplit decode launch writes the op's lse (B, Hq, N_q) in place through a
+    (1, B, N_q, Hq) view; viewing it untransposed (as if (B, N_q, Hq)) put lse 0.76 off (N_q = 3, Hq = 4)."""
+    def unsplit(out, lse):
+        B, Hq, Nq = lse.shape
+        return out[None], lse.view(B, Nq, Hq)[None]
+    failing = _failing(PAD.prove_decode_addresses(unsplit_outputs=unsplit))
+    assert failing == ["unsplit: lse[0, b, t, h] is lse[b, h, t]"], failing
+
+
+def test_key_lengths_clamped_one_short_is_refuted():
+    """Second audit of issue 24's conversions: ``dispatch.lengths_argument`` clamping key lengths to ``[0, N_k - 1]``
+    (out 0.25 off for a key length N_k: its last key dropped). The bounds are spec.launch.key_length_bounds, which
+    claim forward_addresses reads through the printed key_ok."""
+    failing = _failing(PAD.prove_forward_addresses(key_length_bounds=lambda k: (0, k.shape[2] - 1)))
+    assert failing == ["key_lengths clamp (spec.launch.key_length_bounds): every length lands in [0, N_K], one in "
+                       "[0, N_K] passes unchanged",
+                       "key_ok at the clamped key_len admits exactly the keys j < L the reference reads "
+                       "(0 <= L <= N_K)"], failing
+
+
+def test_forward_out_allocated_at_q_head_dim_is_refuted():
+    """Second audit of issue 24's conversions: the forward's ``out`` allocated ``(B, Hq, N_Q, D)`` (q's head dim)
+    while the kernel writes D_v columns (D < D_v: past the buffer). forward_plan and launch_forward both take the
+    layout from spec.launch.forward_outputs, which claim forward_addresses reads."""
+    def at_d(q, v):
+        outputs = LA.forward_outputs(q, v)
+        shape = tuple(q.shape)
+        return dict(outputs, out=(shape, AD.contiguous_strides(shape)))
+    failing = _failing(PAD.prove_forward_addresses(outputs=at_d))
+    assert failing == ["out and lse as launched (spec.launch.forward_outputs) hold out[b, h, i, dv] (lanes i < N_Q, "
+                       "dv < HEAD_DIM_V) and lse[b, h, i]"], failing
+
+
+def test_varlen_backward_hints_swapped_are_refuted():
+    """Second audit of issue 24's conversions: ``backward_varlen(…, max_k, max_q)`` (dq 1.6e10: rows of a segment
+    longer than max_seqlen_k never written). The launcher passes both hints by name to spec.launch.dkdv_launch and
+    dq_launch, which pick their own; each given the other's fails claim varlen_addresses' hint case."""
+    def swapped(fn):
+        return lambda *a, max_seqlen_q=None, max_seqlen_k=None, **kw: fn(*a, max_seqlen_q=max_seqlen_k,
+                                                                         max_seqlen_k=max_seqlen_q, **kw)
+    name = ("the backward's hints by name (dkdv_launch, dq_launch given max_seqlen_q=, max_seqlen_k=): the dK/dV grid "
+            "covers every key of a segment of n_k <= max_seqlen_k keys, the dQ grid every query row of a segment of "
+            "n_q <= max_seqlen_q")
+    for kw in ({"dkdv_launch": swapped(LA.dkdv_launch)}, {"dq_launch": swapped(LA.dq_launch)}):
+        failing = _failing(PAD.prove_varlen_addresses(**kw))
+        assert failing == [name], failing
 
 
 def test_varlen_keys_offset_by_the_query_start_are_refuted():
@@ -2036,10 +2156,11 @@ def test_rows_address_sink_of_the_row_not_its_head_is_refuted():
 
 def test_rows_address_launch_bugs_are_refuted():
     """The launch functions edited: y written with x's strides; the split stride of lse_s from o_s; the grid
-    rounded down."""
-    def y_as_x(x, y, block_m):
-        grid, ints = LA.softmax_launch(x, y, block_m)
-        return grid, dict(ints, stride_yr=ints["stride_xr"], stride_yc=ints["stride_xc"])
+    rounded down; softmax's one pass picked for rows up to two column tiles (columns BLOCK_N..N never read); the
+    merges' BLOCK_D half the head dim or the power of two below it (D = 3 on 2 lanes: column 2 never read)."""
+    def y_as_x(x, y, block_m, block_n):
+        grid, ints, one_pass = LA.softmax_launch(x, y, block_m, block_n)
+        return grid, dict(ints, stride_yr=ints["stride_xr"], stride_yc=ints["stride_xc"]), one_pass
 
     assert _failing(PAD.prove_rows_addresses(softmax_launch=y_as_x)) == ["softmax: y offset is y[r, c]"]
 
@@ -2057,6 +2178,20 @@ def test_rows_address_launch_bugs_are_refuted():
     failing = _failing(PAD.prove_rows_addresses(merge_state_launch=rounded_down))
     assert failing == ["merge_state: the grid covers every row",
                        "merge_state: rows: every index in [lo, hi) is in the lanes offs_m of a visited tile"], failing
+
+    def one_pass_up_to_two_tiles(x, y, block_m, block_n):
+        grid, ints, _ = LA.softmax_launch(x, y, block_m, block_n)
+        return grid, ints, x.shape[1] <= 2 * block_n
+
+    failing = _failing(PAD.prove_rows_addresses(softmax_launch=one_pass_up_to_two_tiles))
+    assert failing == ["softmax: one pass (when spec.launch.softmax_launch picks it): every column c < N is a lane "
+                       "of offs_n"], failing
+    width = f"the merges' columns arange(BLOCK_D) reach every d < D (spec.launch.merge_block_d, every D in " \
+            f"1..{limit('merge_head_dim_max')}): "
+    failing = _failing(PAD.prove_rows_addresses(merge_block_d=lambda D: D // 2))
+    assert failing == [width + "BLOCK_D >= D", width + "BLOCK_D is a power of two"], failing  # D = 1: 0 lanes
+    failing = _failing(PAD.prove_rows_addresses(merge_block_d=lambda D: LA.merge_block_d(D + 1) // 2))
+    assert failing == [width + "BLOCK_D >= D"], failing
 
 
 def test_forward_address_dropout_keep_assumed_contiguous_is_refuted():
@@ -2095,6 +2230,13 @@ def test_append_address_launch_with_sin_read_by_cos_strides_is_refuted():
 
     failing = _failing(PAD.prove_append_addresses(launch=bad))
     assert sorted(failing) == [f"{k}: sin offset is sin[pos, freq]" for k in ("cache", "paged", "tensor")]
+
+
+def test_append_tile_narrower_than_its_head_dim_is_refuted():
+    """The append launched with BLOCK_D the power of two below D (D = 3 on 2 lanes: column 2 never written)."""
+    failing = _failing(PAD.prove_append_addresses(block_d=lambda D: LA.next_power_of_2(D + 1) // 2))
+    assert failing == ["the tile's columns arange(BLOCK_D) reach every d < D: spec.launch.block_d(D) >= D for D in "
+                       f"1..{limit('head_dim_max')}"], failing
 
 
 def test_append_lane_masks_are_read_by_the_claim():
@@ -2241,8 +2383,7 @@ def test_backward_address_group_loop_with_the_wrong_group_is_refuted():
         return grid, dict(ints, GROUP=k.shape[1])
 
     failing = _bwd_failing(dkdv_launch=wrong_group)
-    assert "dkdv: the group loop g < GROUP visits each query head of the kv head once: h < Hq and h // GROUP = kvh" \
-        in failing, failing
+    assert f"dkdv: {PAD.HEAD_LOOP_CASES[2]}" in failing, failing
 
 
 def test_varlen_backward_rows_not_moved_to_the_segment_are_refuted():

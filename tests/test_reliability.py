@@ -350,8 +350,8 @@ def _key_len_range():
         _rejects(r"\[0, N_k=30\].*key_len_range", key_lengths=torch.tensor([31]))()
         _rejects(r"key_len_range", key_lengths=torch.tensor([-1]))()
     # by default each length is clamped on the device (the declared rule's clamp is the launch's)
-    assert dispatch.lengths_argument(torch.tensor([-3, 31, 7]), 30).tolist() == [0, 30, 7]
     q, k, v, _ = inputs()
+    assert dispatch.lengths_argument(torch.tensor([-3, 31, 7]), k).tolist() == [0, 30, 7]
     assert torch.equal(on_device(flash_attention, q, k, v, key_lengths=torch.tensor([31])),
                        on_device(flash_attention, q, k, v, key_lengths=torch.tensor([30])))
 

@@ -474,13 +474,14 @@ def _tma_check(n, v, c):
 
 
 def _key_lengths_flags(v, c):
-    return ((v < 0) | (v > c["k"].shape[2])).any()
+    lo, hi = spec_launch.key_length_bounds(c["k"])  # the launch's clamp bounds (claim forward_addresses)
+    return ((v < lo) | (v > hi)).any()
 
 
 def _key_lengths_clamp(v, c):
     from generator.runtime.dispatch import lengths_argument  # the launch's own clamp (dispatch imports checks)
 
-    return lengths_argument(v, c["k"].shape[2])
+    return lengths_argument(v, c["k"])
 
 
 def _mask_mod_check(n, v, c):
@@ -654,8 +655,7 @@ def _kv_paged(c) -> bool:
 
 
 def _kv_capacity(c) -> int:
-    kc = c["k_cache"]
-    return kc.shape[1] * c["block_table"].shape[1] if _kv_paged(c) else kc.shape[1]
+    return spec_launch.decode_capacity(c["k_cache"], c["block_table"])
 
 
 def _n_new(c) -> int:

@@ -191,12 +191,12 @@ def _check(arguments: dict):
     returns ``(_Checked, cache_leftpad, cache_batch_idx)`` (those two as contiguous int32)."""
     a = contract.enforce("flash_attention_with_kvcache", arguments, values=False)
     q, k_cache, block_table = a["q"], a["k_cache"], a["block_table"]
-    capacity = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
+    capacity = spec_launch.decode_capacity(k_cache, block_table)  # claim window_clamp
     num_pages = k_cache.shape[0] if block_table is not None else 0
     n_new = 0 if a["k"] is None else a["k"].shape[1]
     # each window side clamped to N_q + capacity, at least every sequence's N_q + cache_seqlens[b] (window_clamp)
     # (the clamp at this call site is spec.launch.decode_window, the one claim window_clamp evaluates)
-    window = checks.normalise_window(a["window"], spec_launch.decode_window, q, capacity)
+    window = checks.normalise_window(a["window"], spec_launch.decode_window, q, k_cache, block_table)
     num_splits, split_keys = a["num_splits"], 0
     if a["batch_invariant"]:  # the grid covers the capacity; a row's splits past its keys are empty
         split_keys = BATCH_INVARIANT_SPLIT_KEYS
@@ -370,7 +370,7 @@ def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_sc
     if num_splits == 0:  # the heuristic, here in the op (torch.compile does not trace the package lookup)
         rows = Hq // k_cache.shape[2] * Nq  # the query rows of one KV head
         per_program = min(rows, block[0])  # at most B_r rows per program (the kernel's MAX_BLOCK_M)
-        capacity = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
+        capacity = spec_launch.decode_capacity(k_cache, block_table)
         num_splits = default_num_splits(B * k_cache.shape[2] * math.ceil(rows / per_program), capacity,
                                         _num_sms(q.device), per_program)
     Dv = v_cache.shape[3]  # v's head dim (MLA: D_v != D; v_cache may be a view of k_cache): out's
@@ -387,8 +387,10 @@ def _plan(q, k_cache, v_cache, cache_seqlens, block_table, causal, window, sm_sc
         o_part = torch.empty((num_splits, B, Nq, Hq, Dv), dtype=torch.float32, device="meta")
         lse_part = torch.empty((num_splits, B, Nq, Hq), dtype=torch.float32, device="meta")
     else:
-        o_part = torch.empty((B, Nq, Hq, Dv), dtype=out_dtype, device="meta")[None]
-        lse_part = torch.empty((B, Hq, Nq), dtype=torch.float32, device="meta").transpose(1, 2)[None]
+        # out and lse as _run allocates them, seen as decode_launch's (1, B, N_q, Hq[, D_v]) (claim decode_addresses)
+        o_part, lse_part = spec_launch.decode_unsplit_outputs(
+            torch.empty((B, Nq, Hq, Dv), dtype=out_dtype, device="meta"),
+            torch.empty((B, Hq, Nq), dtype=torch.float32, device="meta"))
     splits = module.splits_plan(q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, sm_scale=sm_scale,
                                 num_splits=num_splits, causal=causal, window=None if window is None else tuple(window),
                                 softcap=softcap, alibi_slopes=alibi_slopes, sinks=None if merged else sinks,

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from spec.mask_mod import BUILTINS as MASK_MOD_BUILTINS, REGISTRY as MASK_MODS, MaskMod
 from spec.score_mods import REGISTRY as SCORE_MODS, index_key as SM_index_key
-from spec.masks import alignment_shift
+from spec import launch as spec_launch
 
 from generator.runtime import config, launch
 from generator.runtime import checks
@@ -131,13 +131,13 @@ def block_map(mask: torch.Tensor, n_q: int, n_k: int, block_m: int, block_n: int
     return torch.where(attended == 0, EMPTY, torch.where(attended == valid, FULL, PARTIAL)).to(torch.int8)
 
 
-def lengths_argument(key_lengths, n_k: int):
-    """``key_lengths`` as the kernels read it: a fresh contiguous int32 tensor clamped to ``[0, N_k]``
-    on the device (the kernels index it with unit stride; ``key_len_range`` under torch.compile,
-    where the eager range check does not run)."""
+def lengths_argument(key_lengths, k):
+    """``key_lengths`` as the kernels read it: a fresh contiguous int32 tensor clamped on the device to
+    ``spec.launch.key_length_bounds(k)`` (``[0, N_k]``: claim forward_addresses; the kernels index it with unit
+    stride; ``key_len_range`` under torch.compile, where the eager range check does not run)."""
     if key_lengths is None:
         return None
-    return key_lengths.clamp(0, n_k).to(torch.int32).contiguous()
+    return key_lengths.clamp(*spec_launch.key_length_bounds(k)).to(torch.int32).contiguous()
 
 
 def mask_arguments(module, q, k, *, alignment, mask, scale) -> dict:
@@ -153,7 +153,7 @@ def mask_arguments(module, q, k, *, alignment, mask, scale) -> dict:
         map_m, map_n = getattr(module, "MAP_BLOCK", (module.BLOCK_M, module.BLOCK_N))
         tiles = block_map(mask, Nq, Nk, map_m, map_n).expand(B, Hq, -1, -1)
     sm_scale = checks.sm_scale_of(scale, D)
-    return {"sm_scale": sm_scale, "shift": alignment_shift(alignment, Nq, Nk), "mask": dense, "block_map": tiles}
+    return {"sm_scale": sm_scale, "shift": spec_launch.dense_shift(alignment, q, k), "mask": dense, "block_map": tiles}
 
 
 def mask_mod_arguments(mask_args) -> dict:
@@ -191,7 +191,7 @@ def attention_forward(module, q, k, v, *, causal, alignment, window, key_lengths
     fp8 = {} if descales is None else {"descales": descales, "out_dtype": out_dtype}
     return module.forward(q, k, v, causal=causal, window=window, tma=tma, softcap=softcap, **fp8,
                           alibi_slopes=alibi_slopes, sinks=sinks, **dropout_arguments(dropout_p, philox),
-                          key_lengths=lengths_argument(key_lengths, k.shape[2]),
+                          key_lengths=lengths_argument(key_lengths, k),
                           **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale),
                           **mask_mod_arguments(mask_args), **score_mod_arguments(score_f, score_i))
 
@@ -205,12 +205,12 @@ def planned_forward(module, q, k, v, *, causal, alignment, window, key_lengths, 
     content at each call (``mask_arguments``); the plan holds only what their shapes and strides give."""
     plan = module.forward_plan(q, k, v, causal=causal, window=window, tma=tma, softcap=softcap,
                                alibi_slopes=alibi_slopes, sinks=sinks,
-                               key_lengths=lengths_argument(key_lengths, k.shape[2]),
+                               key_lengths=lengths_argument(key_lengths, k),
                                **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale))
 
     def run(q, k, v, key_lengths, alibi_slopes, sinks, mask=None):
         dense = {} if mask is None else mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale)
-        return module.launch_forward(plan, q, k, v, key_lengths=lengths_argument(key_lengths, k.shape[2]),
+        return module.launch_forward(plan, q, k, v, key_lengths=lengths_argument(key_lengths, k),
                                      alibi_slopes=alibi_slopes, sinks=sinks, tma=tma, mask=dense.get("mask"),
                                      block_map=dense.get("block_map"))
     return run
@@ -226,6 +226,6 @@ def attention_backward(module, grad_out, grad_lse, q, k, v, out, lse, *, causal,
     return module.backward(grad_out, q, k, v, out, lse, grad_lse=grad_lse, causal=causal, window=window,
                            softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
                            **dropout_arguments(dropout_p, philox),
-                           key_lengths=lengths_argument(key_lengths, k.shape[2]),
+                           key_lengths=lengths_argument(key_lengths, k),
                            **mask_arguments(module, q, k, alignment=alignment, mask=mask, scale=scale),
                            **mask_mod_arguments(mask_args), **score_mod_arguments(score_f, score_i))

@@ -192,8 +192,9 @@ def mask_constexprs(causal: bool, window: bool, lengths: bool, dense: bool) -> d
 def mask_launch(module: str, masks: list[str], command: str, device: torch.device, *, causal, window,
                 key_lengths, mask, block_map) -> tuple[dict, tuple]:
     """``(constexprs, runtime arguments)`` of a generated attention module's launch for its mask
-    arguments. The runtime arguments are ``(window_left, window_right, key_lengths, mask,
-    block_map)``, with one-element placeholders for the kinds not in use (never read: their
+    arguments. The runtime arguments are ``(windows, key_lengths, mask, block_map)`` (``windows``: the
+    kernels' ``window_left``, ``window_right`` by name, ``spec.launch.window_arguments``: claim window_clamp),
+    with one-element placeholders for the kinds not in use (never read: their
     flags compile the reads out). ``ValueError`` naming the command to run when a kind is asked
     for that ``module`` was generated without (``masks``, its ``--mask`` list)."""
     wanted = {"causal": causal, "window": window is not None, "lengths": key_lengths is not None,
@@ -203,7 +204,7 @@ def mask_launch(module: str, masks: list[str], command: str, device: torch.devic
         raise ValueError(
             f"{module} was generated without mask kind(s) {missing}; regenerate with "
             f"`{command}` plus `--mask` listing them (or without --mask for all)")
-    window_left, window_right = window if window is not None else (0, 0)
+    windows = spec_launch.window_arguments(window)
 
     def given_or_placeholder(t, shape, dtype):
         return t if t is not None else torch.empty(shape, dtype=dtype, device=device)
@@ -211,7 +212,7 @@ def mask_launch(module: str, masks: list[str], command: str, device: torch.devic
     lens_arg = given_or_placeholder(key_lengths, (1,), torch.int32)
     mask_arg = given_or_placeholder(mask, (1, 1, 1, 1), torch.bool)
     map_arg = given_or_placeholder(block_map, (1, 1, 1, 1), torch.int8)
-    return mask_constexprs(*wanted.values()), (window_left, window_right, lens_arg, mask_arg, map_arg)
+    return mask_constexprs(*wanted.values()), (windows, lens_arg, mask_arg, map_arg)
 
 
 #: the packed-batch kernels' offset vectors (``IS_VARLEN``), in an ahead-of-time signature

@@ -164,8 +164,8 @@ class _Step:
     K/V shard, causal or not (``spec.ring.plan_step``)."""
 
     def __init__(self, opts, ring: _Ring, step: int, size: int):
-        self.src = spec_ring.source_rank(ring.rank, step, ring.size)  # claim ring_schedule
-        self.plan = spec_ring.plan_step(opts["layout"], ring.size, ring.rank, self.src, opts["causal"], size)
+        # the held shard's rank and the step's plan (claims ring_schedule, ring_causal_blocks)
+        self.src, self.plan = spec_ring.step_of(opts["layout"], ring.size, ring.rank, step, opts["causal"], size)
         # the positions of the local q and of the held K/V shard the call reads (claim ring_causal_blocks)
         (r0, r1), (c0, c1) = spec_ring.step_slices(self.plan, size)
         self.rows, self.cols = slice(r0, r1), slice(c0, c1)

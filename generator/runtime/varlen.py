@@ -39,8 +39,10 @@ COMPUTE = checks.COMPUTE
 KEY_SIDE = ("k", "v", "dk", "dv")
 
 
-def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **rows) -> tuple[int, int]:
-    """The offsets checked by value (``spec.varlen.segments``) and the grid's max_seqlen pair:
+def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **rows) -> dict:
+    """The offsets checked by value (``spec.varlen.segments``) and the grids' hints by name,
+    ``{"max_seqlen_q": ..., "max_seqlen_k": ...}`` (the launchers take them by keyword and
+    ``spec.launch.dkdv_launch`` / ``dq_launch`` each pick their own: claim varlen_addresses): each
     computed where the hint is ``COMPUTE``, else the hint, which may not be below a real segment
     (a smaller grid would silently drop that segment's last rows). Each packed tensor's longest
     segment is checked for int32 offsets (``index_int32``: the kernels offset a segment's first
@@ -60,8 +62,8 @@ def resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     for name, t in {"q": q, "k": k, **rows}.items():
         n = longest[1] if name in KEY_SIDE else longest[0]
         checks.check_index_width(**{name: ((n, t.shape[2]), (t.stride(0), t.stride(2)))})
-    return (checks.check_hint("max_seqlen_q", max_seqlen_q, longest[0]),
-            checks.check_hint("max_seqlen_k", max_seqlen_k, longest[1]))
+    return {name: checks.check_hint(name, hint, n) for name, hint, n in (("max_seqlen_q", max_seqlen_q, longest[0]),
+                                                                           ("max_seqlen_k", max_seqlen_k, longest[1]))}
 
 
 def _kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p=0.0, philox=None, score_f=None,
@@ -97,9 +99,9 @@ def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ca
     """The forward op's body: the offsets' values checked (``resolve_max_seqlen``), the packed kernel launched.
     ``_varlen`` runs it directly where nothing needs the dispatcher (``plans.direct``)."""
     module = dispatch.module_of("fwd", (block_m, block_n), package, q.device, None, score_mod)
-    max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, v=v,
-                                  out=torch.empty((*q.shape[:2], v.shape[2]), device="meta"))  # out: fresh, contiguous
-    return module.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
+    hints = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, v=v,
+                               out=torch.empty((*q.shape[:2], v.shape[2]), device="meta"))  # out: fresh, contiguous
+    return module.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, hints["max_seqlen_q"],
                                  **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p,
                                                    philox, score_f, score_i))
 
@@ -126,10 +128,12 @@ def flash_attention_varlen_backward_op(
     ``dscore_f`` the gradient of a user score_mod's packed float parameters (``score_f``'s shape), empty
     ``(0,)`` without one."""
     module = dispatch.module_of("bwd", (block_m, block_n), package, q.device, None, score_mod)
-    max_q, max_k = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, v=v,
-                                      out=out, grad_out=grad_out)
+    hints = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, v=v, out=out,
+                               grad_out=grad_out)
+    # the hints by name (keyword-only: dkdv_launch sizes the dK/dV grid by max_seqlen_k, dq_launch the dQ grid by
+    # max_seqlen_q: claim varlen_addresses)
     dq, dk, dv, dsink_rows, *dscore_f = module.backward_varlen(
-        grad_out, q, k, v, out, lse.contiguous(), cu_seqlens_q, cu_seqlens_k, max_q, max_k, grad_lse=grad_lse,
+        grad_out, q, k, v, out, lse.contiguous(), cu_seqlens_q, cu_seqlens_k, **hints, grad_lse=grad_lse,
         **_kernel_options(q, causal, window, scale, softcap, alibi_slopes, sinks, dropout_p, philox, score_f, score_i))
     # dL/dsink of a head: the sum over its packed rows (all segments) of the kernel's per-row parts
     dsinks = dsink_rows.sum(1) if dsink_rows is not None else q.new_empty((0,), dtype=torch.float32)
@@ -244,10 +248,10 @@ def _varlen_fp8(package, q, k, v, cu_seqlens_q, cu_seqlens_k, a):
     descales = api.fp8_descales("flash_attention_varlen", a, cu_seqlens_q.numel() - 1, k.shape[1], q.device)
     module = api.module_for("fwd", (int(block[0]), int(block[1])), package, q.device)
     # the offsets' values and the hints (the op's IN_OP rules, with the same functions)
-    max_q, _ = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_q, max_k, v=v,
-                                  out=torch.empty((*q.shape[:2], v.shape[2]), device="meta"))
+    hints = resolve_max_seqlen(q, k, cu_seqlens_q, cu_seqlens_k, max_q, max_k, v=v,
+                               out=torch.empty((*q.shape[:2], v.shape[2]), device="meta"))
     launch = torch.compiler.disable(module.forward_varlen)  # eager under torch.compile (api._fp8_launch)
-    out, lse = launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q,
+    out, lse = launch(q, k, v, cu_seqlens_q, cu_seqlens_k, hints["max_seqlen_q"],
                       **_kernel_options(q, a["causal"], window, a["scale"], None, None, None),
                       descales=descales, out_dtype=api.fp8_out_dtype(q, a["out_dtype"]))
     return (out, lse) if a["return_lse"] else out

@@ -179,7 +179,9 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
        "block_table entries in [0, num_pages)); the rows (GROUP heads x N_q tokens) "
        "map one to one onto the (head, token) pairs of the KV head; and the merge's row views "
        "(decode_partial_rows, decode_merged_out, decode_merged_lse) put merged row r = (b·N_q + t)·Hq + h "
-       "at out[b, t, h] and lse[b, h, t], where the kernel wrote partial (split, b, t, h); and every product or sum "
+       "at out[b, t, h] and lse[b, h, t], where the kernel wrote partial (split, b, t, h), and with one split the "
+       "in-place views (decode_unsplit_outputs of the op's out (B, N_q, Hq, D_v) and lse (B, Hq, N_q)) put the "
+       "kernel's (0, b, t, h) at out[b, t, h] and lse[b, h, t]; and every product or sum "
        "of a stride in the printed offsets is int64 (no q, out or block_table size bounds it by 2^31), but the k and "
        "v caches' in-head products, int32 and bounded by index_int32" + "; the lanes are the printed ones (spec.addresses.DECODE_LANES: offs_m = pid_m·BLOCK_M + arange(BLOCK_M), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), offs_n = start_n + arange(BLOCK_N), each read from its term as base + arange(width), not assumed): the row tiles' lanes reach every row g·N_q + t once, a split's key tiles (the printed loop start_n in range(split_lo, split_hi, BLOCK_N), spec.addresses.DECODE_LOOPS, start, stop and step read) every key of the split once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt (given the tile widths' facts above)",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
@@ -195,12 +197,13 @@ DECODE_SLOPES = {"(Hq,)": ("Hq",), "(B, Hq)": ("B", "Hq")}
              "off_bc), contiguous and paged alike, their offsets int64 (off_b, off_kvh)")
 def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=None, merged_out=None, merged_lse=None,
                            v_is_k=None, tile_widths=None, key_ok=P.KEY_OK, lanes=A.DECODE_LANES,
-                           loops=A.DECODE_LOOPS):
+                           loops=A.DECODE_LOOPS, unsplit_outputs=None):
     launch = L.decode_launch if launch is None else launch
     v_is_k = L.decode_v_is_k if v_is_k is None else v_is_k
     partial_rows = L.decode_partial_rows if partial_rows is None else partial_rows
     merged_out = L.decode_merged_out if merged_out is None else merged_out
     merged_lse = L.decode_merged_lse if merged_lse is None else merged_lse
+    unsplit_outputs = L.decode_unsplit_outputs if unsplit_outputs is None else unsplit_outputs
     cases = []
     block_m = sp.Symbol("BLOCK_M", integer=True, positive=True)
     for paged in (True, False):
@@ -479,6 +482,14 @@ def prove_decode_addresses(launch=None, groups=A.DECODE_GROUPS, partial_rows=Non
     merged = A.Strided("merged_lse", (B * N_q * Hq,), (1,))
     cases.append(("merge: lse[b, h, t] is merged row r",
                   difference(sp.expand(merged_lse(merged, B, N_q, Hq).offset_of((b, h, t))), sp.expand(r))))
+    # one split (audit of issue 24's additions): the kernel writes the op's out (B, N_q, Hq, D_v) and lse (B, Hq, N_q)
+    # in place through decode_unsplit_outputs' (1, B, N_q, Hq[, D_v]) views, the strides decode_launch passes
+    lse_op = A.Strided("lse", (B, Hq, N_q), A.contiguous_strides((B, Hq, N_q)))
+    o_view, l_view = unsplit_outputs(out_t, lse_op)
+    cases.append(("unsplit: out[0, b, t, h, d] is out[b, t, h, d]",
+                  difference(sp.expand(o_view.offset_of((0, b, t, h, d))), sp.expand(out_t.offset_of((b, t, h, d))))))
+    cases.append(("unsplit: lse[0, b, t, h] is lse[b, h, t]",
+                  difference(sp.expand(l_view.offset_of((0, b, t, h))), sp.expand(lse_op.offset_of((b, h, t))))))
     # (cached per (launch, tile_widths): the same functions give the same cases; a mutant's lambda is a new key)
     cases += _decode_width_cases(launch, L.decode_tile_widths if tile_widths is None else tile_widths)
     return result(A.CLAIM_DECODE, cases, "offsets by SymPy (canonical zero), extents by z3, contiguous and paged")
@@ -539,7 +550,10 @@ def _decode_width_cases(launch, tile_widths) -> tuple:
        "(lse, lse2, Δ: (h, cu[b] + i)) "
        "— the segment's row i, queries from cu_seqlens_q and keys from cu_seqlens_k — inside the tensor for "
        "0 <= i < the segment's length, given the host's check of the offsets (non-decreasing, from 0 to the "
-       "totals); the grid's cdiv(max_seqlen, B) tiles cover every segment no longer than max_seqlen",
+       "totals); the grid's cdiv(max_seqlen, B) tiles cover every segment no longer than max_seqlen, and the "
+       "backward's grids, from both hints passed by name (max_seqlen_q=, max_seqlen_k=: what backward_varlen "
+       "passes dkdv_launch and dq_launch), cover every key of a segment of at most max_seqlen_k keys (dK/dV) and "
+       "every query row of one of at most max_seqlen_q rows (dQ)",
        r"\mathrm{X} + \mathrm{cu}[b]\,s_{row} + i\,s_{row} + h\,s_h + d\,s_d = "
        r"\mathrm{off}(X, (\mathrm{cu}[b]+i, h, d))",
        terms=tuple(t.name for t in A.SEGMENT_LOADS) + tuple(sorted({t.name for g in A.SEGMENT_POINTERS.values()
@@ -602,10 +616,12 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
     bwd_args = (tensors["q"], tensors["k"], tensors["v"], tensors["do"])
     bwd_rest = (placeholder("key_lengths", 1), placeholder("mask", 4), placeholder("block_map", 4),
                 placeholder("alibi_slopes", 1))
-    _, kints = dkdv_launch(*bwd_args, tensors["dk"], tensors["dv"], tensors["delta"], *bwd_rest, n.B_c,
-                           cu_seqlens_q=passed["q"], max_seqlen_k=sp.Symbol("max_seqlen_k", integer=True))
-    _, qints = dq_launch(*bwd_args, tensors["dq"], tensors["delta"], *bwd_rest, n.B_r, cu_seqlens_q=passed["q"],
-                         max_seqlen_q=sp.Symbol("max_seqlen", integer=True))
+    # both hints by name, as backward_varlen passes them to both launches (each picks its own)
+    hints = {name: sp.Symbol(name, integer=True, nonnegative=True) for name in ("max_seqlen_q", "max_seqlen_k")}
+    kgrid, kints = dkdv_launch(*bwd_args, tensors["dk"], tensors["dv"], tensors["delta"], *bwd_rest, n.B_c,
+                               cu_seqlens_q=passed["q"], **hints)
+    qgrid, qints = dq_launch(*bwd_args, tensors["dq"], tensors["delta"], *bwd_rest, n.B_r, cu_seqlens_q=passed["q"],
+                             **hints)
     blaunched = {kernel: {sym: sp.sympify(ints[name]) for name, sym in A.BK_.items() if name in ints}
                  for kernel, ints in (("dkdv", kints), ("dq", qints))}
     bg = {t.symbol: t for group in backward_groups.values() for t in group}
@@ -670,6 +686,16 @@ def prove_varlen_addresses(loads=A.SEGMENT_LOADS, pointers=A.SEGMENT_POINTERS, c
     cases.append(_decide("the grid's cdiv(max_seqlen, B) tiles of B rows cover a segment of n <= max_seqlen rows",
                          [block >= 1, max_seqlen >= 0, 0 <= length, length <= max_seqlen],
                          g0 * block >= length))
+    # which hint sizes which backward grid (backward_varlen passes both by name; a swapped pair leaves dQ rows of a
+    # segment longer than max_seqlen_k unwritten): the dK/dV grid's tiles cover every key of a segment of n_k <=
+    # max_seqlen_k keys, the dQ grid's every query row of a segment of n_q <= max_seqlen_q rows
+    n_q, n_k = z3.Ints("segment_queries segment_keys")
+    cases.append(_decide("the backward's hints by name (dkdv_launch, dq_launch given max_seqlen_q=, max_seqlen_k=): "
+                         "the dK/dV grid covers every key of a segment of n_k <= max_seqlen_k keys, the dQ grid every "
+                         "query row of a segment of n_q <= max_seqlen_q",
+                         [z(n.B_c) >= 1, z(n.B_r) >= 1, 0 <= n_q, n_q <= z(hints["max_seqlen_q"]), 0 <= n_k,
+                          n_k <= z(hints["max_seqlen_k"])],
+                         z3.And(z(kgrid[0]) * z(n.B_c) >= n_k, z(qgrid[0]) * z(n.B_r) >= n_q)))
     return result(A.CLAIM_VARLEN, cases, "elements by SymPy (canonical zero, uninterpreted loaded values), "
                                          "extents by z3")
 
@@ -718,7 +744,11 @@ def _forward_tensors():
        "_dropout_keep's keep[b, h, i, j] for the strides and grid spec.launch.dropout_mask_launch passes — and lies "
        "inside the tensor for every program of the grid and every lane the load's or store's printed mask lets through "
        "(spec.addresses.FWD_*_OK: row_ok, key_ok, n_ok, d_ok, dt_ok, dv_ok; a key key_ok admits is < key_len, and every "
-       "row, column and key the reference reads is admitted) (rows "
+       "row, column and key the reference reads is admitted; key_lengths as the runtime clamps it to "
+       "spec.launch.key_length_bounds keeps exactly [0, N_K], a length L in it unchanged and key_ok at the clamped "
+       "key_len admitting exactly the keys j < L; out and lse as both launchers allocate them, "
+       "spec.launch.forward_outputs (forward_plan's strides, launch_forward's tensors), row-major and holding every "
+       "out[b, h, i, dv], lse[b, h, i] the stores admit) (rows "
        "i < N_Q, keys j < N_K, d < HEAD_DIM, HEAD_DIM <= dt < HEAD_DIM + HEAD_DIM_TAIL, dv < HEAD_DIM_V: the head dims "
        "forward_launch passes (spec.launch.head_dims, for any split point HEAD_DIM in [1, D] the runtime picks), "
        "which cover every column: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM_V = D_v; key tiles start inside [0, N_K), as the stages visit them: claim "
@@ -730,7 +760,8 @@ def _forward_tensors():
        terms=tuple(dict.fromkeys(t.name for g in (*A.FORWARD_GROUPS.values(), *A.FORWARD_LANES.values(), *A.FORWARD_LOOPS.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 over "
              "unbounded integers for the extents; the tile widths by evaluating spec.launch.tile_widths at every accepted "
-             "(D, D_v)); off_b, off_h, off_kvh and the per-program bases are int64, the "
+             "(D, D_v); the runtime's clamp of key_lengths taken as torch's clamp(L, lo, hi) = min(max(L, lo), hi), "
+             "of unbounded integers); off_b, off_h, off_kvh and the per-program bases are int64, the "
              "in-head products int32 (bounded by index_int32 for q, out, k, v and mask: claim "
              "int32_index_arithmetic), every other product of a stride int64 (lse's offs_m, the block map's tile "
              "indices and _dropout_keep's keys widened by tl.cast(·, tl.int64); the width case reads the printed lines "
@@ -739,8 +770,11 @@ def _forward_tensors():
              "segment, (B, Hkv) with B the segments by the contract; their extent is checked here for the dense "
              "grid only)")
 def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=None, dropout_mask_launch=None,
-                            widths=None, lanes=A.FORWARD_LANES, loops=A.FORWARD_LOOPS):
+                            widths=None, lanes=A.FORWARD_LANES, loops=A.FORWARD_LOOPS, key_length_bounds=None,
+                            outputs=None):
     launch = L.forward_launch if launch is None else launch
+    key_length_bounds = L.key_length_bounds if key_length_bounds is None else key_length_bounds
+    outputs = L.forward_outputs if outputs is None else outputs
     dropout_mask_launch = L.dropout_mask_launch if dropout_mask_launch is None else dropout_mask_launch
     philox_words = L.philox_words if philox_words is None else philox_words
     t = _forward_tensors()
@@ -861,6 +895,19 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
         # a key lane key_ok admits is a key the reference reads (j < key_len: padding keys may hold NaN or inf), and
         # every such key is admitted; n_ok (the dense mask's and dropout's columns) admits exactly the keys of k;
         # row_ok every row of q
+        # the runtime's clamp of key_lengths (spec.launch.key_length_bounds; dispatch.lengths_argument: torch's
+        # clamp(L, lo, hi) = min(max(L, lo), hi)) keeps exactly [0, N_K]: every length lands in it, one in it passes
+        # unchanged, and key_ok at the clamped key_len admits exactly the keys j < L the reference reads
+        length = z3.Int("key_length")
+        lo_kl, hi_kl = (z(sp.sympify(x)) for x in key_length_bounds(k))
+        clamped = z3.If(z3.If(length < lo_kl, lo_kl, length) > hi_kl, hi_kl, z3.If(length < lo_kl, lo_kl, length))
+        cases.append(_decide("key_lengths clamp (spec.launch.key_length_bounds): every length lands in [0, N_K], one "
+                             "in [0, N_K] passes unchanged", [z(N_K) >= 1],
+                             z3.And(0 <= clamped, clamped <= z(N_K),
+                                    z3.Implies(z3.And(0 <= length, length <= z(N_K)), clamped == length))))
+        cases.append(_decide("key_ok at the clamped key_len admits exactly the keys j < L the reference reads "
+                             "(0 <= L <= N_K)", hyp + [0 <= jz, 0 <= length, length <= z(N_K)],
+                             z3.substitute(ok_at[P.key_ok](jz), (key_len_z, clamped)) == (jz < length)))
         c = z3.Int("lane_value")
         cases.append(_decide("a key lane key_ok admits is a key j < key_len of k, and every such key is admitted",
                              hyp + [0 <= jz], z3.And(z3.Implies(key_ok, z3.And(jz < key_len_z, jz < z(N_K))),
@@ -875,6 +922,17 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
                                                                                         z(v.shape[3]) >= 1],
                              _inside((offb, offh, row, dvz), out.shape)))
         cases.append(_decide("lse[b, h, i] inside (lanes i < N_Q)", hyp + [row_ok], _inside((offb, offh, row), lse.shape)))
+        # the outputs as both launchers make them (spec.launch.forward_outputs: forward_plan's meta tensors,
+        # launch_forward's real ones): every element the stores admit lies inside them, in a row-major layout (no two
+        # elements share an offset)
+        made = {name: A.Strided(name, shape, strides) for name, (shape, strides) in outputs(q, v).items()}
+        cases.append(_decide("out and lse as launched (spec.launch.forward_outputs) hold out[b, h, i, dv] (lanes i < "
+                             "N_Q, dv < HEAD_DIM_V) and lse[b, h, i]", hyp + [row_ok, dv_ok, z(v.shape[3]) >= 1],
+                             z3.And(_inside((offb, offh, row, dvz), made["out"].shape),
+                                    _inside((offb, offh, row), made["lse"].shape))))
+        cases += [(f"{name} as launched (spec.launch.forward_outputs) is row-major: stride {dim}",
+                   difference(sp.sympify(got), want)) for name, tensor in made.items()
+                  for dim, (got, want) in enumerate(zip(tensor.strides, A.contiguous_strides(tensor.shape)))]
         cases.append(_decide("k[b, off_kvh, j, d] inside (lanes j < N_K, d < HEAD_DIM)", hyp + [key_ok, d_ok],
                              _inside((offb, offkvh, jz, dz), k.shape)))
         cases.append(_decide("v[b, off_kvh, j, dv] inside (lanes j < N_K, dv < HEAD_DIM_V)", hyp + [key_ok, dv_ok],
@@ -956,6 +1014,20 @@ def _head_dim_lanes(ints, D, Dv, z, hyp):
                         z3.And(1 <= main, tail >= 0, main + tail == z(D), hdv == z(Dv)))
 
 
+def _width_cases(title, widths, axes, points, facts) -> tuple[tuple[str, sp.Basic], ...]:
+    """The cases of a launch's tile widths function, checked on its output at every head dim the contract accepts:
+    ``w = widths(*p)`` at each point ``p`` of ``points`` (values of ``axes``: the head dims, and the fp8 flag where
+    the widths take one), one case ``"{title}: {name}"`` per fact ``name: holds(w, *p)``, residual 0 when it holds
+    at every point, else a symbol naming the first point that breaks it and the widths there."""
+    first = {}
+    for p in points:
+        w = widths(*p)
+        for name, holds in facts.items():
+            if name not in first and not holds(w, *p):
+                first[name] = sp.Symbol(", ".join(f"{a}={v}" for a, v in zip(axes, p)) + f": {w}")
+    return tuple((f"{title}: {name}", first.get(name, ZERO)) for name in facts)
+
+
 @functools.lru_cache(maxsize=8)
 def _tile_width_cases(widths=None) -> tuple[tuple[str, sp.Basic], ...]:
     """What the kernels' lanes need of the tile widths the runtime launches with (``spec.launch.tile_widths``),
@@ -964,32 +1036,24 @@ def _tile_width_cases(widths=None) -> tuple[tuple[str, sp.Basic], ...]:
     and ``HEAD_DIM_V = D_v``; ``arange(BLOCK_D)``, ``HEAD_DIM + arange(BLOCK_DT)``, ``arange(BLOCK_DV)`` reach
     every column the masks let through (each width at least its head dim); a tail only when ``HEAD_DIM =
     BLOCK_D`` (a box or tile of the main part ends where the tail begins); each width a power of two (tl.arange)
-    of at least 16 (tl.dot's K). A case's residual names the first head dims that break it."""
+    of at least 16 (tl.dot's K). A case's residual names the first head dims that break it (``_width_cases``)."""
     from spec.assumptions import limit
 
-    widths = L.tile_widths if widths is None else widths
     top = limit("head_dim_max")
     facts = {
         "the split covers D and v's head dim is D_v: HEAD_DIM + HEAD_DIM_TAIL = D, HEAD_DIM >= 1, HEAD_DIM_V = D_v":
-            lambda D, Dv, w: w.HEAD_DIM + w.HEAD_DIM_TAIL == D and w.HEAD_DIM >= 1 and w.HEAD_DIM_TAIL >= 0
+            lambda w, D, Dv, fp8: w.HEAD_DIM + w.HEAD_DIM_TAIL == D and w.HEAD_DIM >= 1 and w.HEAD_DIM_TAIL >= 0
             and w.HEAD_DIM_V == Dv,
-        "BLOCK_D >= HEAD_DIM": lambda D, Dv, w: w.BLOCK_D >= w.HEAD_DIM,
-        "BLOCK_DT >= HEAD_DIM_TAIL": lambda D, Dv, w: w.BLOCK_DT >= w.HEAD_DIM_TAIL,
-        "BLOCK_DV >= HEAD_DIM_V": lambda D, Dv, w: w.BLOCK_DV >= w.HEAD_DIM_V,
-        "a tail only when HEAD_DIM = BLOCK_D": lambda D, Dv, w: w.HEAD_DIM_TAIL == 0 or w.HEAD_DIM == w.BLOCK_D,
-        "BLOCK_D, BLOCK_DT, BLOCK_DV are powers of two >= 16": lambda D, Dv, w: all(
+        "BLOCK_D >= HEAD_DIM": lambda w, *_: w.BLOCK_D >= w.HEAD_DIM,
+        "BLOCK_DT >= HEAD_DIM_TAIL": lambda w, *_: w.BLOCK_DT >= w.HEAD_DIM_TAIL,
+        "BLOCK_DV >= HEAD_DIM_V": lambda w, *_: w.BLOCK_DV >= w.HEAD_DIM_V,
+        "a tail only when HEAD_DIM = BLOCK_D": lambda w, *_: w.HEAD_DIM_TAIL == 0 or w.HEAD_DIM == w.BLOCK_D,
+        "BLOCK_D, BLOCK_DT, BLOCK_DV are powers of two >= 16": lambda w, *_: all(
             x >= 16 and x & (x - 1) == 0 for x in (w.BLOCK_D, w.BLOCK_DT, w.BLOCK_DV)),
     }
-    first = {}
-    for fp8 in (False, True):
-        for D in range(1, top + 1):
-            for Dv in range(1, top + 1):
-                w = widths(D, Dv, fp8)
-                for name, holds in facts.items():
-                    if name not in first and not holds(D, Dv, w):
-                        first[name] = sp.Symbol(f"D={D}, D_v={Dv}, fp8={fp8}: {tuple(w)}")
-    return tuple((f"tile widths (spec.launch.tile_widths, every D, D_v in 1..{top}): {name}",
-                  first.get(name, sp.Integer(0))) for name in facts)
+    points = ((D, Dv, fp8) for fp8 in (False, True) for D in range(1, top + 1) for Dv in range(1, top + 1))
+    return _width_cases(f"tile widths (spec.launch.tile_widths, every D, D_v in 1..{top})",
+                        L.tile_widths if widths is None else widths, ("D", "D_v", "fp8"), points, facts)
 
 
 #: the lane each printed mask guards, by the mask's name (the kernels' loads and stores: row_ok on the rows offs_m,
@@ -1048,7 +1112,7 @@ class _Loop:
 
     def __init__(self, z, group, sub=None):
         (term,) = group
-        start, stop, step = (sp.sympify(a).xreplace(sub or {}) for a in term.expr.args)
+        start, stop, step = (sp.sympify(a).xreplace(sub or {}) for a in term.expr.bounds)
         self.var, self.first, self.stop, self.step = z(term.symbol), z(start), z(stop), z(step)
 
     def visited(self, t):
@@ -1062,6 +1126,33 @@ def _loop_cases(tag, lane, loop, hyp, lo, hi):
     """``_tiling_cases`` of a printed tile loop (a ``_Loop``) over the intended ``[lo, hi)``: its start, stop and step
     are the term's, so a step other than the lane's width, a stop short of ``hi`` or a start past ``lo`` fails."""
     return _tiling_cases(tag, lane, hyp, lo, hi, loop.step, loop.visited, loop.at, first=loop.first)
+
+
+def _index_loop_cases(names, loop, hyp, member, value, position):
+    """An index loop (a printed ``_Loop`` of step 1, ``for g in range(0, GROUP):``) reaches every intended index once and
+    nothing else: ``member(i)`` the z3 Bool "i is an intended index" (as the reference has them), ``value(x)`` the index
+    the loop's value ``x`` reaches (as the kernel computes it), ``position(i)`` the loop value the reference gives index
+    ``i``. Index ``i`` is reached at iteration ``t = (position(i) - first) // step``, which is visited; no index is
+    reached at two visited iterations; every visited iteration reaches an intended index (``names``: the three cases'
+    names). A start past 0, a stop one short or a step 2 fails the first; a value outside the intended set the last."""
+    i, t, t1, t2 = z3.Ints(f"{loop.var}_index {loop.var}_t {loop.var}_t1 {loop.var}_t2")
+    x = lambda t_: loop.first + t_ * loop.step  # noqa: E731  (the loop's value at iteration t_)
+    at = (position(i) - loop.first) / loop.step
+    every, once, only = names
+    return [_decide(every, hyp + [member(i)], z3.And(loop.visited(at), value(x(at)) == i)),
+            _decide(once, hyp + [loop.visited(t1), loop.visited(t2), value(x(t1)) == value(x(t2))], t1 == t2),
+            _decide(only, hyp + [loop.visited(t)], member(value(x(t))))]
+
+
+#: backward_kernel_addresses' cases of dK/dV's loop over the GROUP query heads of its K/V head (prefixed "dkdv: ")
+HEAD_LOOP_CASES = (
+    "the loop over g (for g in range(0, GROUP)): every query head h < H_q that spec.reference maps to this K/V head "
+    "(h // (H_q // H_kv) = off_kvh) is off_kvh·GROUP + g at a visited g",
+    "the loop over g: no query head is reached at two visited g",
+    "the loop over g: every visited g's query head off_kvh·GROUP + g is in [0, H_q) and maps to this K/V head")
+#: rows_addresses' cases of _merge_states' loop over the splits (prefixed "merge_states: ")
+SPLIT_LOOP_CASES = ("the loop over s (for s in range(S)): every split s < S is visited",
+                    "the loop over s: no split is visited twice", "the loop over s: every visited s is a split, in [0, S)")
 
 
 def _tiling_cases(tag, lane, hyp, lo, hi, step, visited, at, first=None):
@@ -1285,20 +1376,24 @@ APPEND_WIDTHS = ("every product and sum of a stride in the printed offsets is in
        "softmax's and the merge kernels' addresses: for all shapes and non-negative strides of softmax's x, y "
        "(R, N), merge_state's o_a, o_b, o (R, D) and lse_a, lse_b, lse (R,), merge_states' o_s (S, R, D), lse_s "
        "(S, R), o (R, D), lse (R,) and sinks (H,), with the strides, sizes and grids spec.launch.softmax_launch, "
-       "merge_state_launch and merge_states_launch pass (the functions the launchers call), every printed "
+       "merge_state_launch and merge_states_launch pass (the functions the launchers call; softmax's kernel the one "
+       "softmax_launch picks), every printed "
        "offset (spec.addresses.ROWS_GROUPS) is the offset of the element the reference reads — x/y[r, c], "
        "o_a/o_b/o[r, d], lse_a/lse_b/lse[r], o_s[s, r, d], lse_s[s, r], sinks[r % H] — inside the tensor for "
-       "every program of the grid, split s < S and lane the mask lets through (r < R, c < N, d < D), and the "
-       "grid covers every row; every product or sum of a stride in the printed offsets is int64" + "; the lanes are the printed ones (spec.addresses.ROWS_LANES: offs_m = program_id(0)·BLOCK_M + arange(BLOCK_M), softmax's offs_n = arange(BLOCK_N) (one pass) or start_n + arange(BLOCK_N) (two passes), the merges' offs_d = arange(BLOCK_D), each read from its term as base + arange(width), not assumed): the row tiles' lanes reach every row once, softmax's column steps (the printed loop start_n in range(0, N, BLOCK_N), spec.addresses.ROWS_LOOPS, start, stop and step read) every column once, its one pass (launched when N <= BLOCK_N) and the merges (BLOCK_D >= D, the launchers' power of two) every column",
+       "every program of the grid, split s the loop over the splits visits and lane the mask lets through (r < R, c < N, "
+       "d < D), and the grid covers every row; merge_states' loop over the splits (the printed for s in range(S), "
+       "spec.addresses.ROWS_LOOPS s, its start, stop and step read) visits each split s < S exactly once and no other; every product or sum of a stride in the printed offsets is int64" + "; the lanes are the printed ones (spec.addresses.ROWS_LANES: offs_m = program_id(0)·BLOCK_M + arange(BLOCK_M), softmax's offs_n = arange(BLOCK_N) (one pass) or start_n + arange(BLOCK_N) (two passes), the merges' offs_d = arange(BLOCK_D), each read from its term as base + arange(width), not assumed): the row tiles' lanes reach every row once, softmax's column steps (the printed loop start_n in range(0, N, BLOCK_N), spec.addresses.ROWS_LOOPS, start, stop and step read) every column once, its one pass (launched where softmax_launch's one_pass holds: N <= BLOCK_N) every column once, and the merges' offs_d (BLOCK_D = spec.launch.merge_block_d(D), the width both merge launchers pass, checked at every D in 1..merge_head_dim_max: a power of two >= D) every column",
        r"\mathrm{off}(X, (r, c)) = r\,s_r + c\,s_c,\quad 0\le r<R,\ 0\le c<N",
        terms=tuple(dict.fromkeys(t.name for g in (*A.ROWS_GROUPS.values(), *A.ROWS_LANES.values(), *A.ROWS_LOOPS.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grid and lanes (SymPy canonical zero for the offsets, z3 for the "
              "extents); mathematical integers Z, which the kernels' int64 arithmetic is for tensors under 2^63 elements: "
              "every product and sum of a stride in the printed lines is int64 (offs_m, s, the columns widened "
              "by tl.cast(·, tl.int64); widths read from the printed text with Triton's typing: a stride int32 whenever its value "
-             "fits)")
+             "fits); softmax's pick of one pass as the relation softmax_launch returns on symbolic N, BLOCK_N (z3); the "
+             "merges' BLOCK_D = spec.launch.merge_block_d(D) evaluated at every D in 1..merge_head_dim_max (the "
+             "contract's bound; D = 0 launches no kernel)")
 def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_launch=None,
-                         merge_states_launch=None, lanes=A.ROWS_LANES, loops=A.ROWS_LOOPS):
+                         merge_states_launch=None, lanes=A.ROWS_LANES, loops=A.ROWS_LOOPS, merge_block_d=None):
     softmax_launch = L.softmax_launch if softmax_launch is None else softmax_launch
     merge_state_launch = L.merge_state_launch if merge_state_launch is None else merge_state_launch
     merge_states_launch = L.merge_states_launch if merge_states_launch is None else merge_states_launch
@@ -1306,6 +1401,9 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
     r, c, d, s = A.offs_m, A.offs_n, A.offs_d, A.s_split
     # the widths: every product of a stride int64 (the lanes widened: x and the partials are any tensors)
     cases = [_widths_case(ROWS_WIDTHS, [t for group in groups.values() for t in group], {})]
+    # the merges' tile width as both launchers pass it (spec.launch.merge_block_d), at every accepted head dim: the
+    # hypothesis BLOCK_D >= D of their column case below
+    cases += _merge_width_cases(L.merge_block_d if merge_block_d is None else merge_block_d)
     # the printed lanes (spec.addresses.ROWS_LANES), read: the program's rows offs_m = program_id(0)·BLOCK_M +
     # arange(BLOCK_M), softmax's columns (one pass: offs_n = arange(BLOCK_N); two passes: start_n + arange(BLOCK_N) at
     # start_n in range(0, N, BLOCK_N), the printed loop spec.addresses.ROWS_LOOPS, read), the merges' offs_d
@@ -1315,11 +1413,15 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
     pid0 = zl(terms.program_id(0))
     col_lanes = {c: lambda x, ok: z3.Or(ok(x, ln["n0"]), ok(x, ln["n"])), d: lambda x, ok: ok(x, ln["d"])}
 
-    def check(kernel, grid, ints, pairs, bounds, masks=None):
+    def check(kernel, grid, ints, pairs, bounds, masks=None, splits=None, one_pass=None):
         """``pairs``: (name, printed term, tensor, index); ``bounds``: (symbol, bound) of the load masks; ``masks``:
         the printed row and column masks (the merges': row_ok, d_ok; softmax's row_ok, n_ok), which then bound the
         rows and the first lane's columns (d, or softmax's c: a lane of either pass's offs_n) instead, and must admit
-        exactly the rows r < R and columns d < D (c < N). The rows are the printed lanes offs_m of the program."""
+        exactly the rows r < R and columns d < D (c < N). The rows are the printed lanes offs_m of the program.
+        ``splits``: merge_states' printed loop over the splits (spec.addresses.ROWS_LOOPS s: ``for s in range(S)``,
+        read), whose values s are the split indices the offsets are evaluated at, and which must reach each split s < S
+        once and no other. ``one_pass``: softmax's choice of kernel as its launch returns it (a relation on N and
+        BLOCK_N, or a bool)."""
         lanes = bounds
         launched = {sym: sp.sympify(ints[name]) for name, sym in A.R_.items() if name in ints}
         launched.update({A.H_: sp.sympify(ints.get("H", 1))})
@@ -1334,6 +1436,13 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
         row = ln["m"].start((pid0, pid)) + lane
         sub = lambda e: z3.substitute(z(e), (z(r), row))  # noqa: E731
         lane_hyp = [row < rows] + [z3.And(0 <= z(x), z(x) < z(sp.sympify(bound))) for x, bound in lanes]
+        if splits is not None:  # s: a value of the printed loop over the splits, at a visited iteration
+            loop, size = _Loop(z, splits, {A.S_SPLITS: sp.sympify(ints["S"])}), z(sp.sympify(ints["S"]))
+            t_s = z3.Int("s_t")
+            lane_hyp += [loop.visited(t_s), loop.var == loop.first + t_s * loop.step]
+            cases.extend((f"{kernel}: {name}", value) for name, value in _index_loop_cases(
+                SPLIT_LOOP_CASES, loop, [size >= 1], lambda x: z3.And(0 <= x, x < size),
+                lambda x: x, lambda x: x))
         if masks is not None:
             col, (cname, csize) = lanes[0][0], {d: ("d", "D"), c: ("c", "N")}[lanes[0][0]]
             sizes = {A.R_ROWS: ints["R"], A.D_COLS: ints.get("D", 0), A.N_COLS: ints.get("N", 0)}
@@ -1347,13 +1456,14 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
         for name, term, tensor, index in pairs:
             hyp_t = hyp + lane_hyp + [z(x) >= 1 for x in tensor.shape]
             cases.append(_decide(f"{kernel}: {name.split(' is ')[-1]} inside (lanes r < R"
-                                 + "".join(f", {x} < {b}" for x, b in lanes) + ")", hyp_t,
+                                 + "".join(f", {x} < {b}" for x, b in lanes)
+                                 + (", s a split the loop visits" if splits is not None else "") + ")", hyp_t,
                                  _inside([sub(sp.sympify(i)) for i in index], tensor.shape)))
         cases.append(_decide(f"{kernel}: the grid covers every row", [rows >= 1, z(block_m) >= 1],
                              z(sp.sympify(grid[0])) * z(block_m) >= rows))
         # the program's lanes reach every row once; the column lanes every column: softmax's two passes through
-        # their steps' lanes once, its one pass (launched when N <= BLOCK_N) and the merges (BLOCK_D >= D: the
-        # launchers' power of two) through the block's lanes
+        # their steps' lanes once (whatever N), its one pass (launched when the launch's one_pass holds) and the
+        # merges (BLOCK_D >= D: _merge_width_cases) through the block's lanes, once each (distinct lanes)
         cases.extend((f"{kernel}: {name}", value) for name, value in _tiling_cases(
             "rows", ln["m"], [rows >= 1], 0, rows, z(block_m), lambda t_: z3.And(0 <= t_, t_ < z(sp.sympify(grid[0]))),
             lambda t_: [(pid0, t_)]))
@@ -1363,8 +1473,10 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
             cases.extend((f"{kernel}: two passes: {name}", value) for name, value in _loop_cases(
                 "column steps", ln["n"], _Loop(z, loops["n"], {A.N_COLS: sp.sympify(lanes[0][1])}), [width >= 1], 0,
                 width))
-            cases.append(_decide(f"{kernel}: one pass (N <= BLOCK_N): every column c < N is a lane of offs_n",
-                                 [width >= 1, width <= z(n.B_c), 0 <= v, v < width], ln["n0"].holds(v)))
+            picked = sp.sympify(one_pass)
+            picked = z3.BoolVal(bool(picked)) if isinstance(picked, sp.logic.boolalg.BooleanAtom) else z(picked)
+            cases.append(_decide(f"{kernel}: one pass (when spec.launch.softmax_launch picks it): every column c < N "
+                                 "is a lane of offs_n", [width >= 1, picked, 0 <= v, v < width], ln["n0"].holds(v)))
         else:
             cases.append(_decide(f"{kernel}: every column d < D is a lane of offs_d (BLOCK_D >= D)",
                                  [width >= 1, z(A.BLOCK_D_) >= width, 0 <= v, v < width], ln["d"].holds(v)))
@@ -1374,11 +1486,11 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
 
     # softmax
     x, y = A.symbolic("x", ("R", "N")), A.symbolic("y", ("R", "N"))
-    grid, ints = softmax_launch(x, y, block_m)
+    grid, ints, one_pass = softmax_launch(x, y, block_m, n.B_c)
     g = offsets("softmax")
     check("softmax", grid, ints, [("x offset is x[r, c]", g[A.x_off], x, (r, c)),
                                   ("y offset is y[r, c]", g[A.y_off], y, (r, c))], [(c, x.shape[1])],
-          (*groups["merge_row_ok"], *groups["softmax_n_ok"]))
+          (*groups["merge_row_ok"], *groups["softmax_n_ok"]), one_pass=one_pass)
     # merge_state
     o_a, o_b, o = (A.symbolic(nm, ("R", "D")) for nm in ("o_a", "o_b", "o"))
     l_a, l_b, lse = (A.symbolic(nm, ("R",)) for nm in ("lse_a", "lse_b", "lse"))
@@ -1399,24 +1511,41 @@ def prove_rows_addresses(groups=A.ROWS_GROUPS, softmax_launch=None, merge_state_
                                                                    (s, r, d)),
         ("o offset is o[r, d]", go[A.mo_off], o, (r, d)), ("lse offset is lse[r]", go[A.ml_off], lse, (r,)),
         ("sink offset is sinks[r % H]", gs[A.msink_off], sinks, (sp.Mod(r, sinks.shape[0]),))],
-        [(d, o.shape[1]), (s, o_s.shape[0])], (*groups["merge_row_ok"], *groups["merge_d_ok"]))
+        [(d, o.shape[1])], (*groups["merge_row_ok"], *groups["merge_d_ok"]), splits=loops["s"])
     return result(A.CLAIM_ROWS, cases, "offsets by SymPy (canonical zero), extents by z3")
+
+
+@functools.lru_cache(maxsize=4)
+def _merge_width_cases(merge_block_d) -> tuple[tuple[str, sp.Basic], ...]:
+    """The merges' tile width (``merge_block_d``: spec.launch.merge_block_d, what both merge launchers and their AOT
+    compile pass) at every head dim their contract accepts (``1..merge_head_dim_max``; D = 0 launches no kernel):
+    at least ``D`` (so ``arange(BLOCK_D)`` reaches every column ``d_ok`` lets through) and a power of two
+    (tl.arange). A case's residual names the first head dim that breaks it (``_width_cases``)."""
+    from spec.assumptions import limit
+
+    top = limit("merge_head_dim_max")
+    return _width_cases(f"the merges' columns arange(BLOCK_D) reach every d < D (spec.launch.merge_block_d, every D "
+                        f"in 1..{top})", merge_block_d, ("D",), ((D,) for D in range(1, top + 1)),
+                        {"BLOCK_D >= D": lambda w, D: w >= D,
+                         "BLOCK_D is a power of two": lambda w, D: w >= 1 and w & (w - 1) == 0})
 
 
 # ----------------------------------------------------------------------------------
 # The KV-cache append.
 # ----------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=1)
-def _append_tile_width_case():
+@functools.lru_cache(maxsize=4)
+def _append_tile_width_case(block_d=None):
     """The append's columns are lanes of ``tl.arange(0, BLOCK_D)``, ``BLOCK_D = spec.launch.block_d(D)`` as its
-    launcher passes it: at least ``D`` for every head dim the contract accepts, so ``d_ok`` (d < HEAD_DIM = D) is
-    the only bound on the columns. The residual names the first head dim that breaks it."""
+    launcher passes it (``block_d``; None: that function): at least ``D`` for every head dim the contract accepts,
+    so ``d_ok`` (d < HEAD_DIM = D) is the only bound on the columns. The residual names the first head dim that
+    breaks it (``_width_cases``)."""
     from spec.assumptions import limit
 
     top = limit("head_dim_max")
-    short = next((D for D in range(1, top + 1) if L.block_d(D) < D), None)
-    return (f"the tile's columns arange(BLOCK_D) reach every d < D: spec.launch.block_d(D) >= D for D in 1..{top}",
-            sp.Integer(0) if short is None else sp.Symbol(f"D={short}: BLOCK_D={L.block_d(short)}"))
+    (case,) = _width_cases("the tile's columns arange(BLOCK_D) reach every d < D", block_d or L.block_d, ("D",),
+                           ((D,) for D in range(1, top + 1)),
+                           {f"spec.launch.block_d(D) >= D for D in 1..{top}": lambda w, D: w >= D})
+    return case
 
 
 @claim(A.CLAIM_APPEND,
@@ -1454,7 +1583,7 @@ def _append_tile_width_case():
              "elements: every product and sum of a stride in the printed lines is int64 (a factor off_b, off_head, "
              "page, off_bc, or t, j, slot, d, pos, freq widened by tl.cast(·, tl.int64); widths read from the printed text with "
              "Triton's typing; page, off_bc the template's .to(tl.int64) loads)")
-def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None, lanes=A.APPEND_LANES):
+def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None, lanes=A.APPEND_LANES, block_d=None):
     launch = L.append_launch if launch is None else launch
     lane_terms = lanes
     ((row_ok_term,),) = (groups["row_ok"],)
@@ -1479,7 +1608,7 @@ def prove_append_addresses(groups=A.APPEND_GROUPS, launch=None, lanes=A.APPEND_L
     order = (*A.GRID_APPEND, *groups["lookups"], *groups["key"], *P.PAGE_GATHER,
              *(t for name, g in groups.items() if name not in ("lookups", "key") for t in g))
     cases.append(_widths_case(APPEND_WIDTHS, order, {A.page.name: 64, A.off_bc.name: 64}))
-    cases.append(_append_tile_width_case())
+    cases.append(_append_tile_width_case(block_d))
     for kind, dst in dsts.items():
         grid, ints = launch(x, dst, cs, bt if kind == "paged" else cs, bi, cos, sin, block_t)
         launched = {sym: sp.sympify(ints[name]) for name, sym in A.AP_.items() if name in ints}
@@ -1772,7 +1901,7 @@ def _backward_tensors():
        "_score_param_scatter's chunks the printed entry_ok = offs_e <= hi admits (BWD_SCORE_GRAD_OK), every entry "
        "lo <= e <= hi the tile read a lane of a visited chunk that entry_ok admits (lo, hi: its smallest and largest), no "
        "entry a lane of two chunks (its gradient added once), and no two "
-       "programs share a row (the deterministic fixed-order sum needs no atomics)" + "; the lanes are the printed ones (spec.addresses.BACKWARD_KERNEL_LANES: dK/dV's start_n = program_id(0)·BLOCK_N, dQ's start_m = program_id(0)·BLOCK_M, offs_m = start_m + arange(BLOCK_M), offs_n = start_n + arange(BLOCK_N), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), and a user score_mod's gradient chunks first_e = floor(lo / CHUNK)·CHUNK, offs_e = start_e + arange(CHUNK), each read from its term as base + arange(width), not assumed): the grid's tiles reach every key (dK/dV) or row (dQ) once, a loop's steps (the printed loops range(lo, hi, BLOCK), spec.addresses.BACKWARD_KERNEL_LOOPS, start, stop and step read) every row (dK/dV) or key (dQ) of [lo, hi) once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt",
+       "programs share a row (the deterministic fixed-order sum needs no atomics)" + "; the lanes are the printed ones (spec.addresses.BACKWARD_KERNEL_LANES: dK/dV's start_n = program_id(0)·BLOCK_N, dQ's start_m = program_id(0)·BLOCK_M, offs_m = start_m + arange(BLOCK_M), offs_n = start_n + arange(BLOCK_N), offs_d, offs_dv, offs_dt = HEAD_DIM + arange(BLOCK_DT), and a user score_mod's gradient chunks first_e = floor(lo / CHUNK)·CHUNK, offs_e = start_e + arange(CHUNK), each read from its term as base + arange(width), not assumed): the grid's tiles reach every key (dK/dV) or row (dQ) once, a loop's steps (the printed loops range(lo, hi, BLOCK), spec.addresses.BACKWARD_KERNEL_LOOPS, start, stop and step read) every row (dK/dV) or key (dQ) of [lo, hi) once, and each column of q/k is admitted by exactly one lane of offs_d or offs_dt; dK/dV's loop over the query heads of its K/V head (the printed for g in range(0, GROUP), BACKWARD_KERNEL_LOOPS g, start, stop and step read) gives, for every K/V head off_kvh of the grid, each query head h < H_q that spec.reference maps to it (repeat_interleave: h // (H_q // H_kv) = off_kvh) as the head off_kvh·GROUP + g the kernel computes (spec.structure.GQA_GROUP_HEAD) at exactly one visited g, and no head outside [0, H_q) or of another K/V head; the offsets above are those of the visited g's head",
        r"\mathrm{off}(X, \mathrm{idx}) = \sum_d \mathrm{idx}_d\,\mathrm{stride}_d,\quad 0\le\mathrm{idx}_d<n_d",
        terms=tuple(dict.fromkeys(t.name for g in (*A.BACKWARD_KERNEL_GROUPS.values(), *A.BACKWARD_KERNEL_LANES.values(), *A.BACKWARD_KERNEL_LOOPS.values()) for t in g)),
        scope="symbolic shapes, strides (>= 0), grids, GQA groups and lanes (SymPy canonical zero for the offsets, "
@@ -1896,7 +2025,6 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
         Bz, Hqz, Hkvz, Nqz, Nkz, Dz, Dvz = (z(sp.sympify(x)) for x in (B, Hq, Hkv, N_Q, N_K, D, Dv))
         group_true, lane, gz = z3.Ints("group_true lane g")
         pid0 = z(terms.program_id(0))  # the tile: start = program_id(0)·BLOCK
-        Gz = z(sp.sympify(ints["GROUP"]))
         bm, bn, mbm, mbn = z(n.B_r), z(n.B_c), z(A.MAP_BLOCK_M), z(A.MAP_BLOCK_N)
         hyp = [x >= 1 for x in (Bz, Hqz, Hkvz, Nqz, Nkz, Dz, Dvz, bm, bn, mbm, mbn, group_true)]
         # the program's (tile, head, b), split as spec.addresses.GRID_KV_HEAD / GRID_HEAD print it (claim launch_grid)
@@ -1915,10 +2043,22 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
         hyp += [lane < z(ln[own].width)]
         if kernel == "dkdv":  # program (key tile, kvh, b); the loop over the group's query heads
             offb, offkvh = prog[A.off_b], prog[A.off_kvh]
-            offh = z3.substitute(z(S.GQA_GROUP_HEAD.expr.xreplace({S.group: sp.sympify(ints["GROUP"])})),
-                                 (z(A.off_kvh), offkvh), (z(S.g), gz))
+            group_head = z(S.GQA_GROUP_HEAD.expr.xreplace({S.group: sp.sympify(ints["GROUP"])}))
+
+            def head_of(g_value):  # the query head the kernel computes from off_kvh and g (spec.structure)
+                return z3.substitute(group_head, (z(A.off_kvh), offkvh), (z(S.g), g_value))
+            # the printed loop over the GROUP query heads of this K/V head (spec.addresses.BACKWARD_KERNEL_LOOPS g:
+            # for g in range(0, GROUP), its start, stop and step read): it reaches every query head h < H_q that
+            # spec.reference maps to this K/V head (repeat_interleave: h // (H_q // H_kv) = off_kvh) once, and no other
+            heads = _Loop(z, loops["g"], {S.group: sp.sympify(ints["GROUP"])})
+            group_ref = Hqz / Hkvz
+            cases += [(f"{kernel}: {name}", value) for name, value in _index_loop_cases(
+                HEAD_LOOP_CASES, heads, list(hyp),
+                lambda h_: z3.And(0 <= h_, h_ < Hqz, h_ / group_ref == offkvh), head_of, lambda h_: h_ % group_ref)]
+            g_step = z3.Int("g_t")  # the offsets below at a visited g
+            hyp += [heads.visited(g_step), gz == heads.first + g_step * heads.step]
+            offh = head_of(gz)
             jz, iz = ln["n"].start() + lane, z(i)
-            hyp += [0 <= gz, gz < Gz]
             tile_n, tile_m = pid0 * bn, z(A.start_m)
             tile_hyp = [tile_m >= 0, tile_m < Nqz]
             own_count, own_step, step_count, step_size = Nkz, bn, Nqz, bm
@@ -2004,8 +2144,7 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
                                  "grid[1:] = (Hkv, B)", dims, z3.And(z(sp.sympify(grid[0])) * bn >= Nkz,
                                                                      z(sp.sympify(grid[1])) == Hkvz,
                                                                      z(sp.sympify(grid[2])) == Bz)))
-            cases.append(_decide("dkdv: the group loop g < GROUP visits each query head of the kv head once: h < Hq "
-                                 "and h // GROUP = kvh", hyp, z3.And(offh < Hqz, offh / group_true == offkvh)))
+            # (the group loop's heads: HEAD_LOOP_CASES above, on the printed loop and the launch's GROUP)
         else:
             cases.append(_decide("dq: the grid covers every row tile of every (b, h): grid[0]·BLOCK_M >= N_Q, "
                                  "grid[1:] = (Hq, B), and the kernel's H is grid[1] (the score_mod gradient's rows)",

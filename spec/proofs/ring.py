@@ -287,15 +287,47 @@ def prove_ring_causal_blocks(layouts=None, conditions=None, step_pair=None, step
     return result("ring_causal_blocks", cases, "z3 over symbolic P, r, src, slots, chunks, C, positions")
 
 
+def _step_of_case(layout: str, step_of, max_world: int = 4) -> tuple[str, object]:
+    """The runtime's step (``spec.ring.step_of``) for every P <= ``max_world``, rank, step and mask: it holds the
+    shard of ``source_rank(r, s, P)``, and its plan computes block pair (query slot x, key slot y) exactly as the
+    global causal mask classes chunk ``chunks_of(r)[x]`` against ``chunks_of(src)[y]`` (unmasked: every pair
+    full; the own shard: the causal call)."""
+    slots = RG.LAYOUTS[layout].slots
+    for P in range(1, max_world + 1):
+        for r in range(P):
+            for s in range(P):
+                src = RG.source_rank(r, s, P)
+                qc, kc = RG.chunks_of(layout, P, r), RG.chunks_of(layout, P, src)
+                for causal in (False, True):
+                    got, plan = step_of(layout, P, r, s, causal, 2)
+                    ok = got == src
+                    if not causal:
+                        ok = ok and plan == RG.unmasked_plan(slots)
+                    elif src == r:
+                        ok = ok and plan == RG.own_shard_plan(slots)
+                    else:
+                        ok = ok and all(plan.expected(x, y) == (RG.FULL if kc[y] < qc[x] else RG.EMPTY)
+                                        for x in range(slots) for y in range(slots))
+                    if not ok:
+                        return (f"{layout}: the runtime's step (step_of) holds source_rank's shard and plans its "
+                                f"chunks' causal pairs", sp.Symbol(f"P{P}_rank{r}_step{s}_causal{int(causal)}"))
+    return (f"{layout}: the runtime's step (step_of) holds source_rank's shard and plans its chunks' causal pairs",
+            sp.Integer(0))
+
+
 @claim("ring_schedule",
        "the K/V shard a rank holds at each step of the ring is the one plan_step is asked about: for every "
        "P >= 1, rank 0 <= r < P and step 0 <= s < P - 1 (symbolic, z3; the ring runs steps 0 … P − 1), "
        "spec.ring.source_rank(r, 0, P) = r, source_rank(r, s + 1, P) = source_rank(previous_rank(r, P), s, P) (the shard received at step s + 1 "
        "is the one the previous rank held at step s) and previous_rank(next_rank(r)) = r (each send meets its "
-       "receive); the runtime takes its peers and each step's source from these functions",
+       "receive); the runtime takes its peers from these functions and each step's source and plan from "
+       "spec.ring.step_of, which for every P <= 4, rank, step, layout and mask holds source_rank's shard and plans "
+       "block pair (query slot x, key slot y) full exactly where the rank's chunk x lies after the source's chunk y "
+       "(unmasked: every pair; the own shard: the causal call)",
        r"\mathrm{src}(r,0)=r,\quad \mathrm{src}(r,s+1)=\mathrm{src}(\mathrm{prev}(r),s)", terms=(),
-       scope="symbolic P, rank and step (z3, integer mod); mathematical integers Z, exact")
-def prove_ring_schedule(source_rank=None, previous_rank=None, next_rank=None):
+       scope="symbolic P, rank and step (z3, integer mod); the runtime's step: every P <= 4 (concrete, both "
+             "layouts, chunk size 2); mathematical integers Z, exact")
+def prove_ring_schedule(source_rank=None, previous_rank=None, next_rank=None, step_of=None):
     source_rank = RG.source_rank if source_rank is None else source_rank
     previous_rank = RG.previous_rank if previous_rank is None else previous_rank
     next_rank = RG.next_rank if next_rank is None else next_rank
@@ -310,7 +342,9 @@ def prove_ring_schedule(source_rank=None, previous_rank=None, next_rank=None):
         decide("a send to next_rank meets that rank's receive from previous_rank", world,
                  previous_rank(next_rank(Z3_R, Z3_P), Z3_P) == Z3_R),
     ]
-    return result("ring_schedule", cases, "z3 over symbolic P, r, s")
+    step_of = RG.step_of if step_of is None else step_of
+    cases += [_step_of_case(layout, step_of) for layout in RG.LAYOUTS]
+    return result("ring_schedule", cases, "z3 over symbolic P, r, s; the runtime's step for every P <= 4")
 
 
 @claim("ring_merge_order",
