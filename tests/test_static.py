@@ -1,7 +1,8 @@
 """Static GPU cost of the generated kernels (benchmarks/static.py), no GPU needed.
 
-The suite compiles a small representative set (``suite_groups``: 50 compile jobs, about 250 CPU-seconds
-on two cores with cold caches), not the whole static page: every kernel family (forward, the
+The suite compiles a small representative set (``suite_groups``: 50 compile jobs, about 290 CPU-seconds
+with cold caches, workers included; the float32 kernels cost the most: a shared-memory check's jobs are the
+tightest and cheapest cases that exercise it), not the whole static page: every kernel family (forward, the
 backward's three, KV-cache decode contiguous and paged, the split-KV combine, varlen, the score
 modifications, a mask_mod, float32) on sm_80 and sm_90, at the kernels the defaults run
 (``block="auto"``, ``tma="auto"``) and the ones each regression test guards. The page over every
