@@ -18,6 +18,7 @@ from spec import rotary as RO
 from spec import structure as S
 from spec import terms as T
 from spec.fingerprint import spec_hash_prefix
+from spec import mask_mod as MM
 from spec.mask_mod import resolve
 from spec import score_mods as SM
 # the tile classifier's kernel terms (claim mask_tiles_sound)
@@ -436,6 +437,15 @@ def _table(settings: dict) -> str:
     return "{" + "".join(lines) + "\n}"
 
 
+def tile_codes() -> dict:
+    """The tile classes the kernels compare ``tile_state`` and ``mm_state`` with, read from the spec at each render
+    (a changed code reaches every kernel): the block map's entries (``spec.masks.MAP_EMPTY`` / ``MAP_PARTIAL`` /
+    ``MAP_FULL``, claim mask_tiles_sound; the runtime's ``block_map`` writes ``spec.masks.map_state``) and the
+    mask_mod's corner classifier's (``spec.mask_mod.EMPTY`` / ``PARTIAL`` / ``FULL``, claim mask_mod_sound)."""
+    return {"map_codes": {"EMPTY": M.MAP_EMPTY, "PARTIAL": M.MAP_PARTIAL, "FULL": M.MAP_FULL},
+            "mm_codes": {"EMPTY": MM.EMPTY, "PARTIAL": MM.PARTIAL, "FULL": MM.FULL}}
+
+
 def render_variant(variant: Variant, source: str | None = None) -> str:
     """One kernel file; ``source``: render this template text instead of the variant's template
     (a test's hand-edited copy, for the hygiene check)."""
@@ -448,7 +458,7 @@ def render_variant(variant: Variant, source: str | None = None) -> str:
         fwd_settings=_table(c.fwd_settings if variant.mask_mod is None else c.fwd_settings_mask_mod),
         bwd_settings=_table(c.bwd_settings), bwd_map_block=c.bwd_map_block,
         decode_settings=_table(c.decode_settings),
-        masks=list(c.masks), **ctx)
+        masks=list(c.masks), **tile_codes(), **ctx)
 
 
 def render_config(config: BlockConfig) -> dict[str, str]:

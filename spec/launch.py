@@ -367,6 +367,25 @@ def row_mask_strides(key_lengths, mask, block_map, slopes, mask_mod_args) -> dic
     return ints
 
 
+def block_map_tiles(module) -> tuple:
+    """The tiles ``(rows, keys)`` a generated ``module``'s kernels read the dense mask's block map at, by its
+    constants' names: the backward's ``MAP_BLOCK`` (a multiple of both its loops' tiles:
+    ``generator.variants.bwd_map_block``), else the forward's ``(BLOCK_M, BLOCK_N)``. Map entry ``(r, c)``
+    classifies the rows ``[r·rows, (r+1)·rows)`` and keys ``[c·keys, (c+1)·keys)`` (``block_map_shape``); the
+    runtime builds the map at these tiles, and claims forward_addresses and backward_kernel_addresses evaluate
+    this function on the kernels' symbolic tiles: the map tile a kernel's tile indexes is that tile (forward) or
+    holds it (backward)."""
+    return tuple(getattr(module, "MAP_BLOCK", (module.BLOCK_M, module.BLOCK_N)))
+
+
+def block_map_shape(n_q, n_k, tiles) -> tuple:
+    """The block map's tile counts ``(cdiv(n_q, rows), cdiv(n_k, keys))`` at ``tiles`` (``block_map_tiles``) of
+    a mask over ``n_q`` rows and ``n_k`` keys: the last row and key tiles may be partial (their padding is no
+    element: ``spec.masks.map_state`` classifies the valid ones)."""
+    rows, keys = tiles
+    return cdiv(n_q, rows), cdiv(n_k, keys)
+
+
 def forward_outputs(q, v) -> dict:
     """The dense forward's fresh outputs, ``{name: (shape, strides)}``: ``out`` ``(B, Hq, N_Q, D_v)`` (v's head dim,
     not q's D) and ``lse`` ``(B, Hq, N_Q)``, both contiguous, of q ``(B, Hq, N_Q, D)``, v ``(B, Hkv, N_K, D_v)``.

@@ -195,6 +195,22 @@ def dense_mask(kinds, nq: int, nk: int, **params) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------
+# The dense mask's block map: one entry per tile, what the kernels read as ``tile_state``.
+# ----------------------------------------------------------------------------------
+#: a block map entry as the kernels read it: EMPTY skips the tile, PARTIAL loads the mask per element, FULL runs
+#: the tile with no per-element mask (the kernels without a dense mask take FULL)
+MAP_EMPTY, MAP_PARTIAL, MAP_FULL = 0, 1, 2
+
+
+def map_state(attended, valid, where):
+    """The block map entry of a tile holding ``valid`` elements of the mask (those inside ``[0, N_Q) x [0, N_K)``),
+    ``attended`` of them True: EMPTY when none is, FULL when every one is, else PARTIAL. ``where(cond, a, b)`` is
+    the caller's select (``torch.where`` on the runtime's per-tile counts, ``z3.If`` in claim mask_tiles_sound,
+    which proves EMPTY only when no element is attended and FULL only when every one is)."""
+    return where(attended == 0, MAP_EMPTY, where(attended == valid, MAP_FULL, MAP_PARTIAL))
+
+
+# ----------------------------------------------------------------------------------
 # Transposed classifier: query rows for one KEY tile (the backward dK/dV kernel, which
 # fixes a key tile and loops over query tiles). Derived from the same monotone bounds by
 # inverting them: hi(i) >= key  <=>  i >= (first row reaching key), lo(i) <= key  <=>

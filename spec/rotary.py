@@ -23,7 +23,8 @@ score ``⟨R_m q, R_n k⟩`` depends on ``m − n`` only.
 windowed; ``cache_seqlens[b]`` for every query otherwise. ``cache_seqlens`` counts from the
 row's index 0, so with ``cache_leftpad`` the table is still indexed by the cache index (FA2's
 kernel adds ``leftpad_k`` back to its shifted position). ``kvcache_rotary`` is the launch line the runtime
-calls (each launch's start and PER_TOKEN, the tables, the layout); ``kvcache_rotary_row`` the reference's rule
+calls (each launch's start and PER_TOKEN, the tables, the layout), ``kvcache_appends`` which of the append's
+tensors it rotates (k, not v); ``kvcache_rotary_row`` the reference's rule
 it is proved against. A row past the table is not read and rotates by 0 (cos 1, sin 0: FlashAttention's
 apply_rotary rule; the load mask ``spec.addresses.APPEND_ROW_OK``).
 """
@@ -106,6 +107,24 @@ def kvcache_rotary(cache_seqlens, n_new, causal, window, cos, sin, interleaved) 
     per_query = int(bool(causal) or window is not None)
     return KVCacheRotary(cache_seqlens, 1, cache_seqlens, per_query, cos, sin, bool(interleaved),
                          cache_seqlens + n_new)
+
+
+class AppendLaunch(NamedTuple):
+    """One ``_append_rows`` launch of the append: ``new`` rows ``(B, N_new, Hkv, ·)`` written into ``cache`` at keys
+    ``cache_seqlens[b] + t``, with ``rotary`` its rotary keywords of ``append_rows`` (empty: written as they are)."""
+    new: object
+    cache: object
+    rotary: dict
+
+
+def kvcache_appends(k, v, k_cache, v_cache, cos, sin, interleaved, per_token) -> tuple[AppendLaunch, ...]:
+    """Which tensors the append rotates (the runtime's ``kvcache_append_op`` launches exactly these): new ``k``
+    into ``k_cache`` with the user's tables (None: no rotary), layout and PER_TOKEN (``kvcache_rotary``'s keys'),
+    new ``v`` into ``v_cache`` as it is — FlashAttention's ``flash_attn_with_kvcache`` rotates q and k, never v.
+    Claim ``rotary_rotation`` evaluates it on symbols."""
+    return (AppendLaunch(k, k_cache, dict(rotary_cos=cos, rotary_sin=sin, interleaved=interleaved,
+                                          per_token=per_token)),
+            AppendLaunch(v, v_cache, {}))
 
 
 def pair_lanes(f, half, interleaved: bool):

@@ -1,11 +1,13 @@
 """Real multi-process runs of ``ring_attention`` for tests/test_ring.py (gloo on CPU).
 
-``spawn(world_size, job, payload)`` starts ``world_size`` fresh processes (the ``spawn``
-start method), joins them into one gloo process group on a free port and runs
+``spawn(world_size, job, payload)`` starts ``world_size`` fresh processes (the ``forkserver``
+start method: each forked from a server process that imported ``PRELOAD`` once, not from the test
+process), joins them into one gloo process group on a free port and runs
 ``JOBS[job](rank, world_size, payload)`` on each; it returns every rank's result, or each
 rank's error as ``("raised", type name, message)``. A hard timeout kills what is still running,
 so a hang fails the test instead of stalling the suite. Each spawn batches many checks: a
-process start (torch + triton imports) costs seconds on the shared CPUs.
+process start (torch + triton imports) costs seconds on the shared CPUs, which ``PRELOAD`` pays
+once per test process instead of once per rank.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ import traceback
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+#: what the fork server imports once for every rank it starts (about 3.5 of a rank's 4 CPU-seconds of
+#: imports): torch and its distributed package, Triton, and the SymPy/z3 modules of spec that generated
+#: imports. Not generated/ nor generator: a rank imports those after setting TRITON_INTERPRET (_bootstrap),
+#: which @triton.jit reads when a kernel module is imported (Triton reads its knobs when asked, so
+#: importing triton before that is fine).
+PRELOAD = ["ring_worker", "torch.distributed", "torch._dynamo", "triton", "spec.mask_mod"]
 
 #: shapes of the full problem: N = 48 is divisible by 2P for every P in 1..4
 B, HQ, HKV, N, D = 1, 2, 1, 48, 16
@@ -67,7 +76,8 @@ def _bootstrap(rank, world_size, port, pg_timeout, job, payload, results):
 
 def spawn(world_size: int, job: str, payload, *, timeout: float = 300, pg_timeout: float = 120) -> dict:
     """``{rank: result}`` of ``job`` on ``world_size`` processes; AssertionError on a hang."""
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)  # read when the server starts: on this process's first spawn
     results = ctx.Queue()
     port = _free_port()
     procs = [ctx.Process(target=_bootstrap, args=(r, world_size, port, pg_timeout, job, payload, results))
@@ -95,6 +105,15 @@ def spawn(world_size: int, job: str, payload, *, timeout: float = 300, pg_timeou
                 p.kill()
                 p.join()
     return out
+
+
+def stop_server() -> None:
+    """Stop the fork server the first ``spawn`` started and wait for it (tests/test_ring.py, when its
+    tests are done): no process outlives the tests, and its CPU time and its ranks' count as the test
+    process's. (``_stop``: what CPython's own tests call, in multiprocessing.forkserver since 3.8.)"""
+    from multiprocessing import forkserver
+
+    forkserver._forkserver._stop()
 
 
 # ----------------------------------------------------------------------------------

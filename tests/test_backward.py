@@ -105,14 +105,46 @@ def test_mask_variants(variant):
     assert case_failures((64, 64), **VARIANTS[variant]) == []
 
 
-@pytest.mark.parametrize("arch", launch.SETTINGS_ARCHS, ids=lambda a: f"sm_{a}")
-@pytest.mark.parametrize("block", BLOCKS, ids=lambda b: f"{b[0]}x{b[1]}")
-def test_every_block(block, arch, monkeypatch):
+#: test_every_block's case: D = 40 runs the BLOCK_D 64 settings
+EVERY_BLOCK = dict(Hq=4, Hkv=2, Nq=130, Nk=100, D=40, causal=True, alignment="bottom_right", window=(60, 20))
+
+
+def block_settings(block, arch) -> tuple:
+    """The launch settings a case of ``EVERY_BLOCK`` runs at ``block`` on ``arch``: the forward's and the
+    backward's (tiles, num_warps, num_stages: all a launch takes from the arch)."""
+    d = EVERY_BLOCK["D"]  # as the runtime asks: the forward by head dim, the backward by its padded width
+    return (api.module_for("fwd", block).launch_settings(arch, d),
+            api.module_for("bwd", block).launch_settings(arch, launch.block_d(d)))
+
+
+def arch_groups() -> list[tuple[tuple[int, int], tuple[int, ...]]]:
+    """``(block, archs)``: per block, the archs of ``launch.SETTINGS_ARCHS`` grouped by the settings the case
+    runs there. Archs with the same settings run the same launches (on the 16x32 block sm_80 and sm_90
+    share one set), so the interpreter runs the group once."""
+    groups = []
+    for block in BLOCKS:
+        by_settings = {}
+        for arch in launch.SETTINGS_ARCHS:
+            by_settings.setdefault(repr(block_settings(block, arch)), []).append(arch)
+        groups += [(block, tuple(archs)) for archs in by_settings.values()]
+    return groups
+
+
+@pytest.mark.parametrize("block, archs", arch_groups(),
+                         ids=[f"{b[0]}x{b[1]}-" + "+".join(f"sm_{a}" for a in archs) for b, archs in arch_groups()])
+def test_every_block(block, archs, monkeypatch):
     """Several tiles in both directions: the dK/dV and dQ loops cross partial and full tiles, with
-    the tiles of each architecture's launch settings (the interpreter runs either)."""
-    monkeypatch.setattr(launch, "settings_arch", lambda device: arch)
-    assert case_failures(block, Hq=4, Hkv=2, Nq=130, Nk=100, D=40, causal=True, alignment="bottom_right",
-                         window=(60, 20)) == []
+    the tiles of each architecture's launch settings (the interpreter runs either; once per distinct
+    set of settings: ``arch_groups``)."""
+    assert all(block_settings(block, a) == block_settings(block, archs[0]) for a in archs)
+    monkeypatch.setattr(launch, "settings_arch", lambda device: archs[0])
+    assert case_failures(block, **EVERY_BLOCK) == []
+
+
+def test_every_arch_of_every_block_is_run():
+    """``arch_groups`` covers each (block, arch) once, and groups only archs whose settings agree."""
+    pairs = [(block, arch) for block, archs in arch_groups() for arch in archs]
+    assert sorted(pairs) == sorted((block, arch) for block in BLOCKS for arch in launch.SETTINGS_ARCHS)
 
 
 @pytest.mark.parametrize("arch", launch.SETTINGS_ARCHS, ids=lambda a: f"sm_{a}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import http.server
+import json
 import re
 import threading
 from pathlib import Path
@@ -191,9 +192,21 @@ def test_every_page_renders_its_math_offline(site, server, browser):
     offsite, errors = [], []
     context = browser.new_context(viewport={"width": 1280, "height": 1000})
 
+    # The search index (one file for the whole site, 1.8 MB) is fetched and indexed by the theme's search
+    # worker on every page load: a third of the browser's CPU over the site. The first page gets the real
+    # index (its worker's errors are checked like any other); later pages an index of the same config and
+    # no documents, so each page still runs the worker and logs what it logs, without re-indexing the site.
+    index = json.loads((site / "search/search_index.json").read_text())
+    empty_index = json.dumps({"config": index["config"], "docs": []})
+    indexed = []  # the pages that fetched the real index: the first one
+
     def route(r):
         url = urlparse(r.request.url)
-        if url.scheme in ("data", "blob") or url.netloc == host:
+        if url.netloc == host and url.path == "/search/search_index.json" and indexed:
+            r.fulfill(status=200, content_type="application/json", body=empty_index)
+        elif url.scheme in ("data", "blob") or url.netloc == host:
+            if url.path == "/search/search_index.json":
+                indexed.append(page.url)
             r.continue_()
         else:  # recorded and refused: the test never touches the network
             offsite.append(r.request.url)
@@ -227,6 +240,7 @@ def test_every_page_renders_its_math_offline(site, server, browser):
 
     context.close()
     assert not offsite, f"requests to other hosts: {offsite[:10]}"
+    assert len(indexed) == 1, f"the search index was fetched in full by {indexed} (once expected)"
     assert not errors, "\n".join(errors[:10])
     assert math_pages >= 7, f"only {math_pages} pages have math"
     assert (ARTIFACTS / "merge.png").stat().st_size > 10_000

@@ -395,3 +395,67 @@ def test_a_hand_edited_loop_header_is_caught(kind, old, new):
     found = problems(source.replace(line, line[:len(line) - len(line.lstrip())] + new, 1))
     assert any("is not a printed loop term" in p and new in p for p in found), found
 
+
+
+# --- the tile classes are printed from the spec (issue 24) -----------------------------------------------------
+#: codes no kernel uses, patched into spec.masks (the block map's, claim mask_tiles_sound) and spec.mask_mod (the
+#: corner classifier's, claim mask_mod_sound) for a render: a kernel that still holds 0/1/2 typed them by hand
+SHIFTED_CODES = {(masks, name): code for masks, names, base in
+                 (("spec.masks", ("MAP_EMPTY", "MAP_PARTIAL", "MAP_FULL"), 5),
+                  ("spec.mask_mod", ("EMPTY", "PARTIAL", "FULL"), 15))
+                 for code, name in enumerate(names, base)}
+TILE_STATES = {"tile_state", "mm_state"}
+
+
+def hand_typed_codes(source: str) -> list[str]:
+    """The statements of ``source``'s jit functions that compare ``tile_state`` / ``mm_state`` with, or assign
+    them, an integer that is not one of ``SHIFTED_CODES`` (the source rendered with those codes patched in)."""
+    import ast
+
+    codes = set(SHIFTED_CODES.values())
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if not (isinstance(fn, ast.FunctionDef) and hygiene._is_jit(fn)):
+            continue
+        for node in ast.walk(fn):
+            part = node.test if isinstance(node, (ast.If, ast.While)) else node
+            if not isinstance(node, (ast.If, ast.While, ast.Assign, ast.Expr, ast.Return)):
+                continue
+            if not TILE_STATES & hygiene._names(part):
+                continue
+            ints = {c.value for c in ast.walk(part) if isinstance(c, ast.Constant) and type(c.value) is int}
+            if ints - codes:
+                found.append(f"{fn.name}:{node.lineno}: {ast.unparse(part)}")
+    return found
+
+
+def tile_state_variants():
+    """The forward and backward kernels of a config with the dense mask and a mask_mod (every tile_state site)."""
+    return [v for v in BlockConfig(64, 64).variants()
+            if v.kind.name in ("fwd", "bwd") and v.mask_mod in (None, "spec.mask_mod:document")]
+
+
+def test_tile_classes_follow_the_spec(monkeypatch):
+    """Shifted codes in the spec change every tile_state / mm_state test of the kernels (none typed by hand)."""
+    for (module, name), code in SHIFTED_CODES.items():
+        monkeypatch.setattr(f"{module}.{name}", code)
+    for v in tile_state_variants():
+        source = render_variant(v)
+        assert f"tile_state == {SHIFTED_CODES['spec.masks', 'MAP_PARTIAL']}:" in source, v.filename
+        assert hand_typed_codes(source) == [], v.filename
+
+
+@pytest.mark.parametrize("kind, old, new", [
+    ("fwd", "if tile_state == {{ map_codes.PARTIAL }}:", "if tile_state == 1:"),
+    ("bwd", "tile_state = {{ map_codes.FULL }}", "tile_state = 2"),
+    ("bwd", "if mm_state == {{ mm_codes.PARTIAL }}:", "if mm_state == 1:"),
+])
+def test_a_hand_typed_tile_class_is_caught(monkeypatch, kind, old, new):
+    """The mutant: a template that types a tile class by hand keeps it when the spec's code moves."""
+    for (module, name), code in SHIFTED_CODES.items():
+        monkeypatch.setattr(f"{module}.{name}", code)
+    v = next(v for v in tile_state_variants() if v.kind.name == kind and v.mask_mod is not None)
+    template = ENV.loader.get_source(ENV, v.kind.template)[0]
+    assert old in template, old
+    found = hand_typed_codes(render_variant(v, template.replace(old, new, 1)))
+    assert any(new.rstrip(":").removeprefix("if ") in p for p in found), found

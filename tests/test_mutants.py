@@ -610,6 +610,56 @@ def test_dense_shift_with_its_lengths_swapped_is_refuted():
     assert failing == ["dense call site, bottom_right: the launch's shift is the reference's"], failing
 
 
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_block_map_at_swapped_tiles_is_refuted(direction):
+    """Audit of issue 24's conversions: dispatch.mask_arguments building the dense block map at (BLOCK_N, BLOCK_M)
+    tiles put out 0.95 off (mask, block (16, 32)); the tiles are now spec.launch.block_map_tiles, which both
+    directions' address claims read (the forward's entry must classify exactly its tile, the backward's hold it)."""
+    from spec import launch as L
+    from spec.proofs import addresses as PA
+
+    def swapped(module):
+        rows, keys = L.block_map_tiles(module)
+        return keys, rows
+    prove = {"forward": PA.prove_forward_addresses, "backward": PA.prove_backward_kernel_addresses}[direction]
+    r = prove(map_tiles=swapped)
+    assert_failed(r)
+    failing = [name for name, res in r.cases if res != 0]
+    assert any(name.startswith("the block map's entry") or name.startswith("dkdv, dq: the block map's entry")
+               for name in failing), failing
+
+
+_MAP_STATE_MUTANTS = {
+    "partial_called_full": lambda a, v, where: where(a == 0, 0, 2),
+    "one_short_called_full": lambda a, v, where: where(a == 0, 0, where(a >= v - 1, 2, 1)),
+    "one_attended_called_empty": lambda a, v, where: where(a <= 1, 0, where(a == v, 2, 1))}
+
+
+def test_block_map_partial_tile_called_full_is_refuted():
+    """The runtime's classification of a dense mask's tiles (dispatch.block_map evaluates spec.masks.map_state
+    with torch.where): a partial tile called FULL runs without the per-element mask; claim mask_tiles_sound
+    fails on it (and on the near misses below, its map cases alone)."""
+    from spec.proofs import masks as PM
+
+    r = PM.prove_mask_tiles_sound(map_state=_MAP_STATE_MUTANTS["partial_called_full"])
+    assert_failed(r)
+    failing = [name for name, res in r.cases if res != 0]
+    assert failing == ["dense block map: FULL (no per-element mask) only when every valid element is attended"], failing
+
+
+@pytest.mark.parametrize("mutant", ["one_short_called_full", "one_attended_called_empty"])
+def test_block_map_near_misses_are_refuted(mutant):
+    from spec import masks as M
+    from spec.proofs import masks as PM
+
+    assert (M.MAP_EMPTY, M.MAP_PARTIAL, M.MAP_FULL) == (0, 1, 2)  # the codes the mutants above spell
+    failing = [name for name, res in PM._map_state_cases(_MAP_STATE_MUTANTS[mutant]) if res != 0]
+    assert failing == ["dense block map: EMPTY (the kernels skip the tile) only when no element is attended"
+                       if mutant == "one_attended_called_empty" else
+                       "dense block map: FULL (no per-element mask) only when every valid element is attended"]
+    assert all(res == 0 for _, res in PM._map_state_cases(M.map_state))
+
+
 def test_ring_step_with_rank_and_source_swapped_is_refuted():
     """Audit of issue 24's additions: the runtime's step planned as plan_step(layout, P, src, rank, ...) (the two
     ranks swapped) attended future keys on rank 0 and skipped rank 0's keys on rank 1 (P = 2, causal)."""
@@ -760,6 +810,19 @@ def _host(**change):
         ro = RO.kvcache_rotary(cs, n_new, causal, window, cos, sin, interleaved)
         return ro._replace(**{name: f(ro, cs, n_new) for name, f in change.items()})
     return host
+
+
+def test_kvcache_append_rotating_v_is_refuted():
+    """Audit of issue 24's conversions: kvcache_append_op appending v with the rotary tables too put out 0.13
+    off (causal); which tensors are rotated is now spec.rotary.kvcache_appends, which the op launches and claim
+    rotary_rotation reads."""
+    from spec import rotary as RO
+
+    def v_rotated(k, v, k_cache, v_cache, cos, sin, interleaved, per_token):
+        keys, _ = RO.kvcache_appends(k, v, k_cache, v_cache, cos, sin, interleaved, per_token)
+        return keys, RO.AppendLaunch(v, v_cache, dict(keys.rotary))
+    assert _rotary_failures(appends=v_rotated) == {
+        "new v is written as it is (no rotary tables: FlashAttention rotates q and k, never v)"}
 
 
 def test_rotary_q_at_the_positions_after_the_append_is_refuted():

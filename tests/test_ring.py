@@ -110,6 +110,13 @@ FAULT = {"failing_rank": 1, "timeout": 6, "linger": 20}
 SUBGROUP = {"members": [0, 2], "case": _case("zigzag", True, seed=8)}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _fork_server():
+    """``_run``'s ranks fork from one server process (ring_worker.PRELOAD); stopped when this file's tests end."""
+    yield
+    W.stop_server()
+
+
 @functools.lru_cache(maxsize=None)
 def _run(P: int):
     payload = {"cases": CASES[P], "errors": P == 2, "fault": FAULT if P == 3 else None,

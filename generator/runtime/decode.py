@@ -315,10 +315,11 @@ def kvcache_append_op(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Ten
     ``per_token``) and ``v`` into the cache in place, at keys ``cache_seqlens[b] + t`` (declared to torch.library
     as mutating both caches, so torch.compile orders it before the attention that reads them)."""
     module = api.module_for("decode", config.block_for("decode", package), package, k.device)
-    module.append_rows(k, k_cache, cache_seqlens, block_table=block_table, cache_batch_idx=cache_batch_idx,
-                       rotary_cos=rotary_cos, rotary_sin=rotary_sin, interleaved=rotary_interleaved,
-                       per_token=per_token)
-    module.append_rows(v, v_cache, cache_seqlens, block_table=block_table, cache_batch_idx=cache_batch_idx)
+    # which tensors are rotated: spec.rotary.kvcache_appends (k with the tables, v as it is; claim rotary_rotation)
+    for append in spec_rotary.kvcache_appends(k, v, k_cache, v_cache, rotary_cos, rotary_sin, rotary_interleaved,
+                                              per_token):
+        module.append_rows(append.new, append.cache, cache_seqlens, block_table=block_table,
+                           cache_batch_idx=cache_batch_idx, **append.rotary)
 
 
 @kvcache_append_op.register_fake

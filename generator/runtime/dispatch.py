@@ -9,7 +9,6 @@ content on every launch (it costs one pass over the mask at its broadcast shape)
 from __future__ import annotations
 
 import importlib
-import math
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +16,7 @@ import torch.nn.functional as F
 from spec.mask_mod import BUILTINS as MASK_MOD_BUILTINS, REGISTRY as MASK_MODS, MaskMod
 from spec.score_mods import REGISTRY as SCORE_MODS, index_key as SM_index_key
 from spec import launch as spec_launch
+from spec import masks as spec_masks
 
 from generator.runtime import config, launch
 from generator.runtime import checks
@@ -25,7 +25,8 @@ from generator.runtime.checks import check_block, check_index_width
 #: the package ``python -m generator`` writes by default; an ``--out`` package names itself
 DEFAULT_PACKAGE = config.DEFAULT_PACKAGE
 
-EMPTY, PARTIAL, FULL = 0, 1, 2
+#: the block map's entries (spec.masks: what the kernels read as tile_state)
+EMPTY, PARTIAL, FULL = spec_masks.MAP_EMPTY, spec_masks.MAP_PARTIAL, spec_masks.MAP_FULL
 
 
 def module_for(kind: str, block, package: str = DEFAULT_PACKAGE, device: torch.device | None = None) -> object:
@@ -115,20 +116,23 @@ def _modded_module(kind: str, block: tuple[int, int], package: str, mod, expr, w
 
 
 def block_map(mask: torch.Tensor, n_q: int, n_k: int, block_m: int, block_n: int) -> torch.Tensor:
-    """int8 map ``(Bm, Hm, cdiv(n_q, block_m), cdiv(n_k, block_n))`` of a bool mask's tiles:
-    0 = no True (the kernels skip the tile), 2 = all True inside ``[0, n_q) x [0, n_k)`` (no
-    per-element mask), 1 = partial. ``Bm``/``Hm`` stay 1 where the mask broadcasts.
-    Computed from the mask's content at each call (no cache that an in-place edit could outdate).
+    """int8 map ``(Bm, Hm, cdiv(n_q, block_m), cdiv(n_k, block_n))`` of a bool mask's tiles
+    (``spec.launch.block_map_shape``): entry ``(r, c)`` is ``spec.masks.map_state`` of the tile's rows
+    ``[r·block_m, (r+1)·block_m)`` and keys ``[c·block_n, (c+1)·block_n)`` inside ``[0, n_q) x [0, n_k)``
+    (EMPTY: the kernels skip it; FULL: no per-element mask; PARTIAL), claim mask_tiles_sound.
+    ``Bm``/``Hm`` stay 1 where the mask broadcasts. Computed from the mask's content at each call (no cache
+    that an in-place edit could outdate).
     """
     m = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
     m = m.expand(m.shape[0], m.shape[1], n_q, n_k)
-    tm, tn = math.ceil(n_q / block_m), math.ceil(n_k / block_n)
+    tm, tn = spec_launch.block_map_shape(n_q, n_k, (block_m, block_n))
+    # the mask padded with False to whole tiles, and a tile's count of valid elements (those inside the mask)
     pad = (0, tn * block_n - n_k, 0, tm * block_m - n_q)
     tiles = (m.shape[0], m.shape[1], tm, block_m, tn, block_n)
     attended = F.pad(m.to(torch.int32), pad).reshape(tiles).sum((3, 5))
     valid = F.pad(torch.ones((n_q, n_k), dtype=torch.int32, device=mask.device), pad)
     valid = valid.reshape(tm, block_m, tn, block_n).sum((1, 3))
-    return torch.where(attended == 0, EMPTY, torch.where(attended == valid, FULL, PARTIAL)).to(torch.int8)
+    return spec_masks.map_state(attended, valid, torch.where).to(torch.int8)
 
 
 def lengths_argument(key_lengths, k):
@@ -149,9 +153,8 @@ def mask_arguments(module, q, k, *, alignment, mask, scale) -> dict:
     dense, tiles = None, None
     if mask is not None:
         dense = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)).expand(B, Hq, Nq, Nk)
-        # a module reads the map at its own tiles: the backward's MAP_BLOCK, else (B_r, B_c)
-        map_m, map_n = getattr(module, "MAP_BLOCK", (module.BLOCK_M, module.BLOCK_N))
-        tiles = block_map(mask, Nq, Nk, map_m, map_n).expand(B, Hq, -1, -1)
+        # a module reads the map at its own tiles (claims forward_addresses, backward_kernel_addresses)
+        tiles = block_map(mask, Nq, Nk, *spec_launch.block_map_tiles(module)).expand(B, Hq, -1, -1)
     sm_scale = checks.sm_scale_of(scale, D)
     return {"sm_scale": sm_scale, "shift": spec_launch.dense_shift(alignment, q, k), "mask": dense, "block_map": tiles}
 

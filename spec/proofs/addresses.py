@@ -21,6 +21,7 @@ over mathematical integers, which int64 represents for every tensor smaller than
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 import re
 
 import sympy as sp
@@ -713,14 +714,42 @@ def _int32_part(expr) -> sp.Expr:
     return sp.Add(*[t for t in sp.Add.make_args(sp.expand(_lanes(expr))) if not (t.free_symbols & _INT64)])
 
 
-def _forward_tensors():
+#: the tile constants each direction's module holds, by the names spec.launch.block_map_tiles reads: the forward's
+#: (BLOCK_M, BLOCK_N); the backward's MAP_BLOCK besides its loops' tiles
+_FORWARD_MODULE = SimpleNamespace(BLOCK_M=n.B_r, BLOCK_N=n.B_c)
+_BACKWARD_MODULE = SimpleNamespace(BLOCK_M=n.B_r, BLOCK_N=n.B_c, MAP_BLOCK=(A.MAP_BLOCK_M, A.MAP_BLOCK_N))
+
+
+def _map_tile_case(name, tiles, divisors):
+    """The block map built at ``tiles`` (spec.launch.block_map_tiles: entry (r, c) classifies rows [r·rows,
+    (r+1)·rows) and keys [c·keys, (c+1)·keys)) classifies the kernel's tile: the entry its printed index reads,
+    ``start // divisor`` on each axis, holds every element of its tile [start, start + BLOCK) (BLOCK_M rows,
+    BLOCK_N keys). A tile start is a multiple of BLOCK (the grid's tiles and the loops rounded to whole tiles:
+    claim mask_tiles_sound), the divisor a multiple of BLOCK (the forward's BLOCK itself; the backward's MAP_BLOCK:
+    generator.variants.bwd_map_block), so a start is the s-th BLOCK inside the r-th run of divisor / BLOCK tiles.
+    At divisor = BLOCK (the forward) this holds for every r only when the map's tile is BLOCK exactly."""
+    z = _Z3A()
+    hyp, goal = [], []
+    for axis, block, divisor, size in (("rows", n.B_r, divisors[0], tiles[0]), ("keys", n.B_c, divisors[1], tiles[1])):
+        bz, dz, tz = z(block), z(sp.sympify(divisor)), z(sp.sympify(size))
+        a, r, s_, e = z3.Ints(f"{axis}_per_map_tile {axis}_map_index {axis}_sub_tile {axis}_lane")
+        start = (r * a + s_) * bz  # the kernel's tile start
+        hyp += [bz >= 1, a >= 1, dz == a * bz, r >= 0, 0 <= s_, s_ < a, 0 <= e, e < bz]
+        index = start / dz  # the printed index of the map entry read (z3's floor division; non-negative operands)
+        goal += [index * tz <= start + e, start + e < index * tz + tz]
+    return _decide(name, hyp, z3.And(*goal))
+
+
+def _forward_tensors(map_tiles=None):
+    map_tiles = L.block_map_tiles if map_tiles is None else map_tiles
     q = A.symbolic("q", ("B", "Hq", "N_Q", "D"))
     # two head dims: q/k's D and v/out's D_v (MLA)
     k, v = A.symbolic("k", ("B", "Hkv", "N_K", "D")), A.symbolic("v", ("B", "Hkv", "N_K", "Dv"))
     out, lse = A.symbolic("out", (*q.shape[:3], v.shape[3])), A.symbolic("lse", q.shape[:3])
     B, Hq, N_Q, N_K = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     mask = A.symbolic("mask", (B, Hq, N_Q, N_K))
-    block_map = A.symbolic("block_map", (B, Hq, sp.ceiling(N_Q / n.B_r), sp.ceiling(N_K / n.B_c)))
+    # the dense mask's block map as the runtime builds it: at the forward's tiles (spec.launch.block_map_tiles)
+    block_map = A.symbolic("block_map", (B, Hq, *L.block_map_shape(N_Q, N_K, map_tiles(_FORWARD_MODULE))))
     slopes = {"(Hq,)": A.symbolic("alibi_slopes", (Hq,)), "(B, Hq)": A.symbolic("alibi_slopes", (B, Hq))}
     return dict(q=q, k=k, v=v, out=out, lse=lse, key_lengths=A.symbolic("key_lengths", (B,)), mask=mask,
                 block_map=block_map, slopes=slopes, sinks=A.symbolic("sinks", (Hq,)),
@@ -731,7 +760,9 @@ def _forward_tensors():
 @claim(A.CLAIM_FORWARD,
        "the dense forward's addresses: for all shapes and non-negative strides of q (B, Hq, N_Q, D), k "
        "(B, Hkv, N_K, D), v (B, Hkv, N_K, D_v), out (B, Hq, N_Q, D_v) (two head dims: MLA), lse (B, Hq, N_Q), key_lengths (B,), the dense mask (B, Hq, N_Q, N_K) and its block map "
-       "(B, Hq, cdiv(N_Q, BLOCK_M), cdiv(N_K, BLOCK_N)) (broadcast: stride 0), ALiBi slopes (Hq,) or (B, Hq), sinks "
+       "(B, Hq, cdiv(N_Q, BLOCK_M), cdiv(N_K, BLOCK_N)) (broadcast: stride 0; built at spec.launch.block_map_tiles, "
+       "the tiles the runtime builds it at: the entry a kernel tile reads classifies exactly that tile's rows and keys), "
+       "ALiBi slopes (Hq,) or (B, Hq), sinks "
        "(Hq,), mask_mod_args (B, P) and the Philox pair (2,), with the strides, sizes and grid "
        "spec.launch.forward_launch passes (the function both launchers call; philox through "
        "spec.launch.philox_words), every printed offset of _attn_fwd, _attn_fwd_stage, _attn_fwd_tile and "
@@ -771,13 +802,14 @@ def _forward_tensors():
              "grid only)")
 def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=None, dropout_mask_launch=None,
                             widths=None, lanes=A.FORWARD_LANES, loops=A.FORWARD_LOOPS, key_length_bounds=None,
-                            outputs=None):
+                            outputs=None, map_tiles=None):
     launch = L.forward_launch if launch is None else launch
     key_length_bounds = L.key_length_bounds if key_length_bounds is None else key_length_bounds
     outputs = L.forward_outputs if outputs is None else outputs
+    map_tiles = L.block_map_tiles if map_tiles is None else map_tiles
     dropout_mask_launch = L.dropout_mask_launch if dropout_mask_launch is None else dropout_mask_launch
     philox_words = L.philox_words if philox_words is None else philox_words
-    t = _forward_tensors()
+    t = _forward_tensors(map_tiles)
     q, k, v, out, lse = (t[x] for x in ("q", "k", "v", "out", "lse"))
     B, Hq, N_Q, D = q.shape
     Hkv, N_K = k.shape[1], k.shape[2]
@@ -956,6 +988,10 @@ def prove_forward_addresses(launch=None, groups=A.FORWARD_GROUPS, philox_words=N
         tile = [sn >= 0, sn < z(N_K), sn % z(n.B_c) == 0]
         cases.append(_decide("block_map[b, h, pid_m, start_n // BLOCK_N] inside (a visited key tile starts in [0, N_K))",
                              hyp + tile, _inside((offb, offh, pidm, sn / z(n.B_c)), t["block_map"].shape)))
+        cases.append(_map_tile_case("the block map's entry [pid_m, start_n // BLOCK_N], built at spec.launch."
+                                    "block_map_tiles, classifies exactly the rows [pid_m·BLOCK_M, +BLOCK_M) and keys "
+                                    "[start_n, +BLOCK_N) of the kernel's tile", map_tiles(_FORWARD_MODULE),
+                                    (n.B_r, n.B_c)))
         cases.append(_decide("key_lengths[b], sinks[h], slopes[h], mask_mod_args[b, 0] inside", hyp + [z(sp.Symbol(
             "P", integer=True, positive=True)) >= 1], z3.And(_inside((offb,), (B,)), _inside((offh,), (Hq,)),
                                                              _inside((offb, 0), t["mask_mod_args"].shape))))
@@ -1852,7 +1888,8 @@ def prove_backward_addresses(groups=A.BACKWARD_GROUPS, launch=None, row_tensors=
 _INT64_BWD = {A.bk_base, A.bv_base, A.bq_base, A.bdo_base, A.brow_base, A.bmask_base, A.mapc_base, A.mapr_base}
 
 
-def _backward_tensors():
+def _backward_tensors(map_tiles=None):
+    map_tiles = L.block_map_tiles if map_tiles is None else map_tiles
     q, do = A.symbolic("q", ("B", "Hq", "N_Q", "D")), A.symbolic("do", ("B", "Hq", "N_Q", "Dv"))
     # two head dims: q/k's D and v/grad_out's D_v (MLA); the gradients with their own strides
     k, v = A.symbolic("k", ("B", "Hkv", "N_K", "D")), A.symbolic("v", ("B", "Hkv", "N_K", "Dv"))
@@ -1862,8 +1899,8 @@ def _backward_tensors():
     delta, lse2, _ = L.backward_row_tensors(lse, False)
     return dict(q=q, do=do, k=k, v=v, dq=dq, dk=dk, dv=dv, delta=delta, lse2=lse2,
                 key_lengths=A.symbolic("key_lengths", (B,)), mask=A.symbolic("mask", (B, Hq, N_Q, N_K)),
-                block_map=A.symbolic("block_map", (B, Hq, sp.ceiling(N_Q / A.MAP_BLOCK_M),
-                                                   sp.ceiling(N_K / A.MAP_BLOCK_N))),
+                # the dense mask's block map as the runtime builds it: at MAP_BLOCK (spec.launch.block_map_tiles)
+                block_map=A.symbolic("block_map", (B, Hq, *L.block_map_shape(N_Q, N_K, map_tiles(_BACKWARD_MODULE)))),
                 slopes={"(Hq,)": A.symbolic("alibi_slopes", (Hq,)), "(B, Hq)": A.symbolic("alibi_slopes", (B, Hq))},
                 mask_mod_args=A.symbolic("mask_mod_args", (B, "P")))
 
@@ -1872,7 +1909,9 @@ def _backward_tensors():
        "the backward dK/dV and dQ kernels' addresses: for all shapes and non-negative strides of q (B, Hq, N_Q, D), "
        "k (B, Hkv, N_K, D), v (B, Hkv, N_K, D_v) (two head dims), grad_out (B, Hq, N_Q, D_v), dq, dk, dv (the "
        "shapes of q, k, v, their own strides), key_lengths (B,), the dense mask (B, Hq, N_Q, N_K), the block map "
-       "(B, Hq, cdiv(N_Q, MAP_BLOCK_M), cdiv(N_K, MAP_BLOCK_N)), ALiBi slopes (Hq,) or (B, Hq) and mask_mod_args "
+       "(B, Hq, cdiv(N_Q, MAP_BLOCK_M), cdiv(N_K, MAP_BLOCK_N)) (built at spec.launch.block_map_tiles, the tiles "
+       "the runtime builds it at: the entry a kernel tile reads holds that tile, given MAP_BLOCK a multiple of "
+       "BLOCK_M, BLOCK_N), ALiBi slopes (Hq,) or (B, Hq) and mask_mod_args "
        "(B, P), with Δ and lse2 made by spec.launch.backward_row_tensors and the strides, sizes and grids "
        "spec.launch.dkdv_launch and dq_launch pass (the functions both launchers call), every printed offset of "
        "_attn_bwd_dkdv, _attn_bwd_dq, their stages, _attn_bwd_rows and _attn_bwd_mask "
@@ -1920,13 +1959,15 @@ def _backward_tensors():
              "int64")
 def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch=None, dq_launch=None,
                                     row_tensors=None, score_grad_launch=None, widths=None, lanes=A.BACKWARD_KERNEL_LANES,
-                                    loops=A.BACKWARD_KERNEL_LOOPS):
+                                    loops=A.BACKWARD_KERNEL_LOOPS, map_tiles=None):
     from spec import structure as S
+
+    map_tiles = L.block_map_tiles if map_tiles is None else map_tiles
 
     score_grad_launch = L.score_grad_launch if score_grad_launch is None else score_grad_launch
     dkdv_launch = L.dkdv_launch if dkdv_launch is None else dkdv_launch
     dq_launch = L.dq_launch if dq_launch is None else dq_launch
-    t = _backward_tensors()
+    t = _backward_tensors(map_tiles)
     if row_tensors is not None:  # a mutated spec.launch.backward_row_tensors
         t["delta"], t["lse2"], _ = row_tensors(A.symbolic("lse", t["q"].shape[:3]), False)
     q, do, k, v, dq, dk, dv = (t[x] for x in ("q", "do", "k", "v", "dq", "dk", "dv"))
@@ -2150,6 +2191,12 @@ def prove_backward_kernel_addresses(groups=A.BACKWARD_KERNEL_GROUPS, dkdv_launch
                                  "grid[1:] = (Hq, B), and the kernel's H is grid[1] (the score_mod gradient's rows)",
                                  dims, z3.And(z(sp.sympify(grid[0])) * bm >= Nqz, z(sp.sympify(grid[1])) == Hqz,
                                               z(sp.sympify(grid[2])) == Bz, z(sp.sympify(ints["H"])) == z(sp.sympify(grid[1])))))
+    # both kernels read the map at MAP_BLOCK (the printed index terms above): the map the runtime builds at
+    # spec.launch.block_map_tiles' tiles holds each kernel's tile in the entry it reads
+    cases.append(_map_tile_case("dkdv, dq: the block map's entry [start_m // MAP_BLOCK_M, start_n // MAP_BLOCK_N], "
+                                "built at spec.launch.block_map_tiles, holds the rows [start_m, +BLOCK_M) and keys "
+                                "[start_n, +BLOCK_N) of the kernel's tile", map_tiles(_BACKWARD_MODULE),
+                                (A.MAP_BLOCK_M, A.MAP_BLOCK_N)))
     cases += _score_grad_cases(g, score_grad_launch, lanes, loops)
     return result(A.CLAIM_BACKWARD_KERNELS, cases, "offsets by SymPy (canonical zero), extents by z3")
 

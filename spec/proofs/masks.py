@@ -46,7 +46,7 @@ from spec import masks
 from spec import notation as n
 from spec import terms
 from spec.registry import claim
-from spec.proofs.tools import ZERO, nonnegative, result
+from spec.proofs.tools import ZERO, decide, nonnegative, result
 
 # A row of the tile and the tile height: i = start_m + a with 0 <= a <= B_r - 1.
 a_row, c_row = sp.symbols("a c", integer=True, nonnegative=True)
@@ -344,12 +344,37 @@ def _keep_cases(kinds, keep_init, keep_term):
     ]
 
 
+def _map_state_cases(map_state):
+    """The dense mask's block map (``spec.masks.map_state``, what the runtime evaluates per tile with torch.where):
+    from a tile's count of valid elements and of attended ones among them, every entry is one of the three codes
+    the kernels read, EMPTY (skipped) only when no element is attended and FULL (no per-element mask) only when
+    every valid one is. The counts' facts are the hypotheses: ``0 <= attended <= valid`` (a sum of 0/1 values over
+    the valid elements; ``valid >= 1``: a tile of the map holds an element), some element attended iff
+    ``attended >= 1``, some masked iff ``attended <= valid - 1``."""
+    import z3
+
+    attended, valid = z3.Ints("attended valid")
+    some_attended, some_masked = z3.Bools("some_element_attended some_element_masked")
+    counts = [valid >= 1, 0 <= attended, attended <= valid, some_attended == (attended >= 1),
+              some_masked == (attended <= valid - 1)]
+    state = map_state(attended, valid, z3.If)
+    codes = (masks.MAP_EMPTY, masks.MAP_PARTIAL, masks.MAP_FULL)
+    return [decide("dense block map: every entry is EMPTY, PARTIAL or FULL", counts,
+                   z3.Or(*[state == code for code in codes])),
+            decide("dense block map: EMPTY (the kernels skip the tile) only when no element is attended", counts,
+                   z3.Implies(state == masks.MAP_EMPTY, z3.Not(some_attended))),
+            decide("dense block map: FULL (no per-element mask) only when every valid element is attended", counts,
+                   z3.Implies(state == masks.MAP_FULL, z3.Not(some_masked)))]
+
+
 @claim("mask_tiles_sound",
        "for causal (top-left and bottom-right alignment), sliding-window and key-length predicates, "
        "the tile classifier and tile loops the kernels print (ranges narrowed per kind, rounded to whole "
        "tiles; skip / full / partial) never skip a tile holding an attended entry and never run without "
        "the predicate a tile holding a masked one — for all integer tile positions and block sizes, "
-       "not only sampled ones",
+       "not only sampled ones; and the dense mask's block map entry (spec.masks.map_state, what the runtime "
+       "evaluates per tile from its counts of valid and attended elements) is EMPTY only when no element of the "
+       "tile is attended and FULL only when every valid one is (z3, for all counts 0 <= attended <= valid)",
        r"\mathrm{skip}(T)\Rightarrow\forall (i,j)\in T: \neg\mathrm{attend}(i,j);\quad "
        r"\mathrm{full}(T)\Rightarrow\forall (i,j)\in T: \mathrm{attend}(i,j)",
        terms=("kv_start", "kv_end", "full_start", "full_end"),
@@ -358,7 +383,8 @@ def _keep_cases(kinds, keep_init, keep_term):
 def prove_mask_tiles_sound(tile_bounds=masks.tile_bounds, bounds=masks.bounds, row_bounds=masks.row_bounds,
                            bounds_init=masks.BOUNDS_INIT, tile_loop=masks.TILE_LOOP,
                            row_tile_loop=masks.ROW_TILE_LOOP, keep_init=masks.KEEP_INIT,
-                           keep_term=masks.keep_term, row_bounds_init=masks.ROW_BOUNDS_INIT):
+                           keep_term=masks.keep_term, row_bounds_init=masks.ROW_BOUNDS_INIT,
+                           map_state=masks.map_state):
     cases = _rule_cases()
     every_set = [()] + list(masks.kind_sets())
     for kinds in every_set:
@@ -375,6 +401,8 @@ def prove_mask_tiles_sound(tile_bounds=masks.tile_bounds, bounds=masks.bounds, r
     # the rounding of both loops to whole tiles
     cases += _tile_loop_cases("key loop", tile_loop, masks.KEY_RANGES, n.B_c)
     cases += _tile_loop_cases("query loop", row_tile_loop, masks.ROW_RANGES, n.B_r)
+    # the dense mask's tiles, classified by the runtime from their contents (spec.masks.map_state)
+    cases += _map_state_cases(map_state)
     return result("mask_tiles_sound", cases,
                   f"every combination of {list(masks.MASK_KINDS)} (and none), symbolic tile, both "
                   f"alignments; kernel narrowing, element predicate, key-tile (dK/dV) classifier and both "

@@ -23,7 +23,9 @@ Three parts, all on the printed terms of ``spec.rotary``:
    ``cache_seqlens[b] + N_new`` keys. With the contract's rules as hypotheses (``cache_len_range``:
    ``0 <= cache_seqlens[b] <= capacity − N_new``; ``rotary_cos``'s ``seqlen_ro >= capacity``) a key's row
    lies in ``[0, seqlen_ro)`` (``APPEND_ROW_OK`` holds: a key is never rotated by the fallback), and the
-   fallback a row past the table gets (cos 1, sin 0) is the reference's: ``ROTATE`` keeps the lane.
+   fallback a row past the table gets (cos 1, sin 0) is the reference's: ``ROTATE`` keeps the lane. Which
+   tensors are rotated (``spec.rotary.kvcache_appends``, the launches ``kvcache_append_op`` makes): new k
+   into k_cache with the user's tables, layout and PER_TOKEN, new v into v_cache with none.
 """
 
 from __future__ import annotations
@@ -63,7 +65,9 @@ def _rotate_at(rotate, lane, x_val, pair_val, sign, cos_t, sin_t):
        "a function of m − n only (SymPy, exact); the launch line spec.rotary.kvcache_rotary (what the runtime "
        "passes both _append_rows launches) gives new key t the row cache_seqlens[b] + t, its printed append index "
        "offs_j, and query t that row when causal or windowed, else cache_seqlens[b] (spec.rotary.kvcache_rotary_row, "
-       "the reference's rule), with the user's tables and layout, and cache_seqlens[b] + N_new keys to attend "
+       "the reference's rule), with the user's tables and layout, and cache_seqlens[b] + N_new keys to attend; "
+       "spec.rotary.kvcache_appends (the launches kvcache_append_op makes) writes new k into k_cache rotated with "
+       "those tables and new v into v_cache unrotated, FlashAttention's rule "
        "(SymPy, symbolic cache_seqlens[b], N_new, t); given the contract's 0 <= cache_seqlens[b] <= capacity − N_new "
        "(cache_len_range) and seqlen_ro >= capacity (rotary_cos's rule), a key's row lies in [0, seqlen_ro) and "
        "APPEND_ROW_OK keeps it (z3); a row past the table rotates by cos 1, sin 0: ROTATE keeps the lane, the "
@@ -74,9 +78,10 @@ def _rotate_at(rotate, lane, x_val, pair_val, sign, cos_t, sin_t):
        scope="symbolic rotary_dim/2, pair, lane (z3 over Z); symbolic angle, positions and frequency, "
              "reals, exact (not fp32-rounded: the kernel rotates in fp32 and rounds once to the cache dtype)")
 def prove_rotary_rotation(interleaved=R.INTERLEAVED, halves=R.HALVES, rotate=R.ROTATE,
-                          position=R.ROTARY_POSITION, host=None, row_ok=A.APPEND_ROW_OK):
+                          position=R.ROTARY_POSITION, host=None, row_ok=A.APPEND_ROW_OK, appends=None):
     host = R.kvcache_rotary if host is None else host
-    cases = _launch_line(host, position, rotate, row_ok)
+    appends = R.kvcache_appends if appends is None else appends
+    cases = _launch_line(host, position, rotate, row_ok) + _append_cases(appends)
     # the table row of new token t: FlashAttention's cache_seqlens[b] + t (PER_TOKEN = 1), cache_seqlens[b] (0)
     (pos,) = position
     for per, want in ((1, R.seqlen + R.tok), (0, R.seqlen)):
@@ -125,6 +130,25 @@ def prove_rotary_rotation(interleaved=R.INTERLEAVED, halves=R.HALVES, rotate=R.R
     cases.append(("(R_m q)·(R_n k) depends on m − n only",
                   sp.expand(sp.expand_trig(score - relative))))
     return result(R.CLAIM, cases, "z3 over unbounded integers (lanes); SymPy expand_trig (rotation)")
+
+
+def _append_cases(appends):
+    """Part 4, which tensors the append rotates (spec.rotary.kvcache_appends, what kvcache_append_op launches): on
+    symbols, new k into k_cache with the user's tables, layout and PER_TOKEN, new v into v_cache with no tables
+    (append_rows' ROTARY off), FlashAttention's rule."""
+    k, v, k_cache, v_cache, cos_t, sin_t, inter, per = sp.symbols(
+        "k v k_cache v_cache rotary_cos rotary_sin interleaved per_token")
+    launches = tuple(appends(k, v, k_cache, v_cache, cos_t, sin_t, inter, per))
+    pairs = [(a.new, a.cache) for a in launches]
+    by_new = {a.new: a.rotary for a in launches}
+    return [("the append launches new k into k_cache and new v into v_cache, once each",
+             sp.Integer(0 if pairs == [(k, k_cache), (v, v_cache)] else 1)),
+            ("new k is rotated with the user's tables, layout and PER_TOKEN",
+             sp.Integer(0 if by_new.get(k) == dict(rotary_cos=cos_t, rotary_sin=sin_t, interleaved=inter,
+                                                   per_token=per) else 1)),
+            ("new v is written as it is (no rotary tables: FlashAttention rotates q and k, never v)",
+             sp.Integer(0 if v in by_new and by_new[v].get("rotary_cos") is None
+                        and by_new[v].get("rotary_sin") is None else 1))]
 
 
 def _launch_line(host, position, rotate, row_ok):
