@@ -989,9 +989,9 @@ def test_ring_plan_with_the_wrong_sequence_length_is_caught():
 def test_ring_plan_step_classifies_with_step_pair(monkeypatch):
     """plan_step reads spec.ring.sequence_length through step_pair (what the claim proves), not a
     private copy: the mutant length changes its plans (drops the attended key chunk 2P-1-src)."""
-    good = RING.plan_step.__wrapped__("zigzag", 3, 0, 1, True, 4)
+    good = RING.plan_step("zigzag", 3, 0, 1, True, 4)
     monkeypatch.setattr(RING, "sequence_length", lambda layout, world_size, size: world_size * size)
-    assert RING.plan_step.__wrapped__("zigzag", 3, 0, 1, True, 4) != good
+    assert RING.plan_step("zigzag", 3, 0, 1, True, 4) != good
 
 
 _STEP_SLICES = RING.step_slices  # the function under test (a monkeypatched RING.step_slices calls the mutant)
@@ -1516,8 +1516,9 @@ def test_forward_lane_masks_are_read_by_the_claim():
     assert {"k[b, off_kvh, j, d] inside (lanes j < N_K, d < HEAD_DIM)", "lse[b, h, i] inside (lanes i < N_Q)",
             "q[b, h, i, d] inside (lanes i < N_Q, d < HEAD_DIM)"} <= set(wide), wide
     no_len = (replace(key_ok, expr=sp.StrictLessThan(AD.offs_n, AD.N_K_)),)
-    assert _failing(PAD.prove_forward_addresses(groups=dict(G, key_ok=no_len))) == [
-        "a key lane key_ok admits is a key j < key_len of k, and every such key is admitted"]
+    assert sorted(_failing(PAD.prove_forward_addresses(groups=dict(G, key_ok=no_len)))) == [
+        "a key lane key_ok admits is a key j < key_len of k, and every such key is admitted",
+        "key_ok at the clamped key_len admits exactly the keys j < L the reference reads (0 <= L <= N_K)"]
     short = (d_ok, replace(dv_ok, expr=sp.StrictLessThan(AD.offs_dv, AD.HEAD_DIM_V_ - 1)))
     assert _failing(PAD.prove_forward_addresses(groups=dict(G, columns_ok=short))) == [
         "every column c < D of q/k is admitted by one lane (d_ok at d = c, or dt_ok at dt = c), every c < D_v of v/out "
@@ -1892,7 +1893,7 @@ def test_window_clamped_to_n_q_twice_is_refuted():
         elif site == "varlen":
             bad = lambda w, q, k: RW.window_clamp(w, q.shape[0], q.shape[0])  # noqa: E731
         else:
-            bad = lambda w, q, capacity: RW.window_clamp(w, q.shape[1], q.shape[1])  # noqa: E731
+            bad = lambda w, q, k_cache, block_table: RW.window_clamp(w, q.shape[1], q.shape[1])  # noqa: E731
         sites[site] = (bad, tensors, problem)
         failing = _failing(PRW.prove_window_clamp(sites=sites))
         assert all(name.startswith(f"{site} call site") for name in failing) and failing, (site, failing)
