@@ -251,14 +251,20 @@ def fault_job(rank, world_size, payload):
     * ``raise``: its kernel raises at step 1 (world group): every rank must raise at once;
     * ``hang``: its kernel hangs ``linger`` s at step 0, then raises (a group with a
       ``timeout`` s timeout): the others must raise within their timeout, not wait for it.
+
+    The short timeout bounds creating that group too (gloo's rendezvous in the store waits at most
+    ``timeout`` s for every member): the ranks first meet in a barrier of the world group (its long
+    timeout), so one that arrives late (ranks 0 and 2 run the subgroup case before, rank 1 does not:
+    seconds apart under load) does not fail the creation with a store timeout.
     """
     from generator.runtime import ring
 
     attend = ring._attend
     q = torch.randn(1, 2, 8, 16)
     out = {}
-    for fault, group in (("raise", None), ("hang", dist.new_group(timeout=datetime.timedelta(
-            seconds=payload["timeout"])))):
+    dist.barrier()
+    short = dist.new_group(timeout=datetime.timedelta(seconds=payload["timeout"]))
+    for fault, group in (("raise", None), ("hang", short)):
         calls = {"n": 0}
 
         def failing(step, *args, **kwargs):
