@@ -86,6 +86,33 @@ def _residual(lhs, rhs):
     return witness if witness is not None else difference(lhs, rhs)
 
 
+def _induction_pairs(step, finish, merge_terms, sink_terms, identity, t):
+    """``prove_sink_once_combine``'s induction cases ``(name, got, want)``, built one at a time."""
+    sink = n.sink
+    O, L, o_b, lse_b = sp.symbols("O L o_b lse_b", real=True)
+    empty = terms.MERGE_IDENTITY
+    yield ("base: the fold starts from the identity (0, -inf), the invariant with D = 0", identity, empty)
+    # step: the running result (N/D, log D) is any finite partial (O, L) with D = e^L, N = O e^L;
+    # side b a split's partial (o_b, lse_b) with lse_b = L ± t (both orders), or empty
+    # (the larger lse written as the smaller + t, t >= 0)
+    for label, (lse_run, lse_split) in (("the split's lse larger", (L, L + t)),
+                                        ("the running lse larger", (L + t, L))):
+        D, N = sp.exp(lse_run) + sp.exp(lse_split), O * sp.exp(lse_run) + o_b * sp.exp(lse_split)
+        yield (f"step: (N/D, log D) and a split, {label}: D grows by e^(lse_b) only",
+               step((O, lse_run), (o_b, lse_split), sink, merge_terms, sink_terms), (N / D, sp.log(D)))
+    yield ("step: the identity (no key yet) and a split: (o_b, lse_b)",
+           step(empty, (o_b, lse_b), sink, merge_terms, sink_terms), (o_b, lse_b))
+    yield ("step: (O, L) and an empty split: unchanged", step((O, L), empty, sink, merge_terms, sink_terms), (O, L))
+    yield ("step: the identity and an empty split: the identity",
+           step(empty, empty, sink, merge_terms, sink_terms), empty)
+    # finish: the sink's e^{sink} joins the sum exactly once
+    for label, (lse_acc, sink_k) in (("sink larger", (L, L + t)), ("running lse larger", (sink + t, sink))):
+        D = sp.exp(lse_acc) + sp.exp(sink_k)
+        yield (f"finish: (N/D, log D) ⊕ (sink, 1, 0), {label}",
+               finish((O, lse_acc), sink_k, merge_terms, sink_terms), (O * sp.exp(lse_acc) / D, sp.log(D)))
+    yield ("finish: no split saw a key: out 0, lse = sink", finish(empty, sink, merge_terms, sink_terms), (0, sink))
+
+
 @claim("sink_once_combine",
        "split-KV decoding counts the sink exactly once per row for every number of splits S ≥ 0: the "
        "combine (the printed MERGE_STATE folded over the splits' normalised partials (o_k, lse_k) from "
@@ -104,34 +131,12 @@ def _residual(lhs, rhs):
 def prove_sink_once_combine(step=combine_step, finish=combine_finish, merge_terms=terms.MERGE_STATE,
                             sink_terms=terms.SINK_PARTIAL, identity=terms.MERGE_IDENTITY):
     sink = n.sink
-    O, L, o_b, lse_b = sp.symbols("O L o_b lse_b", real=True)
     t = sp.Symbol("t", nonnegative=True)
-    empty = terms.MERGE_IDENTITY
-    pairs = [("base: the fold starts from the identity (0, -inf), the invariant with D = 0", identity, empty)]
-    # step: the running result (N/D, log D) is any finite partial (O, L) with D = e^L, N = O e^L;
-    # side b a split's partial (o_b, lse_b) with lse_b = L ± t (both orders), or empty
-    # (the larger lse written as the smaller + t, t >= 0)
-    for label, (lse_run, lse_split) in (("the split's lse larger", (L, L + t)),
-                                        ("the running lse larger", (L + t, L))):
-        D, N = sp.exp(lse_run) + sp.exp(lse_split), O * sp.exp(lse_run) + o_b * sp.exp(lse_split)
-        pairs.append((f"step: (N/D, log D) and a split, {label}: D grows by e^(lse_b) only",
-                      step((O, lse_run), (o_b, lse_split), sink, merge_terms, sink_terms), (N / D, sp.log(D))))
-    pairs += [
-        ("step: the identity (no key yet) and a split: (o_b, lse_b)",
-         step(empty, (o_b, lse_b), sink, merge_terms, sink_terms), (o_b, lse_b)),
-        ("step: (O, L) and an empty split: unchanged",
-         step((O, L), empty, sink, merge_terms, sink_terms), (O, L)),
-        ("step: the identity and an empty split: the identity",
-         step(empty, empty, sink, merge_terms, sink_terms), empty),
-    ]
-    # finish: the sink's e^{sink} joins the sum exactly once
-    for label, (lse_acc, sink_k) in (("sink larger", (L, L + t)), ("running lse larger", (sink + t, sink))):
-        D = sp.exp(lse_acc) + sp.exp(sink_k)
-        pairs.append((f"finish: (N/D, log D) ⊕ (sink, 1, 0), {label}",
-                      finish((O, lse_acc), sink_k, merge_terms, sink_terms), (O * sp.exp(lse_acc) / D, sp.log(D))))
-    pairs.append(("finish: no split saw a key: out 0, lse = sink", finish(empty, sink, merge_terms, sink_terms),
-                  (0, sink)))
-    cases = equal_cases(pairs, _residual)
+    # the induction's cases as a generator (as merge_commutative's): each case's sides are built only
+    # when equal_cases reaches it, so within first_failure() a mutant stops at its first failing case
+    # without building the rest (a mutated step's Piecewise takes seconds each); ``python -m spec``
+    # builds and decides every case, in this order
+    cases = equal_cases(_induction_pairs(step, finish, merge_terms, sink_terms, identity, t), _residual)
     if any(residual != 0 for _, residual in cases):  # the induction fails: FAILED, without the cross-check
         return result("sink_once_combine", cases, "induction on S: base, 5 step cases, 3 finish cases")
     # cross-check: 2 splits of one key each (partial (v_k, s·x_k)) = the definition with the sink
