@@ -17,7 +17,6 @@ from typing import NamedTuple
 import sympy as sp
 
 from spec import masks, rewrites
-from spec import notation as n
 from spec.error_bound import FP8_MMA_K
 from spec.integers import cdiv, contiguous_strides, next_power_of_2  # cdiv: also spec.launch.cdiv, what the runtime calls
 
@@ -34,10 +33,7 @@ def dense_shift(alignment, q, k):
     """``flash_attention``'s alignment shift (both directions' launches: ``mask_arguments``): ``ALIGNMENT_SHIFT``
     at ``N_q = q.shape[2]``, ``N_k = k.shape[2]`` of q ``(B, Hq, N_q, D)``, k ``(B, Hkv, N_k, D)`` (claim
     window_clamp evaluates it on symbolic tensors: 0 top-left, ``N_k - N_q`` bottom-right, the reference's)."""
-    nq, nk = q.shape[2], k.shape[2]
-    if isinstance(nq, sp.Basic) or isinstance(nk, sp.Basic):
-        return masks.ALIGNMENT_SHIFT[alignment].subs({n.Nq: nq, n.Nk: nk})
-    return masks.alignment_shift(alignment, nq, nk)
+    return masks.alignment_shift(alignment, q.shape[2], k.shape[2])
 
 
 def window_arguments(window) -> dict:

@@ -178,10 +178,13 @@ _PARAM_SYMBOLS = {
 # Numeric evaluation for the float64 reference: the same predicate, lambdified.
 # ----------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)  # a SymPy substitution: once per shape, not once per kernel launch
-def alignment_shift(alignment: str, nq: int, nk: int) -> int:
+def alignment_shift(alignment: str, nq, nk):
+    """``ALIGNMENT_SHIFT[alignment]`` at ``N_q = nq``, ``N_k = nk``: an int on numbers, a SymPy term on symbolic
+    sizes (the claims evaluate the launches on symbolic tensors: spec.launch.dense_shift, claim window_clamp)."""
     if alignment not in ALIGNMENT_SHIFT:
         raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
-    return int(ALIGNMENT_SHIFT[alignment].subs({n.Nq: nq, n.Nk: nk}))
+    shift = ALIGNMENT_SHIFT[alignment].subs({n.Nq: nq, n.Nk: nk})
+    return shift if isinstance(nq, sp.Basic) or isinstance(nk, sp.Basic) else int(shift)
 
 
 def dense_mask(kinds, nq: int, nk: int, **params) -> np.ndarray:

@@ -211,8 +211,6 @@ def _query_key(hypotheses, statement) -> str:
     """The exact query ``hypotheses ∧ ¬statement`` as SMT-LIB text: every constant's declaration (name and sort)
     and every assertion, in order, and the resource limit it runs under (a digest of it: two queries share a key
     only when their texts are equal)."""
-    import hashlib
-
     import z3
 
     text = z3.Solver(ctx=statement.ctx)
