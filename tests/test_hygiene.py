@@ -282,65 +282,46 @@ def test_coordinate_gaps_are_listed_on_the_verification_page():
 
 
 # ---------------------------------------------------------------- issue 24: masked lanes (rule 7)
-@pytest.mark.parametrize("old, new, sign", [
-    # a load mask compared by hand again (the decode kernel's old q mask, with <= for <)
-    ("q = tl.load(Q + q_off, mask=row_ok[:, None] & d_ok[None, :],",
+@pytest.mark.parametrize("kind, function, old, new, sign", [
+    # _decode_fwd (its masks printed: claims decode_addresses, paged_kv_reads): a load mask compared by hand again
+    # (the decode kernel's old q mask, with <= for <)
+    ("decode", "_decode_fwd", "q = tl.load(Q + q_off, mask=row_ok[:, None] & d_ok[None, :],",
      "q = tl.load(Q + q_off, mask=row_ok[:, None] & (offs_d[None, :] <= HEAD_DIM),", "compares by hand"),
     # a store mask reading a name no printed mask term assigns
-    ("tl.store(Lse + lse_off, lse, mask=row_ok)", "tl.store(Lse + lse_off, lse, mask=rows)", "reads ['rows']"),
+    ("decode", "_decode_fwd", "tl.store(Lse + lse_off, lse, mask=row_ok)", "tl.store(Lse + lse_off, lse, mask=rows)",
+     "reads ['rows']"),
     # a printed mask rebound by hand (one row past the program's)
-    ("    row_ok = offs_m < GROUP*N_Q", "    row_ok = offs_m < GROUP*N_Q + 1\n    row_ok = offs_m < GROUP*N_Q",
-     "assigns the printed mask ['row_ok'] by hand"),
-])
-def test_a_hand_written_decode_mask_is_caught(old, new, sign):
-    """Rule 7 in _decode_fwd (its masks printed: claims decode_addresses, paged_kv_reads)."""
-    found = problems(edited("decode", old, new))
-    assert any("_decode_fwd" in p and sign in p for p in found), found
-
-
-@pytest.mark.parametrize("old, new, sign", [
-    # the forward tile's old key mask, typed back in (rule 7 refuses the comparison; rule 2 no longer sees it)
-    ("            k_mask = k_mask & key_ok[:, None]\n",
+    ("decode", "_decode_fwd", "    row_ok = offs_m < GROUP*N_Q",
+     "    row_ok = offs_m < GROUP*N_Q + 1\n    row_ok = offs_m < GROUP*N_Q", "assigns the printed mask ['row_ok'] by hand"),
+    # the dense forward (claim forward_addresses; any of its functions): the forward tile's old key mask, typed back
+    # in (rule 7 refuses the comparison; rule 2 no longer sees it)
+    ("fwd", "", "            k_mask = k_mask & key_ok[:, None]\n",
      "            k_mask = k_mask & (offs_n[:, None] < N_K)\n", "`k_mask` of a load reads ['k_mask']"),
-    ("q = tl.load(Q + q_off, mask=row_ok[:, None] & d_ok[None, :],",
+    ("fwd", "", "q = tl.load(Q + q_off, mask=row_ok[:, None] & d_ok[None, :],",
      "q = tl.load(Q + q_off, mask=(offs_m[:, None] < N_Q) & d_ok[None, :],", "compares by hand"),
     # the TMA path's padding select back on its hand comparison (keys past key_len; the printed key_ok also bounds
-    # N_K): the allowance takes printed mask terms only
-    ("            k = tl.where(key_ok[:, None], k, 0.0)\n",
+    # N_K): the allowance takes printed mask terms only (claims forward_addresses, tma_addresses)
+    ("fwd", "", "            k = tl.where(key_ok[:, None], k, 0.0)\n",
      "            k = tl.where(offs_n[:, None] < key_len, k, 0.0)\n",
      "the padding select `k = tl.where(offs_n[:, None] < key_len, k, 0.0)` keeps the lanes `offs_n[:, None] < key_len`, "
      "not printed mask terms"),
-])
-def test_a_hand_written_forward_mask_is_caught(old, new, sign):
-    """Rule 7 in the dense forward (its masks printed: claim forward_addresses), a derived local included, and
-    the TMA path's padding select (claims forward_addresses, tma_addresses)."""
-    found = problems(edited("fwd", old, new))
-    assert any(sign in p for p in found), found
-
-
-@pytest.mark.parametrize("old, new, sign", [
     # _attn_bwd_mask's dense tile read on its old hand comparison (claim backward_kernel_addresses reads ij_ok)
-    ("mask=ij_ok, other=0)", "mask=(i < N_Q) & (j <= N_K), other=0)", "compares by hand"),
-    ("ij_ok = (i < N_Q) & (j < N_K)  #", "ij_ok = (i <= N_Q) & (j < N_K)  #", "assigns the printed mask ['ij_ok'] by hand"),
-])
-def test_a_hand_written_backward_mask_is_caught(old, new, sign):
-    """Rule 7 in _attn_bwd_mask (its dense tile's mask printed: ij_ok, claim backward_kernel_addresses)."""
-    found = problems(edited("bwd", old, new))
-    assert any("_attn_bwd_mask" in p and sign in p for p in found), found
-
-
-@pytest.mark.parametrize("old, new, sign", [
-    # the append's old token mask, typed back in with <= (a printed mask rebound by hand)
-    ("    t_ok = offs_t < N_NEW", "    t_ok = offs_t <= N_NEW\n    t_ok = offs_t < N_NEW",
+    ("bwd", "_attn_bwd_mask", "mask=ij_ok, other=0)", "mask=(i < N_Q) & (j <= N_K), other=0)", "compares by hand"),
+    ("bwd", "_attn_bwd_mask", "ij_ok = (i < N_Q) & (j < N_K)  #", "ij_ok = (i <= N_Q) & (j < N_K)  #",
+     "assigns the printed mask ['ij_ok'] by hand"),
+    # the KV append _append_rows (claim append_addresses): its old token mask, typed back in with <= (a printed mask
+    # rebound by hand)
+    ("decode", "_append_rows", "    t_ok = offs_t < N_NEW", "    t_ok = offs_t <= N_NEW\n    t_ok = offs_t < N_NEW",
      "assigns the printed mask ['t_ok'] by hand"),
     # the partner's mask comparing the rotary lanes by hand (a derived local holding a comparison)
-    ("ro_mask = t_ok[:, None] & ro_ok[None, :]", "ro_mask = t_ok[:, None] & (offs_d[None, :] <= 2*ROTARY_HALF)",
-     "reads ['ro_mask']"),
+    ("decode", "_append_rows", "ro_mask = t_ok[:, None] & ro_ok[None, :]",
+     "ro_mask = t_ok[:, None] & (offs_d[None, :] <= 2*ROTARY_HALF)", "reads ['ro_mask']"),
 ])
-def test_a_hand_written_append_mask_is_caught(old, new, sign):
-    """Rule 7 in the KV append _append_rows (its masks printed: claim append_addresses)."""
-    found = problems(edited("decode", old, new))
-    assert any("_append_rows" in p and sign in p for p in found), found
+def test_a_hand_written_mask_is_caught(kind, function, old, new, sign):
+    """Rule 7 (every load and store mask a printed mask term) in the kernel functions of each family: the edit is
+    reported in ``function`` (any function of the file where empty) with ``sign``."""
+    found = problems(edited(kind, old, new))
+    assert any(function in p and sign in p for p in found), found
 
 
 # ---------------------------------------------------------------- issue 24: the lanes (rule 8)
